@@ -1,0 +1,15 @@
+//! The bridge between pkg(5) (IPS) and the image toolchain.
+//!
+//! Main types:
+//! - [`Version`] and [`Fmri`]: package versions and FMRIs, parsed, printed and ordered as pkg
+//!   does (the build part is ignored; release, then branch, then timestamp; missing parts sort
+//!   first), with prefix matching for incorporations and pkg's URL/path escaping ([`quote`]).
+//!
+//! It depends on no other workspace crate.
+#![deny(missing_docs)]
+
+mod fmri;
+mod version;
+
+pub use fmri::{Fmri, FmriError, quote, unquote, valid_publisher, valid_stem};
+pub use version::{DEFAULT_BUILD, DotSequence, Timestamp, Version, VersionError};
