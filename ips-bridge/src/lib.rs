@@ -8,8 +8,12 @@
 //! It depends on no other workspace crate.
 #![deny(missing_docs)]
 
+mod action;
 mod fmri;
 mod version;
 
+pub use action::{
+    Action, ActionError, ActionKind, DependType, Ownership, Preserve, TypedAction, resolve_hardlink,
+};
 pub use fmri::{Fmri, FmriError, quote, unquote, valid_publisher, valid_stem};
 pub use version::{DEFAULT_BUILD, DotSequence, Timestamp, Version, VersionError};
