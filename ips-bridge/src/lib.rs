@@ -11,6 +11,7 @@
 mod action;
 mod fmri;
 mod manifest;
+mod payload;
 mod variant;
 mod version;
 
@@ -19,5 +20,9 @@ pub use action::{
 };
 pub use fmri::{Fmri, FmriError, quote, unquote, valid_publisher, valid_stem};
 pub use manifest::{Manifest, ManifestError};
+pub use payload::{
+    ExpectedHash, HashAlg, Hasher, PayloadError, PayloadHashes, PayloadInfo, VerifyingReader,
+    compress, hash_hex,
+};
 pub use variant::ImageFilter;
 pub use version::{DEFAULT_BUILD, DotSequence, Timestamp, Version, VersionError};
