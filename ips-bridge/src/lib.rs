@@ -9,6 +9,7 @@
 #![deny(missing_docs)]
 
 mod action;
+mod catalog;
 mod fmri;
 mod manifest;
 mod payload;
@@ -17,6 +18,10 @@ mod version;
 
 pub use action::{
     Action, ActionError, ActionKind, DependType, Ownership, Preserve, TypedAction, resolve_hardlink,
+};
+pub use catalog::{
+    Catalog, CatalogAttrs, CatalogEntry, CatalogError, CatalogPart, PartInfo, catalog_time,
+    part_for, to_catalog_json, verify_signature, write_catalog_file,
 };
 pub use fmri::{Fmri, FmriError, quote, unquote, valid_publisher, valid_stem};
 pub use manifest::{Manifest, ManifestError};
