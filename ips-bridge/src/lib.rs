@@ -10,9 +10,11 @@
 
 mod action;
 mod catalog;
+mod config;
 mod fmri;
 mod manifest;
 mod payload;
+mod repo;
 mod variant;
 mod version;
 
@@ -23,11 +25,13 @@ pub use catalog::{
     Catalog, CatalogAttrs, CatalogEntry, CatalogError, CatalogPart, PartInfo, catalog_time,
     part_for, to_catalog_json, verify_signature, write_catalog_file,
 };
+pub use config::{IniError, IniFile, python_list};
 pub use fmri::{Fmri, FmriError, quote, unquote, valid_publisher, valid_stem};
 pub use manifest::{Manifest, ManifestError};
 pub use payload::{
     ExpectedHash, HashAlg, Hasher, PayloadError, PayloadHashes, PayloadInfo, VerifyingReader,
     compress, hash_hex,
 };
+pub use repo::{FileRepo, MAX_METADATA_BYTES, PackageRef, RepoError};
 pub use variant::ImageFilter;
 pub use version::{DEFAULT_BUILD, DotSequence, Timestamp, Version, VersionError};

@@ -1,0 +1,669 @@
+//! File repositories, version 4: reading them and publishing packages into them.
+//!
+//! Layout (under the repository root):
+//! `pkg5.repository`, `publisher/<pub>/catalog/catalog.{attrs,base.C,dependency.C,summary.C}`,
+//! `publisher/<pub>/pkg/<q(stem)>/<q(version)>` (manifests) and
+//! `publisher/<pub>/file/<h[0:2]>/<h>` (gzip payloads named by the SHA-1 of their content).
+//!
+//! The writer assumes one publisher process at a time per repository (like `pkgsend` to a
+//! file repository); every file it writes appears atomically (temporary file and rename).
+
+use std::fs::{self, File};
+use std::io::{self, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use crate::action::{Action, ActionKind};
+use crate::catalog::{
+    Catalog, CatalogAttrs, CatalogEntry, CatalogError, CatalogPart, catalog_time,
+};
+use crate::config::{IniError, IniFile};
+use crate::fmri::{Fmri, FmriError, valid_publisher};
+use crate::manifest::{Manifest, ManifestError};
+use crate::payload::{HashAlg, PayloadError, PayloadHashes, compress, hash_hex};
+use crate::version::{Timestamp, Version};
+
+/// Largest manifest or catalog file this reader loads into memory.
+pub const MAX_METADATA_BYTES: u64 = 256 << 20;
+
+/// Errors from reading or writing a repository. Each names the repository path, package or
+/// file involved.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RepoError {
+    /// A file or directory could not be read or written.
+    #[error("{path}: i/o error")]
+    Io {
+        /// The path involved.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: io::Error,
+    },
+    /// The directory is not a version 4 repository.
+    #[error("{path}: {message}")]
+    NotARepository {
+        /// The repository root.
+        path: PathBuf,
+        /// Why not.
+        message: String,
+    },
+    /// `pkg5.repository` is malformed.
+    #[error("invalid repository configuration")]
+    Config(#[from] IniError),
+    /// A catalog file is malformed or its signature does not match.
+    #[error("publisher {publisher}: bad catalog")]
+    Catalog {
+        /// The publisher.
+        publisher: String,
+        /// The catalog error (names the file).
+        #[source]
+        source: CatalogError,
+    },
+    /// The publisher is not in the repository.
+    #[error("{path}: no publisher {publisher}")]
+    UnknownPublisher {
+        /// The repository root.
+        path: PathBuf,
+        /// The publisher.
+        publisher: String,
+    },
+    /// The package is not in the catalog or has no manifest.
+    #[error("package {fmri} not found")]
+    PackageNotFound {
+        /// The package.
+        fmri: String,
+    },
+    /// The manifest file's SHA-1 differs from the catalog's `signature-sha-1`.
+    #[error("package {fmri}: manifest {path} is corrupt: sha-1 {actual}, catalog says {expected}")]
+    ManifestCorrupt {
+        /// The package.
+        fmri: String,
+        /// The manifest file.
+        path: PathBuf,
+        /// The catalog's value.
+        expected: String,
+        /// The file's SHA-1.
+        actual: String,
+    },
+    /// The manifest does not parse.
+    #[error("package {fmri}: manifest {path} is invalid")]
+    ManifestInvalid {
+        /// The package.
+        fmri: String,
+        /// The manifest file.
+        path: PathBuf,
+        /// The parse error (names line and column).
+        #[source]
+        source: ManifestError,
+    },
+    /// A payload is missing or fails verification.
+    #[error("package {fmri}: payload for {action} ({path})")]
+    Payload {
+        /// The package.
+        fmri: String,
+        /// The action, e.g. `file usr/bin/ls`.
+        action: String,
+        /// The payload file.
+        path: PathBuf,
+        /// What is wrong with it.
+        #[source]
+        source: PayloadError,
+    },
+    /// A payload file is missing from the repository.
+    #[error("package {fmri}: payload for {action} missing: {path}")]
+    PayloadMissing {
+        /// The package.
+        fmri: String,
+        /// The action.
+        action: String,
+        /// Where it should be.
+        path: PathBuf,
+    },
+    /// The manifest to publish is not publishable.
+    #[error("cannot publish {what}: {message}")]
+    Publish {
+        /// The manifest or package.
+        what: String,
+        /// Why.
+        message: String,
+    },
+    /// An FMRI is malformed.
+    #[error(transparent)]
+    Fmri(#[from] FmriError),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> RepoError + '_ {
+    move |source| RepoError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+fn read_limited(path: &Path) -> Result<Vec<u8>, RepoError> {
+    let f = File::open(path).map_err(io_err(path))?;
+    let mut buf = Vec::new();
+    f.take(MAX_METADATA_BYTES + 1)
+        .read_to_end(&mut buf)
+        .map_err(io_err(path))?;
+    if buf.len() as u64 > MAX_METADATA_BYTES {
+        return Err(RepoError::Io {
+            path: path.to_owned(),
+            source: io::Error::new(io::ErrorKind::InvalidData, "file too large"),
+        });
+    }
+    Ok(buf)
+}
+
+/// Writes `data` to `path` atomically (temporary file in the same directory, then rename).
+pub(crate) fn write_atomic(path: &Path, data: &[u8]) -> Result<(), RepoError> {
+    let dir = path.parent().expect("paths here have parents");
+    fs::create_dir_all(dir).map_err(io_err(dir))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io_err(dir))?;
+    tmp.write_all(data).map_err(io_err(path))?;
+    tmp.as_file().sync_all().map_err(io_err(path))?;
+    tmp.persist(path).map_err(|e| RepoError::Io {
+        path: path.to_owned(),
+        source: e.error,
+    })?;
+    Ok(())
+}
+
+/// A version 4 file repository.
+#[derive(Debug, Clone)]
+pub struct FileRepo {
+    root: PathBuf,
+    config: IniFile,
+}
+
+/// A package in a catalog: its FMRI and the manifest SHA-1 the catalog records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PackageRef {
+    /// The FMRI, with publisher and full version.
+    pub fmri: Fmri,
+    /// `signature-sha-1` from the base part, if present.
+    pub manifest_sha1: Option<String>,
+}
+
+impl FileRepo {
+    /// Opens an existing repository, checking it is version 4 (`[repository] version = 4`,
+    /// or no version but a `publisher/` directory, as pkg decides).
+    pub fn open(root: impl AsRef<Path>) -> Result<Self, RepoError> {
+        let root = root.as_ref().to_owned();
+        let cfg_path = root.join("pkg5.repository");
+        let text = match fs::read_to_string(&cfg_path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(RepoError::NotARepository {
+                    path: root,
+                    message: "no pkg5.repository".into(),
+                });
+            }
+            Err(e) => return Err(io_err(&cfg_path)(e)),
+        };
+        let config = IniFile::parse(&cfg_path.display().to_string(), &text)?;
+        let version = match config.get("repository", "version") {
+            Some(v) => v.to_owned(),
+            None if root.join("publisher").is_dir() => "4".to_owned(),
+            None => "3".to_owned(),
+        };
+        if version != "4" {
+            return Err(RepoError::NotARepository {
+                path: root,
+                message: format!("repository version {version} is not supported (only 4)"),
+            });
+        }
+        Ok(Self { root, config })
+    }
+
+    /// Creates a new, empty version 4 repository with `publisher` as its default
+    /// publisher, or opens the existing one at `root`.
+    pub fn create(root: impl AsRef<Path>, publisher: &str) -> Result<Self, RepoError> {
+        let root = root.as_ref();
+        if root.join("pkg5.repository").exists() {
+            return Self::open(root);
+        }
+        if !valid_publisher(publisher) {
+            return Err(RepoError::Publish {
+                what: root.display().to_string(),
+                message: format!("invalid publisher name {publisher:?}"),
+            });
+        }
+        let mut ini = IniFile::new();
+        ini.set("publisher", "prefix", publisher);
+        ini.set("repository", "version", "4");
+        ini.set("repository", "trust-anchor-directory", "/etc/certs/CA/");
+        ini.set("repository", "signature-required-names", "[]");
+        ini.set("repository", "check-certificate-revocation", "False");
+        ini.set("CONFIGURATION", "version", "4");
+        fs::create_dir_all(root.join("publisher").join(publisher)).map_err(io_err(root))?;
+        write_atomic(&root.join("pkg5.repository"), ini.to_string().as_bytes())?;
+        Self::open(root)
+    }
+
+    /// The repository root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `[publisher] prefix`: the default publisher.
+    pub fn default_publisher(&self) -> Option<&str> {
+        self.config
+            .get("publisher", "prefix")
+            .filter(|p| !p.is_empty())
+    }
+
+    /// Publishers present under `publisher/`, sorted.
+    pub fn publishers(&self) -> Result<Vec<String>, RepoError> {
+        let dir = self.root.join("publisher");
+        let mut out = Vec::new();
+        let rd = match fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(io_err(&dir)(e)),
+        };
+        for e in rd {
+            let e = e.map_err(io_err(&dir))?;
+            if e.path().is_dir()
+                && let Some(name) = e.file_name().to_str()
+                && valid_publisher(name)
+            {
+                out.push(name.to_owned());
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    fn pub_dir(&self, publisher: &str) -> Result<PathBuf, RepoError> {
+        let dir = self.root.join("publisher").join(publisher);
+        if !valid_publisher(publisher) || !dir.is_dir() {
+            return Err(RepoError::UnknownPublisher {
+                path: self.root.clone(),
+                publisher: publisher.to_owned(),
+            });
+        }
+        Ok(dir)
+    }
+
+    /// The path of a catalog file of `publisher`.
+    pub fn catalog_path(&self, publisher: &str, name: &str) -> Result<PathBuf, RepoError> {
+        Ok(self.pub_dir(publisher)?.join("catalog").join(name))
+    }
+
+    /// Reads the catalog of `publisher`: `catalog.attrs` and every part it lists, verifying
+    /// signatures where present. A publisher without a catalog has an empty one.
+    pub fn catalog(&self, publisher: &str) -> Result<Catalog, RepoError> {
+        let dir = self.pub_dir(publisher)?.join("catalog");
+        let cat_err = |source| RepoError::Catalog {
+            publisher: publisher.to_owned(),
+            source,
+        };
+        let attrs_path = dir.join("catalog.attrs");
+        if !attrs_path.exists() {
+            return Ok(Catalog::default());
+        }
+        let attrs = CatalogAttrs::parse(&read_limited(&attrs_path)?).map_err(cat_err)?;
+        let mut catalog = Catalog {
+            created: Some(attrs.created.clone()),
+            ..Catalog::default()
+        };
+        for (name, info) in &attrs.parts {
+            let bytes = read_limited(&dir.join(name))?;
+            if let Some(sig) = &info.signature_sha1 {
+                let text = std::str::from_utf8(&bytes).unwrap_or("");
+                let unsigned = match text
+                    .rfind(",\"_SIGNATURE\":")
+                    .or_else(|| text.rfind("\"_SIGNATURE\":"))
+                {
+                    Some(at) => format!("{}}}\n", text[..at].trim_end_matches(',')),
+                    None => text.to_owned(),
+                };
+                let actual = hash_hex(HashAlg::Sha1, unsigned.as_bytes());
+                if &actual != sig {
+                    return Err(cat_err(CatalogError::Signature {
+                        file: name.clone(),
+                        expected: sig.clone(),
+                        actual,
+                    }));
+                }
+            }
+            let part = CatalogPart::parse(name, &bytes).map_err(cat_err)?;
+            match name.as_str() {
+                "catalog.base.C" => catalog.base = part,
+                "catalog.dependency.C" => catalog.dependency = part,
+                "catalog.summary.C" => catalog.summary = part,
+                _ => {} // other locales are not needed here
+            }
+        }
+        Ok(catalog)
+    }
+
+    /// Every package version in `publisher`'s catalog, in catalog order.
+    pub fn packages(&self, publisher: &str) -> Result<Vec<PackageRef>, RepoError> {
+        let catalog = self.catalog(publisher)?;
+        catalog
+            .base
+            .entries()
+            .iter()
+            .map(|e: &CatalogEntry| {
+                Ok(PackageRef {
+                    fmri: e.fmri()?,
+                    manifest_sha1: e.signature_sha1().map(str::to_owned),
+                })
+            })
+            .collect()
+    }
+
+    /// Finds the catalogued package matching `pattern` (stem and possibly partial version):
+    /// the newest matching version, in the pattern's publisher or the default publisher.
+    pub fn resolve(&self, pattern: &Fmri) -> Result<PackageRef, RepoError> {
+        let publisher = pattern
+            .publisher()
+            .or(self.default_publisher())
+            .ok_or_else(|| RepoError::PackageNotFound {
+                fmri: pattern.to_string(),
+            })?;
+        let pattern_pub = pattern.clone().with_publisher(Some(publisher))?;
+        self.packages(publisher)?
+            .into_iter()
+            .filter(|p| p.fmri.matches(&pattern_pub))
+            .max_by(|a, b| a.fmri.version().cmp(&b.fmri.version()))
+            .ok_or_else(|| RepoError::PackageNotFound {
+                fmri: pattern.to_string(),
+            })
+    }
+
+    /// Where the manifest of a fully versioned FMRI lives.
+    pub fn manifest_path(&self, fmri: &Fmri) -> Result<PathBuf, RepoError> {
+        let publisher = fmri
+            .publisher()
+            .or(self.default_publisher())
+            .ok_or_else(|| RepoError::PackageNotFound {
+                fmri: fmri.to_string(),
+            })?;
+        let rel = fmri.dir_path().ok_or_else(|| RepoError::PackageNotFound {
+            fmri: fmri.to_string(),
+        })?;
+        Ok(self.pub_dir(publisher)?.join("pkg").join(rel))
+    }
+
+    /// The manifest bytes of a catalogued package, checked against the catalog's SHA-1.
+    pub fn manifest_bytes(&self, package: &PackageRef) -> Result<Vec<u8>, RepoError> {
+        let path = self.manifest_path(&package.fmri)?;
+        let bytes = match read_limited(&path) {
+            Err(RepoError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+                return Err(RepoError::PackageNotFound {
+                    fmri: package.fmri.to_string(),
+                });
+            }
+            r => r?,
+        };
+        if let Some(expected) = &package.manifest_sha1 {
+            let actual = hash_hex(HashAlg::Sha1, &bytes);
+            if &actual != expected {
+                return Err(RepoError::ManifestCorrupt {
+                    fmri: package.fmri.to_string(),
+                    path,
+                    expected: expected.clone(),
+                    actual,
+                });
+            }
+        }
+        Ok(bytes)
+    }
+
+    /// The parsed manifest of a catalogued package (checked as [`FileRepo::manifest_bytes`]).
+    pub fn manifest(&self, package: &PackageRef) -> Result<Manifest, RepoError> {
+        let bytes = self.manifest_bytes(package)?;
+        let path = self.manifest_path(&package.fmri)?;
+        let text = String::from_utf8_lossy(&bytes);
+        Manifest::parse(&text).map_err(|source| RepoError::ManifestInvalid {
+            fmri: package.fmri.to_string(),
+            path,
+            source,
+        })
+    }
+
+    /// Where a payload named `hash` of `publisher` is stored: the publisher's `file/` store,
+    /// else the shared top-level `file/` store when the file is there.
+    pub fn payload_path(&self, publisher: &str, hash: &str) -> Result<PathBuf, RepoError> {
+        let name_ok = hash.len() >= 2 && hash.bytes().all(|c| c.is_ascii_hexdigit());
+        let rel = if name_ok {
+            Path::new(&hash[..2]).join(hash)
+        } else {
+            PathBuf::from(hash.replace('/', "_"))
+        };
+        let own = self.pub_dir(publisher)?.join("file").join(&rel);
+        let shared = self.root.join("file").join(&rel);
+        Ok(if !own.exists() && shared.exists() {
+            shared
+        } else {
+            own
+        })
+    }
+
+    /// Opens the stored (gzip) payload of a `file`, `license` or `signature` action.
+    pub fn open_payload(
+        &self,
+        package: &Fmri,
+        action: &Action,
+    ) -> Result<(PayloadHashes, PathBuf, File), RepoError> {
+        let publisher = package
+            .publisher()
+            .or(self.default_publisher())
+            .unwrap_or("");
+        let what = action_name(action);
+        let hashes = PayloadHashes::from_action(action).map_err(|source| RepoError::Payload {
+            fmri: package.to_string(),
+            action: what.clone(),
+            path: PathBuf::new(),
+            source,
+        })?;
+        let path = self.payload_path(publisher, &hashes.name)?;
+        match File::open(&path) {
+            Ok(f) => Ok((hashes, path, f)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(RepoError::PayloadMissing {
+                fmri: package.to_string(),
+                action: what,
+                path,
+            }),
+            Err(e) => Err(io_err(&path)(e)),
+        }
+    }
+
+    /// Streams the verified, decompressed content of an action's payload into `out`. On
+    /// error, whatever was written to `out` must be discarded.
+    pub fn fetch_payload<W: Write>(
+        &self,
+        package: &Fmri,
+        action: &Action,
+        out: W,
+    ) -> Result<u64, RepoError> {
+        let (hashes, path, file) = self.open_payload(package, action)?;
+        hashes
+            .verify(BufReader::new(file), out)
+            .map_err(|source| RepoError::Payload {
+                fmri: package.to_string(),
+                action: action_name(action),
+                path,
+                source,
+            })
+    }
+
+    /// Checks every catalogued package of `publisher` like `pkgrepo verify`: the manifest
+    /// exists, matches the catalog's SHA-1 and parses, and every payload exists and verifies.
+    /// Returns every problem found (empty when the repository is sound).
+    pub fn verify(&self, publisher: &str) -> Result<Vec<RepoError>, RepoError> {
+        let mut problems = Vec::new();
+        for package in self.packages(publisher)? {
+            let manifest = match self.manifest(&package) {
+                Ok(m) => m,
+                Err(e) => {
+                    problems.push(e);
+                    continue;
+                }
+            };
+            for a in manifest.actions().iter().filter(|a| a.kind().has_payload()) {
+                if a.kind() == ActionKind::Signature {
+                    continue; // certificates are not content payloads
+                }
+                if let Err(e) = self.fetch_payload(&package.fmri, a, io::sink()) {
+                    problems.push(e);
+                }
+            }
+        }
+        Ok(problems)
+    }
+
+    /// Publishes a package: payloads of `file` and `license` actions are read from `proto`
+    /// (the positional hash, when it is not a SHA-1, names the source path; otherwise a
+    /// file's `path` does), compressed and stored by SHA-1; hashes and sizes are recorded on
+    /// the actions; the manifest is stored and the catalog updated. Payloads already in the
+    /// repository need no proto file. The FMRI comes from `set name=pkg.fmri`; it gets
+    /// `publisher` and, when it has none, the current time as its timestamp.
+    pub fn publish(
+        &self,
+        publisher: &str,
+        manifest: &Manifest,
+        proto: Option<&Path>,
+    ) -> Result<Fmri, RepoError> {
+        self.publish_at(publisher, manifest, proto, SystemTime::now())
+    }
+
+    /// [`FileRepo::publish`] with a given publication time (for reproducible repositories).
+    pub fn publish_at(
+        &self,
+        publisher: &str,
+        manifest: &Manifest,
+        proto: Option<&Path>,
+        now: SystemTime,
+    ) -> Result<Fmri, RepoError> {
+        let publish_err = |what: &str, message: String| RepoError::Publish {
+            what: what.to_owned(),
+            message,
+        };
+        if !valid_publisher(publisher) {
+            return Err(publish_err(publisher, "invalid publisher name".into()));
+        }
+        let fmri = manifest
+            .fmri()
+            .ok_or_else(|| publish_err("manifest", "no set name=pkg.fmri action".into()))??;
+        let what = fmri.to_string();
+        let version = fmri
+            .version()
+            .ok_or_else(|| publish_err(&what, "pkg.fmri has no version".into()))?;
+        let version = if version.timestamp().is_some() {
+            version.clone()
+        } else {
+            let stamp = catalog_time(now);
+            let stamp = format!("{}Z", &stamp[..15]);
+            let t: Timestamp = stamp.parse().expect("catalog_time is valid");
+            Version::parse(&format!("{version}:{t}")).expect("valid version plus timestamp")
+        };
+        let fmri = Fmri::new(Some(publisher), fmri.stem(), Some(version))?;
+        let pub_dir = self.root.join("publisher").join(publisher);
+        fs::create_dir_all(&pub_dir).map_err(io_err(&pub_dir))?;
+
+        let mut out = Manifest::new();
+        for a in manifest.actions() {
+            let mut a = a.clone();
+            if a.kind() == ActionKind::Set && a.get("name") == Some("pkg.fmri") {
+                a.set("value", &fmri.to_string());
+            }
+            if matches!(a.kind(), ActionKind::File | ActionKind::License) {
+                self.store_payload(publisher, &fmri, &mut a, proto)?;
+            }
+            out.actions_mut().push(a);
+        }
+        let text = out.to_string();
+        let path = pub_dir
+            .join("pkg")
+            .join(fmri.dir_path().expect("versioned"));
+        write_atomic(&path, text.as_bytes())?;
+
+        let mut catalog = self.catalog(publisher)?;
+        catalog.add(&fmri, &out, text.as_bytes());
+        let stamp = catalog_time(now);
+        for (name, body) in catalog.files(&stamp, true) {
+            write_atomic(&pub_dir.join("catalog").join(name), body.as_bytes())?;
+        }
+        Ok(fmri)
+    }
+
+    fn store_payload(
+        &self,
+        publisher: &str,
+        fmri: &Fmri,
+        action: &mut Action,
+        proto: Option<&Path>,
+    ) -> Result<(), RepoError> {
+        let what = action_name(action);
+        let err = |message: String| RepoError::Publish {
+            what: format!("{fmri}: {what}"),
+            message,
+        };
+        let positional = action.hash().filter(|h| *h != "NOHASH").map(str::to_owned);
+        let is_sha1 = positional
+            .as_deref()
+            .is_some_and(|h| h.len() == 40 && h.bytes().all(|c| c.is_ascii_hexdigit()));
+        let source_rel = match (&positional, is_sha1) {
+            (Some(p), false) => Some(p.clone()),
+            _ => match action.kind() {
+                ActionKind::File => action.get("path").map(str::to_owned),
+                _ => None,
+            },
+        };
+        let source = proto
+            .zip(source_rel.as_deref())
+            .map(|(dir, rel)| dir.join(rel.trim_start_matches('/')))
+            .filter(|p| p.is_file());
+        let Some(source) = source else {
+            // No proto file: the payload must already be in the repository.
+            if is_sha1 {
+                let name = positional.expect("sha1");
+                if self.payload_path(publisher, &name)?.is_file() {
+                    return Ok(());
+                }
+            }
+            return Err(err(format!(
+                "no payload: {} not found in the proto directory",
+                source_rel.as_deref().unwrap_or("(no source path)")
+            )));
+        };
+        let tmp_dir = self.root.join("publisher").join(publisher).join("tmp");
+        fs::create_dir_all(&tmp_dir).map_err(io_err(&tmp_dir))?;
+        let mut tmp = tempfile::NamedTempFile::new_in(&tmp_dir).map_err(io_err(&tmp_dir))?;
+        let input = File::open(&source).map_err(io_err(&source))?;
+        let info = compress(BufReader::new(input), io::BufWriter::new(tmp.as_file_mut()))
+            .map_err(io_err(&source))?;
+        if is_sha1 && positional.as_deref() != Some(info.sha1.as_str()) {
+            return Err(err(format!(
+                "{} has sha-1 {}, the manifest says {}",
+                source.display(),
+                info.sha1,
+                positional.unwrap_or_default()
+            )));
+        }
+        let dest = self
+            .pub_dir(publisher)?
+            .join("file")
+            .join(&info.sha1[..2])
+            .join(&info.sha1);
+        if !dest.exists() {
+            let dir = dest.parent().expect("has parent");
+            fs::create_dir_all(dir).map_err(io_err(dir))?;
+            tmp.as_file().sync_all().map_err(io_err(&dest))?;
+            tmp.persist(&dest).map_err(|e| RepoError::Io {
+                path: dest.clone(),
+                source: e.error,
+            })?;
+        }
+        info.apply_to(action);
+        Ok(())
+    }
+}
+
+fn action_name(a: &Action) -> String {
+    format!("{} {}", a.kind(), a.key().unwrap_or("?"))
+}

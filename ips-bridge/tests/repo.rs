@@ -1,0 +1,198 @@
+//! Publishing into a file repository and reading it back.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, UNIX_EPOCH};
+
+use ips_bridge::{ActionKind, FileRepo, Fmri, Manifest, RepoError};
+
+fn data() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/publish")
+}
+
+fn manifest(name: &str) -> Manifest {
+    Manifest::parse(&std::fs::read_to_string(data().join(name)).unwrap()).unwrap()
+}
+
+fn publish_fixtures(root: &Path) -> (FileRepo, Fmri, Fmri) {
+    let repo = FileRepo::create(root, "example.org").unwrap();
+    let now = UNIX_EPOCH + Duration::from_secs(1_704_164_645);
+    let proto = data().join("proto");
+    let base = repo
+        .publish_at("example.org", &manifest("base.p5m"), None, now)
+        .unwrap();
+    let hello = repo
+        .publish_at("example.org", &manifest("hello.p5m"), Some(&proto), now)
+        .unwrap();
+    (repo, base, hello)
+}
+
+#[test]
+fn publish_then_read_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, base, hello) = publish_fixtures(tmp.path());
+    assert_eq!(
+        base.to_string(),
+        "pkg://example.org/demo/base@1.0,5.11-2024.0.1:20240102T030405Z"
+    );
+    // A missing timestamp becomes the publication time.
+    assert_eq!(
+        hello.to_string(),
+        "pkg://example.org/demo/hello@1.0,5.11-2024.0.1:20240102T030405Z"
+    );
+
+    let repo = FileRepo::open(tmp.path()).unwrap();
+    assert_eq!(repo.default_publisher(), Some("example.org"));
+    assert_eq!(repo.publishers().unwrap(), ["example.org"]);
+    let packages = repo.packages("example.org").unwrap();
+    assert_eq!(packages.len(), 2);
+    let found = repo.resolve(&Fmri::parse("demo/hello@1").unwrap()).unwrap();
+    assert_eq!(found.fmri, hello);
+    let m = repo.manifest(&found).unwrap();
+    assert_eq!(
+        m.attribute("pkg.fmri").unwrap()[0],
+        "pkg://example.org/demo/hello@1.0,5.11-2024.0.1:20240102T030405Z"
+    );
+    // Every payload action got hashes and sizes, and the payloads verify.
+    let mut contents = Vec::new();
+    for a in m.actions().iter().filter(|a| a.kind().has_payload()) {
+        assert_eq!(a.hash().map(str::len), Some(40), "{a}");
+        assert!(a.get("chash").is_some() && a.get("pkg.csize").is_some());
+        assert_eq!(a.get_all("pkg.content-hash").len(), 2);
+        let mut out = Vec::new();
+        repo.fetch_payload(&found.fmri, a, &mut out).unwrap();
+        contents.push((a.key().unwrap().to_owned(), out));
+    }
+    let want = |p: &str| std::fs::read(data().join("proto").join(p)).unwrap();
+    assert_eq!(contents[0], ("usr/bin/hello".into(), want("usr/bin/hello")));
+    assert_eq!(contents[1], ("etc/passwd".into(), want("etc/passwd")));
+    assert_eq!(contents[2], ("etc/empty.conf".into(), Vec::new()));
+    assert_eq!(
+        contents[3],
+        ("Example License (EL)".into(), want("LICENSE"))
+    );
+    // The empty payload is named by the SHA-1 of nothing.
+    let empty = m
+        .actions()
+        .iter()
+        .find(|a| a.key() == Some("etc/empty.conf"))
+        .unwrap();
+    assert_eq!(
+        empty.hash(),
+        Some("da39a3ee5e6b4b0d3255bfef95601890afd80709")
+    );
+    assert!(
+        tmp.path()
+            .join("publisher/example.org/file/da/da39a3ee5e6b4b0d3255bfef95601890afd80709")
+            .is_file()
+    );
+    // Manifests live at q(stem)/q(version).
+    assert!(
+        tmp.path()
+            .join("publisher/example.org/pkg/demo%2Fhello/1.0%2C5.11-2024.0.1%3A20240102T030405Z")
+            .is_file()
+    );
+    // Non-payload actions are kept as written.
+    assert_eq!(m.by_kind(ActionKind::Hardlink).count(), 1);
+    assert!(repo.verify("example.org").unwrap().is_empty());
+}
+
+#[test]
+fn republishing_without_proto_reuses_stored_payloads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, _, hello) = publish_fixtures(tmp.path());
+    let pkg = repo.resolve(&hello).unwrap();
+    let published = repo.manifest(&pkg).unwrap();
+    // Same manifest again, as a new version, with no proto directory.
+    let text = published.to_string().replace(
+        "1.0,5.11-2024.0.1:20240102T030405Z",
+        "1.1,5.11-2024.0.1:20240103T000000Z",
+    );
+    let again = repo
+        .publish("example.org", &Manifest::parse(&text).unwrap(), None)
+        .unwrap();
+    assert_eq!(again.version().unwrap().release().to_string(), "1.1");
+    assert_eq!(repo.packages("example.org").unwrap().len(), 3);
+    assert!(repo.verify("example.org").unwrap().is_empty());
+    // Missing proto files are reported with the package and action.
+    let e = repo
+        .publish(
+            "example.org",
+            &manifest("hello.p5m"),
+            Some(Path::new("/nonexistent")),
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("file usr/bin/hello"), "{e}");
+}
+
+#[test]
+fn corruption_is_reported_naming_package_and_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, _, hello) = publish_fixtures(tmp.path());
+    let pkg = repo.resolve(&hello).unwrap();
+    let m = repo.manifest(&pkg).unwrap();
+    let bin = m
+        .actions()
+        .iter()
+        .find(|a| a.key() == Some("usr/bin/hello"))
+        .unwrap();
+    let h = bin.hash().unwrap();
+    let payload = tmp
+        .path()
+        .join("publisher/example.org/file")
+        .join(&h[..2])
+        .join(h);
+    // Replace the stored payload with another valid gzip file.
+    let mut other = Vec::new();
+    ips_bridge::compress(&b"not hello"[..], &mut other).unwrap();
+    std::fs::write(&payload, &other).unwrap();
+    let problems = repo.verify("example.org").unwrap();
+    assert_eq!(problems.len(), 1);
+    let msg = format!("{}", problems[0]);
+    assert!(
+        msg.contains("demo/hello") && msg.contains("file usr/bin/hello"),
+        "{msg}"
+    );
+    assert!(matches!(&problems[0], RepoError::Payload { path, .. } if *path == payload));
+    // A missing payload.
+    std::fs::remove_file(&payload).unwrap();
+    assert!(matches!(
+        &repo.verify("example.org").unwrap()[0],
+        RepoError::PayloadMissing { .. }
+    ));
+    // A manifest changed behind the catalog's back.
+    let mpath = repo.manifest_path(&pkg.fmri).unwrap();
+    let text = std::fs::read_to_string(&mpath).unwrap();
+    std::fs::write(&mpath, text.replace("Hello, world", "Hello, moon")).unwrap();
+    match repo.manifest(&pkg) {
+        Err(RepoError::ManifestCorrupt { fmri, path, .. }) => {
+            assert!(fmri.contains("demo/hello"));
+            assert_eq!(path, mpath);
+        }
+        r => panic!("{r:?}"),
+    }
+}
+
+#[test]
+fn reader_rejects_non_repositories_and_unknown_publishers() {
+    let tmp = tempfile::tempdir().unwrap();
+    assert!(matches!(
+        FileRepo::open(tmp.path()),
+        Err(RepoError::NotARepository { .. })
+    ));
+    std::fs::write(
+        tmp.path().join("pkg5.repository"),
+        "[repository]\nversion = 3\n",
+    )
+    .unwrap();
+    assert!(matches!(
+        FileRepo::open(tmp.path()),
+        Err(RepoError::NotARepository { .. })
+    ));
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = FileRepo::create(tmp.path(), "example.org").unwrap();
+    assert!(matches!(
+        repo.packages("other.org"),
+        Err(RepoError::UnknownPublisher { .. })
+    ));
+    assert!(repo.packages("example.org").unwrap().is_empty());
+}
