@@ -108,7 +108,7 @@ pub enum RepoError {
         path: PathBuf,
         /// What is wrong with it.
         #[source]
-        source: PayloadError,
+        source: Box<PayloadError>,
     },
     /// A payload file is missing from the repository.
     #[error("package {fmri}: payload for {action} missing: {path}")]
@@ -458,7 +458,7 @@ impl FileRepo {
             fmri: package.to_string(),
             action: what.clone(),
             path: PathBuf::new(),
-            source,
+            source: Box::new(source),
         })?;
         let path = self.payload_path(publisher, &hashes.name)?;
         match File::open(&path) {
@@ -487,7 +487,7 @@ impl FileRepo {
                 fmri: package.to_string(),
                 action: action_name(action),
                 path,
-                source,
+                source: Box::new(source),
             })
     }
 
