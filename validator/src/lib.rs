@@ -3,14 +3,45 @@
 //! - [`Digest`] and [`Algorithm`]: the only digests accepted (sha256, sha512), parsed once.
 //! - [`VerifyingReader`], [`DigestingReader`], [`DigestingWriter`]: one-pass hashing and
 //!   verification of streams (sync `std::io`, and tokio traits behind the `tokio` feature).
+//! - [`MediaType`]: OCI and Docker schema2 media types.
+//! - [`check_document`] and [`check_config`]: the rules for manifests, indexes, configs and
+//!   descriptors, returning a [`Report`] of [`Violation`]s (each with a [`Rule`] id and a JSON
+//!   path) and the typed [`Document`] when it passed.
+//! - [`check_layer`]: one streaming pass over a layer blob (digest, size, compression sniffing,
+//!   DiffID, every tar header) with bounded memory; [`TarReader`] is the strict tar parser
+//!   beneath it.
+//! - [`ImageLayout`]: OCI image layouts on disk, written through temporary files and renames;
+//!   [`validate_layout`] walks one end to end.
 //!
 //! This crate does no network I/O and starts no async runtime; it touches the file system only
 //! in its image-layout module. It re-exports [`oci_spec`] because those types are part of its API.
 #![deny(missing_docs)]
 
 mod digest;
+mod document;
+mod image;
+mod json;
+mod layer;
+mod layout;
+mod media_type;
+mod platform;
+mod report;
+mod tarstream;
 mod verify;
 
 pub use digest::{Algorithm, Digest, DigestError, Digester};
+pub use document::{
+    Descriptor, Document, DocumentKind, EMPTY_DIGEST, ImageConfig, Index, MAX_CONFIG_SIZE,
+    MAX_MANIFEST_SIZE, Manifest, check_config, check_document, check_stop_signal, check_user,
+    check_working_dir, sniff_kind,
+};
+pub use image::{ImageInfo, LayerInfo, LayoutReport, ValidateOptions, chain_ids, validate_layout};
+pub use json::{JsonError, parse_strict};
+pub use layer::{LayerLimits, LayerSummary, check_layer, normalize_entry_path, sniff_compression};
+pub use layout::{ImageLayout, LAYOUT_FILE_CONTENT, LayoutError};
+pub use media_type::{Compression, MediaType, MediaTypeError};
 pub use oci_spec;
+pub use platform::{KNOWN_ARCH, KNOWN_OS, Platform};
+pub use report::{Report, Rule, Severity, Violation};
+pub use tarstream::{EntryKind, TarEntry, TarError, TarErrorKind, TarLimits, TarReader};
 pub use verify::{DigestingReader, DigestingWriter, VerifyError, VerifyingReader};
