@@ -63,7 +63,7 @@ stamp_ok() { # name want -> 0 if the stamp says want and the binary exists
 # ---- (a) Debian packages -----------------------------------------------------------------
 missing=()
 for p in "${APT_PKGS[@]}"; do
-	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+	if [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)" != "install ok installed" ]]; then
 		missing+=("$p")
 	fi
 done
@@ -205,14 +205,16 @@ want_mod "$BIN/crane" github.com/google/go-containerregistry "$CRANE_VER"
 check oras sh -c "'$BIN/oras' version | grep -i '^version' || '$BIN/oras' version"
 want_mod "$BIN/oras" oras.land/oras "$ORAS_VER"
 check "$UMOCI_NAME" sh -c "'$BIN/$UMOCI_NAME' --version"
-"$BIN/$UMOCI_NAME" --version 2>/dev/null | grep -q "version ${UMOCI_VER#v}\$" ||
+umoci_out=$("$BIN/$UMOCI_NAME" --version 2>/dev/null || true)
+[[ "${umoci_out%%$'\n'*}" == "umoci version ${UMOCI_VER#v}" ]] ||
 	{ printf '  %-17s FAILED: want %s\n' "$UMOCI_NAME" "$UMOCI_VER"; fail=1; }
-check conformance.test sh -c "'$BIN/conformance.test' -test.list . | grep -qx TestLegacy && echo '$CONF_PKG@$(modver "$BIN/conformance.test" "$CONF_PKG")'"
+check conformance.test sh -c "'$BIN/conformance.test' -test.list . | grep -x TestLegacy >/dev/null && echo '$CONF_PKG@$(modver "$BIN/conformance.test" "$CONF_PKG")'"
 want_mod "$BIN/conformance.test" "$CONF_PKG" "$CONF_VER"
 check conformance sh -c "test -x '$BIN/conformance' && echo '$CONF_PKG@$(modver "$BIN/conformance" "$CONF_PKG")'"
 want_mod "$BIN/conformance" "$CONF_PKG" "$CONF_VER"
 check weed sh -c "'$BIN/weed' version"
-if ! "$BIN/weed" version 2>/dev/null | grep -q " $WEED_VER "; then
+# (no `| grep -q` on tool output: with pipefail, grep quitting early can SIGPIPE the tool)
+if [[ "$("$BIN/weed" version 2>/dev/null || true)" != *" $WEED_VER "* ]]; then
 	printf '  %-17s FAILED: want %s\n' weed "$WEED_VER"
 	fail=1
 fi
