@@ -9,8 +9,10 @@
 #![deny(missing_docs)]
 
 mod action;
+mod cache;
 mod catalog;
 mod config;
+mod depot;
 mod fmri;
 mod manifest;
 mod payload;
@@ -21,11 +23,13 @@ mod version;
 pub use action::{
     Action, ActionError, ActionKind, DependType, Ownership, Preserve, TypedAction, resolve_hardlink,
 };
+pub use cache::{CacheError, PayloadCache};
 pub use catalog::{
     Catalog, CatalogAttrs, CatalogEntry, CatalogError, CatalogPart, PartInfo, catalog_time,
     part_for, to_catalog_json, verify_signature, write_catalog_file,
 };
 pub use config::{IniError, IniFile, python_list};
+pub use depot::{DepotClient, DepotError, DepotServer, RetryPolicy, VERSIONS};
 pub use fmri::{Fmri, FmriError, quote, unquote, valid_publisher, valid_stem};
 pub use manifest::{Manifest, ManifestError};
 pub use payload::{

@@ -1,0 +1,528 @@
+//! HTTP depot client (pkg's transport, for the read operations).
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use flate2::read::ZlibDecoder;
+
+use crate::action::{Action, ActionKind};
+use crate::cache::{CacheError, PayloadCache};
+use crate::catalog::{Catalog, CatalogAttrs, CatalogError, CatalogPart};
+use crate::fmri::{Fmri, quote};
+use crate::manifest::{Manifest, ManifestError};
+use crate::payload::{HashAlg, PayloadError, PayloadHashes, hash_hex};
+use crate::repo::{MAX_METADATA_BYTES, PackageRef};
+
+/// Errors from talking to a depot. Each names the URL or package involved.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DepotError {
+    /// The server answered 404: the resource, or this operation version, does not exist.
+    #[error("{url}: not found")]
+    NotFound {
+        /// The URL.
+        url: String,
+    },
+    /// The server refused access (401 or 403). Not retried.
+    #[error("{url}: access denied (http {status})")]
+    Denied {
+        /// The URL.
+        url: String,
+        /// The status code.
+        status: u16,
+    },
+    /// Another unexpected HTTP status.
+    #[error("{url}: http status {status}")]
+    Status {
+        /// The URL.
+        url: String,
+        /// The status code.
+        status: u16,
+    },
+    /// The request failed in transport (after retries, if transient).
+    #[error("{url}: request failed")]
+    Transport {
+        /// The URL.
+        url: String,
+        /// The transport error.
+        #[source]
+        source: Box<ureq::Error>,
+    },
+    /// Reading the response body failed (after retries, if transient).
+    #[error("{url}: reading the response failed")]
+    Body {
+        /// The URL.
+        url: String,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+    /// The server does not offer an operation version this client speaks.
+    #[error("{origin}: server does not support {op} version {versions:?}")]
+    Unsupported {
+        /// The depot origin.
+        origin: String,
+        /// The operation.
+        op: String,
+        /// The versions this client would accept.
+        versions: Vec<u32>,
+    },
+    /// The `versions/0` document is malformed.
+    #[error("{url}: malformed versions document")]
+    Versions {
+        /// The URL.
+        url: String,
+    },
+    /// A catalog file is malformed or its signature does not match.
+    #[error("publisher {publisher}: bad catalog from depot")]
+    Catalog {
+        /// The publisher.
+        publisher: String,
+        /// The catalog error (names the file).
+        #[source]
+        source: CatalogError,
+    },
+    /// The manifest does not match the catalog's SHA-1.
+    #[error(
+        "package {fmri}: manifest from {url} is corrupt: sha-1 {actual}, catalog says {expected}"
+    )]
+    ManifestCorrupt {
+        /// The package.
+        fmri: String,
+        /// Where it came from.
+        url: String,
+        /// The catalog's value.
+        expected: String,
+        /// The downloaded manifest's SHA-1.
+        actual: String,
+    },
+    /// The manifest does not parse.
+    #[error("package {fmri}: manifest is invalid")]
+    ManifestInvalid {
+        /// The package.
+        fmri: String,
+        /// The parse error.
+        #[source]
+        source: ManifestError,
+    },
+    /// A payload failed verification or could not be cached.
+    #[error("package {fmri}: payload for {action}")]
+    Payload {
+        /// The package.
+        fmri: String,
+        /// The action, e.g. `file usr/bin/ls`.
+        action: String,
+        /// What went wrong.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl DepotError {
+    /// True for errors worth retrying: transport failures, truncated bodies, 5xx, 408, 429.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Status { status, .. } => *status >= 500 || matches!(status, 408 | 429),
+            Self::Transport { source, .. } => matches!(
+                **source,
+                ureq::Error::Io(_) | ureq::Error::Timeout(_) | ureq::Error::ConnectionFailed
+            ),
+            Self::Body { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+/// How many times and how patiently the client retries transient failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts in total (at least 1).
+    pub attempts: u32,
+    /// Delay before the first retry; doubled for each further one.
+    pub backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            attempts: 4,
+            backoff: Duration::from_millis(250),
+        }
+    }
+}
+
+/// A client for one depot origin (e.g. `https://pkg.openindiana.org/hipster/`).
+///
+/// [`DepotClient::connect`] reads `versions/0/` and every later request uses an operation
+/// version the server advertised: `catalog/1`, `manifest/0`, `file/1` (else `file/0`),
+/// `publisher/0`. Catalog and manifest responses may be gzip or deflate encoded; payloads
+/// are fetched without content encoding and verified before use.
+pub struct DepotClient {
+    origin: String,
+    agent: ureq::Agent,
+    ops: BTreeMap<String, Vec<u32>>,
+    server: String,
+    retry: RetryPolicy,
+}
+
+impl DepotClient {
+    /// Connects to `origin` and negotiates operation versions.
+    pub fn connect(origin: &str) -> Result<Self, DepotError> {
+        Self::connect_with(origin, RetryPolicy::default())
+    }
+
+    /// [`DepotClient::connect`] with a retry policy.
+    pub fn connect_with(origin: &str, retry: RetryPolicy) -> Result<Self, DepotError> {
+        let origin = if origin.ends_with('/') {
+            origin.to_owned()
+        } else {
+            format!("{origin}/")
+        };
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(Duration::from_secs(30)))
+            .timeout_recv_response(Some(Duration::from_secs(60)))
+            .user_agent(concat!("ips-bridge/", env!("CARGO_PKG_VERSION")))
+            .build();
+        let mut client = Self {
+            origin,
+            agent: config.into(),
+            ops: BTreeMap::new(),
+            server: String::new(),
+            retry,
+        };
+        let url = format!("{}versions/0/", client.origin);
+        let body = client.get_bytes(&url, true, 1 << 20)?;
+        let text =
+            String::from_utf8(body).map_err(|_| DepotError::Versions { url: url.clone() })?;
+        let mut lines = text.lines();
+        client.server = lines
+            .next()
+            .filter(|l| l.starts_with("pkg-server"))
+            .ok_or_else(|| DepotError::Versions { url: url.clone() })?
+            .to_owned();
+        for line in lines.filter(|l| !l.trim().is_empty()) {
+            let mut words = line.split_whitespace();
+            let op = words.next().expect("non-empty line");
+            let versions = words
+                .map(str::parse)
+                .collect::<Result<Vec<u32>, _>>()
+                .map_err(|_| DepotError::Versions { url: url.clone() })?;
+            client.ops.insert(op.to_owned(), versions);
+        }
+        Ok(client)
+    }
+
+    /// The origin URL (with a trailing slash).
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// The `pkg-server ...` line the depot sent.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// The operations and versions the server advertised.
+    pub fn operations(&self) -> &BTreeMap<String, Vec<u32>> {
+        &self.ops
+    }
+
+    /// The highest version of `op` in `wanted` that the server supports.
+    pub fn negotiate(&self, op: &str, wanted: &[u32]) -> Result<u32, DepotError> {
+        let offered = self.ops.get(op).map(Vec::as_slice).unwrap_or(&[]);
+        wanted
+            .iter()
+            .copied()
+            .filter(|v| offered.contains(v))
+            .max()
+            .ok_or_else(|| DepotError::Unsupported {
+                origin: self.origin.clone(),
+                op: op.to_owned(),
+                versions: wanted.to_vec(),
+            })
+    }
+
+    fn op_url(&self, publisher: Option<&str>, op: &str, version: u32, arg: &str) -> String {
+        // pkg inserts the publisher when the server speaks `publisher 1`.
+        let with_pub = self.ops.get("publisher").is_some_and(|v| v.contains(&1));
+        match publisher {
+            Some(p) if with_pub => format!("{}{p}/{op}/{version}/{arg}", self.origin),
+            _ => format!("{}{op}/{version}/{arg}", self.origin),
+        }
+    }
+
+    fn with_retries<T>(
+        &self,
+        mut f: impl FnMut() -> Result<T, DepotError>,
+    ) -> Result<T, DepotError> {
+        let mut delay = self.retry.backoff;
+        let mut attempt = 1;
+        loop {
+            match f() {
+                Err(e) if e.is_transient() && attempt < self.retry.attempts.max(1) => {
+                    std::thread::sleep(delay);
+                    delay *= 2;
+                    attempt += 1;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn request(
+        &self,
+        url: &str,
+        decode: bool,
+    ) -> Result<ureq::http::Response<ureq::Body>, DepotError> {
+        let req = self.agent.get(url);
+        let req = if decode {
+            req.header("Accept-Encoding", "gzip, deflate")
+        } else {
+            req.header("Accept-Encoding", "identity")
+        };
+        let resp = req.call().map_err(|e| DepotError::Transport {
+            url: url.to_owned(),
+            source: Box::new(e),
+        })?;
+        let status = resp.status().as_u16();
+        match status {
+            200 => Ok(resp),
+            404 => Err(DepotError::NotFound {
+                url: url.to_owned(),
+            }),
+            401 | 403 => Err(DepotError::Denied {
+                url: url.to_owned(),
+                status,
+            }),
+            _ => Err(DepotError::Status {
+                url: url.to_owned(),
+                status,
+            }),
+        }
+    }
+
+    /// GETs a (small) document, decoding gzip or deflate content encoding when `decode`.
+    fn get_bytes(&self, url: &str, decode: bool, limit: u64) -> Result<Vec<u8>, DepotError> {
+        self.with_retries(|| {
+            let resp = self.request(url, decode)?;
+            let deflate = decode
+                && resp
+                    .headers()
+                    .get("content-encoding")
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| v.eq_ignore_ascii_case("deflate"));
+            let body_err = |source| DepotError::Body {
+                url: url.to_owned(),
+                source,
+            };
+            let reader = resp.into_body().into_with_config().limit(limit).reader();
+            let mut out = Vec::new();
+            if deflate {
+                ZlibDecoder::new(reader)
+                    .take(limit + 1)
+                    .read_to_end(&mut out)
+                    .map_err(body_err)?;
+                if out.len() as u64 > limit {
+                    return Err(body_err(io::Error::other("response too large")));
+                }
+            } else {
+                let mut reader = reader;
+                reader.read_to_end(&mut out).map_err(body_err)?;
+            }
+            Ok(out)
+        })
+    }
+
+    /// A catalog file (`catalog.attrs`, a part or an update log) of `publisher`.
+    pub fn catalog_file(&self, publisher: &str, name: &str) -> Result<Vec<u8>, DepotError> {
+        let v = self.negotiate("catalog", &[1])?;
+        self.get_bytes(
+            &self.op_url(Some(publisher), "catalog", v, &quote(name)),
+            true,
+            MAX_METADATA_BYTES,
+        )
+    }
+
+    /// The catalog of `publisher`: attrs and the base, dependency and summary parts,
+    /// signatures verified where present (attrs' `signature-sha-1` included).
+    pub fn catalog(&self, publisher: &str) -> Result<Catalog, DepotError> {
+        let cat_err = |source| DepotError::Catalog {
+            publisher: publisher.to_owned(),
+            source,
+        };
+        let attrs = CatalogAttrs::parse(&self.catalog_file(publisher, "catalog.attrs")?)
+            .map_err(cat_err)?;
+        let mut catalog = Catalog {
+            created: Some(attrs.created.clone()),
+            ..Catalog::default()
+        };
+        for (name, info) in &attrs.parts {
+            if !matches!(
+                name.as_str(),
+                "catalog.base.C" | "catalog.dependency.C" | "catalog.summary.C"
+            ) {
+                continue;
+            }
+            let bytes = self.catalog_file(publisher, name)?;
+            let part = CatalogPart::parse(name, &bytes).map_err(cat_err)?;
+            if let Some(sig) = &info.signature_sha1 {
+                let actual = hash_hex(HashAlg::Sha1, part.to_file(false).as_bytes());
+                if &actual != sig {
+                    return Err(cat_err(CatalogError::Signature {
+                        file: name.clone(),
+                        expected: sig.clone(),
+                        actual,
+                    }));
+                }
+            }
+            match name.as_str() {
+                "catalog.base.C" => catalog.base = part,
+                "catalog.dependency.C" => catalog.dependency = part,
+                _ => catalog.summary = part,
+            }
+        }
+        Ok(catalog)
+    }
+
+    /// Every package version in `publisher`'s catalog.
+    pub fn packages(&self, publisher: &str) -> Result<Vec<PackageRef>, DepotError> {
+        let catalog = self.catalog(publisher)?;
+        catalog
+            .base
+            .entries()
+            .iter()
+            .filter_map(|e| {
+                e.fmri().ok().map(|fmri| {
+                    Ok(PackageRef {
+                        fmri,
+                        manifest_sha1: e.signature_sha1().map(str::to_owned),
+                    })
+                })
+            })
+            .collect()
+    }
+
+    /// The raw manifest of a package, checked against the catalog's SHA-1 when given.
+    /// The URL keeps a literal `@` between the quoted stem and version.
+    pub fn manifest_bytes(&self, package: &PackageRef) -> Result<Vec<u8>, DepotError> {
+        let v = self.negotiate("manifest", &[0])?;
+        let arg = package
+            .fmri
+            .url_path()
+            .ok_or_else(|| DepotError::NotFound {
+                url: package.fmri.to_string(),
+            })?;
+        let url = self.op_url(package.fmri.publisher(), "manifest", v, &arg);
+        let bytes = self.get_bytes(&url, true, MAX_METADATA_BYTES)?;
+        if let Some(expected) = &package.manifest_sha1 {
+            let actual = hash_hex(HashAlg::Sha1, &bytes);
+            if &actual != expected {
+                return Err(DepotError::ManifestCorrupt {
+                    fmri: package.fmri.to_string(),
+                    url,
+                    expected: expected.clone(),
+                    actual,
+                });
+            }
+        }
+        Ok(bytes)
+    }
+
+    /// The parsed manifest of a package (checked as [`DepotClient::manifest_bytes`]).
+    pub fn manifest(&self, package: &PackageRef) -> Result<Manifest, DepotError> {
+        let bytes = self.manifest_bytes(package)?;
+        Manifest::parse(&String::from_utf8_lossy(&bytes)).map_err(|source| {
+            DepotError::ManifestInvalid {
+                fmri: package.fmri.to_string(),
+                source,
+            }
+        })
+    }
+
+    /// Streams the stored (gzip) payload named `name` of `publisher` into `out`, using
+    /// `file/1` when offered, else `file/0`. Not verified: see [`DepotClient::fetch_payload`].
+    pub fn download_payload<W: Write>(
+        &self,
+        publisher: Option<&str>,
+        name: &str,
+        out: &mut W,
+    ) -> Result<u64, DepotError> {
+        let v = self.negotiate("file", &[0, 1])?;
+        let url = self.op_url(publisher, "file", v, &quote(name));
+        let resp = self.request(&url, false)?;
+        let mut reader = resp.into_body().into_with_config().reader();
+        io::copy(&mut reader, out).map_err(|source| DepotError::Body { url, source })
+    }
+
+    /// Fetches, verifies and caches the payload of a `file`, `license` or `signature` action
+    /// of `package`, retrying transient failures. Returns the cached stored payload's path.
+    pub fn fetch_payload(
+        &self,
+        cache: &PayloadCache,
+        package: &Fmri,
+        action: &Action,
+    ) -> Result<PathBuf, DepotError> {
+        let what = format!("{} {}", action.kind(), action.key().unwrap_or("?"));
+        let payload_err = |source: Box<dyn std::error::Error + Send + Sync>| DepotError::Payload {
+            fmri: package.to_string(),
+            action: what.clone(),
+            source,
+        };
+        let hashes = PayloadHashes::from_action(action).map_err(|e| payload_err(Box::new(e)))?;
+        self.with_retries(|| {
+            let r = cache.get_or_fetch(&hashes, |f: &mut File| {
+                self.download_payload(package.publisher(), &hashes.name, f)
+                    .map(|_| ())
+            });
+            match r {
+                Ok(p) => Ok(p),
+                Err(CacheError::Fetch { source, .. }) => Err(source),
+                Err(CacheError::Verify { source, .. }) => Err(verify_err(source, &payload_err)),
+                Err(CacheError::Io { path, source }) => Err(payload_err(Box::new(io::Error::new(
+                    source.kind(),
+                    format!("{}: {source}", path.display()),
+                )))),
+            }
+        })
+    }
+
+    /// Fetches every payload a manifest needs (file and license actions) into the cache.
+    pub fn fetch_all(
+        &self,
+        cache: &PayloadCache,
+        package: &Fmri,
+        manifest: &Manifest,
+    ) -> Result<Vec<PathBuf>, DepotError> {
+        manifest
+            .actions()
+            .iter()
+            .filter(|a| matches!(a.kind(), ActionKind::File | ActionKind::License))
+            .map(|a| self.fetch_payload(cache, package, a))
+            .collect()
+    }
+
+    /// The `publisher/0` document (p5i JSON) for `publisher`.
+    pub fn publisher_info(&self, publisher: &str) -> Result<serde_json::Value, DepotError> {
+        let v = self.negotiate("publisher", &[0, 1])?;
+        let url = self.op_url(Some(publisher), "publisher", v, "");
+        let bytes = self.get_bytes(&url, true, 16 << 20)?;
+        serde_json::from_slice(&bytes).map_err(|e| DepotError::Body {
+            url,
+            source: io::Error::new(io::ErrorKind::InvalidData, e),
+        })
+    }
+}
+
+/// A payload that failed verification after download may have been corrupted in transit;
+/// it is reported as a payload error (not retried: a depot serving bad data is not
+/// transient).
+fn verify_err(
+    source: PayloadError,
+    wrap: &dyn Fn(Box<dyn std::error::Error + Send + Sync>) -> DepotError,
+) -> DepotError {
+    wrap(Box::new(source))
+}

@@ -1,0 +1,338 @@
+//! Round trip over HTTP: publish fixture packages into a file repository, serve it with the
+//! depot server on a real socket, read it back with the depot client, and check that
+//! manifests are identical to the file reader's and that payloads verify. A fault-injecting
+//! proxy (real TCP) checks retries, denial, truncation and deflate encoding.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, UNIX_EPOCH};
+
+use ips_bridge::{
+    DepotClient, DepotError, DepotServer, FileRepo, Fmri, Manifest, PackageRef, PayloadCache,
+    RetryPolicy,
+};
+
+fn data() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/publish")
+}
+
+fn fixture_repo(root: &Path) -> FileRepo {
+    let repo = FileRepo::create(root, "example.org").unwrap();
+    let now = UNIX_EPOCH + Duration::from_secs(1_704_164_645);
+    for (name, proto) in [
+        ("base.p5m", None),
+        ("hello.p5m", Some(data().join("proto"))),
+    ] {
+        let text = std::fs::read_to_string(data().join(name)).unwrap();
+        repo.publish_at(
+            "example.org",
+            &Manifest::parse(&text).unwrap(),
+            proto.as_deref(),
+            now,
+        )
+        .unwrap();
+    }
+    repo
+}
+
+fn fast() -> RetryPolicy {
+    RetryPolicy {
+        attempts: 3,
+        backoff: Duration::from_millis(10),
+    }
+}
+
+#[test]
+fn file_and_http_readers_agree_and_payloads_verify() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = fixture_repo(&tmp.path().join("repo"));
+    let server = DepotServer::start(repo.clone(), "127.0.0.1:0").unwrap();
+    let client = DepotClient::connect(&server.url()).unwrap();
+    assert!(client.server().starts_with("pkg-server"));
+    assert_eq!(client.negotiate("file", &[0, 1]).unwrap(), 1);
+    assert!(matches!(
+        client.negotiate("search", &[1]),
+        Err(DepotError::Unsupported { .. })
+    ));
+
+    let over_http = client.packages("example.org").unwrap();
+    let on_disk = repo.packages("example.org").unwrap();
+    assert_eq!(over_http, on_disk);
+    let cache = PayloadCache::new(tmp.path().join("cache"));
+    for pkg in &over_http {
+        assert_eq!(
+            client.manifest_bytes(pkg).unwrap(),
+            repo.manifest_bytes(pkg).unwrap(),
+            "{}",
+            pkg.fmri
+        );
+        let m = client.manifest(pkg).unwrap();
+        let paths = client.fetch_all(&cache, &pkg.fmri, &m).unwrap();
+        for (a, p) in m
+            .actions()
+            .iter()
+            .filter(|a| a.kind().has_payload())
+            .zip(&paths)
+        {
+            // The cached file is the stored payload, byte for byte.
+            let stored = repo.payload_path("example.org", a.hash().unwrap()).unwrap();
+            assert_eq!(std::fs::read(p).unwrap(), std::fs::read(stored).unwrap());
+        }
+    }
+    let info = client.publisher_info("example.org").unwrap();
+    assert_eq!(info["publishers"][0]["name"], "example.org");
+
+    // Missing things are 404s naming the URL.
+    let ghost = PackageRef {
+        fmri: Fmri::parse("pkg://example.org/demo/ghost@1.0-1:20240101T000000Z").unwrap(),
+        manifest_sha1: None,
+    };
+    match client.manifest_bytes(&ghost) {
+        Err(DepotError::NotFound { url }) => {
+            assert!(
+                url.ends_with(
+                    "/example.org/manifest/0/demo%2Fghost@1.0%2C5.11-1%3A20240101T000000Z"
+                ),
+                "{url}"
+            )
+        }
+        r => panic!("{r:?}"),
+    }
+    assert!(matches!(
+        client.catalog("other.org"),
+        Err(DepotError::NotFound { .. })
+    ));
+    server.shutdown();
+}
+
+#[test]
+fn corrupted_repository_content_is_reported_over_http() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("repo");
+    let repo = fixture_repo(&root);
+    let pkg = repo.resolve(&Fmri::parse("demo/hello").unwrap()).unwrap();
+    let m = repo.manifest(&pkg).unwrap();
+    let bin = m
+        .actions()
+        .iter()
+        .find(|a| a.key() == Some("usr/bin/hello"))
+        .unwrap();
+    let stored = repo
+        .payload_path("example.org", bin.hash().unwrap())
+        .unwrap();
+    let mut other = Vec::new();
+    ips_bridge::compress(&b"#!/bin/sh\necho evil\n"[..], &mut other).unwrap();
+    std::fs::write(&stored, other).unwrap();
+
+    let server = DepotServer::start(repo.clone(), "127.0.0.1:0").unwrap();
+    let client = DepotClient::connect_with(&server.url(), fast()).unwrap();
+    let cache = PayloadCache::new(tmp.path().join("cache"));
+    match client.fetch_payload(&cache, &pkg.fmri, bin) {
+        Err(e @ DepotError::Payload { .. }) => {
+            let msg = e.to_string();
+            assert!(
+                msg.contains("demo/hello") && msg.contains("file usr/bin/hello"),
+                "{msg}"
+            );
+        }
+        r => panic!("{r:?}"),
+    }
+    assert!(
+        !cache.path(bin.hash().unwrap()).exists(),
+        "bad payloads are not cached"
+    );
+
+    let mpath = repo.manifest_path(&pkg.fmri).unwrap();
+    let text = std::fs::read_to_string(&mpath).unwrap();
+    std::fs::write(&mpath, text.replace("Hello, world", "Hello, moon")).unwrap();
+    assert!(matches!(
+        client.manifest(&pkg),
+        Err(DepotError::ManifestCorrupt { .. })
+    ));
+}
+
+/// What the proxy does to each request.
+#[derive(Clone, Copy)]
+enum Fault {
+    /// Answer 503 to the first `n` requests, then proxy.
+    FailFirst(usize),
+    /// Cut the body of the first `n` responses short, then proxy.
+    TruncateFirst(usize),
+    /// Cut every payload (`file/`) response short.
+    TruncateFiles,
+    /// Always 403.
+    Deny,
+    /// Re-encode text responses with `Content-Encoding: deflate`.
+    Deflate,
+}
+
+/// A small HTTP/1.1 proxy in front of the real depot server that injects one fault.
+fn fault_proxy(upstream: String, fault: Fault, hits: Arc<AtomicUsize>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let n = hits.fetch_add(1, Ordering::SeqCst);
+            let _ = serve_one(&agent, &upstream, fault, n, stream);
+        }
+    });
+    format!("http://{addr}/")
+}
+
+fn serve_one(
+    agent: &ureq::Agent,
+    upstream: &str,
+    fault: Fault,
+    n: usize,
+    mut stream: TcpStream,
+) -> std::io::Result<()> {
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut request_line = String::new();
+    reader.read_line(&mut request_line)?;
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line)?;
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+    }
+    let path = request_line.split_whitespace().nth(1).unwrap_or("/");
+    let respond = |stream: &mut TcpStream, status: &str, headers: &str, body: &[u8], len: usize| {
+        write!(
+            stream,
+            "HTTP/1.1 {status}\r\nContent-Length: {len}\r\nConnection: close\r\n{headers}\r\n"
+        )?;
+        stream.write_all(body)
+    };
+    match fault {
+        Fault::Deny => return respond(&mut stream, "403 Forbidden", "", b"no\n", 3),
+        Fault::FailFirst(k) if n < k => {
+            return respond(&mut stream, "503 Service Unavailable", "", b"busy\n", 5);
+        }
+        _ => {}
+    }
+    let url = format!("{}{}", upstream.trim_end_matches('/'), path);
+    let mut resp = agent
+        .get(&url)
+        .header("Accept-Encoding", "identity")
+        .call()
+        .map_err(std::io::Error::other)?;
+    let status = resp.status();
+    let status = format!(
+        "{} {}",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or("")
+    );
+    let mut body = Vec::new();
+    resp.body_mut().as_reader().read_to_end(&mut body)?;
+    match fault {
+        Fault::TruncateFirst(k) if n < k => {
+            let cut = body.len() / 2;
+            respond(&mut stream, &status, "", &body[..cut], body.len())
+        }
+        Fault::TruncateFiles if path.contains("/file/") => {
+            let cut = body.len() / 2;
+            respond(&mut stream, &status, "", &body[..cut], body.len())
+        }
+        Fault::Deflate if !path.contains("/file/") => {
+            let mut enc =
+                flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+            enc.write_all(&body)?;
+            let enc = enc.finish()?;
+            respond(
+                &mut stream,
+                &status,
+                "Content-Encoding: deflate\r\n",
+                &enc,
+                enc.len(),
+            )
+        }
+        _ => respond(&mut stream, &status, "", &body, body.len()),
+    }
+}
+
+#[test]
+fn retries_transient_failures_and_truncated_bodies() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = fixture_repo(&tmp.path().join("repo"));
+    let server = DepotServer::start(repo.clone(), "127.0.0.1:0").unwrap();
+
+    let hits = Arc::new(AtomicUsize::new(0));
+    let proxy = fault_proxy(server.url(), Fault::FailFirst(2), hits.clone());
+    let client = DepotClient::connect_with(&proxy, fast()).unwrap();
+    assert_eq!(hits.load(Ordering::SeqCst), 3, "two 503s, then success");
+    assert_eq!(client.packages("example.org").unwrap().len(), 2);
+
+    // More failures than attempts: the last status is reported.
+    let hits = Arc::new(AtomicUsize::new(0));
+    let proxy = fault_proxy(server.url(), Fault::FailFirst(10), hits.clone());
+    match DepotClient::connect_with(&proxy, fast()) {
+        Err(DepotError::Status { status: 503, .. }) => {}
+        r => panic!("{:?}", r.err()),
+    }
+    assert_eq!(hits.load(Ordering::SeqCst), 3);
+
+    // A truncated body is retried.
+    let hits = Arc::new(AtomicUsize::new(0));
+    let proxy = fault_proxy(server.url(), Fault::TruncateFirst(1), hits.clone());
+    let client = DepotClient::connect_with(&proxy, fast()).unwrap();
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+    let pkg = repo.resolve(&Fmri::parse("demo/hello").unwrap()).unwrap();
+    let m = client.manifest(&pkg).unwrap();
+
+    // Payloads that always arrive truncated fail after the retries and are never cached.
+    let hits = Arc::new(AtomicUsize::new(0));
+    let proxy = fault_proxy(server.url(), Fault::TruncateFiles, hits.clone());
+    let client = DepotClient::connect_with(&proxy, fast()).unwrap();
+    let cache = PayloadCache::new(tmp.path().join("cache"));
+    let bin = m
+        .actions()
+        .iter()
+        .find(|a| a.key() == Some("usr/bin/hello"))
+        .unwrap();
+    let before = hits.load(Ordering::SeqCst);
+    match client.fetch_payload(&cache, &pkg.fmri, bin) {
+        Err(DepotError::Body { url, .. }) => assert!(url.contains("/file/1/"), "{url}"),
+        r => panic!("{r:?}"),
+    }
+    assert_eq!(hits.load(Ordering::SeqCst) - before, 3);
+    assert!(!cache.path(bin.hash().unwrap()).exists());
+    // Through a healthy path the same payload is fetched and cached.
+    let client = DepotClient::connect_with(&server.url(), fast()).unwrap();
+    client.fetch_payload(&cache, &pkg.fmri, bin).unwrap();
+    assert!(cache.path(bin.hash().unwrap()).is_file());
+}
+
+#[test]
+fn denial_is_final_and_deflate_is_decoded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = fixture_repo(&tmp.path().join("repo"));
+    let server = DepotServer::start(repo.clone(), "127.0.0.1:0").unwrap();
+
+    let hits = Arc::new(AtomicUsize::new(0));
+    let proxy = fault_proxy(server.url(), Fault::Deny, hits.clone());
+    match DepotClient::connect_with(&proxy, fast()) {
+        Err(DepotError::Denied { status: 403, .. }) => {}
+        r => panic!("{:?}", r.err()),
+    }
+    assert_eq!(hits.load(Ordering::SeqCst), 1, "403 is not retried");
+
+    let hits = Arc::new(AtomicUsize::new(0));
+    let proxy = fault_proxy(server.url(), Fault::Deflate, hits);
+    let client = DepotClient::connect_with(&proxy, fast()).unwrap();
+    let pkgs = client.packages("example.org").unwrap();
+    for pkg in &pkgs {
+        assert_eq!(
+            client.manifest_bytes(pkg).unwrap(),
+            repo.manifest_bytes(pkg).unwrap()
+        );
+    }
+}
