@@ -1,5 +1,47 @@
-//! `rdctl`: the RedDwarf image toolchain command line. It parses arguments and calls libraries.
+//! `rdctl`: the RedDwarf image toolchain command line.
+//!
+//! This crate only parses arguments, calls one library entry point per command, and prints.
+//! Exit codes: 0 success, 1 the checked content is invalid, 2 the command could not run.
 
-fn main() {
-    println!("rdctl");
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod commands;
+
+/// Build, validate, serve and pull OCI images for illumos zones.
+#[derive(Debug, Parser)]
+#[command(name = "rdctl", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Validate an OCI image layout (PATH or PATH:TAG) or a single JSON document.
+    Validate(commands::validate::Args),
+    /// Run the OCI registry.
+    #[command(subcommand)]
+    Registry(commands::registry::Command),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Validate(args) => commands::validate::run(args),
+        Command::Registry(cmd) => commands::registry::run(cmd),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("rdctl: {e:#}");
+            ExitCode::from(2)
+        }
+    }
 }

@@ -477,8 +477,13 @@ impl Ctx<'_> {
 
     /// The platform object of an index entry or the platform members of a config.
     fn platform(&self, o: &Map<String, Value>, path: &str, r: &mut Report) -> Option<Platform> {
-        let os = self.req_str(o, path, "os", r);
-        let arch = self.req_str(o, path, "architecture", r);
+        for key in ["os", "architecture"] {
+            if !o.contains_key(key) {
+                r.error(Rule::Platform, self.at(&field(path, key)), "is required");
+            }
+        }
+        let os = self.opt_str(o, path, "os", r);
+        let arch = self.opt_str(o, path, "architecture", r);
         if let Some(os) = os
             && !KNOWN_OS.contains(&os)
         {

@@ -1,0 +1,4 @@
+//! One module per subcommand: each turns its arguments into a library call and prints.
+
+pub mod registry;
+pub mod validate;

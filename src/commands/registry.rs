@@ -1,0 +1,68 @@
+//! `rdctl registry ...`: run the OCI registry.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+
+/// Registry subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Serve the OCI Distribution v1.1 API on a filesystem store until SIGTERM or ctrl-c.
+    Serve(ServeArgs),
+}
+
+/// Arguments of `rdctl registry serve`. Flags override the config file and
+/// `RDCTL_REGISTRY_*` environment variables.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on [default: 127.0.0.1:5000].
+    #[arg(long, value_name = "ADDR:PORT")]
+    listen: Option<SocketAddr>,
+    /// Data directory of the filesystem store [default: ./registry-data].
+    #[arg(long, value_name = "DIR")]
+    data: Option<PathBuf>,
+    /// TOML configuration file.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Refuse DELETE of manifests, tags and blobs (405 UNSUPPORTED).
+    #[arg(long)]
+    disable_delete: bool,
+    /// Log as JSON lines instead of text.
+    #[arg(long)]
+    log_json: bool,
+}
+
+/// Runs a registry subcommand.
+pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
+    match cmd {
+        Command::Serve(args) => serve(args),
+    }
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RDCTL_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if args.log_json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+    let mut config = registry::ServeConfig::load(args.config.as_deref())
+        .context("loading the registry configuration")?;
+    if let Some(listen) = args.listen {
+        config.listen = listen;
+    }
+    if let Some(data) = args.data {
+        config.data = data;
+    }
+    if args.disable_delete {
+        config.delete_enabled = false;
+    }
+    registry::serve_blocking(config).context("registry serve")?;
+    Ok(ExitCode::SUCCESS)
+}
