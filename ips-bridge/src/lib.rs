@@ -14,6 +14,7 @@ mod catalog;
 mod config;
 mod depot;
 mod fmri;
+mod image;
 mod manifest;
 mod payload;
 mod repo;
@@ -31,6 +32,10 @@ pub use catalog::{
 pub use config::{IniError, IniFile, python_list};
 pub use depot::{DepotClient, DepotError, DepotServer, RetryPolicy, VERSIONS};
 pub use fmri::{Fmri, FmriError, quote, unquote, valid_publisher, valid_stem};
+pub use image::{
+    ImageError, ImageMetadata, ImagePublisher, InstalledPackage, entry_states,
+    state as package_state,
+};
 pub use manifest::{Manifest, ManifestError};
 pub use payload::{
     ExpectedHash, HashAlg, Hasher, PayloadError, PayloadHashes, PayloadInfo, VerifyingReader,

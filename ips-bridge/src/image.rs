@@ -1,0 +1,287 @@
+//! Installed-image metadata: the `var/pkg` tree that makes `pkg list`, `pkg info` and
+//! `pkg verify` work inside an image built from IPS packages (image format version 4).
+//!
+//! Written: `pkg5.image` (variants, non-default facets, publishers), the `state/installed`
+//! and `state/known` catalogs (unsigned, every entry with state INSTALLED), the raw manifests
+//! under `publisher/<pub>/pkg/`, license texts under `license/<q(stem)>/`, and the empty
+//! standard directories `pkg image-create` makes.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::action::ActionKind;
+use crate::catalog::{Catalog, CatalogEntry};
+use crate::config::{IniFile, python_list};
+use crate::fmri::{Fmri, quote};
+use crate::manifest::Manifest;
+use crate::repo::write_atomic;
+use crate::variant::ImageFilter;
+
+/// Catalog package states pkg records (`pkgdefs.PKG_STATE_*`).
+pub mod state {
+    /// Known to the image.
+    pub const KNOWN: u64 = 0;
+    /// Installed.
+    pub const INSTALLED: u64 = 2;
+    /// The entry comes from a version 1 catalog.
+    pub const V1: u64 = 7;
+}
+
+/// Why the metadata could not be written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImageError {
+    /// A file could not be written.
+    #[error("{path}: i/o error")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+    /// A package cannot be recorded as given.
+    #[error("package {fmri}: {message}")]
+    Package {
+        /// The package.
+        fmri: String,
+        /// Why.
+        message: String,
+    },
+    /// Writing a file failed in the repository helpers.
+    #[error(transparent)]
+    Write(#[from] crate::repo::RepoError),
+    /// The license callback failed.
+    #[error("package {fmri}: license {license}")]
+    License {
+        /// The package.
+        fmri: String,
+        /// The license name.
+        license: String,
+        /// The callback's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// A publisher as the image records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImagePublisher {
+    /// Publisher name.
+    pub name: String,
+    /// Origin URLs (may point at the build repository).
+    pub origins: Vec<String>,
+}
+
+/// One installed package: its FMRI (publisher and full version) and raw manifest bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstalledPackage {
+    /// The package FMRI.
+    pub fmri: Fmri,
+    /// The manifest exactly as published (unfiltered).
+    pub manifest: Vec<u8>,
+}
+
+/// Writes `var/pkg` metadata for an installed package set. See the module documentation.
+#[derive(Debug, Clone)]
+pub struct ImageMetadata {
+    filter: ImageFilter,
+    publishers: Vec<ImagePublisher>,
+    packages: Vec<InstalledPackage>,
+    install_time: String,
+}
+
+impl ImageMetadata {
+    /// Metadata for an image with these variants and facets; `install_time` is the catalog
+    /// timestamp recorded as `last-install` (fixed for reproducible images; see
+    /// [`crate::catalog_time`]).
+    pub fn new(filter: ImageFilter, install_time: &str) -> Self {
+        Self {
+            filter,
+            publishers: Vec::new(),
+            packages: Vec::new(),
+            install_time: install_time.to_owned(),
+        }
+    }
+
+    /// Configures a publisher (every publisher owning an installed package must be
+    /// configured; [`ImageMetadata::write`] adds missing ones without origins).
+    pub fn publisher(mut self, name: &str, origins: &[&str]) -> Self {
+        self.publishers.push(ImagePublisher {
+            name: name.to_owned(),
+            origins: origins.iter().map(|s| (*s).to_owned()).collect(),
+        });
+        self
+    }
+
+    /// Records an installed package.
+    pub fn package(mut self, fmri: Fmri, manifest: Vec<u8>) -> Self {
+        self.packages.push(InstalledPackage { fmri, manifest });
+        self
+    }
+
+    /// The `pkg5.image` text.
+    pub fn pkg5_image(&self) -> String {
+        let mut ini = IniFile::new();
+        ini.set("image", "version", "4");
+        for (k, v) in self.filter.variants() {
+            ini.set("variant", k, v);
+        }
+        for (k, v) in self.filter.facets() {
+            ini.set("facet", k, if *v { "True" } else { "False" });
+        }
+        let names = self.publisher_names();
+        ini.set("property", "publisher-search-order", &python_list(&names));
+        ini.set("property", "flush-content-cache-on-success", "True");
+        for name in &names {
+            let origins = self
+                .publishers
+                .iter()
+                .find(|p| &p.name == name)
+                .map(|p| p.origins.clone())
+                .unwrap_or_default();
+            let section = format!("authority_{name}");
+            ini.set(&section, "prefix", name);
+            ini.set(&section, "origins", &python_list(&origins));
+            ini.set(&section, "mirrors", "[]");
+            ini.set(&section, "sticky", "True");
+            ini.set(&section, "disabled", "False");
+        }
+        ini.set("CONFIGURATION", "version", "3");
+        ini.to_string()
+    }
+
+    fn publisher_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.publishers.iter().map(|p| p.name.clone()).collect();
+        for p in &self.packages {
+            if let Some(name) = p.fmri.publisher()
+                && !names.iter().any(|n| n == name)
+            {
+                names.push(name.to_owned());
+            }
+        }
+        names
+    }
+
+    /// Writes `<root>/var/pkg`. `license` is called for every license action of every
+    /// package and must write the license's decompressed, verified text (for example with
+    /// [`crate::FileRepo::fetch_payload`]).
+    pub fn write<F, E>(&self, root: &Path, mut license: F) -> Result<(), ImageError>
+    where
+        F: FnMut(&Fmri, &crate::Action, &mut dyn Write) -> Result<(), E>,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let var_pkg = root.join("var/pkg");
+        let io_err = |path: &Path| {
+            let path = path.to_owned();
+            move |source| ImageError::Io { path, source }
+        };
+        for d in [
+            "cache/index",
+            "cache/publisher",
+            "cache/tmp",
+            "gui_cache",
+            "history",
+            "license",
+            "lost+found",
+            "publisher",
+            "ssl",
+            "state/installed",
+            "state/known",
+        ] {
+            let p = var_pkg.join(d);
+            fs::create_dir_all(&p).map_err(io_err(&p))?;
+        }
+        write_atomic(&var_pkg.join("pkg5.image"), self.pkg5_image().as_bytes())?;
+
+        let mut catalog = Catalog::default();
+        let mut seen = BTreeSet::new();
+        for p in &self.packages {
+            let fmri_s = p.fmri.to_string();
+            let pkg_err = |message: &str| ImageError::Package {
+                fmri: fmri_s.clone(),
+                message: message.to_owned(),
+            };
+            let (Some(publisher), Some(dir)) = (p.fmri.publisher(), p.fmri.dir_path()) else {
+                return Err(pkg_err("installed packages need a publisher and a version"));
+            };
+            if !seen.insert(p.fmri.stem().to_owned()) {
+                return Err(pkg_err("more than one version of this package"));
+            }
+            let text =
+                std::str::from_utf8(&p.manifest).map_err(|_| pkg_err("manifest is not utf-8"))?;
+            let manifest = Manifest::parse(text).map_err(|e| pkg_err(&format!("manifest: {e}")))?;
+            write_atomic(
+                &var_pkg
+                    .join("publisher")
+                    .join(publisher)
+                    .join("pkg")
+                    .join(dir),
+                &p.manifest,
+            )?;
+            catalog.add(&p.fmri, &manifest, &p.manifest);
+            for a in manifest.by_kind(ActionKind::License) {
+                let name = a.key().unwrap_or_default();
+                let path = var_pkg
+                    .join("license")
+                    .join(quote(p.fmri.stem()))
+                    .join(format!("license.{}", quote(name)));
+                let mut buf = Vec::new();
+                license(&p.fmri, a, &mut buf).map_err(|e| ImageError::License {
+                    fmri: fmri_s.clone(),
+                    license: name.to_owned(),
+                    source: e.into(),
+                })?;
+                write_atomic(&path, &buf)?;
+                set_mode(&path, 0o444).map_err(io_err(&path))?;
+            }
+        }
+        // Mark every entry installed.
+        let entries: Vec<CatalogEntry> = catalog.base.entries().to_vec();
+        let mut base = crate::catalog::CatalogPart::new("catalog.base.C");
+        for mut e in entries {
+            e.fields.insert(
+                "metadata".into(),
+                json!({
+                    "states": [state::KNOWN, state::INSTALLED, state::V1],
+                    "last-install": self.install_time,
+                }),
+            );
+            base.push(e);
+        }
+        catalog.base = base;
+        catalog.created = Some(self.install_time.clone());
+        for dir in ["state/installed", "state/known"] {
+            for (name, body) in catalog.files(&self.install_time, false) {
+                write_atomic(&var_pkg.join(dir).join(name), body.as_bytes())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(unix)]
+fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))
+}
+
+#[cfg(not(unix))]
+fn set_mode(_path: &Path, _mode: u32) -> io::Result<()> {
+    Ok(())
+}
+
+/// Reads the `metadata.states` of an installed-catalog entry.
+pub fn entry_states(entry: &CatalogEntry) -> Vec<u64> {
+    entry
+        .fields
+        .get("metadata")
+        .and_then(|m| m.get("states"))
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default()
+}
