@@ -250,6 +250,8 @@ pub fn check_layer<R: Read>(
             Err(e) => {
                 let (rule, msg) = io_rule(&e);
                 report.error(rule, location, msg);
+                let (capped, _, _) = hashing.finish();
+                drain(capped.inner.into_inner(), location, report);
                 return summary;
             }
         }

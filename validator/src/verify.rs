@@ -63,6 +63,8 @@ struct Expectation {
     size: u64,
     count: u64,
     verified: bool,
+    /// The verdict once a mismatch was found; later reads repeat it.
+    failed: Option<VerifyError>,
 }
 
 impl Expectation {
@@ -73,6 +75,7 @@ impl Expectation {
             size,
             count: 0,
             verified: false,
+            failed: None,
         }
     }
 
@@ -84,12 +87,17 @@ impl Expectation {
     }
 
     fn consume(&mut self, bytes: &[u8]) -> Result<(), VerifyError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
         let n = bytes.len() as u64;
         if self.count + n > self.size {
-            return Err(VerifyError::TooLong {
+            let e = VerifyError::TooLong {
                 expected_digest: self.expected.clone(),
                 expected: self.size,
-            });
+            };
+            self.failed = Some(e.clone());
+            return Err(e);
         }
         self.count += n;
         if let Some(d) = self.digester.as_mut() {
@@ -102,26 +110,32 @@ impl Expectation {
         if self.verified {
             return Ok(());
         }
-        if self.count != self.size {
-            return Err(VerifyError::TooShort {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let result = if self.count != self.size {
+            Err(VerifyError::TooShort {
                 expected_digest: self.expected.clone(),
                 expected: self.size,
                 found: self.count,
-            });
+            })
+        } else {
+            match self.digester.take().map(Digester::finish) {
+                Some(found) if found == self.expected => Ok(()),
+                Some(found) => Err(VerifyError::DigestMismatch {
+                    expected: self.expected.clone(),
+                    found,
+                }),
+                None => {
+                    unreachable!("the digester is only taken by a finish that records its verdict")
+                }
+            }
+        };
+        match &result {
+            Ok(()) => self.verified = true,
+            Err(e) => self.failed = Some(e.clone()),
         }
-        let found = self
-            .digester
-            .take()
-            .expect("digester present until verified")
-            .finish();
-        if found != self.expected {
-            return Err(VerifyError::DigestMismatch {
-                expected: self.expected.clone(),
-                found,
-            });
-        }
-        self.verified = true;
-        Ok(())
+        result
     }
 }
 
@@ -406,6 +420,21 @@ mod tests {
             let out = read_all(&mut r).unwrap();
             assert_eq!(out, data);
             assert!(r.is_verified());
+        }
+    }
+
+    #[test]
+    fn reading_again_after_a_mismatch_repeats_the_error() {
+        let d = Digest::sha256(b"abc");
+        let mut r = VerifyingReader::new(&b"abd"[..], d, 3);
+        let mut buf = [0u8; 8];
+        assert_eq!(r.read(&mut buf).unwrap(), 3);
+        for _ in 0..3 {
+            let e = r.read(&mut buf).unwrap_err();
+            assert!(matches!(
+                VerifyError::from_io(&e),
+                Some(VerifyError::DigestMismatch { .. })
+            ));
         }
     }
 
