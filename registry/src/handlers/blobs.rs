@@ -1,0 +1,139 @@
+//! `GET`/`HEAD`/`DELETE /v2/<name>/blobs/<digest>`, with `Range` (206/416).
+
+use axum::body::Body;
+use axum::http::{StatusCode, header};
+use axum::response::Response;
+use tokio::io::AsyncReadExt;
+
+use super::{Req, hv, parse_digest};
+use crate::errors::{ApiError, ApiResult, Code};
+use crate::storage::layout;
+
+/// A satisfiable byte range `start..=end`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ByteRange {
+    pub start: u64,
+    pub end: u64,
+}
+
+/// Parses a single-range `Range: bytes=...` header against an object of `size` bytes.
+/// `Ok(None)`: serve the whole object (no header, or a form we ignore as RFC 9110 allows).
+pub(crate) fn parse_range(value: &str, size: u64) -> Result<Option<ByteRange>, ()> {
+    let Some(spec) = value.trim().strip_prefix("bytes=") else {
+        return Ok(None);
+    };
+    if spec.contains(',') {
+        return Ok(None);
+    }
+    let (a, b) = spec.trim().split_once('-').ok_or(())?;
+    let (a, b) = (a.trim(), b.trim());
+    let parse = |s: &str| s.parse::<u64>().map_err(|_| ());
+    let range = if a.is_empty() {
+        // Suffix: the last b bytes.
+        let n = parse(b)?;
+        if n == 0 || size == 0 {
+            return Err(());
+        }
+        ByteRange {
+            start: size.saturating_sub(n),
+            end: size - 1,
+        }
+    } else {
+        let start = parse(a)?;
+        let end = if b.is_empty() {
+            size.checked_sub(1).ok_or(())?
+        } else {
+            parse(b)?.min(size.saturating_sub(1))
+        };
+        if start >= size || (!b.is_empty() && parse(b)? < start) {
+            return Err(());
+        }
+        ByteRange { start, end }
+    };
+    Ok(Some(range))
+}
+
+/// GET or HEAD a blob.
+pub(crate) async fn get(req: Req, digest: &str) -> ApiResult<Response> {
+    let d = parse_digest(digest)?;
+    let name = req.name().clone();
+    let repos = &req.state.app().repos;
+    let unknown = || ApiError::new(Code::BlobUnknown, format!("blob {d} is not in {name}"));
+    if repos.blob_linked(&name, &d).await?.is_none() {
+        return Err(unknown());
+    }
+    let Some(meta) = repos.blob_stat(&d).await? else {
+        return Err(unknown());
+    };
+    let size = meta.size;
+    let range = match req.header("range") {
+        None => None,
+        Some(v) => parse_range(v, size).map_err(|()| {
+            ApiError::new(
+                Code::RangeInvalid,
+                format!("range {v:?} not satisfiable for {size} bytes"),
+            )
+            .with_header(header::CONTENT_RANGE, hv(&format!("bytes */{size}")))
+        })?,
+    };
+    let mut b = Response::builder()
+        .header(header::CONTENT_TYPE, "application/octet-stream")
+        .header("docker-content-digest", d.as_str())
+        .header(header::ACCEPT_RANGES, "bytes");
+    let (start, len) = match range {
+        Some(r) => {
+            b = b.status(StatusCode::PARTIAL_CONTENT).header(
+                header::CONTENT_RANGE,
+                format!("bytes {}-{}/{size}", r.start, r.end),
+            );
+            (r.start, r.end - r.start + 1)
+        }
+        None => (0, size),
+    };
+    b = b.header(header::CONTENT_LENGTH, len);
+    if req.head {
+        return b.body(Body::empty()).map_err(ApiError::internal);
+    }
+    let (_, reader) = repos.store().read(&layout::blob_data(&d), start).await?;
+    let stream = tokio_util::io::ReaderStream::with_capacity(reader.take(len), 256 << 10);
+    b.body(Body::from_stream(stream))
+        .map_err(ApiError::internal)
+}
+
+/// DELETE a blob from the repository (its bytes stay until garbage collection).
+pub(crate) async fn delete(req: Req, digest: &str) -> ApiResult<Response> {
+    req.deletes_allowed()?;
+    let d = parse_digest(digest)?;
+    let name = req.name().clone();
+    if !req.state.app().repos.unlink_blob(&name, &d).await? {
+        return Err(ApiError::new(
+            Code::BlobUnknown,
+            format!("blob {d} is not in {name}"),
+        ));
+    }
+    Response::builder()
+        .status(StatusCode::ACCEPTED)
+        .header(header::CONTENT_LENGTH, 0)
+        .body(Body::empty())
+        .map_err(ApiError::internal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges() {
+        let r = |s, e| Ok(Some(ByteRange { start: s, end: e }));
+        assert_eq!(parse_range("bytes=0-9", 100), r(0, 9));
+        assert_eq!(parse_range("bytes=500-", 1000), r(500, 999));
+        assert_eq!(parse_range("bytes=-500", 1000), r(500, 999));
+        assert_eq!(parse_range("bytes=-5000", 1000), r(0, 999));
+        assert_eq!(parse_range("bytes=900-5000", 1000), r(900, 999));
+        assert_eq!(parse_range("bytes=500-0", 1000), Err(()));
+        assert_eq!(parse_range("bytes=1000-", 1000), Err(()));
+        assert_eq!(parse_range("bytes=x-1", 1000), Err(()));
+        assert_eq!(parse_range("bytes=0-1,3-4", 1000), Ok(None));
+        assert_eq!(parse_range("items=0-1", 1000), Ok(None));
+    }
+}

@@ -1,0 +1,370 @@
+//! `GET`/`HEAD`/`PUT`/`DELETE /v2/<name>/manifests/<reference>`.
+
+use axum::body::Body;
+use axum::http::{StatusCode, header};
+use axum::response::Response;
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use serde_json::Value;
+use validator::{Algorithm, Digest};
+
+use super::{Req, hv};
+use crate::errors::{ApiError, ApiResult, Code};
+use crate::names::{Name, Tag};
+use crate::repo::{ManifestLink, Repos};
+
+const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
+
+/// A manifest reference: a digest or a tag.
+enum Reference {
+    Digest(Digest),
+    Tag(Tag),
+}
+
+fn parse_reference(s: &str) -> ApiResult<Reference> {
+    if s.contains(':') {
+        return Digest::parse(s)
+            .map(Reference::Digest)
+            .map_err(|e| ApiError::new(Code::DigestInvalid, e.to_string()));
+    }
+    Tag::parse(s)
+        .map(Reference::Tag)
+        .map_err(|e| ApiError::new(Code::ManifestInvalid, e.to_string()))
+}
+
+async fn resolve(repos: &Repos, name: &Name, reference: &Reference) -> ApiResult<Option<Digest>> {
+    match reference {
+        Reference::Digest(d) => Ok(Some(d.clone())),
+        Reference::Tag(t) => repos.resolve_tag(name, t).await,
+    }
+}
+
+/// GET or HEAD a manifest by tag or digest.
+pub(crate) async fn get(req: Req, reference: &str) -> ApiResult<Response> {
+    let name = req.name().clone();
+    let reference = parse_reference(reference)?;
+    let repos = &req.state.app().repos;
+    let unknown = || ApiError::new(Code::ManifestUnknown, format!("manifest unknown in {name}"));
+    let Some(d) = resolve(repos, &name, &reference).await? else {
+        return Err(unknown());
+    };
+    let Some(link) = repos.manifest_link(&name, &d).await? else {
+        return Err(unknown());
+    };
+    let b = Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, hv(&link.media_type))
+        .header("docker-content-digest", hv(d.as_str()))
+        .header(header::CONTENT_LENGTH, link.size);
+    if req.head {
+        return b.body(Body::empty()).map_err(ApiError::internal);
+    }
+    let bytes = repos
+        .manifest_bytes(&d, req.state.app().config.max_manifest_bytes.max(link.size))
+        .await?;
+    b.body(Body::from(bytes)).map_err(ApiError::internal)
+}
+
+/// What a manifest PUT learned from the document.
+#[derive(Debug)]
+pub(crate) struct CheckedManifest {
+    pub media_type: String,
+    /// Blobs (config and layers) that must be in the repository.
+    pub blobs: Vec<Digest>,
+    /// Manifests (of an index) that must be in the repository.
+    pub manifests: Vec<Digest>,
+    pub subject: Option<Digest>,
+    /// The `artifactType` a referrers listing reports.
+    pub artifact_type: Option<String>,
+    pub annotations: Option<Value>,
+}
+
+fn invalid(detail: impl Into<String>) -> ApiError {
+    ApiError::new(Code::ManifestInvalid, detail)
+}
+
+fn descriptor(v: &Value, field: &str) -> ApiResult<(String, Digest)> {
+    let media_type = v
+        .get("mediaType")
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid(format!("{field}: descriptor has no mediaType")))?;
+    let digest = v
+        .get("digest")
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid(format!("{field}: descriptor has no digest")))?;
+    let digest = Digest::parse(digest).map_err(|e| invalid(format!("{field}: {e}")))?;
+    if v.get("size").and_then(Value::as_u64).is_none() {
+        return Err(invalid(format!("{field}: descriptor has no valid size")));
+    }
+    Ok((media_type.to_owned(), digest))
+}
+
+fn non_distributable(media_type: &str) -> bool {
+    media_type.starts_with("application/vnd.oci.image.layer.nondistributable.")
+        || media_type == "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip"
+}
+
+/// The single place where a pushed manifest is checked. `validator::validate_document` will
+/// plug in here once it lands; until then the structural rules the registry relies on are
+/// checked with serde_json.
+pub(crate) fn check_document(
+    bytes: &[u8],
+    content_type: Option<&str>,
+) -> ApiResult<CheckedManifest> {
+    let doc: Value =
+        serde_json::from_slice(bytes).map_err(|e| invalid(format!("manifest is not JSON: {e}")))?;
+    let obj = doc
+        .as_object()
+        .ok_or_else(|| invalid("manifest is not a JSON object"))?;
+    if obj.get("schemaVersion").and_then(Value::as_u64) != Some(2) {
+        return Err(invalid("schemaVersion must be 2"));
+    }
+    let body_type = obj.get("mediaType").and_then(Value::as_str);
+    let media_type = match (content_type, body_type) {
+        (Some(c), Some(b)) if c != b => {
+            return Err(invalid(format!(
+                "Content-Type {c:?} differs from the manifest's mediaType {b:?}"
+            )));
+        }
+        (_, Some(b)) => b.to_owned(),
+        (Some(c), None) => c.to_owned(),
+        (None, None) => return Err(invalid("manifest has no mediaType and no Content-Type")),
+    };
+    let is_index = match media_type.as_str() {
+        OCI_INDEX | DOCKER_LIST => true,
+        OCI_MANIFEST | DOCKER_MANIFEST => false,
+        _ => obj.contains_key("manifests") && !obj.contains_key("config"),
+    };
+    let mut out = CheckedManifest {
+        media_type: media_type.clone(),
+        blobs: Vec::new(),
+        manifests: Vec::new(),
+        subject: None,
+        artifact_type: obj
+            .get("artifactType")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        annotations: obj.get("annotations").filter(|a| a.is_object()).cloned(),
+    };
+    if is_index {
+        let list = obj
+            .get("manifests")
+            .and_then(Value::as_array)
+            .ok_or_else(|| invalid("index has no manifests array"))?;
+        for (i, m) in list.iter().enumerate() {
+            let (_, d) = descriptor(m, &format!("manifests[{i}]"))?;
+            out.manifests.push(d);
+        }
+    } else {
+        let config = obj
+            .get("config")
+            .ok_or_else(|| invalid("image manifest has no config"))?;
+        let (config_type, d) = descriptor(config, "config")?;
+        out.blobs.push(d);
+        if out.artifact_type.is_none() {
+            out.artifact_type = Some(config_type);
+        }
+        let layers = obj
+            .get("layers")
+            .and_then(Value::as_array)
+            .ok_or_else(|| invalid("image manifest has no layers array"))?;
+        for (i, l) in layers.iter().enumerate() {
+            let (mt, d) = descriptor(l, &format!("layers[{i}]"))?;
+            if !non_distributable(&mt) {
+                out.blobs.push(d);
+            }
+        }
+    }
+    if let Some(s) = obj.get("subject") {
+        let (_, d) = descriptor(s, "subject")?;
+        out.subject = Some(d);
+    }
+    Ok(out)
+}
+
+/// PUT a manifest by tag or digest.
+pub(crate) async fn put(req: Req, reference: &str) -> ApiResult<Response> {
+    let name = req.name().clone();
+    let reference = parse_reference(reference)?;
+    let limit = req.state.app().config.max_manifest_bytes;
+    let too_large = || {
+        ApiError::new(
+            Code::ManifestTooLarge,
+            format!("manifest for {name} is larger than {limit} bytes"),
+        )
+    };
+    if req.content_length()?.is_some_and(|l| l > limit) {
+        return Err(too_large());
+    }
+    let content_type = req
+        .header("content-type")
+        .map(|c| c.split(';').next().unwrap_or(c).trim().to_owned())
+        .filter(|c| !c.is_empty());
+    let repos = req.state.app().repos.clone();
+    let mut stream = req.body.into_data_stream();
+    let mut buf = BytesMut::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| {
+            ApiError::new(
+                Code::ManifestInvalid,
+                format!("reading the manifest failed: {e}"),
+            )
+        })?;
+        if buf.len() as u64 + chunk.len() as u64 > limit {
+            return Err(too_large());
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    let bytes: Bytes = buf.freeze();
+    let digest = match &reference {
+        Reference::Digest(want) => {
+            let got = Digest::of(want.algorithm(), &bytes);
+            if &got != want {
+                return Err(ApiError::new(
+                    Code::DigestInvalid,
+                    format!("manifest body has digest {got}, not {want}"),
+                ));
+            }
+            got
+        }
+        Reference::Tag(_) => Digest::of(Algorithm::Sha256, &bytes),
+    };
+    let checked = check_document(&bytes, content_type.as_deref())?;
+    for b in &checked.blobs {
+        if repos.blob_linked(&name, b).await?.is_none() {
+            return Err(ApiError::new(
+                Code::ManifestBlobUnknown,
+                format!("blob {b} is not in {name}"),
+            ));
+        }
+    }
+    for m in &checked.manifests {
+        if repos.manifest_link(&name, m).await?.is_none() {
+            return Err(ApiError::new(
+                Code::ManifestBlobUnknown,
+                format!("manifest {m} is not in {name}"),
+            ));
+        }
+    }
+    let size = bytes.len() as u64;
+    let link = ManifestLink {
+        media_type: checked.media_type.clone(),
+        size,
+        subject: checked.subject.clone(),
+    };
+    repos.put_manifest(&name, &digest, bytes, &link).await?;
+    if let Some(subject) = &checked.subject {
+        let mut desc = serde_json::json!({
+            "mediaType": checked.media_type,
+            "digest": digest.as_str(),
+            "size": size,
+        });
+        if let Some(t) = &checked.artifact_type {
+            desc["artifactType"] = Value::String(t.clone());
+        }
+        if let Some(a) = &checked.annotations {
+            desc["annotations"] = a.clone();
+        }
+        repos.add_referrer(&name, subject, &digest, desc).await?;
+    }
+    if let Reference::Tag(t) = &reference {
+        repos.set_tag(&name, t, &digest).await?;
+    }
+    let mut b = Response::builder()
+        .status(StatusCode::CREATED)
+        .header(header::LOCATION, format!("/v2/{name}/manifests/{digest}"))
+        .header("docker-content-digest", hv(digest.as_str()))
+        .header(header::CONTENT_LENGTH, 0);
+    if let Some(s) = &checked.subject {
+        b = b.header("oci-subject", hv(s.as_str()));
+    }
+    b.body(Body::empty()).map_err(ApiError::internal)
+}
+
+/// DELETE a tag, or a manifest by digest (with every tag pointing at it).
+pub(crate) async fn delete(req: Req, reference: &str) -> ApiResult<Response> {
+    req.deletes_allowed()?;
+    let name = req.name().clone();
+    let reference = parse_reference(reference)?;
+    let repos = &req.state.app().repos;
+    let found = match &reference {
+        Reference::Tag(t) => repos.delete_tag(&name, t).await?,
+        Reference::Digest(d) => repos.delete_manifest(&name, d).await?,
+    };
+    if !found {
+        return Err(ApiError::new(
+            Code::ManifestUnknown,
+            format!("manifest unknown in {name}"),
+        ));
+    }
+    Response::builder()
+        .status(StatusCode::ACCEPTED)
+        .header(header::CONTENT_LENGTH, 0)
+        .body(Body::empty())
+        .map_err(ApiError::internal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn desc(mt: &str, content: &[u8]) -> Value {
+        serde_json::json!({"mediaType": mt, "digest": Digest::sha256(content).as_str(), "size": content.len()})
+    }
+
+    #[test]
+    fn checks_image_manifests_and_indexes() {
+        let m = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": desc("application/vnd.oci.image.config.v1+json", b"{}"),
+            "layers": [
+                desc("application/vnd.oci.image.layer.v1.tar", b"l"),
+                desc("application/vnd.oci.image.layer.nondistributable.v1.tar", b"n"),
+            ],
+            "subject": desc(OCI_MANIFEST, b"s"),
+        });
+        let c = check_document(&serde_json::to_vec(&m).unwrap(), Some(OCI_MANIFEST)).unwrap();
+        assert_eq!(
+            c.blobs.len(),
+            2,
+            "the non-distributable layer is not required"
+        );
+        assert_eq!(c.subject, Some(Digest::sha256(b"s")));
+        assert_eq!(
+            c.artifact_type.as_deref(),
+            Some("application/vnd.oci.image.config.v1+json")
+        );
+
+        let i = serde_json::json!({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [desc(OCI_MANIFEST, b"x")]});
+        let c = check_document(&serde_json::to_vec(&i).unwrap(), None).unwrap();
+        assert_eq!(c.manifests, vec![Digest::sha256(b"x")]);
+        assert!(c.artifact_type.is_none());
+    }
+
+    #[test]
+    fn rejects_invalid_manifests() {
+        let cases: &[(&[u8], Option<&str>)] = &[
+            (b"not json", None),
+            (b"[]", None),
+            (br#"{"schemaVersion":1,"mediaType":"application/vnd.oci.image.manifest.v1+json"}"#, None),
+            (br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","layers":[]}"#, None),
+            (br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json"}"#, None),
+            (br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}"#, Some(OCI_MANIFEST)),
+            (br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"x","digest":"sha256:abc","size":1}]}"#, None),
+            (br#"{"schemaVersion":2}"#, None),
+        ];
+        for (body, ct) in cases {
+            let err = check_document(body, *ct).unwrap_err();
+            assert_eq!(
+                err.code,
+                Code::ManifestInvalid,
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! One module per API area, one function per operation. Handlers only speak HTTP: they parse
+//! the request, call [`crate::repo::Repos`], and build the response.
+
+pub(crate) mod blobs;
+pub(crate) mod catalog;
+pub(crate) mod manifests;
+pub(crate) mod referrers;
+pub(crate) mod tags;
+pub(crate) mod uploads;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue};
+use validator::Digest;
+
+use crate::api::AppState;
+use crate::errors::{ApiError, ApiResult, Code};
+use crate::names::Name;
+
+/// A request after routing: the checked repository name, query pairs, headers and body.
+pub(crate) struct Req {
+    pub state: AppState,
+    pub name: Option<Name>,
+    pub query: Vec<(String, String)>,
+    pub headers: HeaderMap,
+    pub body: Body,
+    pub head: bool,
+}
+
+impl Req {
+    pub fn name(&self) -> &Name {
+        self.name.as_ref().expect("routes with a name carry one")
+    }
+
+    /// The first value of a query parameter.
+    pub fn param(&self, key: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    pub fn content_length(&self) -> ApiResult<Option<u64>> {
+        match self.header("content-length") {
+            None => Ok(None),
+            Some(v) => {
+                v.trim().parse().map(Some).map_err(|_| {
+                    ApiError::new(Code::SizeInvalid, format!("bad Content-Length {v:?}"))
+                })
+            }
+        }
+    }
+
+    pub fn deletes_allowed(&self) -> ApiResult<()> {
+        if self.state.app().config.delete_enabled {
+            Ok(())
+        } else {
+            Err(ApiError::new(
+                Code::Unsupported,
+                "deletes are disabled on this registry",
+            ))
+        }
+    }
+}
+
+/// Parses a digest from the request; `DIGEST_INVALID` (400) otherwise.
+pub(crate) fn parse_digest(s: &str) -> ApiResult<Digest> {
+    Digest::parse(s).map_err(|e| ApiError::new(Code::DigestInvalid, e.to_string()))
+}
+
+/// A header value from a string we built (digits, digests, checked names).
+pub(crate) fn hv(s: &str) -> HeaderValue {
+    HeaderValue::from_str(s).expect("header values are built from checked input")
+}
+
+/// Parses `n` and `last` for paginated lists; `n` absent means everything.
+pub(crate) fn pagination(req: &Req) -> ApiResult<(Option<usize>, Option<String>)> {
+    let n = match req.param("n") {
+        None | Some("") => None,
+        Some(v) => Some(
+            v.parse::<usize>()
+                .map_err(|_| ApiError::new(Code::Unsupported, format!("bad page size n={v:?}")))?,
+        ),
+    };
+    Ok((n, req.param("last").map(str::to_owned)))
+}
+
+/// Takes one page after `last` from a sorted list; true when more remain.
+pub(crate) fn page(all: Vec<String>, n: Option<usize>, last: Option<&str>) -> (Vec<String>, bool) {
+    let start = match last {
+        Some(l) => all.partition_point(|x| x.as_str() <= l),
+        None => 0,
+    };
+    let rest = &all[start..];
+    match n {
+        Some(n) if n < rest.len() => (rest[..n].to_vec(), true),
+        _ => (rest.to_vec(), false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::page;
+
+    #[test]
+    fn pages() {
+        let all: Vec<String> = ["a", "b", "c", "d"].map(String::from).to_vec();
+        assert_eq!(
+            page(all.clone(), Some(2), None),
+            (vec!["a".into(), "b".into()], true)
+        );
+        assert_eq!(
+            page(all.clone(), Some(2), Some("b")),
+            (vec!["c".into(), "d".into()], false)
+        );
+        assert_eq!(page(all.clone(), Some(0), None), (vec![], true));
+        assert_eq!(
+            page(all.clone(), None, Some("bb")),
+            (vec!["c".into(), "d".into()], false)
+        );
+        assert_eq!(page(all, Some(9), Some("d")), (vec![], false));
+    }
+}

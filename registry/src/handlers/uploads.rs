@@ -1,0 +1,161 @@
+//! Blob uploads: POST (start, single POST, mount), PATCH (chunked or streamed), PUT (close),
+//! GET (status) and DELETE (cancel) on `/v2/<name>/blobs/uploads/...`.
+
+use axum::body::Body;
+use axum::http::{StatusCode, header};
+use axum::response::Response;
+use validator::Algorithm;
+
+use super::{Req, hv, parse_digest};
+use crate::errors::{ApiError, ApiResult, Code};
+use crate::names::Name;
+use crate::upload::{ChunkRange, Upload, range_header};
+
+fn upload_location(name: &Name, upload: &Upload) -> String {
+    format!("/v2/{name}/blobs/uploads/{}", upload.id.as_hyphenated())
+}
+
+/// 202 (or 204) with the upload's Location, Range and id.
+fn progress(name: &Name, upload: &Upload, status: StatusCode) -> ApiResult<Response> {
+    Response::builder()
+        .status(status)
+        .header(header::LOCATION, upload_location(name, upload))
+        .header(header::RANGE, range_header(upload.state.offset))
+        .header("docker-upload-uuid", upload.id.as_hyphenated().to_string())
+        .header(header::CONTENT_LENGTH, 0)
+        .body(Body::empty())
+        .map_err(ApiError::internal)
+}
+
+/// 201 with the blob's Location and digest.
+fn created(name: &Name, digest: &validator::Digest) -> ApiResult<Response> {
+    Response::builder()
+        .status(StatusCode::CREATED)
+        .header(header::LOCATION, format!("/v2/{name}/blobs/{digest}"))
+        .header("docker-content-digest", hv(digest.as_str()))
+        .header(header::CONTENT_LENGTH, 0)
+        .body(Body::empty())
+        .map_err(ApiError::internal)
+}
+
+/// `Content-Range: <start>-<end>` of a chunk (a `bytes ` prefix is tolerated).
+fn chunk_range(req: &Req) -> ApiResult<Option<ChunkRange>> {
+    let Some(v) = req.header("content-range") else {
+        return Ok(None);
+    };
+    let s = v
+        .trim()
+        .trim_start_matches("bytes ")
+        .trim_start_matches("bytes=");
+    let s = s.split('/').next().unwrap_or(s);
+    let parsed = s
+        .split_once('-')
+        .and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
+    match parsed {
+        Some((start, end)) => Ok(Some(ChunkRange { start, end })),
+        None => Err(ApiError::new(
+            Code::RangeInvalid,
+            format!("bad Content-Range {v:?}"),
+        )),
+    }
+}
+
+/// POST: start an upload, upload in one request (`?digest=`), or mount (`?mount=&from=`).
+pub(crate) async fn start(req: Req) -> ApiResult<Response> {
+    let name = req.name().clone();
+    let repos = req.state.app().repos.clone();
+    if let Some(mount) = req.param("mount") {
+        let d = parse_digest(mount)?;
+        let size = match req.param("from") {
+            Some(from) => {
+                let from = Name::parse(from)
+                    .map_err(|e| ApiError::new(Code::NameInvalid, e.to_string()))?;
+                repos.blob_linked(&from, &d).await?
+            }
+            // No `from`: mount any blob the registry holds (automatic content discovery).
+            None => repos.blob_stat(&d).await?.map(|m| m.size),
+        };
+        if let Some(size) = size {
+            repos.link_blob(&name, &d, size).await?;
+            return created(&name, &d);
+        }
+    }
+    let algorithm = match req.param("digest-algorithm") {
+        None => None,
+        Some(a) => Some(
+            a.parse::<Algorithm>()
+                .map_err(|e| ApiError::new(Code::DigestInvalid, e.to_string()))?,
+        ),
+    };
+    if let Some(digest) = req.param("digest") {
+        let d = parse_digest(digest)?;
+        let len = req.content_length()?;
+        let upload = repos.start_upload(&name, Some(d.algorithm())).await?;
+        let id = upload.id;
+        let body = req.body.into_data_stream();
+        if let Err(e) = repos
+            .finish_upload(&name, upload, body, None, len, &d)
+            .await
+        {
+            if let Ok(u) = repos.load_upload(&name, &id.to_string()).await {
+                let _ = repos.cancel_upload(u).await;
+            }
+            return Err(e);
+        }
+        return created(&name, &d);
+    }
+    let upload = repos.start_upload(&name, algorithm).await?;
+    progress(&name, &upload, StatusCode::ACCEPTED)
+}
+
+/// PATCH: append a chunk (with `Content-Range`) or a stream (without).
+pub(crate) async fn patch(req: Req, id: &str) -> ApiResult<Response> {
+    let name = req.name().clone();
+    let repos = req.state.app().repos.clone();
+    let upload = repos.load_upload(&name, id).await?;
+    let range = chunk_range(&req)?;
+    let len = req.content_length()?;
+    let body = req.body.into_data_stream();
+    let upload = repos.patch_upload(upload, body, range, len).await?;
+    progress(&name, &upload, StatusCode::ACCEPTED)
+}
+
+/// PUT: close the upload with its digest, optionally carrying the last chunk.
+pub(crate) async fn finish(req: Req, id: &str) -> ApiResult<Response> {
+    let name = req.name().clone();
+    let repos = req.state.app().repos.clone();
+    let upload = repos.load_upload(&name, id).await?;
+    let Some(digest) = req.param("digest") else {
+        return Err(ApiError::new(
+            Code::DigestInvalid,
+            "closing an upload needs ?digest=",
+        ));
+    };
+    let d = parse_digest(digest)?;
+    let range = chunk_range(&req)?;
+    let len = req.content_length()?;
+    let body = req.body.into_data_stream();
+    repos
+        .finish_upload(&name, upload, body, range, len, &d)
+        .await?;
+    created(&name, &d)
+}
+
+/// GET: where the upload stands.
+pub(crate) async fn status(req: Req, id: &str) -> ApiResult<Response> {
+    let name = req.name().clone();
+    let upload = req.state.app().repos.load_upload(&name, id).await?;
+    progress(&name, &upload, StatusCode::NO_CONTENT)
+}
+
+/// DELETE: cancel the upload.
+pub(crate) async fn cancel(req: Req, id: &str) -> ApiResult<Response> {
+    let name = req.name().clone();
+    let repos = &req.state.app().repos;
+    let upload = repos.load_upload(&name, id).await?;
+    repos.cancel_upload(upload).await?;
+    Response::builder()
+        .status(StatusCode::NO_CONTENT)
+        .body(Body::empty())
+        .map_err(ApiError::internal)
+}

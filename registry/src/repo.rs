@@ -1,0 +1,333 @@
+//! Repository metadata over a [`Store`]: blob and manifest links, the tag index, referrer
+//! indexes and the catalog. Every index is a small document replaced with a conditional write
+//! and retried on conflict, so concurrent requests on any number of replicas never lose an update.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use validator::Digest;
+
+use crate::errors::{ApiError, ApiResult};
+use crate::names::{Name, Tag};
+use crate::storage::{Key, ObjectMeta, PutMode, Store, StoreError, layout};
+
+/// Largest index document read (tags, referrers, catalog).
+const INDEX_LIMIT: u64 = 64 << 20;
+/// Largest link document read.
+const LINK_LIMIT: u64 = 64 << 10;
+/// Conditional-write attempts before giving up.
+const MAX_ATTEMPTS: usize = 1000;
+
+/// What a manifest link records.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ManifestLink {
+    pub media_type: String,
+    pub size: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<Digest>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct BlobLink {
+    size: u64,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct TagsDoc {
+    tags: BTreeMap<String, Digest>,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct ReferrersDoc {
+    manifests: Vec<serde_json::Value>,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct CatalogDoc {
+    repositories: BTreeSet<String>,
+}
+
+/// Repository-level operations on a store.
+#[derive(Debug, Clone)]
+pub(crate) struct Repos {
+    store: Arc<dyn Store>,
+}
+
+fn corrupt(key: &Key, e: serde_json::Error) -> ApiError {
+    ApiError::internal(format!("stored document {key} is not valid: {e}"))
+}
+
+impl Repos {
+    pub fn new(store: Arc<dyn Store>) -> Repos {
+        Repos { store }
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    async fn read<T: DeserializeOwned>(&self, key: &Key, limit: u64) -> ApiResult<Option<T>> {
+        match self.store.get(key, limit).await {
+            Ok(doc) => Ok(Some(
+                serde_json::from_slice(&doc.bytes).map_err(|e| corrupt(key, e))?,
+            )),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Read-modify-write of an index document with a conditional put; `f` returns false when
+    /// nothing needs writing.
+    async fn update<T, F>(&self, key: &Key, mut f: F) -> ApiResult<T>
+    where
+        T: Default + Serialize + DeserializeOwned,
+        F: FnMut(&mut T) -> bool,
+    {
+        for _ in 0..MAX_ATTEMPTS {
+            let (mut doc, mode) = match self.store.get(key, INDEX_LIMIT).await {
+                Ok(d) => (
+                    serde_json::from_slice::<T>(&d.bytes).map_err(|e| corrupt(key, e))?,
+                    PutMode::Replace(d.etag),
+                ),
+                Err(e) if e.is_not_found() => (T::default(), PutMode::Create),
+                Err(e) => return Err(e.into()),
+            };
+            if !f(&mut doc) {
+                return Ok(doc);
+            }
+            let bytes = serde_json::to_vec(&doc).map_err(ApiError::internal)?;
+            match self.store.put(key, Bytes::from(bytes), mode).await {
+                Ok(_) => return Ok(doc),
+                Err(StoreError::PreconditionFailed { .. } | StoreError::AlreadyExists { .. }) => {
+                    tokio::task::yield_now().await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(ApiError::internal(format!(
+            "gave up updating {key} after {MAX_ATTEMPTS} conflicting writes"
+        )))
+    }
+
+    // ---- repositories and the catalog ----
+
+    pub async fn exists(&self, name: &Name) -> ApiResult<bool> {
+        match self.store.stat(&layout::repository_marker(name)).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.is_not_found() => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Creates the repository on first push and lists it in the catalog.
+    pub async fn ensure(&self, name: &Name) -> ApiResult<()> {
+        if self.exists(name).await? {
+            return Ok(());
+        }
+        let marker = layout::repository_marker(name);
+        match self
+            .store
+            .put(&marker, Bytes::from_static(b"{}"), PutMode::Create)
+            .await
+        {
+            Ok(_) | Err(StoreError::AlreadyExists { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.update::<CatalogDoc, _>(&layout::catalog(), |c| {
+            c.repositories.insert(name.as_str().to_owned())
+        })
+        .await?;
+        Ok(())
+    }
+
+    pub async fn catalog(&self) -> ApiResult<Vec<String>> {
+        let doc: Option<CatalogDoc> = self.read(&layout::catalog(), INDEX_LIMIT).await?;
+        Ok(doc
+            .map(|d| d.repositories.into_iter().collect())
+            .unwrap_or_default())
+    }
+
+    // ---- blobs ----
+
+    /// Size of a committed blob anywhere in the registry.
+    pub async fn blob_stat(&self, d: &Digest) -> ApiResult<Option<ObjectMeta>> {
+        match self.store.stat(&layout::blob_data(d)).await {
+            Ok(m) => Ok(Some(m)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Size of a blob the repository may serve.
+    pub async fn blob_linked(&self, name: &Name, d: &Digest) -> ApiResult<Option<u64>> {
+        let link: Option<BlobLink> = self.read(&layout::blob_link(name, d), LINK_LIMIT).await?;
+        Ok(link.map(|l| l.size))
+    }
+
+    pub async fn link_blob(&self, name: &Name, d: &Digest, size: u64) -> ApiResult<()> {
+        self.ensure(name).await?;
+        let bytes = serde_json::to_vec(&BlobLink { size }).map_err(ApiError::internal)?;
+        self.store
+            .put(
+                &layout::blob_link(name, d),
+                Bytes::from(bytes),
+                PutMode::Overwrite,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Removes a blob link; false when there was none.
+    pub async fn unlink_blob(&self, name: &Name, d: &Digest) -> ApiResult<bool> {
+        match self.store.delete(&layout::blob_link(name, d)).await {
+            Ok(()) => Ok(true),
+            Err(e) if e.is_not_found() => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    // ---- manifests ----
+
+    /// Stores verified manifest bytes under their digest and links them into the repository.
+    pub async fn put_manifest(
+        &self,
+        name: &Name,
+        d: &Digest,
+        bytes: Bytes,
+        link: &ManifestLink,
+    ) -> ApiResult<()> {
+        match self
+            .store
+            .put(&layout::blob_data(d), bytes, PutMode::Create)
+            .await
+        {
+            Ok(_) | Err(StoreError::AlreadyExists { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.ensure(name).await?;
+        let bytes = serde_json::to_vec(link).map_err(ApiError::internal)?;
+        self.store
+            .put(
+                &layout::manifest_link(name, d),
+                Bytes::from(bytes),
+                PutMode::Overwrite,
+            )
+            .await?;
+        Ok(())
+    }
+
+    pub async fn manifest_link(&self, name: &Name, d: &Digest) -> ApiResult<Option<ManifestLink>> {
+        self.read(&layout::manifest_link(name, d), LINK_LIMIT).await
+    }
+
+    /// Reads a manifest's bytes (bounded by `limit`).
+    pub async fn manifest_bytes(&self, d: &Digest, limit: u64) -> ApiResult<Bytes> {
+        Ok(self.store.get(&layout::blob_data(d), limit).await?.bytes)
+    }
+
+    /// Removes a manifest from the repository, with every tag pointing at it and its entry in
+    /// its subject's referrers. False when the repository did not hold it.
+    pub async fn delete_manifest(&self, name: &Name, d: &Digest) -> ApiResult<bool> {
+        let Some(link) = self.manifest_link(name, d).await? else {
+            return Ok(false);
+        };
+        let digest = d.clone();
+        self.update::<TagsDoc, _>(&layout::tags(name), |t| {
+            let before = t.tags.len();
+            t.tags.retain(|_, v| *v != digest);
+            t.tags.len() != before
+        })
+        .await?;
+        if let Some(subject) = &link.subject {
+            let ds = d.as_str().to_owned();
+            self.update::<ReferrersDoc, _>(&layout::referrers(name, subject), |r| {
+                let before = r.manifests.len();
+                r.manifests
+                    .retain(|m| m.get("digest").and_then(|v| v.as_str()) != Some(ds.as_str()));
+                r.manifests.len() != before
+            })
+            .await?;
+        }
+        match self.store.delete(&layout::manifest_link(name, d)).await {
+            Ok(()) => Ok(true),
+            Err(e) if e.is_not_found() => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    // ---- tags ----
+
+    pub async fn resolve_tag(&self, name: &Name, tag: &Tag) -> ApiResult<Option<Digest>> {
+        let doc: Option<TagsDoc> = self.read(&layout::tags(name), INDEX_LIMIT).await?;
+        Ok(doc.and_then(|mut d| d.tags.remove(tag.as_str())))
+    }
+
+    pub async fn set_tag(&self, name: &Name, tag: &Tag, d: &Digest) -> ApiResult<()> {
+        self.update::<TagsDoc, _>(&layout::tags(name), |t| {
+            t.tags.insert(tag.as_str().to_owned(), d.clone()).as_ref() != Some(d)
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Removes a tag; false when it did not exist.
+    pub async fn delete_tag(&self, name: &Name, tag: &Tag) -> ApiResult<bool> {
+        let mut removed = false;
+        self.update::<TagsDoc, _>(&layout::tags(name), |t| {
+            removed = t.tags.remove(tag.as_str()).is_some();
+            removed
+        })
+        .await?;
+        Ok(removed)
+    }
+
+    /// Tags in lexical (byte) order; `None` when the repository does not exist.
+    pub async fn tags(&self, name: &Name) -> ApiResult<Option<Vec<String>>> {
+        let doc: Option<TagsDoc> = self.read(&layout::tags(name), INDEX_LIMIT).await?;
+        match doc {
+            Some(d) => Ok(Some(d.tags.into_keys().collect())),
+            None if self.exists(name).await? => Ok(Some(Vec::new())),
+            None => Ok(None),
+        }
+    }
+
+    // ---- referrers ----
+
+    /// Records `descriptor` (of manifest `d`) as a referrer of `subject`.
+    pub async fn add_referrer(
+        &self,
+        name: &Name,
+        subject: &Digest,
+        d: &Digest,
+        descriptor: serde_json::Value,
+    ) -> ApiResult<()> {
+        let ds = d.as_str().to_owned();
+        self.update::<ReferrersDoc, _>(&layout::referrers(name, subject), |r| {
+            if r.manifests
+                .iter()
+                .any(|m| m.get("digest").and_then(|v| v.as_str()) == Some(ds.as_str()))
+            {
+                return false;
+            }
+            r.manifests.push(descriptor.clone());
+            true
+        })
+        .await?;
+        Ok(())
+    }
+
+    pub async fn referrers(
+        &self,
+        name: &Name,
+        subject: &Digest,
+    ) -> ApiResult<Vec<serde_json::Value>> {
+        let doc: Option<ReferrersDoc> = self
+            .read(&layout::referrers(name, subject), INDEX_LIMIT)
+            .await?;
+        Ok(doc.map(|d| d.manifests).unwrap_or_default())
+    }
+}

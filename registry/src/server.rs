@@ -1,0 +1,329 @@
+//! Running the registry: configuration (defaults, a TOML file, environment overrides) and a
+//! server with graceful, bounded shutdown.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::api::{AppState, RegistryConfig, router};
+use crate::storage::FsStore;
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The configuration file could not be read.
+    #[error("cannot read config file {path}")]
+    ReadConfig {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The configuration file is not valid TOML for this schema.
+    #[error("invalid config file {path}")]
+    ParseConfig {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: toml::de::Error,
+    },
+    /// An environment override has a bad value.
+    #[error("environment variable {var} has a bad value {value:?}")]
+    Env {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// The data directory could not be opened.
+    #[error("cannot open the data directory {path}")]
+    Data {
+        /// The directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Serving failed.
+    #[error("the server failed")]
+    Serve(#[source] std::io::Error),
+}
+
+/// Everything `rdctl registry serve` needs. Build it with [`ServeConfig::load`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServeConfig {
+    /// Address to listen on (default `127.0.0.1:5000`).
+    pub listen: SocketAddr,
+    /// Data directory of the filesystem store (default `./registry-data`).
+    pub data: PathBuf,
+    /// Whether deletes are allowed (default true).
+    pub delete_enabled: bool,
+    /// Largest manifest accepted (default 4 MiB).
+    pub max_manifest_bytes: u64,
+    /// How long in-flight requests may take to finish after a shutdown signal (default 30 s).
+    pub shutdown_timeout: Duration,
+    /// Uploads untouched for this long are removed (default 24 h).
+    pub upload_max_age: Duration,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 5000)),
+            data: PathBuf::from("registry-data"),
+            delete_enabled: true,
+            max_manifest_bytes: 4 << 20,
+            shutdown_timeout: Duration::from_secs(30),
+            upload_max_age: Duration::from_secs(24 * 3600),
+        }
+    }
+}
+
+/// The TOML file: every key optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<SocketAddr>,
+    data: Option<PathBuf>,
+    delete_enabled: Option<bool>,
+    max_manifest_bytes: Option<u64>,
+    shutdown_timeout_secs: Option<u64>,
+    upload_max_age_secs: Option<u64>,
+}
+
+fn env_parse<T: std::str::FromStr>(
+    env: &dyn Fn(&str) -> Option<String>,
+    var: &'static str,
+) -> Result<Option<T>, ServeError> {
+    match env(var) {
+        None => Ok(None),
+        Some(v) => v
+            .parse()
+            .map(Some)
+            .map_err(|_| ServeError::Env { var, value: v }),
+    }
+}
+
+impl ServeConfig {
+    /// Defaults, then the TOML file (if any), then `RDCTL_REGISTRY_*` environment variables
+    /// (`LISTEN`, `DATA`, `DELETE_ENABLED`, `MAX_MANIFEST_BYTES`, `SHUTDOWN_TIMEOUT_SECS`,
+    /// `UPLOAD_MAX_AGE_SECS`). Command-line flags are applied by the caller afterwards.
+    pub fn load(file: Option<&Path>) -> Result<ServeConfig, ServeError> {
+        Self::load_with_env(file, &|k| std::env::var(k).ok())
+    }
+
+    /// [`ServeConfig::load`] with an explicit environment (for tests).
+    pub fn load_with_env(
+        file: Option<&Path>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<ServeConfig, ServeError> {
+        let mut c = ServeConfig::default();
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path).map_err(|source| ServeError::ReadConfig {
+                path: path.to_owned(),
+                source,
+            })?;
+            let f: FileConfig =
+                toml::from_str(&text).map_err(|source| ServeError::ParseConfig {
+                    path: path.to_owned(),
+                    source,
+                })?;
+            c.apply(f);
+        }
+        let f = FileConfig {
+            listen: env_parse(env, "RDCTL_REGISTRY_LISTEN")?,
+            data: env_parse(env, "RDCTL_REGISTRY_DATA")?,
+            delete_enabled: env_parse(env, "RDCTL_REGISTRY_DELETE_ENABLED")?,
+            max_manifest_bytes: env_parse(env, "RDCTL_REGISTRY_MAX_MANIFEST_BYTES")?,
+            shutdown_timeout_secs: env_parse(env, "RDCTL_REGISTRY_SHUTDOWN_TIMEOUT_SECS")?,
+            upload_max_age_secs: env_parse(env, "RDCTL_REGISTRY_UPLOAD_MAX_AGE_SECS")?,
+        };
+        c.apply(f);
+        Ok(c)
+    }
+
+    fn apply(&mut self, f: FileConfig) {
+        if let Some(v) = f.listen {
+            self.listen = v;
+        }
+        if let Some(v) = f.data {
+            self.data = v;
+        }
+        if let Some(v) = f.delete_enabled {
+            self.delete_enabled = v;
+        }
+        if let Some(v) = f.max_manifest_bytes {
+            self.max_manifest_bytes = v;
+        }
+        if let Some(v) = f.shutdown_timeout_secs {
+            self.shutdown_timeout = Duration::from_secs(v);
+        }
+        if let Some(v) = f.upload_max_age_secs {
+            self.upload_max_age = Duration::from_secs(v);
+        }
+    }
+}
+
+/// Serves until SIGTERM or SIGINT, then drains within the shutdown timeout. Blocks the calling
+/// thread (it starts its own tokio runtime).
+pub fn serve_blocking(config: ServeConfig) -> Result<(), ServeError> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(ServeError::Serve)?;
+    rt.block_on(serve(config, shutdown_signal()))
+}
+
+/// Resolves on SIGTERM or SIGINT (ctrl-c).
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::warn!(error = %e, "cannot listen for ctrl-c");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => tracing::info!("SIGINT received, shutting down"),
+        () = term => tracing::info!("SIGTERM received, shutting down"),
+    }
+}
+
+/// Opens the store, binds, and serves until `shutdown` resolves; then stops accepting, lets
+/// in-flight requests finish for at most the configured timeout, and returns.
+pub async fn serve(
+    config: ServeConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let store = FsStore::open(&config.data).map_err(|source| ServeError::Data {
+        path: config.data.clone(),
+        source,
+    })?;
+    let state = AppState::new(
+        Arc::new(store),
+        RegistryConfig {
+            delete_enabled: config.delete_enabled,
+            max_manifest_bytes: config.max_manifest_bytes,
+        },
+    );
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(ServeError::Serve)?;
+    tracing::info!(%addr, data = %config.data.display(), "registry listening on {addr}");
+
+    let expiry = {
+        let state = state.clone();
+        let max_age = config.upload_max_age;
+        tokio::spawn(async move {
+            let every = (max_age / 4).clamp(Duration::from_secs(1), Duration::from_secs(3600));
+            loop {
+                tokio::time::sleep(every).await;
+                match state.expire_uploads(max_age).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(removed = n, "expired stale uploads"),
+                    Err(e) => tracing::warn!(error = %e, "upload expiry failed"),
+                }
+            }
+        })
+    };
+
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = axum::serve(listener, router(state))
+        .with_graceful_shutdown(async move {
+            let _ = stop_rx.await;
+        })
+        .into_future();
+    let mut server = tokio::spawn(server);
+    let result = tokio::select! {
+        r = &mut server => r,
+        () = shutdown => {
+            let _ = stop_tx.send(());
+            match tokio::time::timeout(config.shutdown_timeout, &mut server).await {
+                Ok(r) => r,
+                Err(_) => {
+                    tracing::warn!(timeout = ?config.shutdown_timeout, "requests still running after the shutdown timeout; closing them");
+                    server.abort();
+                    Ok(Ok(()))
+                }
+            }
+        }
+    };
+    expiry.abort();
+    tracing::info!("registry stopped");
+    match result {
+        Ok(r) => r.map_err(ServeError::Serve),
+        Err(e) => Err(ServeError::Serve(std::io::Error::other(e))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_layers_file_then_env() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("r.toml");
+        std::fs::write(
+            &file,
+            "listen = \"127.0.0.1:6000\"\ndata = \"/srv/r\"\ndelete_enabled = false\n",
+        )
+        .unwrap();
+        let none = |_: &str| None;
+        let c = ServeConfig::load_with_env(Some(&file), &none).unwrap();
+        assert_eq!(c.listen.port(), 6000);
+        assert_eq!(c.data, PathBuf::from("/srv/r"));
+        assert!(!c.delete_enabled);
+        let env = |k: &str| (k == "RDCTL_REGISTRY_LISTEN").then(|| "0.0.0.0:7000".to_owned());
+        let c = ServeConfig::load_with_env(Some(&file), &env).unwrap();
+        assert_eq!(c.listen.port(), 7000);
+        assert_eq!(
+            ServeConfig::load_with_env(None, &none).unwrap(),
+            ServeConfig::default()
+        );
+
+        std::fs::write(&file, "bogus = 1\n").unwrap();
+        assert!(matches!(
+            ServeConfig::load_with_env(Some(&file), &none),
+            Err(ServeError::ParseConfig { .. })
+        ));
+        let bad = |k: &str| (k == "RDCTL_REGISTRY_DELETE_ENABLED").then(|| "maybe".to_owned());
+        assert!(matches!(
+            ServeConfig::load_with_env(None, &bad),
+            Err(ServeError::Env { .. })
+        ));
+    }
+}

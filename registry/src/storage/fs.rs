@@ -1,0 +1,533 @@
+//! The filesystem store: the embedded default.
+//!
+//! Every key is a relative path under the root. Documents are written to a temporary file under
+//! `<root>/.tmp`, fsynced and renamed into place, under one of 256 striped `flock` locks in
+//! `<root>/.locks` (chosen by a hash of the key) so that conditional writes are atomic across
+//! threads and processes sharing the directory. Staging areas are plain files at their key, held
+//! with an exclusive `flock` while a writer has them open; a commit hard-links the staging file to
+//! the destination (which fails if the destination exists, so publishing never overwrites) and
+//! then unlinks the staging name. Keys never start a segment with `.`, so the helper directories
+//! cannot collide with stored keys.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use tokio::io::AsyncWrite;
+
+use super::{
+    BoxFuture, BoxReader, Document, Etag, Key, ObjectMeta, PutMode, Store, StoreError, StoreResult,
+    StoreWriter,
+};
+
+const NAME: &str = "fs";
+const LOCK_STRIPES: u32 = 256;
+
+/// A [`Store`] on a local directory.
+#[derive(Debug, Clone)]
+pub struct FsStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    root: PathBuf,
+}
+
+impl FsStore {
+    /// Opens (creating if needed) a store rooted at `root`.
+    pub fn open(root: impl Into<PathBuf>) -> io::Result<FsStore> {
+        let root = root.into();
+        fs::create_dir_all(root.join(".tmp"))?;
+        fs::create_dir_all(root.join(".locks"))?;
+        Ok(FsStore {
+            inner: Arc::new(Inner { root }),
+        })
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.inner.root
+    }
+}
+
+fn backend(key: &Key, source: io::Error) -> StoreError {
+    StoreError::Backend {
+        store: NAME,
+        key: key.as_str().to_owned(),
+        source,
+    }
+}
+
+fn not_found(key: &Key) -> StoreError {
+    StoreError::NotFound {
+        store: NAME,
+        key: key.clone(),
+    }
+}
+
+fn map_io(key: &Key, e: io::Error) -> StoreError {
+    if e.kind() == io::ErrorKind::NotFound {
+        not_found(key)
+    } else {
+        backend(key, e)
+    }
+}
+
+fn etag_of(bytes: &[u8]) -> Etag {
+    Etag(validator::Digest::sha256(bytes).encoded().to_owned())
+}
+
+/// Runs blocking filesystem work off the async threads.
+async fn blocking<T: Send + 'static>(
+    key: &Key,
+    f: impl FnOnce() -> StoreResult<T> + Send + 'static,
+) -> StoreResult<T> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r,
+        Err(e) => Err(backend(key, io::Error::other(e))),
+    }
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Creates `path`'s parent directories (again, if a concurrent delete pruned them) and runs `op`.
+fn with_parent<T>(path: &Path, mut op: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    let parent = path.parent().expect("keys have a parent under the root");
+    let mut tries = 0;
+    loop {
+        match op() {
+            Err(e) if e.kind() == io::ErrorKind::NotFound && tries < 5 => {
+                tries += 1;
+                fs::create_dir_all(parent)?;
+            }
+            other => return other,
+        }
+    }
+}
+
+impl Inner {
+    fn path(&self, key: &Key) -> PathBuf {
+        self.root.join(key.as_str())
+    }
+
+    fn lock(&self, key: &Key) -> io::Result<File> {
+        let digest = validator::Digest::sha256(key.as_str().as_bytes());
+        let stripe = u32::from_str_radix(&digest.encoded()[..4], 16).unwrap_or(0) % LOCK_STRIPES;
+        let path = self.root.join(".locks").join(format!("{stripe:02x}"));
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)?;
+        f.lock()?;
+        Ok(f)
+    }
+
+    fn temp_path(&self) -> PathBuf {
+        self.root
+            .join(".tmp")
+            .join(uuid::Uuid::new_v4().as_simple().to_string())
+    }
+
+    fn read_doc(&self, key: &Key, limit: u64) -> StoreResult<Document> {
+        let path = self.path(key);
+        let mut f = File::open(&path).map_err(|e| map_io(key, e))?;
+        let meta = f.metadata().map_err(|e| backend(key, e))?;
+        if meta.is_dir() {
+            return Err(not_found(key));
+        }
+        if meta.len() > limit {
+            return Err(StoreError::TooLarge {
+                store: NAME,
+                key: key.clone(),
+                limit,
+            });
+        }
+        let mut buf = Vec::with_capacity(meta.len() as usize);
+        Read::by_ref(&mut f)
+            .take(limit.saturating_add(1))
+            .read_to_end(&mut buf)
+            .map_err(|e| backend(key, e))?;
+        if buf.len() as u64 > limit {
+            return Err(StoreError::TooLarge {
+                store: NAME,
+                key: key.clone(),
+                limit,
+            });
+        }
+        let etag = etag_of(&buf);
+        Ok(Document {
+            bytes: Bytes::from(buf),
+            etag,
+        })
+    }
+
+    fn put_doc(&self, key: &Key, bytes: &[u8], mode: &PutMode) -> StoreResult<Etag> {
+        let _lock = self.lock(key).map_err(|e| backend(key, e))?;
+        let path = self.path(key);
+        match mode {
+            PutMode::Create => {
+                if path.exists() {
+                    return Err(StoreError::AlreadyExists {
+                        store: NAME,
+                        key: key.clone(),
+                    });
+                }
+            }
+            PutMode::Replace(want) => {
+                let current = match self.read_doc(key, u64::MAX) {
+                    Ok(doc) => doc.etag,
+                    Err(StoreError::NotFound { .. }) => {
+                        return Err(StoreError::PreconditionFailed {
+                            store: NAME,
+                            key: key.clone(),
+                            reason: "the document is gone".to_owned(),
+                        });
+                    }
+                    Err(e) => return Err(e),
+                };
+                if &current != want {
+                    return Err(StoreError::PreconditionFailed {
+                        store: NAME,
+                        key: key.clone(),
+                        reason: "the document changed".to_owned(),
+                    });
+                }
+            }
+            PutMode::Overwrite => {}
+        }
+        let tmp = self.temp_path();
+        let res = (|| {
+            let mut f = File::create_new(&tmp)?;
+            f.write_all(bytes)?;
+            f.sync_all()?;
+            with_parent(&path, || fs::rename(&tmp, &path))?;
+            sync_dir(path.parent().expect("parent"))
+        })();
+        if res.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        res.map_err(|e| backend(key, e))?;
+        Ok(etag_of(bytes))
+    }
+
+    /// Removes empty directories from `path`'s parent up to (not including) the root.
+    fn prune(&self, path: &Path) {
+        let mut dir = path.parent();
+        while let Some(d) = dir {
+            if d == self.root || fs::remove_dir(d).is_err() {
+                break;
+            }
+            dir = d.parent();
+        }
+    }
+
+    fn list_into(&self, dir: &Path, out: &mut Vec<Key>) -> io::Result<()> {
+        let entries = match fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
+            let entry = entry?;
+            let ty = entry.file_type()?;
+            let path = entry.path();
+            if ty.is_dir() {
+                self.list_into(&path, out)?;
+            } else if let Ok(rel) = path.strip_prefix(&self.root)
+                && let Some(rel) = rel.to_str()
+                && let Ok(k) = Key::new(rel)
+            {
+                out.push(k);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Store for FsStore {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn get<'a>(&'a self, key: &'a Key, limit: u64) -> BoxFuture<'a, StoreResult<Document>> {
+        let inner = self.inner.clone();
+        let k = key.clone();
+        Box::pin(blocking(key, move || inner.read_doc(&k, limit)))
+    }
+
+    fn put<'a>(
+        &'a self,
+        key: &'a Key,
+        bytes: Bytes,
+        mode: PutMode,
+    ) -> BoxFuture<'a, StoreResult<Etag>> {
+        let inner = self.inner.clone();
+        let k = key.clone();
+        Box::pin(blocking(key, move || inner.put_doc(&k, &bytes, &mode)))
+    }
+
+    fn read<'a>(
+        &'a self,
+        key: &'a Key,
+        offset: u64,
+    ) -> BoxFuture<'a, StoreResult<(ObjectMeta, BoxReader)>> {
+        let inner = self.inner.clone();
+        let k = key.clone();
+        Box::pin(async move {
+            let (meta, file) = blocking(key, move || {
+                let mut f = File::open(inner.path(&k)).map_err(|e| map_io(&k, e))?;
+                let m = f.metadata().map_err(|e| backend(&k, e))?;
+                if m.is_dir() {
+                    return Err(not_found(&k));
+                }
+                if offset > m.len() {
+                    return Err(StoreError::PreconditionFailed {
+                        store: NAME,
+                        key: k.clone(),
+                        reason: format!("offset {offset} is past the end ({} bytes)", m.len()),
+                    });
+                }
+                f.seek(SeekFrom::Start(offset))
+                    .map_err(|e| backend(&k, e))?;
+                let meta = ObjectMeta {
+                    size: m.len(),
+                    modified: m.modified().map_err(|e| backend(&k, e))?,
+                };
+                Ok((meta, f))
+            })
+            .await?;
+            let reader: BoxReader = Box::pin(tokio::fs::File::from_std(file));
+            Ok((meta, reader))
+        })
+    }
+
+    fn writer<'a>(
+        &'a self,
+        staging: &'a Key,
+        resume_at: Option<u64>,
+    ) -> BoxFuture<'a, StoreResult<Box<dyn StoreWriter>>> {
+        let inner = self.inner.clone();
+        let k = staging.clone();
+        Box::pin(async move {
+            let path = inner.path(&k);
+            let p = path.clone();
+            let k2 = k.clone();
+            let (file, size) = blocking(&k, move || {
+                let mut opts = OpenOptions::new();
+                opts.write(true).truncate(false);
+                if resume_at.is_none() {
+                    opts.create(true);
+                }
+                let f = with_parent(&p, || opts.open(&p)).map_err(|e| map_io(&k2, e))?;
+                match f.try_lock() {
+                    Ok(()) => {}
+                    Err(fs::TryLockError::WouldBlock) => {
+                        return Err(StoreError::PreconditionFailed {
+                            store: NAME,
+                            key: k2.clone(),
+                            reason: "another writer has the staging area open".to_owned(),
+                        });
+                    }
+                    Err(fs::TryLockError::Error(e)) => return Err(backend(&k2, e)),
+                }
+                let len = f.metadata().map_err(|e| backend(&k2, e))?.len();
+                let at = resume_at.unwrap_or(0);
+                if len < at {
+                    return Err(StoreError::PreconditionFailed {
+                        store: NAME,
+                        key: k2.clone(),
+                        reason: format!("staging area holds {len} bytes, resume needs {at}"),
+                    });
+                }
+                f.set_len(at).map_err(|e| backend(&k2, e))?;
+                let mut f = f;
+                f.seek(SeekFrom::Start(at)).map_err(|e| backend(&k2, e))?;
+                Ok((f, at))
+            })
+            .await?;
+            let w: Box<dyn StoreWriter> = Box::new(FsWriter {
+                inner,
+                key: k,
+                path,
+                file: tokio::fs::File::from_std(file),
+                size,
+            });
+            Ok(w)
+        })
+    }
+
+    fn stat<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, StoreResult<ObjectMeta>> {
+        let inner = self.inner.clone();
+        let k = key.clone();
+        Box::pin(blocking(key, move || {
+            let m = fs::metadata(inner.path(&k)).map_err(|e| map_io(&k, e))?;
+            if m.is_dir() {
+                return Err(not_found(&k));
+            }
+            Ok(ObjectMeta {
+                size: m.len(),
+                modified: m.modified().map_err(|e| backend(&k, e))?,
+            })
+        }))
+    }
+
+    fn list<'a>(&'a self, prefix: &'a Key) -> BoxFuture<'a, StoreResult<Vec<Key>>> {
+        let inner = self.inner.clone();
+        let k = prefix.clone();
+        Box::pin(blocking(prefix, move || {
+            let mut out = Vec::new();
+            let path = inner.path(&k);
+            if path.is_file() {
+                out.push(k.clone());
+            } else {
+                inner
+                    .list_into(&path, &mut out)
+                    .map_err(|e| backend(&k, e))?;
+            }
+            out.sort();
+            Ok(out)
+        }))
+    }
+
+    fn delete<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, StoreResult<()>> {
+        let inner = self.inner.clone();
+        let k = key.clone();
+        Box::pin(blocking(key, move || {
+            let _lock = inner.lock(&k).map_err(|e| backend(&k, e))?;
+            let path = inner.path(&k);
+            if path.is_dir() {
+                return Err(not_found(&k));
+            }
+            fs::remove_file(&path).map_err(|e| map_io(&k, e))?;
+            inner.prune(&path);
+            Ok(())
+        }))
+    }
+}
+
+/// A staging file held under an exclusive `flock`.
+struct FsWriter {
+    inner: Arc<Inner>,
+    key: Key,
+    path: PathBuf,
+    file: tokio::fs::File,
+    size: u64,
+}
+
+impl FsWriter {
+    async fn sync(&mut self) -> StoreResult<()> {
+        use tokio::io::AsyncWriteExt;
+        self.file.flush().await.map_err(|e| backend(&self.key, e))?;
+        self.file
+            .sync_all()
+            .await
+            .map_err(|e| backend(&self.key, e))
+    }
+}
+
+impl AsyncWrite for FsWriter {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.file).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = r {
+            self.size += n as u64;
+        }
+        r
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.file).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.file).poll_shutdown(cx)
+    }
+}
+
+impl StoreWriter for FsWriter {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn suspend(mut self: Box<Self>) -> BoxFuture<'static, StoreResult<u64>> {
+        Box::pin(async move {
+            self.sync().await?;
+            Ok(self.size)
+        })
+    }
+
+    fn commit(mut self: Box<Self>, dest: Key) -> BoxFuture<'static, StoreResult<ObjectMeta>> {
+        Box::pin(async move {
+            self.sync().await?;
+            let FsWriter {
+                inner,
+                key,
+                path,
+                file,
+                size,
+            } = *self;
+            let d = dest.clone();
+            blocking(&dest, move || {
+                let target = inner.path(&d);
+                let linked = with_parent(&target, || fs::hard_link(&path, &target));
+                // The staging name goes whether or not the destination was free.
+                if let Err(e) = fs::remove_file(&path) {
+                    tracing::warn!(key = %key, error = %e, "could not remove a committed staging file");
+                } else {
+                    inner.prune(&path);
+                }
+                drop(file);
+                match linked {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                        return Err(StoreError::AlreadyExists {
+                            store: NAME,
+                            key: d.clone(),
+                        });
+                    }
+                    Err(e) => return Err(backend(&d, e)),
+                }
+                // Published: failures from here on are logged, not returned.
+                if let Err(e) = sync_dir(target.parent().expect("parent")) {
+                    tracing::warn!(key = %d, error = %e, "could not sync a blob directory");
+                }
+                let modified = fs::metadata(&target)
+                    .and_then(|m| m.modified())
+                    .unwrap_or_else(|_| std::time::SystemTime::now());
+                Ok(ObjectMeta { size, modified })
+            })
+            .await
+        })
+    }
+
+    fn cancel(self: Box<Self>) -> BoxFuture<'static, StoreResult<()>> {
+        Box::pin(async move {
+            let FsWriter {
+                inner,
+                key,
+                path,
+                file,
+                ..
+            } = *self;
+            drop(file);
+            let k = key.clone();
+            blocking(&key, move || {
+                fs::remove_file(&path).map_err(|e| map_io(&k, e))?;
+                inner.prune(&path);
+                Ok(())
+            })
+            .await
+        })
+    }
+}

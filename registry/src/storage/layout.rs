@@ -1,0 +1,142 @@
+//! Every key the registry stores, and the only code that builds them.
+//!
+//! ```text
+//! blobs/<alg>/<hex[0..2]>/<hex>/data          blob bytes (layers, configs and manifests), one copy
+//!                                              for the whole registry; written only by committing
+//!                                              a verified staging area or a verified document
+//! repositories/<name>/_repo                    marker: the repository exists (created on first push)
+//! repositories/<name>/_blobs/<alg>/<hex>       link: the repository may serve this blob (JSON
+//!                                              {"size"})
+//! repositories/<name>/_manifests/<alg>/<hex>   link: the manifest is in the repository (JSON
+//!                                              {"mediaType","size","subject"?,"artifactType"?})
+//! repositories/<name>/_tags                    index document: {"tags":{tag: digest}}, replaced
+//!                                              with a conditional write
+//! repositories/<name>/_referrers/<alg>/<hex>   index document: the descriptors of manifests in the
+//!                                              repository whose subject is this digest
+//! catalog                                      index document: {"repositories":[names]}
+//! uploads/<uuid>/data                          staging area of an upload (never readable as a blob)
+//! uploads/<uuid>/state                         upload state: repository, offset, hash states
+//! ```
+//!
+//! Names and digests arrive here already checked ([`Name`], [`Digest`], [`Uuid`]), and every key
+//! is checked again by [`Key::new`].
+
+use uuid::Uuid;
+use validator::Digest;
+
+use super::Key;
+use crate::names::Name;
+
+fn key(s: String) -> Key {
+    // Every input is pre-validated, so a failure here is a programming error.
+    Key::new(s).expect("layout builds keys only from checked names, digests and ids")
+}
+
+/// Where a blob's bytes live.
+pub fn blob_data(d: &Digest) -> Key {
+    let hex = d.encoded();
+    key(format!(
+        "blobs/{}/{}/{}/data",
+        d.algorithm(),
+        &hex[..2],
+        hex
+    ))
+}
+
+/// Prefix of every blob (for GC).
+pub fn blobs_root() -> Key {
+    key("blobs".to_owned())
+}
+
+/// Prefix of one repository.
+pub fn repository(name: &Name) -> Key {
+    key(format!("repositories/{name}"))
+}
+
+/// Marker document: the repository exists.
+pub fn repository_marker(name: &Name) -> Key {
+    key(format!("repositories/{name}/_repo"))
+}
+
+/// Link: the repository may serve this blob.
+pub fn blob_link(name: &Name, d: &Digest) -> Key {
+    key(format!(
+        "repositories/{name}/_blobs/{}/{}",
+        d.algorithm(),
+        d.encoded()
+    ))
+}
+
+/// Link: the manifest belongs to the repository.
+pub fn manifest_link(name: &Name, d: &Digest) -> Key {
+    key(format!(
+        "repositories/{name}/_manifests/{}/{}",
+        d.algorithm(),
+        d.encoded()
+    ))
+}
+
+/// The repository's tag index.
+pub fn tags(name: &Name) -> Key {
+    key(format!("repositories/{name}/_tags"))
+}
+
+/// The referrers index of `subject` in the repository.
+pub fn referrers(name: &Name, subject: &Digest) -> Key {
+    key(format!(
+        "repositories/{name}/_referrers/{}/{}",
+        subject.algorithm(),
+        subject.encoded()
+    ))
+}
+
+/// The repository catalog index.
+pub fn catalog() -> Key {
+    key("catalog".to_owned())
+}
+
+/// Prefix of every upload (for expiry).
+pub fn uploads_root() -> Key {
+    key("uploads".to_owned())
+}
+
+/// Staging area of an upload.
+pub fn upload_data(id: &Uuid) -> Key {
+    key(format!("uploads/{}/data", id.as_hyphenated()))
+}
+
+/// State document of an upload.
+pub fn upload_state(id: &Uuid) -> Key {
+    key(format!("uploads/{}/state", id.as_hyphenated()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_as_documented() {
+        let d = Digest::sha256(b"");
+        let n = Name::parse("conformance/repo1").unwrap();
+        assert_eq!(
+            blob_data(&d).as_str(),
+            "blobs/sha256/e3/e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855/data"
+        );
+        assert_eq!(
+            manifest_link(&n, &d).as_str(),
+            "repositories/conformance/repo1/_manifests/sha256/e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert_eq!(tags(&n).as_str(), "repositories/conformance/repo1/_tags");
+        let id = Uuid::nil();
+        assert_eq!(
+            upload_state(&id).as_str(),
+            "uploads/00000000-0000-0000-0000-000000000000/state"
+        );
+        let d512 = Digest::of(validator::Algorithm::Sha512, b"");
+        assert!(
+            blob_data(&d512)
+                .as_str()
+                .starts_with("blobs/sha512/cf/cf83")
+        );
+    }
+}
