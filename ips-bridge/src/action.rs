@@ -454,6 +454,11 @@ impl fmt::Display for Action {
             f.write_str(" hash=")?;
             write_value(f, hash_attr.expect("pending"))?;
         }
+        if self.attrs.is_empty() && self.hash.is_none() {
+            // pkg writes a bare name here, which it cannot read back ("no attributes"); a
+            // trailing space keeps the line readable.
+            f.write_str(" ")?;
+        }
         Ok(())
     }
 }

@@ -1,9 +1,27 @@
-//! The bridge between pkg(5) (IPS) and the image toolchain.
+//! The bridge between pkg(5) (IPS) and the image toolchain: pkg's formats, read and written
+//! byte-compatibly, and its repositories, read over the file system and HTTP.
 //!
 //! Main types:
-//! - [`Version`] and [`Fmri`]: package versions and FMRIs, parsed, printed and ordered as pkg
-//!   does (the build part is ignored; release, then branch, then timestamp; missing parts sort
-//!   first), with prefix matching for incorporations and pkg's URL/path escaping ([`quote`]).
+//! - [`Version`] and [`Fmri`]: versions and FMRIs parsed, printed and ordered as pkg does (the
+//!   build part is ignored; release, then branch, then timestamp; a missing part sorts
+//!   first), with prefix matching for incorporations ([`Version::matches`]) and pkg's
+//!   `quote(s, safe="")` escaping ([`quote`], [`Fmri::dir_path`], [`Fmri::url_path`]).
+//! - [`Action`] and [`Manifest`]: the manifest grammar (both quote styles, `\"` and `\\`
+//!   escapes, joined quoted strings, backslash continuations, `#` lines, repeated keys,
+//!   positional hash or `hash=`) with errors naming line and column, pkg's writer, and
+//!   [`TypedAction`] views of all action types. [`ImageFilter`] applies pkg's variant and
+//!   facet rules.
+//! - [`PayloadHashes`]: which hashes an action names and streaming verification of stored
+//!   payloads (`gzip:`/`chash` on the stored bytes, `file:sha512t_256` → `file:sha256` →
+//!   SHA-1 on the content); [`compress`] writes payloads with pkg's fixed gzip header.
+//! - [`CatalogAttrs`], [`CatalogPart`] and [`Catalog`]: catalog v1 with pkg's signatures,
+//!   serialised byte for byte as pkg does.
+//! - [`FileRepo`]: version 4 file repositories: read, verify, publish.
+//! - [`DepotClient`] and [`DepotServer`]: the HTTP depot protocol (client with operation
+//!   negotiation, retries and a verified [`PayloadCache`]; read-only server).
+//! - [`ImageMetadata`]: the `var/pkg` tree of an installed image.
+//!
+//! Every error names its input: file, line and column, FMRI, action or URL.
 //!
 //! It depends on no other workspace crate.
 #![deny(missing_docs)]
