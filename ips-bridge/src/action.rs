@@ -1005,6 +1005,48 @@ mod tests {
     }
 
     #[test]
+    fn kinds_sort_in_pkg_install_order() {
+        let mut kinds: Vec<ActionKind> = [
+            "signature",
+            "file",
+            "set",
+            "license",
+            "dir",
+            "user",
+            "link",
+            "group",
+            "depend",
+            "driver",
+            "hardlink",
+            "legacy",
+            "unknown",
+        ]
+        .iter()
+        .map(|n| ActionKind::from_name(n).unwrap())
+        .collect();
+        kinds.sort();
+        let names: Vec<_> = kinds.iter().map(|k| k.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "set",
+                "depend",
+                "group",
+                "user",
+                "dir",
+                "file",
+                "hardlink",
+                "link",
+                "driver",
+                "unknown",
+                "license",
+                "legacy",
+                "signature"
+            ]
+        );
+    }
+
+    #[test]
     fn hardlink_targets_are_relative_to_the_link_directory() {
         assert_eq!(resolve_hardlink("a/b/c", "../x").as_deref(), Some("a/x"));
         assert_eq!(

@@ -126,6 +126,37 @@ impl Manifest {
         (Self { actions }, errors)
     }
 
+    /// Checks manifest text the way `rdctl ips lint` reports it: every parse error, plus
+    /// every action whose values pkg would refuse at publication ([`Action::typed`]), each
+    /// naming its line (and column for parse errors). Empty when the manifest is clean.
+    pub fn lint(text: &str) -> Vec<ManifestError> {
+        let lines: Vec<&str> = text.split('\n').collect();
+        let mut errors = Vec::new();
+        for logical in logical_lines(&lines) {
+            match Action::parse(&logical.text) {
+                Ok(a) => {
+                    if let Err(message) = a.typed() {
+                        let (line, column) = logical.locate(1);
+                        errors.push(ManifestError {
+                            line,
+                            column,
+                            message,
+                        });
+                    }
+                }
+                Err(e) => {
+                    let (line, column) = logical.locate(e.column);
+                    errors.push(ManifestError {
+                        line,
+                        column,
+                        message: e.message,
+                    });
+                }
+            }
+        }
+        errors
+    }
+
     /// The actions in file order.
     pub fn actions(&self) -> &[Action] {
         &self.actions
@@ -223,6 +254,22 @@ mod tests {
         assert_eq!(m.actions().len(), 1);
         let lines: Vec<_> = errs.iter().map(|e| e.line).collect();
         assert_eq!(lines, [1, 3, 4]);
+    }
+
+    #[test]
+    fn lint_reports_parse_and_value_errors_with_lines() {
+        let text = "set name=a value=b\n\ndir path=x mode=0758\nfile abc path=y preserve=maybe\nfrob x=y\ndepend fmri=a type=require\n";
+        let errs = Manifest::lint(text);
+        let got: Vec<_> = errs.iter().map(|e| (e.line, e.message.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                (3, "invalid mode \"0758\""),
+                (4, "invalid preserve value \"maybe\""),
+                (5, "unknown action type \"frob\"")
+            ]
+        );
+        assert!(Manifest::lint("set name=a value=b\n").is_empty());
     }
 
     #[test]

@@ -696,6 +696,14 @@ mod tests {
             Err(PayloadError::Gzip { .. }) => {}
             r => panic!("{r:?}"),
         }
+        // A damaged CRC trailer is corruption too (flate2 checks it; pkg's gunzip does not).
+        let mut bad_crc = gz.clone();
+        let at = gz.len() - 8;
+        bad_crc[at] ^= 0xff;
+        match h.verify(&bad_crc[..], io::sink()) {
+            Err(PayloadError::Gzip { .. }) => {}
+            r => panic!("{r:?}"),
+        }
         // pkg.size is checked too.
         let sized = Action::parse(&format!("file {} pkg.size=1 path=x", info.sha1)).unwrap();
         let h = PayloadHashes::from_action(&sized).unwrap();

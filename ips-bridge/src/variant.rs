@@ -70,6 +70,20 @@ impl ImageFilter {
         }
     }
 
+    /// True when a package may be installed in this image: for every `variant.*` the
+    /// package declares (`set name=variant.arch value=i386 value=sparc`), the image's value
+    /// must be among the declared ones. Variants the image does not set are not checked.
+    pub fn package_installable(&self, manifest: &crate::Manifest) -> bool {
+        manifest
+            .by_kind(crate::ActionKind::Set)
+            .filter_map(|a| Some((a.get("name")?, a.get_all("value"))))
+            .filter(|(name, _)| name.starts_with("variant."))
+            .all(|(name, values)| match self.variants.get(name) {
+                Some(img) => values.iter().any(|v| v == img),
+                None => true,
+            })
+    }
+
     /// True when `action` applies to this image.
     ///
     /// Variants: every `variant.X=V` tag must equal the image's value; when the image has no
@@ -187,6 +201,17 @@ mod tests {
             .facet("facet.doc.*", true);
         assert!(img.facet_value("facet.doc.html"));
         assert!(!img.facet_value("facet.devel"));
+    }
+
+    #[test]
+    fn packages_must_declare_the_image_arch() {
+        let img = ImageFilter::zone("i386");
+        let m = |t: &str| crate::Manifest::parse(t).unwrap();
+        assert!(img.package_installable(&m("set name=variant.arch value=sparc value=i386\n")));
+        assert!(!img.package_installable(&m("set name=variant.arch value=sparc\n")));
+        assert!(!img.package_installable(&m("set name=variant.opensolaris.zone value=global\n")));
+        assert!(img.package_installable(&m("set name=pkg.summary value=x\n")));
+        assert!(img.package_installable(&m("set name=variant.debug.osnet value=true\n")));
     }
 
     #[test]

@@ -167,6 +167,9 @@ enum Fault {
     Deny,
     /// Re-encode text responses with `Content-Encoding: deflate`.
     Deflate,
+    /// Act as an old depot: advertise only `file 0` and `publisher 0`, and answer 404 to
+    /// `file/1` and to publisher-prefixed paths.
+    OldDepot,
 }
 
 /// A small HTTP/1.1 proxy in front of the real depot server that injects one fault.
@@ -205,6 +208,24 @@ fn serve_one(
         }
     }
     let path = request_line.split_whitespace().nth(1).unwrap_or("/");
+    if let Fault::OldDepot = fault {
+        if path == "/versions/0/" {
+            let doc = b"pkg-server old\nversions 0\ncatalog 1\nmanifest 0\nfile 0\npublisher 0\n";
+            write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                doc.len()
+            )?;
+            return stream.write_all(doc);
+        }
+        if path.contains("/file/1/") || path.starts_with("/example.org/") {
+            write!(
+                stream,
+                "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            )?;
+            return Ok(());
+        }
+    }
     let respond = |stream: &mut TcpStream, status: &str, headers: &str, body: &[u8], len: usize| {
         write!(
             stream,
@@ -334,5 +355,20 @@ fn denial_is_final_and_deflate_is_decoded() {
             client.manifest_bytes(pkg).unwrap(),
             repo.manifest_bytes(pkg).unwrap()
         );
+    }
+}
+
+#[test]
+fn old_depots_get_file_0_and_unprefixed_paths() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = fixture_repo(&tmp.path().join("repo"));
+    let server = DepotServer::start(repo.clone(), "127.0.0.1:0").unwrap();
+    let proxy = fault_proxy(server.url(), Fault::OldDepot, Arc::new(AtomicUsize::new(0)));
+    let client = DepotClient::connect_with(&proxy, fast()).unwrap();
+    assert_eq!(client.negotiate("file", &[0, 1]).unwrap(), 0);
+    let cache = PayloadCache::new(tmp.path().join("cache"));
+    for pkg in client.packages("example.org").unwrap() {
+        let m = client.manifest(&pkg).unwrap();
+        client.fetch_all(&cache, &pkg.fmri, &m).unwrap();
     }
 }
