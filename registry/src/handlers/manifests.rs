@@ -186,7 +186,7 @@ pub(crate) fn check_document(
 }
 
 /// PUT a manifest by tag or digest.
-pub(crate) async fn put(req: Req, reference: &str) -> ApiResult<Response> {
+pub(crate) async fn put(mut req: Req, reference: &str) -> ApiResult<Response> {
     let name = req.name().clone();
     let reference = parse_reference(reference)?;
     let limit = req.state.app().config.max_manifest_bytes;
@@ -204,6 +204,7 @@ pub(crate) async fn put(req: Req, reference: &str) -> ApiResult<Response> {
         .map(|c| c.split(';').next().unwrap_or(c).trim().to_owned())
         .filter(|c| !c.is_empty());
     let repos = req.state.app().repos.clone();
+    let query = std::mem::take(&mut req.query);
     let mut stream = req.body.into_data_stream();
     let mut buf = BytesMut::new();
     while let Some(chunk) = stream.next().await {
@@ -232,6 +233,18 @@ pub(crate) async fn put(req: Req, reference: &str) -> ApiResult<Response> {
         }
         Reference::Tag(_) => Digest::of(Algorithm::Sha256, &bytes),
     };
+    // `?tag=` on a PUT by digest (distribution-spec main): tag it in the same request.
+    let mut extra_tags = Vec::new();
+    for (k, v) in &query {
+        if k == "tag" {
+            if matches!(reference, Reference::Tag(_)) {
+                return Err(invalid(
+                    "tag parameters are only allowed on a PUT by digest",
+                ));
+            }
+            extra_tags.push(Tag::parse(v).map_err(|e| invalid(e.to_string()))?);
+        }
+    }
     let checked = check_document(&bytes, content_type.as_deref())?;
     for b in &checked.blobs {
         if repos.blob_linked(&name, b).await?.is_none() {
@@ -273,6 +286,9 @@ pub(crate) async fn put(req: Req, reference: &str) -> ApiResult<Response> {
     if let Reference::Tag(t) = &reference {
         repos.set_tag(&name, t, &digest).await?;
     }
+    for t in &extra_tags {
+        repos.set_tag(&name, t, &digest).await?;
+    }
     let mut b = Response::builder()
         .status(StatusCode::CREATED)
         .header(header::LOCATION, format!("/v2/{name}/manifests/{digest}"))
@@ -280,6 +296,9 @@ pub(crate) async fn put(req: Req, reference: &str) -> ApiResult<Response> {
         .header(header::CONTENT_LENGTH, 0);
     if let Some(s) = &checked.subject {
         b = b.header("oci-subject", hv(s.as_str()));
+    }
+    for t in &extra_tags {
+        b = b.header("oci-tag", hv(t.as_str()));
     }
     b.body(Body::empty()).map_err(ApiError::internal)
 }
