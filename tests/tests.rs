@@ -1,1 +1,6 @@
-//! End-to-end tests across crates, with real servers and clients.
+//! End-to-end tests across crates, with real servers and clients. One binary, one module per
+//! area; `util` holds the shared helpers.
+
+mod util;
+mod validate_cli;
+mod validate_tools;
