@@ -148,13 +148,8 @@ pub fn verify_signature(file: &str, bytes: &[u8]) -> Result<bool, CatalogError> 
         return Ok(false);
     };
     let text = std::str::from_utf8(bytes).map_err(|_| structure(file, "not utf-8"))?;
-    let marker = "\"_SIGNATURE\":";
-    let at = text
-        .rfind(marker)
+    let actual = unsigned_sha1(text)
         .ok_or_else(|| structure(file, "_SIGNATURE is not a top-level member written by pkg"))?;
-    let head = text[..at].trim_end_matches(',');
-    let unsigned = format!("{head}}}\n");
-    let actual = hash_hex(HashAlg::Sha1, unsigned.as_bytes());
     if actual != expected {
         return Err(CatalogError::Signature {
             file: file.to_owned(),
@@ -163,6 +158,15 @@ pub fn verify_signature(file: &str, bytes: &[u8]) -> Result<bool, CatalogError> 
         });
     }
     Ok(true)
+}
+
+/// The SHA-1 of a signed catalog file's text as it was before pkg spliced in its
+/// `_SIGNATURE` member (the text before the last `"_SIGNATURE":`, without the comma, closed
+/// with `}` and a newline). `None` when the text has no such member.
+pub(crate) fn unsigned_sha1(text: &str) -> Option<String> {
+    let at = text.rfind("\"_SIGNATURE\":")?;
+    let head = text[..at].trim_end_matches(',');
+    Some(hash_hex(HashAlg::Sha1, format!("{head}}}\n").as_bytes()))
 }
 
 fn parse(file: &str, bytes: &[u8]) -> Result<Value, CatalogError> {

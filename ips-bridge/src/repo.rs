@@ -5,8 +5,9 @@
 //! `publisher/<pub>/pkg/<q(stem)>/<q(version)>` (manifests) and
 //! `publisher/<pub>/file/<h[0:2]>/<h>` (gzip payloads named by the SHA-1 of their content).
 //!
-//! The writer assumes one publisher process at a time per repository (like `pkgsend` to a
-//! file repository); every file it writes appears atomically (temporary file and rename).
+//! Publishers of one publisher's catalog are serialised by an advisory lock (threads and
+//! processes alike); every file the writer creates appears atomically (temporary file and
+//! rename), so readers never see partial files.
 
 use std::fs::{self, File};
 use std::io::{self, BufReader, Read, Write};
@@ -311,15 +312,10 @@ impl FileRepo {
         for (name, info) in &attrs.parts {
             let bytes = read_limited(&dir.join(name))?;
             if let Some(sig) = &info.signature_sha1 {
-                let text = std::str::from_utf8(&bytes).unwrap_or("");
-                let unsigned = match text
-                    .rfind(",\"_SIGNATURE\":")
-                    .or_else(|| text.rfind("\"_SIGNATURE\":"))
-                {
-                    Some(at) => format!("{}}}\n", text[..at].trim_end_matches(',')),
-                    None => text.to_owned(),
-                };
-                let actual = hash_hex(HashAlg::Sha1, unsigned.as_bytes());
+                // attrs records each part's signature: check the part's unsigned text.
+                let text = String::from_utf8_lossy(&bytes);
+                let actual = crate::catalog::unsigned_sha1(&text)
+                    .unwrap_or_else(|| hash_hex(HashAlg::Sha1, text.as_bytes()));
                 if &actual != sig {
                     return Err(cat_err(CatalogError::Signature {
                         file: name.clone(),
@@ -563,7 +559,7 @@ impl FileRepo {
         };
         let fmri = Fmri::new(Some(publisher), fmri.stem(), Some(version))?;
         let pub_dir = self.root.join("publisher").join(publisher);
-        fs::create_dir_all(&pub_dir).map_err(io_err(&pub_dir))?;
+        let _lock = lock_publisher(&pub_dir)?;
 
         let mut out = Manifest::new();
         for a in manifest.actions() {
@@ -585,7 +581,11 @@ impl FileRepo {
         let mut catalog = self.catalog(publisher)?;
         catalog.add(&fmri, &out, text.as_bytes());
         let stamp = catalog_time(now);
-        for (name, body) in catalog.files(&stamp, true) {
+        // Parts first, attrs last: attrs names the parts' signatures, so a reader that sees
+        // the new attrs also finds the new parts.
+        let mut files = catalog.files(&stamp, true);
+        files.rotate_left(1);
+        for (name, body) in files {
             write_atomic(&pub_dir.join("catalog").join(name), body.as_bytes())?;
         }
         Ok(fmri)
@@ -661,6 +661,26 @@ impl FileRepo {
         }
         info.apply_to(action);
         Ok(())
+    }
+}
+
+/// Serialises publishers of one publisher's catalog (across threads and processes) with an
+/// advisory lock on `publisher/<pub>/tmp/publish.lock`, held until the guard drops. Where
+/// the platform has no advisory locks, publishing goes on unlocked.
+fn lock_publisher(pub_dir: &Path) -> Result<File, RepoError> {
+    let tmp = pub_dir.join("tmp");
+    fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
+    let path = tmp.join("publish.lock");
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io_err(&path))?;
+    match file.lock() {
+        Ok(()) => Ok(file),
+        Err(e) if e.kind() == io::ErrorKind::Unsupported => Ok(file),
+        Err(e) => Err(io_err(&path)(e)),
     }
 }
 

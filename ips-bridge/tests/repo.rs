@@ -196,3 +196,26 @@ fn reader_rejects_non_repositories_and_unknown_publishers() {
     ));
     assert!(repo.packages("example.org").unwrap().is_empty());
 }
+
+#[test]
+fn concurrent_publishers_lose_no_catalog_entries() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = FileRepo::create(tmp.path(), "example.org").unwrap();
+    std::thread::scope(|s| {
+        for t in 0..3 {
+            let repo = repo.clone();
+            s.spawn(move || {
+                for i in 0..6 {
+                    let text = format!(
+                        "set name=pkg.fmri value=pkg:/demo/t{t}@1.{i}-1:20240101T000000Z\ndir path=d{t} group=bin mode=0755 owner=root\n"
+                    );
+                    repo.publish("example.org", &Manifest::parse(&text).unwrap(), None)
+                        .unwrap();
+                }
+            });
+        }
+    });
+    let reopened = FileRepo::open(tmp.path()).unwrap();
+    assert_eq!(reopened.packages("example.org").unwrap().len(), 18);
+    assert!(reopened.verify("example.org").unwrap().is_empty());
+}
