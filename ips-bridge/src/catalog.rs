@@ -480,23 +480,25 @@ impl CatalogPart {
     }
 }
 
-/// Which part a `set` or `depend` action of a manifest goes to, as pkg splits them: all
-/// `depend` actions and the `set` actions named `variant.*`, `facet.*`, `pkg.depend.*`,
-/// `pkg.obsolete`, `pkg.renamed`, `pkg.legacy` go to the dependency part; the other `set`
-/// actions except `pkg.fmri` go to the summary part.
+/// Which part a `set` or `depend` action of a manifest goes to, as pkg (OpenIndiana's
+/// `catalog.py`) splits them: all `depend` actions and the `set` actions whose name starts
+/// with `variant`, `facet` or `pkg.depend.`, or is `pkg.obsolete` or `pkg.renamed`, go to the
+/// dependency part; the other `set` actions go to the summary part, except `fmri`,
+/// `pkg.fmri` and locale-specific ones (`name:locale`, which belong to that locale's part).
+/// (Oracle's newer pkg also routes `pkg.legacy` to the dependency part.)
 pub fn part_for(action: &Action) -> Option<&'static str> {
     match action.kind() {
         ActionKind::Depend => Some("catalog.dependency.C"),
         ActionKind::Set => {
             let name = action.get("name")?;
-            if name == "pkg.fmri" {
-                None
-            } else if name.starts_with("variant")
+            if name.starts_with("variant")
                 || name.starts_with("facet")
                 || name.starts_with("pkg.depend.")
-                || matches!(name, "pkg.obsolete" | "pkg.renamed" | "pkg.legacy")
+                || matches!(name, "pkg.obsolete" | "pkg.renamed")
             {
                 Some("catalog.dependency.C")
+            } else if matches!(name, "fmri" | "pkg.fmri") || name.contains(':') {
+                None
             } else {
                 Some("catalog.summary.C")
             }
@@ -553,7 +555,11 @@ impl Catalog {
         self.base.push(entry(base));
         let mut dep = Vec::new();
         let mut sum = Vec::new();
-        for a in manifest.actions() {
+        // pkg lists all depend actions before the set actions, each in manifest order.
+        let ordered = manifest
+            .by_kind(ActionKind::Depend)
+            .chain(manifest.by_kind(ActionKind::Set));
+        for a in ordered {
             match part_for(a) {
                 Some("catalog.dependency.C") => dep.push(Value::String(a.to_string())),
                 Some(_) => sum.push(Value::String(a.to_string())),
@@ -688,7 +694,7 @@ mod tests {
     #[test]
     fn splits_actions_into_parts() {
         let m = Manifest::parse(
-            "set name=pkg.fmri value=pkg://p/a@1.0-1:20240101T000000Z\nset name=pkg.summary value=x\nset name=variant.arch value=i386\nset name=pkg.obsolete value=true\nset name=pkg.depend.runpath value=x\ndepend fmri=b type=require\ndir path=x mode=0755 owner=root group=bin\n",
+            "set name=pkg.fmri value=pkg://p/a@1.0-1:20240101T000000Z\nset name=pkg.summary value=x\nset name=variant.arch value=i386\nset name=pkg.obsolete value=true\nset name=pkg.depend.runpath value=x\ndepend fmri=b type=require\ndir path=x mode=0755 owner=root group=bin\nset name=pkg.summary:de value=y\n",
         )
         .unwrap();
         let parts: Vec<_> = m.actions().iter().map(part_for).collect();
@@ -701,8 +707,20 @@ mod tests {
                 Some("catalog.dependency.C"),
                 Some("catalog.dependency.C"),
                 Some("catalog.dependency.C"),
+                None,
                 None
             ]
+        );
+        // Depend actions come first in the dependency part, as in real catalogs.
+        let f = Fmri::parse("pkg://p/a@1.0-1:20240101T000000Z").unwrap();
+        let mut c = Catalog::default();
+        c.add(&f, &m, b"");
+        let actions = c.dependency.entries()[0].actions();
+        assert_eq!(actions[0], "depend fmri=b type=require");
+        assert_eq!(actions[1], "set name=variant.arch value=i386");
+        assert_eq!(
+            c.summary.entries()[0].actions(),
+            ["set name=pkg.summary value=x"]
         );
     }
 

@@ -102,3 +102,32 @@ fn tampered_files_are_rejected() {
         Ok(_) => panic!("accepted attrs without package-count"),
     }
 }
+
+#[test]
+fn writer_reproduces_the_real_dependency_and_summary_parts() {
+    // Rebuild each package's manifest from the real catalog (set actions first, as real
+    // manifests have them), then let the writer split it into parts again.
+    let dep = CatalogPart::parse("catalog.dependency.C", &read("catalog.dependency.C")).unwrap();
+    let sum = CatalogPart::parse("catalog.summary.C", &read("catalog.summary.C")).unwrap();
+    let mut catalog = ips_bridge::Catalog::default();
+    for (d, s) in dep.entries().iter().zip(sum.entries()) {
+        let fmri = d.fmri().unwrap();
+        let mut text = format!("set name=pkg.fmri value={fmri}\n");
+        let (sets, depends): (Vec<&str>, Vec<&str>) =
+            d.actions().into_iter().partition(|a| a.starts_with("set "));
+        for a in s.actions().into_iter().chain(sets).chain(depends) {
+            text.push_str(a);
+            text.push('\n');
+        }
+        let m = ips_bridge::Manifest::parse(&text).unwrap();
+        catalog.add(&fmri, &m, text.as_bytes());
+    }
+    assert_eq!(
+        catalog.dependency.to_file(true).as_bytes(),
+        &read("catalog.dependency.C")[..]
+    );
+    assert_eq!(
+        catalog.summary.to_file(true).as_bytes(),
+        &read("catalog.summary.C")[..]
+    );
+}
