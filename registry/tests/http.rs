@@ -1,0 +1,905 @@
+//! The HTTP API driven in process through `api::router` (no socket): error table, upload
+//! sessions that survive a restart or move to another instance, and concurrent pushes.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{HeaderMap, Method, Request, StatusCode};
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use registry::api::{AppState, RegistryConfig, router};
+use registry::storage::FsStore;
+use tower::ServiceExt;
+use validator::{Algorithm, Digest};
+
+struct Resp {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Resp {
+    fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name} header"))
+            .to_str()
+            .unwrap()
+    }
+
+    fn code(&self) -> String {
+        let v: serde_json::Value = serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("error body is not JSON ({e}): {:?}", self.body));
+        v["errors"][0]["code"].as_str().unwrap().to_owned()
+    }
+}
+
+fn app_on(dir: &std::path::Path, config: RegistryConfig) -> Router {
+    let store = FsStore::open(dir).unwrap();
+    router(AppState::new(Arc::new(store), config))
+}
+
+async fn send(
+    app: &Router,
+    method: Method,
+    uri: &str,
+    headers: &[(&str, &str)],
+    body: impl Into<Body>,
+) -> Resp {
+    let mut req = Request::builder().method(method).uri(uri);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = app
+        .clone()
+        .oneshot(req.body(body.into()).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    Resp {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// Pushes a blob with POST + PUT; returns its digest.
+async fn push_blob(app: &Router, repo: &str, data: &[u8]) -> Digest {
+    let d = Digest::sha256(data);
+    let r = send(
+        app,
+        Method::POST,
+        &format!("/v2/{repo}/blobs/uploads/"),
+        &[],
+        Body::empty(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED);
+    let loc = r.header("location").to_owned();
+    let r = send(
+        app,
+        Method::PUT,
+        &format!("{loc}?digest={d}"),
+        &[("content-type", "application/octet-stream")],
+        Bytes::copy_from_slice(data),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    d
+}
+
+fn image_manifest(config: &Digest, config_len: usize, layer: &Digest, layer_len: usize) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config, "size": config_len},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": layer, "size": layer_len}],
+    }))
+    .unwrap()
+}
+
+const MT: &str = "application/vnd.oci.image.manifest.v1+json";
+
+#[tokio::test]
+async fn bad_requests_get_the_right_status_and_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = app_on(dir.path(), RegistryConfig::default());
+    let cfg = push_blob(&app, "good/repo", b"{}").await;
+    let layer = push_blob(&app, "good/repo", &[1u8; 1000]).await;
+    let unknown = Digest::sha256(b"never pushed");
+    let manifest = image_manifest(&cfg, 2, &layer, 1000);
+    let r = send(
+        &app,
+        Method::PUT,
+        "/v2/good/repo/manifests/v1",
+        &[("content-type", MT)],
+        manifest.clone(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED);
+
+    let big = vec![b' '; (4 << 20) + 1];
+    let missing_blob = image_manifest(&cfg, 2, &unknown, 5);
+    let upload = send(
+        &app,
+        Method::POST,
+        "/v2/good/repo/blobs/uploads/",
+        &[],
+        Body::empty(),
+    )
+    .await;
+    let loc = upload.header("location").to_owned();
+    let random_upload = format!(
+        "/v2/good/repo/blobs/uploads/{}",
+        "0b9c2a5e-1f8f-4a8a-9d63-3c1f2b9d7e10"
+    );
+
+    type Case<'a> = (
+        &'a str,
+        Method,
+        String,
+        Vec<(&'a str, &'a str)>,
+        Vec<u8>,
+        StatusCode,
+        &'a str,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "uppercase name",
+            Method::GET,
+            "/v2/Bad/tags/list".into(),
+            vec![],
+            vec![],
+            StatusCode::BAD_REQUEST,
+            "NAME_INVALID",
+        ),
+        (
+            "name with ..",
+            Method::GET,
+            "/v2/a..b/blobs/uploads/x".into(),
+            vec![],
+            vec![],
+            StatusCode::BAD_REQUEST,
+            "NAME_INVALID",
+        ),
+        (
+            "short digest",
+            Method::GET,
+            "/v2/good/repo/blobs/sha256:abc".into(),
+            vec![],
+            vec![],
+            StatusCode::BAD_REQUEST,
+            "DIGEST_INVALID",
+        ),
+        (
+            "unsupported algorithm",
+            Method::HEAD,
+            "/v2/good/repo/blobs/md5:d41d8cd98f00b204e9800998ecf8427e".into(),
+            vec![],
+            vec![],
+            StatusCode::BAD_REQUEST,
+            "",
+        ),
+        (
+            "unknown blob",
+            Method::GET,
+            format!("/v2/good/repo/blobs/{unknown}"),
+            vec![],
+            vec![],
+            StatusCode::NOT_FOUND,
+            "BLOB_UNKNOWN",
+        ),
+        (
+            "blob of another repo",
+            Method::GET,
+            format!("/v2/other/blobs/{layer}"),
+            vec![],
+            vec![],
+            StatusCode::NOT_FOUND,
+            "BLOB_UNKNOWN",
+        ),
+        (
+            "unknown tag",
+            Method::GET,
+            "/v2/good/repo/manifests/nope".into(),
+            vec![],
+            vec![],
+            StatusCode::NOT_FOUND,
+            "MANIFEST_UNKNOWN",
+        ),
+        (
+            "malformed manifest digest",
+            Method::GET,
+            "/v2/good/repo/manifests/sha256:totallywrong".into(),
+            vec![],
+            vec![],
+            StatusCode::BAD_REQUEST,
+            "DIGEST_INVALID",
+        ),
+        (
+            "unknown repository tags",
+            Method::GET,
+            "/v2/no/such/tags/list".into(),
+            vec![],
+            vec![],
+            StatusCode::NOT_FOUND,
+            "NAME_UNKNOWN",
+        ),
+        (
+            "manifest too large",
+            Method::PUT,
+            "/v2/good/repo/manifests/big".into(),
+            vec![("content-type", MT)],
+            big,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "SIZE_INVALID",
+        ),
+        (
+            "manifest not JSON",
+            Method::PUT,
+            "/v2/good/repo/manifests/x".into(),
+            vec![("content-type", MT)],
+            b"{nope".to_vec(),
+            StatusCode::BAD_REQUEST,
+            "MANIFEST_INVALID",
+        ),
+        (
+            "manifest type mismatch",
+            Method::PUT,
+            "/v2/good/repo/manifests/x".into(),
+            vec![("content-type", "application/vnd.oci.image.index.v1+json")],
+            manifest.clone(),
+            StatusCode::BAD_REQUEST,
+            "MANIFEST_INVALID",
+        ),
+        (
+            "manifest with unknown blob",
+            Method::PUT,
+            "/v2/good/repo/manifests/x".into(),
+            vec![("content-type", MT)],
+            missing_blob,
+            StatusCode::BAD_REQUEST,
+            "MANIFEST_BLOB_UNKNOWN",
+        ),
+        (
+            "manifest body digest mismatch",
+            Method::PUT,
+            format!("/v2/good/repo/manifests/{unknown}"),
+            vec![("content-type", MT)],
+            manifest.clone(),
+            StatusCode::BAD_REQUEST,
+            "DIGEST_INVALID",
+        ),
+        (
+            "bad tag",
+            Method::PUT,
+            "/v2/good/repo/manifests/-tag".into(),
+            vec![("content-type", MT)],
+            manifest.clone(),
+            StatusCode::BAD_REQUEST,
+            "MANIFEST_INVALID",
+        ),
+        (
+            "upload id not a uuid",
+            Method::PATCH,
+            "/v2/good/repo/blobs/uploads/..%2F..%2Fetc".into(),
+            vec![],
+            b"x".to_vec(),
+            StatusCode::NOT_FOUND,
+            "BLOB_UPLOAD_UNKNOWN",
+        ),
+        (
+            "unknown upload",
+            Method::GET,
+            random_upload.clone(),
+            vec![],
+            vec![],
+            StatusCode::NOT_FOUND,
+            "BLOB_UPLOAD_UNKNOWN",
+        ),
+        (
+            "upload of another repo",
+            Method::GET,
+            loc.replace("good/repo", "other"),
+            vec![],
+            vec![],
+            StatusCode::NOT_FOUND,
+            "BLOB_UPLOAD_UNKNOWN",
+        ),
+        (
+            "chunk not at offset 0",
+            Method::PATCH,
+            loc.clone(),
+            vec![("content-range", "5-9")],
+            b"12345".to_vec(),
+            StatusCode::RANGE_NOT_SATISFIABLE,
+            "",
+        ),
+        (
+            "body shorter than content-range",
+            Method::PATCH,
+            loc.clone(),
+            vec![("content-range", "0-9")],
+            b"12345".to_vec(),
+            StatusCode::BAD_REQUEST,
+            "SIZE_INVALID",
+        ),
+        (
+            "content-range and length disagree",
+            Method::PATCH,
+            loc.clone(),
+            vec![("content-range", "0-9"), ("content-length", "5")],
+            b"12345".to_vec(),
+            StatusCode::RANGE_NOT_SATISFIABLE,
+            "",
+        ),
+        (
+            "close without digest",
+            Method::PUT,
+            loc.clone(),
+            vec![],
+            vec![],
+            StatusCode::BAD_REQUEST,
+            "DIGEST_INVALID",
+        ),
+        (
+            "bad digest-algorithm",
+            Method::POST,
+            "/v2/good/repo/blobs/uploads/?digest-algorithm=md5".into(),
+            vec![],
+            vec![],
+            StatusCode::BAD_REQUEST,
+            "DIGEST_INVALID",
+        ),
+        (
+            "blob range start past end",
+            Method::GET,
+            format!("/v2/good/repo/blobs/{layer}"),
+            vec![("range", "bytes=1000-")],
+            vec![],
+            StatusCode::RANGE_NOT_SATISFIABLE,
+            "",
+        ),
+        (
+            "blob range end before start",
+            Method::GET,
+            format!("/v2/good/repo/blobs/{layer}"),
+            vec![("range", "bytes=500-0")],
+            vec![],
+            StatusCode::RANGE_NOT_SATISFIABLE,
+            "",
+        ),
+        (
+            "referrers of a bad digest",
+            Method::GET,
+            "/v2/good/repo/referrers/sha256:zz".into(),
+            vec![],
+            vec![],
+            StatusCode::BAD_REQUEST,
+            "DIGEST_INVALID",
+        ),
+        (
+            "delete unknown manifest",
+            Method::DELETE,
+            format!("/v2/good/repo/manifests/{unknown}"),
+            vec![],
+            vec![],
+            StatusCode::NOT_FOUND,
+            "MANIFEST_UNKNOWN",
+        ),
+        (
+            "delete unknown blob",
+            Method::DELETE,
+            format!("/v2/good/repo/blobs/{unknown}"),
+            vec![],
+            vec![],
+            StatusCode::NOT_FOUND,
+            "BLOB_UNKNOWN",
+        ),
+        (
+            "unsupported method",
+            Method::POST,
+            "/v2/good/repo/tags/list".into(),
+            vec![],
+            vec![],
+            StatusCode::METHOD_NOT_ALLOWED,
+            "UNSUPPORTED",
+        ),
+        (
+            "no such endpoint",
+            Method::GET,
+            "/v2/good/repo/nothing/here".into(),
+            vec![],
+            vec![],
+            StatusCode::NOT_FOUND,
+            "NAME_UNKNOWN",
+        ),
+    ];
+    for (what, method, uri, headers, body, status, code) in cases {
+        let r = send(&app, method.clone(), &uri, &headers, body).await;
+        assert_eq!(r.status, status, "{what}: {method} {uri}: {:?}", r.body);
+        if !code.is_empty() {
+            assert_eq!(r.code(), code, "{what}");
+        }
+        assert_eq!(r.header("docker-distribution-api-version"), "registry/2.0");
+    }
+    // The upload survived every refused request: still at 0, and a 416 said so.
+    let r = send(&app, Method::GET, &loc, &[], Body::empty()).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    assert_eq!(r.header("range"), "0-0");
+    // Nothing was stored by the refused manifest PUTs.
+    let r = send(
+        &app,
+        Method::GET,
+        "/v2/good/repo/tags/list",
+        &[],
+        Body::empty(),
+    )
+    .await;
+    let tags: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(tags["tags"], serde_json::json!(["v1"]));
+}
+
+#[tokio::test]
+async fn deletes_can_be_switched_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = RegistryConfig {
+        delete_enabled: false,
+        ..RegistryConfig::default()
+    };
+    let app = app_on(dir.path(), config);
+    let d = push_blob(&app, "r", b"data").await;
+    for uri in [
+        format!("/v2/r/blobs/{d}"),
+        "/v2/r/manifests/latest".to_owned(),
+    ] {
+        let r = send(&app, Method::DELETE, &uri, &[], Body::empty()).await;
+        assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(r.code(), "UNSUPPORTED");
+    }
+    let r = send(
+        &app,
+        Method::HEAD,
+        &format!("/v2/r/blobs/{d}"),
+        &[],
+        Body::empty(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn chunked_upload_survives_a_restart_and_moves_between_instances() {
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 31 % 251) as u8).collect();
+    for alg in [Algorithm::Sha256, Algorithm::Sha512] {
+        let d = Digest::of(alg, &data);
+        let first = app_on(dir.path(), RegistryConfig::default());
+        let r = send(
+            &first,
+            Method::POST,
+            "/v2/resume/blobs/uploads/",
+            &[],
+            Body::empty(),
+        )
+        .await;
+        let loc = r.header("location").to_owned();
+        let r = send(
+            &first,
+            Method::PATCH,
+            &loc,
+            &[("content-range", "0-99999")],
+            data[..100_000].to_vec(),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::ACCEPTED);
+        assert_eq!(r.header("range"), "0-99999");
+        drop(first);
+
+        // A second instance over the same store: the state is all in the store.
+        let second = app_on(dir.path(), RegistryConfig::default());
+        let r = send(&second, Method::GET, &loc, &[], Body::empty()).await;
+        assert_eq!(r.status, StatusCode::NO_CONTENT);
+        assert_eq!(r.header("range"), "0-99999");
+        // Repeating the first chunk is refused with the true range.
+        let r = send(
+            &second,
+            Method::PATCH,
+            &loc,
+            &[("content-range", "0-99999")],
+            data[..100_000].to_vec(),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::RANGE_NOT_SATISFIABLE);
+        assert_eq!(r.header("range"), "0-99999");
+        // Streamed PATCH without Content-Range, then the last chunk on the PUT.
+        let r = send(
+            &second,
+            Method::PATCH,
+            &loc,
+            &[],
+            data[100_000..250_000].to_vec(),
+        )
+        .await;
+        assert_eq!(r.header("range"), "0-249999");
+        let r = send(
+            &second,
+            Method::PUT,
+            &format!("{loc}?digest={d}"),
+            &[("content-range", "250000-299999")],
+            data[250_000..].to_vec(),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+        assert_eq!(r.header("docker-content-digest"), d.as_str());
+        let r = send(
+            &second,
+            Method::GET,
+            &format!("/v2/resume/blobs/{d}"),
+            &[],
+            Body::empty(),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert!(r.body[..] == data[..]);
+        let r = send(
+            &second,
+            Method::GET,
+            &format!("/v2/resume/blobs/{d}"),
+            &[("range", "bytes=-10")],
+            Body::empty(),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::PARTIAL_CONTENT);
+        assert_eq!(r.header("content-range"), "bytes 299990-299999/300000");
+        assert_eq!(&r.body[..], &data[299_990..]);
+        // The session is gone once committed.
+        let r = send(&second, Method::GET, &loc, &[], Body::empty()).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND);
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("uploads"))
+        .map(|d| d.collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "upload areas left: {left:?}");
+}
+
+#[tokio::test]
+async fn a_wrong_digest_publishes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = app_on(dir.path(), RegistryConfig::default());
+    let claimed = Digest::sha256(b"what the client claims");
+    let r = send(
+        &app,
+        Method::POST,
+        &format!("/v2/r/blobs/uploads/?digest={claimed}"),
+        &[],
+        b"other bytes".to_vec(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.code(), "DIGEST_INVALID");
+    let r = send(
+        &app,
+        Method::HEAD,
+        &format!("/v2/r/blobs/{claimed}"),
+        &[],
+        Body::empty(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    let actual = Digest::sha256(b"other bytes");
+    let r = send(
+        &app,
+        Method::HEAD,
+        &format!("/v2/r/blobs/{actual}"),
+        &[],
+        Body::empty(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert!(
+        !dir.path().join("blobs").exists(),
+        "nothing may reach the blob area"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_clients_push_the_same_blob_and_tag() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = app_on(dir.path(), RegistryConfig::default());
+    let layer: Vec<u8> = (0..2_000_000u32).map(|i| (i % 241) as u8).collect();
+    let layer_d = Digest::sha256(&layer);
+    let cfg = b"{\"architecture\":\"amd64\",\"os\":\"illumos\"}".to_vec();
+    let cfg_d = Digest::sha256(&cfg);
+    let manifest = image_manifest(&cfg_d, cfg.len(), &layer_d, layer.len());
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let app = app.clone();
+            let layer = layer.clone();
+            let cfg = cfg.clone();
+            let manifest = manifest.clone();
+            let layer_d = layer_d.clone();
+            tokio::spawn(async move {
+                let r = send(
+                    &app,
+                    Method::POST,
+                    "/v2/same/blobs/uploads/",
+                    &[],
+                    Body::empty(),
+                )
+                .await;
+                let loc = r.header("location").to_owned();
+                // Different chunkings per client.
+                let step = 100_000 * (i + 1);
+                let mut off = 0;
+                while off < layer.len() {
+                    let end = (off + step).min(layer.len());
+                    let range = format!("{off}-{}", end - 1);
+                    let r = send(
+                        &app,
+                        Method::PATCH,
+                        &loc,
+                        &[("content-range", &range)],
+                        layer[off..end].to_vec(),
+                    )
+                    .await;
+                    assert_eq!(r.status, StatusCode::ACCEPTED);
+                    off = end;
+                }
+                let r = send(
+                    &app,
+                    Method::PUT,
+                    &format!("{loc}?digest={layer_d}"),
+                    &[],
+                    Body::empty(),
+                )
+                .await;
+                assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+                push_blob(&app, "same", &cfg).await;
+                let r = send(
+                    &app,
+                    Method::PUT,
+                    "/v2/same/manifests/latest",
+                    &[("content-type", MT)],
+                    manifest,
+                )
+                .await;
+                assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+                r.header("docker-content-digest").to_owned()
+            })
+        })
+        .collect();
+    let mut digests = Vec::new();
+    for t in tasks {
+        digests.push(t.await.unwrap());
+    }
+    digests.dedup();
+    assert_eq!(digests.len(), 1);
+    let r = send(
+        &app,
+        Method::GET,
+        &format!("/v2/same/blobs/{layer_d}"),
+        &[],
+        Body::empty(),
+    )
+    .await;
+    assert!(
+        r.body[..] == layer[..],
+        "the published blob is not the pushed one"
+    );
+    let r = send(
+        &app,
+        Method::GET,
+        "/v2/same/manifests/latest",
+        &[],
+        Body::empty(),
+    )
+    .await;
+    assert_eq!(r.header("docker-content-digest"), digests[0]);
+    assert_eq!(&r.body[..], &manifest[..]);
+    let r = send(&app, Method::GET, "/v2/same/tags/list", &[], Body::empty()).await;
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["tags"], serde_json::json!(["latest"]));
+    let r = send(&app, Method::GET, "/v2/_catalog", &[], Body::empty()).await;
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["repositories"], serde_json::json!(["same"]));
+}
+
+#[tokio::test]
+async fn tag_and_catalog_pagination_with_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = app_on(dir.path(), RegistryConfig::default());
+    let cfg = push_blob(&app, "p", b"{}").await;
+    let layer = push_blob(&app, "p", b"layer").await;
+    let m = image_manifest(&cfg, 2, &layer, 5);
+    for t in ["d", "a", "c", "b", "e"] {
+        let r = send(
+            &app,
+            Method::PUT,
+            &format!("/v2/p/manifests/{t}"),
+            &[("content-type", MT)],
+            m.clone(),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::CREATED);
+    }
+    let r = send(&app, Method::GET, "/v2/p/tags/list?n=2", &[], Body::empty()).await;
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["tags"], serde_json::json!(["a", "b"]));
+    assert_eq!(
+        r.header("link"),
+        "</v2/p/tags/list?n=2&last=b>; rel=\"next\""
+    );
+    let r = send(
+        &app,
+        Method::GET,
+        "/v2/p/tags/list?n=2&last=d",
+        &[],
+        Body::empty(),
+    )
+    .await;
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["tags"], serde_json::json!(["e"]));
+    assert!(r.headers.get("link").is_none());
+    let r = send(&app, Method::GET, "/v2/p/tags/list?n=0", &[], Body::empty()).await;
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["tags"], serde_json::json!([]));
+    push_blob(&app, "q/r", b"x").await;
+    let r = send(&app, Method::GET, "/v2/_catalog?n=1", &[], Body::empty()).await;
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["repositories"], serde_json::json!(["p"]));
+    assert_eq!(r.header("link"), "</v2/_catalog?n=1&last=p>; rel=\"next\"");
+    // Deleting the manifest removes every tag that pointed at it.
+    let d = Digest::sha256(&m);
+    let r = send(
+        &app,
+        Method::DELETE,
+        &format!("/v2/p/manifests/{d}"),
+        &[],
+        Body::empty(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED);
+    let r = send(&app, Method::GET, "/v2/p/manifests/a", &[], Body::empty()).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    let r = send(&app, Method::GET, "/v2/p/tags/list", &[], Body::empty()).await;
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["tags"], serde_json::json!([]));
+}
+
+#[tokio::test]
+async fn referrers_with_filter_and_subject_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = app_on(dir.path(), RegistryConfig::default());
+    let cfg = push_blob(&app, "ref", b"{}").await;
+    let layer = push_blob(&app, "ref", b"layer").await;
+    let subject = image_manifest(&cfg, 2, &layer, 5);
+    let subject_d = Digest::sha256(&subject);
+    // The subject need not exist when its referrer is pushed.
+    let mut ids = Vec::new();
+    for (i, at) in [
+        "application/vnd.example.sbom",
+        "application/vnd.example.sig",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let art = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": MT,
+            "artifactType": at,
+            "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": cfg, "size": 2},
+            "layers": [],
+            "subject": {"mediaType": MT, "digest": subject_d, "size": subject.len()},
+            "annotations": {"n": i.to_string()},
+        }))
+        .unwrap();
+        let d = Digest::sha256(&art);
+        let r = send(
+            &app,
+            Method::PUT,
+            &format!("/v2/ref/manifests/{d}"),
+            &[("content-type", MT)],
+            art,
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+        assert_eq!(r.header("oci-subject"), subject_d.as_str());
+        ids.push(d);
+    }
+    let r = send(
+        &app,
+        Method::GET,
+        &format!("/v2/ref/referrers/{subject_d}"),
+        &[],
+        Body::empty(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(
+        r.header("content-type"),
+        "application/vnd.oci.image.index.v1+json"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["manifests"].as_array().unwrap().len(), 2);
+    let r = send(
+        &app,
+        Method::GET,
+        &format!("/v2/ref/referrers/{subject_d}?artifactType=application/vnd.example.sig"),
+        &[],
+        Body::empty(),
+    )
+    .await;
+    assert_eq!(r.header("oci-filters-applied"), "artifactType");
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["manifests"][0]["digest"], ids[1].as_str());
+    assert_eq!(v["manifests"][0]["annotations"]["n"], "1");
+    let r = send(
+        &app,
+        Method::DELETE,
+        &format!("/v2/ref/manifests/{}", ids[0]),
+        &[],
+        Body::empty(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED);
+    let r = send(
+        &app,
+        Method::GET,
+        &format!("/v2/ref/referrers/{subject_d}"),
+        &[],
+        Body::empty(),
+    )
+    .await;
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["manifests"].as_array().unwrap().len(), 1);
+    // Unknown subject: 200 and an empty index, never 404.
+    let r = send(
+        &app,
+        Method::GET,
+        &format!("/v2/nowhere/referrers/{}", Digest::sha256(b"?")),
+        &[],
+        Body::empty(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["manifests"], serde_json::json!([]));
+}
+
+#[tokio::test]
+async fn stale_uploads_expire() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(FsStore::open(dir.path()).unwrap());
+    let state = AppState::new(store, RegistryConfig::default());
+    let app = router(state.clone());
+    let r = send(
+        &app,
+        Method::POST,
+        "/v2/x/blobs/uploads/",
+        &[],
+        Body::empty(),
+    )
+    .await;
+    let loc = r.header("location").to_owned();
+    assert_eq!(
+        state
+            .expire_uploads(std::time::Duration::from_secs(3600))
+            .await
+            .unwrap(),
+        0
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    assert_eq!(
+        state
+            .expire_uploads(std::time::Duration::ZERO)
+            .await
+            .unwrap(),
+        2
+    );
+    let r = send(&app, Method::GET, &loc, &[], Body::empty()).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+}
