@@ -105,6 +105,26 @@ impl Manifest {
         }
     }
 
+    /// Parses manifest bytes, which must be UTF-8 (an error names the line and column of the
+    /// first invalid byte).
+    pub fn parse_bytes(bytes: &[u8]) -> Result<Self, ManifestError> {
+        match std::str::from_utf8(bytes) {
+            Ok(text) => Self::parse(text),
+            Err(e) => {
+                let good = &bytes[..e.valid_up_to()];
+                let line = good.iter().filter(|&&b| b == b'\n').count() + 1;
+                let start = good.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+                let column =
+                    std::str::from_utf8(&good[start..]).map_or(1, |s| s.chars().count() + 1);
+                Err(ManifestError {
+                    line,
+                    column,
+                    message: "invalid utf-8".into(),
+                })
+            }
+        }
+    }
+
     /// Parses manifest text, collecting every error (for linting) and every good action.
     pub fn parse_all(text: &str) -> (Self, Vec<ManifestError>) {
         let lines: Vec<&str> = text.split('\n').collect();
@@ -270,6 +290,13 @@ mod tests {
             ]
         );
         assert!(Manifest::lint("set name=a value=b\n").is_empty());
+    }
+
+    #[test]
+    fn manifests_must_be_utf8() {
+        let e = Manifest::parse_bytes(b"set name=a value=b\nset name=\xe9 value=c\n").unwrap_err();
+        assert_eq!(e.to_string(), "line 2, column 10: invalid utf-8");
+        assert!(Manifest::parse_bytes("set name=é value=c\n".as_bytes()).is_ok());
     }
 
     #[test]

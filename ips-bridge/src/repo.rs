@@ -413,8 +413,7 @@ impl FileRepo {
     pub fn manifest(&self, package: &PackageRef) -> Result<Manifest, RepoError> {
         let bytes = self.manifest_bytes(package)?;
         let path = self.manifest_path(&package.fmri)?;
-        let text = String::from_utf8_lossy(&bytes);
-        Manifest::parse(&text).map_err(|source| RepoError::ManifestInvalid {
+        Manifest::parse_bytes(&bytes).map_err(|source| RepoError::ManifestInvalid {
             fmri: package.fmri.to_string(),
             path,
             source,
@@ -589,6 +588,88 @@ impl FileRepo {
             write_atomic(&pub_dir.join("catalog").join(name), body.as_bytes())?;
         }
         Ok(fmri)
+    }
+
+    /// Regenerates `publisher`'s catalog from the manifests under `pkg/`, like
+    /// `pkgrepo rebuild`: each package's FMRI comes from its `set name=pkg.fmri` action, else
+    /// from the manifest's path. Manifests that cannot be read or parsed are left out and
+    /// returned as problems.
+    pub fn rebuild_catalog(&self, publisher: &str) -> Result<Vec<RepoError>, RepoError> {
+        self.rebuild_catalog_at(publisher, SystemTime::now())
+    }
+
+    /// [`FileRepo::rebuild_catalog`] with a given catalog time.
+    pub fn rebuild_catalog_at(
+        &self,
+        publisher: &str,
+        now: SystemTime,
+    ) -> Result<Vec<RepoError>, RepoError> {
+        let pub_dir = self.pub_dir(publisher)?;
+        let _lock = lock_publisher(&pub_dir)?;
+        let mut catalog = Catalog::default();
+        let mut problems = Vec::new();
+        let pkg_dir = pub_dir.join("pkg");
+        let stems = match fs::read_dir(&pkg_dir) {
+            Ok(rd) => rd
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(io_err(&pkg_dir))?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(io_err(&pkg_dir)(e)),
+        };
+        for stem_entry in stems {
+            let stem_path = stem_entry.path();
+            if !stem_path.is_dir() {
+                continue;
+            }
+            let versions = fs::read_dir(&stem_path)
+                .and_then(|rd| rd.collect::<Result<Vec<_>, _>>())
+                .map_err(io_err(&stem_path))?;
+            for v in versions {
+                let path = v.path();
+                let from_path = || -> Option<Fmri> {
+                    let stem = crate::fmri::unquote(stem_entry.file_name().to_str()?)?;
+                    let ver = crate::fmri::unquote(v.file_name().to_str()?)?;
+                    Fmri::parse(&format!("pkg://{publisher}/{stem}@{ver}")).ok()
+                };
+                let bytes = match read_limited(&path) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        problems.push(e);
+                        continue;
+                    }
+                };
+                let name =
+                    from_path().map_or_else(|| path.display().to_string(), |f| f.to_string());
+                let manifest = match Manifest::parse_bytes(&bytes) {
+                    Ok(m) => m,
+                    Err(source) => {
+                        problems.push(RepoError::ManifestInvalid {
+                            fmri: name,
+                            path,
+                            source,
+                        });
+                        continue;
+                    }
+                };
+                let fmri = match manifest.fmri() {
+                    Some(Ok(f)) => f.with_publisher(Some(publisher)).ok(),
+                    _ => from_path(),
+                };
+                match fmri.filter(|f| f.version().is_some_and(|v| v.timestamp().is_some())) {
+                    Some(f) => catalog.add(&f, &manifest, &bytes),
+                    None => problems.push(RepoError::Publish {
+                        what: path.display().to_string(),
+                        message: "no usable package FMRI".into(),
+                    }),
+                }
+            }
+        }
+        let mut files = catalog.files(&catalog_time(now), true);
+        files.rotate_left(1);
+        for (name, body) in files {
+            write_atomic(&pub_dir.join("catalog").join(name), body.as_bytes())?;
+        }
+        Ok(problems)
     }
 
     fn store_payload(

@@ -219,3 +219,32 @@ fn concurrent_publishers_lose_no_catalog_entries() {
     assert_eq!(reopened.packages("example.org").unwrap().len(), 18);
     assert!(reopened.verify("example.org").unwrap().is_empty());
 }
+
+#[test]
+fn rebuild_regenerates_the_catalog_from_manifests() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, _, _) = publish_fixtures(tmp.path());
+    let before = repo.packages("example.org").unwrap();
+    let catalog_dir = tmp.path().join("publisher/example.org/catalog");
+    std::fs::remove_dir_all(&catalog_dir).unwrap();
+    assert!(repo.packages("example.org").unwrap().is_empty());
+    // A stray unparseable manifest is reported, not catalogued.
+    let junk = tmp
+        .path()
+        .join("publisher/example.org/pkg/demo%2Fjunk/1.0%2C5.11-1%3A20240101T000000Z");
+    std::fs::create_dir_all(junk.parent().unwrap()).unwrap();
+    std::fs::write(&junk, "frob x=y\n").unwrap();
+    let problems = repo.rebuild_catalog("example.org").unwrap();
+    assert_eq!(problems.len(), 1);
+    assert!(
+        problems[0].to_string().contains("demo/junk"),
+        "{}",
+        problems[0]
+    );
+    let mut after = repo.packages("example.org").unwrap();
+    let mut before = before;
+    after.sort_by(|a, b| a.fmri.cmp(&b.fmri));
+    before.sort_by(|a, b| a.fmri.cmp(&b.fmri));
+    assert_eq!(after, before);
+    assert!(repo.verify("example.org").unwrap().is_empty());
+}

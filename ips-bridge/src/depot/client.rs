@@ -435,11 +435,9 @@ impl DepotClient {
     /// The parsed manifest of a package (checked as [`DepotClient::manifest_bytes`]).
     pub fn manifest(&self, package: &PackageRef) -> Result<Manifest, DepotError> {
         let bytes = self.manifest_bytes(package)?;
-        Manifest::parse(&String::from_utf8_lossy(&bytes)).map_err(|source| {
-            DepotError::ManifestInvalid {
-                fmri: package.fmri.to_string(),
-                source,
-            }
+        Manifest::parse_bytes(&bytes).map_err(|source| DepotError::ManifestInvalid {
+            fmri: package.fmri.to_string(),
+            source,
         })
     }
 
