@@ -1,6 +1,6 @@
 //! Shared helpers for the end-to-end tests: the rdctl binary, pinned tools, commands.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 /// The repository root.
@@ -92,9 +92,4 @@ pub fn rules(report: &serde_json::Value) -> Vec<String> {
 /// A path as &str for command lines.
 pub fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
-}
-
-/// Joins and returns an owned path.
-pub fn join(p: &Path, rest: &str) -> PathBuf {
-    p.join(rest)
 }
