@@ -179,8 +179,12 @@ impl Action {
                     quoted(line, i).map_err(|at| err(at, "unfinished quoted value"))?;
                 let key = last.clone().expect("a quoted value was read before");
                 if key == "hash" {
-                    let h = action.hash.get_or_insert_with(String::new);
-                    h.push_str(&val);
+                    // pkg's tokenizer replaces the hash with the adjacent string instead of
+                    // joining them; do the same (and check it against the positional hash).
+                    if positional.as_ref().is_some_and(|h| *h != val) {
+                        return Err(err(i, "hash attribute not identical to positional hash"));
+                    }
+                    action.hash = Some(val);
                 } else {
                     let vals = action.attrs.get_mut(&key).expect("key was inserted");
                     vals.last_mut().expect("non-empty").push_str(&val);
@@ -869,6 +873,9 @@ mod tests {
         p("license 9f2c license=\"MIT License\" must-display=false");
         p("signature 0a1b algorithm=rsa-sha256 value=abcd version=0");
         p("file NOHASH path=a");
+        // An adjacent quoted string after hash= replaces the hash, as in pkg.
+        assert_eq!(p(r#"file hash="a" "b" path=x"#).hash(), Some("b"));
+        assert!(Action::parse(r#"file a hash="a" "b" path=x"#).is_err());
     }
 
     #[test]
