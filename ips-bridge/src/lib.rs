@@ -19,6 +19,8 @@
 //! - [`FileRepo`]: version 4 file repositories: read, verify, publish.
 //! - [`DepotClient`] and [`DepotServer`]: the HTTP depot protocol (client with operation
 //!   negotiation, retries and a verified [`PayloadCache`]; read-only server).
+//! - [`PackageRepository`]: what a build needs from either kind of repository (find a
+//!   package by partial FMRI, its manifest, its verified payloads).
 //! - [`ImageMetadata`]: the `var/pkg` tree of an installed image.
 //!
 //! Every error names its input: file, line and column, FMRI, action or URL.
@@ -59,6 +61,6 @@ pub use payload::{
     ExpectedHash, HashAlg, Hasher, PayloadError, PayloadHashes, PayloadInfo, VerifyingReader,
     compress, hash_hex,
 };
-pub use repo::{FileRepo, MAX_METADATA_BYTES, PackageRef, RepoError};
+pub use repo::{FileRepo, MAX_METADATA_BYTES, PackageRef, PackageRepository, RepoError};
 pub use variant::ImageFilter;
 pub use version::{DEFAULT_BUILD, DotSequence, Timestamp, Version, VersionError};

@@ -354,20 +354,9 @@ impl FileRepo {
     /// Finds the catalogued package matching `pattern` (stem and possibly partial version):
     /// the newest matching version, in the pattern's publisher or the default publisher.
     pub fn resolve(&self, pattern: &Fmri) -> Result<PackageRef, RepoError> {
-        let publisher = pattern
-            .publisher()
-            .or(self.default_publisher())
-            .ok_or_else(|| RepoError::PackageNotFound {
-                fmri: pattern.to_string(),
-            })?;
-        let pattern_pub = pattern.clone().with_publisher(Some(publisher))?;
-        self.packages(publisher)?
-            .into_iter()
-            .filter(|p| p.fmri.matches(&pattern_pub))
-            .max_by(|a, b| a.fmri.version().cmp(&b.fmri.version()))
-            .ok_or_else(|| RepoError::PackageNotFound {
-                fmri: pattern.to_string(),
-            })
+        PackageRepository::find(self, pattern)?.ok_or_else(|| RepoError::PackageNotFound {
+            fmri: pattern.to_string(),
+        })
     }
 
     /// Where the manifest of a fully versioned FMRI lives.
@@ -767,4 +756,81 @@ fn lock_publisher(pub_dir: &Path) -> Result<File, RepoError> {
 
 fn action_name(a: &Action) -> String {
     format!("{} {}", a.kind(), a.key().unwrap_or("?"))
+}
+
+/// What a build needs from a package repository, whether a [`FileRepo`] or a depot reached
+/// with [`crate::DepotClient`].
+pub trait PackageRepository {
+    /// The repository's error type.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// The publisher used for FMRIs that name none.
+    fn default_publisher(&self) -> Option<String>;
+
+    /// Every package version in `publisher`'s catalog.
+    fn packages(&self, publisher: &str) -> Result<Vec<PackageRef>, Self::Error>;
+
+    /// The raw manifest of a package, checked against the catalog's SHA-1.
+    fn manifest_bytes(&self, package: &PackageRef) -> Result<Vec<u8>, Self::Error>;
+
+    /// The parsed manifest of a package.
+    fn manifest(&self, package: &PackageRef) -> Result<Manifest, Self::Error>;
+
+    /// Writes the verified, decompressed payload of a `file` or `license` action of
+    /// `package` to `out`. On error, whatever was written must be discarded.
+    fn payload(
+        &self,
+        package: &Fmri,
+        action: &Action,
+        out: &mut dyn Write,
+    ) -> Result<u64, Self::Error>;
+
+    /// The newest catalogued package matching `pattern` (stem, and version by pkg's prefix
+    /// rule), in the pattern's publisher or the default one; `None` when nothing matches.
+    fn find(&self, pattern: &Fmri) -> Result<Option<PackageRef>, Self::Error> {
+        let Some(publisher) = pattern
+            .publisher()
+            .map(str::to_owned)
+            .or_else(|| self.default_publisher())
+        else {
+            return Ok(None);
+        };
+        let Ok(pattern) = pattern.clone().with_publisher(Some(&publisher)) else {
+            return Ok(None);
+        };
+        Ok(self
+            .packages(&publisher)?
+            .into_iter()
+            .filter(|p| p.fmri.matches(&pattern))
+            .max_by(|a, b| a.fmri.version().cmp(&b.fmri.version())))
+    }
+}
+
+impl PackageRepository for FileRepo {
+    type Error = RepoError;
+
+    fn default_publisher(&self) -> Option<String> {
+        FileRepo::default_publisher(self).map(str::to_owned)
+    }
+
+    fn packages(&self, publisher: &str) -> Result<Vec<PackageRef>, RepoError> {
+        FileRepo::packages(self, publisher)
+    }
+
+    fn manifest_bytes(&self, package: &PackageRef) -> Result<Vec<u8>, RepoError> {
+        FileRepo::manifest_bytes(self, package)
+    }
+
+    fn manifest(&self, package: &PackageRef) -> Result<Manifest, RepoError> {
+        FileRepo::manifest(self, package)
+    }
+
+    fn payload(
+        &self,
+        package: &Fmri,
+        action: &Action,
+        out: &mut dyn Write,
+    ) -> Result<u64, RepoError> {
+        self.fetch_payload(package, action, out)
+    }
 }

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, UNIX_EPOCH};
 
 use ips_bridge::{
-    DepotClient, DepotError, DepotServer, FileRepo, Fmri, Manifest, PackageRef, PayloadCache,
-    RetryPolicy,
+    DepotClient, DepotError, DepotServer, FileRepo, Fmri, Manifest, PackageRef, PackageRepository,
+    PayloadCache, RetryPolicy,
 };
 
 fn data() -> PathBuf {
@@ -371,4 +371,52 @@ fn old_depots_get_file_0_and_unprefixed_paths() {
         let m = client.manifest(&pkg).unwrap();
         client.fetch_all(&cache, &pkg.fmri, &m).unwrap();
     }
+}
+
+/// Resolves a partial FMRI and collects every payload's content through the trait.
+fn contents_of<R: PackageRepository>(repo: &R, pattern: &str) -> Vec<(String, Vec<u8>)> {
+    let pkg = repo
+        .find(&Fmri::parse(pattern).unwrap())
+        .unwrap()
+        .expect("package found");
+    let m = repo.manifest(&pkg).unwrap();
+    m.actions()
+        .iter()
+        .filter(|a| a.kind().has_payload())
+        .map(|a| {
+            let mut out = Vec::new();
+            repo.payload(&pkg.fmri, a, &mut out).unwrap();
+            (a.key().unwrap().to_owned(), out)
+        })
+        .collect()
+}
+
+#[test]
+fn file_and_depot_repositories_are_interchangeable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = fixture_repo(&tmp.path().join("repo"));
+    let server = DepotServer::start(repo.clone(), "127.0.0.1:0").unwrap();
+    let plain = DepotClient::connect(&server.url()).unwrap();
+    assert_eq!(
+        PackageRepository::default_publisher(&plain).as_deref(),
+        Some("example.org")
+    );
+    let cached = DepotClient::connect(&server.url())
+        .unwrap()
+        .with_cache(PayloadCache::new(tmp.path().join("cache")));
+    let from_disk = contents_of(&repo, "demo/hello@1.0");
+    assert_eq!(from_disk.len(), 4);
+    assert_eq!(contents_of(&plain, "demo/hello@1.0"), from_disk);
+    assert_eq!(contents_of(&cached, "demo/hello@1.0"), from_disk);
+    assert!(
+        repo.find(&Fmri::parse("demo/hello@2").unwrap())
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        plain
+            .find(&Fmri::parse("demo/nothing").unwrap())
+            .unwrap()
+            .is_none()
+    );
 }

@@ -14,7 +14,7 @@ use crate::catalog::{Catalog, CatalogAttrs, CatalogError, CatalogPart};
 use crate::fmri::{Fmri, quote};
 use crate::manifest::{Manifest, ManifestError};
 use crate::payload::{HashAlg, PayloadError, PayloadHashes, hash_hex};
-use crate::repo::{MAX_METADATA_BYTES, PackageRef};
+use crate::repo::{MAX_METADATA_BYTES, PackageRef, PackageRepository};
 
 /// Errors from talking to a depot. Each names the URL or package involved.
 #[derive(Debug, thiserror::Error)]
@@ -166,6 +166,7 @@ pub struct DepotClient {
     ops: BTreeMap<String, Vec<u32>>,
     server: String,
     retry: RetryPolicy,
+    cache: Option<PayloadCache>,
 }
 
 impl DepotClient {
@@ -193,6 +194,7 @@ impl DepotClient {
             ops: BTreeMap::new(),
             server: String::new(),
             retry,
+            cache: None,
         };
         let url = format!("{}versions/0/", client.origin);
         let body = client.get_bytes(&url, true, 1 << 20)?;
@@ -214,6 +216,13 @@ impl DepotClient {
             client.ops.insert(op.to_owned(), versions);
         }
         Ok(client)
+    }
+
+    /// Uses `cache` for payloads fetched through [`PackageRepository::payload`]; without a
+    /// cache those stream straight from the depot (and are not retried).
+    pub fn with_cache(mut self, cache: PayloadCache) -> Self {
+        self.cache = Some(cache);
+        self
     }
 
     /// The origin URL (with a trailing slash).
@@ -523,4 +532,62 @@ fn verify_err(
     wrap: &dyn Fn(Box<dyn std::error::Error + Send + Sync>) -> DepotError,
 ) -> DepotError {
     wrap(Box::new(source))
+}
+
+impl PackageRepository for DepotClient {
+    type Error = DepotError;
+
+    /// The publisher the depot serves without a publisher prefix (from `publisher/0`).
+    fn default_publisher(&self) -> Option<String> {
+        let v = self.negotiate("publisher", &[0, 1]).ok()?;
+        let url = self.op_url(None, "publisher", v, "");
+        let doc: serde_json::Value =
+            serde_json::from_slice(&self.get_bytes(&url, true, 1 << 20).ok()?).ok()?;
+        doc["publishers"][0]["name"].as_str().map(str::to_owned)
+    }
+
+    fn packages(&self, publisher: &str) -> Result<Vec<PackageRef>, DepotError> {
+        DepotClient::packages(self, publisher)
+    }
+
+    fn manifest_bytes(&self, package: &PackageRef) -> Result<Vec<u8>, DepotError> {
+        DepotClient::manifest_bytes(self, package)
+    }
+
+    fn manifest(&self, package: &PackageRef) -> Result<Manifest, DepotError> {
+        DepotClient::manifest(self, package)
+    }
+
+    fn payload(
+        &self,
+        package: &Fmri,
+        action: &Action,
+        out: &mut dyn Write,
+    ) -> Result<u64, DepotError> {
+        let what = format!("{} {}", action.kind(), action.key().unwrap_or("?"));
+        let payload_err = |source: Box<dyn std::error::Error + Send + Sync>| DepotError::Payload {
+            fmri: package.to_string(),
+            action: what.clone(),
+            source,
+        };
+        let hashes = PayloadHashes::from_action(action).map_err(|e| payload_err(Box::new(e)))?;
+        match &self.cache {
+            Some(cache) => {
+                let path = self.fetch_payload(cache, package, action)?;
+                let file = File::open(&path).map_err(|e| payload_err(Box::new(e)))?;
+                hashes
+                    .verify(io::BufReader::new(file), out)
+                    .map_err(|e| payload_err(Box::new(e)))
+            }
+            None => {
+                let v = self.negotiate("file", &[0, 1])?;
+                let url = self.op_url(package.publisher(), "file", v, &quote(&hashes.name));
+                let resp = self.request(&url, false)?;
+                let reader = resp.into_body().into_with_config().reader();
+                hashes
+                    .verify(io::BufReader::new(reader), out)
+                    .map_err(|e| payload_err(Box::new(e)))
+            }
+        }
+    }
 }
