@@ -10,7 +10,7 @@
 //!   escapes, joined quoted strings, backslash continuations, `#` lines, repeated keys,
 //!   positional hash or `hash=`) with errors naming line and column, pkg's writer, and
 //!   [`TypedAction`] views of all action types. [`ImageFilter`] applies pkg's variant and
-//!   facet rules.
+//!   facet rules, and [`choose_mediations`] pkg's choice among mediated links.
 //! - [`PayloadHashes`]: which hashes an action names and streaming verification of stored
 //!   payloads (`gzip:`/`chash` on the stored bytes, `file:sha512t_256` → `file:sha256` →
 //!   SHA-1 on the content); [`compress`] writes payloads with pkg's fixed gzip header.
@@ -36,6 +36,7 @@ mod depot;
 mod fmri;
 mod image;
 mod manifest;
+mod mediator;
 mod payload;
 mod repo;
 mod variant;
@@ -57,6 +58,7 @@ pub use image::{
     state as package_state,
 };
 pub use manifest::{Manifest, ManifestError};
+pub use mediator::{Mediation, choose_mediations, is_selected};
 pub use payload::{
     ExpectedHash, HashAlg, Hasher, PayloadError, PayloadHashes, PayloadInfo, VerifyingReader,
     compress, hash_hex,
