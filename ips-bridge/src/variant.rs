@@ -84,41 +84,45 @@ impl ImageFilter {
             })
     }
 
-    /// True when `action` applies to this image.
+    /// True when `action` applies to this image, by pkg's `_varcet` rules.
     ///
-    /// Variants: every `variant.X=V` tag must equal the image's value; when the image has no
-    /// value for X the action survives only if V is `false`; a repeated variant tag on one
-    /// action excludes it. Facets: every facet tagged `all` must be true; if any facets are
-    /// tagged `true`, at least one of them must be true. Other facet values are ignored.
+    /// Variants: a repeated (list-valued) variant tag excludes the action; every
+    /// `variant.X=V` tag must equal the image's value; when the image has no value for X the
+    /// action is kept, except for `variant.debug.*` tags whose value does not start with
+    /// `false`. Facets: a repeated facet tag excludes the action; every facet tagged `all`
+    /// must be true; of the facets tagged with any other value, at least one must be true.
     pub fn allows(&self, action: &Action) -> bool {
-        let mut any_true_tagged = false;
-        let mut any_true = false;
+        // None: no "any" facet seen yet; then whether one of them was true.
+        let mut any: Option<bool> = None;
         for (k, vals) in action.attrs() {
             if k.starts_with("variant.") {
-                if vals.len() != 1 {
+                let [v] = vals.as_slice() else {
                     return false;
-                }
+                };
                 let ok = match self.variants.get(k) {
-                    Some(img) => *img == vals[0],
-                    None => vals[0] == "false",
+                    Some(img) => img == v,
+                    None => !k.starts_with("variant.debug.") || v.starts_with("false"),
                 };
                 if !ok {
                     return false;
                 }
             } else if k.starts_with("facet.") {
-                for v in vals {
-                    match v.as_str() {
-                        "all" if !self.facet_value(k) => return false,
-                        "true" => {
-                            any_true_tagged = true;
-                            any_true |= self.facet_value(k);
-                        }
-                        _ => {}
+                let [v] = vals.as_slice() else {
+                    return false;
+                };
+                let on = self.facet_value(k);
+                if v == "all" {
+                    if !on {
+                        return false;
                     }
+                } else if on {
+                    any = Some(true);
+                } else if any.is_none() {
+                    any = Some(false);
                 }
             }
         }
-        !any_true_tagged || any_true
+        any != Some(false)
     }
 }
 
@@ -172,6 +176,12 @@ mod tests {
         assert!(!img.allows(&a("dir path=x variant.debug.osnet=true")));
         assert!(!img.allows(&a("dir path=x variant.arch=i386 variant.arch=sparc")));
         assert!(img.allows(&a("dir path=x")));
+        // A variant the image does not set is no reason to drop an action (pkg keeps it),
+        // unless it is a debug variant not starting with "false".
+        assert!(img.allows(&a("dir path=x variant.opensolaris.imagetype=partial")));
+        assert!(img.allows(&a("dir path=x variant.debug.osnet=falsey")));
+        let sparse = ImageFilter::zone("i386").variant("opensolaris.imagetype", "full");
+        assert!(!sparse.allows(&a("dir path=x variant.opensolaris.imagetype=partial")));
     }
 
     #[test]
@@ -193,8 +203,11 @@ mod tests {
         assert!(!img.allows(&a("file h path=x facet.doc.man=all facet.devel=all")));
         assert!(img.allows(&a("file h path=x facet.locale.de=all facet.devel=all")));
         assert!(!img.allows(&a("file h path=x facet.locale.fr=true")));
-        // Other values are ignored.
-        assert!(img.allows(&a("file h path=x facet.doc.man=false")));
+        // Any value other than "all" counts like "true".
+        assert!(!img.allows(&a("file h path=x facet.doc.man=false")));
+        assert!(img.allows(&a("file h path=x facet.devel=false")));
+        // Repeated facet tags exclude the action.
+        assert!(!img.allows(&a("file h path=x facet.devel=true facet.devel=all")));
         // Longest pattern wins.
         let img = ImageFilter::new()
             .facet("*", false)
