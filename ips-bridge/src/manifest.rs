@@ -53,6 +53,44 @@ impl Logical<'_> {
     }
 }
 
+/// Python's `str.splitlines()`, which pkg uses on manifest text: lines end at `\n`, `\r`,
+/// `\r\n`, `\v`, `\f`, `\x1c`-`\x1e`, U+0085, U+2028 and U+2029; no empty last line.
+fn py_splitlines(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        if matches!(
+            c,
+            '\n' | '\r'
+                | '\x0b'
+                | '\x0c'
+                | '\x1c'
+                | '\x1d'
+                | '\x1e'
+                | '\u{85}'
+                | '\u{2028}'
+                | '\u{2029}'
+        ) {
+            out.push(&text[start..i]);
+            start = i + c.len_utf8();
+            if c == '\r' && chars.peek().is_some_and(|&(_, n)| n == '\n') {
+                chars.next();
+                start += 1;
+            }
+        }
+    }
+    if start < text.len() {
+        out.push(&text[start..]);
+    }
+    out
+}
+
+/// Python's `str.lstrip()`: Unicode white space plus `\x1c`-`\x1f`.
+fn py_lstrip(s: &str) -> &str {
+    s.trim_start_matches(|c: char| c.is_whitespace() || ('\x1c'..='\x1f').contains(&c))
+}
+
 /// Splits manifest text into logical action lines as pkg's `Manifest.set_content` does:
 /// every line is left-stripped, a trailing `\` joins the next line with no space inserted,
 /// blank lines and lines starting with `#` are skipped (there are no trailing comments).
@@ -60,8 +98,7 @@ fn logical_lines<'a>(lines: &'a [&'a str]) -> Vec<Logical<'a>> {
     let mut out = Vec::new();
     let mut acc: Option<Logical<'a>> = None;
     for (n, raw) in lines.iter().enumerate() {
-        let raw = raw.strip_suffix('\r').unwrap_or(raw);
-        let stripped = raw.trim_start();
+        let stripped = py_lstrip(raw);
         let off = raw.len() - stripped.len();
         let cur = acc.get_or_insert_with(|| Logical {
             text: String::new(),
@@ -127,7 +164,7 @@ impl Manifest {
 
     /// Parses manifest text, collecting every error (for linting) and every good action.
     pub fn parse_all(text: &str) -> (Self, Vec<ManifestError>) {
-        let lines: Vec<&str> = text.split('\n').collect();
+        let lines = py_splitlines(text);
         let mut actions = Vec::new();
         let mut errors = Vec::new();
         for logical in logical_lines(&lines) {
@@ -150,7 +187,7 @@ impl Manifest {
     /// every action whose values pkg would refuse at publication ([`Action::typed`]), each
     /// naming its line (and column for parse errors). Empty when the manifest is clean.
     pub fn lint(text: &str) -> Vec<ManifestError> {
-        let lines: Vec<&str> = text.split('\n').collect();
+        let lines = py_splitlines(text);
         let mut errors = Vec::new();
         for logical in logical_lines(&lines) {
             match Action::parse(&logical.text) {
@@ -236,6 +273,21 @@ mod tests {
         assert_eq!(m.actions()[0].get("value"), Some("Two-line description"));
         // No space inserted: "value=b" + "c".
         assert_eq!(m.actions()[1].get("value"), Some("bc"));
+    }
+
+    #[test]
+    fn lines_split_like_python_splitlines() {
+        assert_eq!(
+            py_splitlines("a\r\nb\rc\nd\x0ce\u{2028}f\n"),
+            ["a", "b", "c", "d", "e", "f"]
+        );
+        assert_eq!(py_splitlines("a\n\nb"), ["a", "", "b"]);
+        assert!(py_splitlines("").is_empty());
+        let m = Manifest::parse("set name=a value=b\r\nset name=c \\\r\n\x1f value=d\r\n").unwrap();
+        assert_eq!(m.actions()[0].get("value"), Some("b"));
+        assert_eq!(m.actions()[1].get("value"), Some("d"));
+        let e = Manifest::parse("set name=a value=b\r\nset =x\r\n").unwrap_err();
+        assert_eq!((e.line, e.column), (2, 5));
     }
 
     #[test]
