@@ -412,12 +412,17 @@ impl FileRepo {
     /// Where a payload named `hash` of `publisher` is stored: the publisher's `file/` store,
     /// else the shared top-level `file/` store when the file is there.
     pub fn payload_path(&self, publisher: &str, hash: &str) -> Result<PathBuf, RepoError> {
-        let name_ok = hash.len() >= 2 && hash.bytes().all(|c| c.is_ascii_hexdigit());
-        let rel = if name_ok {
-            Path::new(&hash[..2]).join(hash)
-        } else {
-            PathBuf::from(hash.replace('/', "_"))
-        };
+        // Payload names are hex digests; anything else could name a path outside the store.
+        if hash.len() < 2 || !hash.bytes().all(|c| c.is_ascii_hexdigit()) {
+            return Err(RepoError::Io {
+                path: self.root.join("publisher").join(publisher).join("file"),
+                source: io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("invalid payload name {hash:?}"),
+                ),
+            });
+        }
+        let rel = Path::new(&hash[..2]).join(hash);
         let own = self.pub_dir(publisher)?.join("file").join(&rel);
         let shared = self.root.join("file").join(&rel);
         Ok(if !own.exists() && shared.exists() {

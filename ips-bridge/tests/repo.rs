@@ -248,3 +248,16 @@ fn rebuild_regenerates_the_catalog_from_manifests() {
     assert_eq!(after, before);
     assert!(repo.verify("example.org").unwrap().is_empty());
 }
+
+#[test]
+fn payload_names_must_be_hex_digests() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = FileRepo::create(tmp.path(), "example.org").unwrap();
+    for bad in ["../../etc/passwd", "x", "", "ab/cd"] {
+        assert!(repo.payload_path("example.org", bad).is_err(), "{bad:?}");
+    }
+    let p = repo
+        .payload_path("example.org", "da39a3ee5e6b4b0d3255bfef95601890afd80709")
+        .unwrap();
+    assert!(p.ends_with("publisher/example.org/file/da/da39a3ee5e6b4b0d3255bfef95601890afd80709"));
+}
