@@ -420,3 +420,53 @@ fn file_and_depot_repositories_are_interchangeable() {
             .is_none()
     );
 }
+
+#[test]
+fn server_answers_status_publisher_and_rejects_writes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = fixture_repo(&tmp.path().join("repo"));
+    // A second publisher in the same repository.
+    let text = "set name=pkg.fmri value=pkg:/other/tool@1-1:20240101T000000Z\n";
+    repo.publish("other.org", &Manifest::parse(text).unwrap(), None)
+        .unwrap();
+    let server = DepotServer::start(repo.clone(), "127.0.0.1:0").unwrap();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let get = |path: &str| -> (u16, String) {
+        let mut r = agent.get(format!("{}{path}", server.url())).call().unwrap();
+        (r.status().as_u16(), r.body_mut().read_to_string().unwrap())
+    };
+    let (code, body) = get("status/0");
+    assert_eq!(code, 200);
+    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let pubs = &status["repository"]["publishers"];
+    assert_eq!(pubs["example.org"]["package-version-count"], 2);
+    assert_eq!(pubs["other.org"]["package-count"], 1);
+    assert!(pubs["example.org"]["last-catalog-update"].is_string());
+    let (_, body) = get("publisher/1");
+    let all: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(all["publishers"].as_array().unwrap().len(), 2);
+    let (_, body) = get("other.org/publisher/0");
+    let one: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(one["publishers"][0]["name"], "other.org");
+    // The second publisher's packages are reachable with the publisher prefix.
+    let client = DepotClient::connect(&server.url()).unwrap();
+    assert_eq!(client.packages("other.org").unwrap().len(), 1);
+    // Unknown operations, versions and traversal attempts are 404s; writes are refused.
+    for path in [
+        "search/1/x",
+        "catalog/0/catalog.attrs",
+        "catalog/1/..%2Fpkg5.repository",
+        "file/1/..",
+        "manifest/0/..%2F..%2Fpkg5.repository",
+    ] {
+        assert_eq!(get(path).0, 404, "{path}");
+    }
+    let r = agent
+        .post(format!("{}example.org/open/0/x", server.url()))
+        .send("")
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 405);
+}

@@ -146,6 +146,7 @@ fn handle(repo: &FileRepo, req: Request) -> io::Result<()> {
         Some(first) if !OPS.contains(first) => (Some((*first).to_owned()), &segs[1..]),
         _ => (None, &segs[..]),
     };
+    let explicit_publisher = publisher.is_some();
     let publisher = match publisher.or_else(|| repo.default_publisher().map(str::to_owned)) {
         Some(p) => p,
         None => return not_found(req, "no publisher"),
@@ -204,15 +205,27 @@ fn handle(repo: &FileRepo, req: Request) -> io::Result<()> {
                 None => not_found(req, "no such file"),
             }
         }
-        ("publisher", "0" | "1") => {
+        ("publisher", v @ ("0" | "1")) => {
+            // `publisher/1` without a publisher lists them all.
+            let names = if v == "1" && !explicit_publisher {
+                repo.publishers().unwrap_or_default()
+            } else {
+                vec![publisher]
+            };
+            let publishers: Vec<serde_json::Value> = names
+                .into_iter()
+                .map(|name| {
+                    serde_json::json!({
+                        "alias": null,
+                        "name": name,
+                        "packages": [],
+                        "repositories": [],
+                    })
+                })
+                .collect();
             let p5i = serde_json::json!({
                 "packages": [],
-                "publishers": [{
-                    "alias": null,
-                    "name": publisher,
-                    "packages": [],
-                    "repositories": [],
-                }],
+                "publishers": publishers,
                 "version": 1,
             });
             send_text(
@@ -226,9 +239,16 @@ fn handle(repo: &FileRepo, req: Request) -> io::Result<()> {
             for p in repo.publishers().unwrap_or_default() {
                 let catalog = repo.catalog(&p).unwrap_or_default();
                 let (stems, versions) = catalog.base.counts();
+                let updated = repo
+                    .catalog_path(&p, "catalog.attrs")
+                    .ok()
+                    .and_then(|path| read_file(&path).ok())
+                    .and_then(|b| crate::catalog::CatalogAttrs::parse(&b).ok())
+                    .map(|a| a.last_modified);
                 pubs.insert(
                     p,
                     serde_json::json!({
+                        "last-catalog-update": updated,
                         "package-count": stems,
                         "package-version-count": versions,
                         "status": "online",
