@@ -25,6 +25,31 @@
 //!
 //! Every error names its input: file, line and column, FMRI, action or URL.
 //!
+//! ```
+//! use ips_bridge::{DepotClient, DepotServer, FileRepo, Fmri, Manifest, PackageRepository, Version};
+//!
+//! // Versions order like pkg's; the build part does not count.
+//! let v = |s: &str| s.parse::<Version>().unwrap();
+//! assert!(v("1.2") < v("1.10"));
+//! assert_eq!(v("1.0,5.11-1"), v("1.0,5.12-1"));
+//!
+//! // Publish a package into a new repository, serve it, and read it back over HTTP.
+//! let dir = tempfile::tempdir()?;
+//! let repo = FileRepo::create(dir.path(), "example.org")?;
+//! let manifest = Manifest::parse(
+//!     "set name=pkg.fmri value=pkg:/demo/empty@1.0-1\n\
+//!      set name=pkg.summary value=\"An empty package\"\n",
+//! )?;
+//! let fmri = repo.publish("example.org", &manifest, None)?;
+//! let server = DepotServer::start(repo, "127.0.0.1:0")?;
+//! let client = DepotClient::connect(&server.url())?;
+//! let found = client.find(&Fmri::parse("demo/empty@1")?)?.expect("published");
+//! assert_eq!(found.fmri, fmri);
+//! let read = client.manifest(&found)?;
+//! assert_eq!(read.attribute("pkg.summary").unwrap(), ["An empty package"]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! It depends on no other workspace crate.
 #![deny(missing_docs)]
 
