@@ -20,6 +20,7 @@
 //! among workspace crates.
 #![deny(missing_docs)]
 
+pub mod client;
 pub mod names;
 
 #[cfg(feature = "server")]
