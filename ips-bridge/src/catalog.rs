@@ -40,6 +40,12 @@ pub enum CatalogError {
         /// What is wrong.
         message: String,
     },
+    /// A package without publisher or version cannot be catalogued.
+    #[error("cannot catalog {fmri}: a publisher and a version are required")]
+    Unversioned {
+        /// The package.
+        fmri: String,
+    },
     /// The `_SIGNATURE` does not match the content.
     #[error("catalog file {file}: signature mismatch: expected {expected}, got {actual}")]
     Signature {
@@ -534,10 +540,19 @@ impl Default for Catalog {
 impl Catalog {
     /// Adds (or replaces) a package: its FMRI (with publisher and full version), the
     /// manifest, and the manifest file's bytes (their SHA-1 becomes `signature-sha-1`).
-    pub fn add(&mut self, fmri: &Fmri, manifest: &Manifest, manifest_bytes: &[u8]) {
-        let publisher = fmri.publisher().unwrap_or_default().to_owned();
+    pub fn add(
+        &mut self,
+        fmri: &Fmri,
+        manifest: &Manifest,
+        manifest_bytes: &[u8],
+    ) -> Result<(), CatalogError> {
+        let (Some(publisher), Some(version)) = (fmri.publisher(), fmri.version()) else {
+            return Err(CatalogError::Unversioned {
+                fmri: fmri.to_string(),
+            });
+        };
+        let publisher = publisher.to_owned();
         let stem = fmri.stem().to_owned();
-        let version = fmri.version().expect("catalogued FMRIs have versions");
         for part in [&mut self.base, &mut self.dependency, &mut self.summary] {
             part.remove(&publisher, &stem, version);
         }
@@ -573,6 +588,7 @@ impl Catalog {
                 part.push(entry(m));
             }
         }
+        Ok(())
     }
 
     /// The four files (`catalog.attrs` first) with their contents. Parts are signed when
@@ -714,7 +730,7 @@ mod tests {
         // Depend actions come first in the dependency part, as in real catalogs.
         let f = Fmri::parse("pkg://p/a@1.0-1:20240101T000000Z").unwrap();
         let mut c = Catalog::default();
-        c.add(&f, &m, b"");
+        c.add(&f, &m, b"").unwrap();
         let actions = c.dependency.entries()[0].actions();
         assert_eq!(actions[0], "depend fmri=b type=require");
         assert_eq!(actions[1], "set name=variant.arch value=i386");
@@ -734,12 +750,16 @@ mod tests {
         ] {
             let f = Fmri::parse(&format!("pkg://p/a@{v}")).unwrap();
             let m = Manifest::parse(&format!("set name=pkg.fmri value={f}\n")).unwrap();
-            c.add(&f, &m, m.to_string().as_bytes());
+            c.add(&f, &m, m.to_string().as_bytes()).unwrap();
         }
         let f = Fmri::parse("pkg://p/b@1-1:20240101T000000Z").unwrap();
-        c.add(&f, &Manifest::new(), b"");
-        // Re-adding replaces.
-        c.add(&f, &Manifest::new(), b"");
+        c.add(&f, &Manifest::new(), b"").unwrap();
+        // Re-adding replaces; unpublished FMRIs are refused.
+        assert!(
+            c.add(&Fmri::parse("a@1").unwrap(), &Manifest::new(), b"")
+                .is_err()
+        );
+        c.add(&f, &Manifest::new(), b"").unwrap();
         let files = c.files("20240101T000000.000000Z", true);
         let base = CatalogPart::parse("catalog.base.C", files[1].1.as_bytes()).unwrap();
         let versions: Vec<_> = base.entries().iter().map(|e| e.version.as_str()).collect();

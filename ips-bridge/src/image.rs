@@ -223,7 +223,9 @@ impl ImageMetadata {
                     .join(dir),
                 &p.manifest,
             )?;
-            catalog.add(&p.fmri, &manifest, &p.manifest);
+            catalog
+                .add(&p.fmri, &manifest, &p.manifest)
+                .map_err(|e| pkg_err(&e.to_string()))?;
             for a in manifest.by_kind(ActionKind::License) {
                 let name = a.key().unwrap_or_default();
                 let path = var_pkg

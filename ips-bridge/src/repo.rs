@@ -572,7 +572,12 @@ impl FileRepo {
         write_atomic(&path, text.as_bytes())?;
 
         let mut catalog = self.catalog(publisher)?;
-        catalog.add(&fmri, &out, text.as_bytes());
+        catalog
+            .add(&fmri, &out, text.as_bytes())
+            .map_err(|source| RepoError::Catalog {
+                publisher: publisher.to_owned(),
+                source,
+            })?;
         let stamp = catalog_time(now);
         // Parts first, attrs last: attrs names the parts' signatures, so a reader that sees
         // the new attrs also finds the new parts.
@@ -650,7 +655,14 @@ impl FileRepo {
                     _ => from_path(),
                 };
                 match fmri.filter(|f| f.version().is_some_and(|v| v.timestamp().is_some())) {
-                    Some(f) => catalog.add(&f, &manifest, &bytes),
+                    Some(f) => {
+                        catalog
+                            .add(&f, &manifest, &bytes)
+                            .map_err(|source| RepoError::Catalog {
+                                publisher: publisher.to_owned(),
+                                source,
+                            })?
+                    }
                     None => problems.push(RepoError::Publish {
                         what: path.display().to_string(),
                         message: "no usable package FMRI".into(),

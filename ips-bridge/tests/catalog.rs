@@ -120,7 +120,7 @@ fn writer_reproduces_the_real_dependency_and_summary_parts() {
             text.push('\n');
         }
         let m = ips_bridge::Manifest::parse(&text).unwrap();
-        catalog.add(&fmri, &m, text.as_bytes());
+        catalog.add(&fmri, &m, text.as_bytes()).unwrap();
     }
     assert_eq!(
         catalog.dependency.to_file(true).as_bytes(),
