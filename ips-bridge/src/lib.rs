@@ -21,7 +21,8 @@
 //!   negotiation, retries and a verified [`PayloadCache`]; read-only server).
 //! - [`PackageRepository`]: what a build needs from either kind of repository (find a
 //!   package by partial FMRI, its manifest, its verified payloads).
-//! - [`ImageMetadata`]: the `var/pkg` tree of an installed image.
+//! - [`ImageMetadata`]: the `var/pkg` tree of an installed image; [`UserDb`]: the image's
+//!   passwd, shadow, group and ftpusers files as `user` and `group` actions change them.
 //!
 //! Every error names its input: file, line and column, FMRI, action or URL.
 //!
@@ -56,6 +57,7 @@
 mod action;
 mod cache;
 mod catalog;
+mod cfgfiles;
 mod config;
 mod depot;
 mod fmri;
@@ -75,6 +77,7 @@ pub use catalog::{
     Catalog, CatalogAttrs, CatalogEntry, CatalogError, CatalogPart, PartInfo, catalog_time,
     part_for, to_catalog_json, verify_signature, write_catalog_file,
 };
+pub use cfgfiles::{UserDb, UserDbError};
 pub use config::{IniError, IniFile, python_list};
 pub use depot::{DepotClient, DepotError, DepotServer, RetryPolicy, VERSIONS};
 pub use fmri::{Fmri, FmriError, quote, unquote, valid_publisher, valid_stem};
