@@ -277,6 +277,71 @@ fn set_mode(_path: &Path, _mode: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// The `var/sadm/pkg/<pkg>/pkginfo` text pkg writes for a `legacy` action (install it with
+/// mode 0644, in a 0755 directory; pkg also touches `var/sadm/install/contents` when that
+/// directory exists).
+///
+/// Keys, in this order, each only when non-empty: `ARCH` (default: the image's
+/// `variant.arch`), `BASEDIR` (`/`), `CATEGORY` (`system`), `DESC`, `HOTLINE`, `NAME` (default:
+/// the package's `pkg.summary`, cut to 256 characters), `PKG`, `PKGINST` (default: `pkg`),
+/// `PSTAMP`, `SUNW_PRODVERS`, `VENDOR`, `VERSION` (default: the package version); every key
+/// takes the action's attribute of the same lower-case name when present. Then `INSTDATE`,
+/// formatted `%b %d %Y %H:%M` (pkg uses the local time of the install; here the caller's
+/// `install_time`, in UTC).
+pub fn legacy_pkginfo(
+    action: &crate::Action,
+    package: &Fmri,
+    summary: &str,
+    arch: &str,
+    install_time: std::time::SystemTime,
+) -> Option<String> {
+    let pkg = action
+        .get("pkg")
+        .filter(|_| action.kind() == ActionKind::Legacy)?;
+    let summary: String = summary.chars().take(256).collect();
+    let version = package.version().map(|v| v.to_string()).unwrap_or_default();
+    let defaults: [(&str, &str); 12] = [
+        ("arch", arch),
+        ("basedir", "/"),
+        ("category", "system"),
+        ("desc", ""),
+        ("hotline", ""),
+        ("name", &summary),
+        ("pkg", pkg),
+        ("pkginst", pkg),
+        ("pstamp", ""),
+        ("sunw_prodvers", ""),
+        ("vendor", ""),
+        ("version", &version),
+    ];
+    let mut out = String::new();
+    for (k, default) in defaults {
+        let v = action.get(k).unwrap_or(default);
+        if !v.is_empty() {
+            out.push_str(&format!("{}={v}\n", k.to_uppercase()));
+        }
+    }
+    let secs = install_time
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    let stamp =
+        crate::catalog::catalog_time(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs));
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let month: usize = stamp[4..6].parse().unwrap_or(1);
+    out.push_str(&format!(
+        "INSTDATE={} {} {} {}:{}\n",
+        MONTHS[month - 1],
+        &stamp[6..8],
+        &stamp[0..4],
+        &stamp[9..11],
+        &stamp[11..13]
+    ));
+    Some(out)
+}
+
 /// Reads the `metadata.states` of an installed-catalog entry.
 pub fn entry_states(entry: &CatalogEntry) -> Vec<u64> {
     entry

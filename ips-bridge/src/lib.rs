@@ -82,7 +82,7 @@ pub use config::{IniError, IniFile, python_list};
 pub use depot::{DepotClient, DepotError, DepotServer, RetryPolicy, VERSIONS};
 pub use fmri::{Fmri, FmriError, quote, unquote, valid_publisher, valid_stem};
 pub use image::{
-    ImageError, ImageMetadata, ImagePublisher, InstalledPackage, entry_states,
+    ImageError, ImageMetadata, ImagePublisher, InstalledPackage, entry_states, legacy_pkginfo,
     state as package_state,
 };
 pub use manifest::{Manifest, ManifestError};

@@ -158,3 +158,33 @@ fn rejects_two_versions_of_one_package_and_unpublished_fmris() {
         Err(ImageError::Package { .. })
     ));
 }
+
+#[test]
+fn legacy_pkginfo_like_pkg() {
+    let fmri = Fmri::parse("pkg://p/driver/network/e1000g@0.5.11,5.11-2024.0.0.1:20240102T030405Z")
+        .unwrap();
+    let a = ips_bridge::Action::parse(
+        "legacy pkg=SUNWintgige desc=\"Intel(R) PRO/1000 Network Driver\" name=\"Intel(R) PRO/1000\" vendor=\"Oracle Corporation\" category=system,hidden",
+    )
+    .unwrap();
+    let t = UNIX_EPOCH + Duration::from_secs(1_704_164_645); // 2024-01-02 03:04:05 UTC
+    let text = ips_bridge::legacy_pkginfo(&a, &fmri, "ignored: name given", "i386", t).unwrap();
+    assert_eq!(
+        text,
+        "ARCH=i386\nBASEDIR=/\nCATEGORY=system,hidden\nDESC=Intel(R) PRO/1000 Network Driver\nNAME=Intel(R) PRO/1000\nPKG=SUNWintgige\nPKGINST=SUNWintgige\nVENDOR=Oracle Corporation\nVERSION=0.5.11,5.11-2024.0.0.1:20240102T030405Z\nINSTDATE=Jan 02 2024 03:04\n"
+    );
+    // Defaults: the summary names the package.
+    let a = ips_bridge::Action::parse("legacy pkg=SUNWcsr").unwrap();
+    let text = ips_bridge::legacy_pkginfo(&a, &fmri, "Core Solaris", "i386", t).unwrap();
+    assert!(text.contains("NAME=Core Solaris\n") && text.contains("CATEGORY=system\n"));
+    assert!(
+        ips_bridge::legacy_pkginfo(
+            &ips_bridge::Action::parse("dir path=x").unwrap(),
+            &fmri,
+            "",
+            "i386",
+            t
+        )
+        .is_none()
+    );
+}
