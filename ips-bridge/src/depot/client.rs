@@ -379,7 +379,11 @@ impl DepotClient {
             let bytes = self.catalog_file(publisher, name)?;
             let part = CatalogPart::parse(name, &bytes).map_err(cat_err)?;
             if let Some(sig) = &info.signature_sha1 {
-                let actual = hash_hex(HashAlg::Sha1, part.to_file(false).as_bytes());
+                // Checked on the bytes as served (cut before `_SIGNATURE`), so the result does
+                // not depend on how a JSON serialiser escapes non-ASCII text.
+                let text = String::from_utf8_lossy(&bytes);
+                let actual = crate::catalog::unsigned_sha1(&text)
+                    .unwrap_or_else(|| hash_hex(HashAlg::Sha1, &bytes));
                 if &actual != sig {
                     return Err(cat_err(CatalogError::Signature {
                         file: name.clone(),
