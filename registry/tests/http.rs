@@ -211,6 +211,15 @@ async fn bad_requests_get_the_right_status_and_code() {
             "MANIFEST_UNKNOWN",
         ),
         (
+            "GET of an invalid tag",
+            Method::GET,
+            "/v2/good/repo/manifests/.INVALID_MANIFEST_NAME".into(),
+            vec![],
+            vec![],
+            StatusCode::NOT_FOUND,
+            "MANIFEST_UNKNOWN",
+        ),
+        (
             "malformed manifest digest",
             Method::GET,
             "/v2/good/repo/manifests/sha256:totallywrong".into(),

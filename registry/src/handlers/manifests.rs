@@ -24,6 +24,18 @@ enum Reference {
     Tag(Tag),
 }
 
+/// For reads and deletes: a reference that is neither a digest nor a valid tag names nothing
+/// that could exist, so it is unknown (404), as the v1.1 conformance suite expects.
+fn parse_lookup(s: &str) -> ApiResult<Reference> {
+    if !s.contains(':') && Tag::parse(s).is_err() {
+        return Err(ApiError::new(
+            Code::ManifestUnknown,
+            format!("{s:?} is not a valid tag"),
+        ));
+    }
+    parse_reference(s)
+}
+
 fn parse_reference(s: &str) -> ApiResult<Reference> {
     if s.contains(':') {
         return Digest::parse(s)
@@ -45,7 +57,7 @@ async fn resolve(repos: &Repos, name: &Name, reference: &Reference) -> ApiResult
 /// GET or HEAD a manifest by tag or digest.
 pub(crate) async fn get(req: Req, reference: &str) -> ApiResult<Response> {
     let name = req.name().clone();
-    let reference = parse_reference(reference)?;
+    let reference = parse_lookup(reference)?;
     let repos = &req.state.app().repos;
     let unknown = || ApiError::new(Code::ManifestUnknown, format!("manifest unknown in {name}"));
     let Some(d) = resolve(repos, &name, &reference).await? else {
@@ -307,7 +319,7 @@ pub(crate) async fn put(mut req: Req, reference: &str) -> ApiResult<Response> {
 pub(crate) async fn delete(req: Req, reference: &str) -> ApiResult<Response> {
     req.deletes_allowed()?;
     let name = req.name().clone();
-    let reference = parse_reference(reference)?;
+    let reference = parse_lookup(reference)?;
     let repos = &req.state.app().repos;
     let found = match &reference {
         Reference::Tag(t) => repos.delete_tag(&name, t).await?,
