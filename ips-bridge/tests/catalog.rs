@@ -131,3 +131,22 @@ fn writer_reproduces_the_real_dependency_and_summary_parts() {
         &read("catalog.summary.C")[..]
     );
 }
+
+#[test]
+fn signatures_check_the_bytes_not_our_serialiser() {
+    // A part written by a serialiser with lower-case \u escapes (Python's json module): the
+    // signature covers those bytes, and checking it must not depend on re-serialising.
+    let unsigned = "{\"p\":{\"a\":[{\"actions\":[\"set name=pkg.summary value=caf\\u00e9\"],\"version\":\"1,5.11:20240101T000000Z\"}]}}\n";
+    let sig = ips_bridge::hash_hex(ips_bridge::HashAlg::Sha1, unsigned.as_bytes());
+    let signed = format!(
+        "{},\"_SIGNATURE\":{{\"sha-1\":\"{sig}\"}}}}\n",
+        &unsigned[..unsigned.len() - 2]
+    );
+    let part = CatalogPart::parse("catalog.summary.C", signed.as_bytes()).unwrap();
+    assert_eq!(
+        part.entries()[0].actions(),
+        ["set name=pkg.summary value=café"]
+    );
+    // Our writer would escape it upper-case, which is a different (also valid) file.
+    assert_ne!(part.to_file(false), unsigned);
+}
