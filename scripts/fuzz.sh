@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# A short fuzz run of every cargo-fuzz target (validator and ips-bridge). Not part of the test
+# command: it needs a nightly toolchain and cargo-fuzz. The seeds are the checked-in corpora.
+#   scripts/fuzz.sh            60 s per target
+#   FUZZ_SECONDS=600 scripts/fuzz.sh
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SECONDS_PER_TARGET="${FUZZ_SECONDS:-60}"
+rustup toolchain list | grep -q '^nightly' || { echo "fuzz.sh: needs a nightly toolchain (rustup toolchain install nightly)" >&2; exit 2; }
+command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz --root "$ROOT/.tools"
+export PATH="$ROOT/.tools/bin:$PATH"
+
+run() { # crate-dir target seed-dir...
+	local dir=$1 target=$2
+	shift 2
+	local corpus="$ROOT/$dir/fuzz/corpus/$target"
+	mkdir -p "$corpus"
+	for seeds in "$@"; do
+		[ -d "$seeds" ] && cp -n "$seeds"/* "$corpus"/ 2>/dev/null || true
+	done
+	echo "==== fuzz $dir/$target for ${SECONDS_PER_TARGET}s ===="
+	(cd "$ROOT/$dir/fuzz" && cargo +nightly fuzz run "$target" "$corpus" -- -max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=2048)
+}
+
+run validator document "$ROOT/validator/tests/data/bad" "$ROOT/validator/tests/data/good"
+run validator tar_stream
+for t in $(cd "$ROOT/ips-bridge/fuzz" && cargo +nightly fuzz list); do
+	run ips-bridge "$t"
+done
+echo "==== fuzzing found nothing ===="
