@@ -19,6 +19,7 @@
 //! - [`FileRepo`]: version 4 file repositories: read, verify, publish.
 //! - [`DepotClient`] and [`DepotServer`]: the HTTP depot protocol (client with operation
 //!   negotiation, retries and a verified [`PayloadCache`]; read-only server).
+//! - [`check_pinned_set`]: the dependency checks pkg would make on a pinned package set.
 //! - [`PackageRepository`]: what a build needs from either kind of repository (find a
 //!   package by partial FMRI, its manifest, its verified payloads).
 //! - [`ImageMetadata`]: the `var/pkg` tree of an installed image; [`UserDb`]: the image's
@@ -59,6 +60,7 @@ mod cache;
 mod catalog;
 mod cfgfiles;
 mod config;
+mod depend;
 mod depot;
 mod fmri;
 mod image;
@@ -79,6 +81,7 @@ pub use catalog::{
 };
 pub use cfgfiles::{UserDb, UserDbError};
 pub use config::{IniError, IniFile, python_list};
+pub use depend::{DependencyProblem, Severity, check_pinned_set};
 pub use depot::{DepotClient, DepotError, DepotServer, RetryPolicy, VERSIONS};
 pub use fmri::{Fmri, FmriError, quote, unquote, valid_publisher, valid_stem};
 pub use image::{
