@@ -12,9 +12,10 @@ use axum::routing::{any, get};
 
 use crate::errors::{ApiError, ApiResult, Code};
 use crate::handlers::{self, Req};
+use crate::metrics::Metrics;
 use crate::names::Name;
 use crate::repo::Repos;
-use crate::storage::Store;
+use crate::storage::{Instrumented, Key, Store};
 
 /// Registry behaviour that handlers consult.
 #[derive(Debug, Clone)]
@@ -43,15 +44,24 @@ pub struct AppState(Arc<App>);
 pub(crate) struct App {
     pub repos: Repos,
     pub config: RegistryConfig,
+    pub metrics: Arc<Metrics>,
 }
 
 impl AppState {
-    /// State over `store` with `config`.
+    /// State over `store` (wrapped in [`Instrumented`]) with `config`.
     pub fn new(store: Arc<dyn Store>, config: RegistryConfig) -> AppState {
+        let metrics = Arc::new(Metrics::default());
+        let store: Arc<dyn Store> = Arc::new(Instrumented::new(store, metrics.clone()));
         AppState(Arc::new(App {
             repos: Repos::new(store),
             config,
+            metrics,
         }))
+    }
+
+    /// The registry's metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.0.metrics
     }
 
     pub(crate) fn app(&self) -> &App {
@@ -119,6 +129,18 @@ impl Route {
         }
     }
 
+    /// A low-cardinality label for metrics.
+    fn label(&self) -> &'static str {
+        match self {
+            Route::Catalog => "catalog",
+            Route::Blob { .. } => "blob",
+            Route::Upload { .. } => "upload",
+            Route::Manifest { .. } => "manifest",
+            Route::Tags { .. } => "tags",
+            Route::Referrers { .. } => "referrers",
+        }
+    }
+
     fn name(&self) -> Option<&str> {
         match self {
             Route::Catalog => None,
@@ -138,9 +160,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v2/", get(base))
         .route("/v2/{*rest}", any(dispatch))
         .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .fallback(not_found)
         .layer(axum::middleware::map_response(api_version))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), count))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)
 }
@@ -151,6 +175,70 @@ async fn api_version(mut resp: Response) -> Response {
         HeaderValue::from_static("registry/2.0"),
     );
     resp
+}
+
+/// Counts every answered request by route, method and status, with bytes in and out.
+async fn count(
+    State(state): State<AppState>,
+    req: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let path = req.uri().path();
+    let route = match path.strip_prefix("/v2/") {
+        Some("") => "base",
+        Some(rest) => Route::parse(rest).map_or("unknown", |r| r.label()),
+        None if path == "/v2" => "base",
+        None => match path {
+            "/healthz" => "healthz",
+            "/readyz" => "readyz",
+            "/metrics" => "metrics",
+            _ => "unknown",
+        },
+    };
+    let method = req.method().clone();
+    let len = |h: &axum::http::HeaderMap| {
+        h.get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let bytes_in = len(req.headers());
+    let resp = next.run(req).await;
+    let bytes_out = if method == Method::HEAD {
+        0
+    } else {
+        len(resp.headers())
+    };
+    state.0.metrics.request(
+        route,
+        method.as_str(),
+        resp.status().as_u16(),
+        bytes_in,
+        bytes_out,
+    );
+    resp
+}
+
+/// Ready when the store answers.
+async fn readyz(State(state): State<AppState>) -> Response {
+    let probe = Key::new("catalog").expect("a valid key");
+    match state.0.repos.store().stat(&probe).await {
+        Ok(_) => (StatusCode::OK, "ok").into_response(),
+        Err(e) if e.is_not_found() => (StatusCode::OK, "ok").into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "readiness probe failed");
+            (StatusCode::SERVICE_UNAVAILABLE, "store unavailable").into_response()
+        }
+    }
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.0.metrics.render(),
+    )
+        .into_response()
 }
 
 async fn base() -> Response {

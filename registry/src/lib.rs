@@ -30,6 +30,8 @@ pub mod errors;
 #[cfg(feature = "server")]
 mod handlers;
 #[cfg(feature = "server")]
+pub mod metrics;
+#[cfg(feature = "server")]
 mod repo;
 #[cfg(feature = "server")]
 pub mod server;

@@ -912,3 +912,35 @@ async fn stale_uploads_expire() {
     let r = send(&app, Method::GET, &loc, &[], Body::empty()).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn health_readiness_and_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = app_on(dir.path(), RegistryConfig::default());
+    for path in ["/healthz", "/readyz", "/v2/"] {
+        let r = send(&app, Method::GET, path, &[], Body::empty()).await;
+        assert_eq!(r.status, StatusCode::OK, "{path}");
+    }
+    push_blob(&app, "m", &[5u8; 1234]).await;
+    let r = send(
+        &app,
+        Method::GET,
+        "/v2/m/blobs/sha256:zz",
+        &[],
+        Body::empty(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    let r = send(&app, Method::GET, "/metrics", &[], Body::empty()).await;
+    let text = String::from_utf8(r.body.to_vec()).unwrap();
+    for want in [
+        "registry_http_requests_total{route=\"upload\",method=\"POST\",status=\"202\"} 1",
+        "registry_http_requests_total{route=\"upload\",method=\"PUT\",status=\"201\"} 1",
+        "registry_http_requests_total{route=\"blob\",method=\"GET\",status=\"400\"} 1",
+        "registry_http_requests_total{route=\"readyz\",method=\"GET\",status=\"200\"} 1",
+        "registry_commit_duration_seconds_count 1",
+        "registry_store_operations_total{store=\"fs\",op=\"writer\"}",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in\n{text}");
+    }
+}

@@ -14,6 +14,18 @@ async fn fs_store() -> (Arc<dyn Store>, tempfile::TempDir) {
 
 store_suite!(fs_store);
 
+/// The same store behind the production wrapper (metrics and tracing).
+async fn instrumented_fs_store() -> (Arc<dyn Store>, tempfile::TempDir) {
+    let (inner, dir) = fs_store().await;
+    let metrics = Arc::new(registry::metrics::Metrics::default());
+    let wrapped: Arc<dyn Store> = Arc::new(registry::storage::Instrumented::new(inner, metrics));
+    (wrapped, dir)
+}
+
+mod instrumented {
+    crate::store_suite!(super::instrumented_fs_store);
+}
+
 #[tokio::test]
 async fn fs_store_leaves_no_temporary_files() {
     use bytes::Bytes;

@@ -1,6 +1,8 @@
 //! Blob uploads: POST (start, single POST, mount), PATCH (chunked or streamed), PUT (close),
 //! GET (status) and DELETE (cancel) on `/v2/<name>/blobs/uploads/...`.
 
+use std::time::Instant;
+
 use axum::body::Body;
 use axum::http::{StatusCode, header};
 use axum::response::Response;
@@ -92,6 +94,7 @@ pub(crate) async fn start(req: Req) -> ApiResult<Response> {
         let len = req.content_length()?;
         let upload = repos.start_upload(&name, Some(d.algorithm())).await?;
         let id = upload.id;
+        let started = Instant::now();
         let body = req.body.into_data_stream();
         if let Err(e) = repos
             .finish_upload(&name, upload, body, None, len, &d)
@@ -102,6 +105,7 @@ pub(crate) async fn start(req: Req) -> ApiResult<Response> {
             }
             return Err(e);
         }
+        req.state.app().metrics.commit_duration(started.elapsed());
         return created(&name, &d);
     }
     let upload = repos.start_upload(&name, algorithm).await?;
@@ -115,8 +119,10 @@ pub(crate) async fn patch(req: Req, id: &str) -> ApiResult<Response> {
     let upload = repos.load_upload(&name, id).await?;
     let range = chunk_range(&req)?;
     let len = req.content_length()?;
+    let started = Instant::now();
     let body = req.body.into_data_stream();
     let upload = repos.patch_upload(upload, body, range, len).await?;
+    req.state.app().metrics.upload_duration(started.elapsed());
     progress(&name, &upload, StatusCode::ACCEPTED)
 }
 
@@ -134,10 +140,12 @@ pub(crate) async fn finish(req: Req, id: &str) -> ApiResult<Response> {
     let d = parse_digest(digest)?;
     let range = chunk_range(&req)?;
     let len = req.content_length()?;
+    let started = Instant::now();
     let body = req.body.into_data_stream();
     repos
         .finish_upload(&name, upload, body, range, len, &d)
         .await?;
+    req.state.app().metrics.commit_duration(started.elapsed());
     created(&name, &d)
 }
 

@@ -19,6 +19,7 @@
 pub mod layout;
 
 mod fs;
+mod instrumented;
 
 use std::fmt;
 use std::future::Future;
@@ -29,6 +30,7 @@ use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 pub use fs::FsStore;
+pub use instrumented::Instrumented;
 
 /// A boxed future, so that [`Store`] stays object safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
