@@ -417,3 +417,74 @@ fn kill_9_during_a_chunked_upload_then_resume_and_sigterm() {
     );
     assert!(second.log_tail().contains("registry stopped"));
 }
+
+#[test]
+fn skopeo_copies_layout_to_registry_and_back_then_umoci_unpacks() {
+    let dir = tempdir();
+    let data = tempdir();
+    let server = Server::start(data.path(), &[]);
+    let reg = server.host();
+    // A layout with one real layer, made by umoci 0.6.
+    let img = dir.path().join("img");
+    let umoci = "umoci-0.6";
+    ok(tool(umoci).args(["init", "--layout", s(&img)]));
+    ok(tool(umoci).args(["new", "--image", &format!("{}:base", s(&img))]));
+    let src = dir.path().join("motd");
+    std::fs::write(&src, "hello through the registry\n").unwrap();
+    ok(tool(umoci).args([
+        "insert",
+        "--rootless",
+        "--image",
+        &format!("{}:base", s(&img)),
+        "--tag",
+        "v1",
+        s(&src),
+        "/etc/motd",
+    ]));
+    // layout → registry
+    let remote = format!("docker://{reg}/skopeo/img:v1");
+    ok(tool("skopeo")
+        .args(["--insecure-policy", "copy", "--dest-tls-verify=false"])
+        .arg(format!("oci:{}:v1", s(&img)))
+        .arg(&remote));
+    let inspect = ok(tool("skopeo").args(["inspect", "--tls-verify=false", "--raw", &remote]));
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&inspect.stdout).expect("a JSON manifest");
+    assert_eq!(manifest["layers"].as_array().map(Vec::len), Some(1));
+    let digest = validator::Digest::sha256(&inspect.stdout);
+    // registry → layout
+    let back = dir.path().join("back");
+    ok(tool("skopeo")
+        .args(["--insecure-policy", "copy", "--src-tls-verify=false"])
+        .arg(&remote)
+        .arg(format!("oci:{}:v1", s(&back))));
+    // umoci unpacks what came back, and the file is there.
+    let root = dir.path().join("root");
+    ok(tool(umoci).args([
+        "raw",
+        "unpack",
+        "--rootless",
+        "--image",
+        &format!("{}:v1", s(&back)),
+        s(&root),
+    ]));
+    assert_eq!(
+        std::fs::read_to_string(root.join("etc/motd")).unwrap(),
+        "hello through the registry\n"
+    );
+    // delete by digest: the tag goes with it.
+    ok(tool("skopeo").args([
+        "delete",
+        "--tls-verify=false",
+        &format!("docker://{reg}/skopeo/img@{digest}"),
+    ]));
+    let gone = tool("skopeo")
+        .args(["inspect", "--tls-verify=false", "--raw", &remote])
+        .output()
+        .unwrap();
+    assert!(
+        !gone.status.success(),
+        "the manifest is still there after skopeo delete"
+    );
+    drop(server);
+}
