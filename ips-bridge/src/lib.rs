@@ -19,7 +19,8 @@
 //! - [`FileRepo`]: version 4 file repositories: read, verify, publish.
 //! - [`DepotClient`] and [`DepotServer`]: the HTTP depot protocol (client with operation
 //!   negotiation, retries and a verified [`PayloadCache`]; read-only server).
-//! - [`check_pinned_set`]: the dependency checks pkg would make on a pinned package set.
+//! - [`check_pinned_set`] and [`check_conflicts`]: the dependency and conflicting-action
+//!   checks pkg would make on a pinned package set.
 //! - [`PackageRepository`]: what a build needs from either kind of repository (find a
 //!   package by partial FMRI, its manifest, its verified payloads).
 //! - [`ImageMetadata`]: the `var/pkg` tree of an installed image; [`UserDb`]: the image's
@@ -60,6 +61,7 @@ mod cache;
 mod catalog;
 mod cfgfiles;
 mod config;
+mod conflict;
 mod depend;
 mod depot;
 mod fmri;
@@ -81,6 +83,7 @@ pub use catalog::{
 };
 pub use cfgfiles::{UserDb, UserDbError};
 pub use config::{IniError, IniFile, python_list};
+pub use conflict::check_conflicts;
 pub use depend::{DependencyProblem, Severity, check_pinned_set};
 pub use depot::{DepotClient, DepotError, DepotServer, RetryPolicy, VERSIONS};
 pub use fmri::{Fmri, FmriError, quote, unquote, valid_publisher, valid_stem};

@@ -112,3 +112,31 @@ fn published_manifest_with_content_hashes() {
             .any(|a| a.get("type") == Some("incorporate"))
     );
 }
+
+#[test]
+fn real_shaped_manifests_do_not_conflict_in_a_zone() {
+    let set: Vec<(ips_bridge::Fmri, Manifest)> = [
+        "sunwcs-like.p5m",
+        "driver-e1000g-like.p5m",
+        "published-nginx-like.p5m",
+    ]
+    .iter()
+    .map(|n| {
+        let m = load(n);
+        (m.fmri().unwrap().unwrap(), m)
+    })
+    .collect();
+    let zone = ImageFilter::zone("i386");
+    assert_eq!(ips_bridge::check_conflicts(&set, &zone), []);
+    // Their dependencies point outside this set, which the checks report.
+    let deps = ips_bridge::check_pinned_set(&set, &zone);
+    assert!(
+        deps.iter()
+            .any(|p| p.message.contains("system/library is not in the set")),
+        "{deps:?}"
+    );
+    assert!(
+        deps.iter()
+            .any(|p| p.message.contains("library/pcre is not in the set"))
+    );
+}
