@@ -488,3 +488,20 @@ fn skopeo_copies_layout_to_registry_and_back_then_umoci_unpacks() {
     );
     drop(server);
 }
+
+#[test]
+fn smf_start_method_uses_flags_rdctl_has() {
+    let xml = std::fs::read_to_string(root().join("registry/smf/registry.xml")).unwrap();
+    let at = xml.find("name=\"start\"").expect("a start method");
+    let exec = &xml[at..];
+    let exec = &exec[exec.find("exec=\"").unwrap() + 6..];
+    let exec = &exec[..exec.find('"').unwrap()];
+    let help = ok(rdctl().args(["registry", "serve", "--help"]));
+    let help = String::from_utf8_lossy(&help.stdout);
+    for flag in exec.split_whitespace().filter(|w| w.starts_with("--")) {
+        assert!(
+            help.contains(flag),
+            "the SMF start method uses {flag}, which rdctl registry serve lacks:\n{help}"
+        );
+    }
+}
