@@ -9,8 +9,9 @@ use std::process::Command;
 
 use crate::util::{ok, rules, s, tempdir, tool, validate_json};
 
-/// new → config (illumos, StopSignal) → insert a file → unpack → change → repack.
-fn build_with(umoci: &str, dir: &Path, insert: bool) {
+/// new → config (command, StopSignal) → insert a file → unpack → change → repack, and an
+/// illumos variant. The repack starts from the inserted image when `repack_inserted`.
+fn build_with(umoci: &str, dir: &Path, insert: bool, repack_inserted: bool) {
     let img = dir.join("img");
     ok(tool(umoci).args(["init", "--layout", s(&img)]));
     ok(tool(umoci).args(["new", "--image", &format!("{}:base", s(&img))]));
@@ -42,27 +43,44 @@ fn build_with(umoci: &str, dir: &Path, insert: bool) {
             "/etc/motd",
         ]));
     }
+    // unpack → change the root → repack: umoci's own diff of the bundle becomes a new layer.
     let bundle = dir.join("bundle");
+    let from = if repack_inserted { "inserted" } else { "cfg" };
     ok(tool(umoci).args([
-        "raw",
         "unpack",
         "--rootless",
         "--image",
-        &format!("{}:cfg", s(&img)),
+        &format!("{}:{from}", s(&img)),
         s(&bundle),
     ]));
-    std::fs::create_dir_all(bundle.join("usr/bin")).unwrap();
-    std::fs::write(bundle.join("usr/bin/app"), b"#!/bin/sh\necho app\n").unwrap();
-    std::os::unix::fs::symlink("usr/bin", bundle.join("bin")).unwrap();
-    std::fs::hard_link(bundle.join("usr/bin/app"), bundle.join("usr/bin/app2")).unwrap();
+    let rootfs = bundle.join("rootfs");
+    std::fs::create_dir_all(rootfs.join("usr/bin")).unwrap();
+    std::fs::write(rootfs.join("usr/bin/app"), b"#!/bin/sh\necho app\n").unwrap();
+    std::os::unix::fs::symlink("usr/bin", rootfs.join("bin")).unwrap();
+    std::fs::hard_link(rootfs.join("usr/bin/app"), rootfs.join("usr/bin/app2")).unwrap();
+    ok(tool(umoci).args([
+        "repack",
+        "--image",
+        &format!("{}:repacked", s(&img)),
+        s(&bundle),
+    ]));
+    // An illumos image: umoci cannot unpack it (no runtime config for illumos), so its layer is
+    // added raw, from a GNU tar of the same tree.
+    ok(tool(umoci).args([
+        "config",
+        "--image",
+        &format!("{}:cfg", s(&img)),
+        "--tag",
+        "illumos",
+        "--os",
+        "illumos",
+    ]));
     ok(tool(umoci).args([
         "raw",
         "add-layer",
         "--image",
-        &format!("{}:cfg", s(&img)),
-        "--tag",
-        "repacked",
-        s(&layer_tar(dir, &bundle)),
+        &format!("{}:illumos", s(&img)),
+        s(&layer_tar(dir, &rootfs)),
     ]));
 }
 
@@ -98,13 +116,21 @@ fn assert_valid(target: &str, images: usize) -> serde_json::Value {
 #[test]
 fn umoci_0_6_layouts_validate() {
     let dir = tempdir();
-    build_with("umoci-0.6", dir.path(), true);
+    build_with("umoci-0.6", dir.path(), true, true);
     let img = dir.path().join("img");
-    let report = assert_valid(s(&img), 4);
+    let report = assert_valid(s(&img), 5);
     let repacked = assert_valid(&format!("{}:repacked", s(&img)), 1);
     let image = &repacked["images"][0];
     assert_eq!(image["stop_signal"], "SIGPWR");
-    assert_eq!(image["layers"].as_array().unwrap().len(), 1);
+    // The inserted layer and the repacked diff.
+    assert_eq!(image["layers"].as_array().unwrap().len(), 2);
+    let (code, illumos) = validate_json(&[
+        "--platform",
+        "illumos/amd64",
+        &format!("{}:illumos", s(&img)),
+    ]);
+    assert_eq!(code, 0, "{illumos:#}");
+    assert_eq!(illumos["images"][0]["platform"]["os"], "illumos");
     // `umoci new` makes an image with no layers and no command: warnings, not errors.
     for r in rules(&report) {
         assert!(r == "nothing-to-run" || r == "no-layers", "{report:#}");
@@ -114,10 +140,11 @@ fn umoci_0_6_layouts_validate() {
 #[test]
 fn debian_umoci_layouts_validate_and_its_truncated_insert_is_caught() {
     let dir = tempdir();
-    build_with("umoci", dir.path(), true);
+    build_with("umoci", dir.path(), true, false);
     let img = dir.path().join("img");
     assert_valid(&format!("{}:repacked", s(&img)), 1);
     assert_valid(&format!("{}:cfg", s(&img)), 1);
+    assert_valid(&format!("{}:illumos", s(&img)), 1);
     // umoci 0.4.7's `insert` writes a layer whose tar stream stops inside the file's padding,
     // without end blocks; GNU tar refuses it too. The validator must say so.
     let (code, report) = validate_json(&[&format!("{}:inserted", s(&img))]);
@@ -143,7 +170,7 @@ fn debian_umoci_layouts_validate_and_its_truncated_insert_is_caught() {
 #[test]
 fn skopeo_copies_validate_in_gzip_and_zstd() {
     let dir = tempdir();
-    build_with("umoci-0.6", dir.path(), false);
+    build_with("umoci-0.6", dir.path(), false, false);
     let src = format!("oci:{}:repacked", s(&dir.path().join("img")));
     for (name, extra) in [
         ("gzip", vec![]),
@@ -175,7 +202,7 @@ fn skopeo_copies_validate_in_gzip_and_zstd() {
 #[test]
 fn tampering_with_a_real_layout_is_caught() {
     let dir = tempdir();
-    build_with("umoci-0.6", dir.path(), false);
+    build_with("umoci-0.6", dir.path(), false, false);
     let img = dir.path().join("img");
     let report = assert_valid(&format!("{}:repacked", s(&img)), 1);
     let layer = report["images"][0]["layers"][0]["digest"]
