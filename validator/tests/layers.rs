@@ -494,7 +494,10 @@ fn high_ids_are_refused() {
 /// every test run covers it: never a panic, and a DiffID only when it is the hash of the bytes.
 #[test]
 fn mutated_layers_never_panic() {
-    let base = sample().pax(&[("path", b"p/long"), ("size", b"2")]).file("p", b"ab").end();
+    let base = sample()
+        .pax(&[("path", b"p/long"), ("size", b"2")])
+        .file("p", b"ab")
+        .end();
     let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut next = || {
         state ^= state << 13;
