@@ -551,6 +551,11 @@ impl FileRepo {
             Version::parse(&format!("{version}:{t}")).expect("valid version plus timestamp")
         };
         let fmri = Fmri::new(Some(publisher), fmri.stem(), Some(version))?;
+        // pkg validates every action at publication.
+        for a in manifest.actions() {
+            a.typed()
+                .map_err(|message| publish_err(&format!("{what}: {a}"), message))?;
+        }
         let pub_dir = self.root.join("publisher").join(publisher);
         let _lock = lock_publisher(&pub_dir)?;
 

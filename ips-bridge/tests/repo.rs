@@ -113,6 +113,14 @@ fn republishing_without_proto_reuses_stored_payloads() {
     assert_eq!(again.version().unwrap().release().to_string(), "1.1");
     assert_eq!(repo.packages("example.org").unwrap().len(), 3);
     assert!(repo.verify("example.org").unwrap().is_empty());
+    // Invalid actions are refused before anything is written.
+    let bad = Manifest::parse(
+        "set name=pkg.fmri value=pkg:/demo/bad@1.0-1\ndir path=x mode=0799 owner=root group=bin\n",
+    )
+    .unwrap();
+    let e = repo.publish("example.org", &bad, None).unwrap_err();
+    assert!(e.to_string().contains("invalid mode \"0799\""), "{e}");
+    assert_eq!(repo.packages("example.org").unwrap().len(), 3);
     // Missing proto files are reported with the package and action.
     let e = repo
         .publish(
