@@ -492,7 +492,9 @@ impl DepotClient {
             match r {
                 Ok(p) => Ok(p),
                 Err(CacheError::Fetch { source, .. }) => Err(source),
-                Err(CacheError::Verify { source, .. }) => Err(verify_err(source, &payload_err)),
+                // A payload that fails verification is reported, not retried: a depot
+                // serving bad data is not a transient failure.
+                Err(CacheError::Verify { source, .. }) => Err(payload_err(Box::new(source))),
                 Err(CacheError::Io { path, source }) => Err(payload_err(Box::new(io::Error::new(
                     source.kind(),
                     format!("{}: {source}", path.display()),
@@ -526,16 +528,6 @@ impl DepotClient {
             source: io::Error::new(io::ErrorKind::InvalidData, e),
         })
     }
-}
-
-/// A payload that failed verification after download may have been corrupted in transit;
-/// it is reported as a payload error (not retried: a depot serving bad data is not
-/// transient).
-fn verify_err(
-    source: PayloadError,
-    wrap: &dyn Fn(Box<dyn std::error::Error + Send + Sync>) -> DepotError,
-) -> DepotError {
-    wrap(Box::new(source))
 }
 
 impl PackageRepository for DepotClient {
