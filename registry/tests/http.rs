@@ -123,6 +123,16 @@ async fn bad_requests_get_the_right_status_and_code() {
 
     let big = vec![b' '; (4 << 20) + 1];
     let missing_blob = image_manifest(&cfg, 2, &unknown, 5);
+    let dup_key = {
+        let text = String::from_utf8(manifest.clone()).unwrap();
+        text.replacen(
+            "{\"schemaVersion\":2,",
+            "{\"schemaVersion\":2,\"schemaVersion\":2,",
+            1,
+        )
+        .into_bytes()
+    };
+    assert_ne!(dup_key, manifest);
     let upload = send(
         &app,
         Method::POST,
@@ -245,6 +255,15 @@ async fn bad_requests_get_the_right_status_and_code() {
             big,
             StatusCode::PAYLOAD_TOO_LARGE,
             "SIZE_INVALID",
+        ),
+        (
+            "manifest with a duplicate key (validator rule)",
+            Method::PUT,
+            "/v2/good/repo/manifests/x".into(),
+            vec![("content-type", MT)],
+            dup_key.clone(),
+            StatusCode::BAD_REQUEST,
+            "MANIFEST_INVALID",
         ),
         (
             "manifest not JSON",

@@ -119,13 +119,26 @@ fn non_distributable(media_type: &str) -> bool {
         || media_type == "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip"
 }
 
-/// The single place where a pushed manifest is checked. `validator::validate_document` will
-/// plug in here once it lands; until then the structural rules the registry relies on are
-/// checked with serde_json.
+/// The single place where a pushed manifest is checked: `validator`'s document rules (strict
+/// JSON, media types, descriptors, layer and platform rules), then the fields the registry
+/// itself relies on (the blobs and manifests it must hold, the subject, the artifact type).
 pub(crate) fn check_document(
     bytes: &[u8],
     content_type: Option<&str>,
 ) -> ApiResult<CheckedManifest> {
+    let declared = match content_type {
+        Some(c) => Some(
+            validator::MediaType::parse(c).map_err(|e| invalid(format!("Content-Type: {e}")))?,
+        ),
+        None => None,
+    };
+    let (report, doc) = validator::check_document(bytes, None, declared.as_ref(), "manifest");
+    if let Some(v) = report.errors().next() {
+        return Err(invalid(v.to_string()));
+    }
+    if matches!(doc, Some(validator::Document::Config(_))) {
+        return Err(invalid("an image config is not a manifest"));
+    }
     let doc: Value =
         serde_json::from_slice(bytes).map_err(|e| invalid(format!("manifest is not JSON: {e}")))?;
     let obj = doc
