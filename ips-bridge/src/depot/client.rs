@@ -13,7 +13,7 @@ use crate::cache::{CacheError, PayloadCache};
 use crate::catalog::{Catalog, CatalogAttrs, CatalogError, CatalogPart};
 use crate::fmri::{Fmri, quote};
 use crate::manifest::{Manifest, ManifestError};
-use crate::payload::{HashAlg, PayloadError, PayloadHashes, hash_hex};
+use crate::payload::{HashAlg, PayloadHashes, hash_hex};
 use crate::repo::{MAX_METADATA_BYTES, PackageRef, PackageRepository};
 
 /// Errors from talking to a depot. Each names the URL or package involved.
