@@ -20,6 +20,14 @@ struct Server {
 
 impl Server {
     fn start(data: &Path, extra: &[&str]) -> Server {
+        Self::spawn(data, extra, &[])
+    }
+
+    fn start_with_env(data: &Path, env: &[(&str, &str)]) -> Server {
+        Self::spawn(data, &[], env)
+    }
+
+    fn spawn(data: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = rdctl()
             .args([
                 "registry",
@@ -30,6 +38,7 @@ impl Server {
                 s(data),
             ])
             .args(extra)
+            .envs(env.iter().copied())
             .env("RDCTL_LOG", "info")
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())
@@ -504,4 +513,43 @@ fn smf_start_method_uses_flags_rdctl_has() {
             "the SMF start method uses {flag}, which rdctl registry serve lacks:\n{help}"
         );
     }
+}
+
+#[test]
+fn sigterm_drains_in_flight_requests_within_the_bound() {
+    let data = tempdir();
+    let mut server = Server::start_with_env(
+        data.path(),
+        &[("RDCTL_REGISTRY_SHUTDOWN_TIMEOUT_SECS", "2")],
+    );
+    let (st, h, _) = http(server.addr, "POST", "/v2/drain/blobs/uploads/", &[], b"");
+    assert_eq!(st, 202);
+    let loc = header(&h, "location").to_owned();
+    // A PATCH that never finishes sending its body: it is in flight when SIGTERM arrives.
+    let mut stuck = TcpStream::connect(server.addr).unwrap();
+    let head = format!("PATCH {loc} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n");
+    stuck.write_all(head.as_bytes()).unwrap();
+    stuck.write_all(&[1u8; 1000]).unwrap();
+    stuck.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    server.signal("-TERM");
+    let st = server
+        .wait(Duration::from_secs(10))
+        .expect("the registry did not stop after SIGTERM");
+    let took = t.elapsed();
+    assert!(st.success(), "exit {st}; log:\n{}", server.log_tail());
+    assert!(
+        took >= Duration::from_millis(1500) && took < Duration::from_secs(6),
+        "drain took {took:?}, the bound is 2 s; log:\n{}",
+        server.log_tail()
+    );
+    assert!(
+        server.log_tail().contains("shutdown timeout"),
+        "{}",
+        server.log_tail()
+    );
+    // New connections are refused once it stopped.
+    assert!(TcpStream::connect(server.addr).is_err());
+    drop(stuck);
 }
