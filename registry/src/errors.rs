@@ -42,6 +42,8 @@ pub enum Code {
     Unsupported,
     /// Too many requests.
     TooManyRequests,
+    /// The `n` of a paginated list is not a number (distribution's code).
+    PaginationNumberInvalid,
     /// A requested range cannot be satisfied (416, no OCI code of its own).
     RangeInvalid,
     /// Manifest above the size limit (413).
@@ -68,6 +70,7 @@ impl Code {
             Code::Denied => "DENIED",
             Code::Unsupported => "UNSUPPORTED",
             Code::TooManyRequests => "TOOMANYREQUESTS",
+            Code::PaginationNumberInvalid => "PAGINATION_NUMBER_INVALID",
             Code::RangeInvalid => "RANGE_INVALID",
             Code::ManifestTooLarge => "SIZE_INVALID",
             Code::Internal => "UNKNOWN",
@@ -86,7 +89,8 @@ impl Code {
             | Code::ManifestBlobUnknown
             | Code::ManifestInvalid
             | Code::NameInvalid
-            | Code::SizeInvalid => StatusCode::BAD_REQUEST,
+            | Code::SizeInvalid
+            | Code::PaginationNumberInvalid => StatusCode::BAD_REQUEST,
             Code::Unauthorized => StatusCode::UNAUTHORIZED,
             Code::Denied => StatusCode::FORBIDDEN,
             Code::Unsupported => StatusCode::METHOD_NOT_ALLOWED,
@@ -116,6 +120,7 @@ impl Code {
             Code::Denied => "requested access to the resource is denied",
             Code::Unsupported => "the operation is unsupported",
             Code::TooManyRequests => "too many requests",
+            Code::PaginationNumberInvalid => "invalid number of results requested",
             Code::RangeInvalid => "requested range not satisfiable",
             Code::ManifestTooLarge => "manifest is larger than the registry accepts",
             Code::Internal => "internal server error",

@@ -437,6 +437,15 @@ async fn bad_requests_get_the_right_status_and_code() {
             "UNSUPPORTED",
         ),
         (
+            "bad page size",
+            Method::GET,
+            "/v2/good/repo/tags/list?n=many".into(),
+            vec![],
+            vec![],
+            StatusCode::BAD_REQUEST,
+            "PAGINATION_NUMBER_INVALID",
+        ),
+        (
             "no such endpoint",
             Method::GET,
             "/v2/good/repo/nothing/here".into(),

@@ -80,10 +80,12 @@ pub(crate) fn hv(s: &str) -> HeaderValue {
 pub(crate) fn pagination(req: &Req) -> ApiResult<(Option<usize>, Option<String>)> {
     let n = match req.param("n") {
         None | Some("") => None,
-        Some(v) => Some(
-            v.parse::<usize>()
-                .map_err(|_| ApiError::new(Code::Unsupported, format!("bad page size n={v:?}")))?,
-        ),
+        Some(v) => Some(v.parse::<usize>().map_err(|_| {
+            ApiError::new(
+                Code::PaginationNumberInvalid,
+                format!("bad page size n={v:?}"),
+            )
+        })?),
     };
     Ok((n, req.param("last").map(str::to_owned)))
 }
