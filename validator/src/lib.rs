@@ -29,7 +29,7 @@ mod report;
 mod tarstream;
 mod verify;
 
-pub use digest::{Algorithm, Digest, DigestError, Digester};
+pub use digest::{Algorithm, Digest, DigestError, Digester, DigesterStateError};
 pub use document::{
     Descriptor, Document, DocumentKind, EMPTY_DIGEST, ImageConfig, Index, MAX_CONFIG_SIZE,
     MAX_MANIFEST_SIZE, Manifest, check_config, check_document, check_stop_signal, check_user,
