@@ -1,8 +1,165 @@
-//! The image builder behind `rdctl build` and `rdctl lock`.
+//! The image builder behind `rdctl build` and `rdctl lock`: reproducible OCI images for
+//! illumos zones from pinned IPS packages.
 //!
-//! Its job: turn an image file (pinned IPS packages plus image config) and its lockfile into a
-//! reproducible OCI image (sorted tar entries, fixed mtimes, fixed compression headers), written
-//! as an OCI layout or pushed to a registry. It will depend on `ips-bridge`, `validator` and
-//! `registry` (client only).
+//! The pipeline:
+//! 1. [`ImageFile`]: the TOML image file (publishers, packages, variants and facets, image
+//!    config, layering, compression), checked with errors naming file, line and field.
+//! 2. [`lock()`] resolves it against the publishers' catalogs into a [`Lockfile`] (full FMRIs,
+//!    manifest SHA-1s, a checksum of the image file) written beside it.
+//! 3. [`build()`] refuses a missing or stale lockfile, fetches every manifest and checks it
+//!    against the lockfile's SHA-1, runs pkg's dependency and path-conflict checks, composes
+//!    the file tree as pkg would install it (accounts merged into the image's own
+//!    `etc/passwd`/`etc/group`, owners resolved to numeric ids through them, `var/pkg`
+//!    metadata), and writes deterministic layers: sorted entries, fixed mtimes, hand-built
+//!    ustar/PAX headers, payloads streamed gunzip → verify → tar → compress, fixed gzip
+//!    header. The result is an OCI image layout that must pass
+//!    [`validator::validate_layout`] before the build succeeds; it can then be pushed
+//!    through `registry::client`.
 //!
-//! Nothing is implemented yet: this crate holds no code until the builder issue lands.
+//! Design decision: a build depends only on the image file, the lockfile and the packages'
+//! bytes (and `SOURCE_DATE_EPOCH` when given), never on the build machine's clock, umask,
+//! locale or user database, so two builds anywhere give the same manifest digest.
+#![deny(missing_docs)]
+
+mod build;
+mod checks;
+mod compose;
+mod imagefile;
+mod lock;
+mod push;
+mod source;
+mod tarball;
+
+use std::path::PathBuf;
+
+pub use build::{
+    BuildOptions, BuildSummary, BuiltLayer, PACKAGES_ANNOTATION, STOP_TIMEOUT_ANNOTATION, build,
+};
+pub use checks::{CheckError, Problem};
+pub use imagefile::{
+    Compression, CompressionAlg, ImageFile, ImageFileError, Layering, Origin, RuntimeConfig,
+    lockfile_path,
+};
+pub use lock::{LOCKFILE_VERSION, LockError, LockedPackage, Lockfile, image_checksum, lock};
+pub use source::SourceError;
+
+/// Why a build failed. Every variant names the input: file, package, path or reference.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// The image file is invalid.
+    #[error(transparent)]
+    ImageFile(#[from] ImageFileError),
+    /// The lockfile is missing, stale or invalid.
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    /// The lockfile names something the build cannot use.
+    #[error("{lockfile}: {message}")]
+    Lockfile {
+        /// The lockfile.
+        lockfile: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A publisher's repository failed.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// A manifest differs from the one locked.
+    #[error(
+        "package {package}: manifest sha-1 {actual} differs from the lockfile's {expected}; the package was republished: run `rdctl lock` again if that is intended"
+    )]
+    ManifestMismatch {
+        /// The package.
+        package: String,
+        /// The lockfile's SHA-1.
+        expected: String,
+        /// The manifest's SHA-1.
+        actual: String,
+    },
+    /// The package set fails pkg's checks.
+    #[error(transparent)]
+    Checks(#[from] CheckError),
+    /// A payload is missing or does not match its hashes.
+    #[error("package {package}: payload of {path}")]
+    Payload {
+        /// The package.
+        package: String,
+        /// The path the payload is installed at.
+        path: String,
+        /// What failed.
+        #[source]
+        source: SourceError,
+    },
+    /// A payload's length differs from its `pkg.size`.
+    #[error("package {package}: payload of {path} is {actual} bytes, pkg.size says {expected}")]
+    PayloadSize {
+        /// The package.
+        package: String,
+        /// The path.
+        path: String,
+        /// `pkg.size`.
+        expected: u64,
+        /// Bytes received.
+        actual: u64,
+    },
+    /// A `user` or `group` action could not be applied, or an account file is unusable.
+    #[error("accounts: {message}")]
+    Accounts {
+        /// What failed.
+        message: String,
+    },
+    /// An action cannot be installed as written (unknown owner, bad hardlink, ...).
+    #[error("package {package}: {action}: {message}")]
+    Owner {
+        /// The package.
+        package: String,
+        /// The action.
+        action: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Writing the `var/pkg` metadata failed.
+    #[error("writing var/pkg")]
+    Metadata {
+        /// The error.
+        #[source]
+        source: ips_bridge::ImageError,
+    },
+    /// A file of the build could not be written or read.
+    #[error("{path}: i/o error")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The OCI layout could not be written.
+    #[error(transparent)]
+    Layout(#[from] validator::LayoutError),
+    /// The layout's `index.json` is not usable.
+    #[error("{path}: {message}")]
+    LayoutIndex {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// The built image fails validation (a builder bug: nothing is pushed).
+    #[error("{path}: the built image fails validation:\n  {violations}")]
+    Invalid {
+        /// The layout.
+        path: PathBuf,
+        /// The violations.
+        violations: String,
+    },
+    /// Pushing failed.
+    #[error("push to {target}")]
+    Push {
+        /// The reference.
+        target: String,
+        /// The client error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}

@@ -1,0 +1,591 @@
+//! `rdctl build`: image file + lockfile → layers → OCI image layout, validated, optionally
+//! pushed.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use ips_bridge::{HashAlg, Manifest, PackageRef, hash_hex};
+use serde_json::{Value, json};
+use validator::{Algorithm, Digest, ImageLayout, MediaType, ValidateOptions, validate_layout};
+
+use crate::BuildError;
+use crate::checks::{CheckError, Pinned, check_dependencies};
+use crate::compose::{Content, LimitWriter, Package, Tree, compose, parse_timestamp};
+use crate::imagefile::{CompressionAlg, ImageFile, Layering};
+use crate::lock::Lockfile;
+use crate::source::Sources;
+use crate::tarball::{Kind, LayerDigests, LayerStream, TarWriter};
+
+/// Annotation carrying the stop timeout in seconds (OCI has no config field for it).
+pub const STOP_TIMEOUT_ANNOTATION: &str = "org.reddwarf.image.stop-timeout";
+/// Annotation listing the packages' FMRIs, one per line.
+pub const PACKAGES_ANNOTATION: &str = "org.reddwarf.image.packages";
+
+/// What to do with the built image.
+#[derive(Debug, Clone, Default)]
+pub struct BuildOptions {
+    /// Write an OCI image layout here (created when missing; entries with the same tags are
+    /// replaced).
+    pub output: Option<PathBuf>,
+    /// Push to this reference (`registry/name[:tag]`); without a tag, the image file's tags.
+    pub push: Option<String>,
+    /// The build time used for mtimes without a `timestamp` attribute and for `created`
+    /// (`SOURCE_DATE_EPOCH`); by default the newest package timestamp of the set.
+    pub source_date_epoch: Option<u64>,
+}
+
+/// One layer of the built image.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BuiltLayer {
+    /// The compressed blob's digest.
+    pub digest: Digest,
+    /// The uncompressed tar's digest.
+    pub diff_id: Digest,
+    /// Compressed size.
+    pub size: u64,
+    /// What it holds: a package FMRI, or `generated`, or `image`.
+    pub contents: String,
+}
+
+/// What a build produced.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BuildSummary {
+    /// The image manifest digest.
+    pub manifest: Digest,
+    /// The image index digest (the index names the platform).
+    pub index: Digest,
+    /// The config digest.
+    pub config: Digest,
+    /// Layers, base first.
+    pub layers: Vec<BuiltLayer>,
+    /// Packages (full FMRIs).
+    pub packages: Vec<String>,
+    /// The layout written, when `--output` was given.
+    pub output: Option<PathBuf>,
+    /// References pushed.
+    pub pushed: Vec<String>,
+}
+
+/// Builds the image described by `image_file` and its lockfile.
+pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, BuildError> {
+    let image = ImageFile::load(image_file)?;
+    let lock = Lockfile::load_for(&image)?;
+    let sources = Sources::open(&image.publishers)?;
+    let filter = image.filter();
+
+    // Every manifest, checked against the lockfile's SHA-1.
+    let mut packages: Vec<Package<'_>> = Vec::new();
+    for locked in &lock.packages {
+        let fmri = ips_bridge::Fmri::parse(&locked.fmri).map_err(|e| BuildError::Lockfile {
+            lockfile: image.lockfile_path(),
+            message: format!("{}: {e}", locked.fmri),
+        })?;
+        let source = sources
+            .get(fmri.publisher().unwrap_or_default())
+            .ok_or_else(|| BuildError::Lockfile {
+                lockfile: image.lockfile_path(),
+                message: format!("{fmri}: publisher is not in the image file"),
+            })?;
+        let pref = PackageRef {
+            fmri: fmri.clone(),
+            manifest_sha1: Some(locked.manifest_sha1.clone()),
+        };
+        let bytes = source.manifest_bytes(&pref)?;
+        // The repository checks its catalog's SHA-1; the lockfile's is checked here, so a
+        // republished package cannot slip in.
+        let actual = hash_hex(HashAlg::Sha1, &bytes);
+        if actual != locked.manifest_sha1 {
+            return Err(BuildError::ManifestMismatch {
+                package: fmri.to_string(),
+                expected: locked.manifest_sha1.clone(),
+                actual,
+            });
+        }
+        let manifest = Manifest::parse_bytes(&bytes).map_err(|e| BuildError::Lockfile {
+            lockfile: image.lockfile_path(),
+            message: format!("{fmri}: manifest does not parse: {e}"),
+        })?;
+        packages.push(Package {
+            fmri,
+            manifest_bytes: bytes,
+            manifest,
+            source,
+        });
+    }
+    let set: Vec<Pinned<'_>> = packages
+        .iter()
+        .map(|p| Pinned {
+            fmri: &p.fmri,
+            manifest: &p.manifest,
+        })
+        .collect();
+    let problems = check_dependencies(&set, &filter);
+    if !problems.is_empty() {
+        return Err(BuildError::Checks(CheckError { problems }));
+    }
+
+    let epoch = match opts.source_date_epoch {
+        Some(e) => e,
+        None => packages
+            .iter()
+            .filter_map(|p| p.fmri.version()?.timestamp())
+            .filter_map(|t| parse_timestamp(t.as_str()))
+            .max()
+            .unwrap_or(0),
+    };
+
+    // Output: the given layout, or a temporary one when only pushing.
+    let tmp_out;
+    let out_dir = match &opts.output {
+        Some(d) => d.clone(),
+        None => {
+            tmp_out = tempfile::tempdir().map_err(|source| BuildError::Io {
+                path: std::env::temp_dir(),
+                source,
+            })?;
+            tmp_out.path().to_owned()
+        }
+    };
+    let layout = ImageLayout::create(&out_dir)?;
+    let staging = tempfile::Builder::new()
+        .prefix(".rdctl-build-")
+        .tempdir_in(&out_dir)
+        .map_err(|source| BuildError::Io {
+            path: out_dir.clone(),
+            source,
+        })?;
+
+    let tree = compose(&packages, &filter, epoch, &staging.path().join("root"))?;
+
+    // Layers.
+    let groups: Vec<(String, Vec<&str>)> = match image.layering {
+        Layering::Single => vec![("image".into(), tree.keys().map(String::as_str).collect())],
+        Layering::PerPackage => per_package_groups(&tree, &packages),
+    };
+    let mut layers = Vec::new();
+    for (label, paths) in &groups {
+        let d = write_layer(&layout, staging.path(), &tree, paths, &packages, &image)?;
+        layers.push(BuiltLayer {
+            digest: d.digest,
+            diff_id: d.diff_id,
+            size: d.size,
+            contents: label.clone(),
+        });
+    }
+
+    // Config, manifest, index.
+    let created = rfc3339(epoch);
+    let config_bytes = config_json(&image, &layers, &created);
+    let config = layout.write_document(&config_bytes)?;
+    let layer_media = match image.compression.algorithm {
+        CompressionAlg::Gzip => MediaType::OciLayerGzip,
+        CompressionAlg::Zstd => MediaType::OciLayerZstd,
+    };
+    let fmris: Vec<String> = packages.iter().map(|p| p.fmri.to_string()).collect();
+    let mut annotations: BTreeMap<String, String> = image.annotations.clone();
+    annotations
+        .entry("org.opencontainers.image.created".into())
+        .or_insert_with(|| created.clone());
+    annotations.insert(PACKAGES_ANNOTATION.into(), fmris.join("\n"));
+    if let Some(t) = image.config.stop_timeout {
+        annotations.insert(STOP_TIMEOUT_ANNOTATION.into(), t.to_string());
+    }
+    let manifest_json = json!({
+        "schemaVersion": 2,
+        "mediaType": MediaType::OciManifest.as_str(),
+        "config": {
+            "mediaType": MediaType::OciConfig.as_str(),
+            "digest": config.to_string(),
+            "size": config_bytes.len(),
+        },
+        "layers": layers.iter().map(|l| json!({
+            "mediaType": layer_media.as_str(),
+            "digest": l.digest.to_string(),
+            "size": l.size,
+        })).collect::<Vec<_>>(),
+        "annotations": annotations,
+    });
+    let manifest_bytes = serde_json::to_vec(&manifest_json).expect("json");
+    let manifest = layout.write_document(&manifest_bytes)?;
+    let mut platform = json!({
+        "architecture": image.platform.architecture,
+        "os": image.platform.os,
+    });
+    if let Some(v) = &image.platform.os_version {
+        platform["os.version"] = json!(v);
+    }
+    if let Some(v) = &image.platform.variant {
+        platform["variant"] = json!(v);
+    }
+    let manifest_desc = |extra: Option<(&str, &str)>| {
+        let mut d = json!({
+            "mediaType": MediaType::OciManifest.as_str(),
+            "digest": manifest.to_string(),
+            "size": manifest_bytes.len(),
+            "platform": platform.clone(),
+        });
+        if let Some((k, v)) = extra {
+            d["annotations"] = json!({ k: v });
+        }
+        d
+    };
+    let index_bytes = serde_json::to_vec(&json!({
+        "schemaVersion": 2,
+        "mediaType": MediaType::OciIndex.as_str(),
+        "manifests": [manifest_desc(None)],
+    }))
+    .expect("json");
+    let index = layout.write_document(&index_bytes)?;
+
+    // index.json: our image under each tag (entries of other images are kept).
+    let existing = layout.read_index_bytes()?;
+    let mut top: Value =
+        serde_json::from_slice(&existing).map_err(|e| BuildError::LayoutIndex {
+            path: out_dir.join("index.json"),
+            message: e.to_string(),
+        })?;
+    let entries = top["manifests"].as_array().cloned().unwrap_or_default();
+    let mut kept: Vec<Value> = entries
+        .into_iter()
+        .filter(|e| {
+            let name = e["annotations"]["org.opencontainers.image.ref.name"].as_str();
+            !name.is_some_and(|n| image.tags.iter().any(|t| t == n))
+        })
+        .collect();
+    for t in &image.tags {
+        kept.push(manifest_desc(Some((
+            "org.opencontainers.image.ref.name",
+            t,
+        ))));
+    }
+    top["manifests"] = Value::Array(kept);
+    layout.write_index_bytes(&serde_json::to_vec(&top).expect("json"))?;
+    drop(staging);
+
+    // The builder's own output must pass the validator before it counts.
+    let report = validate_layout(
+        &layout,
+        Some(&image.tags[0]),
+        &ValidateOptions {
+            deep: true,
+            platform: Some(image.platform.clone()),
+            ..ValidateOptions::default()
+        },
+    );
+    if !report.report.is_ok() {
+        return Err(BuildError::Invalid {
+            path: out_dir.clone(),
+            violations: report
+                .report
+                .errors()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n  "),
+        });
+    }
+
+    let mut pushed = Vec::new();
+    if let Some(target) = &opts.push {
+        pushed = crate::push::push(
+            &layout,
+            target,
+            &image.tags,
+            &config,
+            config_bytes.len() as u64,
+            &layers,
+            (&manifest, &manifest_bytes),
+            (&index, &index_bytes),
+        )?;
+    }
+
+    Ok(BuildSummary {
+        manifest,
+        index,
+        config,
+        layers,
+        packages: fmris,
+        output: opts.output.clone(),
+        pushed,
+    })
+}
+
+/// Per-package layering: one layer per package (in lockfile order, so a package's layer
+/// digest does not depend on the others), then one for what the build generates.
+fn per_package_groups<'t>(tree: &'t Tree, packages: &[Package<'_>]) -> Vec<(String, Vec<&'t str>)> {
+    let mut groups: Vec<(String, Vec<&str>)> = packages
+        .iter()
+        .map(|p| (p.fmri.to_string(), Vec::new()))
+        .collect();
+    let mut generated = Vec::new();
+    for (path, node) in tree {
+        match node.owner {
+            Some(i) => groups[i].1.push(path.as_str()),
+            None => generated.push(path.as_str()),
+        }
+    }
+    groups.push(("generated".into(), generated));
+    groups.retain(|(_, paths)| !paths.is_empty());
+    groups
+}
+
+/// Writes one layer holding `paths` of the tree (plus their parent directories) into the
+/// layout and returns its digests.
+fn write_layer(
+    layout: &ImageLayout,
+    staging: &Path,
+    tree: &Tree,
+    paths: &[&str],
+    packages: &[Package<'_>],
+    image: &ImageFile,
+) -> Result<LayerDigests, BuildError> {
+    let io_err = |path: &Path| {
+        let path = path.to_owned();
+        move |source| BuildError::Io { path, source }
+    };
+    let tmp = tempfile::NamedTempFile::new_in(staging).map_err(io_err(staging))?;
+    let file = tmp.reopen().map_err(io_err(tmp.path()))?;
+    let stream = LayerStream::new(BufWriter::with_capacity(1 << 20, file), image.compression)
+        .map_err(io_err(tmp.path()))?;
+    let mut tar = TarWriter::new(stream);
+
+    // The layer's entries: the paths and every ancestor, in tree (byte) order.
+    let mut in_layer: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
+    for p in paths {
+        in_layer.insert(p);
+        let mut cur = *p;
+        while let Some((parent, _)) = cur.rsplit_once('/') {
+            in_layer.insert(parent);
+            cur = parent;
+        }
+    }
+    let tp = tmp.path().to_owned();
+    for path in &in_layer {
+        let node = &tree[*path];
+        match &node.content {
+            Content::Dir => tar.header(path, Kind::Dir, &node.meta),
+            Content::Symlink(t) => tar.header(path, Kind::Symlink { target: t }, &node.meta),
+            Content::Bytes(b) => tar.file_bytes(path, &node.meta, b),
+            Content::Hardlink(t) if in_layer.contains(t.as_str()) => {
+                tar.header(path, Kind::Hardlink { target: t }, &node.meta)
+            }
+            // The file it links to is in another layer: a tar hard link cannot reach it, so
+            // this layer carries its own copy.
+            Content::Hardlink(t) => {
+                write_file(&mut tar, path, &tree[t.as_str()], packages, staging)?;
+                Ok(())
+            }
+            Content::Payload { .. } => {
+                write_file(&mut tar, path, node, packages, staging)?;
+                Ok(())
+            }
+        }
+        .map_err(io_err(&tp))?;
+    }
+    let stream = tar.finish().map_err(io_err(&tp))?;
+    let (digests, out) = stream.finish().map_err(io_err(&tp))?;
+    let file = out.into_inner().map_err(|e| BuildError::Io {
+        path: tp.clone(),
+        source: e.into_error(),
+    })?;
+    file.sync_all().map_err(io_err(&tp))?;
+    let reader = File::open(&tp).map_err(io_err(&tp))?;
+    layout.write_blob(
+        std::io::BufReader::with_capacity(1 << 20, reader),
+        Algorithm::Sha256,
+        Some((&digests.digest, digests.size)),
+    )?;
+    Ok(digests)
+}
+
+/// Streams one payload file into the tar: header from `pkg.size`, then the payload as the
+/// repository verifies it (gunzip → hash check), then padding. Without `pkg.size` the
+/// content is first spooled to a temporary file to learn its size.
+fn write_file<W: Write>(
+    tar: &mut TarWriter<W>,
+    path: &str,
+    node: &crate::compose::Node,
+    packages: &[Package<'_>],
+    staging: &Path,
+) -> Result<(), BuildError> {
+    let (pkg, action) = match &node.content {
+        Content::Payload { pkg, action } => (&packages[*pkg], action),
+        Content::Bytes(b) => {
+            return tar
+                .file_bytes(path, &node.meta, b)
+                .map_err(|source| BuildError::Io {
+                    path: staging.to_owned(),
+                    source,
+                });
+        }
+        _ => unreachable!("write_file is called for files only"),
+    };
+    // Errors name the path the package's action installs (a hardlinked file may be
+    // carried at another path of its link group).
+    let action_path = action.key().unwrap_or(path).to_owned();
+    let payload_err = |source| BuildError::Payload {
+        package: pkg.fmri.to_string(),
+        path: action_path.clone(),
+        source,
+    };
+    let io_err = |source| BuildError::Io {
+        path: staging.to_owned(),
+        source,
+    };
+    match action.get("pkg.size").and_then(|s| s.parse::<u64>().ok()) {
+        Some(size) => {
+            tar.header(path, Kind::File { size }, &node.meta)
+                .map_err(io_err)?;
+            let mut w = LimitWriter {
+                inner: tar.inner(),
+                left: size,
+            };
+            let n = pkg
+                .source
+                .payload(&pkg.fmri, action, &mut w)
+                .map_err(payload_err)?;
+            if n != size {
+                return Err(BuildError::PayloadSize {
+                    package: pkg.fmri.to_string(),
+                    path: action_path,
+                    expected: size,
+                    actual: n,
+                });
+            }
+            tar.pad(size).map_err(io_err)?;
+        }
+        None => {
+            let mut spool = tempfile::tempfile_in(staging).map_err(io_err)?;
+            let size = pkg
+                .source
+                .payload(&pkg.fmri, action, &mut BufWriter::new(&mut spool))
+                .map_err(payload_err)?;
+            use std::io::Seek;
+            spool.rewind().map_err(io_err)?;
+            tar.header(path, Kind::File { size }, &node.meta)
+                .map_err(io_err)?;
+            std::io::copy(&mut spool, tar.inner()).map_err(io_err)?;
+            tar.pad(size).map_err(io_err)?;
+        }
+    }
+    Ok(())
+}
+
+/// RFC 3339 UTC time of `secs` since the epoch.
+fn rfc3339(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+fn config_json(image: &ImageFile, layers: &[BuiltLayer], created: &str) -> Vec<u8> {
+    let c = &image.config;
+    let mut cfg = serde_json::Map::new();
+    if let Some(u) = &c.user {
+        cfg.insert("User".into(), json!(u));
+    }
+    if !c.exposed_ports.is_empty() {
+        let ports: serde_json::Map<String, Value> = c
+            .exposed_ports
+            .iter()
+            .map(|p| {
+                let p = if p.contains('/') {
+                    p.clone()
+                } else {
+                    format!("{p}/tcp")
+                };
+                (p, json!({}))
+            })
+            .collect();
+        cfg.insert("ExposedPorts".into(), Value::Object(ports));
+    }
+    if !c.env.is_empty() {
+        cfg.insert(
+            "Env".into(),
+            json!(
+                c.env
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+            ),
+        );
+    }
+    if !c.entrypoint.is_empty() {
+        cfg.insert("Entrypoint".into(), json!(c.entrypoint));
+    }
+    if !c.cmd.is_empty() {
+        cfg.insert("Cmd".into(), json!(c.cmd));
+    }
+    if !c.volumes.is_empty() {
+        let v: serde_json::Map<String, Value> =
+            c.volumes.iter().map(|p| (p.clone(), json!({}))).collect();
+        cfg.insert("Volumes".into(), Value::Object(v));
+    }
+    if let Some(w) = &c.working_dir {
+        cfg.insert("WorkingDir".into(), json!(w));
+    }
+    let mut labels = c.labels.clone();
+    if let Some(t) = c.stop_timeout {
+        labels.insert(STOP_TIMEOUT_ANNOTATION.into(), t.to_string());
+    }
+    if !labels.is_empty() {
+        cfg.insert("Labels".into(), json!(labels));
+    }
+    if let Some(s) = &c.stop_signal {
+        cfg.insert("StopSignal".into(), json!(s));
+    }
+    let mut doc = json!({
+        "created": created,
+        "architecture": image.platform.architecture,
+        "os": image.platform.os,
+    });
+    if let Some(v) = &image.platform.os_version {
+        doc["os.version"] = json!(v);
+    }
+    if let Some(v) = &image.platform.variant {
+        doc["variant"] = json!(v);
+    }
+    doc["config"] = Value::Object(cfg);
+    doc["rootfs"] = json!({
+        "type": "layers",
+        "diff_ids": layers.iter().map(|l| l.diff_id.to_string()).collect::<Vec<_>>(),
+    });
+    doc["history"] = json!(
+        layers
+            .iter()
+            .map(|l| json!({
+                "created": created,
+                "created_by": format!("rdctl build: {}", l.contents),
+            }))
+            .collect::<Vec<_>>()
+    );
+    serde_json::to_vec(&doc).expect("json")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_dates() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_704_164_645), "2024-01-02T03:04:05Z");
+        assert_eq!(rfc3339(951_868_799), "2000-02-29T23:59:59Z");
+    }
+}

@@ -1,0 +1,757 @@
+//! The image file: a TOML description of an image built from IPS packages.
+//!
+//! ```toml
+//! name = "registry.example.org/zones/web"   # optional: the repository pushes go to
+//! tags = ["1.0", "latest"]
+//! platform = "illumos/amd64"
+//! os_version = "2026.04"                     # optional
+//!
+//! [publishers]
+//! "example.org" = "repo"                      # a file repository (relative to this file)
+//! "omnios" = "https://pkg.omnios.org/r151054/core/"   # or a depot URL
+//!
+//! [packages]
+//! include = ["web/server", "pkg://example.org/shell/bash@5.2"]
+//! manifests = ["group.p5m"]   # depend actions (require, incorporate) name more packages
+//!
+//! [variants]                   # defaults: variant.arch=i386, variant.opensolaris.zone=nonglobal
+//! "variant.debug.osnet" = "false"
+//! [facets]
+//! "facet.doc.man" = false
+//!
+//! [config]
+//! entrypoint = ["/usr/bin/server"]
+//! cmd = ["--port", "80"]
+//! env = { PATH = "/usr/bin:/usr/sbin" }
+//! working_dir = "/"
+//! user = "webservd"
+//! stop_signal = "SIGTERM"
+//! stop_timeout = 30
+//! labels = { "org.example.team" = "web" }
+//! exposed_ports = ["80/tcp"]
+//! volumes = ["/var/www"]
+//!
+//! [annotations]
+//! "org.opencontainers.image.source" = "https://example.org/zones"
+//!
+//! [layering]
+//! strategy = "single"          # or "per-package"
+//!
+//! [compression]
+//! algorithm = "gzip"           # or "zstd"
+//! level = 6
+//! ```
+//!
+//! Every error names the file, and the line and field when there is one.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use ips_bridge::{Fmri, ImageFilter, Manifest};
+use serde::Deserialize;
+use validator::Platform;
+
+/// Why an image file was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImageFileError {
+    /// The file could not be read.
+    #[error("{path}: cannot read image file")]
+    Io {
+        /// The image file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or does not have the image file's shape.
+    #[error("{path}{}: {message}", line.map(|l| format!(":{l}")).unwrap_or_default())]
+    Syntax {
+        /// The image file.
+        path: PathBuf,
+        /// 1-based line, when known.
+        line: Option<usize>,
+        /// What the parser said.
+        message: String,
+    },
+    /// A field has a value the builder cannot use.
+    #[error("{path}{}: {field}: {message}", line.map(|l| format!(":{l}")).unwrap_or_default())]
+    Field {
+        /// The image file.
+        path: PathBuf,
+        /// 1-based line of the field, when known.
+        line: Option<usize>,
+        /// Dotted field path, e.g. `config.stop_signal`.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A manifest file named in `packages.manifests` could not be read or parsed.
+    #[error("{path}: packages.manifests: {manifest}")]
+    Manifest {
+        /// The image file.
+        path: PathBuf,
+        /// The manifest file.
+        manifest: PathBuf,
+        /// The read or parse error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// Where a publisher's packages come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// A version 4 file repository (absolute path).
+    Path(PathBuf),
+    /// A depot server (`http://` or `https://`).
+    Url(String),
+}
+
+impl Origin {
+    /// The origin as recorded in the lockfile and in the image's `pkg5.image`.
+    pub fn as_string(&self) -> String {
+        match self {
+            Origin::Path(p) => p.display().to_string(),
+            Origin::Url(u) => u.clone(),
+        }
+    }
+}
+
+/// How packages are spread over layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layering {
+    /// Everything in one layer.
+    Single,
+    /// One layer per package, plus a top layer for what the build generates (accounts,
+    /// `var/pkg`).
+    PerPackage,
+}
+
+/// Layer compression.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompressionAlg {
+    /// gzip (level 0–9).
+    Gzip,
+    /// zstd (level 1–19).
+    Zstd,
+}
+
+/// Layer compression and its level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compression {
+    /// The algorithm.
+    pub algorithm: CompressionAlg,
+    /// The level.
+    pub level: i32,
+}
+
+/// The image config part of an image file (OCI `config` fields).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuntimeConfig {
+    /// `Entrypoint`.
+    pub entrypoint: Vec<String>,
+    /// `Cmd`.
+    pub cmd: Vec<String>,
+    /// `Env`, as `KEY=VALUE` sorted by key.
+    pub env: BTreeMap<String, String>,
+    /// `WorkingDir`.
+    pub working_dir: Option<String>,
+    /// `User`.
+    pub user: Option<String>,
+    /// `StopSignal` (a name such as `SIGTERM`).
+    pub stop_signal: Option<String>,
+    /// Seconds between the stop signal and a forced stop.
+    pub stop_timeout: Option<u32>,
+    /// `Labels`.
+    pub labels: BTreeMap<String, String>,
+    /// `ExposedPorts`.
+    pub exposed_ports: Vec<String>,
+    /// `Volumes`.
+    pub volumes: Vec<String>,
+}
+
+/// A parsed and checked image file.
+#[derive(Debug, Clone)]
+pub struct ImageFile {
+    /// The file it was read from.
+    pub path: PathBuf,
+    /// The exact bytes read (the lockfile's checksum covers them).
+    pub bytes: Vec<u8>,
+    /// Repository name for pushes, when given.
+    pub name: Option<String>,
+    /// Tags (`latest` when none are given).
+    pub tags: Vec<String>,
+    /// Target platform.
+    pub platform: Platform,
+    /// Publishers by name, in name order.
+    pub publishers: BTreeMap<String, Origin>,
+    /// Publishers' origins exactly as written (relative paths stay relative, so the
+    /// lockfile does not depend on where the image file lives).
+    pub origins_written: BTreeMap<String, String>,
+    /// Packages named directly.
+    pub include: Vec<Fmri>,
+    /// Manifest files whose depend actions name packages: path and exact bytes.
+    pub manifests: Vec<(PathBuf, Vec<u8>)>,
+    /// `variant.*` values (defaults applied).
+    pub variants: BTreeMap<String, String>,
+    /// `facet.*` values.
+    pub facets: BTreeMap<String, bool>,
+    /// Image config.
+    pub config: RuntimeConfig,
+    /// Manifest annotations.
+    pub annotations: BTreeMap<String, String>,
+    /// Layering strategy.
+    pub layering: Layering,
+    /// Layer compression.
+    pub compression: Compression,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    name: Option<String>,
+    #[serde(default)]
+    tags: Vec<String>,
+    platform: Option<String>,
+    os_version: Option<String>,
+    #[serde(default)]
+    publishers: BTreeMap<String, String>,
+    #[serde(default)]
+    packages: RawPackages,
+    #[serde(default)]
+    variants: BTreeMap<String, String>,
+    #[serde(default)]
+    facets: BTreeMap<String, bool>,
+    #[serde(default)]
+    config: RawConfig,
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
+    #[serde(default)]
+    layering: RawLayering,
+    #[serde(default)]
+    compression: RawCompression,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPackages {
+    #[serde(default)]
+    include: Vec<String>,
+    #[serde(default)]
+    manifests: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    entrypoint: Vec<String>,
+    #[serde(default)]
+    cmd: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    working_dir: Option<String>,
+    user: Option<String>,
+    stop_signal: Option<String>,
+    stop_timeout: Option<u32>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    #[serde(default)]
+    exposed_ports: Vec<String>,
+    #[serde(default)]
+    volumes: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLayering {
+    strategy: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCompression {
+    algorithm: Option<String>,
+    level: Option<i64>,
+}
+
+/// The 1-based line of `offset` in `text`.
+fn line_at(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// The line where the field at `path` (table keys, then array indexes as numbers) is written,
+/// found through the spans of toml's document parser.
+fn field_line(text: &str, path: &[&str]) -> Option<usize> {
+    use toml::de::{DeTable, DeValue};
+    let root = DeTable::parse(text).ok()?;
+    let mut table = root.get_ref();
+    let mut span = None;
+    let mut value: Option<&toml::Spanned<DeValue<'_>>> = None;
+    for seg in path {
+        if let Some(v) = value {
+            match v.get_ref() {
+                DeValue::Table(t) => table = t,
+                DeValue::Array(a) => {
+                    let i: usize = seg.parse().ok()?;
+                    let item = a.get(i)?;
+                    span = Some(item.span().start);
+                    value = Some(item);
+                    continue;
+                }
+                _ => return span.map(|s| line_at(text, s)),
+            }
+        }
+        let (k, v) = table.get_key_value(*seg)?;
+        span = Some(k.span().start);
+        value = Some(v);
+    }
+    span.map(|s| line_at(text, s))
+}
+
+impl ImageFile {
+    /// Reads and checks an image file.
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, ImageFileError> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|source| ImageFileError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(path, bytes)
+    }
+
+    /// Parses image file `bytes` read from `path` (relative repository paths and manifest
+    /// files are taken from `path`'s directory).
+    pub fn parse(path: &Path, bytes: Vec<u8>) -> Result<Self, ImageFileError> {
+        let text = std::str::from_utf8(&bytes).map_err(|e| ImageFileError::Syntax {
+            path: path.to_owned(),
+            line: Some(line_at(
+                &String::from_utf8_lossy(&bytes[..e.valid_up_to()]),
+                e.valid_up_to(),
+            )),
+            message: "not UTF-8".into(),
+        })?;
+        let raw: Raw = toml::from_str(text).map_err(|e| ImageFileError::Syntax {
+            path: path.to_owned(),
+            line: e.span().map(|s| line_at(text, s.start)),
+            message: e.message().to_owned(),
+        })?;
+        let field = |fpath: &[&str], message: String| ImageFileError::Field {
+            path: path.to_owned(),
+            line: field_line(text, fpath),
+            field: fpath.join("."),
+            message,
+        };
+        let base = path.parent().unwrap_or(Path::new("."));
+        let base = if base.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            base
+        };
+
+        let mut platform = match &raw.platform {
+            None => Platform::illumos_amd64(),
+            Some(p) => Platform::parse(p)
+                .ok_or_else(|| field(&["platform"], format!("{p:?} is not os/arch[/variant]")))?,
+        };
+        platform.os_version = raw.os_version.clone();
+        if platform.os != "illumos" {
+            return Err(field(
+                &["platform"],
+                format!("os {:?}: images are built for illumos zones", platform.os),
+            ));
+        }
+
+        if let Some(name) = &raw.name
+            && (name.is_empty() || name.contains(char::is_whitespace))
+        {
+            return Err(field(
+                &["name"],
+                format!("{name:?} is not a repository name"),
+            ));
+        }
+        for (i, t) in raw.tags.iter().enumerate() {
+            if !valid_tag(t) {
+                return Err(field(
+                    &["tags", &i.to_string()],
+                    format!("{t:?} is not a valid tag ([A-Za-z0-9_][A-Za-z0-9._-]{{0,127}})"),
+                ));
+            }
+        }
+        let tags = if raw.tags.is_empty() {
+            vec!["latest".to_owned()]
+        } else {
+            raw.tags.clone()
+        };
+
+        let mut publishers = BTreeMap::new();
+        for (name, origin) in &raw.publishers {
+            if !ips_bridge::valid_publisher(name) {
+                return Err(field(
+                    &["publishers", name],
+                    format!("{name:?} is not a valid publisher name"),
+                ));
+            }
+            let o = if origin.starts_with("http://") || origin.starts_with("https://") {
+                Origin::Url(origin.clone())
+            } else if let Some(p) = origin.strip_prefix("file://") {
+                Origin::Path(PathBuf::from(p))
+            } else if origin.is_empty() {
+                return Err(field(&["publishers", name], "empty origin".into()));
+            } else {
+                let p = base.join(origin);
+                Origin::Path(std::path::absolute(&p).unwrap_or(p))
+            };
+            publishers.insert(name.clone(), o);
+        }
+        if publishers.is_empty() {
+            return Err(field(
+                &["publishers"],
+                "no publishers: name at least one".into(),
+            ));
+        }
+
+        let mut include = Vec::new();
+        for (i, s) in raw.packages.include.iter().enumerate() {
+            let f = Fmri::parse(s)
+                .map_err(|e| field(&["packages", "include", &i.to_string()], e.to_string()))?;
+            if let Some(p) = f.publisher()
+                && !publishers.contains_key(p)
+            {
+                return Err(field(
+                    &["packages", "include", &i.to_string()],
+                    format!("publisher {p} is not listed under [publishers]"),
+                ));
+            }
+            include.push(f);
+        }
+        let mut manifests = Vec::new();
+        for m in &raw.packages.manifests {
+            let mpath = base.join(m);
+            let mbytes = std::fs::read(&mpath).map_err(|e| ImageFileError::Manifest {
+                path: path.to_owned(),
+                manifest: mpath.clone(),
+                source: Box::new(e),
+            })?;
+            Manifest::parse_bytes(&mbytes).map_err(|e| ImageFileError::Manifest {
+                path: path.to_owned(),
+                manifest: mpath.clone(),
+                source: Box::new(e),
+            })?;
+            manifests.push((mpath, mbytes));
+        }
+        if include.is_empty() && manifests.is_empty() {
+            return Err(field(
+                &["packages"],
+                "no packages: give packages.include or packages.manifests".into(),
+            ));
+        }
+
+        let mut variants: BTreeMap<String, String> = [
+            ("variant.arch", "i386"),
+            ("variant.opensolaris.zone", "nonglobal"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        for (k, v) in &raw.variants {
+            if !k.starts_with("variant.") {
+                return Err(field(
+                    &["variants", k],
+                    "variant names start with \"variant.\"".into(),
+                ));
+            }
+            variants.insert(k.clone(), v.clone());
+        }
+        for k in raw.facets.keys() {
+            if !k.starts_with("facet.") {
+                return Err(field(
+                    &["facets", k],
+                    "facet names start with \"facet.\"".into(),
+                ));
+            }
+        }
+
+        let c = &raw.config;
+        if let Some(s) = &c.stop_signal {
+            validator::check_stop_signal(s).map_err(|m| field(&["config", "stop_signal"], m))?;
+        }
+        if let Some(w) = &c.working_dir {
+            validator::check_working_dir(w).map_err(|m| field(&["config", "working_dir"], m))?;
+        }
+        if let Some(u) = &c.user {
+            validator::check_user(u).map_err(|m| field(&["config", "user"], m))?;
+        }
+        for k in c.env.keys() {
+            if k.is_empty() || k.contains('=') {
+                return Err(field(
+                    &["config", "env", k],
+                    format!("{k:?} is not an environment variable name"),
+                ));
+            }
+        }
+        for (i, p) in c.exposed_ports.iter().enumerate() {
+            if !valid_port(p) {
+                return Err(field(
+                    &["config", "exposed_ports", &i.to_string()],
+                    format!("{p:?} is not PORT[/tcp|/udp|/sctp]"),
+                ));
+            }
+        }
+        for (i, v) in c.volumes.iter().enumerate() {
+            if !v.starts_with('/') {
+                return Err(field(
+                    &["config", "volumes", &i.to_string()],
+                    format!("{v:?} is not absolute"),
+                ));
+            }
+        }
+        let config = RuntimeConfig {
+            entrypoint: c.entrypoint.clone(),
+            cmd: c.cmd.clone(),
+            env: c.env.clone(),
+            working_dir: c.working_dir.clone(),
+            user: c.user.clone(),
+            stop_signal: c.stop_signal.clone(),
+            stop_timeout: c.stop_timeout,
+            labels: c.labels.clone(),
+            exposed_ports: c.exposed_ports.clone(),
+            volumes: c.volumes.clone(),
+        };
+
+        for k in raw.annotations.keys() {
+            if k.is_empty() {
+                return Err(field(&["annotations"], "empty annotation key".into()));
+            }
+        }
+
+        let layering = match raw.layering.strategy.as_deref() {
+            None | Some("single") => Layering::Single,
+            Some("per-package") => Layering::PerPackage,
+            Some(s) => {
+                return Err(field(
+                    &["layering", "strategy"],
+                    format!("{s:?}: expected \"single\" or \"per-package\""),
+                ));
+            }
+        };
+        let algorithm = match raw.compression.algorithm.as_deref() {
+            None | Some("gzip") => CompressionAlg::Gzip,
+            Some("zstd") => CompressionAlg::Zstd,
+            Some(s) => {
+                return Err(field(
+                    &["compression", "algorithm"],
+                    format!("{s:?}: expected \"gzip\" or \"zstd\""),
+                ));
+            }
+        };
+        let (lo, hi, default) = match algorithm {
+            CompressionAlg::Gzip => (0, 9, 6),
+            CompressionAlg::Zstd => (1, 19, 3),
+        };
+        let level = raw.compression.level.unwrap_or(default);
+        if !(lo..=hi).contains(&level) {
+            return Err(field(
+                &["compression", "level"],
+                format!("{level} is outside {lo}..={hi}"),
+            ));
+        }
+
+        Ok(ImageFile {
+            path: path.to_owned(),
+            bytes: bytes.clone(),
+            name: raw.name,
+            tags,
+            platform,
+            publishers,
+            origins_written: raw.publishers.clone(),
+            include,
+            manifests,
+            variants,
+            facets: raw.facets,
+            config,
+            annotations: raw.annotations,
+            layering,
+            compression: Compression {
+                algorithm,
+                level: level as i32,
+            },
+        })
+    }
+
+    /// The variant and facet filter pkg would apply in this image.
+    pub fn filter(&self) -> ImageFilter {
+        let mut f = ImageFilter::new();
+        for (k, v) in &self.variants {
+            f = f.variant(k, v);
+        }
+        for (k, v) in &self.facets {
+            f = f.facet(k, *v);
+        }
+        f
+    }
+
+    /// Where the lockfile of this image file lives: beside it, `<stem>.lock.json`.
+    pub fn lockfile_path(&self) -> PathBuf {
+        lockfile_path(&self.path)
+    }
+}
+
+/// The lockfile path for an image file path.
+pub fn lockfile_path(image_file: &Path) -> PathBuf {
+    let stem = image_file
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "image".into());
+    image_file.with_file_name(format!("{stem}.lock.json"))
+}
+
+fn valid_tag(t: &str) -> bool {
+    let b = t.as_bytes();
+    !b.is_empty()
+        && b.len() <= 128
+        && (b[0].is_ascii_alphanumeric() || b[0] == b'_')
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
+}
+
+fn valid_port(p: &str) -> bool {
+    let (port, proto) = p.split_once('/').unwrap_or((p, "tcp"));
+    matches!(proto, "tcp" | "udp" | "sctp") && port.parse::<u16>().is_ok_and(|n| n > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<ImageFile, ImageFileError> {
+        ImageFile::parse(Path::new("/x/image.toml"), text.as_bytes().to_vec())
+    }
+
+    const MIN: &str =
+        "[publishers]\n\"example.org\" = \"repo\"\n[packages]\ninclude = [\"demo/tool\"]\n";
+
+    #[test]
+    fn minimal_file_gets_defaults() {
+        let f = parse(MIN).unwrap();
+        assert_eq!(f.tags, ["latest"]);
+        assert_eq!(f.platform, Platform::illumos_amd64());
+        assert_eq!(f.variants["variant.arch"], "i386");
+        assert_eq!(f.variants["variant.opensolaris.zone"], "nonglobal");
+        assert_eq!(
+            f.publishers["example.org"],
+            Origin::Path(PathBuf::from("/x/repo"))
+        );
+        assert_eq!(f.include[0].stem(), "demo/tool");
+        assert_eq!(f.layering, Layering::Single);
+        assert_eq!(
+            f.compression,
+            Compression {
+                algorithm: CompressionAlg::Gzip,
+                level: 6
+            }
+        );
+        assert_eq!(f.lockfile_path(), PathBuf::from("/x/image.lock.json"));
+    }
+
+    #[test]
+    fn errors_name_file_line_and_field() {
+        let e = parse(&format!(
+            "{MIN}[config]\ncmd = [\"a\"]\nstop_signal = \"15\"\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "/x/image.toml:7: config.stop_signal: \"15\" is a signal number; use a name such as SIGTERM (numbers differ between illumos and Linux)"
+        );
+        let e = parse(&format!("{MIN}tags = [\"ok\", \"-bad\"]\n"))
+            .unwrap_err()
+            .to_string();
+        // Keys after a table header belong to the table: this is a syntax (shape) error.
+        assert!(e.starts_with("/x/image.toml:"), "{e}");
+        let e = parse(&format!("tags = [\"ok\", \"-bad\"]\n{MIN}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("/x/image.toml:1: tags.1: \"-bad\""), "{e}");
+        let e = parse(&format!("{MIN}[config]\nentrypont = [\"x\"]\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("/x/image.toml:6: unknown field `entrypont`"),
+            "{e}"
+        );
+        let e = parse(
+            "[publishers]\n\"example.org\" = \"r\"\n[packages]\ninclude = [\"demo/tool@1.x\"]\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("/x/image.toml:4: packages.include.0: "),
+            "{e}"
+        );
+        let e = parse(&format!(
+            "{MIN}[compression]\nalgorithm = \"zstd\"\nlevel = 22\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "/x/image.toml:7: compression.level: 22 is outside 1..=19"
+        );
+        let e = parse(&format!(
+            "{MIN}[config]\nexposed_ports = [\"80/tcp\", \"http\"]\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "/x/image.toml:6: config.exposed_ports.1: \"http\" is not PORT[/tcp|/udp|/sctp]"
+        );
+        let e = parse("platform = \"linux/amd64\"\n[publishers]\n")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "/x/image.toml:1: platform: os \"linux\": images are built for illumos zones"
+        );
+        let e = parse("[publishers]\n[packages]\ninclude=[\"a\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "/x/image.toml:1: publishers: no publishers: name at least one"
+        );
+    }
+
+    #[test]
+    fn full_config_parses() {
+        let f = parse(&format!(
+            "name = \"localhost:5000/zones/web\"\ntags = [\"1.0\"]\nplatform = \"illumos/amd64\"\nos_version = \"2026.04\"\n{MIN}\
+             [variants]\n\"variant.debug.osnet\" = \"true\"\n[facets]\n\"facet.doc.man\" = false\n\
+             [config]\nentrypoint = [\"/usr/bin/tool\"]\nenv = {{ PATH = \"/usr/bin\" }}\nworking_dir = \"/\"\n\
+             user = \"demo\"\nstop_signal = \"SIGRTMIN+3\"\nstop_timeout = 45\nvolumes = [\"/data\"]\n\
+             [annotations]\n\"org.example.a\" = \"b\"\n[layering]\nstrategy = \"per-package\"\n\
+             [compression]\nalgorithm = \"zstd\"\nlevel = 9\n"
+        ))
+        .unwrap();
+        assert_eq!(f.name.as_deref(), Some("localhost:5000/zones/web"));
+        assert_eq!(f.platform.os_version.as_deref(), Some("2026.04"));
+        assert_eq!(f.variants["variant.debug.osnet"], "true");
+        assert!(!f.facets["facet.doc.man"]);
+        assert_eq!(f.config.stop_signal.as_deref(), Some("SIGRTMIN+3"));
+        assert_eq!(f.config.stop_timeout, Some(45));
+        assert_eq!(f.layering, Layering::PerPackage);
+        assert_eq!(f.compression.algorithm, CompressionAlg::Zstd);
+        assert!(
+            !f.filter().allows(
+                &ips_bridge::Action::parse("file path=a variant.debug.osnet=false").unwrap()
+            )
+        );
+    }
+}

@@ -1,0 +1,542 @@
+//! End-to-end builder tests on real IPS file repositories published with ips-bridge's
+//! publisher: lock, build, inspect the layer, reproducibility, failures, push.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, UNIX_EPOCH};
+
+use builder::{BuildError, BuildOptions, ImageFile, LockError, build, lock};
+use ips_bridge::{FileRepo, Manifest};
+use validator::{Digest, ImageLayout};
+
+const PUBLISHER: &str = "example.org";
+
+const PASSWD: &str =
+    "root:x:0:0:Super-User:/root:/usr/bin/bash\ndaemon:x:1:1::/:\nbin:x:2:2::/:\nsys:x:3:3::/:\n";
+const SHADOW: &str =
+    "root:$5$abc:19000::::::\ndaemon:NP:6445::::::\nbin:NP:6445::::::\nsys:NP:6445::::::\n";
+const GROUP: &str = "root::0:\nother::1:root\nbin::2:root,daemon\nsys::3:root,bin,adm\n";
+
+const CORE: &str = "set name=pkg.fmri value=pkg:/system/core@1.0,5.11-2024.0:20240101T000000Z
+set name=pkg.summary value=\"Core files\"
+set name=variant.arch value=i386
+dir path=etc mode=0755 owner=root group=sys
+dir path=usr mode=0755 owner=root group=sys
+dir path=usr/bin mode=0755 owner=root group=bin
+file path=etc/passwd mode=0644 owner=root group=sys preserve=true
+file path=etc/shadow mode=0400 owner=root group=sys preserve=true
+file path=etc/group mode=0644 owner=root group=sys preserve=true
+file path=etc/gz-only mode=0644 owner=root group=sys variant.opensolaris.zone=global
+";
+
+const TOOL: &str = "set name=pkg.fmri value=pkg:/demo/tool@2.1,5.11-2024.0:20240102T030405Z
+set name=pkg.summary value=\"A demo tool\"
+depend type=require fmri=system/core@1.0
+group groupname=demo gid=300
+user username=demo uid=300 group=demo home-dir=/var/demo gcos-field=\"Demo user\"
+dir path=var mode=0755 owner=root group=sys
+dir path=var/demo mode=0750 owner=demo group=demo
+file path=usr/bin/tool mode=0555 owner=root group=bin
+file path=etc/tool.conf mode=0640 owner=demo group=demo preserve=true timestamp=20230304T050607Z
+file path=etc/tool.legacy mode=0644 owner=root group=bin preserve=legacy
+link path=usr/bin/t target=tool
+hardlink path=usr/bin/atool target=tool
+license lic/tool.txt license=MIT
+legacy pkg=DEMOtool name=\"Demo tool\" desc=\"demo\" category=application vendor=Example version=2.1
+";
+
+struct Fixture {
+    dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    fn root(&self) -> &Path {
+        self.dir.path()
+    }
+    fn repo(&self) -> PathBuf {
+        self.root().join("repo")
+    }
+    fn image_file(&self) -> PathBuf {
+        self.root().join("image.toml")
+    }
+}
+
+fn publish(repo: &FileRepo, proto: &Path, text: &str) {
+    let m = Manifest::parse(text).unwrap();
+    repo.publish_at(
+        PUBLISHER,
+        &m,
+        Some(proto),
+        UNIX_EPOCH + Duration::from_secs(1_710_000_000),
+    )
+    .unwrap();
+}
+
+fn write(path: &Path, content: &[u8]) {
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, content).unwrap();
+}
+
+const IMAGE: &str = r#"tags = ["1.0"]
+platform = "illumos/amd64"
+
+[publishers]
+"example.org" = "repo"
+
+[packages]
+include = ["demo/tool"]
+
+[config]
+entrypoint = ["/usr/bin/tool"]
+cmd = ["--serve"]
+env = { PATH = "/usr/bin" }
+working_dir = "/var/demo"
+user = "demo"
+stop_signal = "SIGTERM"
+stop_timeout = 45
+"#;
+
+/// A repository with a core package (accounts files) and a tool package (user, group,
+/// preserved file, link, hardlink, license, legacy), and an image file using it.
+fn fixture(extra: &[&str]) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let f = Fixture { dir };
+    let proto = f.root().join("proto");
+    write(&proto.join("etc/passwd"), PASSWD.as_bytes());
+    write(&proto.join("etc/shadow"), SHADOW.as_bytes());
+    write(&proto.join("etc/group"), GROUP.as_bytes());
+    write(&proto.join("etc/gz-only"), b"global zone only\n");
+    write(&proto.join("usr/bin/tool"), b"#!/bin/sh\necho tool\n");
+    write(&proto.join("etc/tool.conf"), b"port=80\n");
+    write(&proto.join("etc/tool.legacy"), b"old\n");
+    write(&proto.join("lic/tool.txt"), b"MIT License\n");
+    write(&proto.join("usr/bin/other"), b"other\n");
+    let repo = FileRepo::create(f.repo(), PUBLISHER).unwrap();
+    publish(&repo, &proto, CORE);
+    publish(&repo, &proto, TOOL);
+    for e in extra {
+        publish(&repo, &proto, e);
+    }
+    fs::write(f.image_file(), IMAGE).unwrap();
+    f
+}
+
+fn lock_it(f: &Fixture) {
+    let image = ImageFile::load(f.image_file()).unwrap();
+    lock(&image).unwrap();
+}
+
+fn build_to(f: &Fixture, out: &Path) -> builder::BuildSummary {
+    build(
+        &f.image_file(),
+        &BuildOptions {
+            output: Some(out.to_owned()),
+            ..BuildOptions::default()
+        },
+    )
+    .unwrap()
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry {
+    kind: u8,
+    mode: u32,
+    uid: u64,
+    gid: u64,
+    mtime: u64,
+    link: Option<String>,
+    data: Vec<u8>,
+}
+
+fn read_layer(layout: &Path, digest: &Digest) -> BTreeMap<String, Entry> {
+    let f = fs::File::open(layout.join("blobs/sha256").join(digest.encoded())).unwrap();
+    let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(f));
+    let mut out = BTreeMap::new();
+    let mut order = Vec::new();
+    for e in ar.entries().unwrap() {
+        let mut e = e.unwrap();
+        let h = e.header().clone();
+        let path = e.path().unwrap().display().to_string();
+        let link = e.link_name().unwrap().map(|l| l.display().to_string());
+        let mut data = Vec::new();
+        e.read_to_end(&mut data).unwrap();
+        order.push(path.clone());
+        out.insert(
+            path.trim_end_matches('/').to_owned(),
+            Entry {
+                kind: h.entry_type().as_byte(),
+                mode: h.mode().unwrap(),
+                uid: h.uid().unwrap(),
+                gid: h.gid().unwrap(),
+                mtime: h.mtime().unwrap(),
+                link,
+                data,
+            },
+        );
+    }
+    let mut sorted = order.clone();
+    sorted.sort();
+    assert_eq!(order, sorted, "entries are sorted");
+    out
+}
+
+/// The error and its sources, as rdctl prints them.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+#[test]
+fn lock_writes_full_fmris_and_manifest_hashes() {
+    let f = fixture(&[]);
+    let image = ImageFile::load(f.image_file()).unwrap();
+    let (lockfile, path) = lock(&image).unwrap();
+    assert_eq!(path, f.root().join("image.lock.json"));
+    let fmris: Vec<&str> = lockfile.packages.iter().map(|p| p.fmri.as_str()).collect();
+    assert_eq!(
+        fmris,
+        [
+            "pkg://example.org/demo/tool@2.1,5.11-2024.0:20240102T030405Z",
+            "pkg://example.org/system/core@1.0,5.11-2024.0:20240101T000000Z"
+        ]
+    );
+    // The manifest SHA-1 is the one the repository's catalog records.
+    let repo = FileRepo::open(f.repo()).unwrap();
+    for p in &lockfile.packages {
+        let r = repo
+            .resolve(&ips_bridge::Fmri::parse(&p.fmri).unwrap())
+            .unwrap();
+        assert_eq!(r.manifest_sha1.as_deref(), Some(p.manifest_sha1.as_str()));
+    }
+    let text = fs::read_to_string(&path).unwrap();
+    assert!(text.contains("\"imageFileChecksum\": \"sha256:"), "{text}");
+    assert!(text.contains("\"example.org\": \"repo\""), "{text}");
+}
+
+#[test]
+fn build_refuses_missing_and_stale_lockfiles() {
+    let f = fixture(&[]);
+    let out = f.root().join("out");
+    let opts = BuildOptions {
+        output: Some(out.clone()),
+        ..BuildOptions::default()
+    };
+    let e = build(&f.image_file(), &opts).unwrap_err();
+    assert!(
+        matches!(e, BuildError::Lock(LockError::Missing { .. })),
+        "{e:?}"
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains("no lockfile") && msg.contains("run `rdctl lock"),
+        "{msg}"
+    );
+    lock_it(&f);
+    fs::write(f.image_file(), IMAGE.replace("SIGTERM", "SIGINT")).unwrap();
+    let e = build(&f.image_file(), &opts).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        matches!(e, BuildError::Lock(LockError::Stale { .. })),
+        "{e:?}"
+    );
+    assert!(
+        msg.contains("does not match") && msg.contains("run `rdctl lock") && msg.contains("again"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn build_writes_the_expected_tree_and_config() {
+    let f = fixture(&[]);
+    lock_it(&f);
+    let out = f.root().join("out");
+    let s = build_to(&f, &out);
+    assert_eq!(s.layers.len(), 1);
+    let tree = read_layer(&out, &s.layers[0].digest);
+
+    // Owners are numeric ids from the image's own passwd/group, including the new account.
+    let conf = &tree["etc/tool.conf"];
+    assert_eq!((conf.uid, conf.gid, conf.mode), (300, 300, 0o640));
+    assert_eq!(
+        conf.mtime, 1_677_906_367,
+        "mtime from the action's timestamp"
+    );
+    assert_eq!(conf.data, b"port=80\n");
+    let demo = &tree["var/demo"];
+    assert_eq!(
+        (demo.kind, demo.uid, demo.gid, demo.mode),
+        (b'5', 300, 300, 0o750)
+    );
+    let tool = &tree["usr/bin/atool"];
+    // The hardlink group's first path in sort order carries the content.
+    assert_eq!(
+        (tool.kind, tool.mode, tool.uid, tool.gid),
+        (b'0', 0o555, 0, 2)
+    );
+    assert_eq!(tool.data, b"#!/bin/sh\necho tool\n");
+    assert_eq!(tree["usr/bin/tool"].kind, b'1');
+    assert_eq!(tree["usr/bin/tool"].link.as_deref(), Some("usr/bin/atool"));
+    assert_eq!(tree["usr/bin/t"].kind, b'2');
+    assert_eq!(tree["usr/bin/t"].link.as_deref(), Some("tool"));
+    // Everything without a timestamp gets the newest package timestamp.
+    assert_eq!(tree["usr/bin"].mtime, 1_704_164_645);
+    // Variant-filtered and preserve=legacy files are not installed.
+    assert!(!tree.contains_key("etc/gz-only"));
+    assert!(!tree.contains_key("etc/tool.legacy"));
+
+    // Accounts merged as pkg would: the delivered files plus the new user and group.
+    let passwd = String::from_utf8(tree["etc/passwd"].data.clone()).unwrap();
+    assert!(passwd.starts_with(PASSWD), "{passwd}");
+    assert!(
+        passwd.contains("demo:x:300:300:Demo user:/var/demo:"),
+        "{passwd}"
+    );
+    let group = String::from_utf8(tree["etc/group"].data.clone()).unwrap();
+    assert!(group.contains("demo::300:"), "{group}");
+    let shadow = &tree["etc/shadow"];
+    assert_eq!(shadow.mode, 0o400);
+    assert!(String::from_utf8_lossy(&shadow.data).contains("demo:*LK*:19724"));
+
+    // IPS metadata.
+    let pkg5 = String::from_utf8(tree["var/pkg/pkg5.image"].data.clone()).unwrap();
+    assert!(
+        pkg5.contains("variant.opensolaris.zone = nonglobal"),
+        "{pkg5}"
+    );
+    assert!(pkg5.contains("[authority_example.org]"), "{pkg5}");
+    assert!(tree.contains_key("var/pkg/state/installed/catalog.attrs"));
+    let lic = &tree["var/pkg/license/demo%2Ftool/license.MIT"];
+    assert_eq!(
+        (lic.mode, lic.data.as_slice()),
+        (0o444, b"MIT License\n".as_slice())
+    );
+    let installed_manifest = tree
+        .keys()
+        .find(|k| k.starts_with("var/pkg/publisher/example.org/pkg/demo%2Ftool/"))
+        .expect("manifest installed");
+    assert!(String::from_utf8_lossy(&tree[installed_manifest].data).contains("username=demo"));
+    let pkginfo = String::from_utf8(tree["var/sadm/pkg/DEMOtool/pkginfo"].data.clone()).unwrap();
+    assert!(pkginfo.contains("PKG=DEMOtool"), "{pkginfo}");
+
+    // Config: StopSignal, the stop timeout, the platform; the index names the platform.
+    let layout = ImageLayout::open(&out).unwrap();
+    let cfg: serde_json::Value =
+        serde_json::from_slice(&fs::read(layout.blob_path(&s.config)).unwrap()).unwrap();
+    assert_eq!(cfg["os"], "illumos");
+    assert_eq!(cfg["architecture"], "amd64");
+    assert_eq!(cfg["config"]["StopSignal"], "SIGTERM");
+    assert_eq!(cfg["config"]["User"], "demo");
+    assert_eq!(
+        cfg["config"]["Labels"][builder::STOP_TIMEOUT_ANNOTATION],
+        "45"
+    );
+    assert_eq!(
+        cfg["rootfs"]["diff_ids"][0],
+        s.layers[0].diff_id.to_string()
+    );
+    assert_eq!(cfg["created"], "2024-01-02T03:04:05Z");
+    let man: serde_json::Value =
+        serde_json::from_slice(&fs::read(layout.blob_path(&s.manifest)).unwrap()).unwrap();
+    assert_eq!(man["annotations"][builder::STOP_TIMEOUT_ANNOTATION], "45");
+    assert!(
+        man["annotations"][builder::PACKAGES_ANNOTATION]
+            .as_str()
+            .unwrap()
+            .contains("pkg://example.org/demo/tool@2.1")
+    );
+    let index: serde_json::Value =
+        serde_json::from_slice(&fs::read(out.join("index.json")).unwrap()).unwrap();
+    assert_eq!(index["manifests"][0]["platform"]["os"], "illumos");
+    assert_eq!(
+        index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"],
+        "1.0"
+    );
+    assert_eq!(index["manifests"][0]["digest"], s.manifest.to_string());
+}
+
+#[test]
+fn two_builds_in_different_directories_give_the_same_digest() {
+    let a = fixture(&[]);
+    let b = fixture(&[]);
+    lock_it(&a);
+    lock_it(&b);
+    assert_eq!(
+        fs::read(a.root().join("image.lock.json")).unwrap(),
+        fs::read(b.root().join("image.lock.json")).unwrap(),
+        "lockfiles do not depend on the directory"
+    );
+    let sa = build_to(&a, &a.root().join("out"));
+    let sb = build_to(&b, &b.root().join("elsewhere/out"));
+    assert_eq!(sa.manifest, sb.manifest);
+    assert_eq!(sa.layers[0].digest, sb.layers[0].digest);
+    eprintln!("reproducible manifest digest: {}", sa.manifest);
+
+    // A changed payload gives a different image.
+    let c = fixture(&[]);
+    let proto = c.root().join("proto2");
+    write(&proto.join("usr/bin/tool"), b"#!/bin/sh\necho tool v2\n");
+    for p in [
+        "etc/passwd",
+        "etc/shadow",
+        "etc/group",
+        "etc/tool.conf",
+        "etc/tool.legacy",
+        "lic/tool.txt",
+    ] {
+        write(
+            &proto.join(p),
+            &fs::read(c.root().join("proto").join(p)).unwrap(),
+        );
+    }
+    let repo = FileRepo::open(c.repo()).unwrap();
+    publish(
+        &repo,
+        &proto,
+        &TOOL.replace("20240102T030405Z", "20240102T030406Z"),
+    );
+    lock_it(&c);
+    let sc = build_to(&c, &c.root().join("out"));
+    assert_ne!(sa.manifest, sc.manifest);
+}
+
+#[test]
+fn zstd_and_per_package_layers() {
+    let f = fixture(&[]);
+    let text = format!(
+        "{IMAGE}\n[layering]\nstrategy = \"per-package\"\n[compression]\nalgorithm = \"zstd\"\nlevel = 3\n"
+    );
+    fs::write(f.image_file(), text).unwrap();
+    lock_it(&f);
+    let s = build_to(&f, &f.root().join("out"));
+    let labels: Vec<&str> = s.layers.iter().map(|l| l.contents.as_str()).collect();
+    assert_eq!(
+        labels,
+        [
+            "pkg://example.org/demo/tool@2.1,5.11-2024.0:20240102T030405Z",
+            "pkg://example.org/system/core@1.0,5.11-2024.0:20240101T000000Z",
+            "generated"
+        ]
+    );
+    let man: serde_json::Value = serde_json::from_slice(
+        &fs::read(
+            ImageLayout::open(f.root().join("out"))
+                .unwrap()
+                .blob_path(&s.manifest),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        man["layers"][0]["mediaType"],
+        "application/vnd.oci.image.layer.v1.tar+zstd"
+    );
+}
+
+#[test]
+fn a_corrupt_payload_stops_the_build_naming_package_and_path() {
+    let f = fixture(&[]);
+    lock_it(&f);
+    // Replace the stored payload of usr/bin/tool with other (valid gzip) content.
+    let repo = FileRepo::open(f.repo()).unwrap();
+    let fmri = ips_bridge::Fmri::parse("pkg://example.org/demo/tool").unwrap();
+    let m = repo.manifest(&repo.resolve(&fmri).unwrap()).unwrap();
+    let action = m
+        .actions()
+        .iter()
+        .find(|a| a.get("path") == Some("usr/bin/tool"))
+        .unwrap();
+    let (_, path, _) = repo
+        .open_payload(&repo.resolve(&fmri).unwrap().fmri, action)
+        .unwrap();
+    let mut gz = Vec::new();
+    ips_bridge::compress(&b"#!/bin/sh\necho evil\n"[..], &mut gz).unwrap();
+    fs::write(&path, gz).unwrap();
+    let e = build(
+        &f.image_file(),
+        &BuildOptions {
+            output: Some(f.root().join("out")),
+            ..BuildOptions::default()
+        },
+    )
+    .unwrap_err();
+    let msg = e.to_string();
+    assert_eq!(
+        msg,
+        "package pkg://example.org/demo/tool@2.1,5.11-2024.0:20240102T030405Z: payload of usr/bin/tool"
+    );
+    assert!(matches!(e, BuildError::Payload { .. }));
+}
+
+#[test]
+fn dependency_and_conflict_failures() {
+    // A require on a package no publisher has: lock names both sides.
+    let f = fixture(&[
+        "set name=pkg.fmri value=pkg:/demo/broken@1.0:20240101T000000Z\ndepend type=require fmri=demo/missing@1\n",
+    ]);
+    fs::write(
+        f.image_file(),
+        IMAGE.replace("\"demo/tool\"", "\"demo/tool\", \"demo/broken\""),
+    )
+    .unwrap();
+    let image = ImageFile::load(f.image_file()).unwrap();
+    let e = lock(&image).unwrap_err().to_string();
+    assert!(
+        e.contains("no package matches demo/missing@1 (wanted by pkg://example.org/demo/broken@1.0,5.11:20240101T000000Z)"),
+        "{e}"
+    );
+
+    // An incorporation the set violates.
+    let f = fixture(&[
+        "set name=pkg.fmri value=pkg:/demo/incorp@1.0:20240101T000000Z\ndepend type=incorporate fmri=system/core@2\n",
+    ]);
+    fs::write(
+        f.image_file(),
+        IMAGE.replace("\"demo/tool\"", "\"demo/incorp\", \"demo/tool\""),
+    )
+    .unwrap();
+    let image = ImageFile::load(f.image_file()).unwrap();
+    let e = lock(&image).unwrap_err();
+    let chain = chain(&e);
+    assert!(
+        chain.contains("no package matches")
+            || chain.contains("does not match the incorporated version 2"),
+        "{chain}"
+    );
+
+    // Two packages delivering one file: lock passes (paths are checked when building), the
+    // build names both packages and the path.
+    let f = fixture(&[
+        "set name=pkg.fmri value=pkg:/demo/clash@1.0:20240101T000000Z\nfile usr/bin/other path=usr/bin/tool mode=0555 owner=root group=bin\n",
+    ]);
+    fs::write(
+        f.image_file(),
+        IMAGE.replace("\"demo/tool\"", "\"demo/tool\", \"demo/clash\""),
+    )
+    .unwrap();
+    lock_it(&f);
+    let e = build(
+        &f.image_file(),
+        &BuildOptions {
+            output: Some(f.root().join("out")),
+            ..BuildOptions::default()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("pkg://example.org/demo/tool@2.1,5.11-2024.0:20240102T030405Z: file")
+            && e.contains("usr/bin/tool: two files at one path")
+            && e.contains(
+                "also delivered by pkg://example.org/demo/clash@1.0,5.11:20240101T000000Z"
+            ),
+        "{e}"
+    );
+}
