@@ -15,11 +15,14 @@ use crate::checks::{CheckError, Pinned, check_dependencies};
 use crate::compose::{Content, LimitWriter, Package, Tree, compose, parse_timestamp};
 use crate::imagefile::{CompressionAlg, ImageFile, Layering};
 use crate::lock::Lockfile;
+use crate::sbom::SBOM_ARTIFACT_TYPE;
 use crate::source::Sources;
 use crate::tarball::{Kind, LayerDigests, LayerStream, TarWriter};
 
 /// Annotation carrying the stop timeout in seconds (OCI has no config field for it).
 pub const STOP_TIMEOUT_ANNOTATION: &str = "org.reddwarf.image.stop-timeout";
+/// Annotation on the SBOM's `index.json` entry naming the tags of the image it describes.
+pub const SBOM_OF_ANNOTATION: &str = "org.reddwarf.image.sbom-of";
 /// Annotation listing the packages' FMRIs, one per line.
 pub const PACKAGES_ANNOTATION: &str = "org.reddwarf.image.packages";
 
@@ -58,6 +61,8 @@ pub struct BuildSummary {
     pub index: Digest,
     /// The config digest.
     pub config: Digest,
+    /// The SBOM referrer manifest digest (SPDX 2.3 JSON, `subject` = the image manifest).
+    pub sbom: Digest,
     /// Layers, base first.
     pub layers: Vec<BuiltLayer>,
     /// Packages (full FMRIs).
@@ -239,7 +244,42 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
     .expect("json");
     let index = layout.write_document(&index_bytes)?;
 
-    // index.json: our image under each tag (entries of other images are kept).
+    // The SBOM, as a referrer of the image manifest.
+    let sbom_bytes = crate::sbom::spdx(
+        &packages,
+        &tree,
+        &manifest,
+        &created,
+        image.name.as_deref().unwrap_or("image"),
+    );
+    let sbom_blob = layout.write_document(&sbom_bytes)?;
+    let empty = layout.write_document(b"{}")?;
+    let referrer_bytes = serde_json::to_vec(&json!({
+        "schemaVersion": 2,
+        "mediaType": MediaType::OciManifest.as_str(),
+        "artifactType": SBOM_ARTIFACT_TYPE,
+        "config": {
+            "mediaType": MediaType::OciEmpty.as_str(),
+            "digest": empty.to_string(),
+            "size": 2,
+        },
+        "layers": [{
+            "mediaType": SBOM_ARTIFACT_TYPE,
+            "digest": sbom_blob.to_string(),
+            "size": sbom_bytes.len(),
+        }],
+        "subject": {
+            "mediaType": MediaType::OciManifest.as_str(),
+            "digest": manifest.to_string(),
+            "size": manifest_bytes.len(),
+        },
+        "annotations": { "org.opencontainers.image.created": created },
+    }))
+    .expect("json");
+    let sbom = layout.write_document(&referrer_bytes)?;
+    let sbom_of = image.tags.join(",");
+
+    // index.json: our image under each tag, and its SBOM (entries of other images are kept) (entries of other images are kept).
     let existing = layout.read_index_bytes()?;
     let mut top: Value =
         serde_json::from_slice(&existing).map_err(|e| BuildError::LayoutIndex {
@@ -251,7 +291,8 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
         .into_iter()
         .filter(|e| {
             let name = e["annotations"]["org.opencontainers.image.ref.name"].as_str();
-            !name.is_some_and(|n| image.tags.iter().any(|t| t == n))
+            let of = e["annotations"][SBOM_OF_ANNOTATION].as_str();
+            !name.is_some_and(|n| image.tags.iter().any(|t| t == n)) && of != Some(&sbom_of)
         })
         .collect();
     for t in &image.tags {
@@ -260,6 +301,13 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
             t,
         ))));
     }
+    kept.push(json!({
+        "mediaType": MediaType::OciManifest.as_str(),
+        "digest": sbom.to_string(),
+        "size": referrer_bytes.len(),
+        "artifactType": SBOM_ARTIFACT_TYPE,
+        "annotations": { SBOM_OF_ANNOTATION: sbom_of },
+    }));
     top["manifests"] = Value::Array(kept);
     layout.write_index_bytes(&serde_json::to_vec(&top).expect("json"))?;
     drop(staging);
@@ -288,15 +336,20 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
 
     let mut pushed = Vec::new();
     if let Some(target) = &opts.push {
+        let mut blobs: Vec<(Digest, u64)> = vec![(config.clone(), config_bytes.len() as u64)];
+        blobs.extend(layers.iter().map(|l| (l.digest.clone(), l.size)));
+        blobs.push((sbom_blob.clone(), sbom_bytes.len() as u64));
+        blobs.push((empty.clone(), 2));
         pushed = crate::push::push(
             &layout,
             target,
             &image.tags,
-            &config,
-            config_bytes.len() as u64,
-            &layers,
-            (&manifest, &manifest_bytes),
-            (&index, &index_bytes),
+            &crate::push::Pushed {
+                blobs,
+                manifest: (&manifest, &manifest_bytes),
+                referrer: (&sbom, &referrer_bytes),
+                index: (&index, &index_bytes),
+            },
         )?;
     }
 
@@ -304,6 +357,7 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
         manifest,
         index,
         config,
+        sbom,
         layers,
         packages: fmris,
         output: opts.output.clone(),

@@ -27,13 +27,15 @@ mod compose;
 mod imagefile;
 mod lock;
 mod push;
+mod sbom;
 mod source;
 mod tarball;
 
 use std::path::PathBuf;
 
 pub use build::{
-    BuildOptions, BuildSummary, BuiltLayer, PACKAGES_ANNOTATION, STOP_TIMEOUT_ANNOTATION, build,
+    BuildOptions, BuildSummary, BuiltLayer, PACKAGES_ANNOTATION, SBOM_OF_ANNOTATION,
+    STOP_TIMEOUT_ANNOTATION, build,
 };
 pub use checks::{CheckError, Problem};
 pub use imagefile::{
@@ -41,6 +43,7 @@ pub use imagefile::{
     lockfile_path,
 };
 pub use lock::{LOCKFILE_VERSION, LockError, LockedPackage, Lockfile, image_checksum, lock};
+pub use sbom::SBOM_ARTIFACT_TYPE;
 pub use source::SourceError;
 
 /// Why a build failed. Every variant names the input: file, package, path or reference.

@@ -9,18 +9,21 @@ use registry::client::{Client, Reference};
 use validator::{Digest, ImageLayout, MediaType};
 
 use crate::BuildError;
-use crate::build::BuiltLayer;
 
-#[allow(clippy::too_many_arguments)]
+/// What to push: every blob, then the image manifest and its SBOM referrer by digest, then
+/// the index under each tag.
+pub(crate) struct Pushed<'a> {
+    pub blobs: Vec<(Digest, u64)>,
+    pub manifest: (&'a Digest, &'a [u8]),
+    pub referrer: (&'a Digest, &'a [u8]),
+    pub index: (&'a Digest, &'a [u8]),
+}
+
 pub(crate) fn push(
     layout: &ImageLayout,
     target: &str,
     tags: &[String],
-    config: &Digest,
-    config_size: u64,
-    layers: &[BuiltLayer],
-    manifest: (&Digest, &[u8]),
-    index: (&Digest, &[u8]),
+    what: &Pushed<'_>,
 ) -> Result<Vec<String>, BuildError> {
     let reference = Reference::parse(target).map_err(|e| BuildError::Push {
         target: target.to_owned(),
@@ -39,9 +42,8 @@ pub(crate) fn push(
         })?;
     rt.block_on(async {
         let client = Client::builder().build().map_err(push_err)?;
-        let mut blobs: Vec<(&Digest, u64)> = vec![(config, config_size)];
-        blobs.extend(layers.iter().map(|l| (&l.digest, l.size)));
-        for (digest, size) in blobs {
+        for (digest, size) in &what.blobs {
+            let (digest, size) = (digest, *size);
             let path = layout.blob_path(digest);
             let file = tokio::fs::File::open(&path)
                 .await
@@ -57,12 +59,21 @@ pub(crate) fn push(
                 .await
                 .map_err(push_err)?;
         }
-        let by_digest = reference.with_digest(manifest.0.clone());
+        let by_digest = reference.with_digest(what.manifest.0.clone());
         client
             .push_manifest(
                 &by_digest,
                 MediaType::OciManifest.as_str(),
-                Bytes::copy_from_slice(manifest.1),
+                Bytes::copy_from_slice(what.manifest.1),
+            )
+            .await
+            .map_err(push_err)?;
+        // The SBOM after its subject, so registries can index the referrer.
+        client
+            .push_manifest(
+                &reference.with_digest(what.referrer.0.clone()),
+                MediaType::OciManifest.as_str(),
+                Bytes::copy_from_slice(what.referrer.1),
             )
             .await
             .map_err(push_err)?;
@@ -85,11 +96,11 @@ pub(crate) fn push(
                 .push_manifest(
                     &r,
                     MediaType::OciIndex.as_str(),
-                    Bytes::copy_from_slice(index.1),
+                    Bytes::copy_from_slice(what.index.1),
                 )
                 .await
                 .map_err(push_err)?;
-            debug_assert_eq!(&d, index.0);
+            debug_assert_eq!(&d, what.index.0);
             pushed.push(r.to_string());
         }
         Ok(pushed)
