@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::api::{AppState, RegistryConfig, router};
-use crate::storage::FsStore;
+use crate::storage::{FsStore, S3Config, S3Store, Store};
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +51,12 @@ pub enum ServeError {
         #[source]
         source: std::io::Error,
     },
+    /// The S3 settings are incomplete.
+    #[error("S3 store: {reason}")]
+    S3Config {
+        /// What is missing.
+        reason: String,
+    },
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}")]
     Bind {
@@ -80,6 +86,13 @@ pub struct ServeConfig {
     pub shutdown_timeout: Duration,
     /// Uploads untouched for this long are removed (default 24 h).
     pub upload_max_age: Duration,
+    /// S3 endpoint URL; with [`ServeConfig::s3_bucket`] it selects the S3 store instead of
+    /// the filesystem store (credentials from `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`).
+    pub s3_endpoint: Option<String>,
+    /// S3 bucket (must exist).
+    pub s3_bucket: Option<String>,
+    /// Key prefix inside the bucket (default none).
+    pub s3_prefix: Option<String>,
 }
 
 impl Default for ServeConfig {
@@ -91,6 +104,9 @@ impl Default for ServeConfig {
             max_manifest_bytes: 4 << 20,
             shutdown_timeout: Duration::from_secs(30),
             upload_max_age: Duration::from_secs(24 * 3600),
+            s3_endpoint: None,
+            s3_bucket: None,
+            s3_prefix: None,
         }
     }
 }
@@ -105,6 +121,9 @@ struct FileConfig {
     max_manifest_bytes: Option<u64>,
     shutdown_timeout_secs: Option<u64>,
     upload_max_age_secs: Option<u64>,
+    s3_endpoint: Option<String>,
+    s3_bucket: Option<String>,
+    s3_prefix: Option<String>,
 }
 
 fn env_parse<T: std::str::FromStr>(
@@ -153,6 +172,9 @@ impl ServeConfig {
             max_manifest_bytes: env_parse(env, "RDCTL_REGISTRY_MAX_MANIFEST_BYTES")?,
             shutdown_timeout_secs: env_parse(env, "RDCTL_REGISTRY_SHUTDOWN_TIMEOUT_SECS")?,
             upload_max_age_secs: env_parse(env, "RDCTL_REGISTRY_UPLOAD_MAX_AGE_SECS")?,
+            s3_endpoint: env_parse(env, "RDCTL_REGISTRY_S3_ENDPOINT")?,
+            s3_bucket: env_parse(env, "RDCTL_REGISTRY_S3_BUCKET")?,
+            s3_prefix: env_parse(env, "RDCTL_REGISTRY_S3_PREFIX")?,
         };
         c.apply(f);
         Ok(c)
@@ -176,6 +198,40 @@ impl ServeConfig {
         }
         if let Some(v) = f.upload_max_age_secs {
             self.upload_max_age = Duration::from_secs(v);
+        }
+        if f.s3_endpoint.is_some() {
+            self.s3_endpoint = f.s3_endpoint;
+        }
+        if f.s3_bucket.is_some() {
+            self.s3_bucket = f.s3_bucket;
+        }
+        if f.s3_prefix.is_some() {
+            self.s3_prefix = f.s3_prefix;
+        }
+    }
+
+    /// The store this configuration selects: S3 when an endpoint and bucket are set, else the
+    /// filesystem store in [`ServeConfig::data`].
+    pub fn open_store(&self) -> Result<Arc<dyn Store>, ServeError> {
+        match (&self.s3_endpoint, &self.s3_bucket) {
+            (Some(endpoint), Some(bucket)) => {
+                let c = S3Config::new(endpoint, bucket)
+                    .prefix(self.s3_prefix.clone().unwrap_or_default());
+                Ok(Arc::new(S3Store::new(c)))
+            }
+            (None, None) => {
+                let store = FsStore::open(&self.data).map_err(|source| ServeError::Data {
+                    path: self.data.clone(),
+                    source,
+                })?;
+                Ok(Arc::new(store))
+            }
+            (Some(_), None) => Err(ServeError::S3Config {
+                reason: "an endpoint needs a bucket (s3_bucket, --s3-bucket)".to_owned(),
+            }),
+            (None, Some(_)) => Err(ServeError::S3Config {
+                reason: "a bucket needs an endpoint (s3_endpoint, --s3-endpoint)".to_owned(),
+            }),
         }
     }
 }
@@ -224,12 +280,10 @@ pub async fn serve(
     config: ServeConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let store = FsStore::open(&config.data).map_err(|source| ServeError::Data {
-        path: config.data.clone(),
-        source,
-    })?;
+    let store = config.open_store()?;
+    let store_name = store.name();
     let state = AppState::new(
-        Arc::new(store),
+        store,
         RegistryConfig {
             delete_enabled: config.delete_enabled,
             max_manifest_bytes: config.max_manifest_bytes,
@@ -242,7 +296,7 @@ pub async fn serve(
             source,
         })?;
     let addr = listener.local_addr().map_err(ServeError::Serve)?;
-    tracing::info!(%addr, data = %config.data.display(), "registry listening on {addr}");
+    tracing::info!(%addr, store = store_name, data = %config.data.display(), bucket = ?config.s3_bucket, "registry listening on {addr}");
 
     let expiry = {
         let state = state.clone();

@@ -20,6 +20,7 @@ pub mod layout;
 
 mod fs;
 mod instrumented;
+mod s3;
 
 use std::fmt;
 use std::future::Future;
@@ -31,6 +32,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 pub use fs::FsStore;
 pub use instrumented::Instrumented;
+pub use s3::{S3Config, S3Store};
 
 /// A boxed future, so that [`Store`] stays object safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -1,0 +1,1333 @@
+//! The S3 store, written for SeaweedFS's S3 gateway (and any S3 with conditional writes).
+//!
+//! Object names are `<prefix><key>`. Besides the keys the registry stores, the store keeps
+//! internal objects under `<prefix>.data/` and `<prefix>.tail/`; a stored key never starts a
+//! segment with `.`, so they cannot collide and are never listed.
+//!
+//! - **Documents** are plain objects. [`PutMode::Create`] is `If-None-Match: *`,
+//!   [`PutMode::Replace`] is `If-Match: <etag>` (both atomic on SeaweedFS 4.17+), so concurrent
+//!   writers on different replicas never lose an update.
+//! - **A staging area** is a state document at the staging key (metadata `rd-kind: staging`)
+//!   naming a multipart upload on `.data/<id>`, the parts uploaded so far (number, ETag, size) and
+//!   the *tail*: bytes past the last full part, kept as small segment objects `.tail/<id>-<n>`
+//!   rather than in process memory, so any replica can continue. Full parts are
+//!   [`S3Config::part_size`] long (at least 5 MiB, which S3 requires of every part but the last).
+//!   The document keeps the state at the last two suspends, so a resume can cut back to the
+//!   offset the caller recorded even when its own bookkeeping lags one request behind. A writer
+//!   claims the area in the document (a conditional write); a claim is live while its writer
+//!   exists in this process, or for [`CLAIM_SECS`] when held by another process.
+//!   Uploads are never found again through ListMultipartUploads or ListParts: the document is
+//!   the only record.
+//! - **Commit** never copies on the server. A staging area below one part is written straight to
+//!   the destination (`If-None-Match: *`). A larger one completes its multipart upload on
+//!   `.data/<id>` and publishes a small reference object at the destination (metadata
+//!   `rd-kind: blob-ref`, `rd-data`, `rd-size`), again create-only; reads follow it.
+//! - Aborted or expired staging areas are removed with AbortMultipartUpload plus deletes of
+//!   their segments and document.
+
+use std::collections::HashSet;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::http::HttpResponse;
+use aws_sdk_s3::config::retry::RetryConfig;
+use aws_sdk_s3::config::timeout::TimeoutConfig;
+use aws_sdk_s3::config::{
+    BehaviorVersion, Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,
+    StalledStreamProtectionConfig,
+};
+use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncWrite;
+
+use super::{
+    BoxFuture, BoxReader, Document, Etag, Key, ObjectMeta, PutMode, Store, StoreError, StoreResult,
+    StoreWriter,
+};
+
+const NAME: &str = "s3";
+/// S3's smallest part (all but the last).
+pub const MIN_PART_SIZE: u64 = 5 << 20;
+/// How long another process's claim on a staging area holds without being renewed (each part
+/// upload renews it). A replica killed mid-request blocks its upload's staging area this long.
+pub const CLAIM_SECS: u64 = 30;
+/// Largest staging document read.
+const STAGING_DOC_LIMIT: u64 = 1 << 20;
+
+const META_KIND: &str = "rd-kind";
+const META_DATA: &str = "rd-data";
+const META_SIZE: &str = "rd-size";
+const KIND_STAGING: &str = "staging";
+const KIND_REF: &str = "blob-ref";
+
+/// Connection settings of an [`S3Store`].
+#[derive(Debug, Clone)]
+pub struct S3Config {
+    /// Endpoint URL, e.g. `http://127.0.0.1:8333`.
+    pub endpoint: String,
+    /// Bucket (must exist).
+    pub bucket: String,
+    /// Key prefix inside the bucket (`""` for none; a missing trailing `/` is added).
+    pub prefix: String,
+    /// Region for SigV4 (any string for SeaweedFS).
+    pub region: String,
+    /// Access key and secret; `None` takes `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`
+    /// (and `AWS_SESSION_TOKEN`) from the environment, or signs with a placeholder pair when
+    /// those are unset (a SeaweedFS without identities accepts any request).
+    pub credentials: Option<(String, String)>,
+    /// Multipart part size (raised to [`MIN_PART_SIZE`] if smaller).
+    pub part_size: u64,
+    /// Attempts per S3 request, the first included (transient errors and 5xx are retried).
+    pub max_attempts: u32,
+    /// Timeout to connect.
+    pub connect_timeout: Duration,
+    /// Timeout of one attempt (a part upload included).
+    pub attempt_timeout: Duration,
+    /// Timeout of one operation over all its attempts.
+    pub operation_timeout: Duration,
+}
+
+impl S3Config {
+    /// Settings with the defaults of research §5.4: 5 MiB parts, 4 attempts, 5 s to connect,
+    /// 60 s per attempt, 180 s per operation, region `us-east-1`.
+    pub fn new(endpoint: impl Into<String>, bucket: impl Into<String>) -> S3Config {
+        S3Config {
+            endpoint: endpoint.into(),
+            bucket: bucket.into(),
+            prefix: String::new(),
+            region: "us-east-1".to_owned(),
+            credentials: None,
+            part_size: MIN_PART_SIZE,
+            max_attempts: 4,
+            connect_timeout: Duration::from_secs(5),
+            attempt_timeout: Duration::from_secs(60),
+            operation_timeout: Duration::from_secs(180),
+        }
+    }
+
+    /// Sets the key prefix.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> S3Config {
+        self.prefix = prefix.into();
+        self
+    }
+}
+
+/// A [`Store`] on an S3 bucket. Cheap to clone; any number of processes may share a bucket.
+#[derive(Debug, Clone)]
+pub struct S3Store {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    client: Client,
+    bucket: String,
+    prefix: String,
+    part_size: u64,
+    /// Tells this process's claims apart from other processes'.
+    instance: String,
+    /// Claims whose writer is alive in this process.
+    live: Mutex<HashSet<String>>,
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// One uploaded part.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Part {
+    n: i32,
+    etag: String,
+    size: u64,
+}
+
+/// One tail segment object (full object name).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Seg {
+    key: String,
+    size: u64,
+}
+
+/// The content of a staging area at one suspend.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Checkpoint {
+    parts: Vec<Part>,
+    tail: Vec<Seg>,
+    size: u64,
+}
+
+impl Checkpoint {
+    fn parts_end(&self) -> u64 {
+        self.parts.iter().map(|p| p.size).sum()
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Mpu {
+    key: String,
+    upload_id: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Claim {
+    id: String,
+    instance: String,
+    until: u64,
+}
+
+/// The state document of a staging area.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct StagingDoc {
+    /// Names the data object and the tail segments.
+    id: String,
+    mpu: Option<Mpu>,
+    current: Checkpoint,
+    previous: Option<Checkpoint>,
+    claim: Option<Claim>,
+    next_seg: u64,
+    /// The next part number to hand out. Every part number is reserved by a conditional write
+    /// of this document before its upload, so two writers never upload the same number, even
+    /// when a claim was taken over from a writer that is slow rather than dead.
+    next_part: i32,
+}
+
+impl StagingDoc {
+    fn segs(&self) -> impl Iterator<Item = &Seg> {
+        self.current
+            .tail
+            .iter()
+            .chain(self.previous.iter().flat_map(|c| c.tail.iter()))
+    }
+}
+
+/// What a HEAD or GET learned about an object.
+struct Head {
+    size: u64,
+    modified: SystemTime,
+    kind: Option<String>,
+    data: Option<String>,
+    ref_size: Option<u64>,
+}
+
+impl Head {
+    fn meta(&self) -> ObjectMeta {
+        ObjectMeta {
+            size: self.ref_size.unwrap_or(self.size),
+            modified: self.modified,
+        }
+    }
+}
+
+fn head_from(
+    size: Option<i64>,
+    modified: Option<&aws_sdk_s3::primitives::DateTime>,
+    meta: Option<&std::collections::HashMap<String, String>>,
+) -> Head {
+    let get = |k: &str| meta.and_then(|m| m.get(k)).cloned();
+    Head {
+        size: size.unwrap_or(0).max(0) as u64,
+        modified: modified
+            .and_then(|d| SystemTime::try_from(*d).ok())
+            .unwrap_or(UNIX_EPOCH),
+        kind: get(META_KIND),
+        data: get(META_DATA),
+        ref_size: get(META_SIZE).and_then(|s| s.parse().ok()),
+    }
+}
+
+/// An S3 failure classified by HTTP status.
+enum S3Fail {
+    NotFound,
+    Precondition,
+    Range,
+    Other(io::Error),
+}
+
+fn classify<E>(e: SdkError<E, HttpResponse>) -> S3Fail
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    let status = match &e {
+        SdkError::ServiceError(_) => e.raw_response().map(|r| r.status().as_u16()),
+        _ => None,
+    };
+    let code = e.code().map(str::to_owned);
+    match (status, code.as_deref()) {
+        (Some(404), _) | (_, Some("NoSuchKey" | "NotFound" | "NoSuchUpload")) => S3Fail::NotFound,
+        (Some(412), _) | (_, Some("PreconditionFailed")) => S3Fail::Precondition,
+        (Some(416), _) | (_, Some("InvalidRange")) => S3Fail::Range,
+        _ => S3Fail::Other(io::Error::other(DisplayErrorContext(e).to_string())),
+    }
+}
+
+impl Inner {
+    fn full(&self, key: &Key) -> String {
+        format!("{}{}", self.prefix, key.as_str())
+    }
+
+    fn backend(&self, object: &str, source: io::Error) -> StoreError {
+        StoreError::Backend {
+            store: NAME,
+            key: format!("{}/{object}", self.bucket),
+            source,
+        }
+    }
+
+    fn not_found(&self, key: &Key) -> StoreError {
+        StoreError::NotFound {
+            store: NAME,
+            key: key.clone(),
+        }
+    }
+
+    fn precondition(&self, key: &Key, reason: impl Into<String>) -> StoreError {
+        StoreError::PreconditionFailed {
+            store: NAME,
+            key: key.clone(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Maps a failure on `object` (the store key `key`) to a [`StoreError`].
+    fn fail(&self, key: &Key, object: &str, f: S3Fail) -> StoreError {
+        match f {
+            S3Fail::NotFound => self.not_found(key),
+            S3Fail::Precondition => self.precondition(key, "the object changed"),
+            S3Fail::Range => self.precondition(key, "range not satisfiable"),
+            S3Fail::Other(e) => self.backend(object, e),
+        }
+    }
+
+    async fn head(&self, key: &Key) -> StoreResult<Head> {
+        let object = self.full(key);
+        let out = self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(&object)
+            .send()
+            .await
+            .map_err(|e| self.fail(key, &object, classify(e)))?;
+        Ok(head_from(
+            out.content_length(),
+            out.last_modified(),
+            out.metadata(),
+        ))
+    }
+
+    /// Reads a whole internal or stored object of at most `limit` bytes. A body cut off in
+    /// transit is fetched again (the SDK retries only failures before the body).
+    async fn get_bytes(
+        &self,
+        key: &Key,
+        object: &str,
+        limit: u64,
+    ) -> StoreResult<(Bytes, Head, String)> {
+        let mut tries = 0;
+        loop {
+            match self.get_bytes_once(key, object, limit).await {
+                Err(StoreError::Backend { .. }) if tries < 2 => tries += 1,
+                r => return r,
+            }
+        }
+    }
+
+    async fn get_bytes_once(
+        &self,
+        key: &Key,
+        object: &str,
+        limit: u64,
+    ) -> StoreResult<(Bytes, Head, String)> {
+        let out = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(object)
+            .send()
+            .await
+            .map_err(|e| self.fail(key, object, classify(e)))?;
+        let head = head_from(out.content_length(), out.last_modified(), out.metadata());
+        let etag = out.e_tag().unwrap_or_default().to_owned();
+        if head.size > limit {
+            return Err(StoreError::TooLarge {
+                store: NAME,
+                key: key.clone(),
+                limit,
+            });
+        }
+        let bytes = out
+            .body
+            .collect()
+            .await
+            .map_err(|e| self.backend(object, io::Error::other(e)))?
+            .into_bytes();
+        if bytes.len() as u64 != head.size {
+            return Err(self.backend(
+                object,
+                io::Error::other(format!(
+                    "body has {} bytes, Content-Length said {}",
+                    bytes.len(),
+                    head.size
+                )),
+            ));
+        }
+        Ok((bytes, head, etag))
+    }
+
+    /// Writes an object; `cond` is `Some("*")` for create-only or `Some(etag)` for replace.
+    async fn put_object(
+        &self,
+        key: &Key,
+        object: &str,
+        bytes: Bytes,
+        if_none_match: bool,
+        if_match: Option<&str>,
+        meta: &[(&str, String)],
+    ) -> StoreResult<String> {
+        let mut req = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(object)
+            .content_length(bytes.len() as i64)
+            .body(ByteStream::from(bytes));
+        if if_none_match {
+            req = req.if_none_match("*");
+        }
+        if let Some(e) = if_match {
+            req = req.if_match(e);
+        }
+        for (k, v) in meta {
+            req = req.metadata(*k, v);
+        }
+        let out = req.send().await.map_err(|e| match classify(e) {
+            S3Fail::Precondition if if_none_match => StoreError::AlreadyExists {
+                store: NAME,
+                key: key.clone(),
+            },
+            S3Fail::Precondition | S3Fail::NotFound if if_match.is_some() => {
+                self.precondition(key, "the document changed or is gone")
+            }
+            f => self.fail(key, object, f),
+        })?;
+        Ok(out.e_tag().unwrap_or_default().to_owned())
+    }
+
+    async fn delete_object(&self, key: &Key, object: &str) -> StoreResult<()> {
+        self.client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(object)
+            .send()
+            .await
+            .map_err(|e| self.fail(key, object, classify(e)))?;
+        Ok(())
+    }
+
+    async fn read_staging(&self, key: &Key) -> StoreResult<(StagingDoc, String)> {
+        let object = self.full(key);
+        let (bytes, head, etag) = self.get_bytes(key, &object, STAGING_DOC_LIMIT).await?;
+        if head.kind.as_deref() != Some(KIND_STAGING) {
+            return Err(self.precondition(key, "the key holds an object, not a staging area"));
+        }
+        let doc = serde_json::from_slice(&bytes)
+            .map_err(|e| self.backend(&object, io::Error::other(e)))?;
+        Ok((doc, etag))
+    }
+
+    /// Writes a staging document, create-only (`etag: None`) or replacing `etag`. A lost race
+    /// is a busy staging area.
+    async fn write_staging(
+        &self,
+        key: &Key,
+        doc: &StagingDoc,
+        etag: Option<&str>,
+    ) -> StoreResult<String> {
+        let object = self.full(key);
+        let bytes =
+            serde_json::to_vec(doc).map_err(|e| self.backend(&object, io::Error::other(e)))?;
+        let meta = [
+            (META_KIND, KIND_STAGING.to_owned()),
+            (META_SIZE, doc.current.size.to_string()),
+        ];
+        let bytes = Bytes::from(bytes);
+        match self
+            .put_object(key, &object, bytes.clone(), etag.is_none(), etag, &meta)
+            .await
+        {
+            Ok(etag) => Ok(etag),
+            Err(StoreError::AlreadyExists { .. } | StoreError::PreconditionFailed { .. }) => {
+                // A retried request whose first attempt succeeded (the answer was lost) fails
+                // its own condition; the document names a unique claim, so equal bytes mean the
+                // write was ours.
+                match self.get_bytes(key, &object, STAGING_DOC_LIMIT).await {
+                    Ok((now, _, etag)) if now == bytes => Ok(etag),
+                    _ => Err(self.precondition(key, "another writer has the staging area")),
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn claim_is_live(&self, claim: &Claim) -> bool {
+        if claim.instance == self.instance {
+            self.live
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&claim.id)
+        } else {
+            claim.until > now_secs()
+        }
+    }
+
+    fn new_claim(&self) -> Claim {
+        Claim {
+            id: uuid::Uuid::new_v4().as_simple().to_string(),
+            instance: self.instance.clone(),
+            until: now_secs() + CLAIM_SECS,
+        }
+    }
+
+    /// Removes everything a staging document refers to. Best effort: logs what failed.
+    async fn discard(&self, key: &Key, doc: &StagingDoc, keep_data: bool) {
+        if let Some(m) = &doc.mpu
+            && !keep_data
+        {
+            let r = self
+                .client
+                .abort_multipart_upload()
+                .bucket(&self.bucket)
+                .key(&m.key)
+                .upload_id(&m.upload_id)
+                .send()
+                .await;
+            if let Err(e) = r
+                && !matches!(classify(e), S3Fail::NotFound)
+            {
+                tracing::warn!(key = %key, bucket = %self.bucket, object = %m.key, "could not abort a multipart upload");
+            }
+        }
+        let mut seen = HashSet::new();
+        for seg in doc.segs() {
+            if seen.insert(seg.key.clone())
+                && let Err(e) = self.delete_object(key, &seg.key).await
+            {
+                tracing::warn!(key = %key, error = %e, "could not delete a tail segment");
+            }
+        }
+    }
+
+    async fn get_range(&self, key: &Key, object: &str, from: u64, to: u64) -> StoreResult<Bytes> {
+        let out = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(object)
+            .range(format!("bytes={from}-{}", to - 1))
+            .send()
+            .await
+            .map_err(|e| self.fail(key, object, classify(e)))?;
+        let bytes = out
+            .body
+            .collect()
+            .await
+            .map_err(|e| self.backend(object, io::Error::other(e)))?
+            .into_bytes();
+        if bytes.len() as u64 != to - from {
+            return Err(self.backend(
+                object,
+                io::Error::other(format!(
+                    "range read gave {} of {} bytes",
+                    bytes.len(),
+                    to - from
+                )),
+            ));
+        }
+        Ok(bytes)
+    }
+
+    /// Opens a reader on `object` from `offset`; `size` is the object's full size.
+    async fn open_range(
+        &self,
+        key: &Key,
+        object: &str,
+        offset: u64,
+        size: u64,
+    ) -> StoreResult<BoxReader> {
+        if offset == size {
+            return Ok(Box::pin(tokio::io::empty()));
+        }
+        let out = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(object)
+            .range(format!("bytes={offset}-"))
+            .send()
+            .await
+            .map_err(|e| self.fail(key, object, classify(e)))?;
+        Ok(Box::pin(out.body.into_async_read()))
+    }
+}
+
+impl S3Store {
+    /// Builds a client for `config`. Does no I/O; the first operation reaches the endpoint.
+    pub fn new(config: S3Config) -> S3Store {
+        use aws_smithy_http_client::tls;
+        let http = aws_smithy_http_client::Builder::new()
+            .tls_provider(tls::Provider::Rustls(
+                tls::rustls_provider::CryptoMode::Ring,
+            ))
+            .build_https();
+        let creds = match &config.credentials {
+            Some((id, secret)) => Credentials::new(id, secret, None, None, "config"),
+            None => match (
+                std::env::var("AWS_ACCESS_KEY_ID"),
+                std::env::var("AWS_SECRET_ACCESS_KEY"),
+            ) {
+                (Ok(id), Ok(secret)) => Credentials::new(
+                    id,
+                    secret,
+                    std::env::var("AWS_SESSION_TOKEN").ok(),
+                    None,
+                    "environment",
+                ),
+                _ => Credentials::new("rdctl", "rdctl-no-credentials", None, None, "none"),
+            },
+        };
+        let conf = aws_sdk_s3::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .endpoint_url(&config.endpoint)
+            .region(Region::new(config.region.clone()))
+            .credentials_provider(creds)
+            // SeaweedFS has no virtual-host addressing without a domain name set up.
+            .force_path_style(true)
+            // Checksums only where S3 requires them: trailing checksums and aws-chunked bodies
+            // have broken third-party servers repeatedly (research §5.2, §5.4).
+            .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+            .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
+            // Bodies are whole `Bytes`, so every retry can replay them.
+            .retry_config(RetryConfig::standard().with_max_attempts(config.max_attempts.max(1)))
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .connect_timeout(config.connect_timeout)
+                    .operation_attempt_timeout(config.attempt_timeout)
+                    .operation_timeout(config.operation_timeout)
+                    .build(),
+            )
+            // Uploads of whole parts can pause while SeaweedFS writes; timeouts above bound them.
+            .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
+            .http_client(http)
+            .build();
+        let mut prefix = config.prefix.trim_matches('/').to_owned();
+        if !prefix.is_empty() {
+            prefix.push('/');
+        }
+        S3Store {
+            inner: Arc::new(Inner {
+                client: Client::from_conf(conf),
+                bucket: config.bucket,
+                prefix,
+                part_size: config.part_size.max(MIN_PART_SIZE),
+                instance: uuid::Uuid::new_v4().as_simple().to_string(),
+                live: Mutex::new(HashSet::new()),
+            }),
+        }
+    }
+
+    /// The bucket.
+    pub fn bucket(&self) -> &str {
+        &self.inner.bucket
+    }
+}
+
+impl Store for S3Store {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn get<'a>(&'a self, key: &'a Key, limit: u64) -> BoxFuture<'a, StoreResult<Document>> {
+        Box::pin(async move {
+            let inner = &self.inner;
+            let object = inner.full(key);
+            let (bytes, head, etag) = inner.get_bytes(key, &object, limit).await?;
+            let bytes = match (head.kind.as_deref(), head.data) {
+                (Some(KIND_REF), Some(data)) => {
+                    let size = head.ref_size.unwrap_or(u64::MAX);
+                    if size > limit {
+                        return Err(StoreError::TooLarge {
+                            store: NAME,
+                            key: key.clone(),
+                            limit,
+                        });
+                    }
+                    inner.get_bytes(key, &data, limit).await?.0
+                }
+                (Some(KIND_STAGING), _) => return Err(inner.not_found(key)),
+                _ => bytes,
+            };
+            Ok(Document {
+                bytes,
+                etag: Etag(etag),
+            })
+        })
+    }
+
+    fn put<'a>(
+        &'a self,
+        key: &'a Key,
+        bytes: Bytes,
+        mode: PutMode,
+    ) -> BoxFuture<'a, StoreResult<Etag>> {
+        Box::pin(async move {
+            let object = self.inner.full(key);
+            let (inm, im) = match &mode {
+                PutMode::Create => (true, None),
+                PutMode::Replace(e) => (false, Some(e.0.as_str())),
+                PutMode::Overwrite => (false, None),
+            };
+            let etag = self
+                .inner
+                .put_object(key, &object, bytes, inm, im, &[])
+                .await?;
+            Ok(Etag(etag))
+        })
+    }
+
+    fn read<'a>(
+        &'a self,
+        key: &'a Key,
+        offset: u64,
+    ) -> BoxFuture<'a, StoreResult<(ObjectMeta, BoxReader)>> {
+        Box::pin(async move {
+            let inner = &self.inner;
+            let object = inner.full(key);
+            // One request for the common case (a plain object from the start); a reference or
+            // an offset costs one more.
+            let head = if offset == 0 {
+                let out = inner
+                    .client
+                    .get_object()
+                    .bucket(&inner.bucket)
+                    .key(&object)
+                    .send()
+                    .await
+                    .map_err(|e| inner.fail(key, &object, classify(e)))?;
+                let head = head_from(out.content_length(), out.last_modified(), out.metadata());
+                if head.kind.is_none() {
+                    let meta = head.meta();
+                    return Ok((meta, Box::pin(out.body.into_async_read()) as BoxReader));
+                }
+                head
+            } else {
+                inner.head(key).await?
+            };
+            let meta = head.meta();
+            if head.kind.as_deref() == Some(KIND_STAGING) {
+                return Err(inner.not_found(key));
+            }
+            if offset > meta.size {
+                return Err(inner.precondition(
+                    key,
+                    format!("offset {offset} is past the end ({} bytes)", meta.size),
+                ));
+            }
+            let data = match (head.kind.as_deref(), head.data) {
+                (Some(KIND_REF), Some(d)) => d,
+                _ => object,
+            };
+            let reader = inner.open_range(key, &data, offset, meta.size).await?;
+            Ok((meta, reader))
+        })
+    }
+
+    fn writer<'a>(
+        &'a self,
+        staging: &'a Key,
+        resume_at: Option<u64>,
+    ) -> BoxFuture<'a, StoreResult<Box<dyn StoreWriter>>> {
+        Box::pin(async move {
+            let inner = &self.inner;
+            let existing = match inner.read_staging(staging).await {
+                Ok(d) => Some(d),
+                Err(e) if e.is_not_found() => None,
+                Err(e) => return Err(e),
+            };
+            let claim = inner.new_claim();
+            let (doc, etag) = match (existing, resume_at) {
+                (None, Some(_)) => return Err(inner.not_found(staging)),
+                (Some((doc, _)), _)
+                    if doc.claim.as_ref().is_some_and(|c| inner.claim_is_live(c)) =>
+                {
+                    return Err(
+                        inner.precondition(staging, "another writer has the staging area open")
+                    );
+                }
+                (existing, None) => {
+                    // A fresh area; anything left there is dropped after the new claim holds.
+                    let doc = StagingDoc {
+                        id: uuid::Uuid::new_v4().as_simple().to_string(),
+                        mpu: None,
+                        current: Checkpoint::default(),
+                        previous: None,
+                        claim: Some(claim.clone()),
+                        next_seg: 0,
+                        next_part: 1,
+                    };
+                    let old_etag = existing.as_ref().map(|(_, e)| e.as_str());
+                    let etag = inner.write_staging(staging, &doc, old_etag).await?;
+                    if let Some((old, _)) = &existing {
+                        inner.discard(staging, old, false).await;
+                    }
+                    (doc, etag)
+                }
+                (Some((mut doc, old_etag)), Some(at)) => {
+                    let pick = [Some(&doc.current), doc.previous.as_ref()]
+                        .into_iter()
+                        .flatten()
+                        .find(|c| c.parts_end() <= at && at <= c.size)
+                        .cloned();
+                    let Some(mut cp) = pick else {
+                        let reason = if at > doc.current.size {
+                            format!(
+                                "staging area holds {} bytes, resume needs {at}",
+                                doc.current.size
+                            )
+                        } else {
+                            format!("cannot cut back to {at}: those bytes are in uploaded parts")
+                        };
+                        return Err(inner.precondition(staging, reason));
+                    };
+                    if cp.size != at {
+                        cut_tail(inner, staging, &mut doc, &mut cp, at).await?;
+                    }
+                    if cp.size != doc.current.size || cp.parts.len() != doc.current.parts.len() {
+                        doc.previous = Some(std::mem::replace(&mut doc.current, cp));
+                    }
+                    doc.claim = Some(claim.clone());
+                    let etag = inner.write_staging(staging, &doc, Some(&old_etag)).await?;
+                    (doc, etag)
+                }
+            };
+            inner
+                .live
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(claim.id.clone());
+            let core = Core {
+                inner: inner.clone(),
+                key: staging.clone(),
+                parts: doc.current.parts.clone(),
+                tail: doc.current.tail.clone(),
+                tail_size: doc.current.size - doc.current.parts_end(),
+                doc,
+                etag,
+                buf: Vec::new(),
+            };
+            let w: Box<dyn StoreWriter> = Box::new(S3Writer {
+                written: core.size(),
+                core: Some(core),
+                pending: None,
+                claim: ClaimGuard {
+                    inner: inner.clone(),
+                    id: claim.id,
+                },
+            });
+            Ok(w)
+        })
+    }
+
+    fn stat<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, StoreResult<ObjectMeta>> {
+        Box::pin(async move { Ok(self.inner.head(key).await?.meta()) })
+    }
+
+    fn list<'a>(&'a self, prefix: &'a Key) -> BoxFuture<'a, StoreResult<Vec<Key>>> {
+        Box::pin(async move {
+            let inner = &self.inner;
+            let full = inner.full(prefix);
+            let mut out = Vec::new();
+            let mut token: Option<String> = None;
+            loop {
+                let page = inner
+                    .client
+                    .list_objects_v2()
+                    .bucket(&inner.bucket)
+                    .prefix(&full)
+                    .set_continuation_token(token.take())
+                    .send()
+                    .await
+                    .map_err(|e| inner.fail(prefix, &full, classify(e)))?;
+                for o in page.contents() {
+                    let Some(k) = o.key() else { continue };
+                    let Some(rel) = k.strip_prefix(&inner.prefix) else {
+                        continue;
+                    };
+                    // `list/a` lists `list/a` and `list/a/...`, never `list/ab`.
+                    let under = rel == prefix.as_str()
+                        || rel
+                            .strip_prefix(prefix.as_str())
+                            .is_some_and(|r| r.starts_with('/'));
+                    if under && let Ok(k) = Key::new(rel) {
+                        out.push(k);
+                    }
+                }
+                match page.next_continuation_token() {
+                    Some(t) if page.is_truncated() == Some(true) => token = Some(t.to_owned()),
+                    _ => break,
+                }
+            }
+            out.sort();
+            Ok(out)
+        })
+    }
+
+    fn delete<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, StoreResult<()>> {
+        Box::pin(async move {
+            let inner = &self.inner;
+            let object = inner.full(key);
+            let head = inner.head(key).await?;
+            match head.kind.as_deref() {
+                Some(KIND_STAGING) => {
+                    let (doc, _) = inner.read_staging(key).await?;
+                    inner.delete_object(key, &object).await?;
+                    inner.discard(key, &doc, false).await;
+                }
+                Some(KIND_REF) => {
+                    // The reference goes first, so no reader follows it into a deleted object.
+                    inner.delete_object(key, &object).await?;
+                    if let Some(data) = head.data
+                        && let Err(e) = inner.delete_object(key, &data).await
+                    {
+                        tracing::warn!(key = %key, error = %e, "could not delete blob data");
+                    }
+                }
+                _ => inner.delete_object(key, &object).await?,
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Cuts the tail of `cp` back to `at` bytes (where `cp.parts_end() <= at < cp.size`), writing
+/// the part of a straddling segment as a new segment.
+async fn cut_tail(
+    inner: &Inner,
+    staging: &Key,
+    doc: &mut StagingDoc,
+    cp: &mut Checkpoint,
+    at: u64,
+) -> StoreResult<()> {
+    let mut pos = cp.parts_end();
+    let mut kept = Vec::new();
+    for seg in &cp.tail {
+        if pos >= at {
+            break;
+        }
+        if pos + seg.size <= at {
+            kept.push(seg.clone());
+            pos += seg.size;
+            continue;
+        }
+        let want = at - pos;
+        let bytes = inner.get_range(staging, &seg.key, 0, want).await?;
+        let key = seg_key(inner, doc);
+        inner
+            .put_object(staging, &key, bytes, false, None, &[])
+            .await?;
+        kept.push(Seg { key, size: want });
+        pos = at;
+    }
+    cp.tail = kept;
+    cp.size = at;
+    Ok(())
+}
+
+fn seg_key(inner: &Inner, doc: &mut StagingDoc) -> String {
+    let k = format!("{}.tail/{}-{}", inner.prefix, doc.id, doc.next_seg);
+    doc.next_seg += 1;
+    k
+}
+
+/// Forgets a live claim when its writer goes, however it goes.
+struct ClaimGuard {
+    inner: Arc<Inner>,
+    id: String,
+}
+
+impl Drop for ClaimGuard {
+    fn drop(&mut self) {
+        self.inner
+            .live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.id);
+    }
+}
+
+/// The writer's state, moved into a part upload while one runs.
+struct Core {
+    inner: Arc<Inner>,
+    key: Key,
+    doc: StagingDoc,
+    etag: String,
+    /// Parts of the stream so far (the checkpoint's and this writer's).
+    parts: Vec<Part>,
+    /// Durable tail segments after the last part.
+    tail: Vec<Seg>,
+    tail_size: u64,
+    /// Bytes not yet in S3 (fewer than a part together with the tail).
+    buf: Vec<u8>,
+}
+
+impl Core {
+    fn size(&self) -> u64 {
+        self.parts.iter().map(|p| p.size).sum::<u64>() + self.tail_size + self.buf.len() as u64
+    }
+
+    fn room(&self) -> usize {
+        (self.inner.part_size - self.tail_size) as usize - self.buf.len()
+    }
+
+    /// The tail segments followed by the buffer, read into one part body (at most a part).
+    async fn gather(&mut self) -> StoreResult<Bytes> {
+        let mut body = Vec::with_capacity((self.tail_size as usize) + self.buf.len());
+        for seg in &self.tail {
+            let b = self
+                .inner
+                .get_range(&self.key, &seg.key, 0, seg.size)
+                .await?;
+            body.extend_from_slice(&b);
+        }
+        body.extend_from_slice(&self.buf);
+        Ok(Bytes::from(body))
+    }
+
+    /// Starts the multipart upload if there is none yet (it is recorded with the next part
+    /// reservation, before any part is uploaded, so an abort can always find it).
+    async fn ensure_mpu(&mut self) -> StoreResult<Mpu> {
+        if let Some(m) = &self.doc.mpu {
+            return Ok(m.clone());
+        }
+        let inner = &self.inner;
+        let key = format!("{}.data/{}", inner.prefix, self.doc.id);
+        let out = inner
+            .client
+            .create_multipart_upload()
+            .bucket(&inner.bucket)
+            .key(&key)
+            .send()
+            .await
+            .map_err(|e| inner.fail(&self.key, &key, classify(e)))?;
+        let upload_id = out
+            .upload_id()
+            .ok_or_else(|| inner.backend(&key, io::Error::other("no upload id in the answer")))?
+            .to_owned();
+        let m = Mpu { key, upload_id };
+        self.doc.mpu = Some(m.clone());
+        Ok(m)
+    }
+
+    /// Rewrites the staging document with a renewed claim (also proves the claim still holds).
+    async fn renew(&mut self) -> StoreResult<()> {
+        if let Some(c) = &mut self.doc.claim {
+            c.until = now_secs() + CLAIM_SECS;
+        }
+        self.etag = self
+            .inner
+            .write_staging(&self.key, &self.doc, Some(&self.etag))
+            .await?;
+        Ok(())
+    }
+
+    async fn upload_part(&mut self, body: Bytes) -> StoreResult<Part> {
+        let m = self.ensure_mpu().await?;
+        // Reserve the number (and renew the claim) before uploading; a lost claim stops here.
+        let n = self.doc.next_part;
+        self.doc.next_part += 1;
+        self.renew().await?;
+        let size = body.len() as u64;
+        let inner = &self.inner;
+        let out = inner
+            .client
+            .upload_part()
+            .bucket(&inner.bucket)
+            .key(&m.key)
+            .upload_id(&m.upload_id)
+            .part_number(n)
+            .content_length(size as i64)
+            .body(ByteStream::from(body))
+            .send()
+            .await
+            .map_err(|e| inner.fail(&self.key, &m.key, classify(e)))?;
+        let etag = out
+            .e_tag()
+            .ok_or_else(|| inner.backend(&m.key, io::Error::other("no ETag for a part")))?
+            .to_owned();
+        Ok(Part { n, etag, size })
+    }
+
+    /// Uploads the tail and buffer as one full part.
+    async fn flush_part(&mut self) -> StoreResult<()> {
+        let body = self.gather().await?;
+        let part = self.upload_part(body).await?;
+        self.parts.push(part);
+        self.tail.clear();
+        self.tail_size = 0;
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Moves the buffer into a new tail segment.
+    async fn flush_tail(&mut self) -> StoreResult<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let key = seg_key(&self.inner, &mut self.doc);
+        let bytes = Bytes::from(std::mem::take(&mut self.buf));
+        let size = bytes.len() as u64;
+        self.inner
+            .put_object(&self.key, &key, bytes, false, None, &[])
+            .await?;
+        self.tail.push(Seg { key, size });
+        self.tail_size += size;
+        Ok(())
+    }
+
+    async fn suspend(mut self) -> StoreResult<u64> {
+        self.flush_tail().await?;
+        let size = self.size();
+        let cp = Checkpoint {
+            parts: self.parts.clone(),
+            tail: self.tail.clone(),
+            size,
+        };
+        let dropped = self
+            .doc
+            .previous
+            .replace(std::mem::replace(&mut self.doc.current, cp));
+        self.doc.claim = None;
+        self.etag = self
+            .inner
+            .write_staging(&self.key, &self.doc, Some(&self.etag))
+            .await?;
+        // Segments no checkpoint refers to any more.
+        if let Some(old) = dropped {
+            let live: HashSet<&str> = self.doc.segs().map(|s| s.key.as_str()).collect();
+            for seg in old.tail.iter().filter(|s| !live.contains(s.key.as_str())) {
+                if let Err(e) = self.inner.delete_object(&self.key, &seg.key).await {
+                    tracing::warn!(key = %self.key, error = %e, "could not delete a tail segment");
+                }
+            }
+        }
+        Ok(size)
+    }
+
+    async fn commit(mut self, dest: Key) -> StoreResult<ObjectMeta> {
+        let inner = self.inner.clone();
+        let size = self.size();
+        let dest_object = inner.full(&dest);
+        let published = if self.parts.is_empty() {
+            // Below one part: the bytes go straight to the destination.
+            let body = self.gather().await?;
+            inner
+                .put_object(&dest, &dest_object, body, true, None, &[])
+                .await
+        } else {
+            if self.tail_size + self.buf.len() as u64 > 0 {
+                let body = self.gather().await?;
+                let last = self.upload_part(body).await?;
+                self.parts.push(last);
+            }
+            let m = self
+                .doc
+                .mpu
+                .clone()
+                .expect("parts imply a multipart upload");
+            let parts: Vec<CompletedPart> = self
+                .parts
+                .iter()
+                .map(|p| {
+                    CompletedPart::builder()
+                        .part_number(p.n)
+                        .e_tag(&p.etag)
+                        .build()
+                })
+                .collect();
+            inner
+                .client
+                .complete_multipart_upload()
+                .bucket(&inner.bucket)
+                .key(&m.key)
+                .upload_id(&m.upload_id)
+                .multipart_upload(
+                    CompletedMultipartUpload::builder()
+                        .set_parts(Some(parts))
+                        .build(),
+                )
+                .send()
+                .await
+                .map_err(|e| inner.fail(&self.key, &m.key, classify(e)))?;
+            let meta = [
+                (META_KIND, KIND_REF.to_owned()),
+                (META_DATA, m.key.clone()),
+                (META_SIZE, size.to_string()),
+            ];
+            let r = inner
+                .put_object(&dest, &dest_object, Bytes::new(), true, None, &meta)
+                .await;
+            if r.is_err() {
+                // Not published (taken or failed): the completed data belongs to nobody.
+                if let Err(e) = inner.delete_object(&dest, &m.key).await {
+                    tracing::warn!(key = %dest, error = %e, "could not delete unpublished blob data");
+                }
+            }
+            r
+        };
+        match &published {
+            Ok(_) | Err(StoreError::AlreadyExists { .. }) => {
+                // The staging area goes either way; failures from here on are only logged.
+                let staging = inner.full(&self.key);
+                if let Err(e) = inner.delete_object(&self.key, &staging).await {
+                    tracing::warn!(key = %self.key, error = %e, "could not delete a staging document");
+                }
+                let mut doc = self.doc.clone();
+                doc.current.tail.extend(self.tail.iter().cloned());
+                // The multipart upload was completed (or, below one part, never used).
+                let keep_data = !self.parts.is_empty();
+                inner.discard(&self.key, &doc, keep_data).await;
+            }
+            Err(_) => {}
+        }
+        published?;
+        Ok(ObjectMeta {
+            size,
+            modified: SystemTime::now(),
+        })
+    }
+
+    async fn cancel(self) -> StoreResult<()> {
+        let staging = self.inner.full(&self.key);
+        self.inner.delete_object(&self.key, &staging).await?;
+        let mut doc = self.doc.clone();
+        doc.current.tail.extend(self.tail.iter().cloned());
+        self.inner.discard(&self.key, &doc, false).await;
+        Ok(())
+    }
+}
+
+type PartFuture = BoxFuture<'static, (Core, StoreResult<()>)>;
+
+/// A writer on a staging area: bytes collect in memory up to one part, then go to S3.
+struct S3Writer {
+    core: Option<Core>,
+    /// Bytes in the stream so far, including those in a running part upload.
+    written: u64,
+    pending: Option<PartFuture>,
+    claim: ClaimGuard,
+}
+
+impl S3Writer {
+    /// Drives a running part upload to its end.
+    fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if let Some(f) = &mut self.pending {
+            let (core, r) = std::task::ready!(f.as_mut().poll(cx));
+            self.pending = None;
+            self.core = Some(core);
+            r.map_err(io::Error::other)?;
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn take_core(&mut self) -> Core {
+        self.core.take().expect("no part upload is running")
+    }
+}
+
+impl AsyncWrite for S3Writer {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        std::task::ready!(this.poll_pending(cx))?;
+        let core = this.core.as_mut().expect("core is back");
+        let n = core.room().min(data.len());
+        core.buf.extend_from_slice(&data[..n]);
+        this.written += n as u64;
+        if core.room() == 0 {
+            let mut core = this.take_core();
+            this.pending = Some(Box::pin(async move {
+                let r = core.flush_part().await;
+                (core, r)
+            }));
+            // Start the upload now; its result is picked up by the next call.
+            if let Poll::Ready(Err(e)) = this.poll_pending(cx) {
+                return Poll::Ready(Err(e));
+            }
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // Durability comes from suspend or commit; flush only finishes a running part upload.
+        self.get_mut().poll_pending(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.get_mut().poll_pending(cx)
+    }
+}
+
+impl S3Writer {
+    async fn settle(mut self: Box<Self>) -> StoreResult<(Core, ClaimGuard)> {
+        if let Some(f) = self.pending.take() {
+            let (core, r) = f.await;
+            self.core = Some(core);
+            r?;
+        }
+        let S3Writer { core, claim, .. } = *self;
+        Ok((core.expect("core is back"), claim))
+    }
+}
+
+impl StoreWriter for S3Writer {
+    fn size(&self) -> u64 {
+        self.written
+    }
+
+    fn suspend(self: Box<Self>) -> BoxFuture<'static, StoreResult<u64>> {
+        Box::pin(async move {
+            let (core, _claim) = self.settle().await?;
+            core.suspend().await
+        })
+    }
+
+    fn commit(self: Box<Self>, dest: Key) -> BoxFuture<'static, StoreResult<ObjectMeta>> {
+        Box::pin(async move {
+            let (core, _claim) = self.settle().await?;
+            core.commit(dest).await
+        })
+    }
+
+    fn cancel(self: Box<Self>) -> BoxFuture<'static, StoreResult<()>> {
+        Box::pin(async move {
+            let (core, _claim) = match self.settle().await {
+                Ok(c) => c,
+                Err(e) => return Err(e),
+            };
+            core.cancel().await
+        })
+    }
+}
