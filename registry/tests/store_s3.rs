@@ -492,3 +492,76 @@ mod http {
         Ok(())
     }
 }
+
+/// `registry::serve` with the S3 keys of the config file: the registry answers on a socket and
+/// what it stores lands in the bucket under the prefix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn serve_uses_the_s3_store_from_the_config_file() {
+    let sw = seaweed();
+    let bucket = sw.bucket().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let file = dir.path().join("registry.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "listen = \"127.0.0.1:{port}\"\ndata = \"{}\"\ns3_endpoint = \"{}\"\ns3_bucket = \"{bucket}\"\ns3_prefix = \"served\"\n",
+            dir.path().join("unused").display(),
+            sw.endpoint()
+        ),
+    )
+    .unwrap();
+    let config = registry::ServeConfig::load_with_env(Some(&file), &|_| None).unwrap();
+    assert_eq!(config.open_store().unwrap().name(), "s3");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(registry::serve(config, async move {
+        let _ = stopped.await;
+    }));
+
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let mut ready = false;
+    for _ in 0..100 {
+        if let Ok(r) = client.get(format!("{base}/v2/")).send().await {
+            assert_eq!(r.status(), 200);
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(ready, "the registry did not answer");
+    let data = b"served from S3".to_vec();
+    let d = validator::Digest::sha256(&data);
+    let r = client
+        .post(format!("{base}/v2/served/repo/blobs/uploads/?digest={d}"))
+        .header("content-type", "application/octet-stream")
+        .body(data.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201, "{:?}", r.text().await);
+    let r = client
+        .get(format!("{base}/v2/served/repo/blobs/{d}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.bytes().await.unwrap(), data);
+    let keys = sw.list_keys(&bucket).unwrap();
+    let want = format!(
+        "served/blobs/sha256/{}/{}/data",
+        &d.encoded()[..2],
+        d.encoded()
+    );
+    assert!(keys.contains(&want), "{want} not in {keys:?}");
+    assert!(
+        !dir.path().join("unused").exists(),
+        "the filesystem store was opened"
+    );
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+}

@@ -9,7 +9,7 @@ use anyhow::Context as _;
 /// Registry subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
-    /// Serve the OCI Distribution v1.1 API on a filesystem store until SIGTERM or ctrl-c.
+    /// Serve the OCI Distribution v1.1 API on a filesystem or S3 store until SIGTERM or ctrl-c.
     Serve(ServeArgs),
 }
 
@@ -26,6 +26,15 @@ pub struct ServeArgs {
     /// TOML configuration file.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Store everything in this S3 endpoint instead of a directory (needs --s3-bucket).
+    #[arg(long, value_name = "URL")]
+    s3_endpoint: Option<String>,
+    /// S3 bucket (must exist).
+    #[arg(long, value_name = "NAME")]
+    s3_bucket: Option<String>,
+    /// Key prefix inside the S3 bucket.
+    #[arg(long, value_name = "P")]
+    s3_prefix: Option<String>,
     /// Refuse DELETE of manifests, tags and blobs (405 UNSUPPORTED).
     #[arg(long)]
     disable_delete: bool,
@@ -59,6 +68,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(data) = args.data {
         config.data = data;
+    }
+    if args.s3_endpoint.is_some() {
+        config.s3_endpoint = args.s3_endpoint;
+    }
+    if args.s3_bucket.is_some() {
+        config.s3_bucket = args.s3_bucket;
+    }
+    if args.s3_prefix.is_some() {
+        config.s3_prefix = args.s3_prefix;
     }
     if args.disable_delete {
         config.delete_enabled = false;
