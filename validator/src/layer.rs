@@ -124,6 +124,33 @@ impl<R: BufRead> Read for Decoder<R> {
     }
 }
 
+/// The uncompressed stream of a layer blob, for consumers that apply layers (the worker).
+///
+/// Checks that the magic bytes agree with `declared` (a `tar+gzip` blob holding zstd bytes, or
+/// plain tar, is refused rather than guessed at), caps the zstd window at
+/// `limits.zstd_window_log_max` and the output at `limits.max_uncompressed` (reads past it fail),
+/// so a decompression bomb stops early. Gzip members are read until the blob ends, as
+/// `check_layer` does.
+pub fn decompress_layer<'a, R: BufRead + Send + 'a>(
+    mut blob: R,
+    declared: Compression,
+    limits: &LayerLimits,
+) -> io::Result<Box<dyn Read + Send + 'a>> {
+    let sniffed = sniff_compression(blob.fill_buf()?);
+    if sniffed != declared {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("the media type says {declared}, the bytes are {sniffed}"),
+        ));
+    }
+    let decoder = Decoder::new(blob, declared, limits.zstd_window_log_max)?;
+    Ok(Box::new(Capped {
+        inner: decoder,
+        count: 0,
+        limit: limits.max_uncompressed,
+    }))
+}
+
 /// Classifies an I/O error from inside the reader stack.
 fn io_rule(e: &io::Error) -> (Rule, String) {
     if let Some(v) = VerifyError::from_io(e) {
@@ -418,5 +445,59 @@ impl PathCheck {
                 "the same path appears twice in this layer",
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+
+    use super::*;
+
+    fn gzip(data: &[u8]) -> Vec<u8> {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(data).unwrap();
+        e.finish().unwrap()
+    }
+
+    #[test]
+    fn decompress_layer_checks_magic_and_caps_output() {
+        let data = vec![7u8; 100_000];
+        let limits = LayerLimits::default();
+        let mut out = Vec::new();
+        decompress_layer(&gzip(&data)[..], Compression::Gzip, &limits)
+            .unwrap()
+            .read_to_end(&mut out)
+            .unwrap();
+        assert_eq!(out, data);
+        let z = zstd::encode_all(&data[..], 3).unwrap();
+        out.clear();
+        decompress_layer(&z[..], Compression::Zstd, &limits)
+            .unwrap()
+            .read_to_end(&mut out)
+            .unwrap();
+        assert_eq!(out, data);
+        // Labels that disagree with the bytes are refused before decoding.
+        let e = decompress_layer(&z[..], Compression::Gzip, &limits)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("the bytes are zstd"), "{e}");
+        let e = decompress_layer(&data[..], Compression::Gzip, &limits)
+            .err()
+            .unwrap();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        // Output past the cap fails instead of growing.
+        let small = LayerLimits {
+            max_uncompressed: 1000,
+            ..LayerLimits::default()
+        };
+        let e = decompress_layer(&gzip(&data)[..], Compression::Gzip, &small)
+            .unwrap()
+            .read_to_end(&mut Vec::new())
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("larger than the limit of 1000"),
+            "{e}"
+        );
     }
 }

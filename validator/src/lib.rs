@@ -37,7 +37,10 @@ pub use document::{
 };
 pub use image::{ImageInfo, LayerInfo, LayoutReport, ValidateOptions, chain_ids, validate_layout};
 pub use json::{JsonError, parse_strict};
-pub use layer::{LayerLimits, LayerSummary, check_layer, normalize_entry_path, sniff_compression};
+pub use layer::{
+    LayerLimits, LayerSummary, check_layer, decompress_layer, normalize_entry_path,
+    sniff_compression,
+};
 pub use layout::{ImageLayout, LAYOUT_FILE_CONTENT, LayoutError};
 pub use media_type::{Compression, MediaType, MediaTypeError};
 pub use oci_spec;

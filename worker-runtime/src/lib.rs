@@ -1,8 +1,54 @@
-//! The worker behind `rdctl worker run`.
+//! The worker behind `rdctl worker run` and `rdctl worker status`.
 //!
-//! Its job: on a schedule, resolve each zone's image reference, pull and verify every blob digest
-//! and every layer DiffID, unpack safely into a staging root, and only then hand the verified root
-//! to a provisioner (`dir` for tests and Linux, `illumos` for zones). It will depend on
-//! `validator` and `registry` (client only).
+//! On a schedule it resolves each zone's image reference, pulls and verifies every blob
+//! digest and every layer DiffID, unpacks safely into a staging root, and only then hands the
+//! verified root to a provisioner. Main types, in the order a pass uses them:
 //!
-//! Nothing is implemented yet: this crate holds no code until the worker issue lands.
+//! - [`WorkerConfig`] (`worker.toml`) and [`ZoneSpec`] (one TOML file per zone).
+//! - [`Worker`]: level-triggered passes ([`Worker::pass`]); zones run concurrently and fail
+//!   independently, with per-zone exponential backoff; [`run`] and [`status`] are the entry
+//!   points of the two `rdctl` commands.
+//! - [`ContentStore`]: content-addressed blobs shared by all zones; a blob becomes visible
+//!   only after its size and digest verified (temporary file, then rename).
+//! - [`pull()`]: reference → manifest (from an index by platform and `os.version`) → config →
+//!   layers, through `registry::client`.
+//! - [`build_root`] and [`VerifiedRoot`]: layers applied with [`apply_layer`] (in-root path
+//!   resolution, whiteouts, limits) into staging, every DiffID compared; `VerifiedRoot` has no
+//!   public constructor.
+//! - [`Provisioner`]: [`DirProvisioner`] and [`IllumosProvisioner`] (zonecfg/zoneadm through
+//!   a [`CommandRunner`]); the command and SMF text lives in [`provision::illumos`].
+//! - Ownership marks ([`owner`]) on every directory the worker creates, checked before any
+//!   change or deletion.
+//!
+//! **Invariants:** no zone is created unless every digest and DiffID was checked; unpack never
+//! writes outside the root; the worker never changes or removes a directory without its mark.
+//! It depends on `validator` and `registry` (client only) among workspace crates.
+#![deny(missing_docs)]
+
+mod config;
+pub mod owner;
+pub mod provision;
+mod pull;
+mod schedule;
+mod state;
+mod store;
+mod unpack;
+mod verify;
+
+pub use config::{
+    ConfigError, ProvisionerConfig, PullPolicy, ResourceLimits, WorkerConfig, ZoneLoadError,
+    ZoneSpec, load_zone, load_zones, valid_name,
+};
+pub use provision::{
+    CommandRunner, DirProvisioner, IllumosProvisioner, ProvisionError, Provisioner, SystemRunner,
+    ZoneDescription,
+};
+pub use pull::{HostPlatform, PullError, pull, resolve};
+pub use schedule::{
+    PassSummary, StatusRow, Worker, WorkerError, ZoneError, error_chain, run, shutdown_signal,
+    status,
+};
+pub use state::{Phase, StateDir, StateError, ZoneStatus};
+pub use store::{ContentStore, StoreError};
+pub use unpack::{LayerStats, RootDir, UnpackError, UnpackOptions, apply_layer, apply_stream};
+pub use verify::{PulledImage, RootError, VerifiedImage, VerifiedRoot, build_root};

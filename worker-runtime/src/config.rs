@@ -1,0 +1,487 @@
+//! `worker.toml` and the zone manifests directory.
+//!
+//! ```toml
+//! # worker.toml (relative paths are relative to this file's directory)
+//! zones_dir = "zones"                # one <anything>.toml per zone
+//! state_dir = "/var/lib/rdctl"       # status, lock, content store, staging
+//! worker_id = "node-a"               # written into ownership marks
+//! poll_interval_secs = 300
+//! jitter = 0.1                       # each sleep is the interval ±10 %
+//! backoff_initial_secs = 10          # per-zone retry delay after a failure, doubled each time
+//! backoff_max_secs = 600
+//! os_version = "..."                 # host's illumos build for images that set os.version
+//!                                    # (default: uname -v)
+//! plain_http = false                 # http:// for every registry (loopback always is)
+//!
+//! [provisioner]
+//! kind = "dir"                       # or "illumos" (only on illumos)
+//! base = "/var/lib/rdctl/zones"      # zonepaths go here
+//! ```
+//!
+//! ```toml
+//! # zones/web.toml
+//! name = "web"
+//! image = "registry.example:5000/apps/web:1.4"   # tag or @digest
+//! pull_policy = "Always"                         # or IfNotPresent
+//! brand = "nlipkg"
+//! stop_timeout_secs = 10
+//! [limits]
+//! cpus = 1.5                                     # zonecfg capped-cpu ncpus
+//! memory = "512m"                                # zonecfg capped-memory physical
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use registry::client::Reference;
+use serde::Deserialize;
+
+/// The worker configuration, with defaults applied and paths made absolute.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerConfig {
+    /// Directory of zone manifests.
+    pub zones_dir: PathBuf,
+    /// State directory.
+    pub state_dir: PathBuf,
+    /// Name written into ownership marks.
+    pub worker_id: String,
+    /// Time between reconcile passes.
+    pub poll_interval: Duration,
+    /// Fraction of the interval by which each sleep varies (0 to 1).
+    pub jitter: f64,
+    /// First retry delay of a failing zone.
+    pub backoff_initial: Duration,
+    /// Longest retry delay.
+    pub backoff_max: Duration,
+    /// The host's OS version for images that name one; `None` means `uname -v`.
+    pub os_version: Option<String>,
+    /// Plain HTTP for every registry.
+    pub plain_http: bool,
+    /// Which provisioner and where.
+    pub provisioner: ProvisionerConfig,
+}
+
+/// Which provisioner the worker uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProvisionerConfig {
+    /// Zone roots and descriptions under a directory (Linux, tests).
+    Dir {
+        /// Where zonepaths go.
+        base: PathBuf,
+    },
+    /// zonecfg/zoneadm (illumos only).
+    Illumos {
+        /// Where zonepaths go.
+        base: PathBuf,
+    },
+}
+
+impl ProvisionerConfig {
+    /// Where zonepaths go.
+    pub fn base(&self) -> &Path {
+        match self {
+            ProvisionerConfig::Dir { base } | ProvisionerConfig::Illumos { base } => base,
+        }
+    }
+}
+
+/// When to pull.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+pub enum PullPolicy {
+    /// Resolve the reference on every pass; a moved tag replaces the zone.
+    Always,
+    /// Pull only when the zone has no image yet.
+    IfNotPresent,
+}
+
+/// Resource caps for zonecfg.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceLimits {
+    /// `capped-cpu ncpus`.
+    pub cpus: Option<f64>,
+    /// `capped-memory physical`, with a k/m/g/t suffix.
+    pub memory: Option<String>,
+}
+
+/// One zone manifest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ZoneSpec {
+    /// Zone name.
+    pub name: String,
+    /// Image reference.
+    pub image: Reference,
+    /// Pull policy.
+    pub pull_policy: PullPolicy,
+    /// Zone brand.
+    pub brand: String,
+    /// Seconds between the stop signal and the kill.
+    pub stop_timeout_secs: u32,
+    /// Caps.
+    pub limits: ResourceLimits,
+    /// The manifest file.
+    pub source: PathBuf,
+}
+
+/// A configuration or zone manifest is unusable.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// Reading failed.
+    #[error("{path}: cannot read")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The TOML does not parse or has unknown keys.
+    #[error("{path}: invalid TOML")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: toml::de::Error,
+    },
+    /// A value is out of range or malformed.
+    #[error("{path}: {field}: {reason}")]
+    Value {
+        /// The file.
+        path: PathBuf,
+        /// The key.
+        field: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    zones_dir: PathBuf,
+    state_dir: PathBuf,
+    worker_id: Option<String>,
+    poll_interval_secs: Option<u64>,
+    jitter: Option<f64>,
+    backoff_initial_secs: Option<u64>,
+    backoff_max_secs: Option<u64>,
+    os_version: Option<String>,
+    plain_http: Option<bool>,
+    provisioner: FileProvisioner,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileProvisioner {
+    kind: String,
+    base: PathBuf,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileZone {
+    name: String,
+    image: String,
+    pull_policy: Option<PullPolicy>,
+    brand: Option<String>,
+    stop_timeout_secs: Option<u32>,
+    #[serde(default)]
+    limits: ResourceLimits,
+}
+
+fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|source| ConfigError::Parse {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Worker ids and zone names: a letter or digit, then letters, digits, `-`, `_`, `.`; at most
+/// 64 bytes (illumos `ZONENAME_MAX`), so they are safe as file names and zonecfg words.
+pub fn valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.as_bytes()[0].is_ascii_alphanumeric()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+impl WorkerConfig {
+    /// Loads `worker.toml`.
+    pub fn load(path: &Path) -> Result<WorkerConfig, ConfigError> {
+        let f: FileConfig = read_toml(path)?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let abs = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
+        let value = |field, reason: String| ConfigError::Value {
+            path: path.to_owned(),
+            field,
+            reason,
+        };
+        let worker_id = f.worker_id.unwrap_or_else(|| "rdctl-worker".into());
+        if !valid_name(&worker_id) {
+            return Err(value(
+                "worker_id",
+                format!("{worker_id:?} is not a valid name"),
+            ));
+        }
+        let jitter = f.jitter.unwrap_or(0.1);
+        if !(0.0..=1.0).contains(&jitter) {
+            return Err(value("jitter", format!("{jitter} is not between 0 and 1")));
+        }
+        let poll = f.poll_interval_secs.unwrap_or(300);
+        if poll == 0 {
+            return Err(value("poll_interval_secs", "must be at least 1".into()));
+        }
+        let backoff_initial = f.backoff_initial_secs.unwrap_or(10).max(1);
+        let backoff_max = f.backoff_max_secs.unwrap_or(600).max(backoff_initial);
+        let pbase = abs(f.provisioner.base);
+        let provisioner = match f.provisioner.kind.as_str() {
+            "dir" => ProvisionerConfig::Dir { base: pbase },
+            "illumos" => ProvisionerConfig::Illumos { base: pbase },
+            other => {
+                return Err(value(
+                    "provisioner.kind",
+                    format!("{other:?} is neither \"dir\" nor \"illumos\""),
+                ));
+            }
+        };
+        Ok(WorkerConfig {
+            zones_dir: abs(f.zones_dir),
+            state_dir: abs(f.state_dir),
+            worker_id,
+            poll_interval: Duration::from_secs(poll),
+            jitter,
+            backoff_initial: Duration::from_secs(backoff_initial),
+            backoff_max: Duration::from_secs(backoff_max),
+            os_version: f.os_version,
+            plain_http: f.plain_http.unwrap_or(false),
+            provisioner,
+        })
+    }
+
+    /// The delay before retrying a zone that failed `failures` times in a row: the initial
+    /// backoff doubled per failure, capped.
+    pub fn backoff(&self, failures: u32) -> Duration {
+        let factor = 1u32 << failures.saturating_sub(1).min(20);
+        self.backoff_initial
+            .saturating_mul(factor)
+            .min(self.backoff_max)
+    }
+
+    /// The poll interval varied by the jitter fraction; `unit` is a number in [0, 1).
+    pub fn jittered_interval(&self, unit: f64) -> Duration {
+        let spread = (unit.clamp(0.0, 1.0) * 2.0 - 1.0) * self.jitter;
+        self.poll_interval.mul_f64((1.0 + spread).max(0.0))
+    }
+}
+
+/// A zone manifest that could not be used; the other zones go on.
+#[derive(Debug)]
+pub struct ZoneLoadError {
+    /// The zone name when it could be read, else the file stem.
+    pub zone: String,
+    /// Why.
+    pub error: ConfigError,
+}
+
+/// Reads every `*.toml` in `dir`, sorted by file name. Broken manifests, and zones named by
+/// more than one file, come back as errors beside the good ones.
+pub fn load_zones(dir: &Path) -> Result<(Vec<ZoneSpec>, Vec<ZoneLoadError>), ConfigError> {
+    let read_err = |source| ConfigError::Read {
+        path: dir.to_owned(),
+        source,
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(read_err)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "toml") && p.is_file())
+        .collect();
+    files.sort();
+    let mut good: BTreeMap<String, ZoneSpec> = BTreeMap::new();
+    let mut bad = Vec::new();
+    let mut dup = Vec::new();
+    for path in files {
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match load_zone(&path) {
+            Ok(z) => {
+                if let Some(first) = good.get(&z.name) {
+                    dup.push(ZoneLoadError {
+                        zone: z.name.clone(),
+                        error: ConfigError::Value {
+                            path: path.clone(),
+                            field: "name",
+                            reason: format!(
+                                "zone {:?} is also defined by {}",
+                                z.name,
+                                first.source.display()
+                            ),
+                        },
+                    });
+                } else {
+                    good.insert(z.name.clone(), z);
+                }
+            }
+            Err(error) => bad.push(ZoneLoadError { zone: stem, error }),
+        }
+    }
+    // A zone defined twice is ambiguous: neither definition is used.
+    for d in &dup {
+        good.remove(&d.zone);
+    }
+    bad.extend(dup);
+    Ok((good.into_values().collect(), bad))
+}
+
+/// Reads one zone manifest.
+pub fn load_zone(path: &Path) -> Result<ZoneSpec, ConfigError> {
+    let f: FileZone = read_toml(path)?;
+    let value = |field, reason: String| ConfigError::Value {
+        path: path.to_owned(),
+        field,
+        reason,
+    };
+    if !valid_name(&f.name) || f.name == "global" {
+        return Err(value(
+            "name",
+            format!("{:?} is not a valid zone name", f.name),
+        ));
+    }
+    let image = Reference::parse(&f.image).map_err(|e| value("image", e.to_string()))?;
+    let brand = f.brand.unwrap_or_else(|| "nlipkg".into());
+    if !valid_name(&brand) {
+        return Err(value(
+            "brand",
+            format!("{brand:?} is not a valid brand name"),
+        ));
+    }
+    if let Some(c) = f.limits.cpus
+        && !(c > 0.0 && c <= 1024.0)
+    {
+        return Err(value("limits.cpus", format!("{c} is not in (0, 1024]")));
+    }
+    if let Some(m) = &f.limits.memory
+        && !valid_size(m)
+    {
+        return Err(value(
+            "limits.memory",
+            format!("{m:?} is not a size like 512m or 2g"),
+        ));
+    }
+    Ok(ZoneSpec {
+        name: f.name,
+        image,
+        pull_policy: f.pull_policy.unwrap_or(PullPolicy::IfNotPresent),
+        brand,
+        stop_timeout_secs: f.stop_timeout_secs.unwrap_or(10),
+        limits: f.limits,
+        source: path.to_owned(),
+    })
+}
+
+fn valid_size(s: &str) -> bool {
+    let digits = s.trim_end_matches(['k', 'm', 'g', 't', 'K', 'M', 'G', 'T']);
+    !digits.is_empty() && digits.len() + 1 >= s.len() && digits.bytes().all(|b| b.is_ascii_digit())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_config_defaults_paths_and_errors() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("worker.toml");
+        std::fs::write(
+            &p,
+            "zones_dir = \"zones\"\nstate_dir = \"/var/lib/rdctl\"\n[provisioner]\nkind = \"dir\"\nbase = \"roots\"\n",
+        )
+        .unwrap();
+        let c = WorkerConfig::load(&p).unwrap();
+        assert_eq!(c.zones_dir, t.path().join("zones"));
+        assert_eq!(c.state_dir, PathBuf::from("/var/lib/rdctl"));
+        assert_eq!(
+            c.provisioner,
+            ProvisionerConfig::Dir {
+                base: t.path().join("roots")
+            }
+        );
+        assert_eq!(c.poll_interval, Duration::from_secs(300));
+        assert_eq!(c.worker_id, "rdctl-worker");
+        // Backoff doubles from the initial delay up to the cap.
+        assert_eq!(c.backoff(1), Duration::from_secs(10));
+        assert_eq!(c.backoff(2), Duration::from_secs(20));
+        assert_eq!(c.backoff(7), Duration::from_secs(600));
+        assert_eq!(c.backoff(1000), Duration::from_secs(600));
+        // Jitter stays within ±10 %.
+        assert_eq!(c.jittered_interval(0.0), Duration::from_secs(270));
+        assert_eq!(c.jittered_interval(0.5), Duration::from_secs(300));
+        assert!(c.jittered_interval(0.999) <= Duration::from_secs(330));
+
+        for (text, field) in [
+            ("jitter = 2.0\n", "jitter"),
+            ("poll_interval_secs = 0\n", "poll_interval_secs"),
+            ("worker_id = \"../x\"\n", "worker_id"),
+        ] {
+            std::fs::write(
+                &p,
+                format!("zones_dir = \"z\"\nstate_dir = \"s\"\n{text}[provisioner]\nkind = \"dir\"\nbase = \"b\"\n"),
+            )
+            .unwrap();
+            match WorkerConfig::load(&p) {
+                Err(ConfigError::Value { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        std::fs::write(&p, "zones_dir = \"z\"\nstate_dir = \"s\"\nbogus = 1\n").unwrap();
+        assert!(matches!(
+            WorkerConfig::load(&p),
+            Err(ConfigError::Parse { .. })
+        ));
+    }
+
+    #[test]
+    fn zone_manifests_good_bad_and_duplicate() {
+        let t = tempfile::tempdir().unwrap();
+        let w = |n: &str, s: &str| std::fs::write(t.path().join(n), s).unwrap();
+        w(
+            "a.toml",
+            "name = \"web\"\nimage = \"127.0.0.1:5000/app:v1\"\npull_policy = \"Always\"\n[limits]\ncpus = 1.5\nmemory = \"512m\"\n",
+        );
+        w(
+            "b.toml",
+            "name = \"db\"\nimage = \"reg.example/db@sha256:0000000000000000000000000000000000000000000000000000000000000000\"\n",
+        );
+        w(
+            "c.toml",
+            "name = \"bad zone\"\nimage = \"reg.example/x:1\"\n",
+        );
+        w("d.toml", "name = \"dup\"\nimage = \"reg.example/x:1\"\n");
+        w("e.toml", "name = \"dup\"\nimage = \"reg.example/y:1\"\n");
+        w(
+            "f.toml",
+            "name = \"mem\"\nimage = \"reg.example/x:1\"\n[limits]\nmemory = \"lots\"\n",
+        );
+        w("ignored.txt", "not a manifest");
+        let (good, bad) = load_zones(t.path()).unwrap();
+        let names: Vec<&str> = good.iter().map(|z| z.name.as_str()).collect();
+        assert_eq!(names, ["db", "web"]);
+        let web = &good[1];
+        assert_eq!(web.pull_policy, PullPolicy::Always);
+        assert_eq!(web.brand, "nlipkg");
+        assert_eq!(web.limits.cpus, Some(1.5));
+        assert_eq!(good[0].pull_policy, PullPolicy::IfNotPresent);
+        let bad_names: Vec<&str> = bad.iter().map(|b| b.zone.as_str()).collect();
+        assert_eq!(bad_names, ["c", "f", "dup"]);
+        assert!(bad[2].error.to_string().contains("also defined by"));
+    }
+}

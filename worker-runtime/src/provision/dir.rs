@@ -1,0 +1,237 @@
+//! The `dir` provisioner: zonepaths under a base directory.
+//!
+//! ```text
+//! <base>/.rdctl-owner                 mark (kind zone-base)
+//! <base>/.staging/<zone>.<n>/         roots being built (mark kind staging)
+//! <base>/.trash/<zone>.<n>/           replaced zonepaths on their way out
+//! <base>/<zone>/.rdctl-owner          mark (kind zone)
+//! <base>/<zone>/root/                 the verified root file system
+//! <base>/<zone>/zone.json             the ZoneDescription
+//! <base>/<zone>/zonecfg.txt           zonecfg -f input
+//! <base>/<zone>/commands.txt          zonecfg/zoneadm invocations for create, stop, remove
+//! <base>/<zone>/entrypoint.xml        SMF manifest of the entrypoint (also in the root)
+//! ```
+//!
+//! A zonepath appears by one rename of a complete staging directory; a replaced one is first
+//! renamed into `.trash`, so at every moment `<base>/<zone>` is either the old or the new zone.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::illumos::{
+    ENTRYPOINT_MANIFEST_PATH, command_plan, safe_base_path, smf_manifest, zonecfg_script,
+};
+use super::{ProvisionError, Provisioner, ZoneDescription, describe};
+use crate::config::ZoneSpec;
+use crate::owner::{self, MARK_FILE, OwnerMark, write_atomic};
+use crate::unpack::RootDir;
+use crate::verify::VerifiedRoot;
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Places zone roots and descriptions under a base directory.
+#[derive(Debug, Clone)]
+pub struct DirProvisioner {
+    base: PathBuf,
+    worker_id: String,
+}
+
+impl DirProvisioner {
+    /// Claims `base` (absolute, no quotes or control characters: it appears in zonecfg text)
+    /// and removes leftovers of interrupted runs from `.staging` and `.trash`.
+    pub fn new(base: &Path, worker_id: &str) -> Result<DirProvisioner, ProvisionError> {
+        let err_zone = String::new();
+        if !safe_base_path(base) {
+            return Err(ProvisionError::Io {
+                zone: err_zone,
+                op: "using the zone base directory (it must be an absolute path without quotes, backslashes or control characters)",
+                path: base.to_owned(),
+                source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+            });
+        }
+        owner::claim(base, &OwnerMark::new(worker_id, "zone-base")).map_err(|source| {
+            ProvisionError::Ownership {
+                zone: String::new(),
+                source,
+            }
+        })?;
+        let p = DirProvisioner {
+            base: base.to_owned(),
+            worker_id: worker_id.to_owned(),
+        };
+        for (sub, kind) in [(".staging", "staging"), (".trash", "zone")] {
+            let dir = base.join(sub);
+            std::fs::create_dir_all(&dir).map_err(p.io("", "creating", &dir))?;
+            let entries = std::fs::read_dir(&dir).map_err(p.io("", "listing", &dir))?;
+            for e in entries.flatten() {
+                let path = e.path();
+                // Only what carries our mark goes; anything else is left and logged.
+                if let Err(err) = owner::remove_owned(&path, &OwnerMark::new(worker_id, kind)) {
+                    tracing::warn!(path = %path.display(), error = %err, "leaving a leftover that is not ours");
+                }
+            }
+        }
+        Ok(p)
+    }
+
+    fn io(
+        &self,
+        zone: &str,
+        op: &'static str,
+        path: &Path,
+    ) -> impl FnOnce(std::io::Error) -> ProvisionError + use<> {
+        let (zone, path) = (zone.to_owned(), path.to_owned());
+        move |source| ProvisionError::Io {
+            zone,
+            op,
+            path,
+            source,
+        }
+    }
+
+    fn zone_mark(&self) -> OwnerMark {
+        OwnerMark::new(&self.worker_id, "zone")
+    }
+
+    /// A fresh staging path for `zone` (not yet created).
+    pub fn new_staging_path(&self, zone: &str) -> PathBuf {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        self.staging_dir()
+            .join(format!("{zone}.{}.{n}", std::process::id()))
+    }
+
+    fn own(&self, zone: &str, path: &Path) -> Result<(), ProvisionError> {
+        owner::check(path, &self.zone_mark()).map_err(|source| ProvisionError::Ownership {
+            zone: zone.to_owned(),
+            source,
+        })
+    }
+
+    /// Writes the zone's files into the staging directory and re-marks it as a zone.
+    fn fill(&self, d: &ZoneDescription, staging: &Path) -> Result<(), ProvisionError> {
+        let z = d.zone.as_str();
+        let zonecfg = zonecfg_script(z, &d.zonepath, &d.brand, &d.limits);
+        let plan = command_plan(d, &d.zonepath.join("zonecfg.txt"));
+        let json = serde_json::to_vec_pretty(d).expect("a description serialises");
+        let files: [(&str, Option<Vec<u8>>); 4] = [
+            ("zone.json", Some(json)),
+            ("zonecfg.txt", Some(zonecfg.into_bytes())),
+            ("commands.txt", Some(plan.into_bytes())),
+            ("entrypoint.xml", smf_manifest(d).map(String::into_bytes)),
+        ];
+        for (name, bytes) in files {
+            if let Some(b) = bytes {
+                let p = staging.join(name);
+                write_atomic(&p, &b).map_err(self.io(z, "writing", &p))?;
+            }
+        }
+        let mark = serde_json::to_vec_pretty(&self.zone_mark()).expect("a mark serialises");
+        let p = staging.join(MARK_FILE);
+        write_atomic(&p, &mark).map_err(self.io(z, "marking", &p))
+    }
+
+    fn place(&self, zone: &str, staging: &Path, zonepath: &Path) -> Result<(), ProvisionError> {
+        if std::fs::symlink_metadata(zonepath).is_ok() {
+            self.own(zone, zonepath)?;
+            let trash = self.base.join(".trash").join(format!(
+                "{zone}.{}.{}",
+                std::process::id(),
+                COUNTER.fetch_add(1, Ordering::Relaxed)
+            ));
+            std::fs::rename(zonepath, &trash).map_err(self.io(
+                zone,
+                "moving the old zone aside",
+                zonepath,
+            ))?;
+            if let Err(e) = std::fs::rename(staging, zonepath) {
+                // Put the old zone back: the zone keeps running its old image.
+                let _ = std::fs::rename(&trash, zonepath);
+                return Err(self.io(zone, "placing the new zone", zonepath)(e));
+            }
+            if let Err(e) = owner::remove_owned(&trash, &self.zone_mark()) {
+                tracing::warn!(zone, error = %e, "removing the replaced zone failed; it stays in .trash");
+            }
+            Ok(())
+        } else {
+            std::fs::rename(staging, zonepath).map_err(self.io(zone, "placing the zone", zonepath))
+        }
+    }
+}
+
+impl Provisioner for DirProvisioner {
+    fn staging_dir(&self) -> PathBuf {
+        self.base.join(".staging")
+    }
+
+    fn current(&self, zone: &str) -> Result<Option<ZoneDescription>, ProvisionError> {
+        let zonepath = self.base.join(zone);
+        if std::fs::symlink_metadata(&zonepath).is_err() {
+            return Ok(None);
+        }
+        self.own(zone, &zonepath)?;
+        let p = zonepath.join("zone.json");
+        let bytes = std::fs::read(&p).map_err(self.io(zone, "reading", &p))?;
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| self.io(zone, "parsing", &p)(std::io::Error::other(e)))
+    }
+
+    fn provision(
+        &self,
+        spec: &ZoneSpec,
+        root: VerifiedRoot,
+    ) -> Result<ZoneDescription, ProvisionError> {
+        let zone = spec.name.as_str();
+        let zonepath = self.base.join(zone);
+        if std::fs::symlink_metadata(&zonepath).is_ok() {
+            // Refuse before any work when the zonepath is not ours.
+            self.own(zone, &zonepath)?;
+        }
+        let d = describe(spec, root.image(), zonepath.clone())?;
+        if let Some(xml) = smf_manifest(&d) {
+            let rd = RootDir::open(&root.root()).map_err(self.io(zone, "opening", &zonepath))?;
+            rd.write_file(ENTRYPOINT_MANIFEST_PATH, xml.as_bytes(), 0o444)
+                .map_err(self.io(zone, "writing the entrypoint manifest into", &zonepath))?;
+        }
+        let (staging, _) = root.into_staging();
+        let result = self
+            .fill(&d, &staging)
+            .and_then(|()| self.place(zone, &staging, &zonepath));
+        if result.is_err() && staging.exists() {
+            // Ours either way (marked staging or zone): nothing half-made stays.
+            if let Err(e) = std::fs::remove_dir_all(&staging) {
+                tracing::warn!(path = %staging.display(), error = %e, "removing a failed staging root");
+            }
+        }
+        result.map(|()| d)
+    }
+
+    fn remove(&self, zone: &str) -> Result<(), ProvisionError> {
+        let zonepath = self.base.join(zone);
+        if std::fs::symlink_metadata(&zonepath).is_err() {
+            return Ok(());
+        }
+        owner::remove_owned(&zonepath, &self.zone_mark()).map_err(|source| {
+            ProvisionError::Ownership {
+                zone: zone.to_owned(),
+                source,
+            }
+        })
+    }
+
+    fn zones(&self) -> Result<Vec<String>, ProvisionError> {
+        let mut out = Vec::new();
+        let entries = std::fs::read_dir(&self.base).map_err(self.io("", "listing", &self.base))?;
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                continue;
+            }
+            if owner::check(&e.path(), &self.zone_mark()).is_ok() {
+                out.push(name);
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+}

@@ -1,0 +1,203 @@
+//! The provisioner seam: from a [`VerifiedRoot`] to a zone.
+//!
+//! [`Provisioner`] takes only a [`VerifiedRoot`], which only the verify module can make, so no
+//! zone comes from content that did not verify. Two implementations:
+//!
+//! - [`DirProvisioner`]: places the zonepath (`<base>/<zone>/root` plus the zone's
+//!   description, the zonecfg script, the SMF manifest of the entrypoint service and the
+//!   zoneadm invocations an illumos host would run) under a base directory. Linux and tests.
+//! - [`IllumosProvisioner`]: the same placement, then runs zonecfg/zoneadm through a
+//!   [`CommandRunner`] (the lowest OS seam, as youki's `Syscall`). The command text comes from
+//!   the pure functions in [`illumos`], shared with `DirProvisioner` and tested against
+//!   expected files.
+
+mod dir;
+pub mod illumos;
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use validator::{Digest, check_stop_signal, check_user, check_working_dir};
+
+pub use dir::DirProvisioner;
+pub use illumos::{CommandRunner, IllumosProvisioner, SystemRunner};
+
+use crate::config::{ResourceLimits, ZoneSpec};
+use crate::owner::OwnershipError;
+use crate::verify::{VerifiedImage, VerifiedRoot};
+
+/// The stop signal when the image names none (Docker's and SMF's default).
+pub const DEFAULT_STOP_SIGNAL: &str = "SIGTERM";
+
+/// Everything a zone is made from: written as `zone.json` and used for the command text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ZoneDescription {
+    /// Zone name.
+    pub zone: String,
+    /// Zone brand.
+    pub brand: String,
+    /// The image reference from the zone manifest.
+    pub image: String,
+    /// The image manifest's digest (what the reference resolved to).
+    pub manifest_digest: Digest,
+    /// The config's digest.
+    pub config_digest: Digest,
+    /// The ChainID of the layers.
+    pub chain_id: Option<Digest>,
+    /// `Entrypoint`.
+    pub entrypoint: Vec<String>,
+    /// `Cmd`.
+    pub cmd: Vec<String>,
+    /// `Env` (`NAME=value`).
+    pub env: Vec<String>,
+    /// `User`.
+    pub user: Option<String>,
+    /// `WorkingDir`.
+    pub working_dir: Option<String>,
+    /// `StopSignal` (default SIGTERM).
+    pub stop_signal: String,
+    /// Seconds between the stop signal and the kill.
+    pub stop_timeout_secs: u32,
+    /// The SMF stop method the signal maps to (`:kill -TERM`).
+    pub smf_stop_exec: String,
+    /// Caps.
+    pub limits: ResourceLimits,
+    /// Where the zone lives.
+    pub zonepath: PathBuf,
+}
+
+/// A provisioner could not create, replace or remove a zone.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProvisionError {
+    /// The image's runtime config cannot be used for a zone.
+    #[error("zone {zone}: image config {field}: {reason}")]
+    Config {
+        /// The zone.
+        zone: String,
+        /// The config field.
+        field: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A directory is not ours.
+    #[error("zone {zone}")]
+    Ownership {
+        /// The zone.
+        zone: String,
+        /// The cause.
+        #[source]
+        source: OwnershipError,
+    },
+    /// A file operation failed.
+    #[error("zone {zone}: {op} ({path}) failed")]
+    Io {
+        /// The zone.
+        zone: String,
+        /// The operation.
+        op: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A zonecfg/zoneadm command failed.
+    #[error("zone {zone}: `{command}` failed: {detail}")]
+    Command {
+        /// The zone.
+        zone: String,
+        /// The command line.
+        command: String,
+        /// Exit status and stderr excerpt.
+        detail: String,
+    },
+    /// The configured provisioner cannot run on this system.
+    #[error("the {0} provisioner is only available on illumos")]
+    Unsupported(&'static str),
+}
+
+/// Creates, replaces and removes zones.
+pub trait Provisioner: Send + Sync {
+    /// Where staging roots must be built (the same file system as the zonepaths, so placing
+    /// a root is a rename).
+    fn staging_dir(&self) -> PathBuf;
+
+    /// The description of the zone as provisioned, when it exists and is ours.
+    fn current(&self, zone: &str) -> Result<Option<ZoneDescription>, ProvisionError>;
+
+    /// Creates the zone from a verified root. An existing zone of ours is stopped with its
+    /// stop semantics and replaced; a zonepath that is not ours is refused.
+    fn provision(
+        &self,
+        spec: &ZoneSpec,
+        root: VerifiedRoot,
+    ) -> Result<ZoneDescription, ProvisionError>;
+
+    /// Stops and removes a zone of ours.
+    fn remove(&self, zone: &str) -> Result<(), ProvisionError>;
+
+    /// The zones of ours that exist.
+    fn zones(&self) -> Result<Vec<String>, ProvisionError>;
+}
+
+/// Builds the zone description from the zone manifest and the verified image, checking the
+/// runtime fields an attacker controls (research §3.4 item 13).
+pub fn describe(
+    spec: &ZoneSpec,
+    image: &VerifiedImage,
+    zonepath: PathBuf,
+) -> Result<ZoneDescription, ProvisionError> {
+    let bad = |field, reason: String| ProvisionError::Config {
+        zone: spec.name.clone(),
+        field,
+        reason,
+    };
+    let c = image.config.oci.config().clone().unwrap_or_default();
+    let entrypoint = c.entrypoint().clone().unwrap_or_default();
+    let cmd = c.cmd().clone().unwrap_or_default();
+    let env = c.env().clone().unwrap_or_default();
+    for (field, list) in [("Entrypoint", &entrypoint), ("Cmd", &cmd), ("Env", &env)] {
+        if list.iter().any(|s| s.contains('\0')) {
+            return Err(bad(field, "contains a NUL byte".into()));
+        }
+    }
+    for e in &env {
+        let name = e.split_once('=').map_or(e.as_str(), |(n, _)| n);
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(bad("Env", format!("{e:?} is not NAME=value")));
+        }
+    }
+    let user = c.user().clone().filter(|u| !u.is_empty());
+    if let Some(u) = &user {
+        check_user(u).map_err(|m| bad("User", m))?;
+    }
+    let working_dir = c.working_dir().clone().filter(|w| !w.is_empty());
+    if let Some(w) = &working_dir {
+        check_working_dir(w).map_err(|m| bad("WorkingDir", m))?;
+    }
+    let stop_signal = image
+        .config
+        .stop_signal
+        .clone()
+        .unwrap_or_else(|| DEFAULT_STOP_SIGNAL.to_owned());
+    check_stop_signal(&stop_signal).map_err(|m| bad("StopSignal", m))?;
+    Ok(ZoneDescription {
+        zone: spec.name.clone(),
+        brand: spec.brand.clone(),
+        image: spec.image.to_string(),
+        manifest_digest: image.manifest.clone(),
+        config_digest: image.config_digest.clone(),
+        chain_id: image.chain_id.clone(),
+        smf_stop_exec: illumos::smf_stop_exec(&stop_signal),
+        entrypoint,
+        cmd,
+        env,
+        user,
+        working_dir,
+        stop_signal,
+        stop_timeout_secs: spec.stop_timeout_secs,
+        limits: spec.limits.clone(),
+        zonepath,
+    })
+}

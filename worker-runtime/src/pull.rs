@@ -1,0 +1,300 @@
+//! Pull: reference → manifest (picked from an index by platform) → config → layer blobs, all
+//! into the content store, each verified by digest and size before anything parses it.
+
+use registry::client::{Client, ClientError, Reference};
+use validator::{
+    Digest, Document, DocumentKind, MAX_CONFIG_SIZE, MediaType, Platform, check_config,
+    check_document,
+};
+
+use crate::store::{ContentStore, StoreError};
+use crate::verify::PulledImage;
+
+/// A pull failed; nothing was provisioned.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PullError {
+    /// The registry refused or failed.
+    #[error("{reference}")]
+    Registry {
+        /// The reference or digest asked for.
+        reference: String,
+        /// The cause.
+        #[source]
+        source: ClientError,
+    },
+    /// A blob could not be stored.
+    #[error("content store")]
+    Store(#[from] StoreError),
+    /// A manifest, index or config broke the OCI rules.
+    #[error("{what} {digest} is invalid: {findings}")]
+    Document {
+        /// manifest, index or config.
+        what: &'static str,
+        /// Its digest.
+        digest: Digest,
+        /// The validator's findings.
+        findings: String,
+    },
+    /// No manifest in the index is for this host.
+    #[error("index {digest} has no manifest for {wanted}; it offers: {offered}")]
+    NoPlatform {
+        /// The index.
+        digest: Digest,
+        /// What the host needs.
+        wanted: String,
+        /// What the index has.
+        offered: String,
+    },
+    /// The image config's platform is not this host's.
+    #[error("config {digest} is for {found}, this host needs {wanted}")]
+    ConfigPlatform {
+        /// The config.
+        digest: Digest,
+        /// What the config says.
+        found: String,
+        /// What the host needs.
+        wanted: String,
+    },
+    /// A descriptor's size disagrees with what the registry served.
+    #[error("{what} {digest}: descriptor says {declared} bytes, registry served {served}")]
+    Size {
+        /// What.
+        what: &'static str,
+        /// The digest.
+        digest: Digest,
+        /// The descriptor's size.
+        declared: u64,
+        /// The served size.
+        served: u64,
+    },
+    /// A layer has a media type that cannot be applied, or a nested index.
+    #[error("{digest}: unsupported {what} {media_type}")]
+    Unsupported {
+        /// layer or manifest.
+        what: &'static str,
+        /// The digest.
+        digest: Digest,
+        /// The media type.
+        media_type: String,
+    },
+}
+
+impl PullError {
+    /// The blob the error is about, if any.
+    pub fn blob(&self) -> Option<&Digest> {
+        match self {
+            PullError::Store(
+                StoreError::Fetch { digest, .. }
+                | StoreError::Verify { digest, .. }
+                | StoreError::Download { digest, .. }
+                | StoreError::TooLarge { digest, .. },
+            )
+            | PullError::Document { digest, .. }
+            | PullError::NoPlatform { digest, .. }
+            | PullError::ConfigPlatform { digest, .. }
+            | PullError::Size { digest, .. }
+            | PullError::Unsupported { digest, .. } => Some(digest),
+            _ => None,
+        }
+    }
+}
+
+/// The platform this worker runs images for: `illumos/amd64`, plus the host's OS version when
+/// images name one.
+#[derive(Debug, Clone)]
+pub struct HostPlatform {
+    /// illumos/amd64.
+    pub platform: Platform,
+    /// The host's build (compared with `os.version` when an image sets it).
+    pub os_version: String,
+}
+
+impl HostPlatform {
+    /// `illumos/amd64` with `os_version`, or `uname -v` when `None`.
+    pub fn new(os_version: Option<String>) -> Self {
+        let os_version = os_version.unwrap_or_else(|| {
+            rustix::system::uname()
+                .version()
+                .to_string_lossy()
+                .into_owned()
+        });
+        HostPlatform {
+            platform: Platform::illumos_amd64(),
+            os_version,
+        }
+    }
+
+    /// True when an image for `p` runs here: same OS family and architecture, and the same
+    /// `os.version` when the image names one (the illumos kernel–libc interface is private, so
+    /// a userland built for another release may not run).
+    pub fn accepts(&self, p: &Platform) -> bool {
+        self.platform.matches(p) && p.os_version.as_ref().is_none_or(|v| v == &self.os_version)
+    }
+}
+
+fn registry_err(reference: String) -> impl FnOnce(ClientError) -> PullError {
+    move |source| PullError::Registry { reference, source }
+}
+
+fn findings(report: &validator::Report) -> String {
+    report
+        .errors()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Resolves a reference to the digest of what it names (an index or a manifest).
+pub async fn resolve(client: &Client, reference: &Reference) -> Result<Digest, PullError> {
+    if let Some(d) = reference.digest() {
+        return Ok(d.clone());
+    }
+    let desc = client
+        .resolve(reference)
+        .await
+        .map_err(registry_err(reference.to_string()))?;
+    Ok(desc.digest)
+}
+
+/// Fetches the document `digest` names and checks it; stores it verified.
+async fn document(
+    client: &Client,
+    store: &ContentStore,
+    reference: &Reference,
+    digest: &Digest,
+    kind: Option<DocumentKind>,
+    declared_size: Option<u64>,
+) -> Result<Document, PullError> {
+    let r = reference.with_digest(digest.clone());
+    let (desc, bytes) = client
+        .get_manifest(&r)
+        .await
+        .map_err(registry_err(r.to_string()))?;
+    if let Some(size) = declared_size
+        && size != bytes.len() as u64
+    {
+        return Err(PullError::Size {
+            what: "manifest",
+            digest: digest.clone(),
+            declared: size,
+            served: bytes.len() as u64,
+        });
+    }
+    store.put_bytes(digest, &bytes)?;
+    let declared = MediaType::parse(&desc.media_type).ok();
+    let (report, doc) = check_document(&bytes, kind, declared.as_ref(), &r.to_string());
+    doc.ok_or_else(|| PullError::Document {
+        what: "manifest",
+        digest: digest.clone(),
+        findings: findings(&report),
+    })
+}
+
+/// Pulls the image `digest` (an index or a manifest) into the store: picks this host's
+/// manifest from an index, then fetches and checks the config and fetches every layer.
+pub async fn pull(
+    client: &Client,
+    store: &ContentStore,
+    reference: &Reference,
+    digest: &Digest,
+    host: &HostPlatform,
+) -> Result<PulledImage, PullError> {
+    let (manifest_digest, manifest) =
+        match document(client, store, reference, digest, None, None).await? {
+            Document::Manifest(m) => (digest.clone(), *m),
+            Document::Index(index) => {
+                let pick = index
+                    .manifests
+                    .iter()
+                    .find(|d| d.platform.as_ref().is_some_and(|p| host.accepts(p)));
+                let Some(pick) = pick else {
+                    let offered: Vec<String> = index
+                        .manifests
+                        .iter()
+                        .filter_map(|d| d.platform.as_ref().map(ToString::to_string))
+                        .collect();
+                    return Err(PullError::NoPlatform {
+                        digest: digest.clone(),
+                        wanted: format!("{} (os.version {})", host.platform, host.os_version),
+                        offered: if offered.is_empty() {
+                            "no platforms".into()
+                        } else {
+                            offered.join(", ")
+                        },
+                    });
+                };
+                if !pick.media_type.is_manifest() {
+                    return Err(PullError::Unsupported {
+                        what: "index entry",
+                        digest: pick.digest.clone(),
+                        media_type: pick.media_type.to_string(),
+                    });
+                }
+                match document(
+                    client,
+                    store,
+                    reference,
+                    &pick.digest,
+                    Some(DocumentKind::Manifest),
+                    Some(pick.size),
+                )
+                .await?
+                {
+                    Document::Manifest(m) => (pick.digest.clone(), *m),
+                    _ => unreachable!("checked as a manifest"),
+                }
+            }
+            Document::Config(_) => {
+                return Err(PullError::Unsupported {
+                    what: "manifest",
+                    digest: digest.clone(),
+                    media_type: "image config".into(),
+                });
+            }
+        };
+    for layer in &manifest.layers {
+        if layer.media_type.layer_compression().is_none() {
+            return Err(PullError::Unsupported {
+                what: "layer",
+                digest: layer.digest.clone(),
+                media_type: layer.media_type.to_string(),
+            });
+        }
+    }
+    let (registry, name) = (reference.registry(), reference.name());
+    let cfg = manifest.config.clone();
+    store
+        .fetch(client, registry, name, &cfg.digest, cfg.size)
+        .await?;
+    let bytes = store.read_small(&cfg.digest, MAX_CONFIG_SIZE as u64)?;
+    let (report, config) = check_config(
+        &bytes,
+        Some(manifest.layers.len()),
+        &format!("config {}", cfg.digest),
+    );
+    let config = config.ok_or_else(|| PullError::Document {
+        what: "config",
+        digest: cfg.digest.clone(),
+        findings: findings(&report),
+    })?;
+    if !host.accepts(&config.platform) {
+        return Err(PullError::ConfigPlatform {
+            digest: cfg.digest.clone(),
+            found: config.platform.to_string(),
+            wanted: format!("{} (os.version {})", host.platform, host.os_version),
+        });
+    }
+    // Layers never come from descriptor `urls` (CVE-2020-15157): only from the registry.
+    for layer in &manifest.layers {
+        store
+            .fetch(client, registry, name, &layer.digest, layer.size)
+            .await?;
+    }
+    Ok(PulledImage {
+        manifest_digest,
+        manifest,
+        config_digest: cfg.digest,
+        config,
+    })
+}

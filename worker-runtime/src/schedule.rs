@@ -1,0 +1,428 @@
+//! The reconcile loop: level-triggered passes over the zone manifests, each zone on its own,
+//! failures recorded and backed off per zone, passes spaced by the poll interval with jitter.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+use registry::client::{Client, ClientError};
+use tokio::task::JoinSet;
+use validator::Digest;
+
+use crate::config::{
+    ConfigError, ProvisionerConfig, PullPolicy, WorkerConfig, ZoneSpec, load_zones,
+};
+use crate::provision::{DirProvisioner, ProvisionError, Provisioner};
+use crate::pull::{HostPlatform, PullError, pull, resolve};
+use crate::state::{Phase, StateDir, StateError, ZoneStatus, now_unix};
+use crate::store::{ContentStore, StoreError};
+use crate::unpack::UnpackOptions;
+use crate::verify::{RootError, build_root};
+
+/// The worker could not start or run a pass at all (per-zone failures are recorded instead).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkerError {
+    /// worker.toml or the zones directory.
+    #[error("configuration")]
+    Config(#[from] ConfigError),
+    /// The state directory.
+    #[error("state")]
+    State(#[from] StateError),
+    /// The content store.
+    #[error("content store")]
+    Store(#[from] StoreError),
+    /// The provisioner could not be set up.
+    #[error("provisioner")]
+    Provision(#[from] ProvisionError),
+    /// The registry client could not be built.
+    #[error("registry client")]
+    Client(#[from] ClientError),
+    /// The async runtime could not start.
+    #[error("starting the runtime")]
+    Runtime(#[source] std::io::Error),
+}
+
+/// Why one zone's attempt failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ZoneError {
+    /// Resolving or pulling.
+    #[error("pull")]
+    Pull(#[from] PullError),
+    /// Unpacking and verifying the root.
+    #[error("verify")]
+    Root(#[from] RootError),
+    /// Creating the zone.
+    #[error("provision")]
+    Provision(#[from] ProvisionError),
+    /// A blocking task died.
+    #[error("internal: {0}")]
+    Task(String),
+}
+
+impl ZoneError {
+    /// The blob the failure is about, if any.
+    pub fn blob(&self) -> Option<&Digest> {
+        match self {
+            ZoneError::Pull(e) => e.blob(),
+            ZoneError::Root(e) => e.blob(),
+            _ => None,
+        }
+    }
+}
+
+/// An error and its causes on one line: `a: b: c`.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(x) = src {
+        s.push_str(": ");
+        s.push_str(&x.to_string());
+        src = x.source();
+    }
+    s
+}
+
+/// What one pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PassSummary {
+    /// Zones created or replaced.
+    pub provisioned: Vec<String>,
+    /// Zones already at their desired image.
+    pub unchanged: Vec<String>,
+    /// Zones that failed (or whose manifest is invalid).
+    pub failed: Vec<String>,
+    /// Zones skipped because their backoff has not expired.
+    pub backing_off: Vec<String>,
+}
+
+/// A worker ready to run passes. Cheap to share (`Arc`).
+pub struct Worker {
+    config: WorkerConfig,
+    client: Client,
+    store: ContentStore,
+    state: StateDir,
+    provisioner: Box<dyn Provisioner>,
+    host: HostPlatform,
+    unpack: UnpackOptions,
+    _lock: std::fs::File,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+enum Outcome {
+    Provisioned,
+    Unchanged,
+}
+
+static STAGING_COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A number in [0, 1) from the process's random hasher keys (jitter needs no quality).
+fn unit_random() -> f64 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(now_unix());
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+impl Worker {
+    /// Opens the state directory (taking its lock), the content store and the provisioner.
+    pub fn new(config: WorkerConfig) -> Result<Worker, WorkerError> {
+        let state = StateDir::open(&config.state_dir, &config.worker_id)?;
+        let lock = state.lock()?;
+        let store = ContentStore::open(&config.state_dir.join("content"), &config.worker_id)?;
+        let provisioner: Box<dyn Provisioner> = match &config.provisioner {
+            ProvisionerConfig::Dir { base } => {
+                Box::new(DirProvisioner::new(base, &config.worker_id)?)
+            }
+            #[cfg(target_os = "illumos")]
+            ProvisionerConfig::Illumos { base } => {
+                Box::new(crate::provision::IllumosProvisioner::new(
+                    DirProvisioner::new(base, &config.worker_id)?,
+                    crate::provision::SystemRunner,
+                ))
+            }
+            #[cfg(not(target_os = "illumos"))]
+            ProvisionerConfig::Illumos { .. } => {
+                return Err(ProvisionError::Unsupported("illumos").into());
+            }
+        };
+        let client = Client::builder().plain_http(config.plain_http).build()?;
+        Ok(Worker {
+            host: HostPlatform::new(config.os_version.clone()),
+            client,
+            store,
+            state,
+            provisioner,
+            unpack: UnpackOptions::default(),
+            config,
+            _lock: lock,
+        })
+    }
+
+    /// Replaces the registry client (tests use short retry delays).
+    pub fn with_client(mut self, client: Client) -> Self {
+        self.client = client;
+        self
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &WorkerConfig {
+        &self.config
+    }
+
+    /// One reconcile pass over every zone manifest. Zones run concurrently and independently;
+    /// with `ignore_backoff` (`--once`) every zone is attempted.
+    pub async fn pass(self: &Arc<Self>, ignore_backoff: bool) -> Result<PassSummary, WorkerError> {
+        let (specs, invalid) = load_zones(&self.config.zones_dir)?;
+        let mut summary = PassSummary::default();
+        for bad in invalid {
+            let mut st = self.state.load(&bad.zone).unwrap_or_default();
+            st.zone = bad.zone.clone();
+            st.phase = Phase::Invalid;
+            st.last_error = Some(error_chain(&bad.error));
+            st.updated_unix = now_unix();
+            self.state.save(&st)?;
+            summary.failed.push(bad.zone);
+        }
+        let mut tasks = JoinSet::new();
+        for spec in specs {
+            let prev = self.state.load(&spec.name).unwrap_or_default();
+            if !ignore_backoff
+                && prev.phase == Phase::Failed
+                && prev.next_attempt_unix.is_some_and(|t| t > now_unix())
+            {
+                summary.backing_off.push(spec.name.clone());
+                continue;
+            }
+            let me = Arc::clone(self);
+            tasks.spawn(async move {
+                let result = me.reconcile(&spec, &prev).await;
+                (spec, prev, result)
+            });
+        }
+        let mut results = HashMap::new();
+        while let Some(joined) = tasks.join_next().await {
+            let Ok((spec, prev, result)) = joined else {
+                continue;
+            };
+            let mut st = ZoneStatus {
+                zone: spec.name.clone(),
+                image: spec.image.to_string(),
+                current_digest: prev.current_digest.clone(),
+                desired_digest: prev.desired_digest.clone(),
+                updated_unix: now_unix(),
+                ..ZoneStatus::default()
+            };
+            match result {
+                Ok((outcome, desired)) => {
+                    st.phase = Phase::Ready;
+                    st.desired_digest = Some(desired.clone());
+                    st.current_digest = Some(desired);
+                    match outcome {
+                        Outcome::Provisioned => summary.provisioned.push(spec.name.clone()),
+                        Outcome::Unchanged => summary.unchanged.push(spec.name.clone()),
+                    }
+                }
+                Err((e, desired)) => {
+                    tracing::warn!(zone = %spec.name, error = %error_chain(&e), "zone reconcile failed");
+                    st.phase = Phase::Failed;
+                    if desired.is_some() {
+                        st.desired_digest = desired;
+                    }
+                    st.failed_blob = e.blob().cloned();
+                    st.last_error = Some(error_chain(&e));
+                    st.failures = prev.failures.saturating_add(1);
+                    st.next_attempt_unix =
+                        Some(now_unix() + self.config.backoff(st.failures).as_secs());
+                    summary.failed.push(spec.name.clone());
+                }
+            }
+            results.insert(spec.name.clone(), st);
+        }
+        for st in results.values() {
+            self.state.save(st)?;
+        }
+        summary.provisioned.sort();
+        summary.unchanged.sort();
+        summary.failed.sort();
+        summary.backing_off.sort();
+        Ok(summary)
+    }
+
+    /// One zone: resolve, pull, verify, provision. Returns the resolved digest.
+    async fn reconcile(
+        self: &Arc<Self>,
+        spec: &ZoneSpec,
+        prev: &ZoneStatus,
+    ) -> Result<(Outcome, Digest), (ZoneError, Option<Digest>)> {
+        let current = self
+            .provisioner
+            .current(&spec.name)
+            .map_err(|e| (e.into(), None))?;
+        if spec.pull_policy == PullPolicy::IfNotPresent
+            && current.is_some()
+            && let Some(d) = &prev.current_digest
+        {
+            return Ok((Outcome::Unchanged, d.clone()));
+        }
+        let desired = resolve(&self.client, &spec.image)
+            .await
+            .map_err(|e| (e.into(), None))?;
+        if current.is_some() && prev.current_digest.as_ref() == Some(&desired) {
+            return Ok((Outcome::Unchanged, desired));
+        }
+        let fail = |e: ZoneError| (e, Some(desired.clone()));
+        let image = pull(&self.client, &self.store, &spec.image, &desired, &self.host)
+            .await
+            .map_err(|e| fail(e.into()))?;
+        let me = Arc::clone(self);
+        let spec2 = spec.clone();
+        let done = tokio::task::spawn_blocking(move || -> Result<(), ZoneError> {
+            let staging = me.provisioner.staging_dir().join(format!(
+                "{}.{}.{}",
+                spec2.name,
+                std::process::id(),
+                STAGING_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            ));
+            let root = build_root(
+                &me.store,
+                &staging,
+                &me.config.worker_id,
+                &image,
+                &me.unpack,
+            )?;
+            me.provisioner.provision(&spec2, root)?;
+            Ok(())
+        })
+        .await
+        .map_err(|e| fail(ZoneError::Task(e.to_string())))?;
+        done.map_err(fail)?;
+        Ok((Outcome::Provisioned, desired))
+    }
+
+    /// Runs passes until `shutdown` resolves, sleeping the jittered poll interval between
+    /// them. With `once`, runs one pass (ignoring backoff) and returns its summary.
+    pub async fn run(
+        self: Arc<Self>,
+        once: bool,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> Result<PassSummary, WorkerError> {
+        if once {
+            return self.pass(true).await;
+        }
+        tokio::pin!(shutdown);
+        let mut last = PassSummary::default();
+        loop {
+            tokio::select! {
+                r = self.pass(false) => {
+                    last = r?;
+                    tracing::info!(?last, "reconcile pass done");
+                }
+                () = &mut shutdown => return Ok(last),
+            }
+            let sleep = self.config.jittered_interval(unit_random());
+            tokio::select! {
+                () = tokio::time::sleep(sleep) => {}
+                () = &mut shutdown => return Ok(last),
+            }
+        }
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = term => {}
+    }
+}
+
+/// `rdctl worker run`: loads `worker.toml`, then runs passes until SIGTERM (or one pass with
+/// `once`). Blocks the calling thread.
+pub fn run(config_path: &std::path::Path, once: bool) -> Result<PassSummary, WorkerError> {
+    let config = WorkerConfig::load(config_path)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(WorkerError::Runtime)?;
+    let result = rt.block_on(async {
+        let worker = Arc::new(Worker::new(config)?);
+        worker.run(once, shutdown_signal()).await
+    });
+    // Blocking unpack tasks of an interrupted pass get a bounded time; what they leave in
+    // staging is removed on the next start.
+    rt.shutdown_timeout(Duration::from_secs(10));
+    result
+}
+
+/// One row of `rdctl worker status`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct StatusRow {
+    /// The recorded status (Pending with no record).
+    #[serde(flatten)]
+    pub status: ZoneStatus,
+    /// False when the zone has a record but no manifest any more.
+    pub in_manifests: bool,
+}
+
+/// `rdctl worker status`: every zone's desired and current digest, phase and last error, from
+/// the manifests directory and the state records (reads only; works while a worker runs).
+pub fn status(config_path: &std::path::Path) -> Result<Vec<StatusRow>, WorkerError> {
+    let config = WorkerConfig::load(config_path)?;
+    let state = StateDir::read_only(&config.state_dir);
+    let (specs, invalid) = load_zones(&config.zones_dir)?;
+    let mut records: HashMap<String, ZoneStatus> = state
+        .all()
+        .into_iter()
+        .map(|s| (s.zone.clone(), s))
+        .collect();
+    let mut rows = Vec::new();
+    for spec in &specs {
+        let status = records.remove(&spec.name).unwrap_or_else(|| ZoneStatus {
+            zone: spec.name.clone(),
+            image: spec.image.to_string(),
+            ..ZoneStatus::default()
+        });
+        rows.push(StatusRow {
+            status,
+            in_manifests: true,
+        });
+    }
+    for bad in invalid {
+        let mut status = records.remove(&bad.zone).unwrap_or_default();
+        status.zone = bad.zone.clone();
+        status.phase = Phase::Invalid;
+        status.last_error = Some(error_chain(&bad.error));
+        rows.push(StatusRow {
+            status,
+            in_manifests: true,
+        });
+    }
+    for (_, status) in records {
+        rows.push(StatusRow {
+            status,
+            in_manifests: false,
+        });
+    }
+    rows.sort_by(|a, b| a.status.zone.cmp(&b.status.zone));
+    Ok(rows)
+}

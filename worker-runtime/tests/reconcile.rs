@@ -1,0 +1,520 @@
+//! Reconcile passes against the real registry (in-process, loopback port 0) and the real
+//! client: pull from an index by platform and os.version, verify, unpack, provision with the
+//! `dir` provisioner; broken images create nothing and name the blob; tags that move replace
+//! zones; foreign directories are never touched; a restarted worker cleans up and goes on;
+//! 401 is final and 5xx is retried, over real TCP.
+
+mod image;
+mod tarbuild;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use image::{Image, Layer, Spec, push_index};
+use registry::api::{AppState, RegistryConfig, router};
+use registry::client::{Client, Reference, Retry};
+use registry::storage::FsStore;
+use serde_json::json;
+use tarbuild::{H, Tar};
+use validator::Digest;
+use worker_runtime::{Phase, Worker, WorkerConfig, ZoneDescription, status};
+
+const OS_VERSION: &str = "omnios-r151054";
+
+struct Registry {
+    addr: String,
+    dir: tempfile::TempDir,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn serve(app: axum::Router) -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    (addr, task)
+}
+
+async fn registry() -> Registry {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+    let (addr, task) = serve(router(AppState::new(
+        Arc::new(store),
+        RegistryConfig::default(),
+    )))
+    .await;
+    Registry { addr, dir, task }
+}
+
+fn client() -> Client {
+    Client::builder()
+        .retry(Retry {
+            attempts: 4,
+            base_delay: Duration::from_millis(10),
+            max_delay: Duration::from_millis(40),
+        })
+        .build()
+        .unwrap()
+}
+
+struct Node {
+    t: tempfile::TempDir,
+}
+
+impl Node {
+    fn new() -> Node {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir(t.path().join("zones")).unwrap();
+        std::fs::write(
+            t.path().join("worker.toml"),
+            format!(
+                "zones_dir = \"zones\"\nstate_dir = \"state\"\nworker_id = \"test-node\"\nos_version = \"{OS_VERSION}\"\nbackoff_initial_secs = 30\n[provisioner]\nkind = \"dir\"\nbase = \"roots\"\n"
+            ),
+        )
+        .unwrap();
+        Node { t }
+    }
+
+    fn config_path(&self) -> PathBuf {
+        self.t.path().join("worker.toml")
+    }
+
+    fn zone(&self, name: &str, image: &str, policy: &str) {
+        std::fs::write(
+            self.t.path().join("zones").join(format!("{name}.toml")),
+            format!("name = \"{name}\"\nimage = \"{image}\"\npull_policy = \"{policy}\"\nstop_timeout_secs = 25\n"),
+        )
+        .unwrap();
+    }
+
+    fn worker(&self) -> Arc<Worker> {
+        let cfg = WorkerConfig::load(&self.config_path()).unwrap();
+        Arc::new(Worker::new(cfg).unwrap().with_client(client()))
+    }
+
+    fn roots(&self) -> PathBuf {
+        self.t.path().join("roots")
+    }
+
+    fn root(&self, zone: &str) -> PathBuf {
+        self.roots().join(zone).join("root")
+    }
+
+    fn description(&self, zone: &str) -> ZoneDescription {
+        serde_json::from_slice(&std::fs::read(self.roots().join(zone).join("zone.json")).unwrap())
+            .unwrap()
+    }
+
+    fn status(&self, zone: &str) -> worker_runtime::ZoneStatus {
+        status(&self.config_path())
+            .unwrap()
+            .into_iter()
+            .find(|r| r.status.zone == zone)
+            .unwrap_or_else(|| panic!("no status row for {zone}"))
+            .status
+    }
+
+    /// Names in a directory (sorted).
+    fn ls(&self, dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+fn base_layer(tag: &str) -> Layer {
+    let mut app = H::new(b"usr/bin/app", b'0');
+    app.mode = 0o755;
+    let body = format!("#!/bin/sh\necho {tag}\n");
+    app.size = body.len() as u64;
+    Layer::new(
+        Tar::new()
+            .dir("etc")
+            .dir("usr")
+            .dir("usr/bin")
+            .entry(app, body.as_bytes())
+            .symlink("bin", "./usr/bin")
+            .file("etc/motd", b"lower motd")
+            .finish(),
+    )
+}
+
+fn top_layer(tag: &str) -> Layer {
+    Layer::new(
+        Tar::new()
+            .whiteout("etc/.wh.motd")
+            .file("etc/release", tag.as_bytes())
+            .finish(),
+    )
+}
+
+fn good_image(tag: &str) -> Image {
+    image::image(
+        vec![base_layer(tag), top_layer(tag)],
+        &Spec {
+            os_version: Some(OS_VERSION),
+            ..Spec::default()
+        },
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pulls_from_an_index_verifies_provisions_and_follows_a_moving_tag() {
+    let reg = registry().await;
+    let c = client();
+    let r = Reference::parse(&format!("{}/apps/web:v1", reg.addr)).unwrap();
+    let linux = image::image(
+        vec![base_layer("linux")],
+        &Spec {
+            os: "linux",
+            ..Spec::default()
+        },
+    );
+    let other_build = image::image(
+        vec![base_layer("other")],
+        &Spec {
+            os_version: Some("omnios-r151046"),
+            ..Spec::default()
+        },
+    );
+    let right = good_image("v1");
+    let index = push_index(
+        &c,
+        &r,
+        &[
+            (&linux, json!({"os": "linux", "architecture": "amd64"})),
+            (
+                &other_build,
+                json!({"os": "illumos", "architecture": "amd64", "os.version": "omnios-r151046"}),
+            ),
+            (
+                &right,
+                json!({"os": "illumos", "architecture": "amd64", "os.version": OS_VERSION}),
+            ),
+        ],
+    )
+    .await;
+
+    let node = Node::new();
+    node.zone("web", &r.to_string(), "Always");
+    let w = node.worker();
+    let s = w.pass(true).await.unwrap();
+    assert_eq!(s.provisioned, ["web"], "{s:?} {:?}", node.status("web"));
+
+    let root = node.root("web");
+    assert_eq!(
+        std::fs::read(root.join("usr/bin/app")).unwrap(),
+        b"#!/bin/sh\necho v1\n"
+    );
+    assert_eq!(
+        std::fs::read_link(root.join("bin")).unwrap(),
+        Path::new("./usr/bin")
+    );
+    assert!(
+        !root.join("etc/motd").exists(),
+        "whited out by the top layer"
+    );
+    assert_eq!(std::fs::read(root.join("etc/release")).unwrap(), b"v1");
+    let d = node.description("web");
+    assert_eq!(d.manifest_digest, right.manifest_digest());
+    assert_eq!(d.stop_signal, "SIGUSR1");
+    assert_eq!(d.smf_stop_exec, ":kill -USR1");
+    assert_eq!(d.stop_timeout_secs, 25);
+    let smf =
+        std::fs::read_to_string(root.join("var/svc/manifest/site/rdctl-entrypoint.xml")).unwrap();
+    assert!(
+        smf.contains("exec=\":kill -USR1\" timeout_seconds=\"25\""),
+        "{smf}"
+    );
+    let st = node.status("web");
+    assert_eq!(
+        (st.phase, st.current_digest.as_ref()),
+        (Phase::Ready, Some(&index))
+    );
+
+    // Nothing changes on the next pass.
+    let s = w.pass(false).await.unwrap();
+    assert_eq!(s.unchanged, ["web"]);
+
+    // The tag moves to a plain manifest: the zone is replaced, nothing is left over.
+    let v2 = good_image("v2");
+    let d2 = v2.push(&c, &r).await;
+    let s = w.pass(false).await.unwrap();
+    assert_eq!(s.provisioned, ["web"], "{:?}", node.status("web"));
+    assert_eq!(
+        std::fs::read(node.root("web").join("etc/release")).unwrap(),
+        b"v2"
+    );
+    assert_eq!(node.status("web").current_digest, Some(d2));
+    assert!(node.ls(&node.roots().join(".trash")).is_empty());
+    assert!(node.ls(&node.roots().join(".staging")).is_empty());
+    assert_eq!(
+        node.ls(&node.roots()),
+        [".rdctl-owner", ".staging", ".trash", "web"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broken_images_create_nothing_name_the_blob_and_do_not_stop_others() {
+    let reg = registry().await;
+    let c = client();
+    let node = Node::new();
+    let push = |name: &'static str, img: Image| {
+        let c = c.clone();
+        let r = Reference::parse(&format!("{}/apps/{name}:1", reg.addr)).unwrap();
+        async move {
+            img.push(&c, &r).await;
+            r
+        }
+    };
+    // Two good zones.
+    for name in ["good1", "good2"] {
+        let r = push(name, good_image(name)).await;
+        node.zone(name, &r.to_string(), "Always");
+    }
+    // A layer altered in the registry's storage after the push.
+    let altered = good_image("altered");
+    let altered_layer = altered.layers[1].digest();
+    let r = push("altered", altered).await;
+    let hex = altered_layer.encoded();
+    let data = reg
+        .dir
+        .path()
+        .join(format!("blobs/sha256/{}/{hex}/data", &hex[..2]));
+    let mut bytes = std::fs::read(&data).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&data, bytes).unwrap();
+    node.zone("altered", &r.to_string(), "Always");
+    // A config whose diff_ids do not match the layers.
+    let good = good_image("diffid");
+    let wrong = vec![good.layers[0].diff_id(), Digest::sha256(b"not the layer")];
+    let diffid = image::image(
+        good.layers.clone(),
+        &Spec {
+            os_version: Some(OS_VERSION),
+            diff_ids: Some(wrong),
+            ..Spec::default()
+        },
+    );
+    let diffid_layer = diffid.layers[1].digest();
+    let r = push("diffid", diffid).await;
+    node.zone("diffid", &r.to_string(), "Always");
+    // Layer sizes one byte larger than the blobs.
+    let size = image::image(
+        vec![base_layer("size")],
+        &Spec {
+            size_delta: 1,
+            ..Spec::default()
+        },
+    );
+    let size_layer = size.layers[0].digest();
+    let r = push("size", size).await;
+    node.zone("size", &r.to_string(), "Always");
+    // A layer lost from the registry's storage after the push (the registry refuses manifests
+    // whose blobs it lacks, so it has to disappear afterwards).
+    let missing = image::image(
+        vec![base_layer("missing"), top_layer("missing")],
+        &Spec::default(),
+    );
+    let missing_layer = missing.layers[1].digest();
+    let r = push("missing", missing).await;
+    let hex = missing_layer.encoded();
+    std::fs::remove_file(
+        reg.dir
+            .path()
+            .join(format!("blobs/sha256/{}/{hex}/data", &hex[..2])),
+    )
+    .unwrap();
+    node.zone("missing", &r.to_string(), "Always");
+
+    let w = node.worker();
+    let s = w.pass(true).await.unwrap();
+    assert_eq!(s.provisioned, ["good1", "good2"]);
+    assert_eq!(s.failed, ["altered", "diffid", "missing", "size"]);
+    for (zone, blob, reason) in [
+        ("altered", &altered_layer, "digest mismatch"),
+        ("diffid", &diffid_layer, "differs from diff_id"),
+        ("size", &size_layer, "expected"),
+        ("missing", &missing_layer, "not found"),
+    ] {
+        let st = node.status(zone);
+        assert_eq!(st.phase, Phase::Failed, "{zone}");
+        assert_eq!(st.failed_blob.as_ref(), Some(blob), "{zone}: {st:?}");
+        let err = st.last_error.unwrap();
+        assert!(err.contains(reason), "{zone}: {err}");
+        assert!(
+            err.contains(blob.as_str()),
+            "{zone}: the error names the blob: {err}"
+        );
+        assert!(
+            !node.roots().join(zone).exists(),
+            "{zone}: no zone was created"
+        );
+        assert!(st.next_attempt_unix.is_some() && st.failures == 1);
+    }
+    assert!(node.ls(&node.roots().join(".staging")).is_empty());
+    assert!(
+        node.ls(&node.t.path().join("state/content/ingest"))
+            .is_empty()
+    );
+    // Unverified content never became visible in the store.
+    let store_blobs = node.ls(&node.t.path().join("state/content/blobs/sha256"));
+    assert!(!store_blobs.contains(&altered_layer.encoded().to_owned()));
+    assert!(!store_blobs.contains(&size_layer.encoded().to_owned()));
+    // Failed zones back off; good ones are unchanged.
+    let s = w.pass(false).await.unwrap();
+    assert_eq!(s.backing_off, ["altered", "diffid", "missing", "size"]);
+    assert_eq!(s.unchanged, ["good1", "good2"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_zonepaths_are_refused_and_a_restart_cleans_up() {
+    let reg = registry().await;
+    let c = client();
+    let r = Reference::parse(&format!("{}/apps/web:1", reg.addr)).unwrap();
+    good_image("web").push(&c, &r).await;
+    let node = Node::new();
+    node.zone("web", &r.to_string(), "IfNotPresent");
+    node.zone("mine", &r.to_string(), "IfNotPresent");
+    let w = node.worker();
+    // Someone else's directory where the zone would go.
+    let foreign = node.roots().join("web");
+    std::fs::create_dir(&foreign).unwrap();
+    std::fs::write(foreign.join("precious"), b"not yours").unwrap();
+    let s = w.pass(true).await.unwrap();
+    assert_eq!(
+        (s.provisioned.as_slice(), s.failed.as_slice()),
+        (&["mine".to_owned()][..], &["web".to_owned()][..])
+    );
+    assert!(
+        node.status("web")
+            .last_error
+            .unwrap()
+            .contains("without an rdctl ownership mark")
+    );
+    assert_eq!(
+        std::fs::read(foreign.join("precious")).unwrap(),
+        b"not yours"
+    );
+    assert_eq!(node.ls(&foreign), ["precious"]);
+
+    // A second worker on the same state directory is refused while the first runs.
+    let cfg = WorkerConfig::load(&node.config_path()).unwrap();
+    let e = Worker::new(cfg).unwrap_err();
+    assert!(
+        worker_runtime::error_chain(&e).contains("another worker is running"),
+        "{e:?}"
+    );
+
+    // Kill the worker mid-pull: a half-written download and a half-built staging root stay.
+    drop(w);
+    std::fs::remove_dir_all(&foreign).unwrap();
+    let ingest = node.t.path().join("state/content/ingest/deadbeef.partial");
+    std::fs::write(&ingest, b"half a blob").unwrap();
+    let staging = node.roots().join(".staging/web.1.0");
+    std::fs::create_dir_all(staging.join("root/usr")).unwrap();
+    std::fs::write(
+        staging.join(".rdctl-owner"),
+        br#"{"owner":"rdctl-worker","worker_id":"test-node","kind":"staging"}"#,
+    )
+    .unwrap();
+    let w = node.worker();
+    assert!(
+        !ingest.exists() && !staging.exists(),
+        "leftovers removed on start"
+    );
+    // (`web` failed before, so only a pass that ignores backoff retries it now.)
+    let s = w.pass(true).await.unwrap();
+    assert_eq!(s.provisioned, ["web"]);
+    assert_eq!(s.unchanged, ["mine"]);
+    assert_eq!(
+        node.ls(&node.roots()),
+        [".rdctl-owner", ".staging", ".trash", "mine", "web"]
+    );
+    assert_eq!(
+        std::fs::read(node.root("web").join("etc/release")).unwrap(),
+        b"web"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unauthorized_is_final_and_server_errors_are_retried() {
+    let hits_401 = Arc::new(AtomicUsize::new(0));
+    let hits_500 = Arc::new(AtomicUsize::new(0));
+    let answer = |hits: Arc<AtomicUsize>, code: u16| {
+        axum::Router::new().fallback(move || {
+            let hits = hits.clone();
+            async move {
+                hits.fetch_add(1, Ordering::SeqCst);
+                axum::http::StatusCode::from_u16(code).unwrap()
+            }
+        })
+    };
+    let (deny, t1) = serve(answer(hits_401.clone(), 401)).await;
+    let (fail, t2) = serve(answer(hits_500.clone(), 500)).await;
+    let node = Node::new();
+    node.zone("denied", &format!("{deny}/apps/x:1"), "Always");
+    node.zone("failing", &format!("{fail}/apps/x:1"), "Always");
+    let w = node.worker();
+    let s = w.pass(true).await.unwrap();
+    assert_eq!(s.failed, ["denied", "failing"]);
+    assert_eq!(hits_401.load(Ordering::SeqCst), 1, "401 is never retried");
+    assert_eq!(
+        hits_500.load(Ordering::SeqCst),
+        4,
+        "500 is retried up to the attempts"
+    );
+    let denied = node.status("denied").last_error.unwrap();
+    assert!(denied.contains("access denied (401)"), "{denied}");
+    let failing = node.status("failing").last_error.unwrap();
+    assert!(
+        failing.contains("still failing after 4 attempts"),
+        "{failing}"
+    );
+    t1.abort();
+    t2.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_lists_invalid_manifests_and_pending_zones() {
+    let node = Node::new();
+    node.zone("later", "127.0.0.1:9/apps/x:1", "Always");
+    std::fs::write(
+        node.t.path().join("zones/broken.toml"),
+        "name = \"x y\"\nimage = \"r/x\"\n",
+    )
+    .unwrap();
+    let rows = status(&node.config_path()).unwrap();
+    let phases: Vec<(String, Phase)> = rows
+        .iter()
+        .map(|r| (r.status.zone.clone(), r.status.phase))
+        .collect();
+    assert_eq!(
+        phases,
+        [
+            ("broken".to_owned(), Phase::Invalid),
+            ("later".to_owned(), Phase::Pending)
+        ]
+    );
+    assert!(
+        rows[0]
+            .status
+            .last_error
+            .as_ref()
+            .unwrap()
+            .contains("not a valid zone name")
+    );
+}
