@@ -12,6 +12,7 @@
 //! os_version = "..."                 # host's illumos build for images that set os.version
 //!                                    # (default: uname -v)
 //! plain_http = false                 # http:// for every registry (loopback always is)
+//! gc_grace_secs = 3600               # unused blobs older than this are removed after a pass
 //!
 //! [provisioner]
 //! kind = "dir"                       # or "illumos" (only on illumos)
@@ -60,6 +61,8 @@ pub struct WorkerConfig {
     pub plain_http: bool,
     /// Which provisioner and where.
     pub provisioner: ProvisionerConfig,
+    /// Blobs no zone uses are removed once they are this old.
+    pub gc_grace: Duration,
 }
 
 /// Which provisioner the worker uses.
@@ -170,6 +173,7 @@ struct FileConfig {
     backoff_max_secs: Option<u64>,
     os_version: Option<String>,
     plain_http: Option<bool>,
+    gc_grace_secs: Option<u64>,
     provisioner: FileProvisioner,
 }
 
@@ -263,6 +267,7 @@ impl WorkerConfig {
             os_version: f.os_version,
             plain_http: f.plain_http.unwrap_or(false),
             provisioner,
+            gc_grace: Duration::from_secs(f.gc_grace_secs.unwrap_or(3600)),
         })
     }
 

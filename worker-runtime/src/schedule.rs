@@ -1,7 +1,7 @@
 //! The reconcile loop: level-triggered passes over the zone manifests, each zone on its own,
 //! failures recorded and backed off per zone, passes spaced by the poll interval with jitter.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
@@ -250,11 +250,63 @@ impl Worker {
         for st in results.values() {
             self.state.save(st)?;
         }
+        // Between passes nothing is downloading: blobs no zone uses go after the grace period.
+        match self.referenced_blobs(&results) {
+            Ok(keep) => match self.store.retain(&keep, self.config.gc_grace) {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(removed = n, "removed unused blobs"),
+                Err(e) => {
+                    tracing::warn!(error = %error_chain(&e), "blob garbage collection failed")
+                }
+            },
+            Err(e) => tracing::warn!(error = %error_chain(&e), "blob garbage collection skipped"),
+        }
         summary.provisioned.sort();
         summary.unchanged.sort();
         summary.failed.sort();
         summary.backing_off.sort();
         Ok(summary)
+    }
+
+    /// Every blob a provisioned zone was made from: the resolved digest (index or manifest),
+    /// the platform manifest, its config and layers.
+    fn referenced_blobs(
+        &self,
+        results: &HashMap<String, ZoneStatus>,
+    ) -> Result<HashSet<Digest>, WorkerError> {
+        let mut keep = HashSet::new();
+        for zone in self.provisioner.zones()? {
+            let Some(d) = self.provisioner.current(&zone)? else {
+                continue;
+            };
+            let resolved = results
+                .get(&zone)
+                .cloned()
+                .or_else(|| self.state.load(&zone))
+                .and_then(|s| s.current_digest);
+            keep.extend(resolved);
+            keep.insert(d.config_digest.clone());
+            let bytes = self
+                .store
+                .read_small(&d.manifest_digest, validator::MAX_MANIFEST_SIZE as u64)?;
+            if let (_, Some(validator::Document::Manifest(m))) = validator::check_document(
+                &bytes,
+                Some(validator::DocumentKind::Manifest),
+                None,
+                "stored manifest",
+            ) {
+                keep.extend(m.layers.iter().map(|l| l.digest.clone()));
+            } else {
+                // Keep everything rather than guess.
+                return Err(WorkerError::Store(StoreError::Io {
+                    path: self.store.blob_path(&d.manifest_digest),
+                    op: "re-reading a zone's manifest",
+                    source: std::io::Error::from(std::io::ErrorKind::InvalidData),
+                }));
+            }
+            keep.insert(d.manifest_digest);
+        }
+        Ok(keep)
     }
 
     /// One zone: resolve, pull, verify, provision. Returns the resolved digest.

@@ -258,9 +258,15 @@ impl ContentStore {
         Ok(out)
     }
 
-    /// Removes the blobs not in `keep`; returns how many were removed.
-    pub fn retain(&self, keep: &std::collections::HashSet<Digest>) -> Result<usize, StoreError> {
+    /// Removes the blobs not in `keep` that were stored more than `grace` ago; returns how
+    /// many were removed. Only called between passes, when no download is in flight.
+    pub fn retain(
+        &self,
+        keep: &std::collections::HashSet<Digest>,
+        grace: std::time::Duration,
+    ) -> Result<usize, StoreError> {
         let mut removed = 0;
+        let now = std::time::SystemTime::now();
         for alg in ["sha256", "sha512"] {
             let dir = self.dir.join("blobs").join(alg);
             let entries = std::fs::read_dir(&dir).map_err(io_err(&dir, "listing blobs"))?;
@@ -271,8 +277,16 @@ impl ContentStore {
                 let Ok(d) = Digest::parse(&format!("{alg}:{name}")) else {
                     continue;
                 };
-                if !keep.contains(&d) {
-                    let p = e.path();
+                if keep.contains(&d) {
+                    continue;
+                }
+                let p = e.path();
+                let age = std::fs::symlink_metadata(&p)
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| now.duration_since(t).ok())
+                    .unwrap_or_default();
+                if age >= grace {
                     std::fs::remove_file(&p).map_err(io_err(&p, "removing an unused blob"))?;
                     removed += 1;
                 }

@@ -77,7 +77,7 @@ impl Node {
         std::fs::write(
             t.path().join("worker.toml"),
             format!(
-                "zones_dir = \"zones\"\nstate_dir = \"state\"\nworker_id = \"test-node\"\nos_version = \"{OS_VERSION}\"\nbackoff_initial_secs = 30\n[provisioner]\nkind = \"dir\"\nbase = \"roots\"\n"
+                "zones_dir = \"zones\"\nstate_dir = \"state\"\nworker_id = \"test-node\"\nos_version = \"{OS_VERSION}\"\nbackoff_initial_secs = 30\ngc_grace_secs = 0\n[provisioner]\nkind = \"dir\"\nbase = \"roots\"\n"
             ),
         )
         .unwrap();
