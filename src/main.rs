@@ -24,6 +24,9 @@ enum Command {
     /// Run the OCI registry.
     #[command(subcommand)]
     Registry(commands::registry::Command),
+    /// Pull, verify and provision zones on this node.
+    #[command(subcommand)]
+    Worker(commands::worker::Command),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +34,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Validate(args) => commands::validate::run(args),
         Command::Registry(cmd) => commands::registry::run(cmd),
+        Command::Worker(cmd) => commands::worker::run(cmd),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,111 @@
+//! `rdctl worker ...`: run the node worker, or show what it did.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+
+/// Worker subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Reconcile zones with their images on a schedule until SIGTERM (or once with --once).
+    Run(RunArgs),
+    /// Show every zone's desired and current image digest, phase and last error.
+    Status(StatusArgs),
+}
+
+/// Arguments of `rdctl worker run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The worker configuration.
+    #[arg(long, value_name = "FILE", default_value = "/etc/rdctl/worker.toml")]
+    config: PathBuf,
+    /// Run one reconcile pass over every zone (ignoring backoff) and exit: 0 when every zone
+    /// is ready, 1 when any failed.
+    #[arg(long)]
+    once: bool,
+    /// Log as JSON lines instead of text.
+    #[arg(long)]
+    log_json: bool,
+}
+
+/// Arguments of `rdctl worker status`.
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// The worker configuration.
+    #[arg(long, value_name = "FILE", default_value = "/etc/rdctl/worker.toml")]
+    config: PathBuf,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs a worker subcommand.
+pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
+    match cmd {
+        Command::Run(args) => run_worker(args),
+        Command::Status(args) => status(args),
+    }
+}
+
+fn run_worker(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RDCTL_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if args.log_json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+    let summary = worker_runtime::run(&args.config, args.once)
+        .with_context(|| format!("worker run with {}", args.config.display()))?;
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "provisioned: {}; unchanged: {}; failed: {}; backing off: {}",
+        summary.provisioned.join(","),
+        summary.unchanged.join(","),
+        summary.failed.join(","),
+        summary.backing_off.join(",")
+    )?;
+    Ok(if summary.failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
+    let rows = worker_runtime::status(&args.config)
+        .with_context(|| format!("worker status with {}", args.config.display()))?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &rows)?;
+        writeln!(out)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let show =
+        |d: &Option<validator::Digest>| d.as_ref().map_or("-".to_owned(), ToString::to_string);
+    writeln!(out, "ZONE\tPHASE\tDESIRED\tCURRENT\tIMAGE\tLAST ERROR")?;
+    for r in rows {
+        let s = &r.status;
+        let mut phase = s.phase.to_string();
+        if !r.in_manifests {
+            phase.push_str(" (no manifest)");
+        }
+        writeln!(
+            out,
+            "{}\t{}\t{}\t{}\t{}\t{}",
+            s.zone,
+            phase,
+            show(&s.desired_digest),
+            show(&s.current_digest),
+            s.image,
+            s.last_error.as_deref().unwrap_or("-")
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
