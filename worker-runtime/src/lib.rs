@@ -52,3 +52,49 @@ pub use state::{Phase, StateDir, StateError, ZoneStatus};
 pub use store::{ContentStore, StoreError};
 pub use unpack::{LayerStats, RootDir, UnpackError, UnpackOptions, apply_layer, apply_stream};
 pub use verify::{PulledImage, RootError, VerifiedImage, VerifiedRoot, build_root};
+
+/// The SMF manifest of the worker service (`site/rdctl/worker`), disabled by default; its
+/// start method runs `rdctl worker run --config %{config/file}`.
+pub const WORKER_SMF_MANIFEST: &str = include_str!("../smf/rdctl-worker.xml");
+
+#[cfg(test)]
+mod tests {
+    use super::WORKER_SMF_MANIFEST as M;
+
+    #[test]
+    fn worker_service_manifest_is_disabled_and_in_dtd_order() {
+        assert!(M.contains("<create_default_instance enabled=\"false\"/>"));
+        assert!(M.contains("exec=\"/opt/rdctl/bin/rdctl worker run --config %{config/file}\""));
+        assert!(M.contains("name=\"stop\" exec=\":kill -TERM\""));
+        // service_bundle.dtd.1: create_default_instance?, single_instance?, restarter?,
+        // dependency*, dependent*, method_context?, exec_method*, property_group*, instance*,
+        // stability?, template?
+        let order = [
+            "<create_default_instance",
+            "<single_instance",
+            "<dependency ",
+            "<method_context",
+            "<exec_method",
+            "<property_group",
+            "<stability",
+            "<template",
+        ];
+        let at: Vec<usize> = order.iter().map(|t| M.find(t).unwrap()).collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "{order:?} at {at:?}");
+        // Every element that opens closes (a cheap well-formedness check).
+        for tag in [
+            "service_bundle",
+            "service",
+            "dependency",
+            "method_context",
+            "property_group",
+            "template",
+        ] {
+            assert_eq!(
+                M.matches(&format!("<{tag} ")).count() + M.matches(&format!("<{tag}>")).count(),
+                M.matches(&format!("</{tag}>")).count(),
+                "{tag}"
+            );
+        }
+    }
+}
