@@ -96,6 +96,8 @@ pub struct PassSummary {
     pub failed: Vec<String>,
     /// Zones skipped because their backoff has not expired.
     pub backing_off: Vec<String>,
+    /// Zones removed because their manifest is gone (after the grace period).
+    pub removed: Vec<String>,
 }
 
 /// A worker ready to run passes. Cheap to share (`Arc`).
@@ -193,6 +195,8 @@ impl Worker {
             summary.failed.push(bad.zone);
         }
         let mut tasks = JoinSet::new();
+        let mut names = HashMap::new();
+        let wanted: HashSet<String> = specs.iter().map(|s| s.name.clone()).collect();
         for spec in specs {
             let prev = self.state.load(&spec.name).unwrap_or_default();
             if !ignore_backoff
@@ -203,15 +207,31 @@ impl Worker {
                 continue;
             }
             let me = Arc::clone(self);
-            tasks.spawn(async move {
-                let result = me.reconcile(&spec, &prev).await;
-                (spec, prev, result)
-            });
+            let name = spec.name.clone();
+            let id = tasks
+                .spawn(async move {
+                    let result = me.reconcile(&spec, &prev).await;
+                    (spec, prev, result)
+                })
+                .id();
+            names.insert(id, name);
         }
         let mut results = HashMap::new();
-        while let Some(joined) = tasks.join_next().await {
-            let Ok((spec, prev, result)) = joined else {
-                continue;
+        while let Some(joined) = tasks.join_next_with_id().await {
+            let (spec, prev, result) = match joined {
+                Ok((_, r)) => r,
+                Err(e) => {
+                    // A panic in one zone's task is that zone's failure only.
+                    let zone = names.get(&e.id()).cloned().unwrap_or_default();
+                    let mut st = self.state.load(&zone).unwrap_or_default();
+                    st.zone = zone.clone();
+                    st.phase = Phase::Failed;
+                    st.last_error = Some(format!("internal: the zone's task failed: {e}"));
+                    st.updated_unix = now_unix();
+                    summary.failed.push(zone.clone());
+                    results.insert(zone, st);
+                    continue;
+                }
             };
             let mut st = ZoneStatus {
                 zone: spec.name.clone(),
@@ -250,6 +270,7 @@ impl Worker {
         for st in results.values() {
             self.state.save(st)?;
         }
+        self.remove_orphans(&wanted, &mut summary)?;
         // Between passes nothing is downloading: blobs no zone uses go after the grace period.
         match self.referenced_blobs(&results) {
             Ok(keep) => match self.store.retain(&keep, self.config.gc_grace) {
@@ -265,7 +286,38 @@ impl Worker {
         summary.unchanged.sort();
         summary.failed.sort();
         summary.backing_off.sort();
+        summary.removed.sort();
         Ok(summary)
+    }
+
+    /// Zones of ours whose manifest is gone are removed once they have been orphaned for the
+    /// grace period (a manifest briefly missing during an edit does not destroy a zone).
+    fn remove_orphans(
+        &self,
+        wanted: &HashSet<String>,
+        summary: &mut PassSummary,
+    ) -> Result<(), WorkerError> {
+        for zone in self.provisioner.zones()? {
+            if wanted.contains(&zone) {
+                continue;
+            }
+            let mut st = self.state.load(&zone).unwrap_or_default();
+            st.zone = zone.clone();
+            let since = *st.orphaned_since_unix.get_or_insert_with(now_unix);
+            if now_unix().saturating_sub(since) >= self.config.gc_grace.as_secs() {
+                match self.provisioner.remove(&zone) {
+                    Ok(()) => {
+                        self.state.remove(&zone)?;
+                        summary.removed.push(zone);
+                        continue;
+                    }
+                    Err(e) => st.last_error = Some(error_chain(&e)),
+                }
+            }
+            st.updated_unix = now_unix();
+            self.state.save(&st)?;
+        }
+        Ok(())
     }
 
     /// Every blob a provisioned zone was made from: the resolved digest (index or manifest),

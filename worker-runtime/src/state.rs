@@ -64,6 +64,9 @@ pub struct ZoneStatus {
     pub next_attempt_unix: Option<u64>,
     /// When this record was written.
     pub updated_unix: u64,
+    /// Since when the zone exists without a manifest.
+    #[serde(default)]
+    pub orphaned_since_unix: Option<u64>,
 }
 
 /// A state-directory operation failed.
@@ -175,6 +178,20 @@ impl StateDir {
             op: "writing the zone status",
             source,
         })
+    }
+
+    /// Forgets a zone's record.
+    pub fn remove(&self, zone: &str) -> Result<(), StateError> {
+        let path = self.zone_file(zone);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(StateError::Io {
+                path,
+                op: "removing the zone status",
+                source,
+            }),
+        }
     }
 
     /// Every record, sorted by zone.

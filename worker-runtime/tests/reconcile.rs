@@ -257,13 +257,33 @@ async fn pulls_from_an_index_verifies_provisions_and_follows_a_moving_tag() {
         std::fs::read(node.root("web").join("etc/release")).unwrap(),
         b"v2"
     );
-    assert_eq!(node.status("web").current_digest, Some(d2));
+    assert_eq!(node.status("web").current_digest, Some(d2.clone()));
     assert!(node.ls(&node.roots().join(".trash")).is_empty());
     assert!(node.ls(&node.roots().join(".staging")).is_empty());
     assert_eq!(
         node.ls(&node.roots()),
         [".rdctl-owner", ".staging", ".trash", "web"]
     );
+    // Blobs only v1 and the index used are collected (grace 0 here); v2's stay.
+    let mut want: Vec<String> = [d2, v2.config_digest()]
+        .into_iter()
+        .chain(v2.layers.iter().map(Layer::digest))
+        .map(|d| d.encoded().to_owned())
+        .collect();
+    want.sort();
+    let blobs = node.t.path().join("state/content/blobs/sha256");
+    assert_eq!(node.ls(&blobs), want);
+    // The zone's manifest goes: after the grace period (0 here) the zone, its record and its
+    // blobs go too.
+    std::fs::remove_file(node.t.path().join("zones/web.toml")).unwrap();
+    let s = w.pass(false).await.unwrap();
+    assert_eq!(s.removed, ["web"]);
+    assert_eq!(
+        node.ls(&node.roots()),
+        [".rdctl-owner", ".staging", ".trash"]
+    );
+    assert!(status(&node.config_path()).unwrap().is_empty());
+    assert!(node.ls(&blobs).is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
