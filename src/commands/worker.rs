@@ -65,11 +65,12 @@ fn run_worker(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "provisioned: {}; unchanged: {}; failed: {}; backing off: {}",
+        "provisioned: {}; unchanged: {}; failed: {}; backing off: {}; removed: {}",
         summary.provisioned.join(","),
         summary.unchanged.join(","),
         summary.failed.join(","),
-        summary.backing_off.join(",")
+        summary.backing_off.join(","),
+        summary.removed.join(",")
     )?;
     Ok(if summary.failed.is_empty() {
         ExitCode::SUCCESS
