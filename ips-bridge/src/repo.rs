@@ -826,6 +826,49 @@ pub trait PackageRepository {
             .filter(|p| p.fmri.matches(&pattern))
             .max_by(|a, b| a.fmri.version().cmp(&b.fmri.version())))
     }
+
+    /// Every catalogued version matching any of `patterns` (as in [`PackageRepository::find`]),
+    /// or every package of the default publisher when `patterns` is empty; sorted by
+    /// publisher, stem and version, without duplicates.
+    fn matching(&self, patterns: &[Fmri]) -> Result<Vec<PackageRef>, Self::Error> {
+        let default = self.default_publisher();
+        let mut wanted: Vec<(String, Option<Fmri>)> = Vec::new();
+        if patterns.is_empty() {
+            wanted.extend(default.clone().map(|p| (p, None)));
+        }
+        for pattern in patterns {
+            let Some(publisher) = pattern.publisher().map(str::to_owned).or(default.clone()) else {
+                continue;
+            };
+            if let Ok(p) = pattern.clone().with_publisher(Some(&publisher)) {
+                wanted.push((publisher, Some(p)));
+            }
+        }
+        let mut catalogs: std::collections::BTreeMap<String, Vec<PackageRef>> =
+            std::collections::BTreeMap::new();
+        let mut out = Vec::new();
+        for (publisher, pattern) in wanted {
+            if !catalogs.contains_key(&publisher) {
+                let packages = self.packages(&publisher)?;
+                catalogs.insert(publisher.clone(), packages);
+            }
+            out.extend(
+                catalogs[&publisher]
+                    .iter()
+                    .filter(|p| pattern.as_ref().is_none_or(|pat| p.fmri.matches(pat)))
+                    .cloned(),
+            );
+        }
+        out.sort_by(|a, b| {
+            (a.fmri.publisher(), a.fmri.stem(), a.fmri.version()).cmp(&(
+                b.fmri.publisher(),
+                b.fmri.stem(),
+                b.fmri.version(),
+            ))
+        });
+        out.dedup_by(|a, b| a.fmri.to_string() == b.fmri.to_string());
+        Ok(out)
+    }
 }
 
 impl PackageRepository for FileRepo {

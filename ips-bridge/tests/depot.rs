@@ -470,3 +470,33 @@ fn server_answers_status_publisher_and_rejects_writes() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 405);
 }
+
+#[test]
+fn matching_lists_every_matching_version_from_either_reader() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = fixture_repo(&tmp.path().join("repo"));
+    let text = "set name=pkg.fmri value=pkg:/demo/hello@1.1-1:20240201T000000Z\n";
+    repo.publish("example.org", &Manifest::parse(text).unwrap(), None)
+        .unwrap();
+    let server = DepotServer::start(repo.clone(), "127.0.0.1:0").unwrap();
+    let client = DepotClient::connect(&server.url()).unwrap();
+    let names = |refs: Vec<PackageRef>| -> Vec<String> {
+        refs.iter().map(|p| p.fmri.to_string()).collect()
+    };
+    let pats = |s: &[&str]| -> Vec<Fmri> { s.iter().map(|p| Fmri::parse(p).unwrap()).collect() };
+
+    let all = names(repo.matching(&[]).unwrap());
+    assert_eq!(all.len(), 3, "{all:?}");
+    assert!(all[0].contains("/demo/base@"), "{all:?}");
+    assert!(all[1].contains("/demo/hello@1.0,"), "{all:?}");
+    assert!(all[2].contains("/demo/hello@1.1,"), "{all:?}");
+    assert_eq!(names(client.matching(&[]).unwrap()), all);
+
+    let hello = pats(&["demo/hello", "demo/hello@1.1"]);
+    let found = names(repo.matching(&hello).unwrap());
+    assert_eq!(found, all[1..].to_vec(), "duplicates removed");
+    assert_eq!(names(client.matching(&hello).unwrap()), found);
+    assert!(repo.matching(&pats(&["demo/nothing"])).unwrap().is_empty());
+    let base = pats(&["pkg://example.org/demo/base"]);
+    assert_eq!(names(repo.matching(&base).unwrap()), all[..1].to_vec());
+}
