@@ -1,0 +1,412 @@
+//! `rdctl ips ...`: publish, serve, inspect and lint pkg(5) (IPS) repositories and manifests.
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context as _, bail};
+use ips_bridge::{
+    ActionKind, DepotClient, DepotServer, FileRepo, Fmri, Manifest, ManifestError, PackageRef,
+    PackageRepository,
+};
+
+/// IPS subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Publish a package from a manifest (and a proto directory) into a v4 file repository.
+    #[command(after_help = "Example:
+  rdctl ips publish --repo ./repo --publisher example.org --proto ./proto hello.p5m
+
+Creates the repository when DIR has no pkg5.repository. Prints the published FMRI.
+Exit status: 0 published, 2 the package could not be published.")]
+    Publish(PublishArgs),
+    /// Serve a file repository read-only over the depot protocol until SIGTERM or ctrl-c.
+    #[command(after_help = "Example:
+  rdctl ips serve --repo ./repo --listen 127.0.0.1:0
+
+Prints `listening on URL` (the real port when PORT is 0) on stdout. The server holds no state,
+so SIGTERM or ctrl-c simply ends the process.")]
+    Serve(ServeArgs),
+    /// List every catalogued version matching the patterns (all packages when none given).
+    #[command(after_help = "Examples:
+  rdctl ips list ./repo
+  rdctl ips list http://127.0.0.1:10000/ demo/hello@1.0
+
+Exit status: 0 something listed, 1 nothing matches a pattern, 2 the repository is unreadable.")]
+    List(QueryArgs),
+    /// Show the newest package matching each pattern, verifying all its payloads.
+    #[command(after_help = "Example:
+  rdctl ips info ./repo demo/hello
+
+Exit status: 0 all found and verified, 1 a package is missing or a manifest or payload is
+corrupt (each problem names the package and the file), 2 the repository is unreadable.")]
+    Info(QueryArgs),
+    /// List the actions of the newest package matching each pattern, verifying payloads.
+    #[command(after_help = "Examples:
+  rdctl ips contents ./repo demo/hello
+  rdctl ips contents --manifest http://127.0.0.1:10000/ demo/hello@1.0 > hello.p5m
+
+Exit status as for `rdctl ips info`.")]
+    Contents(ContentsArgs),
+    /// Check a manifest: every parse error and every action pkg would refuse.
+    #[command(after_help = "Example:
+  rdctl ips lint hello.p5m
+
+Prints FILE:LINE:COLUMN: MESSAGE for each problem.
+Exit status: 0 clean, 1 problems found, 2 the file could not be read.")]
+    Lint(LintArgs),
+}
+
+/// Arguments of `rdctl ips publish`.
+#[derive(Debug, clap::Args)]
+pub struct PublishArgs {
+    /// The repository directory (created when missing).
+    #[arg(long, value_name = "DIR")]
+    repo: PathBuf,
+    /// The publisher to publish under.
+    #[arg(long, value_name = "NAME")]
+    publisher: String,
+    /// Directory holding the payloads, at each file action's path (or its positional hash).
+    #[arg(long, value_name = "DIR")]
+    proto: Option<PathBuf>,
+    /// The manifest to publish.
+    manifest: PathBuf,
+}
+
+/// Arguments of `rdctl ips serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// The repository directory.
+    #[arg(long, value_name = "DIR")]
+    repo: PathBuf,
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, value_name = "ADDR:PORT")]
+    listen: String,
+}
+
+/// Arguments of `rdctl ips list` and `rdctl ips info`.
+#[derive(Debug, clap::Args)]
+pub struct QueryArgs {
+    /// A repository directory or an http:// depot URL.
+    repo: String,
+    /// FMRI patterns: stem, optionally with publisher and a partial version.
+    #[arg(value_name = "FMRI-PATTERN")]
+    patterns: Vec<String>,
+}
+
+/// Arguments of `rdctl ips contents`.
+#[derive(Debug, clap::Args)]
+pub struct ContentsArgs {
+    /// Print each manifest exactly as stored (checked against the catalog) instead.
+    #[arg(long)]
+    manifest: bool,
+    #[command(flatten)]
+    query: QueryArgs,
+}
+
+/// Arguments of `rdctl ips lint`.
+#[derive(Debug, clap::Args)]
+pub struct LintArgs {
+    /// The manifest file.
+    file: PathBuf,
+}
+
+/// Runs an IPS subcommand.
+pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
+    match cmd {
+        Command::Publish(args) => publish(args),
+        Command::Serve(args) => serve(args),
+        Command::List(q) => with_repo(&q.repo, |r| list(r, &patterns(&q.patterns)?)),
+        Command::Info(q) => with_repo(&q.repo, |r| info(r, &patterns(&q.patterns)?)),
+        Command::Contents(a) => with_repo(&a.query.repo, |r| {
+            contents(r, &patterns(&a.query.patterns)?, a.manifest)
+        }),
+        Command::Lint(args) => lint(&args.file),
+    }
+}
+
+fn publish(args: PublishArgs) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read(&args.manifest)
+        .with_context(|| format!("cannot read {}", args.manifest.display()))?;
+    let manifest = Manifest::parse_bytes(&text)
+        .with_context(|| format!("{}: invalid manifest", args.manifest.display()))?;
+    let repo = FileRepo::create(&args.repo, &args.publisher)
+        .with_context(|| format!("cannot open or create {}", args.repo.display()))?;
+    let fmri = repo
+        .publish(&args.publisher, &manifest, args.proto.as_deref())
+        .with_context(|| {
+            format!(
+                "cannot publish {} into {}",
+                args.manifest.display(),
+                args.repo.display()
+            )
+        })?;
+    writeln!(io::stdout(), "{fmri}")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let repo = FileRepo::open(&args.repo)
+        .with_context(|| format!("cannot open repository {}", args.repo.display()))?;
+    let server = DepotServer::start(repo, &args.listen)
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let mut out = io::stdout();
+    writeln!(out, "listening on {}", server.url())?;
+    out.flush()?;
+    // Read-only and stateless: SIGTERM's and SIGINT's default action (ending the process) is
+    // the shutdown. Until then the worker threads serve and this thread waits.
+    loop {
+        std::thread::park();
+    }
+}
+
+/// Opens REPO as a file repository or, for http(s):// URLs, a depot, and runs `f` on it.
+fn with_repo(
+    repo: &str,
+    f: impl FnOnce(&dyn Query) -> anyhow::Result<ExitCode>,
+) -> anyhow::Result<ExitCode> {
+    if repo.starts_with("http://") || repo.starts_with("https://") {
+        let client =
+            DepotClient::connect(repo).with_context(|| format!("cannot reach depot {repo}"))?;
+        f(&client)
+    } else {
+        let file =
+            FileRepo::open(repo).with_context(|| format!("cannot open repository {repo}"))?;
+        f(&file)
+    }
+}
+
+fn patterns(args: &[String]) -> anyhow::Result<Vec<Fmri>> {
+    args.iter()
+        .map(|p| Fmri::parse(p).with_context(|| format!("invalid FMRI pattern {p:?}")))
+        .collect()
+}
+
+/// The [`PackageRepository`] calls the commands make, with errors turned into anyhow, so one
+/// code path serves file repositories and depots.
+trait Query {
+    fn matching(&self, patterns: &[Fmri]) -> anyhow::Result<Vec<PackageRef>>;
+    fn find(&self, pattern: &Fmri) -> anyhow::Result<Option<PackageRef>>;
+    fn manifest_bytes(&self, package: &PackageRef) -> anyhow::Result<Vec<u8>>;
+    fn verify(&self, package: &Fmri, action: &ips_bridge::Action) -> anyhow::Result<u64>;
+}
+
+impl<R: PackageRepository> Query for R {
+    fn matching(&self, patterns: &[Fmri]) -> anyhow::Result<Vec<PackageRef>> {
+        Ok(PackageRepository::matching(self, patterns)?)
+    }
+    fn find(&self, pattern: &Fmri) -> anyhow::Result<Option<PackageRef>> {
+        Ok(PackageRepository::find(self, pattern)?)
+    }
+    fn manifest_bytes(&self, package: &PackageRef) -> anyhow::Result<Vec<u8>> {
+        Ok(PackageRepository::manifest_bytes(self, package)?)
+    }
+    fn verify(&self, package: &Fmri, action: &ips_bridge::Action) -> anyhow::Result<u64> {
+        Ok(self.payload(package, action, &mut io::sink())?)
+    }
+}
+
+/// Reports a problem with one package on stderr (the command goes on with the next one).
+fn problem(e: &anyhow::Error) {
+    eprintln!("rdctl: {e:#}");
+}
+
+fn list(repo: &dyn Query, patterns: &[Fmri]) -> anyhow::Result<ExitCode> {
+    let found = repo.matching(patterns)?;
+    let mut missing = false;
+    for p in patterns {
+        let matched = found.iter().any(|r| match p.publisher() {
+            Some(_) => r.fmri.matches(p),
+            None => p
+                .clone()
+                .with_publisher(r.fmri.publisher())
+                .is_ok_and(|p| r.fmri.matches(&p)),
+        });
+        if !matched {
+            problem(&anyhow::anyhow!("no package matches {p}"));
+            missing = true;
+        }
+    }
+    let mut out = io::stdout().lock();
+    for r in &found {
+        writeln!(out, "{}", r.fmri)?;
+    }
+    Ok(exit(missing))
+}
+
+fn exit(failed: bool) -> ExitCode {
+    if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// The newest package per pattern with its checked, parsed manifest; problems are reported
+/// and counted in `failed`.
+fn resolve(
+    repo: &dyn Query,
+    patterns: &[Fmri],
+    failed: &mut bool,
+) -> anyhow::Result<Vec<(PackageRef, Vec<u8>, Manifest)>> {
+    if patterns.is_empty() {
+        bail!("give at least one FMRI pattern");
+    }
+    let mut out = Vec::new();
+    for p in patterns {
+        let Some(package) = repo.find(p)? else {
+            problem(&anyhow::anyhow!("no package matches {p}"));
+            *failed = true;
+            continue;
+        };
+        let checked = repo.manifest_bytes(&package).and_then(|bytes| {
+            let m = Manifest::parse_bytes(&bytes)
+                .with_context(|| format!("package {}: invalid manifest", package.fmri))?;
+            Ok((bytes, m))
+        });
+        match checked {
+            Ok((bytes, m)) => out.push((package, bytes, m)),
+            Err(e) => {
+                problem(&e);
+                *failed = true;
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn info(repo: &dyn Query, patterns: &[Fmri]) -> anyhow::Result<ExitCode> {
+    let mut failed = false;
+    let packages = resolve(repo, patterns, &mut failed)?;
+    let mut out = io::stdout().lock();
+    for (i, (package, _, manifest)) in packages.iter().enumerate() {
+        let (mut verified, mut bytes, mut bad) = (0usize, 0u64, 0usize);
+        for a in manifest.actions().iter().filter(|a| has_content(a.kind())) {
+            match repo.verify(&package.fmri, a) {
+                Ok(n) => {
+                    verified += 1;
+                    bytes += n;
+                }
+                Err(e) => {
+                    problem(&e);
+                    bad += 1;
+                }
+            }
+        }
+        failed |= bad > 0;
+        let attr = |name: &str| manifest.attribute(name).map(|v| v.join(" "));
+        if i > 0 {
+            writeln!(out)?;
+        }
+        writeln!(out, "        Name: {}", package.fmri.stem())?;
+        for (label, name) in [
+            ("     Summary", "pkg.summary"),
+            (" Description", "pkg.description"),
+            ("    Category", "info.classification"),
+        ] {
+            if let Some(v) = attr(name) {
+                writeln!(out, "{label}: {v}")?;
+            }
+        }
+        writeln!(
+            out,
+            "   Publisher: {}",
+            package.fmri.publisher().unwrap_or("-")
+        )?;
+        if let Some(v) = package.fmri.version() {
+            writeln!(out, "     Version: {v}")?;
+        }
+        writeln!(out, "        FMRI: {}", package.fmri)?;
+        writeln!(
+            out,
+            "Manifest SHA-1: {}",
+            package.manifest_sha1.as_deref().unwrap_or("-")
+        )?;
+        writeln!(out, "     Actions: {}", manifest.actions().len())?;
+        writeln!(
+            out,
+            "    Payloads: {verified} verified, {bytes} bytes{}",
+            if bad > 0 {
+                format!(", {bad} FAILED")
+            } else {
+                String::new()
+            }
+        )?;
+    }
+    Ok(exit(failed))
+}
+
+fn has_content(kind: ActionKind) -> bool {
+    matches!(kind, ActionKind::File | ActionKind::License)
+}
+
+fn contents(repo: &dyn Query, patterns: &[Fmri], raw: bool) -> anyhow::Result<ExitCode> {
+    let mut failed = false;
+    let packages = resolve(repo, patterns, &mut failed)?;
+    let mut out = io::stdout().lock();
+    for (package, bytes, manifest) in &packages {
+        if raw {
+            out.write_all(bytes)?;
+            continue;
+        }
+        for a in manifest.actions() {
+            let key = a.key().unwrap_or("-");
+            let detail = match a.kind() {
+                k if has_content(k) => match repo.verify(&package.fmri, a) {
+                    Ok(n) => format!("{n} bytes verified"),
+                    Err(e) => {
+                        problem(&e);
+                        failed = true;
+                        "CORRUPT".to_owned()
+                    }
+                },
+                ActionKind::Link | ActionKind::Hardlink => {
+                    format!("-> {}", a.get("target").unwrap_or("?"))
+                }
+                ActionKind::Set => a.get_all("value").join(" "),
+                ActionKind::Dir => a.get("mode").unwrap_or("").to_owned(),
+                ActionKind::User => format!("uid={}", a.get("uid").unwrap_or("-")),
+                ActionKind::Group => format!("gid={}", a.get("gid").unwrap_or("-")),
+                ActionKind::Depend => a.get("type").unwrap_or("").to_owned(),
+                _ => String::new(),
+            };
+            writeln!(out, "{}\t{}\t{key}\t{detail}", package.fmri, a.kind())?;
+        }
+    }
+    Ok(exit(failed))
+}
+
+fn lint(file: &Path) -> anyhow::Result<ExitCode> {
+    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let errors = match std::str::from_utf8(&bytes) {
+        Ok(text) => Manifest::lint(text),
+        Err(e) => vec![not_utf8(&bytes, e.valid_up_to())],
+    };
+    let mut out = io::stdout().lock();
+    for e in &errors {
+        writeln!(
+            out,
+            "{}:{}:{}: {}",
+            file.display(),
+            e.line,
+            e.column,
+            e.message
+        )?;
+    }
+    if !errors.is_empty() {
+        writeln!(out, "{}: {} error(s)", file.display(), errors.len())?;
+    }
+    Ok(exit(!errors.is_empty()))
+}
+
+/// Where the first invalid UTF-8 byte is, as a manifest error.
+fn not_utf8(bytes: &[u8], at: usize) -> ManifestError {
+    let before = String::from_utf8_lossy(&bytes[..at]);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    ManifestError {
+        line,
+        column,
+        message: "invalid UTF-8".to_owned(),
+    }
+}
