@@ -607,3 +607,62 @@ fn lock_and_build_from_a_depot_server() {
         "{pkg5}"
     );
 }
+
+#[test]
+fn source_date_epoch_and_rebuilding_into_the_same_layout() {
+    let f = fixture(&[]);
+    lock_it(&f);
+    let out = f.root().join("out");
+    let first = build_to(&f, &out);
+    let s = build(
+        &f.image_file(),
+        &BuildOptions {
+            output: Some(out.clone()),
+            source_date_epoch: Some(1_000_000_000),
+            ..BuildOptions::default()
+        },
+    )
+    .unwrap();
+    assert_ne!(s.manifest, first.manifest);
+    let tree = read_layer(&out, &s.layers[0].digest);
+    assert_eq!(tree["usr/bin"].mtime, 1_000_000_000);
+    // A timestamp attribute still wins.
+    assert_eq!(tree["etc/tool.conf"].mtime, 1_677_906_367);
+    let cfg: serde_json::Value = serde_json::from_slice(
+        &fs::read(ImageLayout::open(&out).unwrap().blob_path(&s.config)).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(cfg["created"], "2001-09-09T01:46:40Z");
+    // The second build replaced the first one's tag and SBOM entries.
+    let index: serde_json::Value =
+        serde_json::from_slice(&fs::read(out.join("index.json")).unwrap()).unwrap();
+    let digests: Vec<&str> = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["digest"].as_str().unwrap())
+        .collect();
+    assert_eq!(digests, [s.manifest.to_string(), s.sbom.to_string()]);
+}
+
+#[test]
+fn mediated_links_keep_the_chosen_mediation_only() {
+    let f = fixture(&[
+        "set name=pkg.fmri value=pkg:/demo/py27@2.7:20240101T000000Z\nlink path=usr/bin/python target=python2.7 mediator=python mediator-version=2.7\n",
+        "set name=pkg.fmri value=pkg:/demo/py39@3.9:20240101T000000Z\nlink path=usr/bin/python target=python3.9 mediator=python mediator-version=3.9\n",
+    ]);
+    fs::write(
+        f.image_file(),
+        IMAGE.replace(
+            "\"demo/tool\"",
+            "\"demo/tool\", \"demo/py27\", \"demo/py39\"",
+        ),
+    )
+    .unwrap();
+    lock_it(&f);
+    let out = f.root().join("out");
+    let s = build_to(&f, &out);
+    let tree = read_layer(&out, &s.layers[0].digest);
+    // pkg's choice: the highest mediator-version.
+    assert_eq!(tree["usr/bin/python"].link.as_deref(), Some("python3.9"));
+}
