@@ -19,6 +19,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Build an OCI image from an image file and its lockfile.
+    Build(commands::build::Args),
+    /// Resolve an image file's packages into a lockfile beside it.
+    Lock(commands::lock::Args),
     /// Validate an OCI image layout (PATH or PATH:TAG) or a single JSON document.
     Validate(commands::validate::Args),
     /// Run the OCI registry.
@@ -32,6 +36,8 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Build(args) => commands::build::run(args),
+        Command::Lock(args) => commands::lock::run(args),
         Command::Validate(args) => commands::validate::run(args),
         Command::Registry(cmd) => commands::registry::run(cmd),
         Command::Worker(cmd) => commands::worker::run(cmd),

@@ -1,0 +1,67 @@
+//! `rdctl build`: build an OCI image from an image file and its lockfile.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+
+/// Arguments of `rdctl build`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:
+  rdctl lock image.toml && rdctl build image.toml --output ./image
+  rdctl build image.toml --push localhost:5000/zones/web
+  rdctl build image.toml --output ./image --push localhost:5000/zones/web:1.0 --json
+
+The lockfile (image.lock.json beside the image file) must exist and match the image file.
+SOURCE_DATE_EPOCH, when set, is the mtime of files without a timestamp and the image's
+creation time; otherwise the newest package timestamp is.
+
+Exit status: 0 built, 2 the build failed.")]
+pub struct Args {
+    /// The image file (TOML).
+    pub image_file: PathBuf,
+    /// Write an OCI image layout to this directory.
+    #[arg(long, value_name = "DIR")]
+    pub output: Option<PathBuf>,
+    /// Push to this reference (registry/name[:tag]; without a tag, the image file's tags).
+    #[arg(long, value_name = "REF")]
+    pub push: Option<String>,
+    /// Print a JSON summary (digests, layers, packages).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `rdctl build`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.output.is_none() && args.push.is_none() {
+        bail!("give --output DIR, --push REF, or both");
+    }
+    let source_date_epoch = match std::env::var("SOURCE_DATE_EPOCH") {
+        Ok(s) => Some(
+            s.trim()
+                .parse::<u64>()
+                .with_context(|| format!("SOURCE_DATE_EPOCH={s:?} is not a number of seconds"))?,
+        ),
+        Err(_) => None,
+    };
+    let opts = builder::BuildOptions {
+        output: args.output,
+        push: args.push,
+        source_date_epoch,
+    };
+    let summary = builder::build(&args.image_file, &opts)
+        .with_context(|| format!("cannot build {}", args.image_file.display()))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        println!("manifest {}", summary.manifest);
+        println!("index    {}", summary.index);
+        for l in &summary.layers {
+            println!("layer    {} ({} bytes) {}", l.digest, l.size, l.contents);
+        }
+        for r in &summary.pushed {
+            println!("pushed   {r}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
