@@ -132,7 +132,9 @@ impl fmt::Display for Timestamp {
 /// Checks `YYYYMMDDTHHMMSSZ` and that it names a real date and time.
 pub(crate) fn valid_timestamp(t: &str) -> bool {
     let b = t.as_bytes();
-    if b.len() != 16 || b[8] != b'T' || b[15] != b'Z' {
+    // ASCII first: the slices below are byte ranges, which would split a multi-byte character
+    // (found by the fmri fuzz target).
+    if !t.is_ascii() || b.len() != 16 || b[8] != b'T' || b[15] != b'Z' {
         return false;
     }
     let digits = |r: std::ops::Range<usize>| -> Option<u32> {
@@ -326,6 +328,17 @@ mod tests {
 
     fn v(s: &str) -> Version {
         Version::parse(s).unwrap_or_else(|e| panic!("{s}: {e}"))
+    }
+
+    #[test]
+    fn non_ascii_timestamps_are_refused_not_panicked_on() {
+        // From the fmri fuzz target: 16 bytes, 'T' at byte 8 and 'Z' last, but a two-byte
+        // character across a field boundary.
+        let t = "20200\u{e9}1T195136Z";
+        assert_eq!(t.len(), 16);
+        assert!(!valid_timestamp(t));
+        assert!(format!("pkg:/a@1.0:{t}").parse::<crate::Fmri>().is_err());
+        assert!(valid_timestamp("20200421T195136Z"));
     }
 
     #[test]
