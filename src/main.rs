@@ -25,6 +25,12 @@ enum Command {
     Lock(commands::lock::Args),
     /// Validate an OCI image layout (PATH or PATH:TAG) or a single JSON document.
     Validate(commands::validate::Args),
+    /// Push an OCI image layout (DIR[:TAG]) to a registry.
+    Push(commands::transfer::PushArgs),
+    /// Pull an image from a registry into an OCI image layout.
+    Pull(commands::transfer::PullArgs),
+    /// Copy an image between layouts (oci:DIR[:TAG]) and registries.
+    Copy(commands::transfer::CopyArgs),
     /// Run the OCI registry.
     #[command(subcommand)]
     Registry(commands::registry::Command),
@@ -39,6 +45,9 @@ fn main() -> ExitCode {
         Command::Build(args) => commands::build::run(args),
         Command::Lock(args) => commands::lock::run(args),
         Command::Validate(args) => commands::validate::run(args),
+        Command::Push(args) => commands::transfer::push(args),
+        Command::Pull(args) => commands::transfer::pull(args),
+        Command::Copy(args) => commands::transfer::copy(args),
         Command::Registry(cmd) => commands::registry::run(cmd),
         Command::Worker(cmd) => commands::worker::run(cmd),
     };

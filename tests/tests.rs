@@ -2,6 +2,7 @@
 //! area; `util` holds the shared helpers.
 
 mod registry_e2e;
+mod transfer;
 mod util;
 mod validate_cli;
 mod validate_tools;

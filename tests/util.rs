@@ -1,7 +1,12 @@
 //! Shared helpers for the end-to-end tests: the rdctl binary, pinned tools, commands.
 
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
 
 /// The repository root.
 pub fn root() -> &'static Path {
@@ -92,4 +97,120 @@ pub fn rules(report: &serde_json::Value) -> Vec<String> {
 /// A path as &str for command lines.
 pub fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
+}
+
+/// A running `rdctl registry serve`, killed and reaped on drop, with a bounded log tail.
+pub struct Server {
+    child: Child,
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    log: Arc<Mutex<VecDeque<String>>>,
+}
+
+impl Server {
+    /// Starts `rdctl registry serve` on 127.0.0.1 port 0 with extra flags.
+    pub fn start(data: &Path, extra: &[&str]) -> Server {
+        Self::spawn(data, extra, &[])
+    }
+
+    /// Starts it with extra environment variables.
+    pub fn start_with_env(data: &Path, env: &[(&str, &str)]) -> Server {
+        Self::spawn(data, &[], env)
+    }
+
+    fn spawn(data: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut child = rdctl()
+            .args([
+                "registry",
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--data",
+                s(data),
+            ])
+            .args(extra)
+            .envs(env.iter().copied())
+            .env("RDCTL_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start rdctl registry serve");
+        let log = Arc::new(Mutex::new(VecDeque::new()));
+        let (tx, rx) = mpsc::channel();
+        let stderr = child.stderr.take().expect("piped stderr");
+        let l = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("registry listening on ").nth(1) {
+                    let addr = rest.split_whitespace().next().unwrap_or("").to_owned();
+                    let _ = tx.send(addr);
+                }
+                let mut l = l.lock().unwrap();
+                if l.len() == 200 {
+                    l.pop_front();
+                }
+                l.push_back(line);
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(a) => a.parse().expect("listen address"),
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "registry did not start; log:\n{}",
+                    log.lock()
+                        .unwrap()
+                        .iter()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                );
+            }
+        };
+        Server { child, addr, log }
+    }
+
+    /// `HOST:PORT`.
+    pub fn host(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// The last lines of its log.
+    pub fn log_tail(&self) -> String {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Sends a signal (`-TERM`, `-9`) with kill(1).
+    pub fn signal(&self, sig: &str) {
+        ok(Command::new("kill").args([sig, &self.child.id().to_string()]));
+    }
+
+    /// Waits for exit, at most `limit`.
+    pub fn wait(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Some(st) = self.child.try_wait().expect("wait for rdctl") {
+                return Some(st);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
 }

@@ -22,6 +22,7 @@
 
 pub mod client;
 pub mod names;
+pub mod transfer;
 
 #[cfg(feature = "server")]
 pub mod api;

@@ -3,5 +3,6 @@
 pub mod build;
 pub mod lock;
 pub mod registry;
+pub mod transfer;
 pub mod validate;
 pub mod worker;

@@ -1,0 +1,149 @@
+//! `rdctl push`, `rdctl pull`, `rdctl copy`: copy images between OCI image layouts and
+//! registries with `registry::transfer::copy`.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use registry::client::Client;
+use registry::transfer::{CopyOptions, CopyReport, ImageRef, copy_blocking};
+use validator::Platform;
+
+/// Options every transfer command takes.
+#[derive(Debug, clap::Args)]
+pub struct Common {
+    /// Copy only this platform's manifest out of an index (`os/arch[/variant]`); it becomes
+    /// the tagged root at the destination.
+    #[arg(long, value_name = "OS/ARCH")]
+    pub platform: Option<String>,
+    /// Talk plain HTTP to every registry (loopback registries always use it).
+    #[arg(long)]
+    pub plain_http: bool,
+}
+
+/// Arguments of `rdctl push`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:
+  rdctl push ./image:1.0 127.0.0.1:5000/zones/base:1.0
+  rdctl push --platform illumos/amd64 ./image:1.0 registry.example/zones/base
+
+Without a tag on REF the layout's tag is used. Exit status: 0 pushed, 2 failed.")]
+pub struct PushArgs {
+    /// The OCI image layout, `DIR[:TAG]` (the tag is an org.opencontainers.image.ref.name).
+    pub layout: String,
+    /// The destination, `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]`.
+    pub reference: String,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// Arguments of `rdctl pull`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:
+  rdctl pull 127.0.0.1:5000/zones/base:1.0 ./image
+  rdctl pull --platform illumos/amd64 registry.example/zones/base:1.0 ./image:base
+
+Without a tag on LAYOUT the reference's tag names the index.json entry. Exit status: 0 pulled,
+2 failed.")]
+pub struct PullArgs {
+    /// The source, `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]`.
+    pub reference: String,
+    /// The OCI image layout to write, `DIR[:TAG]` (created when missing).
+    pub layout: String,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// Arguments of `rdctl copy`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:
+  rdctl copy 127.0.0.1:5000/a:1 127.0.0.1:5001/b:1
+  rdctl copy oci:./image:1.0 docker://127.0.0.1:5000/zones/base:1.0
+  rdctl copy --platform illumos/amd64 docker://reg.example/base:1 oci:./image:1
+
+Exit status: 0 copied, 2 failed.")]
+pub struct CopyArgs {
+    /// The source: `oci:DIR[:TAG]` or `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]`.
+    pub source: String,
+    /// The destination, in the same forms.
+    pub destination: String,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// Runs `rdctl push`.
+pub fn push(args: PushArgs) -> anyhow::Result<ExitCode> {
+    let src = ImageRef::parse_layout(&args.layout)?;
+    let dst = ImageRef::parse_registry(&args.reference)?;
+    run("push", &src, &dst, &args.common)
+}
+
+/// Runs `rdctl pull`.
+pub fn pull(args: PullArgs) -> anyhow::Result<ExitCode> {
+    let src = ImageRef::parse_registry(&args.reference)?;
+    let dst = ImageRef::parse_layout(&args.layout)?;
+    run("pull", &src, &dst, &args.common)
+}
+
+/// Runs `rdctl copy`.
+pub fn copy(args: CopyArgs) -> anyhow::Result<ExitCode> {
+    let src = ImageRef::parse(&args.source)?;
+    let dst = ImageRef::parse(&args.destination)?;
+    run("copy", &src, &dst, &args.common)
+}
+
+fn run(verb: &str, src: &ImageRef, dst: &ImageRef, common: &Common) -> anyhow::Result<ExitCode> {
+    let platform = match &common.platform {
+        Some(s) => Some(
+            Platform::parse(s)
+                .with_context(|| format!("--platform {s:?}: expected os/arch[/variant]"))?,
+        ),
+        None => None,
+    };
+    let client = Client::builder()
+        .plain_http(common.plain_http)
+        .build()
+        .context("cannot build the registry client")?;
+    let report = copy_blocking(&client, src, dst, &CopyOptions { platform })
+        .with_context(|| format!("cannot {verb} {src} to {dst}"))?;
+    print(src, dst, &report)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print(src: &ImageRef, dst: &ImageRef, r: &CopyReport) -> anyhow::Result<()> {
+    let stdout = std::io::stdout();
+    let mut w = stdout.lock();
+    for b in &r.blobs_copied {
+        writeln!(w, "copied  blob {} ({} bytes)", b.digest, b.size)?;
+    }
+    for b in &r.blobs_skipped {
+        writeln!(
+            w,
+            "skipped blob {} ({} bytes, already there)",
+            b.digest, b.size
+        )?;
+    }
+    for m in &r.manifests {
+        writeln!(
+            w,
+            "wrote   manifest {} ({}, {} bytes)",
+            m.digest, m.media_type, m.size
+        )?;
+    }
+    writeln!(
+        w,
+        "{src} -> {dst}: {} {}{}; {} manifest(s), {} blob(s) copied ({} bytes), {} blob(s) skipped ({} bytes)",
+        r.root.media_type,
+        r.root.digest,
+        r.tag
+            .as_deref()
+            .map(|t| format!(" tagged {t}"))
+            .unwrap_or_default(),
+        r.manifests.len(),
+        r.blobs_copied.len(),
+        r.bytes_copied(),
+        r.blobs_skipped.len(),
+        r.bytes_skipped(),
+    )?;
+    Ok(())
+}
