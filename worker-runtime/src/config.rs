@@ -221,7 +221,10 @@ impl WorkerConfig {
     /// Loads `worker.toml`.
     pub fn load(path: &Path) -> Result<WorkerConfig, ConfigError> {
         let f: FileConfig = read_toml(path)?;
-        let base = path.parent().unwrap_or(Path::new("."));
+        // Relative paths in the file are relative to the file, made absolute here because the
+        // zone base appears in zonecfg text (`--config worker.toml` has an empty parent).
+        let file = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+        let base = file.parent().unwrap_or(Path::new("/"));
         let abs = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
         let value = |field, reason: String| ConfigError::Value {
             path: path.to_owned(),
