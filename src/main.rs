@@ -31,6 +31,9 @@ enum Command {
     Pull(commands::transfer::PullArgs),
     /// Copy an image between layouts (oci:DIR[:TAG]) and registries.
     Copy(commands::transfer::CopyArgs),
+    /// Publish, serve, inspect and lint pkg(5) (IPS) repositories and manifests.
+    #[command(subcommand)]
+    Ips(commands::ips::Command),
     /// Run the OCI registry.
     #[command(subcommand)]
     Registry(commands::registry::Command),
@@ -48,6 +51,7 @@ fn main() -> ExitCode {
         Command::Push(args) => commands::transfer::push(args),
         Command::Pull(args) => commands::transfer::pull(args),
         Command::Copy(args) => commands::transfer::copy(args),
+        Command::Ips(cmd) => commands::ips::run(cmd),
         Command::Registry(cmd) => commands::registry::run(cmd),
         Command::Worker(cmd) => commands::worker::run(cmd),
     };

@@ -1,6 +1,7 @@
 //! One module per subcommand: each turns its arguments into a library call and prints.
 
 pub mod build;
+pub mod ips;
 pub mod lock;
 pub mod registry;
 pub mod transfer;
