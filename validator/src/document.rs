@@ -167,24 +167,8 @@ pub fn check_document(
         Some(DocumentKind::Config) => MAX_CONFIG_SIZE,
         _ => MAX_MANIFEST_SIZE,
     };
-    if bytes.len() > limit {
-        r.error(
-            Rule::DocumentSize,
-            location,
-            format!("document is {} bytes, limit {limit}", bytes.len()),
-        );
+    let Some(value) = parse_limited(bytes, limit, location, &mut r) else {
         return (r, None);
-    }
-    let value = match parse_strict(bytes) {
-        Ok(v) => v,
-        Err(e @ JsonError::DuplicateKey { .. }) => {
-            r.error(Rule::JsonDuplicateKey, location, e.to_string());
-            return (r, None);
-        }
-        Err(e) => {
-            r.error(Rule::JsonSyntax, location, e.to_string());
-            return (r, None);
-        }
     };
     let kind = kind
         .or_else(|| declared.and_then(kind_of_media_type))
@@ -232,28 +216,35 @@ pub fn check_config(
     location: &str,
 ) -> (Report, Option<ImageConfig>) {
     let mut r = Report::new();
-    if bytes.len() > MAX_CONFIG_SIZE {
-        r.error(
-            Rule::DocumentSize,
-            location,
-            format!("config is {} bytes, limit {MAX_CONFIG_SIZE}", bytes.len()),
-        );
+    let Some(value) = parse_limited(bytes, MAX_CONFIG_SIZE, location, &mut r) else {
         return (r, None);
-    }
-    let value = match parse_strict(bytes) {
-        Ok(v) => v,
-        Err(e @ JsonError::DuplicateKey { .. }) => {
-            r.error(Rule::JsonDuplicateKey, location, e.to_string());
-            return (r, None);
-        }
-        Err(e) => {
-            r.error(Rule::JsonSyntax, location, e.to_string());
-            return (r, None);
-        }
     };
     let cfg = Ctx { loc: location }.config(&value, layer_count, &mut r);
     let cfg = if r.is_ok() { cfg } else { None };
     (r, cfg)
+}
+
+/// The size limit, then strict JSON; a failure is recorded in `r` and gives `None`.
+fn parse_limited(bytes: &[u8], limit: usize, location: &str, r: &mut Report) -> Option<Value> {
+    if bytes.len() > limit {
+        r.error(
+            Rule::DocumentSize,
+            location,
+            format!("document is {} bytes, limit {limit}", bytes.len()),
+        );
+        return None;
+    }
+    match parse_strict(bytes) {
+        Ok(v) => Some(v),
+        Err(e @ JsonError::DuplicateKey { .. }) => {
+            r.error(Rule::JsonDuplicateKey, location, e.to_string());
+            None
+        }
+        Err(e) => {
+            r.error(Rule::JsonSyntax, location, e.to_string());
+            None
+        }
+    }
 }
 
 struct Ctx<'a> {
