@@ -355,25 +355,15 @@ pub async fn copy(
     let mut root_doc = checked(&root, &root_bytes)?;
     if let Some(want) = &opts.platform {
         while let Document::Index(index) = &root_doc {
-            let pick = index
-                .manifests
-                .iter()
-                .find(|d| d.platform.as_ref().is_some_and(|p| want.matches(p)));
-            let Some(pick) = pick else {
-                let offered: Vec<String> = index
-                    .manifests
-                    .iter()
-                    .filter_map(|d| d.platform.as_ref().map(ToString::to_string))
-                    .collect();
-                return Err(TransferError::NoPlatform {
-                    digest: root.digest.clone(),
-                    platform: want.to_string(),
-                    offered: if offered.is_empty() {
-                        "no platforms".to_owned()
-                    } else {
-                        offered.join(", ")
-                    },
-                });
+            let pick = match index.pick_platform(|p| want.matches(p)) {
+                Ok(pick) => pick,
+                Err(offered) => {
+                    return Err(TransferError::NoPlatform {
+                        digest: root.digest.clone(),
+                        platform: want.to_string(),
+                        offered,
+                    });
+                }
             };
             root = content_of(pick);
             root_bytes = source.document(&root).await?;

@@ -87,6 +87,30 @@ pub struct Index {
     pub annotations: BTreeMap<String, String>,
 }
 
+impl Index {
+    /// The first entry whose platform `accept` takes (first match wins, as the spec says), or,
+    /// when none does, the platforms the index offers, for the error message.
+    pub fn pick_platform(&self, accept: impl Fn(&Platform) -> bool) -> Result<&Descriptor, String> {
+        if let Some(d) = self
+            .manifests
+            .iter()
+            .find(|d| d.platform.as_ref().is_some_and(&accept))
+        {
+            return Ok(d);
+        }
+        let offered: Vec<String> = self
+            .manifests
+            .iter()
+            .filter_map(|d| d.platform.as_ref().map(ToString::to_string))
+            .collect();
+        Err(if offered.is_empty() {
+            "no platforms".to_owned()
+        } else {
+            offered.join(", ")
+        })
+    }
+}
+
 /// An image config that passed its rules.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ImageConfig {

@@ -205,25 +205,12 @@ pub async fn pull(
             Document::Manifest(m) => (digest.clone(), *m),
             Document::Index(index) => {
                 let pick = index
-                    .manifests
-                    .iter()
-                    .find(|d| d.platform.as_ref().is_some_and(|p| host.accepts(p)));
-                let Some(pick) = pick else {
-                    let offered: Vec<String> = index
-                        .manifests
-                        .iter()
-                        .filter_map(|d| d.platform.as_ref().map(ToString::to_string))
-                        .collect();
-                    return Err(PullError::NoPlatform {
+                    .pick_platform(|p| host.accepts(p))
+                    .map_err(|offered| PullError::NoPlatform {
                         digest: digest.clone(),
                         wanted: format!("{} (os.version {})", host.platform, host.os_version),
-                        offered: if offered.is_empty() {
-                            "no platforms".into()
-                        } else {
-                            offered.join(", ")
-                        },
-                    });
-                };
+                        offered,
+                    })?;
                 if !pick.media_type.is_manifest() {
                     return Err(PullError::Unsupported {
                         what: "index entry",
