@@ -190,6 +190,17 @@ impl SeaweedFs {
         let [master, _, volume, _, filer, _, s3, _] = ports[..] else {
             unreachable!("eight ports")
         };
+        // Every test bucket is its own SeaweedFS collection, and each new collection grows 7
+        // volumes by default; with `-volume.max=0` the volume limit follows free disk space
+        // (266 on an 18 GiB disk), so a few dozen buckets exhausted it and every write
+        // then failed with `500 InternalError`. Grow two volumes per collection (read from
+        // `master.toml` in the working directory) and allow far more of them: volumes are not
+        // preallocated, so the limit costs no disk.
+        std::fs::write(
+            dir.join("master.toml"),
+            "[master.volume_growth]\ncopy_1 = 2\ncopy_2 = 2\ncopy_3 = 1\ncopy_other = 1\n",
+        )
+        .map_err(io_err(format!("writing {}/master.toml", dir.display())))?;
         let mut cmd = Command::new(weed);
         cmd.arg("server")
             .arg(format!("-dir={}", dir.display()))
@@ -209,7 +220,7 @@ impl SeaweedFs {
                 "-s3.port.iceberg=0",
                 "-s3.port.lance=0",
                 "-master.telemetry=false",
-                "-volume.max=0",
+                "-volume.max=2000",
                 "-master.volumeSizeLimitMB=64",
                 "-volume.preStopSeconds=0",
             ])
