@@ -30,6 +30,7 @@ step() { # title command...
 step "install deps" "$ROOT/scripts/install-deps.sh"
 step "cargo fmt" cargo fmt --all -- --check
 step "cargo clippy" cargo clippy --workspace --all-targets -- -D warnings
+step "README main command" "$ROOT/scripts/check-readme.sh"
 step "cargo test" cargo test --workspace --no-fail-fast
 
 printf '\n==== all steps passed in %ds ====\n' $((SECONDS - T0))
