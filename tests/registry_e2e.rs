@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::util::{Server, ok, rdctl, root, s, tail, tempdir, tool};
 
 /// One HTTP/1.1 exchange over a fresh connection (Connection: close).
-fn http(
+pub(crate) fn http(
     addr: SocketAddr,
     method: &str,
     path: &str,
@@ -50,7 +50,7 @@ fn http(
     (status, headers, raw[split + 4..].to_vec())
 }
 
-fn header<'a>(h: &'a [(String, String)], name: &str) -> &'a str {
+pub(crate) fn header<'a>(h: &'a [(String, String)], name: &str) -> &'a str {
     h.iter()
         .find(|(k, _)| k == name)
         .map(|(_, v)| v.as_str())
@@ -73,16 +73,22 @@ fn junit_count(xml: &str, name: &str) -> u64 {
 
 #[test]
 fn registry_passes_the_oci_conformance_suite() {
-    let mut suite = tool("conformance.test");
     let data = tempdir();
     let server = Server::start(data.path(), &[]);
-    // Kept for CI as an artifact: junit.xml, report.html, results.yaml.
-    let results = root().join("target/conformance-results");
+    conformance(&server.host(), "conformance-results", &|| server.log_tail());
+}
+
+/// Runs the official conformance suite (all workflows, OCI 1.1, sha512 too) against the
+/// registry at `host` and fails the test unless it reports 0 failures. The report (junit.xml,
+/// report.html, results.yaml) is kept for CI as an artifact in `target/<results>`.
+pub(crate) fn conformance(host: &str, results: &str, log_tail: &dyn Fn() -> String) {
+    let mut suite = tool("conformance.test");
+    let results = root().join("target").join(results);
     let _ = std::fs::remove_dir_all(&results);
     std::fs::create_dir_all(&results).unwrap();
     let out = suite
         .current_dir(&results)
-        .env("OCI_ROOT_URL", format!("http://{}", server.host()))
+        .env("OCI_ROOT_URL", format!("http://{host}"))
         .env("OCI_NAMESPACE", "conformance/repo1")
         .env("OCI_CROSSMOUNT_NAMESPACE", "conformance/repo2")
         .env("OCI_TEST_PULL", "1")
@@ -122,7 +128,7 @@ fn registry_passes_the_oci_conformance_suite() {
         "conformance failed ({tests} tests, {failures} failures, {errors} errors)\nsuite output:\n{}\n{}\nregistry log:\n{}",
         tail(&out.stdout),
         tail(&out.stderr),
-        server.log_tail()
+        log_tail()
     );
 }
 

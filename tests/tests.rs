@@ -3,6 +3,7 @@
 
 mod ips_cli;
 mod registry_e2e;
+mod registry_s3;
 mod transfer;
 mod util;
 mod validate_cli;

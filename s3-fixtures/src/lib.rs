@@ -9,15 +9,18 @@
 //!   test binary; [`SeaweedFs::bucket`] creates a fresh bucket for each test.
 //! - [`FaultProxy`] sits between a store and SeaweedFS, counts requests per [`S3Op`], and injects
 //!   [`Fault`]s (5xx answers, delays, dropped connections, truncated bodies) on chosen requests.
+//! - [`RoundRobin`] balances HTTP requests over registry replicas, one request to each in turn.
 //!
 //! A missing `weed` is an error naming the install command: tests that need SeaweedFS fail, they
 //! never skip.
 
 #![deny(missing_docs)]
 
+mod balance;
 mod proxy;
 mod seaweed;
 
+pub use balance::RoundRobin;
 pub use proxy::{Fault, FaultProxy, Rule, S3Op};
 pub use seaweed::{SeaweedFs, weed_binary};
 
