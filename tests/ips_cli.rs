@@ -36,14 +36,16 @@ const HELLO: &str = "#!/bin/sh\necho hello\n";
 const COPYING: &str = "Permission is hereby granted, free of charge.\n";
 
 /// `rdctl ips serve` on 127.0.0.1:0; killed and reaped on drop.
-struct Depot {
+pub(crate) struct Depot {
     child: Child,
-    url: String,
+    /// `http://127.0.0.1:PORT/`.
+    pub(crate) url: String,
     stderr: PathBuf,
 }
 
 impl Depot {
-    fn start(repo: &Path, dir: &Path) -> Depot {
+    /// Serves `repo`; the server's stderr goes to a file in `dir`.
+    pub(crate) fn start(repo: &Path, dir: &Path) -> Depot {
         let stderr = dir.join("serve.stderr");
         let mut child = rdctl()
             .args(["ips", "serve", "--repo", s(repo), "--listen", "127.0.0.1:0"])
@@ -67,7 +69,7 @@ impl Depot {
     }
 
     /// The server's stderr tail, for failure messages.
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         tail(&fs::read(&self.stderr).unwrap_or_default())
     }
 }

@@ -1,6 +1,7 @@
 //! End-to-end tests across crates, with real servers and clients. One binary, one module per
 //! area; `util` holds the shared helpers.
 
+mod builder_e2e;
 mod ips_cli;
 mod registry_e2e;
 mod registry_s3;
