@@ -9,3 +9,4 @@ mod transfer;
 mod util;
 mod validate_cli;
 mod validate_tools;
+mod worker_e2e;

@@ -25,7 +25,7 @@
 //! image = "registry.example:5000/apps/web:1.4"   # tag or @digest
 //! pull_policy = "Always"                         # or IfNotPresent
 //! brand = "nlipkg"
-//! stop_timeout_secs = 10
+//! stop_timeout_secs = 10                       # default: the image's stop-timeout label, else 10
 //! [limits]
 //! cpus = 1.5                                     # zonecfg capped-cpu ncpus
 //! memory = "512m"                                # zonecfg capped-memory physical
@@ -119,8 +119,9 @@ pub struct ZoneSpec {
     pub pull_policy: PullPolicy,
     /// Zone brand.
     pub brand: String,
-    /// Seconds between the stop signal and the kill.
-    pub stop_timeout_secs: u32,
+    /// Seconds between the stop signal and the kill; `None` takes the image's
+    /// `org.reddwarf.image.stop-timeout` label (what `rdctl build` writes), else 10.
+    pub stop_timeout_secs: Option<u32>,
     /// Caps.
     pub limits: ResourceLimits,
     /// The manifest file.
@@ -390,7 +391,7 @@ pub fn load_zone(path: &Path) -> Result<ZoneSpec, ConfigError> {
         image,
         pull_policy: f.pull_policy.unwrap_or(PullPolicy::IfNotPresent),
         brand,
-        stop_timeout_secs: f.stop_timeout_secs.unwrap_or(10),
+        stop_timeout_secs: f.stop_timeout_secs,
         limits: f.limits,
         source: path.to_owned(),
     })

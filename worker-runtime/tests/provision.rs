@@ -156,7 +156,7 @@ fn illumos_provisioner_runs_create_and_replace_in_order() {
         image: Reference::parse("127.0.0.1:5000/apps/web:1").unwrap(),
         pull_policy: PullPolicy::Always,
         brand: "nlipkg".into(),
-        stop_timeout_secs: 7,
+        stop_timeout_secs: Some(7),
         limits: ResourceLimits::default(),
         source: PathBuf::from("web.toml"),
     };

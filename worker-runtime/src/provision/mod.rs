@@ -29,6 +29,13 @@ use crate::verify::{VerifiedImage, VerifiedRoot};
 /// The stop signal when the image names none (Docker's and SMF's default).
 pub const DEFAULT_STOP_SIGNAL: &str = "SIGTERM";
 
+/// The config label `rdctl build` writes the image file's `stop_timeout` into (OCI has no
+/// field for it).
+pub const STOP_TIMEOUT_LABEL: &str = "org.reddwarf.image.stop-timeout";
+
+/// Seconds between the stop signal and the kill when neither the zone nor the image says.
+pub const DEFAULT_STOP_TIMEOUT_SECS: u32 = 10;
+
 /// Everything a zone is made from: written as `zone.json` and used for the command text.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ZoneDescription {
@@ -182,6 +189,18 @@ pub fn describe(
         .clone()
         .unwrap_or_else(|| DEFAULT_STOP_SIGNAL.to_owned());
     check_stop_signal(&stop_signal).map_err(|m| bad("StopSignal", m))?;
+    let stop_timeout_secs = match spec.stop_timeout_secs {
+        Some(t) => t,
+        None => match c.labels().as_ref().and_then(|l| l.get(STOP_TIMEOUT_LABEL)) {
+            Some(v) => v.parse::<u32>().map_err(|_| {
+                bad(
+                    "Labels",
+                    format!("{STOP_TIMEOUT_LABEL}={v:?} is not a number of seconds"),
+                )
+            })?,
+            None => DEFAULT_STOP_TIMEOUT_SECS,
+        },
+    };
     Ok(ZoneDescription {
         zone: spec.name.clone(),
         brand: spec.brand.clone(),
@@ -196,7 +215,7 @@ pub fn describe(
         user,
         working_dir,
         stop_signal,
-        stop_timeout_secs: spec.stop_timeout_secs,
+        stop_timeout_secs,
         limits: spec.limits.clone(),
         zonepath,
     })

@@ -1,0 +1,502 @@
+//! `rdctl worker run --once` end to end, with the real binaries only: images built by `rdctl
+//! build` and by umoci 0.6 (pushed with skopeo), served by `rdctl registry serve`, pulled
+//! into `dir` zones. The zone roots must equal `umoci raw unpack` of the same images (paths,
+//! types, modes, link targets, hardlink groups, contents, mtimes; owners against umoci's
+//! non-rootless unpack when the test runs as root), and the zone description carries the
+//! image's StopSignal and stop timeout.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use sha2::{Digest as _, Sha256};
+
+use crate::util::{Server, ok, rdctl, s, tail, tempdir, tool};
+
+/// A worker node: worker.toml, a zones directory, state and zone roots under one directory.
+pub struct Node {
+    dir: PathBuf,
+}
+
+impl Node {
+    /// A node in `dir` (created), `dir` provisioner, os_version fixed for the images here.
+    pub fn new(dir: &Path) -> Node {
+        std::fs::create_dir_all(dir.join("zones")).unwrap();
+        std::fs::write(
+            dir.join("worker.toml"),
+            "zones_dir = \"zones\"\nstate_dir = \"state\"\nworker_id = \"e2e\"\n\
+             os_version = \"e2e-build\"\nbackoff_initial_secs = 60\n\
+             [provisioner]\nkind = \"dir\"\nbase = \"roots\"\n",
+        )
+        .unwrap();
+        Node {
+            dir: dir.to_owned(),
+        }
+    }
+
+    /// The worker.toml path.
+    pub fn config(&self) -> PathBuf {
+        self.dir.join("worker.toml")
+    }
+
+    /// Writes a zone manifest (pull policy Always, no stop timeout: the image's applies).
+    pub fn zone(&self, name: &str, image: &str) {
+        std::fs::write(
+            self.dir.join("zones").join(format!("{name}.toml")),
+            format!("name = \"{name}\"\nimage = \"{image}\"\npull_policy = \"Always\"\n"),
+        )
+        .unwrap();
+    }
+
+    /// The zone's root directory.
+    pub fn root(&self, zone: &str) -> PathBuf {
+        self.dir.join("roots").join(zone).join("root")
+    }
+
+    /// The zonepath (root, zone.json, zonecfg text).
+    pub fn zonepath(&self, zone: &str) -> PathBuf {
+        self.dir.join("roots").join(zone)
+    }
+
+    /// `rdctl worker run --once` (output returned whatever the exit status).
+    pub fn run_once(&self) -> Output {
+        rdctl()
+            .args(["worker", "run", "--once", "--config", s(&self.config())])
+            .env("RDCTL_LOG", "info")
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("run rdctl worker run")
+    }
+
+    /// `rdctl worker status --json`, by zone name.
+    pub fn status(&self) -> BTreeMap<String, serde_json::Value> {
+        let out = ok(rdctl().args(["worker", "status", "--json", "--config", s(&self.config())]));
+        let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+        rows.into_iter()
+            .map(|r| (r["zone"].as_str().unwrap().to_owned(), r))
+            .collect()
+    }
+
+    /// The zone's description (zone.json).
+    pub fn description(&self, zone: &str) -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(self.zonepath(zone).join("zone.json")).unwrap())
+            .unwrap()
+    }
+}
+
+/// One file system entry as both unpackers must leave it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry {
+    kind: &'static str,
+    mode: u32,
+    owner: (u32, u32),
+    target: Option<PathBuf>,
+    sha256: Option<String>,
+    mtime: i64,
+}
+
+/// Every entry under `root` (relative paths, the root itself as ""), plus the hardlink groups
+/// (paths sharing an inode, for files with more than one link).
+fn tree(root: &Path) -> (BTreeMap<PathBuf, Entry>, Vec<Vec<PathBuf>>) {
+    let mut out = BTreeMap::new();
+    let mut inodes: BTreeMap<u64, Vec<PathBuf>> = BTreeMap::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let p = root.join(&rel);
+        let m = std::fs::symlink_metadata(&p).unwrap();
+        let ft = m.file_type();
+        let (kind, target, sha256) = if ft.is_dir() {
+            for e in std::fs::read_dir(&p).unwrap() {
+                stack.push(rel.join(e.unwrap().file_name()));
+            }
+            ("dir", None, None)
+        } else if ft.is_symlink() {
+            ("symlink", Some(std::fs::read_link(&p).unwrap()), None)
+        } else if ft.is_file() {
+            if m.nlink() > 1 {
+                inodes.entry(m.ino()).or_default().push(rel.clone());
+            }
+            let bytes = std::fs::read(&p).unwrap();
+            ("file", None, Some(hex(&Sha256::digest(&bytes))))
+        } else {
+            ("other", None, None)
+        };
+        out.insert(
+            rel,
+            Entry {
+                kind,
+                mode: m.permissions().mode() & 0o7777,
+                owner: (m.uid(), m.gid()),
+                target,
+                sha256,
+                mtime: m.mtime(),
+            },
+        );
+    }
+    let mut groups: Vec<Vec<PathBuf>> = inodes
+        .into_values()
+        .map(|mut v| {
+            v.sort();
+            v
+        })
+        .collect();
+    groups.sort();
+    (out, groups)
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Where the provisioner puts the entrypoint's SMF manifest inside the root (the one path
+/// a zone root has beyond its image).
+const ENTRYPOINT_MANIFEST: &str = "var/svc/manifest/site/rdctl-entrypoint.xml";
+
+/// Compares two trees entry by entry; owners only when `owners`. Symlink modes and mtimes
+/// are not compared (Linux has no lchmod, and umoci does not set symlink times). The
+/// provisioner's SMF manifest, and the directories made for it, are the only extra paths
+/// allowed in ours; the mtime of the image directory they were made in is not compared.
+fn assert_same_tree(what: &str, ours: &Path, theirs: &Path, owners: bool) {
+    let (mut a, ga) = tree(ours);
+    let (mut b, gb) = tree(theirs);
+    let smf = Path::new(ENTRYPOINT_MANIFEST);
+    assert!(
+        a.contains_key(smf),
+        "{what}: no {ENTRYPOINT_MANIFEST} in the zone root"
+    );
+    for p in smf.ancestors().filter(|p| !p.as_os_str().is_empty()) {
+        if b.contains_key(p) {
+            a.get_mut(p).unwrap().mtime = 0;
+            b.get_mut(p).unwrap().mtime = 0;
+            break;
+        }
+        a.remove(p).unwrap();
+    }
+    // The root's own mtime: rdctl build's layers have no entry for it, and then umoci sets
+    // the epoch while the worker leaves the time it made the directory.
+    a.get_mut(Path::new("")).unwrap().mtime = 0;
+    b.get_mut(Path::new("")).unwrap().mtime = 0;
+    let paths_a: Vec<&PathBuf> = a.keys().collect();
+    let paths_b: Vec<&PathBuf> = b.keys().collect();
+    assert_eq!(paths_a, paths_b, "{what}: the same paths");
+    for (p, ea) in &a {
+        let eb = &b[p];
+        let norm = |e: &Entry| {
+            let mut e = e.clone();
+            if !owners {
+                e.owner = (0, 0);
+                if !running_as_root() {
+                    // Without root the worker drops setuid/setgid (they would apply to the
+                    // wrong owner); umoci --rootless keeps them.
+                    e.mode &= !0o6000;
+                }
+            }
+            if e.kind == "symlink" {
+                e.mode = 0;
+                e.mtime = 0;
+            }
+            e
+        };
+        assert_eq!(
+            norm(ea),
+            norm(eb),
+            "{what}: {} (ours vs umoci)",
+            p.display()
+        );
+    }
+    assert_eq!(ga, gb, "{what}: hardlink groups");
+}
+
+/// An IPS repository published with `rdctl ips publish`, an image file and its lockfile.
+fn ips_image(dir: &Path) -> PathBuf {
+    let proto = dir.join("proto");
+    let files: [(&str, &[u8]); 5] = [
+        (
+            "etc/passwd",
+            b"root:x:0:0::/root:/bin/sh\ndemo:x:300:300::/var/demo:/bin/sh\n",
+        ),
+        ("etc/group", b"root::0:\nsys::3:\nbin::2:\ndemo::300:\n"),
+        ("usr/bin/tool", b"#!/bin/sh\necho tool\n"),
+        (
+            "usr/lib/libdemo.so.1",
+            &[0x7f, b'E', b'L', b'F', 2, 1, 1, 0],
+        ),
+        ("etc/tool.conf", b"port=80\n"),
+    ];
+    for (p, b) in files {
+        std::fs::create_dir_all(proto.join(p).parent().unwrap()).unwrap();
+        std::fs::write(proto.join(p), b).unwrap();
+    }
+    let core = "set name=pkg.fmri value=pkg:/system/core@1.0,5.11-2024.0:20240101T000000Z
+set name=pkg.summary value=\"Core files\"
+dir path=etc mode=0755 owner=root group=sys
+dir path=usr mode=0755 owner=root group=sys
+dir path=usr/bin mode=0755 owner=root group=bin
+dir path=usr/lib mode=0755 owner=root group=bin
+file path=etc/passwd mode=0644 owner=root group=sys preserve=true
+file path=etc/group mode=0644 owner=root group=sys preserve=true
+link path=bin target=./usr/bin
+";
+    let tool_pkg = "set name=pkg.fmri value=pkg:/demo/tool@2.1,5.11-2024.0:20240102T030405Z
+set name=pkg.summary value=\"A demo tool\"
+depend type=require fmri=system/core@1.0
+group groupname=demo gid=300
+user username=demo uid=300 group=demo home-dir=/var/demo
+dir path=var mode=0755 owner=root group=sys
+dir path=var/demo mode=0750 owner=demo group=demo
+file path=usr/bin/tool mode=4555 owner=root group=bin
+file path=usr/lib/libdemo.so.1 mode=0755 owner=root group=bin
+file path=etc/tool.conf mode=0640 owner=demo group=demo preserve=true
+link path=usr/bin/t target=tool
+link path=usr/lib/libdemo.so target=/usr/lib/libdemo.so.1
+hardlink path=usr/bin/atool target=tool
+";
+    for (name, text) in [("core.p5m", core), ("tool.p5m", tool_pkg)] {
+        std::fs::write(dir.join(name), text).unwrap();
+        ok(rdctl().args([
+            "ips",
+            "publish",
+            "--repo",
+            s(&dir.join("repo")),
+            "--publisher",
+            "example.org",
+            "--proto",
+            s(&proto),
+            s(&dir.join(name)),
+        ]));
+    }
+    let image = dir.join("image.toml");
+    std::fs::write(
+        &image,
+        "tags = [\"1.0\"]\nplatform = \"illumos/amd64\"\n\
+         [publishers]\n\"example.org\" = \"repo\"\n\
+         [packages]\ninclude = [\"demo/tool\"]\n\
+         [config]\nentrypoint = [\"/usr/bin/tool\"]\nuser = \"demo\"\n\
+         stop_signal = \"SIGUSR2\"\nstop_timeout = 45\n",
+    )
+    .unwrap();
+    ok(rdctl().arg("lock").arg(&image));
+    image
+}
+
+/// A plain tar of `root`'s contents (GNU tar, sorted, numeric owners kept).
+fn gnu_tar(root: &Path, out: &Path) {
+    ok(Command::new("tar")
+        .args([
+            "--sort=name",
+            "--numeric-owner",
+            "--mtime=2024-05-06 07:08:09Z",
+            "-cf",
+        ])
+        .arg(out)
+        .arg("-C")
+        .arg(root)
+        .arg("."));
+}
+
+/// An illumos image made with umoci 0.6 from two GNU tar layers: the second replaces a
+/// hardlinked file, whites out a file and makes a directory opaque.
+fn umoci_image(dir: &Path) -> PathBuf {
+    let img = dir.join("umoci-img");
+    let umoci = |args: &[&str]| ok(tool("umoci-0.6").args(args));
+    umoci(&["init", "--layout", s(&img)]);
+    umoci(&["new", "--image", &format!("{}:base", s(&img))]);
+    umoci(&[
+        "config",
+        "--image",
+        &format!("{}:base", s(&img)),
+        "--tag",
+        "cfg",
+        "--os",
+        "illumos",
+        "--config.cmd",
+        "/usr/bin/app",
+        "--config.stopsignal",
+        "SIGPWR",
+    ]);
+    let l1 = dir.join("l1");
+    let w = |root: &Path, p: &str, b: &[u8], mode: u32| {
+        let f = root.join(p);
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(&f, b).unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    w(&l1, "etc/motd", b"lower motd\n", 0o644);
+    w(&l1, "etc/old/a", b"a\n", 0o600);
+    w(&l1, "etc/old/b", b"b\n", 0o644);
+    w(&l1, "usr/bin/app", b"#!/bin/sh\necho v1\n", 0o755);
+    std::fs::hard_link(l1.join("usr/bin/app"), l1.join("usr/bin/app2")).unwrap();
+    std::os::unix::fs::symlink("usr/bin", l1.join("bin")).unwrap();
+    std::os::unix::fs::symlink("/usr/share/zoneinfo/UTC", l1.join("etc/localtime")).unwrap();
+    std::fs::create_dir_all(l1.join("var/secret")).unwrap();
+    std::fs::set_permissions(
+        l1.join("var/secret"),
+        std::fs::Permissions::from_mode(0o700),
+    )
+    .unwrap();
+    std::os::unix::fs::chown(l1.join("etc/old/a"), Some(123), Some(45)).unwrap();
+    let l2 = dir.join("l2");
+    w(&l2, "etc/.wh.motd", b"", 0o644);
+    w(&l2, "etc/old/.wh..wh..opq", b"", 0o644);
+    w(&l2, "etc/old/c", b"c\n", 0o644);
+    w(&l2, "usr/bin/app", b"#!/bin/sh\necho v2\n", 0o755);
+    w(&l2, "etc/release", b"umoci\n", 0o444);
+    let mut from = "cfg".to_owned();
+    for (n, root) in [("l1", &l1), ("l2", &l2)] {
+        let t = dir.join(format!("{n}.tar"));
+        gnu_tar(root, &t);
+        umoci(&[
+            "raw",
+            "add-layer",
+            "--image",
+            &format!("{}:{from}", s(&img)),
+            "--tag",
+            n,
+            s(&t),
+        ]);
+        from = n.to_owned();
+    }
+    img
+}
+
+/// `umoci raw unpack` of `image` (layout:tag) into `dest`, rootless or not.
+fn umoci_unpack(image: &str, dest: &Path, rootless: bool) {
+    let mut cmd = tool("umoci-0.6");
+    cmd.args(["raw", "unpack"]);
+    if rootless {
+        cmd.arg("--rootless");
+    }
+    ok(cmd.args(["--image", image, s(dest)]));
+}
+
+#[test]
+fn worker_roots_equal_umoci_unpack_of_built_and_umoci_images() {
+    let t = tempdir();
+    let dir = t.path();
+    let data = dir.join("registry");
+    let server = Server::start(&data, &[]);
+    let host = server.host();
+
+    // An image built by rdctl from IPS packages, written as a layout and pushed.
+    let image_file = ips_image(dir);
+    let layout = dir.join("built");
+    let built_ref = format!("{host}/zones/built:1.0");
+    ok(rdctl()
+        .arg("build")
+        .arg(&image_file)
+        .args(["--output", s(&layout), "--push", &built_ref])
+        .env("SOURCE_DATE_EPOCH", "1700000000"));
+    // An image made by umoci, pushed by skopeo.
+    let umoci_img = umoci_image(dir);
+    let umoci_ref = format!("{host}/zones/umoci:2");
+    ok(tool("skopeo").args([
+        "--insecure-policy",
+        "copy",
+        "--dest-tls-verify=false",
+        &format!("oci:{}:l2", s(&umoci_img)),
+        &format!("docker://{umoci_ref}"),
+    ]));
+
+    let node = Node::new(&dir.join("node"));
+    node.zone("built", &built_ref);
+    node.zone("umoci", &umoci_ref);
+    let out = node.run_once();
+    assert!(
+        out.status.success(),
+        "worker run failed: {}\nstdout: {}\nstderr:\n{}\nregistry log:\n{}",
+        out.status,
+        tail(&out.stdout),
+        tail(&out.stderr),
+        server.log_tail()
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().next().unwrap(),
+        "provisioned: built,umoci; unchanged: ; failed: ; backing off: ; removed: "
+    );
+
+    let root_user = running_as_root();
+    for (zone, image) in [
+        ("built", format!("{}:1.0", s(&layout))),
+        ("umoci", format!("{}:l2", s(&umoci_img))),
+    ] {
+        let theirs = dir.join(format!("umoci-{zone}"));
+        umoci_unpack(&image, &theirs, true);
+        assert_same_tree(zone, &node.root(zone), &theirs, false);
+        if root_user {
+            // As root both apply the layers' owners (and keep setuid bits).
+            let theirs = dir.join(format!("umoci-{zone}-owned"));
+            umoci_unpack(&image, &theirs, false);
+            assert_same_tree(zone, &node.root(zone), &theirs, true);
+        }
+    }
+    // What the layers say is really there (not just equal to umoci's view).
+    let built = node.root("built");
+    assert_eq!(
+        std::fs::read_link(built.join("usr/lib/libdemo.so")).unwrap(),
+        Path::new("/usr/lib/libdemo.so.1"),
+        "an absolute link target is kept as written (it resolves inside the zone)"
+    );
+    let m = std::fs::metadata(built.join("var/demo")).unwrap();
+    assert_eq!(m.permissions().mode() & 0o7777, 0o750);
+    if root_user {
+        assert_eq!((m.uid(), m.gid()), (300, 300));
+        let tool_mode = std::fs::metadata(built.join("usr/bin/tool")).unwrap();
+        assert_eq!(tool_mode.permissions().mode() & 0o7777, 0o4555);
+    }
+    let um = node.root("umoci");
+    assert!(!um.join("etc/motd").exists(), "whited out");
+    let mut old: Vec<String> = std::fs::read_dir(um.join("etc/old"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    old.sort();
+    assert_eq!(old, ["c"], "opaque: only the upper layer's children");
+    assert_eq!(
+        std::fs::read(um.join("usr/bin/app2")).unwrap(),
+        b"#!/bin/sh\necho v1\n",
+        "replacing a hardlinked path unlinks it, the other link keeps the old content"
+    );
+
+    // The zone descriptions carry the images' stop semantics.
+    let d = node.description("built");
+    assert_eq!(d["stop_signal"], "SIGUSR2");
+    assert_eq!(d["smf_stop_exec"], ":kill -USR2");
+    assert_eq!(
+        d["stop_timeout_secs"], 45,
+        "from the image (the zone sets none)"
+    );
+    assert_eq!(d["user"], "demo");
+    assert_eq!(d["entrypoint"], serde_json::json!(["/usr/bin/tool"]));
+    let smf = std::fs::read_to_string(node.zonepath("built").join("entrypoint.xml")).unwrap();
+    assert!(
+        smf.contains("exec=\":kill -USR2\" timeout_seconds=\"45\""),
+        "{smf}"
+    );
+    let d = node.description("umoci");
+    assert_eq!(d["stop_signal"], "SIGPWR");
+    assert_eq!(d["smf_stop_exec"], ":kill -PWR");
+    assert_eq!(d["stop_timeout_secs"], 10, "the default");
+
+    // Status: both ready at the digests the registry serves.
+    let st = node.status();
+    for zone in ["built", "umoci"] {
+        assert_eq!(st[zone]["phase"], "Ready", "{:#}", st[zone]);
+        assert_eq!(st[zone]["current_digest"], st[zone]["desired_digest"]);
+    }
+    // A second pass changes nothing.
+    let out = node.run_once();
+    assert!(out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("provisioned: ; unchanged: built,umoci;"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// True when the tests run as root (owners and setuid bits are then applied by both sides).
+fn running_as_root() -> bool {
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid() == 0)
+        .unwrap_or(false)
+}
