@@ -12,6 +12,7 @@ use std::process::{Command, Output};
 
 use sha2::{Digest as _, Sha256};
 
+use crate::registry_e2e::http;
 use crate::util::{Server, ok, rdctl, s, tail, tempdir, tool};
 
 /// A worker node: worker.toml, a zones directory, state and zone roots under one directory.
@@ -499,4 +500,212 @@ fn running_as_root() -> bool {
     std::fs::metadata("/proc/self")
         .map(|m| m.uid() == 0)
         .unwrap_or(false)
+}
+
+/// A hand-made image (for the broken variants real tools refuse to make): gzip layers built
+/// with the tar crate, an illumos/amd64 config and a manifest.
+struct RawImage {
+    /// (gzip blob, DiffID) per layer.
+    layers: Vec<(Vec<u8>, String)>,
+    /// `rootfs.diff_ids` as written in the config (the real ones unless a test changes them).
+    diff_ids: Vec<String>,
+    /// Added to every layer descriptor's size.
+    size_delta: u64,
+}
+
+fn sha256_digest(b: &[u8]) -> String {
+    format!("sha256:{}", hex(&Sha256::digest(b)))
+}
+
+/// A gzip layer holding `files` (path, content) under directories made as needed.
+fn raw_layer(files: &[(&str, &[u8])]) -> (Vec<u8>, String) {
+    let mut b = tar::Builder::new(Vec::new());
+    for (path, body) in files {
+        let mut h = tar::Header::new_ustar();
+        h.set_path(path).unwrap();
+        h.set_size(body.len() as u64);
+        h.set_mode(0o644);
+        h.set_mtime(1_700_000_000);
+        h.set_entry_type(tar::EntryType::Regular);
+        h.set_cksum();
+        b.append(&h, *body).unwrap();
+    }
+    let tar = b.into_inner().unwrap();
+    let diff_id = sha256_digest(&tar);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, &tar).unwrap();
+    (gz.finish().unwrap(), diff_id)
+}
+
+impl RawImage {
+    /// Two layers whose bytes are unique to `name` (so altering one in the registry's storage
+    /// touches only this image).
+    fn new(name: &str) -> RawImage {
+        let layers = vec![
+            raw_layer(&[("etc-name", name.as_bytes())]),
+            raw_layer(&[("release", format!("{name} release\n").as_bytes())]),
+        ];
+        let diff_ids = layers.iter().map(|(_, d)| d.clone()).collect();
+        RawImage {
+            layers,
+            diff_ids,
+            size_delta: 0,
+        }
+    }
+
+    fn layer_digest(&self, i: usize) -> String {
+        sha256_digest(&self.layers[i].0)
+    }
+
+    /// Pushes blobs (monolithic POST) and the manifest under `repo:tag` over plain HTTP.
+    fn push(&self, addr: std::net::SocketAddr, repo: &str, tag: &str) {
+        let config = serde_json::to_vec(&serde_json::json!({
+            "architecture": "amd64",
+            "os": "illumos",
+            "config": {"Cmd": ["/release"], "StopSignal": "SIGTERM"},
+            "rootfs": {"type": "layers", "diff_ids": self.diff_ids},
+        }))
+        .unwrap();
+        let mut blobs: Vec<&[u8]> = self.layers.iter().map(|(b, _)| b.as_slice()).collect();
+        blobs.push(&config);
+        for blob in blobs {
+            let path = format!("/v2/{repo}/blobs/uploads/?digest={}", sha256_digest(blob));
+            let (st, _, body) = http(
+                addr,
+                "POST",
+                &path,
+                &[("Content-Type", "application/octet-stream")],
+                blob,
+            );
+            assert_eq!(st, 201, "{path}: {}", String::from_utf8_lossy(&body));
+        }
+        let descriptor = |media: &str, bytes: &[u8], delta: u64| {
+            serde_json::json!({
+                "mediaType": media,
+                "digest": sha256_digest(bytes),
+                "size": bytes.len() as u64 + delta,
+            })
+        };
+        let manifest = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": descriptor("application/vnd.oci.image.config.v1+json", &config, 0),
+            "layers": self.layers.iter().map(|(b, _)| descriptor(
+                "application/vnd.oci.image.layer.v1.tar+gzip", b, self.size_delta)).collect::<Vec<_>>(),
+        }))
+        .unwrap();
+        let (st, _, body) = http(
+            addr,
+            "PUT",
+            &format!("/v2/{repo}/manifests/{tag}"),
+            &[("Content-Type", "application/vnd.oci.image.manifest.v1+json")],
+            &manifest,
+        );
+        assert_eq!(st, 201, "{repo}:{tag}: {}", String::from_utf8_lossy(&body));
+    }
+}
+
+/// Where `rdctl registry serve --data DATA` (fs store) keeps a blob's bytes.
+fn stored_blob(data: &Path, digest: &str) -> PathBuf {
+    let hex = digest.trim_start_matches("sha256:");
+    data.join(format!("blobs/sha256/{}/{hex}/data", &hex[..2]))
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+#[test]
+fn broken_images_create_no_zone_name_the_blob_and_leave_the_others_alone() {
+    let t = tempdir();
+    let data = t.path().join("registry");
+    let server = Server::start(&data, &[]);
+    let node = Node::new(&t.path().join("node"));
+    let zone = |name: &str| node.zone(name, &format!("{}/broken/{name}:1", server.host()));
+
+    for name in ["good1", "good2"] {
+        RawImage::new(name).push(server.addr, &format!("broken/{name}"), "1");
+        zone(name);
+    }
+    // A layer altered in the registry's storage after the push.
+    let altered = RawImage::new("altered");
+    altered.push(server.addr, "broken/altered", "1");
+    let altered_blob = altered.layer_digest(1);
+    let p = stored_blob(&data, &altered_blob);
+    let mut bytes = std::fs::read(&p).unwrap();
+    let n = bytes.len();
+    bytes[n - 5] ^= 0x20;
+    std::fs::write(&p, bytes).unwrap();
+    zone("altered");
+    // A config whose second DiffID is not the layer's.
+    let mut diffid = RawImage::new("diffid");
+    diffid.diff_ids[1] = sha256_digest(b"some other layer");
+    diffid.push(server.addr, "broken/diffid", "1");
+    let diffid_blob = diffid.layer_digest(1);
+    zone("diffid");
+    // Layer descriptors one byte larger than the blobs.
+    let mut size = RawImage::new("size");
+    size.size_delta = 1;
+    size.push(server.addr, "broken/size", "1");
+    let size_blob = size.layer_digest(0);
+    zone("size");
+    // A layer gone from the registry's storage after the push.
+    let missing = RawImage::new("missing");
+    missing.push(server.addr, "broken/missing", "1");
+    let missing_blob = missing.layer_digest(1);
+    std::fs::remove_file(stored_blob(&data, &missing_blob)).unwrap();
+    zone("missing");
+
+    let out = node.run_once();
+    assert_eq!(out.status.code(), Some(1), "{}", tail(&out.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "provisioned: good1,good2; unchanged: ; failed: altered,diffid,missing,size; backing off: ; removed:"
+    );
+    let st = node.status();
+    for (zone, blob, reason) in [
+        ("altered", &altered_blob, "digest mismatch"),
+        ("diffid", &diffid_blob, "differs from diff_id"),
+        ("size", &size_blob, "expected"),
+        ("missing", &missing_blob, "not found"),
+    ] {
+        let row = &st[zone];
+        assert_eq!(row["phase"], "Failed", "{row:#}");
+        assert_eq!(row["failed_blob"].as_str(), Some(blob.as_str()), "{row:#}");
+        let err = row["last_error"].as_str().unwrap();
+        assert!(
+            err.contains(reason) && err.contains(blob.as_str()),
+            "{zone}: {err}"
+        );
+        assert!(!node.zonepath(zone).exists(), "{zone}: no zone was created");
+    }
+    for zone in ["good1", "good2"] {
+        assert_eq!(st[zone]["phase"], "Ready");
+        assert_eq!(
+            std::fs::read(node.root(zone).join("release")).unwrap(),
+            format!("{zone} release\n").as_bytes()
+        );
+    }
+    // Nothing half-made is left: no staging roots, no downloads in progress, and the blobs
+    // that did not verify are not in the content store.
+    assert!(names(&node.zonepath(".staging")).is_empty());
+    let blobs = names(&t.path().join("node/state/content/blobs/sha256"));
+    for bad in [&altered_blob, &size_blob] {
+        assert!(!blobs.contains(&bad.trim_start_matches("sha256:").to_owned()));
+    }
+    // The table names the blob too.
+    let table = ok(rdctl().args(["worker", "status", "--config", s(&node.config())]));
+    let table = String::from_utf8_lossy(&table.stdout);
+    let line = table.lines().find(|l| l.starts_with("altered\t")).unwrap();
+    assert!(
+        line.contains("Failed") && line.contains(&altered_blob),
+        "{line}"
+    );
 }
