@@ -1,0 +1,262 @@
+//! The operator docs against the code: every configuration key documented in
+//! docs/operations.md and docs/image-file.md is one the code accepts, and every key the code
+//! accepts is documented.
+//!
+//! The code's keys come from the loaders themselves: every config struct refuses unknown
+//! fields, and serde's refusal lists the struct's field names ("unknown field `x`, expected one
+//! of `a`, `b`"). Probing each key with a table value finds the nested structs, so a key added
+//! to any config struct shows up here without a list to keep in step.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use crate::util::root;
+
+const PROBE: &str = "zzz_not_a_key";
+
+/// The chain of an error's messages, one string.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+/// The field names serde lists after refusing the probe key, or None when the message is not
+/// such a refusal (the value is not a struct).
+fn expected_fields(message: &str) -> Option<Vec<String>> {
+    let at = message.find(&format!("unknown field `{PROBE}`"))?;
+    let rest = &message[at..];
+    let rest = &rest[..rest.find('\n').unwrap_or(rest.len())];
+    // Backquoted names: the probe, then the expected ones.
+    let names: Vec<String> = rest
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .skip(1)
+        .map(str::to_owned)
+        .collect();
+    Some(names)
+}
+
+/// All keys of a TOML config (nested structs as `parent.child`, parents included), found by
+/// loading probe documents with `load`, which returns the error text.
+fn toml_keys(load: &dyn Fn(&str) -> Option<String>) -> BTreeSet<String> {
+    fn walk(
+        load: &dyn Fn(&str) -> Option<String>,
+        path: &[String],
+        out: &mut BTreeSet<String>,
+    ) -> bool {
+        let doc = if path.is_empty() {
+            format!("{PROBE} = 1\n")
+        } else {
+            format!("[{}]\n{PROBE} = 1\n", path.join("."))
+        };
+        let Some(fields) = load(&doc).as_deref().and_then(expected_fields) else {
+            return false;
+        };
+        for f in fields {
+            let mut p = path.to_vec();
+            p.push(f);
+            out.insert(p.join("."));
+            walk(load, &p, out);
+        }
+        true
+    }
+    let mut out = BTreeSet::new();
+    assert!(
+        walk(load, &[], &mut out),
+        "the loader did not refuse an unknown key"
+    );
+    out
+}
+
+/// Keys in the first column (backquoted) of the Markdown tables between the heading line
+/// `from` and the next heading of the same or a higher level.
+fn documented(doc: &str, from: &str) -> BTreeSet<String> {
+    let level = from.chars().take_while(|&c| c == '#').count();
+    let mut lines = doc.lines().skip_while(|l| *l != from);
+    assert!(lines.next().is_some(), "heading {from:?} not found");
+    let mut out = BTreeSet::new();
+    for l in lines {
+        let hashes = l.chars().take_while(|&c| c == '#').count();
+        if hashes > 0 && hashes <= level {
+            break;
+        }
+        if let Some(cell) = l.strip_prefix("| `")
+            && let Some(end) = cell.find('`')
+        {
+            out.insert(cell[..end].to_owned());
+        }
+    }
+    assert!(!out.is_empty(), "no documented keys under {from:?}");
+    out
+}
+
+/// Adds the parents of dotted keys (`provisioner` for `provisioner.kind`, `packages` for
+/// `packages[].fmri`).
+fn with_parents(keys: BTreeSet<String>) -> BTreeSet<String> {
+    let mut out = keys.clone();
+    for k in &keys {
+        let mut k = k.as_str();
+        while let Some((parent, _)) = k.rsplit_once('.') {
+            k = parent.trim_end_matches("[]");
+            out.insert(k.to_owned());
+        }
+    }
+    out
+}
+
+fn assert_same(what: &str, documented: BTreeSet<String>, code: BTreeSet<String>) {
+    let documented = with_parents(documented);
+    let missing: Vec<_> = code.difference(&documented).collect();
+    let unknown: Vec<_> = documented.difference(&code).collect();
+    assert!(
+        missing.is_empty() && unknown.is_empty(),
+        "{what}: keys the code accepts but the docs do not list: {missing:?}; \
+         keys the docs list but the code refuses: {unknown:?}"
+    );
+}
+
+fn read_doc(name: &str) -> String {
+    std::fs::read_to_string(root().join("docs").join(name))
+        .unwrap_or_else(|e| panic!("docs/{name}: {e}"))
+}
+
+/// Writes `text` to `name` in `dir` and returns the path.
+fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn registry_toml_keys_match_operations_md() {
+    let dir = tempfile::tempdir().unwrap();
+    let code = toml_keys(&|doc| {
+        let p = write(dir.path(), "registry.toml", doc);
+        registry::ServeConfig::load_with_env(Some(&p), &|_| None)
+            .err()
+            .map(|e| chain(&e))
+    });
+    let doc = read_doc("operations.md");
+    assert_same(
+        "docs/operations.md registry.toml",
+        documented(&doc, "### `registry.toml`"),
+        code,
+    );
+}
+
+#[test]
+fn registry_environment_variables_in_operations_md_are_read() {
+    let doc = read_doc("operations.md");
+    let vars: BTreeSet<&str> = doc
+        .split('`')
+        .filter(|w| {
+            w.starts_with("RDCTL_REGISTRY_")
+                && w.bytes()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == b'_')
+        })
+        .collect();
+    assert!(vars.len() >= 9, "{vars:?}");
+    let default = format!(
+        "{:?}",
+        registry::ServeConfig::load_with_env(None, &|_| None).unwrap()
+    );
+    for var in vars {
+        // Each variable, set alone, either changes the configuration or is refused by name.
+        let got = registry::ServeConfig::load_with_env(None, &|k| {
+            (k == var).then(|| "/zzz-marker".to_owned())
+        });
+        match got {
+            Ok(c) => assert_ne!(format!("{c:?}"), default, "{var} is not read"),
+            Err(e) => assert!(chain(&e).contains(var), "{var}: {}", chain(&e)),
+        }
+    }
+}
+
+#[test]
+fn worker_toml_and_zone_keys_match_operations_md() {
+    let dir = tempfile::tempdir().unwrap();
+    let worker = toml_keys(&|doc| {
+        let p = write(dir.path(), "worker.toml", doc);
+        worker_runtime::WorkerConfig::load(&p)
+            .err()
+            .map(|e| chain(&e))
+    });
+    let zone = toml_keys(&|doc| {
+        let p = write(dir.path(), "zone.toml", doc);
+        worker_runtime::load_zone(&p).err().map(|e| chain(&e))
+    });
+    let doc = read_doc("operations.md");
+    assert_same(
+        "docs/operations.md worker.toml",
+        documented(&doc, "### `worker.toml`"),
+        worker,
+    );
+    assert_same(
+        "docs/operations.md zone manifests",
+        documented(&doc, "### Zone manifests (`<zones_dir>/<name>.toml`)"),
+        zone,
+    );
+}
+
+#[test]
+fn image_file_and_lockfile_keys_match_image_file_md() {
+    let dir = tempfile::tempdir().unwrap();
+    let image_keys = toml_keys(&|doc| {
+        let p = dir.path().join("image.toml");
+        builder::ImageFile::parse(&p, doc.as_bytes().to_vec())
+            .err()
+            .map(|e| chain(&e))
+    });
+    let doc = read_doc("image-file.md");
+    let split = doc
+        .find("## The lockfile")
+        .expect("image-file.md has a lockfile section");
+    let (image_doc, lock_doc) = doc.split_at(split);
+    // Every table row before the lockfile section documents an image file key.
+    let image_documented: BTreeSet<String> = image_doc
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|cell| cell.split_once('`').map(|(k, _)| k.to_owned()))
+        .collect();
+    assert_same(
+        "docs/image-file.md image file",
+        image_documented,
+        image_keys,
+    );
+
+    // The lockfile: JSON, read through Lockfile::load_for with a valid image file beside it.
+    let image = write(
+        dir.path(),
+        "image.toml",
+        "[publishers]\n\"example.org\" = \"repo\"\n[packages]\ninclude = [\"demo/hello\"]\n",
+    );
+    let image = builder::ImageFile::load(&image).unwrap();
+    let load = |json: String| {
+        std::fs::write(image.lockfile_path(), json).unwrap();
+        builder::Lockfile::load_for(&image)
+            .err()
+            .map(|e| chain(&e))
+            .unwrap_or_default()
+    };
+    let probe = format!("{{\"{PROBE}\": 1}}");
+    let mut lock_keys = BTreeSet::new();
+    for top in expected_fields(&load(probe.clone())).expect("the lockfile refuses unknown keys") {
+        lock_keys.insert(top.clone());
+        if let Some(inner) = expected_fields(&load(format!("{{\"{top}\": [{probe}]}}"))) {
+            lock_keys.extend(inner.into_iter().map(|k| format!("{top}[].{k}")));
+        }
+    }
+    assert!(lock_keys.contains("packages[].fmri"), "{lock_keys:?}");
+    assert_same(
+        "docs/image-file.md lockfile",
+        documented(lock_doc, "## The lockfile (`<image file stem>.lock.json`)"),
+        lock_keys,
+    );
+}
