@@ -36,9 +36,39 @@ struct BlobLink {
     size: u64,
 }
 
+/// A tag's target: the manifest's digest with its media type and size, so a manifest GET by
+/// tag needs the tag index and the manifest bytes only (2 store reads), not the link as well.
+/// The three fields change together in one conditional write of the tag index, so a reader
+/// never sees a digest with another manifest's media type.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct TagTarget {
+    pub digest: Digest,
+    pub media_type: String,
+    pub size: u64,
+}
+
+/// A tag index entry: a [`TagTarget`], or a bare digest as written before tags carried the
+/// media type (still read; the link supplies the rest).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+enum TagEntry {
+    Target(TagTarget),
+    Digest(Digest),
+}
+
+impl TagEntry {
+    fn digest(&self) -> &Digest {
+        match self {
+            TagEntry::Target(t) => &t.digest,
+            TagEntry::Digest(d) => d,
+        }
+    }
+}
+
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct TagsDoc {
-    tags: BTreeMap<String, Digest>,
+    tags: BTreeMap<String, TagEntry>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -238,7 +268,7 @@ impl Repos {
         let digest = d.clone();
         self.update::<TagsDoc, _>(&layout::tags(name), |t| {
             let before = t.tags.len();
-            t.tags.retain(|_, v| *v != digest);
+            t.tags.retain(|_, v| *v.digest() != digest);
             t.tags.len() != before
         })
         .await?;
@@ -261,14 +291,47 @@ impl Repos {
 
     // ---- tags ----
 
-    pub async fn resolve_tag(&self, name: &Name, tag: &Tag) -> ApiResult<Option<Digest>> {
+    async fn read_tag(&self, name: &Name, tag: &Tag) -> ApiResult<Option<TagEntry>> {
         let doc: Option<TagsDoc> = self.read(&layout::tags(name), INDEX_LIMIT).await?;
         Ok(doc.and_then(|mut d| d.tags.remove(tag.as_str())))
     }
 
-    pub async fn set_tag(&self, name: &Name, tag: &Tag, d: &Digest) -> ApiResult<()> {
+    /// The manifest a tag points at, with its media type and size: one read of the tag index
+    /// (one more, of the link, for an entry written before tags carried them). A tag is set
+    /// only after its manifest was linked and removed before the link goes, so the manifest of
+    /// a tag found here is in the repository.
+    pub async fn resolve_tag_target(&self, name: &Name, tag: &Tag) -> ApiResult<Option<TagTarget>> {
+        match self.read_tag(name, tag).await? {
+            None => Ok(None),
+            Some(TagEntry::Target(t)) => Ok(Some(t)),
+            Some(TagEntry::Digest(digest)) => {
+                Ok(self.manifest_link(name, &digest).await?.map(|l| TagTarget {
+                    digest,
+                    media_type: l.media_type,
+                    size: l.size,
+                }))
+            }
+        }
+    }
+
+    /// Points a tag at the manifest `link` describes (linked into the repository first).
+    pub async fn set_tag(
+        &self,
+        name: &Name,
+        tag: &Tag,
+        d: &Digest,
+        link: &ManifestLink,
+    ) -> ApiResult<()> {
+        let entry = TagEntry::Target(TagTarget {
+            digest: d.clone(),
+            media_type: link.media_type.clone(),
+            size: link.size,
+        });
         self.update::<TagsDoc, _>(&layout::tags(name), |t| {
-            t.tags.insert(tag.as_str().to_owned(), d.clone()).as_ref() != Some(d)
+            t.tags
+                .insert(tag.as_str().to_owned(), entry.clone())
+                .as_ref()
+                != Some(&entry)
         })
         .await?;
         Ok(())
@@ -329,5 +392,31 @@ impl Repos {
             .read(&layout::referrers(name, subject), INDEX_LIMIT)
             .await?;
         Ok(doc.map(|d| d.manifests).unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tag_index_reads_bare_digests_and_targets() {
+        let d = Digest::sha256(b"m");
+        let old = format!(r#"{{"tags":{{"old":"{d}"}}}}"#);
+        let doc: TagsDoc = serde_json::from_str(&old).unwrap();
+        assert_eq!(doc.tags["old"], TagEntry::Digest(d.clone()));
+        let target = TagEntry::Target(TagTarget {
+            digest: d.clone(),
+            media_type: "application/vnd.oci.image.manifest.v1+json".to_owned(),
+            size: 7,
+        });
+        let doc = TagsDoc {
+            tags: [("new".to_owned(), target.clone())].into(),
+        };
+        let json = serde_json::to_string(&doc).unwrap();
+        assert!(json.contains(r#""mediaType":"#), "{json}");
+        let back: TagsDoc = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.tags["new"], target);
+        assert_eq!(back.tags["new"].digest(), &d);
     }
 }

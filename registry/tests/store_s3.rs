@@ -242,11 +242,27 @@ mod http {
 
         proxy.reset_counts();
         let small = push_blob(&app, repo, &[7u8; 1000]).await;
-        measure("push of a 1000-byte blob (POST + PUT)", 13, &proxy);
+        measure(
+            "push of a 1000-byte blob, monolithic (POST + PUT)",
+            13,
+            &proxy,
+        );
 
         let big_data: Vec<u8> = (0..(11u32 << 20)).map(|i| (i % 251) as u8).collect();
         let big = push_blob(&app, repo, &big_data).await;
-        measure("push of an 11 MiB blob (POST + PUT, 3 parts)", 21, &proxy);
+        measure(
+            "push of an 11 MiB blob, monolithic (POST + PUT, 3 parts)",
+            21,
+            &proxy,
+        );
+
+        let chunked_data: Vec<u8> = (0..(11u32 << 20)).map(|i| (i % 241) as u8).collect();
+        push_chunked(&app, repo, &chunked_data, 4 << 20).await;
+        measure(
+            "push of an 11 MiB blob, chunked (POST + 3 PATCH of 4 MiB + PUT)",
+            45,
+            &proxy,
+        );
 
         let m = manifest(&cfg, &small, 1000);
         let r = send(
@@ -270,7 +286,18 @@ mod http {
         .await;
         assert_eq!(r.status, StatusCode::OK);
         assert_eq!(r.body, m);
-        measure("manifest GET by tag", 3, &proxy);
+        measure("manifest GET by tag", 2, &proxy);
+
+        let r = send(
+            &app,
+            Method::HEAD,
+            &format!("/v2/{repo}/manifests/v1"),
+            None,
+            Bytes::new(),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::OK);
+        measure("manifest HEAD by tag", 1, &proxy);
 
         let md = Digest::sha256(&m);
         let r = send(
@@ -319,6 +346,43 @@ mod http {
         measure("tag list", 1, &proxy);
 
         eprintln!("S3 requests per operation:\n  {}", report.join("\n  "));
+    }
+
+    /// A chunked push: POST, PATCHes of `chunk` bytes, an empty PUT with the digest.
+    async fn push_chunked(app: &Router, repo: &str, data: &[u8], chunk: usize) -> Digest {
+        let d = Digest::sha256(data);
+        let r = send(
+            app,
+            Method::POST,
+            &format!("/v2/{repo}/blobs/uploads/"),
+            None,
+            Bytes::new(),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::ACCEPTED);
+        let mut loc = r.location.unwrap();
+        for c in data.chunks(chunk) {
+            let r = send(
+                app,
+                Method::PATCH,
+                &loc,
+                Some("application/octet-stream"),
+                Bytes::copy_from_slice(c),
+            )
+            .await;
+            assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+            loc = r.location.unwrap();
+        }
+        let r = send(
+            app,
+            Method::PUT,
+            &format!("{loc}?digest={d}"),
+            None,
+            Bytes::new(),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+        d
     }
 
     /// An upload started on one replica is continued and finished on another; a third reads it.

@@ -10,8 +10,8 @@ use validator::{Algorithm, Digest};
 
 use super::{Req, hv};
 use crate::errors::{ApiError, ApiResult, Code};
-use crate::names::{Name, Tag};
-use crate::repo::{ManifestLink, Repos};
+use crate::names::Tag;
+use crate::repo::{ManifestLink, TagTarget};
 
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
@@ -47,35 +47,40 @@ fn parse_reference(s: &str) -> ApiResult<Reference> {
         .map_err(|e| ApiError::new(Code::ManifestInvalid, e.to_string()))
 }
 
-async fn resolve(repos: &Repos, name: &Name, reference: &Reference) -> ApiResult<Option<Digest>> {
-    match reference {
-        Reference::Digest(d) => Ok(Some(d.clone())),
-        Reference::Tag(t) => repos.resolve_tag(name, t).await,
-    }
-}
-
 /// GET or HEAD a manifest by tag or digest.
 pub(crate) async fn get(req: Req, reference: &str) -> ApiResult<Response> {
     let name = req.name().clone();
     let reference = parse_lookup(reference)?;
     let repos = &req.state.app().repos;
     let unknown = || ApiError::new(Code::ManifestUnknown, format!("manifest unknown in {name}"));
-    let Some(d) = resolve(repos, &name, &reference).await? else {
-        return Err(unknown());
+    // Two store reads for a GET either way: the tag index (which carries the media type and
+    // size) or the manifest link, then the bytes.
+    let target = match &reference {
+        Reference::Tag(t) => repos.resolve_tag_target(&name, t).await?,
+        Reference::Digest(d) => repos.manifest_link(&name, d).await?.map(|l| TagTarget {
+            digest: d.clone(),
+            media_type: l.media_type,
+            size: l.size,
+        }),
     };
-    let Some(link) = repos.manifest_link(&name, &d).await? else {
+    let Some(TagTarget {
+        digest: d,
+        media_type,
+        size,
+    }) = target
+    else {
         return Err(unknown());
     };
     let b = Response::builder()
         .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, hv(&link.media_type))
+        .header(header::CONTENT_TYPE, hv(&media_type))
         .header("docker-content-digest", hv(d.as_str()))
-        .header(header::CONTENT_LENGTH, link.size);
+        .header(header::CONTENT_LENGTH, size);
     if req.head {
         return b.body(Body::empty()).map_err(ApiError::internal);
     }
     let bytes = repos
-        .manifest_bytes(&d, req.state.app().config.max_manifest_bytes.max(link.size))
+        .manifest_bytes(&d, req.state.app().config.max_manifest_bytes.max(size))
         .await?;
     b.body(Body::from(bytes)).map_err(ApiError::internal)
 }
@@ -309,10 +314,10 @@ pub(crate) async fn put(mut req: Req, reference: &str) -> ApiResult<Response> {
         repos.add_referrer(&name, subject, &digest, desc).await?;
     }
     if let Reference::Tag(t) = &reference {
-        repos.set_tag(&name, t, &digest).await?;
+        repos.set_tag(&name, t, &digest, &link).await?;
     }
     for t in &extra_tags {
-        repos.set_tag(&name, t, &digest).await?;
+        repos.set_tag(&name, t, &digest, &link).await?;
     }
     let mut b = Response::builder()
         .status(StatusCode::CREATED)
