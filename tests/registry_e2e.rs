@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use crate::util::{Server, ok, rdctl, root, s, tail, tempdir, tool};
+use crate::util::{Server, ok, root, s, tail, tempdir, tool};
 
 /// One HTTP/1.1 exchange over a fresh connection (Connection: close).
 pub(crate) fn http(
@@ -388,23 +388,6 @@ fn skopeo_copies_layout_to_registry_and_back_then_umoci_unpacks() {
         "the manifest is still there after skopeo delete"
     );
     drop(server);
-}
-
-#[test]
-fn smf_start_method_uses_flags_rdctl_has() {
-    let xml = std::fs::read_to_string(root().join("registry/smf/registry.xml")).unwrap();
-    let at = xml.find("name=\"start\"").expect("a start method");
-    let exec = &xml[at..];
-    let exec = &exec[exec.find("exec=\"").unwrap() + 6..];
-    let exec = &exec[..exec.find('"').unwrap()];
-    let help = ok(rdctl().args(["registry", "serve", "--help"]));
-    let help = String::from_utf8_lossy(&help.stdout);
-    for flag in exec.split_whitespace().filter(|w| w.starts_with("--")) {
-        assert!(
-            help.contains(flag),
-            "the SMF start method uses {flag}, which rdctl registry serve lacks:\n{help}"
-        );
-    }
 }
 
 #[test]

@@ -6,6 +6,7 @@ mod docs;
 mod ips_cli;
 mod registry_e2e;
 mod registry_s3;
+mod smf;
 mod transfer;
 mod util;
 mod validate_cli;
