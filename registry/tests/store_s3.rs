@@ -127,6 +127,7 @@ mod http {
         pub status: StatusCode,
         pub location: Option<String>,
         pub range: Option<String>,
+        pub min_chunk: Option<String>,
         pub body: Bytes,
     }
 
@@ -152,11 +153,13 @@ mod http {
                 .map(|v| v.to_str().unwrap().to_owned())
         };
         let (status, location, range) = (resp.status(), h("location"), h("range"));
+        let min_chunk = h("oci-chunk-min-length");
         let body = resp.into_body().collect().await.unwrap().to_bytes();
         Resp {
             status,
             location,
             range,
+            min_chunk,
             body,
         }
     }
@@ -383,6 +386,71 @@ mod http {
         .await;
         assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
         d
+    }
+
+    /// The registry advertises the part size as `OCI-Chunk-Min-Length`, still accepts smaller
+    /// chunks, and keeps them in the bucket rather than in its memory: after a 1000-byte PATCH
+    /// the bytes are a tail segment object, and a replica that never saw them finishes the blob.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn small_chunks_are_accepted_and_staged_in_the_bucket() {
+        let sw = super::seaweed();
+        let bucket = sw.bucket().unwrap();
+        let a = replica(sw.endpoint(), &bucket);
+        let repo = "small/repo";
+        let data: Vec<u8> = (0..3000u32).map(|i| (i * 13 % 256) as u8).collect();
+        let d = Digest::sha256(&data);
+        let r = send(
+            &a,
+            Method::POST,
+            &format!("/v2/{repo}/blobs/uploads/"),
+            None,
+            Bytes::new(),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::ACCEPTED);
+        assert_eq!(r.min_chunk.as_deref(), Some("5242880"), "POST");
+        let mut loc = r.location.unwrap();
+        for (i, c) in data.chunks(1000).take(2).enumerate() {
+            let r = send(
+                &a,
+                Method::PATCH,
+                &loc,
+                Some("application/octet-stream"),
+                Bytes::copy_from_slice(c),
+            )
+            .await;
+            assert_eq!(r.status, StatusCode::ACCEPTED, "chunk {i}: {:?}", r.body);
+            assert_eq!(r.min_chunk.as_deref(), Some("5242880"), "PATCH");
+            loc = r.location.unwrap();
+        }
+        let keys = sw.list_keys(&bucket).unwrap();
+        let tails = keys.iter().filter(|k| k.starts_with("reg/.tail/")).count();
+        assert_eq!(
+            tails, 2,
+            "two 1000-byte chunks, two tail segments: {keys:?}"
+        );
+        // Replica A is gone with whatever it held in memory; B never saw a byte.
+        drop(a);
+        let b = replica(sw.endpoint(), &bucket);
+        let r = send(
+            &b,
+            Method::PUT,
+            &format!("{loc}?digest={d}"),
+            Some("application/octet-stream"),
+            Bytes::copy_from_slice(&data[2000..]),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+        let r = send(
+            &b,
+            Method::GET,
+            &format!("/v2/{repo}/blobs/{d}"),
+            None,
+            Bytes::new(),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert!(r.body == data, "the blob came back different");
     }
 
     /// An upload started on one replica is continued and finished on another; a third reads it.

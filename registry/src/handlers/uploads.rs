@@ -17,10 +17,19 @@ fn upload_location(name: &Name, upload: &Upload) -> String {
     format!("/v2/{name}/blobs/uploads/{}", upload.id.as_hyphenated())
 }
 
-/// 202 (or 204) with the upload's Location, Range and id.
-fn progress(name: &Name, upload: &Upload, status: StatusCode) -> ApiResult<Response> {
-    Response::builder()
-        .status(status)
+/// 202 (or 204) with the upload's Location, Range and id, and `OCI-Chunk-Min-Length` when the
+/// store has a minimum (S3: the part size).
+fn progress(
+    min_chunk: Option<u64>,
+    name: &Name,
+    upload: &Upload,
+    status: StatusCode,
+) -> ApiResult<Response> {
+    let mut b = Response::builder();
+    if let Some(min) = min_chunk {
+        b = b.header("oci-chunk-min-length", min);
+    }
+    b.status(status)
         .header(header::LOCATION, upload_location(name, upload))
         .header(header::RANGE, range_header(upload.state.offset))
         .header("docker-upload-uuid", upload.id.as_hyphenated().to_string())
@@ -109,7 +118,12 @@ pub(crate) async fn start(req: Req) -> ApiResult<Response> {
         return created(&name, &d);
     }
     let upload = repos.start_upload(&name, algorithm).await?;
-    progress(&name, &upload, StatusCode::ACCEPTED)
+    progress(
+        repos.store().min_chunk_length(),
+        &name,
+        &upload,
+        StatusCode::ACCEPTED,
+    )
 }
 
 /// PATCH: append a chunk (with `Content-Range`) or a stream (without).
@@ -123,7 +137,12 @@ pub(crate) async fn patch(req: Req, id: &str) -> ApiResult<Response> {
     let body = req.body.into_data_stream();
     let upload = repos.patch_upload(upload, body, range, len).await?;
     req.state.app().metrics.upload_duration(started.elapsed());
-    progress(&name, &upload, StatusCode::ACCEPTED)
+    progress(
+        repos.store().min_chunk_length(),
+        &name,
+        &upload,
+        StatusCode::ACCEPTED,
+    )
 }
 
 /// PUT: close the upload with its digest, optionally carrying the last chunk.
@@ -152,8 +171,14 @@ pub(crate) async fn finish(req: Req, id: &str) -> ApiResult<Response> {
 /// GET: where the upload stands.
 pub(crate) async fn status(req: Req, id: &str) -> ApiResult<Response> {
     let name = req.name().clone();
-    let upload = req.state.app().repos.load_upload(&name, id).await?;
-    progress(&name, &upload, StatusCode::NO_CONTENT)
+    let repos = &req.state.app().repos;
+    let upload = repos.load_upload(&name, id).await?;
+    progress(
+        repos.store().min_chunk_length(),
+        &name,
+        &upload,
+        StatusCode::NO_CONTENT,
+    )
 }
 
 /// DELETE: cancel the upload.

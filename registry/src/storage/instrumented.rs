@@ -42,6 +42,10 @@ impl Instrumented {
 }
 
 impl Store for Instrumented {
+    fn min_chunk_length(&self) -> Option<u64> {
+        self.inner.min_chunk_length()
+    }
+
     fn name(&self) -> &'static str {
         self.inner.name()
     }

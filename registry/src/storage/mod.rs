@@ -262,6 +262,13 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// A short name for errors and logs (`fs`, `s3`).
     fn name(&self) -> &'static str;
 
+    /// The smallest write that maps to one durable unit of the backend (an S3 part), which the
+    /// registry advertises as `OCI-Chunk-Min-Length`. Smaller chunks still work (they are staged
+    /// in the store until enough bytes gather), at a few more requests each. `None`: no minimum.
+    fn min_chunk_length(&self) -> Option<u64> {
+        None
+    }
+
     /// Reads a whole document of at most `limit` bytes ([`StoreError::TooLarge`] otherwise).
     fn get<'a>(&'a self, key: &'a Key, limit: u64) -> BoxFuture<'a, StoreResult<Document>>;
 

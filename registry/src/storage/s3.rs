@@ -657,6 +657,10 @@ impl Store for S3Store {
         NAME
     }
 
+    fn min_chunk_length(&self) -> Option<u64> {
+        Some(self.inner.part_size)
+    }
+
     fn get<'a>(&'a self, key: &'a Key, limit: u64) -> BoxFuture<'a, StoreResult<Document>> {
         Box::pin(async move {
             let inner = &self.inner;
