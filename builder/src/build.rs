@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use validator::{Algorithm, Digest, ImageLayout, MediaType, ValidateOptions, validate_layout};
 
 use crate::BuildError;
-use crate::checks::{CheckError, Pinned, check_dependencies};
+use crate::checks::check_set;
 use crate::compose::{Content, LimitWriter, Package, Tree, compose, parse_timestamp};
 use crate::imagefile::{CompressionAlg, ImageFile, Layering};
 use crate::lock::Lockfile;
@@ -71,6 +71,9 @@ pub struct BuildSummary {
     pub output: Option<PathBuf>,
     /// References pushed.
     pub pushed: Vec<String>,
+    /// What pkg would accept but warn about (a missing `group` dependency, a renamed
+    /// package).
+    pub warnings: Vec<String>,
 }
 
 /// Builds the image described by `image_file` and its lockfile.
@@ -119,17 +122,17 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
             source,
         });
     }
-    let set: Vec<Pinned<'_>> = packages
+    // The lockfile passed these checks when it was made; they run again because the
+    // lockfile is an input like any other (edited by hand, or from another rdctl).
+    let set: Vec<(ips_bridge::Fmri, Manifest)> = packages
         .iter()
-        .map(|p| Pinned {
-            fmri: &p.fmri,
-            manifest: &p.manifest,
-        })
+        .map(|p| (p.fmri.clone(), p.manifest.clone()))
         .collect();
-    let problems = check_dependencies(&set, &filter);
-    if !problems.is_empty() {
-        return Err(BuildError::Checks(CheckError { problems }));
-    }
+    let warnings: Vec<String> = check_set(&set, &filter)?
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    drop(set);
 
     let epoch = match opts.source_date_epoch {
         Some(e) => e,
@@ -362,6 +365,7 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
         packages: fmris,
         output: opts.output.clone(),
         pushed,
+        warnings,
     })
 }
 

@@ -2,7 +2,7 @@
 //! into a fresh image, before any byte is written.
 //!
 //! Actions are filtered by the image's variants and facets, mediated links reduced to the
-//! chosen mediation, and path conflicts refused ([`crate::checks::check_paths`]). `group` and
+//! chosen mediation (path conflicts were refused before, by [`crate::checks`]). `group` and
 //! `user` actions are applied to the `etc/passwd`, `etc/shadow`, `etc/group` (and
 //! `etc/ftpd/ftpusers`) the packages deliver, and every owner and group name is resolved to a
 //! numeric id through that composed database. Files with `preserve=legacy` or
@@ -23,7 +23,6 @@ use ips_bridge::{
 };
 
 use crate::BuildError;
-use crate::checks::{CheckError, Delivered, check_paths};
 use crate::source::Source;
 use crate::tarball::Meta;
 
@@ -200,7 +199,6 @@ pub(crate) fn compose(
         .filter(|(_, a)| filter.allows(a))
         .collect();
     let chosen = choose_mediations(applicable.iter().map(|(_, a)| *a));
-    let mut by_path: BTreeMap<String, Vec<Delivered<'_>>> = BTreeMap::new();
     let mut winners: BTreeMap<String, (usize, &Action)> = BTreeMap::new();
     for &(i, a) in &applicable {
         let k = a.kind();
@@ -213,10 +211,6 @@ pub(crate) fn compose(
         }
         let Some(path) = a.key() else { continue };
         let path = path.trim_matches('/').to_owned();
-        by_path.entry(path.clone()).or_default().push(Delivered {
-            package: &packages[i].fmri,
-            action: a,
-        });
         // The winner at a path: the first, except that an overlaying file (overlay=true)
         // replaces the file it overlays.
         match winners.get(&path) {
@@ -225,10 +219,6 @@ pub(crate) fn compose(
                 winners.insert(path, (i, a));
             }
         }
-    }
-    let problems = check_paths(&by_path);
-    if !problems.is_empty() {
-        return Err(BuildError::Checks(CheckError { problems }));
     }
 
     // Accounts: the delivered files, then the group and user actions.

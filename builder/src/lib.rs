@@ -37,7 +37,7 @@ pub use build::{
     BuildOptions, BuildSummary, BuiltLayer, PACKAGES_ANNOTATION, SBOM_OF_ANNOTATION,
     STOP_TIMEOUT_ANNOTATION, build,
 };
-pub use checks::{CheckError, Problem};
+pub use checks::CheckError;
 pub use imagefile::{
     Compression, CompressionAlg, ImageFile, ImageFileError, Layering, Origin, RuntimeConfig,
     lockfile_path,

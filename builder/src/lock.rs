@@ -23,7 +23,7 @@ use ips_bridge::{
 use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
 
-use crate::checks::{CheckError, Pinned, check_dependencies, is_obsolete};
+use crate::checks::{CheckError, check_set, is_obsolete};
 use crate::imagefile::ImageFile;
 use crate::source::{SourceError, Sources};
 
@@ -351,20 +351,14 @@ pub(crate) fn resolve(image: &ImageFile, sources: &Sources) -> Result<Lockfile, 
         );
     }
 
-    let set: Vec<Pinned<'_>> = picked
+    let set: Vec<(Fmri, Manifest)> = picked
         .values()
-        .map(|r| Pinned {
-            fmri: &r.fmri,
-            manifest: &r.manifest,
-        })
+        .map(|r| (r.fmri.clone(), r.manifest.clone()))
         .collect();
-    let problems = check_dependencies(&set, &image.filter());
-    if !problems.is_empty() {
-        return Err(LockError::Checks {
-            image: image.path.clone(),
-            source: CheckError { problems },
-        });
-    }
+    check_set(&set, &image.filter()).map_err(|source: CheckError| LockError::Checks {
+        image: image.path.clone(),
+        source,
+    })?;
 
     Ok(Lockfile {
         lockfile_version: LOCKFILE_VERSION,

@@ -510,6 +510,22 @@ fn a_corrupt_payload_stops_the_build_naming_package_and_path() {
         "package pkg://example.org/demo/tool@2.1,5.11-2024.0:20240102T030405Z: payload of usr/bin/tool"
     );
     assert!(matches!(e, BuildError::Payload { .. }));
+    // The whole chain names the stored file and which hash failed.
+    let c = chain(&e);
+    assert!(
+        c.contains(&format!(
+            "payload for file usr/bin/tool ({})",
+            path.display()
+        )) && c.contains("hash mismatch: expected"),
+        "{c}"
+    );
+    let index: serde_json::Value =
+        serde_json::from_slice(&fs::read(f.root().join("out/index.json")).unwrap()).unwrap();
+    assert_eq!(
+        index["manifests"],
+        serde_json::json!([]),
+        "a failed build tags nothing"
+    );
 }
 
 #[test]
@@ -550,17 +566,80 @@ fn dependency_and_conflict_failures() {
         )
     );
 
-    // Two packages delivering one file: lock passes (paths are checked when building), the
-    // build names both packages and the path.
+    // The checks on the resolved set: each failure names the package(s) and the action.
+    let cases: &[(&str, &str)] = &[
+        (
+            "depend type=exclude fmri=system/core@1\n",
+            "error: pkg://example.org/demo/x@1.0,5.11:20240101T000000Z: depend fmri=system/core@1 type=exclude: pkg://example.org/system/core@1.0,5.11-2024.0:20240101T000000Z is excluded",
+        ),
+        (
+            "set name=pkg.obsolete value=true\n",
+            "error: pkg://example.org/demo/x@1.0,5.11:20240101T000000Z: set name=pkg.obsolete value=true: the package is obsolete and delivers nothing; remove it from the set",
+        ),
+        (
+            "set name=variant.arch value=sparc\n",
+            "error: pkg://example.org/demo/x@1.0,5.11:20240101T000000Z: set name=variant.arch value=sparc: the package does not support the image's variants (variant.arch=i386 variant.opensolaris.zone=nonglobal)",
+        ),
+        (
+            "depend type=conditional fmri=demo/absent predicate=demo/tool\n",
+            "error: pkg://example.org/demo/x@1.0,5.11:20240101T000000Z: depend fmri=demo/absent predicate=demo/tool type=conditional: demo/tool is in the set, so demo/absent is not in the set",
+        ),
+        (
+            "file usr/bin/other path=usr/bin/tool mode=0555 owner=root group=bin\n",
+            "error: pkg://example.org/demo/tool@2.1,5.11-2024.0:20240102T030405Z, pkg://example.org/demo/x@1.0,5.11:20240101T000000Z: path usr/bin/tool: delivered by more than one file action (only an overlay=allow and an overlay=true file may share a path); pkg://example.org/demo/tool@2.1,5.11-2024.0:20240102T030405Z delivers `file path=usr/bin/tool mode=0555 owner=root group=bin`; pkg://example.org/demo/x@1.0,5.11:20240101T000000Z delivers `file path=usr/bin/tool mode=0555 owner=root group=bin`",
+        ),
+        (
+            "dir path=usr mode=0755 owner=root group=bin\n",
+            "error: pkg://example.org/demo/x@1.0,5.11:20240101T000000Z, pkg://example.org/system/core@1.0,5.11-2024.0:20240101T000000Z: path usr: directories disagree on group; pkg://example.org/demo/x@1.0,5.11:20240101T000000Z delivers `dir path=usr mode=0755 owner=root group=bin`; pkg://example.org/system/core@1.0,5.11-2024.0:20240101T000000Z delivers `dir path=usr mode=0755 owner=root group=sys`",
+        ),
+        (
+            "link path=usr/bin/t target=other\n",
+            "error: pkg://example.org/demo/tool@2.1,5.11-2024.0:20240102T030405Z, pkg://example.org/demo/x@1.0,5.11:20240101T000000Z: path usr/bin/t: links delivered more than once must be mediated; pkg://example.org/demo/tool@2.1,5.11-2024.0:20240102T030405Z delivers `link path=usr/bin/t target=tool`; pkg://example.org/demo/x@1.0,5.11:20240101T000000Z delivers `link path=usr/bin/t target=other`",
+        ),
+        (
+            "file usr/bin/other path=usr/bin/tool/sub mode=0555 owner=root group=bin\n",
+            "error: pkg://example.org/demo/tool@2.1,5.11-2024.0:20240102T030405Z: path usr/bin/tool: delivered as a file (`file path=usr/bin/tool mode=0555 owner=root group=bin`) but pkg://example.org/demo/x@1.0,5.11:20240101T000000Z needs it to be a directory",
+        ),
+    ];
+    for (body, expected) in cases {
+        let f = fixture(&[&format!(
+            "set name=pkg.fmri value=pkg:/demo/x@1.0:20240101T000000Z\n{body}"
+        )]);
+        fs::write(
+            f.image_file(),
+            IMAGE.replace("\"demo/tool\"", "\"demo/tool\", \"demo/x\""),
+        )
+        .unwrap();
+        let image = ImageFile::load(f.image_file()).unwrap();
+        let e = lock(&image).unwrap_err();
+        assert_eq!(
+            chain(&e),
+            format!(
+                "{}: the resolved set is not installable: the package set fails 1 check(s):\n  {expected}",
+                f.image_file().display()
+            ),
+            "{body}"
+        );
+    }
+
+    // The build checks the set again: a lockfile edited by hand to add a clashing package
+    // is refused with the same message.
     let f = fixture(&[
-        "set name=pkg.fmri value=pkg:/demo/clash@1.0:20240101T000000Z\nfile usr/bin/other path=usr/bin/tool mode=0555 owner=root group=bin\n",
+        "set name=pkg.fmri value=pkg:/demo/x@1.0:20240101T000000Z\nfile usr/bin/other path=usr/bin/tool mode=0555 owner=root group=bin\n",
     ]);
-    fs::write(
-        f.image_file(),
-        IMAGE.replace("\"demo/tool\"", "\"demo/tool\", \"demo/clash\""),
-    )
-    .unwrap();
     lock_it(&f);
+    let repo = FileRepo::open(f.repo()).unwrap();
+    let x = repo
+        .resolve(&ips_bridge::Fmri::parse("demo/x").unwrap())
+        .unwrap();
+    let sha1 = ips_bridge::hash_hex(ips_bridge::HashAlg::Sha1, &repo.manifest_bytes(&x).unwrap());
+    let lockfile = f.root().join("image.lock.json");
+    let mut v: serde_json::Value = serde_json::from_slice(&fs::read(&lockfile).unwrap()).unwrap();
+    v["packages"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({ "fmri": x.fmri.to_string(), "manifestSha1": sha1 }));
+    fs::write(&lockfile, serde_json::to_vec(&v).unwrap()).unwrap();
     let e = build(
         &f.image_file(),
         &BuildOptions {
@@ -568,15 +647,14 @@ fn dependency_and_conflict_failures() {
             ..BuildOptions::default()
         },
     )
-    .unwrap_err()
-    .to_string();
+    .unwrap_err();
+    assert_eq!(
+        chain(&e),
+        format!("the package set fails 1 check(s):\n  {}", cases[4].1)
+    );
     assert!(
-        e.contains("pkg://example.org/demo/tool@2.1,5.11-2024.0:20240102T030405Z: file")
-            && e.contains("usr/bin/tool: two files at one path")
-            && e.contains(
-                "also delivered by pkg://example.org/demo/clash@1.0,5.11:20240101T000000Z"
-            ),
-        "{e}"
+        !f.root().join("out/index.json").exists(),
+        "nothing was written"
     );
 }
 

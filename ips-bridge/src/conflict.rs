@@ -41,14 +41,19 @@ pub fn check_conflicts(
         }
     }
     let mut problems = Vec::new();
+    // Each problem names every package involved and the action each delivers.
     let mut report = |path: &str, who: &[(&Fmri, &Action)], message: String| {
         let mut names: Vec<String> = who.iter().map(|(f, _)| f.to_string()).collect();
         names.dedup();
+        let actions: Vec<String> = who
+            .iter()
+            .map(|(f, a)| format!("{f} delivers `{}`", short(a)))
+            .collect();
         problems.push(DependencyProblem {
             severity: Severity::Error,
             package: names.join(", "),
             subject: format!("path {path}"),
-            message,
+            message: format!("{message}; {}", actions.join("; ")),
         });
     };
     for (path, actions) in &by_path {
@@ -67,9 +72,19 @@ pub fn check_conflicts(
         }
         match kind {
             ActionKind::Dir => {
+                // Modes compare as numbers: `0755` and `755` are the same mode.
+                let value = |a: &Action, attr: &str| {
+                    a.get(attr).map(|v| {
+                        if attr == "mode" {
+                            v.trim_start_matches('0').to_owned()
+                        } else {
+                            v.to_owned()
+                        }
+                    })
+                };
                 for attr in ["mode", "owner", "group"] {
-                    let first = actions[0].1.get(attr);
-                    if actions.iter().any(|(_, a)| a.get(attr) != first) {
+                    let first = value(actions[0].1, attr);
+                    if actions.iter().any(|(_, a)| value(a, attr) != first) {
                         report(path, actions, format!("directories disagree on {attr}"));
                     }
                 }
@@ -131,13 +146,37 @@ pub fn check_conflicts(
                 package: f.to_string(),
                 subject: format!("path {dir}"),
                 message: format!(
-                    "delivered as a {} but {user} needs it to be a directory",
-                    a.kind()
+                    "delivered as a {} (`{}`) but {user} needs it to be a directory",
+                    a.kind(),
+                    short(a)
                 ),
             });
         }
     }
     problems
+}
+
+/// An action as a message shows it: its type and the attributes that decide a conflict
+/// (payload hashes and package metadata left out, so the message stays readable).
+fn short(a: &Action) -> String {
+    const SHOWN: [&str; 9] = [
+        "path",
+        "target",
+        "mode",
+        "owner",
+        "group",
+        "overlay",
+        "mediator",
+        "mediator-version",
+        "mediator-implementation",
+    ];
+    let mut s = a.kind().name().to_owned();
+    for key in SHOWN {
+        if let Some(v) = a.get(key) {
+            s.push_str(&format!(" {key}={v}"));
+        }
+    }
+    s
 }
 
 #[cfg(test)]
@@ -159,8 +198,14 @@ mod tests {
         let b = pkg("b", "dir path=usr mode=0755 owner=root group=sys\n");
         let c = pkg("c", "dir path=usr mode=0755 owner=root group=bin\n");
         assert_eq!(count(&[a.clone(), b]), 0);
+        let octal = pkg("o", "dir path=usr mode=755 owner=root group=sys\n");
+        assert_eq!(count(&[a.clone(), octal]), 0, "0755 and 755 are one mode");
         let got = check_conflicts(&[a, c], &ImageFilter::zone("i386"));
         assert_eq!(got.len(), 1);
+        assert_eq!(
+            got[0].to_string(),
+            "error: pkg://p/a@1,5.11-1:20240101T000000Z, pkg://p/c@1,5.11-1:20240101T000000Z: path usr: directories disagree on group; pkg://p/a@1,5.11-1:20240101T000000Z delivers `dir path=usr mode=0755 owner=root group=sys`; pkg://p/c@1,5.11-1:20240101T000000Z delivers `dir path=usr mode=0755 owner=root group=bin`"
+        );
         assert!(
             got[0]
                 .to_string()

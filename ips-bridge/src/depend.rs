@@ -12,8 +12,10 @@
 //! `group` and `group-any` — like `require`, reported as warnings (an image may avoid
 //! group dependencies); `origin` and `parent` — not applicable to a freshly built
 //! standalone image, skipped. The special stem `feature/package/dependency/self` means the
-//! depending package itself. The set must also hold one version per stem, and every
-//! package must declare the image's variants it lists (`set name=variant.arch ...`).
+//! depending package itself. The set must also hold one version per stem, every
+//! package must declare the image's variants it lists (`set name=variant.arch ...`), no
+//! package may be obsolete (it delivers nothing), and a renamed package is a warning (its
+//! successor should be named instead).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -81,11 +83,42 @@ pub fn check_pinned_set(
             });
         }
         if !image.package_installable(manifest) {
+            let declared = manifest
+                .attribute("variant.arch")
+                .map(|v| v.join(" "))
+                .unwrap_or_default();
             problems.push(DependencyProblem {
                 severity: Severity::Error,
                 package: fmri.to_string(),
-                subject: "variants".into(),
-                message: "the package does not support the image's variants".into(),
+                subject: format!("set name=variant.arch value={declared}"),
+                message: format!(
+                    "the package does not support the image's variants ({})",
+                    image
+                        .variants()
+                        .iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                ),
+            });
+        }
+        if flag(manifest, "pkg.obsolete") {
+            problems.push(DependencyProblem {
+                severity: Severity::Error,
+                package: fmri.to_string(),
+                subject: "set name=pkg.obsolete value=true".into(),
+                message: "the package is obsolete and delivers nothing; remove it from the set"
+                    .into(),
+            });
+        }
+        if flag(manifest, "pkg.renamed") {
+            // pkg installs a renamed package only as a stub for its require dependencies
+            // (checked below); the set should name the new package instead.
+            problems.push(DependencyProblem {
+                severity: Severity::Warning,
+                package: fmri.to_string(),
+                subject: "set name=pkg.renamed value=true".into(),
+                message: "the package was renamed; name its successor in the set instead".into(),
             });
         }
     }
@@ -106,6 +139,13 @@ pub fn check_pinned_set(
     }
     problems.sort_by_key(|p| p.severity);
     problems
+}
+
+/// True when the manifest sets `name` to `true` (`pkg.obsolete`, `pkg.renamed`).
+fn flag(manifest: &Manifest, name: &str) -> bool {
+    manifest
+        .attribute(name)
+        .is_some_and(|v| v.iter().any(|s| s == "true"))
 }
 
 /// The dependency's FMRI, with the self stem replaced by the depending package.
@@ -324,6 +364,23 @@ mod tests {
         let sparc = pkg(
             "pkg://p/s@1-1:20240101T000000Z",
             "set name=variant.arch value=sparc\n",
+        );
+        let obsolete = pkg(
+            "pkg://p/old@1-1:20240101T000000Z",
+            "set name=pkg.obsolete value=true\n",
+        );
+        let renamed = pkg(
+            "pkg://p/was@1-1:20240101T000000Z",
+            "set name=pkg.renamed value=true\ndepend type=require fmri=a@1\n",
+        );
+        assert_eq!(
+            problems(&[obsolete, renamed]),
+            [
+                "error: pkg://p/old@1,5.11-1:20240101T000000Z: set name=pkg.obsolete value=true: the package is obsolete and delivers nothing; remove it from the set",
+                "error: pkg://p/was@1,5.11-1:20240101T000000Z: depend fmri=a@1 type=require: a is not in the set",
+                "warning: pkg://p/was@1,5.11-1:20240101T000000Z: set name=pkg.renamed value=true: the package was renamed; name its successor in the set instead",
+            ]
+            .map(String::from)
         );
         let got = problems(&[a1, a2, sparc]);
         assert_eq!(got.len(), 2, "{got:?}");

@@ -51,6 +51,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let summary = builder::build(&args.image_file, &opts)
         .with_context(|| format!("cannot build {}", args.image_file.display()))?;
+    for w in &summary.warnings {
+        eprintln!("{w}");
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
