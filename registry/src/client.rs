@@ -640,6 +640,52 @@ impl Client {
         Ok(VerifyingReader::new(reader, digest.clone(), size))
     }
 
+    /// Streams a blob's bytes from byte `offset` on (a `Range: bytes=<offset>-` request when
+    /// `offset > 0`), for callers that resume a partial download they keep on disk. Returns
+    /// where the stream really starts: `offset` when the registry answered 206 for that range,
+    /// 0 when it ignored the range and sent the whole blob (200). The bytes are NOT verified:
+    /// the caller hashes what it already has plus these and checks size and digest. A body
+    /// cut short is resumed like [`Client::get_blob`]'s.
+    pub async fn get_blob_from(
+        &self,
+        registry: &str,
+        name: &Name,
+        digest: &Digest,
+        offset: u64,
+    ) -> Result<(u64, Pin<Box<dyn AsyncRead + Send>>), ClientError> {
+        let url = self.url(registry, &format!("/v2/{name}/blobs/{digest}"))?;
+        let range = format!("bytes={offset}-");
+        let resp = self
+            .send(&url, &|| {
+                let req = self.http.get(url.clone());
+                if offset > 0 {
+                    req.header(RANGE, range.clone())
+                } else {
+                    req
+                }
+            })
+            .await?;
+        let start = match resp.status() {
+            StatusCode::OK => 0,
+            StatusCode::PARTIAL_CONTENT
+                if offset > 0
+                    && header_str(resp.headers(), CONTENT_RANGE.as_str())
+                        .is_some_and(|v| v.starts_with(&format!("bytes {offset}-"))) =>
+            {
+                offset
+            }
+            _ => return Err(Self::unexpected(&url, resp).await),
+        };
+        let stream = ResumingBody {
+            client: self.clone(),
+            url,
+            offset: start,
+            resumes_left: self.retry.attempts.saturating_sub(1),
+        }
+        .into_stream(resp.bytes_stream().boxed());
+        Ok((start, Box::pin(tokio_util::io::StreamReader::new(stream))))
+    }
+
     /// Pushes a blob of `size` bytes read from `source`, unless the repository already has it.
     /// Blobs up to the chunk size go in one PUT; larger ones in chunked PATCHes, each retried
     /// from the offset the registry reports.

@@ -49,6 +49,6 @@ pub use schedule::{
     status,
 };
 pub use state::{Phase, StateDir, StateError, ZoneStatus};
-pub use store::{ContentStore, StoreError};
+pub use store::{ContentStore, FetchStats, StoreError};
 pub use unpack::{LayerStats, RootDir, UnpackError, UnpackOptions, apply_layer, apply_stream};
 pub use verify::{PulledImage, RootError, VerifiedImage, VerifiedRoot, build_root};
