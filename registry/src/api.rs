@@ -68,6 +68,16 @@ impl AppState {
         &self.0
     }
 
+    /// Runs one garbage collection over this registry's store and records it in the metrics.
+    pub async fn collect_garbage(
+        &self,
+        opts: &crate::gc::GcOptions,
+    ) -> Result<crate::gc::GcReport, crate::gc::GcError> {
+        let r = crate::gc::collect(self.0.repos.store().clone(), opts).await;
+        self.0.metrics.gc_run(r.as_ref().ok());
+        r
+    }
+
     /// Removes uploads untouched for `max_age`; returns how many objects went.
     pub async fn expire_uploads(&self, max_age: std::time::Duration) -> Result<usize, ApiError> {
         self.0.repos.expire_uploads(max_age).await

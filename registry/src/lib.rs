@@ -29,6 +29,8 @@ pub mod api;
 #[cfg(feature = "server")]
 pub mod errors;
 #[cfg(feature = "server")]
+pub mod gc;
+#[cfg(feature = "server")]
 mod handlers;
 #[cfg(feature = "server")]
 pub mod metrics;

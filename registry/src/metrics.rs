@@ -55,6 +55,18 @@ pub struct Metrics {
     bytes_out: AtomicU64,
     upload: Mutex<Histogram>,
     commit: Mutex<Histogram>,
+    gc: Mutex<GcCounters>,
+}
+
+/// Garbage collection totals.
+#[derive(Debug, Default)]
+struct GcCounters {
+    runs_ok: u64,
+    runs_failed: u64,
+    deleted: BTreeMap<&'static str, u64>,
+    deleted_bytes: u64,
+    kept_held: u64,
+    last_duration: f64,
 }
 
 impl Metrics {
@@ -85,6 +97,30 @@ impl Metrics {
     /// Records how long closing an upload (verify, publish, link) took.
     pub fn commit_duration(&self, d: Duration) {
         self.commit.lock().expect("metrics lock").observe(d);
+    }
+
+    /// Records a finished garbage collection run (`None`: it failed).
+    pub fn gc_run(&self, report: Option<&crate::gc::GcReport>) {
+        let mut g = self.gc.lock().expect("metrics lock");
+        let Some(r) = report else {
+            g.runs_failed += 1;
+            return;
+        };
+        g.runs_ok += 1;
+        if r.dry_run {
+            return;
+        }
+        for (kind, n) in [
+            ("blob", r.deleted_blobs),
+            ("blob_link", r.deleted_blob_links),
+            ("manifest_link", r.deleted_manifest_links),
+            ("record", r.deleted_records),
+        ] {
+            *g.deleted.entry(kind).or_default() += n;
+        }
+        g.deleted_bytes += r.deleted_bytes;
+        g.kept_held += r.kept_held;
+        g.last_duration = r.elapsed_secs;
     }
 
     /// Counts one store operation on `store`, and whether it failed (not-found answers count
@@ -126,6 +162,37 @@ impl Metrics {
             .lock()
             .expect("metrics lock")
             .render(&mut out, "registry_commit_duration_seconds");
+        {
+            let g = self.gc.lock().expect("metrics lock");
+            let _ = writeln!(
+                out,
+                "# TYPE registry_gc_runs_total counter\nregistry_gc_runs_total{{result=\"ok\"}} {}\nregistry_gc_runs_total{{result=\"failed\"}} {}",
+                g.runs_ok, g.runs_failed
+            );
+            out.push_str("# TYPE registry_gc_deleted_objects_total counter\n");
+            for kind in ["blob", "blob_link", "manifest_link", "record"] {
+                let _ = writeln!(
+                    out,
+                    "registry_gc_deleted_objects_total{{kind=\"{kind}\"}} {}",
+                    g.deleted.get(kind).copied().unwrap_or(0)
+                );
+            }
+            let _ = writeln!(
+                out,
+                "# TYPE registry_gc_deleted_bytes_total counter\nregistry_gc_deleted_bytes_total {}",
+                g.deleted_bytes
+            );
+            let _ = writeln!(
+                out,
+                "# TYPE registry_gc_kept_held_total counter\nregistry_gc_kept_held_total {}",
+                g.kept_held
+            );
+            let _ = writeln!(
+                out,
+                "# TYPE registry_gc_last_duration_seconds gauge\nregistry_gc_last_duration_seconds {}",
+                g.last_duration
+            );
+        }
         out.push_str("# TYPE registry_store_operations_total counter\n");
         let ops = self.store_ops.lock().expect("metrics lock");
         for ((store, op), (n, _)) in ops.iter() {
@@ -165,5 +232,19 @@ mod tests {
         assert!(text.contains("registry_upload_duration_seconds_bucket{le=\"0.025\"} 0"));
         assert!(text.contains("registry_upload_duration_seconds_count 1"));
         assert!(text.contains("registry_store_errors_total{store=\"fs\",op=\"get\"} 1"));
+        let report = crate::gc::GcReport {
+            deleted_blobs: 2,
+            deleted_bytes: 300,
+            deleted_blob_links: 3,
+            ..Default::default()
+        };
+        m.gc_run(Some(&report));
+        m.gc_run(None);
+        let text = m.render();
+        assert!(text.contains("registry_gc_runs_total{result=\"ok\"} 1"));
+        assert!(text.contains("registry_gc_runs_total{result=\"failed\"} 1"));
+        assert!(text.contains("registry_gc_deleted_objects_total{kind=\"blob\"} 2"));
+        assert!(text.contains("registry_gc_deleted_objects_total{kind=\"blob_link\"} 3"));
+        assert!(text.contains("registry_gc_deleted_bytes_total 300"));
     }
 }

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
@@ -20,6 +21,14 @@ const INDEX_LIMIT: u64 = 64 << 20;
 const LINK_LIMIT: u64 = 64 << 10;
 /// Conditional-write attempts before giving up.
 const MAX_ATTEMPTS: usize = 1000;
+/// How long a request waits for a collector to finish with a digest it holds a tombstone on.
+const TOMBSTONE_WAIT: Duration = Duration::from_secs(30);
+/// How often a waiting request looks at the tombstone again.
+const TOMBSTONE_POLL: Duration = Duration::from_millis(20);
+/// Longest time between a manifest PUT's holds and the end of its publication that garbage
+/// collection's grace window covers; a PUT that took longer holds its references again before
+/// it answers. See `docs/architecture.md`, "Garbage collection".
+pub const REFERENCE_WINDOW: Duration = Duration::from_secs(1);
 
 /// What a manifest link records.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -143,6 +152,53 @@ impl Repos {
         )))
     }
 
+    // ---- the garbage collector's write barrier ----
+
+    /// Protects digest `d` from a concurrent collector before a request relies on its content:
+    /// rewrites the digest's hold record, then waits while a collector holds a tombstone on it,
+    /// then looks whether the bytes still exist. True: they exist, and no collector can delete
+    /// them (or the repository links to them) on the strength of a decision made before this
+    /// call. The write-then-read order against the collector's tombstone-then-read order is what
+    /// makes this safe without locks (see `crate::gc`).
+    pub async fn hold(&self, d: &Digest) -> ApiResult<bool> {
+        let at = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|t| t.as_nanos())
+            .unwrap_or(0);
+        // The stamp changes the bytes, so the version (an S3 ETag) changes with every hold.
+        let stamp = format!("{{\"at\":{at}}}");
+        self.store
+            .put(
+                &layout::blob_used(d),
+                Bytes::from(stamp),
+                PutMode::Overwrite,
+            )
+            .await?;
+        self.wait_for_collector(d).await?;
+        Ok(self.blob_stat(d).await?.is_some())
+    }
+
+    /// Waits until no collector holds a tombstone on `d`.
+    async fn wait_for_collector(&self, d: &Digest) -> ApiResult<()> {
+        let key = layout::blob_tombstone(d);
+        let started = Instant::now();
+        loop {
+            match self.store.stat(&key).await {
+                Err(e) if e.is_not_found() => return Ok(()),
+                Err(e) => return Err(e.into()),
+                Ok(_) if started.elapsed() > TOMBSTONE_WAIT => {
+                    // A collector that died mid-decision leaves its tombstone until the next run
+                    // removes it; guessing would risk data, so the client retries later.
+                    return Err(ApiError::new(
+                        crate::errors::Code::TooManyRequests,
+                        format!("{d} is held by a garbage collection ({key}); retry later"),
+                    ));
+                }
+                Ok(_) => tokio::time::sleep(TOMBSTONE_POLL).await,
+            }
+        }
+    }
+
     // ---- repositories and the catalog ----
 
     pub async fn exists(&self, name: &Name) -> ApiResult<bool> {
@@ -222,22 +278,26 @@ impl Repos {
 
     // ---- manifests ----
 
-    /// Stores verified manifest bytes under their digest and links them into the repository.
-    pub async fn put_manifest(
-        &self,
-        name: &Name,
-        d: &Digest,
-        bytes: Bytes,
-        link: &ManifestLink,
-    ) -> ApiResult<()> {
+    /// Stores verified manifest bytes under their digest (create-only: existing bytes are the
+    /// same bytes).
+    pub async fn put_manifest_bytes(&self, d: &Digest, bytes: Bytes) -> ApiResult<()> {
         match self
             .store
             .put(&layout::blob_data(d), bytes, PutMode::Create)
             .await
         {
-            Ok(_) | Err(StoreError::AlreadyExists { .. }) => {}
-            Err(e) => return Err(e.into()),
+            Ok(_) | Err(StoreError::AlreadyExists { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
         }
+    }
+
+    /// Links stored manifest bytes into the repository.
+    pub async fn link_manifest(
+        &self,
+        name: &Name,
+        d: &Digest,
+        link: &ManifestLink,
+    ) -> ApiResult<()> {
         self.ensure(name).await?;
         let bytes = serde_json::to_vec(link).map_err(ApiError::internal)?;
         self.store
@@ -300,6 +360,14 @@ impl Repos {
     /// (one more, of the link, for an entry written before tags carried them). A tag is set
     /// only after its manifest was linked and removed before the link goes, so the manifest of
     /// a tag found here is in the repository.
+    /// The digest of every tag of the repository (for garbage collection's mark).
+    pub async fn tag_digests(&self, name: &Name) -> ApiResult<Vec<Digest>> {
+        let doc: Option<TagsDoc> = self.read(&layout::tags(name), INDEX_LIMIT).await?;
+        Ok(doc
+            .map(|d| d.tags.values().map(|e| e.digest().clone()).collect())
+            .unwrap_or_default())
+    }
+
     pub async fn resolve_tag_target(&self, name: &Name, tag: &Tag) -> ApiResult<Option<TagTarget>> {
         match self.read_tag(name, tag).await? {
             None => Ok(None),

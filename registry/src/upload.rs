@@ -370,7 +370,22 @@ impl Repos {
             ));
         }
         match w.commit(layout::blob_data(expected)).await {
-            Ok(_) | Err(StoreError::AlreadyExists { .. }) => {}
+            // Fresh bytes: younger than any collector's grace window.
+            Ok(_) => {}
+            // Bytes that were already there may be old garbage a collector is removing.
+            Err(StoreError::AlreadyExists { .. }) => {
+                if !self.hold(expected).await? {
+                    self.drop_state(&upload.id).await;
+                    return Err(ApiError::new(
+                        Code::BlobUploadInvalid,
+                        format!(
+                            "blob {expected} was removed by garbage collection while upload {} \
+                             was committed; upload it again",
+                            upload.id
+                        ),
+                    ));
+                }
+            }
             Err(e) => return Err(e.into()),
         }
         self.link_blob(name, expected, size).await?;

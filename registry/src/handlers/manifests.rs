@@ -1,5 +1,7 @@
 //! `GET`/`HEAD`/`PUT`/`DELETE /v2/<name>/manifests/<reference>`.
 
+use std::time::Instant;
+
 use axum::body::Body;
 use axum::http::{StatusCode, header};
 use axum::response::Response;
@@ -10,8 +12,8 @@ use validator::{Algorithm, Digest};
 
 use super::{Req, hv};
 use crate::errors::{ApiError, ApiResult, Code};
-use crate::names::Tag;
-use crate::repo::{ManifestLink, TagTarget};
+use crate::names::{Name, Tag};
+use crate::repo::{ManifestLink, REFERENCE_WINDOW, Repos, TagTarget};
 
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
@@ -276,29 +278,18 @@ pub(crate) async fn put(mut req: Req, reference: &str) -> ApiResult<Response> {
         }
     }
     let checked = check_document(&bytes, content_type.as_deref())?;
-    for b in &checked.blobs {
-        if repos.blob_linked(&name, b).await?.is_none() {
-            return Err(ApiError::new(
-                Code::ManifestBlobUnknown,
-                format!("blob {b} is not in {name}"),
-            ));
-        }
-    }
-    for m in &checked.manifests {
-        if repos.manifest_link(&name, m).await?.is_none() {
-            return Err(ApiError::new(
-                Code::ManifestBlobUnknown,
-                format!("manifest {m} is not in {name}"),
-            ));
-        }
-    }
     let size = bytes.len() as u64;
+    repos.put_manifest_bytes(&digest, bytes.clone()).await?;
+    // Hold everything the manifest relies on before publishing it, and again after publishing
+    // when that took longer than the collector's grace window is sure to cover.
+    let started = Instant::now();
+    hold_references(&repos, &name, &checked, &digest, &bytes).await?;
     let link = ManifestLink {
         media_type: checked.media_type.clone(),
         size,
         subject: checked.subject.clone(),
     };
-    repos.put_manifest(&name, &digest, bytes, &link).await?;
+    repos.link_manifest(&name, &digest, &link).await?;
     if let Some(subject) = &checked.subject {
         let mut desc = serde_json::json!({
             "mediaType": checked.media_type,
@@ -319,6 +310,9 @@ pub(crate) async fn put(mut req: Req, reference: &str) -> ApiResult<Response> {
     for t in &extra_tags {
         repos.set_tag(&name, t, &digest, &link).await?;
     }
+    if started.elapsed() > REFERENCE_WINDOW {
+        hold_references(&repos, &name, &checked, &digest, &bytes).await?;
+    }
     let mut b = Response::builder()
         .status(StatusCode::CREATED)
         .header(header::LOCATION, format!("/v2/{name}/manifests/{digest}"))
@@ -331,6 +325,45 @@ pub(crate) async fn put(mut req: Req, reference: &str) -> ApiResult<Response> {
         b = b.header("oci-tag", hv(t.as_str()));
     }
     b.body(Body::empty()).map_err(ApiError::internal)
+}
+
+/// Holds (see [`Repos::hold`]) every blob and child manifest `checked` refers to and the
+/// manifest's own bytes `d`, then checks that the repository still has each reference:
+/// `MANIFEST_BLOB_UNKNOWN` when a collector removed one first. Own bytes a collector removed are
+/// written again.
+async fn hold_references(
+    repos: &Repos,
+    name: &Name,
+    checked: &CheckedManifest,
+    d: &Digest,
+    bytes: &Bytes,
+) -> ApiResult<()> {
+    let blobs = checked.blobs.iter().map(|b| async move {
+        if repos.hold(b).await? && repos.blob_linked(name, b).await?.is_some() {
+            Ok(())
+        } else {
+            Err(ApiError::new(
+                Code::ManifestBlobUnknown,
+                format!("blob {b} is not in {name}"),
+            ))
+        }
+    });
+    let children = checked.manifests.iter().map(|m| async move {
+        if repos.hold(m).await? && repos.manifest_link(name, m).await?.is_some() {
+            Ok(())
+        } else {
+            Err(ApiError::new(
+                Code::ManifestBlobUnknown,
+                format!("manifest {m} is not in {name}"),
+            ))
+        }
+    });
+    futures_util::future::try_join_all(blobs).await?;
+    futures_util::future::try_join_all(children).await?;
+    if !repos.hold(d).await? {
+        repos.put_manifest_bytes(d, bytes.clone()).await?;
+    }
+    Ok(())
 }
 
 /// DELETE a tag, or a manifest by digest (with every tag pointing at it).

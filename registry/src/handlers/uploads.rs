@@ -77,14 +77,20 @@ pub(crate) async fn start(req: Req) -> ApiResult<Response> {
     let repos = req.state.app().repos.clone();
     if let Some(mount) = req.param("mount") {
         let d = parse_digest(mount)?;
-        let size = match req.param("from") {
-            Some(from) => {
-                let from = Name::parse(from)
-                    .map_err(|e| ApiError::new(Code::NameInvalid, e.to_string()))?;
-                repos.blob_linked(&from, &d).await?
-            }
+        let from = match req.param("from") {
+            Some(from) => Some(
+                Name::parse(from).map_err(|e| ApiError::new(Code::NameInvalid, e.to_string()))?,
+            ),
+            None => None,
+        };
+        // Hold the blob first, so a collector cannot remove it between this check and the link.
+        let size = if !repos.hold(&d).await? {
+            None
+        } else if let Some(from) = &from {
+            repos.blob_linked(from, &d).await?
+        } else {
             // No `from`: mount any blob the registry holds (automatic content discovery).
-            None => repos.blob_stat(&d).await?.map(|m| m.size),
+            repos.blob_stat(&d).await?.map(|m| m.size)
         };
         if let Some(size) = size {
             repos.link_blob(&name, &d, size).await?;

@@ -502,9 +502,16 @@ impl StoreWriter for FsWriter {
                 if let Err(e) = sync_dir(target.parent().expect("parent")) {
                     tracing::warn!(key = %d, error = %e, "could not sync a blob directory");
                 }
+                // The hard link keeps the staging file's time (its last PATCH); a published
+                // object is as old as its publication, which garbage collection's grace window
+                // relies on.
+                let now = std::time::SystemTime::now();
+                if let Err(e) = File::open(&target).and_then(|f| f.set_modified(now)) {
+                    tracing::warn!(key = %d, error = %e, "could not set a blob's modification time");
+                }
                 let modified = fs::metadata(&target)
                     .and_then(|m| m.modified())
-                    .unwrap_or_else(|_| std::time::SystemTime::now());
+                    .unwrap_or(now);
                 Ok(ObjectMeta { size, modified })
             })
             .await

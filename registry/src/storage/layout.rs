@@ -13,6 +13,12 @@
 //!                                              with a conditional write
 //! repositories/<name>/_referrers/<alg>/<hex>   index document: the descriptors of manifests in the
 //!                                              repository whose subject is this digest
+//! blobs/<alg>/<hex[0..2]>/<hex>/used          hold record: rewritten by every request that
+//!                                              starts relying on existing content (garbage
+//!                                              collection's write barrier, see `gc`)
+//! blobs/<alg>/<hex[0..2]>/<hex>/gc            tombstone: a collector is deciding about this
+//!                                              digest; requests wait until it is gone
+//! gc/lock                                      lease of the one running collector
 //! catalog                                      index document: {"repositories":[names]}
 //! uploads/<uuid>/data                          staging area of an upload (never readable as a blob)
 //! uploads/<uuid>/state                         upload state: repository, offset, hash states
@@ -41,6 +47,96 @@ pub fn blob_data(d: &Digest) -> Key {
         &hex[..2],
         hex
     ))
+}
+
+/// The hold record of a digest, rewritten by requests that start relying on its content.
+pub fn blob_used(d: &Digest) -> Key {
+    blob_data(d)
+        .as_str()
+        .strip_suffix("/data")
+        .map(|dir| key(format!("{dir}/used")))
+        .expect("blob keys end in /data")
+}
+
+/// The tombstone a collector writes while it decides about a digest.
+pub fn blob_tombstone(d: &Digest) -> Key {
+    blob_data(d)
+        .as_str()
+        .strip_suffix("/data")
+        .map(|dir| key(format!("{dir}/gc")))
+        .expect("blob keys end in /data")
+}
+
+/// The collector's lease.
+pub fn gc_lock() -> Key {
+    key("gc/lock".to_owned())
+}
+
+/// What a key under [`blobs_root`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlobPart {
+    /// The bytes ([`blob_data`]).
+    Data,
+    /// The hold record ([`blob_used`]).
+    Used,
+    /// A collector's tombstone ([`blob_tombstone`]).
+    Tombstone,
+}
+
+/// Parses a key under [`blobs_root`] back into its digest and part; `None` for anything else.
+pub fn parse_blob_key(k: &Key) -> Option<(Digest, BlobPart)> {
+    let parts: Vec<&str> = k.as_str().split('/').collect();
+    let ["blobs", alg, _, hex, last] = parts.as_slice() else {
+        return None;
+    };
+    let part = match *last {
+        "data" => BlobPart::Data,
+        "used" => BlobPart::Used,
+        "gc" => BlobPart::Tombstone,
+        _ => return None,
+    };
+    let d = Digest::parse(&format!("{alg}:{hex}")).ok()?;
+    (blob_data(&d) == Key::new(format!("blobs/{alg}/{}/{hex}/data", parts[2])).ok()?)
+        .then_some((d, part))
+}
+
+/// Prefix of every repository (for GC).
+pub fn repositories_root() -> Key {
+    key("repositories".to_owned())
+}
+
+/// What a key under [`repositories_root`] is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RepoPart {
+    /// [`repository_marker`].
+    Marker,
+    /// [`blob_link`] of this digest.
+    BlobLink(Digest),
+    /// [`manifest_link`] of this digest.
+    ManifestLink(Digest),
+    /// [`tags`].
+    Tags,
+    /// [`referrers`] of this subject.
+    Referrers(Digest),
+}
+
+/// Parses a key under [`repositories_root`] into its repository and part; `None` for anything
+/// else. Repository name segments never start with `_`, so the first such segment ends the name.
+pub fn parse_repo_key(k: &Key) -> Option<(Name, RepoPart)> {
+    let rest = k.as_str().strip_prefix("repositories/")?;
+    let at = rest.find("/_")?;
+    let name = Name::parse(&rest[..at]).ok()?;
+    let parts: Vec<&str> = rest[at + 1..].split('/').collect();
+    let digest = |alg: &str, hex: &str| Digest::parse(&format!("{alg}:{hex}")).ok();
+    let part = match parts.as_slice() {
+        ["_repo"] => RepoPart::Marker,
+        ["_tags"] => RepoPart::Tags,
+        ["_blobs", alg, hex] => RepoPart::BlobLink(digest(alg, hex)?),
+        ["_manifests", alg, hex] => RepoPart::ManifestLink(digest(alg, hex)?),
+        ["_referrers", alg, hex] => RepoPart::Referrers(digest(alg, hex)?),
+        _ => return None,
+    };
+    Some((name, part))
 }
 
 /// Prefix of every blob (for GC).
@@ -133,6 +229,31 @@ mod tests {
             "uploads/00000000-0000-0000-0000-000000000000/state"
         );
         let d512 = Digest::of(validator::Algorithm::Sha512, b"");
+        assert_eq!(
+            parse_blob_key(&blob_data(&d)),
+            Some((d.clone(), BlobPart::Data))
+        );
+        assert_eq!(
+            parse_blob_key(&blob_used(&d)),
+            Some((d.clone(), BlobPart::Used))
+        );
+        assert_eq!(
+            parse_blob_key(&blob_tombstone(&d)),
+            Some((d.clone(), BlobPart::Tombstone))
+        );
+        assert_eq!(
+            parse_blob_key(&Key::new("blobs/sha256/zz/x/data").unwrap()),
+            None
+        );
+        for (k, part) in [
+            (repository_marker(&n), RepoPart::Marker),
+            (tags(&n), RepoPart::Tags),
+            (blob_link(&n, &d), RepoPart::BlobLink(d.clone())),
+            (manifest_link(&n, &d), RepoPart::ManifestLink(d.clone())),
+            (referrers(&n, &d), RepoPart::Referrers(d.clone())),
+        ] {
+            assert_eq!(parse_repo_key(&k), Some((n.clone(), part)), "{k}");
+        }
         assert!(
             blob_data(&d512)
                 .as_str()

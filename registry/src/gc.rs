@@ -1,0 +1,847 @@
+//! Online garbage collection: mark from tags (and, by policy, untagged manifests and referrers),
+//! sweep what is unreachable and older than a grace window, while pushes go on.
+//!
+//! [`collect`] runs one pass over any [`Store`]:
+//!
+//! 1. **Lease.** It takes `gc/lock` (create-only, renewed while it runs), so one collector runs
+//!    at a time; the lease document's modification time is the run's start `t0` on the store's
+//!    own clock, and `cutoff = t0 - grace`.
+//! 2. **Snapshot.** It lists `repositories/` and `blobs/` once. Anything written later is not a
+//!    candidate.
+//! 3. **Mark**, per repository: roots are the tagged manifests, plus every manifest when
+//!    untagged manifests are kept; from each it follows index children, config and layers, and
+//!    (by policy) the referrers recorded for it. A manifest it cannot read stops the run before
+//!    anything is deleted.
+//! 4. **Sweep**, per digest: repository links (blob and manifest membership) not marked in their
+//!    repository, and bytes not marked in any repository and left with no link, are candidates
+//!    when last written before `cutoff`. For each digest with candidates the collector writes a
+//!    tombstone `blobs/…/gc`, *then* reads the digest's hold record `blobs/…/used`; if a request
+//!    rewrote it after `cutoff`, the digest is left alone. Otherwise the candidates go (a
+//!    manifest link leaves its subject's referrers too), then the tombstone.
+//!
+//! Requests are the other half (`Repos::hold`): before relying on content that already exists
+//! (a manifest PUT's blobs, children and own bytes; a mount; an upload whose bytes were already
+//! there) a request rewrites the hold record, *then* waits while a tombstone exists, then checks
+//! the content. Either the collector's read sees the hold, or the request's read sees the
+//! tombstone and waits for the verdict. The invariant and the race analysis are written out in
+//! `docs/architecture.md`, "Garbage collection".
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use serde::Serialize;
+use serde_json::Value;
+use validator::Digest;
+
+use crate::names::Name;
+use crate::repo::{REFERENCE_WINDOW, Repos};
+use crate::storage::layout::{self, BlobPart, RepoPart};
+use crate::storage::{Etag, Key, PutMode, Store, StoreError};
+
+/// Default grace window: content written or held within it is never collected.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(3600);
+/// A lease not renewed for this long belongs to a collector that died; another may take it.
+const LEASE_STALE: Duration = Duration::from_secs(15 * 60);
+/// How often a running collector renews its lease.
+const LEASE_RENEW: Duration = Duration::from_secs(60);
+/// Largest manifest read while marking.
+const MANIFEST_LIMIT: u64 = 16 << 20;
+/// Largest index document (tags, referrers) read while marking.
+const INDEX_LIMIT: u64 = 64 << 20;
+
+/// The smallest grace window that keeps every concurrent push safe: it must exceed the
+/// longest time a manifest PUT may take between holding its references and publishing
+/// ([`REFERENCE_WINDOW`]) plus the resolution of store timestamps (S3 `Last-Modified` has whole
+/// seconds). Smaller values are only safe on a registry nobody writes to meanwhile.
+pub const MIN_SAFE_GRACE: Duration = Duration::from_secs(REFERENCE_WINDOW.as_secs() + 2);
+
+/// What a collection run may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GcOptions {
+    /// Content written or held more recently than this is kept (default 1 h).
+    pub grace: Duration,
+    /// Collect manifests no tag reaches (default false: every manifest is a root).
+    pub delete_untagged: bool,
+    /// Keep the referrers of every kept manifest (default true).
+    pub keep_referrers: bool,
+    /// Report what would go, delete nothing, write nothing (default false).
+    pub dry_run: bool,
+    /// Digests swept at once (default 16).
+    pub concurrency: usize,
+}
+
+impl Default for GcOptions {
+    fn default() -> Self {
+        GcOptions {
+            grace: DEFAULT_GRACE,
+            delete_untagged: false,
+            keep_referrers: true,
+            dry_run: false,
+            concurrency: 16,
+        }
+    }
+}
+
+/// What kind of object a [`Deletion`] removes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ObjectKind {
+    /// Content bytes under `blobs/` (a layer, a config or a manifest's bytes).
+    Blob,
+    /// A repository's membership link of a blob.
+    BlobLink,
+    /// A repository's membership link of a manifest (with its referrers entry).
+    ManifestLink,
+}
+
+/// One object removed (or, in a dry run, that would be).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Deletion {
+    /// What it is.
+    pub kind: ObjectKind,
+    /// The digest.
+    pub digest: Digest,
+    /// The repository, for links.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repository: Option<String>,
+    /// Bytes freed (the content size for blobs, 0 for links).
+    pub bytes: u64,
+}
+
+/// The outcome of a run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct GcReport {
+    /// True when nothing was deleted on purpose.
+    pub dry_run: bool,
+    /// The grace window, in seconds.
+    pub grace_secs: f64,
+    /// Repositories looked at.
+    pub repositories: usize,
+    /// Manifests kept (counted once per repository).
+    pub marked_manifests: usize,
+    /// Blobs kept (counted once per repository).
+    pub marked_blobs: usize,
+    /// Content objects (blobs and manifest bytes) deleted.
+    pub deleted_blobs: u64,
+    /// Bytes of the content deleted.
+    pub deleted_bytes: u64,
+    /// Blob links deleted.
+    pub deleted_blob_links: u64,
+    /// Manifest links deleted.
+    pub deleted_manifest_links: u64,
+    /// Leftovers removed: stale hold records and tombstones of earlier runs.
+    pub deleted_records: u64,
+    /// Unreachable objects kept because they are younger than the grace window.
+    pub kept_young: u64,
+    /// Digests kept because a request held them during the run.
+    pub kept_held: u64,
+    /// Everything deleted (or that would be), sorted.
+    pub deleted: Vec<Deletion>,
+    /// Wall time of the run, in seconds.
+    pub elapsed_secs: f64,
+}
+
+/// Why a run stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GcError {
+    /// A store operation failed.
+    #[error("garbage collection: store operation failed")]
+    Store(#[from] StoreError),
+    /// Another collector holds the lease.
+    #[error(
+        "another garbage collection is running ({key} was renewed {age_secs} s ago; it is stale after {stale_secs} s)"
+    )]
+    Locked {
+        /// The lease key.
+        key: Key,
+        /// Seconds since it was renewed.
+        age_secs: u64,
+        /// When it counts as stale.
+        stale_secs: u64,
+    },
+    /// The mark could not complete; nothing was deleted.
+    #[error(
+        "garbage collection: cannot mark repository {repository}: {reason}; nothing was deleted"
+    )]
+    Mark {
+        /// The repository.
+        repository: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// Removing a manifest link failed.
+    #[error("garbage collection: removing manifest {digest} from {repository} failed: {reason}")]
+    Unlink {
+        /// The repository.
+        repository: String,
+        /// The manifest.
+        digest: Digest,
+        /// The cause.
+        reason: String,
+    },
+    /// The lease was taken over (the run was presumed dead); the sweep stopped.
+    #[error("garbage collection lost its lease {key}; it stopped sweeping")]
+    LeaseLost {
+        /// The lease key.
+        key: Key,
+    },
+}
+
+/// What the snapshot found in one repository.
+#[derive(Debug, Default)]
+struct RepoSnapshot {
+    blob_links: BTreeSet<Digest>,
+    manifest_links: BTreeSet<Digest>,
+    referrers: BTreeSet<Digest>,
+    has_tags: bool,
+}
+
+/// What the snapshot found for one digest under `blobs/`.
+#[derive(Debug, Default, Clone, Copy)]
+struct BlobSnapshot {
+    data: bool,
+    used: bool,
+    tombstone: bool,
+}
+
+/// What the mark kept in one repository.
+#[derive(Debug, Default)]
+struct Marked {
+    manifests: BTreeSet<Digest>,
+    blobs: BTreeSet<Digest>,
+}
+
+/// The sweep's plan for one digest.
+#[derive(Debug, Default)]
+struct Plan {
+    blob_links: Vec<Name>,
+    manifest_links: Vec<Name>,
+    data: bool,
+    used: bool,
+}
+
+/// What sweeping one digest did.
+#[derive(Debug, Default)]
+struct Outcome {
+    deleted: Vec<Deletion>,
+    records: u64,
+    young: u64,
+    held: bool,
+}
+
+/// Runs one collection over `store`. See the module docs for the algorithm.
+pub async fn collect(store: Arc<dyn Store>, opts: &GcOptions) -> Result<GcReport, GcError> {
+    let started = Instant::now();
+    let lease = if opts.dry_run {
+        None
+    } else {
+        Some(Lease::acquire(store.clone()).await?)
+    };
+    let result = run(store.clone(), opts, lease.as_ref()).await;
+    if let Some(lease) = lease {
+        lease.release().await;
+    }
+    let mut report = result?;
+    report.elapsed_secs = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+async fn run(
+    store: Arc<dyn Store>,
+    opts: &GcOptions,
+    lease: Option<&Lease>,
+) -> Result<GcReport, GcError> {
+    let t0 = lease.map(|l| l.started).unwrap_or_else(SystemTime::now);
+    let cutoff = t0.checked_sub(opts.grace).unwrap_or(SystemTime::UNIX_EPOCH);
+    let repos = Repos::new(store.clone());
+
+    // Snapshot.
+    let mut repositories: BTreeMap<Name, RepoSnapshot> = BTreeMap::new();
+    for k in store.list(&layout::repositories_root()).await? {
+        let Some((name, part)) = layout::parse_repo_key(&k) else {
+            continue;
+        };
+        let r = repositories.entry(name).or_default();
+        match part {
+            RepoPart::Marker => {}
+            RepoPart::Tags => r.has_tags = true,
+            RepoPart::BlobLink(d) => {
+                r.blob_links.insert(d);
+            }
+            RepoPart::ManifestLink(d) => {
+                r.manifest_links.insert(d);
+            }
+            RepoPart::Referrers(d) => {
+                r.referrers.insert(d);
+            }
+        }
+    }
+    let mut blobs: BTreeMap<Digest, BlobSnapshot> = BTreeMap::new();
+    for k in store.list(&layout::blobs_root()).await? {
+        let Some((d, part)) = layout::parse_blob_key(&k) else {
+            continue;
+        };
+        let b = blobs.entry(d).or_default();
+        match part {
+            BlobPart::Data => b.data = true,
+            BlobPart::Used => b.used = true,
+            BlobPart::Tombstone => b.tombstone = true,
+        }
+    }
+
+    // Mark.
+    let mut report = GcReport {
+        dry_run: opts.dry_run,
+        grace_secs: opts.grace.as_secs_f64(),
+        repositories: repositories.len(),
+        ..GcReport::default()
+    };
+    let mut marked: BTreeMap<&Name, Marked> = BTreeMap::new();
+    for (name, snap) in &repositories {
+        let m = mark(store.as_ref(), &repos, name, snap, opts).await?;
+        report.marked_manifests += m.manifests.len();
+        report.marked_blobs += m.blobs.len();
+        marked.insert(name, m);
+    }
+    let global: BTreeSet<&Digest> = marked
+        .values()
+        .flat_map(|m| m.manifests.iter().chain(m.blobs.iter()))
+        .collect();
+
+    // Plan: candidates grouped by digest.
+    let mut plans: BTreeMap<Digest, Plan> = BTreeMap::new();
+    let mut links_total: BTreeMap<&Digest, usize> = BTreeMap::new();
+    for (name, snap) in &repositories {
+        let m = &marked[name];
+        for d in &snap.blob_links {
+            *links_total.entry(d).or_default() += 1;
+            if !m.blobs.contains(d) {
+                plans
+                    .entry(d.clone())
+                    .or_default()
+                    .blob_links
+                    .push(name.clone());
+            }
+        }
+        for d in &snap.manifest_links {
+            *links_total.entry(d).or_default() += 1;
+            if !m.manifests.contains(d) {
+                plans
+                    .entry(d.clone())
+                    .or_default()
+                    .manifest_links
+                    .push(name.clone());
+            }
+        }
+    }
+    let mut stale_tombstones = Vec::new();
+    for (d, b) in &blobs {
+        if b.tombstone {
+            stale_tombstones.push(d.clone());
+        }
+        if global.contains(d) {
+            continue;
+        }
+        let plan_links = plans
+            .get(d)
+            .map(|p| p.blob_links.len() + p.manifest_links.len())
+            .unwrap_or(0);
+        if plan_links == links_total.get(d).copied().unwrap_or(0) {
+            let p = plans.entry(d.clone()).or_default();
+            p.data = b.data;
+            p.used = b.used;
+        }
+    }
+    plans.retain(|_, p| {
+        p.data || p.used || !p.blob_links.is_empty() || !p.manifest_links.is_empty()
+    });
+
+    // Tombstones found now were left by a run that died (the lease makes this run the only
+    // one); requests waiting on them may go on.
+    if !opts.dry_run {
+        for d in stale_tombstones {
+            match store.delete(&layout::blob_tombstone(&d)).await {
+                Ok(()) => report.deleted_records += 1,
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    // Sweep.
+    let ctx = Sweep {
+        store: store.as_ref(),
+        repos: &repos,
+        cutoff,
+        dry_run: opts.dry_run,
+        lease,
+    };
+    let mut outcomes = futures_util::stream::iter(plans)
+        .map(|(d, plan)| {
+            let ctx = &ctx;
+            async move { ctx.sweep(d, plan).await }
+        })
+        .buffer_unordered(opts.concurrency.max(1));
+    let mut first_error = None;
+    while let Some(r) = outcomes.next().await {
+        match r {
+            Ok(o) => {
+                for del in &o.deleted {
+                    match del.kind {
+                        ObjectKind::Blob => {
+                            report.deleted_blobs += 1;
+                            report.deleted_bytes += del.bytes;
+                        }
+                        ObjectKind::BlobLink => report.deleted_blob_links += 1,
+                        ObjectKind::ManifestLink => report.deleted_manifest_links += 1,
+                    }
+                }
+                report.deleted.extend(o.deleted);
+                report.deleted_records += o.records;
+                report.kept_young += o.young;
+                report.kept_held += u64::from(o.held);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "garbage collection: sweeping a digest failed");
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    drop(outcomes);
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    report.deleted.sort();
+    Ok(report)
+}
+
+/// Marks what repository `name` keeps.
+async fn mark(
+    store: &dyn Store,
+    repos: &Repos,
+    name: &Name,
+    snap: &RepoSnapshot,
+    opts: &GcOptions,
+) -> Result<Marked, GcError> {
+    let fail = |reason: String| GcError::Mark {
+        repository: name.to_string(),
+        reason,
+    };
+    let mut queue: VecDeque<Digest> = VecDeque::new();
+    if snap.has_tags {
+        let tags = repos
+            .tag_digests(name)
+            .await
+            .map_err(|e| fail(format!("cannot read the tag index: {e}")))?;
+        queue.extend(tags);
+    }
+    if !opts.delete_untagged {
+        queue.extend(snap.manifest_links.iter().cloned());
+    }
+    let mut m = Marked::default();
+    while let Some(d) = queue.pop_front() {
+        if !m.manifests.insert(d.clone()) {
+            continue;
+        }
+        let bytes = match store.get(&layout::blob_data(&d), MANIFEST_LIMIT).await {
+            Ok(doc) => doc.bytes,
+            Err(e) if e.is_not_found() => {
+                return Err(fail(format!("the bytes of kept manifest {d} are missing")));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let v: Value = serde_json::from_slice(&bytes)
+            .map_err(|e| fail(format!("kept manifest {d} is not JSON: {e}")))?;
+        let digest_of = |desc: &Value, field: &str| -> Result<Digest, GcError> {
+            desc.get("digest")
+                .and_then(Value::as_str)
+                .and_then(|s| Digest::parse(s).ok())
+                .ok_or_else(|| fail(format!("manifest {d}: {field} has no valid digest")))
+        };
+        if let Some(children) = v.get("manifests").and_then(Value::as_array) {
+            for (i, c) in children.iter().enumerate() {
+                queue.push_back(digest_of(c, &format!("manifests[{i}]"))?);
+            }
+        }
+        if let Some(config) = v.get("config") {
+            m.blobs.insert(digest_of(config, "config")?);
+        }
+        for field in ["layers", "blobs"] {
+            if let Some(list) = v.get(field).and_then(Value::as_array) {
+                for (i, l) in list.iter().enumerate() {
+                    m.blobs.insert(digest_of(l, &format!("{field}[{i}]"))?);
+                }
+            }
+        }
+        if opts.keep_referrers && snap.referrers.contains(&d) {
+            match store.get(&layout::referrers(name, &d), INDEX_LIMIT).await {
+                Ok(doc) => {
+                    let v: Value = serde_json::from_slice(&doc.bytes)
+                        .map_err(|e| fail(format!("referrers of {d} are not JSON: {e}")))?;
+                    for (i, r) in v
+                        .get("manifests")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .enumerate()
+                    {
+                        queue.push_back(digest_of(r, &format!("referrers[{i}]"))?);
+                    }
+                }
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(m)
+}
+
+struct Sweep<'a> {
+    store: &'a dyn Store,
+    repos: &'a Repos,
+    cutoff: SystemTime,
+    dry_run: bool,
+    lease: Option<&'a Lease>,
+}
+
+impl Sweep<'_> {
+    /// True when `key` was last written before the cutoff; `None` when it is gone.
+    async fn old(&self, key: &Key) -> Result<Option<(bool, u64)>, GcError> {
+        match self.store.stat(key).await {
+            Ok(m) => Ok(Some((m.modified < self.cutoff, m.size))),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn sweep(&self, d: Digest, plan: Plan) -> Result<Outcome, GcError> {
+        let mut out = Outcome::default();
+        // Keep only candidates older than the cutoff; a young link keeps the bytes too.
+        let mut blob_links = Vec::new();
+        let mut manifest_links = Vec::new();
+        let mut data_ok = plan.data;
+        for (names, manifest, keep) in [
+            (&plan.blob_links, false, &mut blob_links),
+            (&plan.manifest_links, true, &mut manifest_links),
+        ] {
+            for name in names {
+                let key = if manifest {
+                    layout::manifest_link(name, &d)
+                } else {
+                    layout::blob_link(name, &d)
+                };
+                match self.old(&key).await? {
+                    Some((true, _)) => keep.push(name.clone()),
+                    Some((false, _)) => {
+                        out.young += 1;
+                        data_ok = false;
+                    }
+                    None => {}
+                }
+            }
+        }
+        let mut data_size = 0;
+        if data_ok {
+            match self.old(&layout::blob_data(&d)).await? {
+                Some((true, size)) => data_size = size,
+                Some((false, _)) => {
+                    out.young += 1;
+                    data_ok = false;
+                }
+                None => data_ok = false,
+            }
+        }
+        // The hold record goes with the bytes, or when there are no bytes left to protect.
+        let used_ok = plan.used && (data_ok || !plan.data) && out.young == 0;
+        if blob_links.is_empty() && manifest_links.is_empty() && !data_ok && !used_ok {
+            return Ok(out);
+        }
+
+        let tombstone = layout::blob_tombstone(&d);
+        if !self.dry_run {
+            if self.lease.is_some_and(Lease::lost) {
+                return Err(GcError::LeaseLost {
+                    key: layout::gc_lock(),
+                });
+            }
+            self.store
+                .put(&tombstone, Bytes::from_static(b"{}"), PutMode::Overwrite)
+                .await?;
+        }
+        // Tombstone first, then the hold record: a request that held the digest after the
+        // cutoff is seen here, and one that holds it from now on waits for the tombstone.
+        let held = match self.old(&layout::blob_used(&d)).await {
+            Ok(Some((old, _))) => !old,
+            Ok(None) => false,
+            Err(e) => {
+                self.remove_tombstone(&tombstone).await;
+                return Err(e);
+            }
+        };
+        if held {
+            out.held = true;
+            self.remove_tombstone(&tombstone).await;
+            return Ok(out);
+        }
+        let r = self
+            .delete_candidates(
+                &d,
+                &blob_links,
+                &manifest_links,
+                data_ok.then_some(data_size),
+                used_ok,
+                &mut out,
+            )
+            .await;
+        self.remove_tombstone(&tombstone).await;
+        r.map(|()| out)
+    }
+
+    async fn delete_candidates(
+        &self,
+        d: &Digest,
+        blob_links: &[Name],
+        manifest_links: &[Name],
+        data: Option<u64>,
+        used: bool,
+        out: &mut Outcome,
+    ) -> Result<(), GcError> {
+        let deletion = |kind, name: Option<&Name>, bytes| Deletion {
+            kind,
+            digest: d.clone(),
+            repository: name.map(|n| n.to_string()),
+            bytes,
+        };
+        for name in manifest_links {
+            if !self.dry_run {
+                // Also drops the manifest from its subject's referrers. No tag can point at it:
+                // one set after the mark came from a PUT that held the digest.
+                self.repos
+                    .delete_manifest(name, d)
+                    .await
+                    .map_err(|e| GcError::Unlink {
+                        repository: name.to_string(),
+                        digest: d.clone(),
+                        reason: e.to_string(),
+                    })?;
+            }
+            out.deleted
+                .push(deletion(ObjectKind::ManifestLink, Some(name), 0));
+        }
+        for name in blob_links {
+            if !self.dry_run {
+                self.delete(&layout::blob_link(name, d)).await?;
+            }
+            out.deleted
+                .push(deletion(ObjectKind::BlobLink, Some(name), 0));
+        }
+        if let Some(size) = data {
+            if !self.dry_run {
+                self.delete(&layout::blob_data(d)).await?;
+            }
+            out.deleted.push(deletion(ObjectKind::Blob, None, size));
+        }
+        if used {
+            if !self.dry_run {
+                self.delete(&layout::blob_used(d)).await?;
+            }
+            out.records += 1;
+        }
+        Ok(())
+    }
+
+    async fn delete(&self, key: &Key) -> Result<(), GcError> {
+        match self.store.delete(key).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn remove_tombstone(&self, key: &Key) {
+        if self.dry_run {
+            return;
+        }
+        if let Err(e) = self.delete(key).await {
+            // Requests on this digest wait for it, then fail with 429, until the next run
+            // removes it.
+            tracing::warn!(key = %key, error = %e, "garbage collection could not remove a tombstone");
+        }
+    }
+}
+
+/// The collector's lease on `gc/lock`, renewed in the background while a run lasts.
+struct Lease {
+    store: Arc<dyn Store>,
+    started: SystemTime,
+    etag: Arc<std::sync::Mutex<Etag>>,
+    lost: Arc<AtomicBool>,
+    renewer: tokio::task::JoinHandle<()>,
+}
+
+fn lease_body(run: &str, n: u64) -> Bytes {
+    Bytes::from(
+        serde_json::json!({"run": run, "renewal": n, "pid": std::process::id()}).to_string(),
+    )
+}
+
+impl Lease {
+    async fn acquire(store: Arc<dyn Store>) -> Result<Lease, GcError> {
+        let key = layout::gc_lock();
+        let run = uuid::Uuid::new_v4().to_string();
+        let etag = match store.put(&key, lease_body(&run, 0), PutMode::Create).await {
+            Ok(etag) => etag,
+            Err(StoreError::AlreadyExists { .. }) => {
+                let doc = store.get(&key, 64 << 10).await?;
+                let meta = store.stat(&key).await?;
+                let age = SystemTime::now()
+                    .duration_since(meta.modified)
+                    .unwrap_or_default();
+                if age < LEASE_STALE {
+                    return Err(GcError::Locked {
+                        key,
+                        age_secs: age.as_secs(),
+                        stale_secs: LEASE_STALE.as_secs(),
+                    });
+                }
+                tracing::warn!(key = %key, age = ?age, "taking over a stale garbage collection lease");
+                match store
+                    .put(&key, lease_body(&run, 0), PutMode::Replace(doc.etag))
+                    .await
+                {
+                    Ok(etag) => etag,
+                    Err(StoreError::PreconditionFailed { .. }) => {
+                        return Err(GcError::Locked {
+                            key,
+                            age_secs: 0,
+                            stale_secs: LEASE_STALE.as_secs(),
+                        });
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Err(e) => return Err(e.into()),
+        };
+        // The lease's own time is the run's start on the store's clock, which is the clock
+        // every modification time the sweep compares with comes from.
+        let started = store.stat(&key).await?.modified;
+        let etag = Arc::new(std::sync::Mutex::new(etag));
+        let lost = Arc::new(AtomicBool::new(false));
+        let renewer = {
+            let (store, etag, lost) = (store.clone(), etag.clone(), lost.clone());
+            tokio::spawn(async move {
+                for n in 1.. {
+                    tokio::time::sleep(LEASE_RENEW).await;
+                    let current = etag.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    match store
+                        .put(&key, lease_body(&run, n), PutMode::Replace(current))
+                        .await
+                    {
+                        Ok(new) => *etag.lock().unwrap_or_else(|e| e.into_inner()) = new,
+                        Err(StoreError::PreconditionFailed { .. }) => {
+                            lost.store(true, Ordering::SeqCst);
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "garbage collection could not renew its lease")
+                        }
+                    }
+                }
+            })
+        };
+        Ok(Lease {
+            store,
+            started,
+            etag,
+            lost,
+            renewer,
+        })
+    }
+
+    fn lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+
+    async fn release(self) {
+        let Lease {
+            store,
+            etag,
+            lost,
+            renewer,
+            ..
+        } = self;
+        renewer.abort();
+        let _ = renewer.await;
+        if lost.load(Ordering::SeqCst) {
+            return;
+        }
+        let key = layout::gc_lock();
+        let ours = etag.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        // Delete only our own lease (a taken-over one belongs to another run).
+        match store.get(&key, 64 << 10).await {
+            Ok(doc) if doc.etag == ours => {
+                if let Err(e) = store.delete(&key).await {
+                    tracing::warn!(error = %e, "garbage collection could not release its lease");
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Parses a duration such as `0`, `500ms`, `90s`, `15m`, `1h` or `7d` (one number, one unit;
+/// a bare number is seconds).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (like 90s, 15m, 1h, 7d)"))?;
+    let secs = |k: u64| {
+        n.checked_mul(k)
+            .map(Duration::from_secs)
+            .ok_or_else(|| format!("{s:?} is too long"))
+    };
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "" | "s" => secs(1),
+        "m" => secs(60),
+        "h" => secs(3600),
+        "d" => secs(86400),
+        _ => Err(format!(
+            "{s:?} has an unknown unit {unit:?} (use ms, s, m, h or d)"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("15m"), Ok(Duration::from_secs(900)));
+        assert_eq!(parse_duration(" 1h "), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86400)));
+        for bad in [
+            "",
+            "h",
+            "1x",
+            "-1s",
+            "1.5h",
+            "1h30m",
+            "99999999999999999999d",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,620 @@
+//! Online garbage collection on both stores (a filesystem store in a temp dir, the S3 store on
+//! SeaweedFS from `s3-fixtures`), driven through the registry served over TCP in process and
+//! pushed to with the registry's own HTTP client:
+//!
+//! - what is reachable (tags, index children, referrers, layers shared across repositories)
+//!   is kept and what is not is removed once older than the grace window; a dry run deletes
+//!   nothing; a deleted manifest is `MANIFEST_UNKNOWN` afterwards;
+//! - collections running back to back during 50 concurrent pushes lose nothing acknowledged.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use registry::Name;
+use registry::api::{AppState, RegistryConfig, router};
+use registry::client::{Client, Reference};
+use registry::gc::{GcOptions, GcReport, ObjectKind};
+use registry::storage::{FsStore, Key, S3Config, S3Store, Store};
+use tokio::io::AsyncReadExt;
+use validator::Digest;
+
+const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+const INDEX: &str = "application/vnd.oci.image.index.v1+json";
+const CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+const LAYER: &str = "application/vnd.oci.image.layer.v1.tar";
+
+/// A registry served over TCP on a loopback port, with its store.
+struct Served {
+    addr: SocketAddr,
+    state: AppState,
+    store: Arc<dyn Store>,
+    client: Client,
+    task: tokio::task::JoinHandle<()>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn fs_store() -> (Arc<dyn Store>, Option<tempfile::TempDir>) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+    (Arc::new(store), Some(dir))
+}
+
+async fn s3_store() -> (Arc<dyn Store>, Option<tempfile::TempDir>) {
+    let sw = s3_fixtures::SeaweedFs::shared().unwrap_or_else(|e| panic!("{e}"));
+    let bucket = sw.bucket().unwrap_or_else(|e| panic!("{e}"));
+    let store = S3Store::new(S3Config::new(sw.endpoint(), &bucket).prefix("reg"));
+    (Arc::new(store), None)
+}
+
+async fn serve(store: (Arc<dyn Store>, Option<tempfile::TempDir>)) -> Served {
+    let (store, dir) = store;
+    let state = AppState::new(store.clone(), RegistryConfig::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = router(state.clone());
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    let client = Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    Served {
+        addr,
+        state,
+        store,
+        client,
+        task,
+        _dir: dir,
+    }
+}
+
+fn desc(media_type: &str, data: &[u8]) -> serde_json::Value {
+    serde_json::json!({"mediaType": media_type, "digest": Digest::sha256(data), "size": data.len()})
+}
+
+/// An image: config and layers (bytes) and its manifest.
+struct Image {
+    config: Vec<u8>,
+    layers: Vec<Vec<u8>>,
+    manifest: Bytes,
+}
+
+impl Image {
+    fn new(config: Vec<u8>, layers: Vec<Vec<u8>>, subject: Option<&Bytes>) -> Image {
+        let mut m = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": MANIFEST,
+            "config": desc(CONFIG, &config),
+            "layers": layers.iter().map(|l| desc(LAYER, l)).collect::<Vec<_>>(),
+        });
+        if let Some(s) = subject {
+            m["subject"] = desc(MANIFEST, s);
+            m["artifactType"] = "application/vnd.example.signature".into();
+        }
+        let manifest = Bytes::from(serde_json::to_vec(&m).unwrap());
+        Image {
+            config,
+            layers,
+            manifest,
+        }
+    }
+
+    fn digest(&self) -> Digest {
+        Digest::sha256(&self.manifest)
+    }
+
+    fn blobs(&self) -> impl Iterator<Item = &Vec<u8>> {
+        std::iter::once(&self.config).chain(self.layers.iter())
+    }
+}
+
+impl Served {
+    fn registry(&self) -> String {
+        self.addr.to_string()
+    }
+
+    fn reference(&self, repo: &str, reference: &str) -> Reference {
+        let sep = if reference.contains(':') { "@" } else { ":" };
+        Reference::parse(&format!("{}/{repo}{sep}{reference}", self.addr)).unwrap()
+    }
+
+    async fn push_blob(&self, repo: &str, data: &[u8]) -> Result<Digest, String> {
+        let d = Digest::sha256(data);
+        let name = Name::parse(repo).unwrap();
+        self.client
+            .push_blob(&self.registry(), &name, &d, data.len() as u64, data)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(d)
+    }
+
+    async fn push_image(&self, repo: &str, reference: &str, img: &Image) -> Result<(), String> {
+        for b in img.blobs() {
+            self.push_blob(repo, b).await?;
+        }
+        self.push_manifest(repo, reference, MANIFEST, img.manifest.clone())
+            .await
+    }
+
+    async fn push_manifest(
+        &self,
+        repo: &str,
+        reference: &str,
+        media_type: &str,
+        bytes: Bytes,
+    ) -> Result<(), String> {
+        self.client
+            .push_manifest(&self.reference(repo, reference), media_type, bytes)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    /// Status and OCI error code of a plain request.
+    async fn status(&self, method: reqwest::Method, path: &str) -> (u16, Option<String>) {
+        let resp = reqwest::Client::new()
+            .request(method, format!("http://{}{path}", self.addr))
+            .header("accept", format!("{MANIFEST}, {INDEX}"))
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        let body = resp.bytes().await.unwrap();
+        let code = serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v["errors"][0]["code"].as_str().map(str::to_owned));
+        (status, code)
+    }
+
+    /// Asserts the repository serves `data` under its digest, verified.
+    async fn assert_blob(&self, repo: &str, data: &[u8]) {
+        let d = Digest::sha256(data);
+        let name = Name::parse(repo).unwrap();
+        let mut r = self
+            .client
+            .get_blob(&self.registry(), &name, &d, data.len() as u64)
+            .await
+            .unwrap_or_else(|e| panic!("{repo}: blob {d}: {e}"));
+        let mut got = Vec::new();
+        r.read_to_end(&mut got)
+            .await
+            .unwrap_or_else(|e| panic!("{repo}: blob {d} does not verify: {e}"));
+        assert_eq!(got, data);
+    }
+
+    async fn assert_blob_gone(&self, repo: &str, data: &[u8]) {
+        let d = Digest::sha256(data);
+        let (status, code) = self
+            .status(reqwest::Method::GET, &format!("/v2/{repo}/blobs/{d}"))
+            .await;
+        assert_eq!(
+            (status, code.as_deref()),
+            (404, Some("BLOB_UNKNOWN")),
+            "{repo} {d}"
+        );
+        assert!(
+            self.store
+                .stat(
+                    &Key::new(format!(
+                        "blobs/sha256/{}/{}/data",
+                        &d.encoded()[..2],
+                        d.encoded()
+                    ))
+                    .unwrap()
+                )
+                .await
+                .is_err_and(|e| e.is_not_found()),
+            "the bytes of {d} are still stored"
+        );
+    }
+
+    /// Asserts `reference` resolves to `img`, and every blob of it is served.
+    async fn assert_image(&self, repo: &str, reference: &str, img: &Image) {
+        let (desc, bytes) = self
+            .client
+            .get_manifest(&self.reference(repo, reference))
+            .await
+            .unwrap_or_else(|e| panic!("{repo}:{reference}: {e}"));
+        assert_eq!(desc.digest, img.digest(), "{repo}:{reference}");
+        assert_eq!(bytes, img.manifest);
+        for b in img.blobs() {
+            self.assert_blob(repo, b).await;
+        }
+    }
+
+    async fn assert_manifest_gone(&self, repo: &str, d: &Digest) {
+        let (status, code) = self
+            .status(reqwest::Method::GET, &format!("/v2/{repo}/manifests/{d}"))
+            .await;
+        assert_eq!(
+            (status, code.as_deref()),
+            (404, Some("MANIFEST_UNKNOWN")),
+            "{repo}@{d}"
+        );
+    }
+
+    async fn keys(&self) -> Vec<Key> {
+        let mut all = self.store.list(&Key::new("blobs").unwrap()).await.unwrap();
+        all.extend(
+            self.store
+                .list(&Key::new("repositories").unwrap())
+                .await
+                .unwrap(),
+        );
+        all
+    }
+
+    async fn gc(&self, grace: Duration, delete_untagged: bool, dry_run: bool) -> GcReport {
+        let opts = GcOptions {
+            grace,
+            delete_untagged,
+            dry_run,
+            ..GcOptions::default()
+        };
+        self.state.collect_garbage(&opts).await.unwrap()
+    }
+}
+
+/// Store modification times may have one-second resolution (S3 `Last-Modified`); waiting this
+/// long makes everything written so far older than a zero grace window.
+async fn age_past_zero_grace() {
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+}
+
+fn bytes(tag: &str, n: usize) -> Vec<u8> {
+    let mut v = tag.as_bytes().to_vec();
+    v.resize(n.max(tag.len()), b'.');
+    v
+}
+
+fn deleted(report: &GcReport, kind: ObjectKind) -> BTreeSet<(Option<String>, Digest)> {
+    report
+        .deleted
+        .iter()
+        .filter(|d| d.kind == kind)
+        .map(|d| (d.repository.clone(), d.digest.clone()))
+        .collect()
+}
+
+async fn keeps_what_is_reachable(store: (Arc<dyn Store>, Option<tempfile::TempDir>)) {
+    let s = serve(store).await;
+    let shared = bytes("shared layer", 3000);
+    // Repository a: an image tagged v1, with a signature referring to it (untagged).
+    let img1 = Image::new(
+        bytes("config 1", 40),
+        vec![shared.clone(), bytes("unique 1", 2000)],
+        None,
+    );
+    s.push_image("gc/a", "v1", &img1).await.unwrap();
+    let sig = Image::new(
+        bytes("sig config", 10),
+        vec![bytes("signature", 500)],
+        Some(&img1.manifest),
+    );
+    s.push_image("gc/a", &sig.digest().to_string(), &sig)
+        .await
+        .unwrap();
+    // Repository b: the shared layer again, and an index whose child is untagged.
+    let img2 = Image::new(
+        bytes("config 2", 40),
+        vec![shared.clone(), bytes("unique 2", 2100)],
+        None,
+    );
+    s.push_image("gc/b", "v1", &img2).await.unwrap();
+    let child = Image::new(bytes("config 3", 40), vec![bytes("unique 3", 1500)], None);
+    s.push_image("gc/b", &child.digest().to_string(), &child)
+        .await
+        .unwrap();
+    let index = Bytes::from(
+        serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2, "mediaType": INDEX,
+            "manifests": [desc(MANIFEST, &child.manifest)],
+        }))
+        .unwrap(),
+    );
+    s.push_manifest("gc/b", "multi", INDEX, index.clone())
+        .await
+        .unwrap();
+
+    // Garbage: an untagged image (tag deleted) with its own signature, a blob never used, and
+    // a manifest deleted by digest.
+    let old = Image::new(
+        bytes("config 0", 40),
+        vec![shared.clone(), bytes("unique 0", 1800)],
+        None,
+    );
+    s.push_image("gc/a", "old", &old).await.unwrap();
+    let old_sig = Image::new(
+        bytes("old sig config", 10),
+        vec![bytes("old signature", 400)],
+        Some(&old.manifest),
+    );
+    s.push_image("gc/a", &old_sig.digest().to_string(), &old_sig)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.status(reqwest::Method::DELETE, "/v2/gc/a/manifests/old")
+            .await
+            .0,
+        202
+    );
+    let orphan = bytes("orphan blob", 777);
+    s.push_blob("gc/a", &orphan).await.unwrap();
+    let dropped = Image::new(bytes("config 4", 40), vec![bytes("unique 4", 900)], None);
+    s.push_image("gc/b", "dropped", &dropped).await.unwrap();
+    let path = format!("/v2/gc/b/manifests/{}", dropped.digest());
+    assert_eq!(s.status(reqwest::Method::DELETE, &path).await.0, 202);
+    s.assert_manifest_gone("gc/b", &dropped.digest()).await;
+
+    // Within the grace window nothing goes.
+    let r = s.gc(Duration::from_secs(3600), true, false).await;
+    assert!(r.deleted.is_empty(), "{:?}", r.deleted);
+    assert!(r.kept_young > 0);
+
+    age_past_zero_grace().await;
+    // A dry run reports and changes nothing.
+    let before = s.keys().await;
+    let dry = s.gc(Duration::ZERO, true, true).await;
+    assert_eq!(s.keys().await, before, "a dry run changed the store");
+    assert!(dry.dry_run);
+    let would_blobs = deleted(&dry, ObjectKind::Blob);
+    assert!(would_blobs.contains(&(None, Digest::sha256(&orphan))));
+    assert!(would_blobs.contains(&(None, dropped.digest())));
+
+    // Untagged manifests kept: the orphan blob and the deleted manifest's content go.
+    let r = s.gc(Duration::ZERO, false, false).await;
+    let blobs = deleted(&r, ObjectKind::Blob);
+    let expect: BTreeSet<_> = [
+        Digest::sha256(&orphan),
+        dropped.digest(),
+        Digest::sha256(&dropped.config),
+        Digest::sha256(&dropped.layers[0]),
+    ]
+    .into_iter()
+    .map(|d| (None, d))
+    .collect();
+    assert_eq!(blobs, expect);
+    assert!(
+        deleted(&r, ObjectKind::BlobLink).contains(&(Some("gc/a".into()), Digest::sha256(&orphan)))
+    );
+    assert!(deleted(&r, ObjectKind::ManifestLink).is_empty());
+    assert_eq!(
+        r.deleted_bytes,
+        777 + dropped.manifest.len() as u64 + 40 + 900
+    );
+    s.assert_blob_gone("gc/a", &orphan).await;
+    s.assert_blob_gone("gc/b", &dropped.layers[0]).await;
+    s.assert_manifest_gone("gc/b", &dropped.digest()).await;
+    // The untagged image is still there by digest.
+    s.assert_image("gc/a", &old.digest().to_string(), &old)
+        .await;
+
+    // Untagged manifests collected: the old image, its signature and their own blobs go; the
+    // shared layer, the signature of the tagged image and the index child stay.
+    let r = s.gc(Duration::ZERO, true, false).await;
+    let links = deleted(&r, ObjectKind::ManifestLink);
+    let a = Some("gc/a".to_owned());
+    assert_eq!(
+        links,
+        BTreeSet::from([(a.clone(), old.digest()), (a.clone(), old_sig.digest())])
+    );
+    for img in [&old, &old_sig] {
+        s.assert_manifest_gone("gc/a", &img.digest()).await;
+        for b in img.blobs().filter(|b| **b != shared) {
+            s.assert_blob_gone("gc/a", b).await;
+        }
+    }
+    s.assert_image("gc/a", "v1", &img1).await;
+    s.assert_image("gc/a", &sig.digest().to_string(), &sig)
+        .await;
+    s.assert_image("gc/b", "v1", &img2).await;
+    s.assert_image("gc/b", &child.digest().to_string(), &child)
+        .await;
+    let (d, got) = s
+        .client
+        .get_manifest(&s.reference("gc/b", "multi"))
+        .await
+        .unwrap();
+    assert_eq!((d.digest, got), (Digest::sha256(&index), index));
+    let referrers: serde_json::Value = reqwest::get(format!(
+        "http://{}/v2/gc/a/referrers/{}",
+        s.addr,
+        img1.digest()
+    ))
+    .await
+    .unwrap()
+    .bytes()
+    .await
+    .map(|b| serde_json::from_slice(&b).unwrap())
+    .unwrap();
+    assert_eq!(
+        referrers["manifests"][0]["digest"],
+        sig.digest().to_string()
+    );
+    let referrers_of_old: serde_json::Value = reqwest::get(format!(
+        "http://{}/v2/gc/a/referrers/{}",
+        s.addr,
+        old.digest()
+    ))
+    .await
+    .unwrap()
+    .bytes()
+    .await
+    .map(|b| serde_json::from_slice(&b).unwrap())
+    .unwrap();
+    assert_eq!(referrers_of_old["manifests"], serde_json::json!([]));
+
+    // Nothing is left to collect, and the metrics saw every run.
+    let r = s.gc(Duration::ZERO, true, false).await;
+    assert!(r.deleted.is_empty(), "{:?}", r.deleted);
+    let metrics = s.state.metrics().render();
+    assert!(
+        metrics.contains("registry_gc_runs_total{result=\"ok\"} 5"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("registry_gc_deleted_objects_total{kind=\"blob\"} 10"),
+        "{metrics}"
+    );
+}
+
+/// What a pusher got acknowledged.
+struct Acked {
+    repo: String,
+    tag: String,
+    image: Image,
+}
+
+/// 50 pushers push for a while (each round: a kept tag, a moving tag, an abandoned blob) while
+/// collections with a small grace window run back to back and delete the garbage that piles
+/// up. Afterwards every acknowledged tag resolves and every blob verifies.
+async fn loses_nothing_under_concurrent_pushes(store: (Arc<dyn Store>, Option<tempfile::TempDir>)) {
+    const PUSHERS: usize = 50;
+    let s = Arc::new(serve(store).await);
+    let grace = registry::gc::MIN_SAFE_GRACE;
+    let deleted_blobs = Arc::new(AtomicU64::new(0));
+    let held = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+
+    let collector = {
+        let (s, deleted_blobs, stop, held) =
+            (s.clone(), deleted_blobs.clone(), stop.clone(), held.clone());
+        tokio::spawn(async move {
+            let mut runs = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                let r = s.gc(grace, true, false).await;
+                deleted_blobs.fetch_add(r.deleted_blobs, Ordering::SeqCst);
+                held.fetch_add(r.kept_held, Ordering::SeqCst);
+                runs += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            runs
+        })
+    };
+
+    let started = Instant::now();
+    let retries = Arc::new(AtomicU64::new(0));
+    let mut pushers = Vec::new();
+    for i in 0..PUSHERS {
+        let (s, deleted_blobs, retries) = (s.clone(), deleted_blobs.clone(), retries.clone());
+        pushers.push(tokio::spawn(async move {
+            let repo = format!("load/r{}", i % 10);
+            let shared = bytes("layer shared by every pusher", 4096);
+            let own = bytes(&format!("layer of pusher {i}"), 2048 + i);
+            let mut acked = Vec::new();
+            let mut round = 0;
+            // Push until the collector has deleted garbage while pushes ran, at least 2 grace
+            // windows (so garbage ages into collection) and at most a minute.
+            while (started.elapsed() < grace * 2 || deleted_blobs.load(Ordering::SeqCst) == 0)
+                && started.elapsed() < Duration::from_secs(60)
+            {
+                let unique = bytes(&format!("layer {i}/{round}"), 1000 + 37 * round);
+                let img = Image::new(
+                    bytes(&format!("config {i}/{round}"), 60),
+                    vec![shared.clone(), own.clone(), unique],
+                    None,
+                );
+                let tag = if round % 3 == 0 {
+                    format!("p{i}-keep{round}")
+                } else {
+                    format!("p{i}-latest")
+                };
+                // A push that lost a race with the collector fails with an error and is
+                // retried, like a client would; only acknowledged pushes are recorded.
+                let mut tries = 0;
+                loop {
+                    match s.push_image(&repo, &tag, &img).await {
+                        Ok(()) => break,
+                        // The two ways a push loses a race: a blob it uploaded more than the
+                        // grace window earlier was collected (MANIFEST_BLOB_UNKNOWN), or a
+                        // collector held the digest too long (TOOMANYREQUESTS).
+                        Err(e)
+                            if tries < 20
+                                && (e.contains("MANIFEST_BLOB_UNKNOWN")
+                                    || e.contains("TOOMANYREQUESTS")) =>
+                        {
+                            tries += 1;
+                            retries.fetch_add(1, Ordering::SeqCst);
+                            eprintln!("pusher {i} round {round}: retrying after: {e}");
+                        }
+                        Err(e) => panic!("pusher {i} round {round}: {e}"),
+                    }
+                }
+                // Garbage: a blob nobody will reference.
+                s.push_blob(&repo, &bytes(&format!("abandoned {i}/{round}"), 300))
+                    .await
+                    .unwrap();
+                acked.push(Acked {
+                    repo: repo.clone(),
+                    tag,
+                    image: img,
+                });
+                round += 1;
+            }
+            acked
+        }));
+    }
+    let mut acked = Vec::new();
+    for p in pushers {
+        acked.extend(p.await.unwrap());
+    }
+    stop.store(true, Ordering::SeqCst);
+    let runs = collector.await.unwrap();
+    // One more collection after the pushes, then check: the last push to each tag wins.
+    s.gc(grace, true, false).await;
+    let mut last: BTreeMap<(String, String), Acked> = BTreeMap::new();
+    let pushes = acked.len();
+    for a in acked {
+        last.insert((a.repo.clone(), a.tag.clone()), a);
+    }
+    for a in last.values() {
+        s.assert_image(&a.repo, &a.tag, &a.image).await;
+    }
+    let deleted = deleted_blobs.load(Ordering::SeqCst);
+    eprintln!(
+        "{} store: {pushes} acknowledged pushes by {PUSHERS} pushers in {:?}, {runs} collections \
+         (grace {grace:?}) deleted {deleted} blobs meanwhile and left {} digests a push held, {} push \
+         retries; {} tags verified",
+        s.store.name(),
+        started.elapsed(),
+        held.load(Ordering::SeqCst),
+        retries.load(Ordering::SeqCst),
+        last.len()
+    );
+    assert!(
+        deleted > 0,
+        "the collector deleted nothing while pushes ran"
+    );
+    assert!(runs >= 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_keeps_what_is_reachable() {
+    keeps_what_is_reachable(fs_store().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_loses_nothing_under_concurrent_pushes() {
+    loses_nothing_under_concurrent_pushes(fs_store().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3_keeps_what_is_reachable() {
+    keeps_what_is_reachable(s3_store().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3_loses_nothing_under_concurrent_pushes() {
+    loses_nothing_under_concurrent_pushes(s3_store().await).await;
+}
