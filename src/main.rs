@@ -5,13 +5,30 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 
 mod commands;
 
 /// Build, validate, serve and pull OCI images for illumos zones.
 #[derive(Debug, Parser)]
-#[command(name = "rdctl", version, about, long_about = None)]
+#[command(
+    name = "rdctl",
+    version,
+    about,
+    long_about = None,
+    after_help = "Examples:
+  rdctl lock image.toml && rdctl build image.toml --output ./image
+  rdctl registry serve --listen 127.0.0.1:5000 --data ./registry-data
+  rdctl push ./image:1.0 127.0.0.1:5000/zones/hello:1.0
+  rdctl worker run --once --config worker.toml
+  rdctl validate --json ./image:1.0
+
+Exit status (every command): 0 success; 1 the checked content is invalid or part of the work
+failed (validate, ips list/info/contents/lint, worker run --once); 2 the command could not run
+(bad arguments, unreadable input, unreachable server), with `rdctl: what: why` on stderr.
+--json (validate, build, lock, push, pull, copy, worker run, worker status) prints one JSON
+document on stdout instead of text; logs and messages stay on stderr."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -32,14 +49,33 @@ enum Command {
     /// Copy an image between layouts (oci:DIR[:TAG]) and registries.
     Copy(commands::transfer::CopyArgs),
     /// Publish, serve, inspect and lint pkg(5) (IPS) repositories and manifests.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  rdctl ips publish --repo ./repo --publisher example.org --proto ./proto hello.p5m
+  rdctl ips serve --repo ./repo --listen 127.0.0.1:10000
+  rdctl ips list http://127.0.0.1:10000/"
+    )]
     Ips(commands::ips::Command),
     /// Run the OCI registry.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Example:
+  rdctl registry serve --config /etc/rdctl/registry.toml"
+    )]
     Registry(commands::registry::Command),
     /// Pull, verify and provision zones on this node.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  rdctl worker run --config /etc/rdctl/worker.toml
+  rdctl worker status --json"
+    )]
     Worker(commands::worker::Command),
+    /// Print a shell completion script for rdctl.
+    Completions(commands::meta::CompletionsArgs),
+    /// Write man pages for rdctl and every subcommand into a directory.
+    Man(commands::meta::ManArgs),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +90,8 @@ fn main() -> ExitCode {
         Command::Ips(cmd) => commands::ips::run(cmd),
         Command::Registry(cmd) => commands::registry::run(cmd),
         Command::Worker(cmd) => commands::worker::run(cmd),
+        Command::Completions(args) => commands::meta::completions(args, Cli::command()),
+        Command::Man(args) => commands::meta::man(args, Cli::command()),
     };
     match result {
         Ok(code) => code,

@@ -2,6 +2,7 @@
 //! area; `util` holds the shared helpers.
 
 mod builder_e2e;
+mod cli_help;
 mod docs;
 mod ips_cli;
 mod registry_e2e;

@@ -1,5 +1,6 @@
 //! `rdctl build`: build an OCI image from an image file and its lockfile.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -54,16 +55,24 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for w in &summary.warnings {
         eprintln!("{w}");
     }
+    // writeln, not println: a closed pipe (`| head`) is an error main() ends quietly on, not
+    // a panic.
+    let mut out = std::io::stdout().lock();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
+        serde_json::to_writer_pretty(&mut out, &summary)?;
+        writeln!(out)?;
     } else {
-        println!("manifest {}", summary.manifest);
-        println!("index    {}", summary.index);
+        writeln!(out, "manifest {}", summary.manifest)?;
+        writeln!(out, "index    {}", summary.index)?;
         for l in &summary.layers {
-            println!("layer    {} ({} bytes) {}", l.digest, l.size, l.contents);
+            writeln!(
+                out,
+                "layer    {} ({} bytes) {}",
+                l.digest, l.size, l.contents
+            )?;
         }
         for r in &summary.pushed {
-            println!("pushed   {r}");
+            writeln!(out, "pushed   {r}")?;
         }
     }
     Ok(ExitCode::SUCCESS)

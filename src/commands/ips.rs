@@ -25,7 +25,9 @@ Exit status: 0 published, 2 the package could not be published.")]
   rdctl ips serve --repo ./repo --listen 127.0.0.1:0
 
 Prints `listening on URL` (the real port when PORT is 0) on stdout. The server holds no state,
-so SIGTERM or ctrl-c simply ends the process.")]
+so SIGTERM or ctrl-c simply ends the process.
+Exit status: 2 the repository could not be opened or the address bound; otherwise it serves
+until a signal ends it.")]
     Serve(ServeArgs),
     /// List every catalogued version matching the patterns (all packages when none given).
     #[command(after_help = "Examples:

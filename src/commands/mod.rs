@@ -3,6 +3,7 @@
 pub mod build;
 pub mod ips;
 pub mod lock;
+pub mod meta;
 pub mod registry;
 pub mod transfer;
 pub mod validate;

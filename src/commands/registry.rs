@@ -10,6 +10,17 @@ use anyhow::Context as _;
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
     /// Serve the OCI Distribution v1.1 API on a filesystem or S3 store until SIGTERM or ctrl-c.
+    #[command(after_help = "Examples:
+  rdctl registry serve                                    127.0.0.1:5000, ./registry-data
+  rdctl registry serve --listen 0.0.0.0:5000 --data /var/lib/rdctl/registry
+  rdctl registry serve --listen 127.0.0.1:0               a free port, named in the log
+  rdctl registry serve --config /etc/rdctl/registry.toml --log-json
+  AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=... \\
+    rdctl registry serve --s3-endpoint http://127.0.0.1:8333 --s3-bucket registry
+
+Logs `registry listening on ADDR` once it accepts connections; /healthz, /readyz and /metrics
+answer beside the OCI API. docs/operations.md lists every configuration key.
+Exit status: 0 stopped by SIGTERM or ctrl-c after draining, 2 it could not start or failed.")]
     Serve(ServeArgs),
 }
 

@@ -19,6 +19,9 @@ pub struct Common {
     /// Talk plain HTTP to every registry (loopback registries always use it).
     #[arg(long)]
     pub plain_http: bool,
+    /// Print a JSON summary (root digest, tag, manifests and blobs copied or skipped).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `rdctl push`.
@@ -26,6 +29,7 @@ pub struct Common {
 #[command(after_help = "Examples:
   rdctl push ./image:1.0 127.0.0.1:5000/zones/base:1.0
   rdctl push --platform illumos/amd64 ./image:1.0 registry.example/zones/base
+  rdctl push --json ./image:1.0 127.0.0.1:5000/zones/base:1.0 | jq -r .root.digest
 
 Without a tag on REF the layout's tag is used. Exit status: 0 pushed, 2 failed.")]
 pub struct PushArgs {
@@ -106,8 +110,38 @@ fn run(verb: &str, src: &ImageRef, dst: &ImageRef, common: &Common) -> anyhow::R
         .context("cannot build the registry client")?;
     let report = copy_blocking(&client, src, dst, &CopyOptions { platform })
         .with_context(|| format!("cannot {verb} {src} to {dst}"))?;
-    print(src, dst, &report)?;
+    if common.json {
+        print_json(src, dst, &report)?;
+    } else {
+        print(src, dst, &report)?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_json(src: &ImageRef, dst: &ImageRef, r: &CopyReport) -> anyhow::Result<()> {
+    let content = |c: &registry::transfer::Content| {
+        serde_json::json!({
+            "digest": c.digest.to_string(),
+            "media_type": c.media_type,
+            "size": c.size,
+        })
+    };
+    let all = |v: &[registry::transfer::Content]| v.iter().map(content).collect::<Vec<_>>();
+    let doc = serde_json::json!({
+        "source": src.to_string(),
+        "destination": dst.to_string(),
+        "root": content(&r.root),
+        "tag": r.tag,
+        "manifests": all(&r.manifests),
+        "blobs_copied": all(&r.blobs_copied),
+        "blobs_skipped": all(&r.blobs_skipped),
+        "bytes_copied": r.bytes_copied(),
+        "bytes_skipped": r.bytes_skipped(),
+    });
+    let mut w = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut w, &doc)?;
+    writeln!(w)?;
+    Ok(())
 }
 
 fn print(src: &ImageRef, dst: &ImageRef, r: &CopyReport) -> anyhow::Result<()> {

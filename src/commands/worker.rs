@@ -10,8 +10,22 @@ use anyhow::Context as _;
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
     /// Reconcile zones with their images on a schedule until SIGTERM (or once with --once).
+    #[command(after_help = "Examples:
+  rdctl worker run                                   /etc/rdctl/worker.toml, until SIGTERM
+  rdctl worker run --once --config ./worker.toml     one pass over every zone
+  rdctl worker run --once --json --config ./worker.toml
+
+Prints what the pass did (provisioned, unchanged, failed, backing off, removed zones).
+docs/operations.md lists every key of worker.toml and of the zone manifests.
+Exit status: 0 stopped by SIGTERM, or a --once pass where every zone is ready; 1 a --once pass
+where a zone failed; 2 the configuration could not be loaded.")]
     Run(RunArgs),
     /// Show every zone's desired and current image digest, phase and last error.
+    #[command(after_help = "Examples:
+  rdctl worker status
+  rdctl worker status --json --config ./worker.toml | jq '.[].phase'
+
+Exit status: 0 shown, 2 the configuration or state could not be read.")]
     Status(StatusArgs),
 }
 
@@ -28,6 +42,9 @@ pub struct RunArgs {
     /// Log as JSON lines instead of text.
     #[arg(long)]
     log_json: bool,
+    /// Print what the pass (or, without --once, the last pass) did as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Arguments of `rdctl worker status`.
@@ -63,15 +80,27 @@ fn run_worker(args: RunArgs) -> anyhow::Result<ExitCode> {
     let summary = worker_runtime::run(&args.config, args.once)
         .with_context(|| format!("worker run with {}", args.config.display()))?;
     let mut out = std::io::stdout().lock();
-    writeln!(
-        out,
-        "provisioned: {}; unchanged: {}; failed: {}; backing off: {}; removed: {}",
-        summary.provisioned.join(","),
-        summary.unchanged.join(","),
-        summary.failed.join(","),
-        summary.backing_off.join(","),
-        summary.removed.join(",")
-    )?;
+    if args.json {
+        let doc = serde_json::json!({
+            "provisioned": summary.provisioned,
+            "unchanged": summary.unchanged,
+            "failed": summary.failed,
+            "backing_off": summary.backing_off,
+            "removed": summary.removed,
+        });
+        serde_json::to_writer_pretty(&mut out, &doc)?;
+        writeln!(out)?;
+    } else {
+        writeln!(
+            out,
+            "provisioned: {}; unchanged: {}; failed: {}; backing off: {}; removed: {}",
+            summary.provisioned.join(","),
+            summary.unchanged.join(","),
+            summary.failed.join(","),
+            summary.backing_off.join(","),
+            summary.removed.join(",")
+        )?;
+    }
     Ok(if summary.failed.is_empty() {
         ExitCode::SUCCESS
     } else {

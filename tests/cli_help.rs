@@ -1,0 +1,213 @@
+//! The command line's own documentation: every subcommand's `--help` shows an example and its
+//! exit status, `rdctl man` writes a page for each one, and `rdctl completions` covers them.
+//! The subcommands are found by walking the `Commands:` sections of the help output, so a new
+//! subcommand is checked without being listed here.
+
+use std::collections::BTreeSet;
+
+use crate::util::{ok, rdctl, tempdir};
+
+fn help(path: &[String]) -> String {
+    let out = ok(rdctl().args(path).arg("--help"));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The subcommand names listed under `Commands:` (without `help`).
+fn subcommands(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|l| *l != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Every subcommand path below `rdctl`, parents before children.
+fn all_paths() -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let mut pending = vec![Vec::new()];
+    while let Some(path) = pending.pop() {
+        for sub in subcommands(&help(&path)) {
+            let mut p = path.clone();
+            p.push(sub);
+            pending.push(p.clone());
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn every_subcommand_help_has_an_example_and_exit_status() {
+    let paths = all_paths();
+    // The walk reaches the nested ones (the list is not hard-coded, but it must not be empty).
+    for expected in [
+        "build",
+        "ips publish",
+        "registry serve",
+        "worker status",
+        "completions",
+        "man",
+    ] {
+        assert!(
+            paths.iter().any(|p| p.join(" ") == expected),
+            "{expected} not found in {paths:?}"
+        );
+    }
+    let mut missing = Vec::new();
+    for p in std::iter::once(Vec::new()).chain(paths) {
+        let h = help(&p);
+        let examples = h
+            .split_once("\nExample")
+            .map(|(_, rest)| rest)
+            .unwrap_or_default();
+        // An example is a line that runs rdctl, under an Example(s): heading.
+        let has_example = examples
+            .lines()
+            .any(|l| l.trim_start().starts_with("rdctl ") || l.contains(" rdctl "));
+        if !has_example {
+            missing.push(format!("rdctl {}: no example", p.join(" ")));
+        }
+        // Leaf commands say what their exit status means.
+        if subcommands(&h).is_empty() && !h.contains("Exit status") {
+            missing.push(format!("rdctl {}: no exit status", p.join(" ")));
+        }
+    }
+    assert!(missing.is_empty(), "{missing:#?}");
+}
+
+#[test]
+fn man_pages_build_for_every_subcommand() {
+    let dir = tempdir();
+    let out = ok(rdctl().arg("man").arg(dir.path()));
+    let listed: BTreeSet<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let mut expected = vec![vec!["rdctl".to_owned()]];
+    expected.extend(all_paths().into_iter().map(|p| {
+        let mut v = vec!["rdctl".to_owned()];
+        v.extend(p);
+        v
+    }));
+    for words in expected {
+        let name = words.join("-");
+        let page = dir.path().join(format!("{name}.1"));
+        assert!(
+            listed.contains(&page.display().to_string()),
+            "{} not listed in {listed:?}",
+            page.display()
+        );
+        let text =
+            std::fs::read_to_string(&page).unwrap_or_else(|e| panic!("{}: {e}", page.display()));
+        // roff: a title line naming the page, then the usual sections.
+        assert!(text.contains(&format!(".TH {name} 1")), "{name}: no .TH");
+        for section in [".SH NAME", ".SH SYNOPSIS", ".SH DESCRIPTION"] {
+            assert!(text.contains(section), "{name}: no {section}");
+        }
+        // The synopsis names the whole command path.
+        assert!(
+            text.contains(&format!("\\fB{}\\fR", words.join(" "))),
+            "{name}: the synopsis does not name `{}`",
+            words.join(" ")
+        );
+    }
+}
+
+#[test]
+fn completions_cover_every_subcommand() {
+    let paths = all_paths();
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = ok(rdctl().args(["completions", shell]));
+        let script = String::from_utf8(out.stdout).unwrap();
+        for p in &paths {
+            let last = p.last().unwrap();
+            assert!(
+                script.contains(last.as_str()),
+                "{shell} completions lack {}",
+                p.join(" ")
+            );
+        }
+    }
+    let bad = rdctl().args(["completions", "tcsh"]).output().unwrap();
+    assert_eq!(
+        bad.status.code(),
+        Some(2),
+        "an unknown shell is a usage error"
+    );
+}
+
+/// Runs rdctl with `args` and parses its whole stdout as one JSON document.
+fn json(args: &[&str]) -> serde_json::Value {
+    let out = ok(rdctl().args(args));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "rdctl {}: stdout is not one JSON document ({e}):\n{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+#[test]
+fn json_output_is_one_document_on_stdout() {
+    use crate::util::{Server, root, s};
+    let dir = tempdir();
+    let d = dir.path();
+    let example = root().join("examples/hello");
+    for m in ["system-base.p5m", "hello.p5m"] {
+        ok(rdctl()
+            .args(["ips", "publish", "--repo"])
+            .arg(d.join("repo"))
+            .args([
+                "--publisher",
+                "example.org",
+                "--proto",
+                s(&example.join("proto")),
+                s(&example.join("manifests").join(m)),
+            ]));
+    }
+    std::fs::copy(example.join("image.toml"), d.join("image.toml")).unwrap();
+    let image = d.join("image.toml");
+    let layout = d.join("image");
+
+    let lock = json(&["lock", "--json", s(&image)]);
+    assert_eq!(lock["packages"].as_array().unwrap().len(), 2, "{lock}");
+    let build = json(&["build", "--json", s(&image), "--output", s(&layout)]);
+    let manifest = build["manifest"].as_str().unwrap().to_owned();
+    let tagged = format!("{}:1.0", s(&layout));
+    assert_eq!(json(&["validate", "--json", &tagged])["valid"], true);
+
+    let server = Server::start(&d.join("registry-data"), &[]);
+    let reference = format!("{}/demo/hello:1.0", server.host());
+    let push = json(&["push", "--json", &tagged, &reference]);
+    assert_eq!(push["root"]["digest"], manifest.as_str(), "{push}");
+    let pulled = format!("{}:1.0", s(&d.join("pulled")));
+    let pull = json(&["pull", "--json", &reference, &pulled]);
+    assert_eq!(pull["root"]["digest"], manifest.as_str(), "{pull}");
+    assert_eq!(pull["blobs_copied"].as_array().unwrap().len(), 4, "{pull}");
+    let copied = format!("oci:{}:1.0", s(&d.join("copied")));
+    let copy = json(&["copy", "--json", &format!("oci:{pulled}"), &copied]);
+    assert_eq!(copy["root"]["digest"], manifest.as_str(), "{copy}");
+
+    std::fs::create_dir_all(d.join("worker/zones")).unwrap();
+    std::fs::write(
+        d.join("worker/worker.toml"),
+        "zones_dir = \"zones\"\nstate_dir = \"state\"\n[provisioner]\nkind = \"dir\"\nbase = \"roots\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("worker/zones/hello.toml"),
+        format!("name = \"hello\"\nimage = \"{reference}\"\n"),
+    )
+    .unwrap();
+    let config = d.join("worker/worker.toml");
+    let run = json(&["worker", "run", "--once", "--json", "--config", s(&config)]);
+    assert_eq!(run["provisioned"], serde_json::json!(["hello"]), "{run}");
+    let status = json(&["worker", "status", "--json", "--config", s(&config)]);
+    assert_eq!(status[0]["current_digest"], manifest.as_str(), "{status}");
+    drop(server);
+}
