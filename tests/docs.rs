@@ -260,3 +260,69 @@ fn image_file_and_lockfile_keys_match_image_file_md() {
         lock_keys,
     );
 }
+
+#[test]
+fn metrics_in_operations_md_are_the_ones_served() {
+    use std::io::{Read as _, Write as _};
+    let data = crate::util::tempdir();
+    let server = crate::util::Server::start(data.path(), &[]);
+    // A request first, so the per-request series exist.
+    let get = |path: &str| {
+        let mut c = std::net::TcpStream::connect(server.addr).unwrap();
+        write!(
+            c,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut body = String::new();
+        c.read_to_string(&mut body).unwrap();
+        body
+    };
+    assert!(get("/v2/").starts_with("HTTP/1.1 200"));
+    let text = get("/metrics");
+    let served: BTreeSet<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect();
+    assert!(!served.is_empty(), "{text}");
+    let doc = read_doc("operations.md");
+    let documented: BTreeSet<String> = documented(&doc, "## Metrics")
+        .into_iter()
+        .filter(|k| k.starts_with("registry_"))
+        .collect();
+    let missing: Vec<_> = served.difference(&documented).collect();
+    let unknown: Vec<_> = documented.difference(&served).collect();
+    assert!(
+        missing.is_empty() && unknown.is_empty(),
+        "served but not in docs/operations.md: {missing:?}; documented but not served: {unknown:?}"
+    );
+    drop(server);
+}
+
+#[test]
+fn example_lockfile_is_what_rdctl_lock_writes() {
+    let dir = crate::util::tempdir();
+    let d = dir.path();
+    let example = root().join("examples/hello");
+    for m in ["system-base.p5m", "hello.p5m"] {
+        crate::util::ok(
+            crate::util::rdctl()
+                .args(["ips", "publish", "--repo"])
+                .arg(d.join("repo"))
+                .args(["--publisher", "example.org", "--proto"])
+                .arg(example.join("proto"))
+                .arg(example.join("manifests").join(m)),
+        );
+    }
+    std::fs::copy(example.join("image.toml"), d.join("image.toml")).unwrap();
+    crate::util::ok(crate::util::rdctl().arg("lock").arg(d.join("image.toml")));
+    let made = std::fs::read_to_string(d.join("image.lock.json")).unwrap();
+    let committed = std::fs::read_to_string(example.join("image.lock.json")).unwrap();
+    assert_eq!(
+        made, committed,
+        "examples/hello/image.lock.json is stale: publish examples/hello/manifests and run \
+         rdctl lock examples/hello/image.toml (examples/hello/README.md)"
+    );
+}
