@@ -4,6 +4,7 @@
 mod builder_e2e;
 mod cli_help;
 mod docs;
+mod fault_proxy;
 mod ips_cli;
 mod registry_e2e;
 mod registry_s3;

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
 
 use sha2::{Digest as _, Sha256};
 
@@ -708,4 +709,224 @@ fn broken_images_create_no_zone_name_the_blob_and_leave_the_others_alone() {
         line.contains("Failed") && line.contains(&altered_blob),
         "{line}"
     );
+}
+
+impl RawImage {
+    /// One layer holding `size` bytes of incompressible data (a big download).
+    fn big(name: &str, size: usize) -> RawImage {
+        let mut data = Vec::with_capacity(size + 32);
+        let mut h = Sha256::digest(name.as_bytes());
+        while data.len() < size {
+            h = Sha256::digest(h);
+            data.extend_from_slice(&h);
+        }
+        data.truncate(size);
+        let layers = vec![raw_layer(&[("big.bin", &data)])];
+        let diff_ids = layers.iter().map(|(_, d)| d.clone()).collect();
+        RawImage {
+            layers,
+            diff_ids,
+            size_delta: 0,
+        }
+    }
+}
+
+#[test]
+fn transient_faults_are_retried_and_lasting_ones_fail_after_the_attempts() {
+    use crate::fault_proxy::{Fault, FaultProxy, Rule};
+    let t = tempdir();
+    let server = Server::start(&t.path().join("registry"), &[]);
+    let flaky = RawImage::new("flaky");
+    flaky.push(server.addr, "faults/flaky", "1");
+    let cut = RawImage::new("cut");
+    cut.push(server.addr, "faults/cut", "1");
+    let (l0, l1, cut_layer) = (
+        flaky.layer_digest(0),
+        flaky.layer_digest(1),
+        cut.layer_digest(0),
+    );
+    let rule = |method, path: &str, times, fault| Rule {
+        method,
+        path: path.to_owned(),
+        times,
+        fault,
+    };
+    let proxy = FaultProxy::start(
+        server.addr,
+        vec![
+            // Recovered within the retries: two 500s on the tag, a reset before the answer,
+            // a reset in the middle of a layer and a layer body cut short (both resumed from
+            // the byte reached).
+            rule("HEAD", "/faults/flaky/manifests/1", 2, Fault::Status(500)),
+            rule("GET", "/faults/flaky/blobs/sha256", 1, Fault::Reset(0)),
+            rule("GET", &l0, 1, Fault::Reset(40)),
+            rule("GET", &l1, 1, Fault::Truncate(30)),
+            // Lasting: 503 on every request, resets on every request, a layer whose body is
+            // always cut; and a missing tag (404 is an answer, not retried).
+            rule("", "/faults/down/", u32::MAX, Fault::Status(503)),
+            rule("", "/faults/resets/", u32::MAX, Fault::Reset(0)),
+            rule("GET", &cut_layer, u32::MAX, Fault::Truncate(20)),
+        ],
+    );
+    let node = Node::new(&t.path().join("node"));
+    for zone in ["flaky", "cut", "down", "resets", "absent"] {
+        node.zone(zone, &format!("{}/faults/{zone}:1", proxy.host()));
+    }
+    let out = node.run_once();
+    assert_eq!(out.status.code(), Some(1), "{}", tail(&out.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "provisioned: flaky; unchanged: ; failed: absent,cut,down,resets; backing off: ; removed:",
+        "{}",
+        tail(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read(node.root("flaky").join("release")).unwrap(),
+        b"flaky release\n"
+    );
+    // What the client did, request by request.
+    let heads = proxy.seen_for("/faults/flaky/manifests/1");
+    let statuses: Vec<_> = heads.iter().map(|s| (s.method.as_str(), s.fault)).collect();
+    assert_eq!(
+        statuses[..3],
+        [
+            ("HEAD", Some(Fault::Status(500))),
+            ("HEAD", Some(Fault::Status(500))),
+            ("HEAD", None)
+        ]
+    );
+    for (layer, cut_at) in [(&l0, 40), (&l1, 30)] {
+        let gets = proxy.seen_for(layer);
+        assert_eq!(gets.len(), 2, "{gets:#?}");
+        assert_eq!(
+            (gets[0].range.as_deref(), gets[0].body_bytes),
+            (None, cut_at)
+        );
+        let want = format!("bytes={cut_at}-");
+        assert_eq!(
+            gets[1].range.as_deref(),
+            Some(want.as_str()),
+            "resumed from the cut"
+        );
+    }
+    // Lasting failures: exactly the 5 attempts of the default policy, then a clear error.
+    let st = node.status();
+    assert_eq!(proxy.seen_for("/faults/down/").len(), 5);
+    let err = st["down"]["last_error"].as_str().unwrap();
+    assert!(
+        err.contains("still failing after 5 attempts: status 503"),
+        "{err}"
+    );
+    assert_eq!(proxy.seen_for("/faults/resets/").len(), 5);
+    let err = st["resets"]["last_error"].as_str().unwrap();
+    assert!(err.contains("still failing after 5 attempts"), "{err}");
+    // The first GET and 4 resumes, each from the byte reached (20 bytes get through each).
+    let ranges: Vec<Option<String>> = proxy
+        .seen_for(&cut_layer)
+        .into_iter()
+        .map(|s| s.range)
+        .collect();
+    let want: Vec<Option<String>> = [None, Some(20), Some(40), Some(60), Some(80)]
+        .into_iter()
+        .map(|r| r.map(|r| format!("bytes={r}-")))
+        .collect();
+    assert_eq!(ranges, want);
+    assert_eq!(st["cut"]["failed_blob"].as_str(), Some(cut_layer.as_str()));
+    let err = st["cut"]["last_error"].as_str().unwrap();
+    assert!(err.contains("body cut at byte 100"), "{err}");
+    assert_eq!(
+        proxy.seen_for("/faults/absent/").len(),
+        1,
+        "404 is not retried"
+    );
+    let err = st["absent"]["last_error"].as_str().unwrap();
+    assert!(err.contains("not found"), "{err}");
+    for zone in ["cut", "down", "resets", "absent"] {
+        assert!(!node.zonepath(zone).exists(), "{zone}");
+    }
+}
+
+#[test]
+fn a_worker_killed_mid_download_resumes_from_the_partial_file() {
+    use crate::fault_proxy::{Fault, FaultProxy, Rule};
+    let t = tempdir();
+    let server = Server::start(&t.path().join("registry"), &[]);
+    let big = RawImage::big("big", 6 << 20);
+    big.push(server.addr, "resume/big", "1");
+    let layer = big.layer_digest(0);
+    let layer_size = big.layers[0].0.len() as u64;
+    const HELD_AT: u64 = 2 << 20;
+    let proxy = FaultProxy::start(
+        server.addr,
+        vec![Rule {
+            method: "GET",
+            path: layer.clone(),
+            times: 1,
+            fault: Fault::Hold(HELD_AT),
+        }],
+    );
+    let node = Node::new(&t.path().join("node"));
+    node.zone("big", &format!("{}/resume/big:1", proxy.host()));
+    let mut worker = rdctl()
+        .args(["worker", "run", "--once", "--config", s(&node.config())])
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The proxy passed HELD_AT bytes and holds the rest; wait until they are on disk, then
+    // kill the worker there.
+    proxy.wait_for(Duration::from_secs(60), "the held layer GET", |seen| {
+        seen.iter().any(|s| s.fault == Some(Fault::Hold(HELD_AT)))
+    });
+    let partial = t.path().join(format!(
+        "node/state/content/ingest/sha256-{}.partial",
+        layer.trim_start_matches("sha256:")
+    ));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0) < HELD_AT {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the partial download never reached {HELD_AT} bytes"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    ok(Command::new("kill").args(["-9", &worker.id().to_string()]));
+    worker.wait().unwrap();
+    proxy.release();
+    assert_eq!(std::fs::metadata(&partial).unwrap().len(), HELD_AT);
+    assert!(
+        !node.zonepath("big").exists(),
+        "no zone from a partial pull"
+    );
+
+    // Restart: the download resumes where the file ends, verifies, and the zone appears once.
+    let out = node.run_once();
+    assert!(out.status.success(), "{}", tail(&out.stderr));
+    let gets = proxy.seen_for(&layer);
+    assert_eq!(gets.len(), 2, "{gets:#?}");
+    let want = format!("bytes={HELD_AT}-");
+    assert_eq!(gets[1].range.as_deref(), Some(want.as_str()));
+    assert_eq!(
+        gets[1].body_bytes,
+        layer_size - HELD_AT,
+        "only the rest was sent"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("resuming a partial download"));
+    let file = std::fs::read(node.root("big").join("big.bin")).unwrap();
+    assert_eq!(file.len(), 6 << 20);
+    assert_eq!(
+        names(&node.zonepath("").join(".staging")),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        names(&t.path().join("node/roots")),
+        [".rdctl-owner", ".staging", ".trash", "big"]
+    );
+    assert!(names(&t.path().join("node/state/content/ingest")).is_empty());
+    let blob = t.path().join(format!(
+        "node/state/content/blobs/sha256/{}",
+        layer.trim_start_matches("sha256:")
+    ));
+    assert_eq!(sha256_digest(&std::fs::read(blob).unwrap()), layer);
 }
