@@ -4,7 +4,7 @@
 # image, start the registry on its filesystem store, push, run the worker once with the `dir`
 # provisioner, validate, and print what happened. Every server it starts is stopped on exit,
 # on failure and on ctrl-c; the results stay in the work directory (default target/demo,
-# emptied first; or the first argument) for you to look at.
+# emptied first, or the first argument: a new or empty directory) for you to look at.
 #
 # Usage: scripts/demo.sh [WORK_DIR]
 set -euo pipefail
@@ -56,8 +56,14 @@ say "building rdctl (cargo build)"
 cargo build --quiet --manifest-path "$ROOT/Cargo.toml" --bin rdctl
 RDCTL="$ROOT/target/debug/rdctl"
 
+# target/demo is build output; a directory given as argument is emptied only when this script
+# made it (it carries a marker), never when it holds someone's files.
+if [[ $# -gt 0 && -e $WORK && ! -e $WORK/.rdctl-demo && -n $(ls -A "$WORK" 2>/dev/null) ]]; then
+	fail "$WORK exists and is not a demo work directory; give an empty or new one"
+fi
 rm -rf "$WORK"
 mkdir -p "$WORK"
+touch "$WORK/.rdctl-demo"
 WORK="$(cd "$WORK" && pwd)"
 echo "work directory: $WORK"
 
