@@ -7,6 +7,7 @@ mod docs;
 mod fault_proxy;
 mod ips_cli;
 mod registry_e2e;
+mod registry_gc;
 mod registry_s3;
 mod smf;
 mod transfer;

@@ -45,4 +45,4 @@ mod upload;
 
 pub use names::{Name, Tag};
 #[cfg(feature = "server")]
-pub use server::{ServeConfig, ServeError, serve, serve_blocking};
+pub use server::{GcSchedule, ServeConfig, ServeError, serve, serve_blocking};

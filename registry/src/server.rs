@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::api::{AppState, RegistryConfig, router};
+use crate::gc::{self, GcError, GcOptions};
 use crate::storage::{FsStore, S3Config, S3Store, Store};
 
 /// Why the server could not start or stopped with an error.
@@ -50,6 +51,16 @@ pub enum ServeError {
         /// The cause.
         #[source]
         source: std::io::Error,
+    },
+    /// A setting in the configuration file has a bad value.
+    #[error("invalid {key} in {path}: {reason}")]
+    Setting {
+        /// The file.
+        path: PathBuf,
+        /// The key (`gc.grace`).
+        key: &'static str,
+        /// What is wrong.
+        reason: String,
     },
     /// The S3 settings are incomplete.
     #[error("S3 store: {reason}")]
@@ -93,6 +104,19 @@ pub struct ServeConfig {
     pub s3_bucket: Option<String>,
     /// Key prefix inside the bucket (default none).
     pub s3_prefix: Option<String>,
+    /// Garbage collection: the schedule in the serving process and the policy (`[gc]`).
+    pub gc: GcSchedule,
+}
+
+/// The `[gc]` table: when the serving process collects garbage and how. Its policy is also the
+/// default of `rdctl registry gc` with the same configuration file.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GcSchedule {
+    /// Collect every this long (`gc.interval`; default: never, run `rdctl registry gc`).
+    pub interval: Option<Duration>,
+    /// Grace window and policy (`gc.grace`, default 1h; `gc.delete_untagged`, default false;
+    /// `gc.keep_referrers`, default true).
+    pub options: GcOptions,
 }
 
 impl Default for ServeConfig {
@@ -107,6 +131,7 @@ impl Default for ServeConfig {
             s3_endpoint: None,
             s3_bucket: None,
             s3_prefix: None,
+            gc: GcSchedule::default(),
         }
     }
 }
@@ -124,6 +149,17 @@ struct FileConfig {
     s3_endpoint: Option<String>,
     s3_bucket: Option<String>,
     s3_prefix: Option<String>,
+    gc: Option<FileGc>,
+}
+
+/// The `[gc]` table of the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileGc {
+    interval: Option<String>,
+    grace: Option<String>,
+    delete_untagged: Option<bool>,
+    keep_referrers: Option<bool>,
 }
 
 fn env_parse<T: std::str::FromStr>(
@@ -158,11 +194,14 @@ impl ServeConfig {
                 path: path.to_owned(),
                 source,
             })?;
-            let f: FileConfig =
+            let mut f: FileConfig =
                 toml::from_str(&text).map_err(|source| ServeError::ParseConfig {
                     path: path.to_owned(),
                     source,
                 })?;
+            if let Some(g) = f.gc.take() {
+                c.apply_gc(g, path)?;
+            }
             c.apply(f);
         }
         let f = FileConfig {
@@ -175,9 +214,46 @@ impl ServeConfig {
             s3_endpoint: env_parse(env, "RDCTL_REGISTRY_S3_ENDPOINT")?,
             s3_bucket: env_parse(env, "RDCTL_REGISTRY_S3_BUCKET")?,
             s3_prefix: env_parse(env, "RDCTL_REGISTRY_S3_PREFIX")?,
+            gc: None,
         };
         c.apply(f);
         Ok(c)
+    }
+
+    fn apply_gc(&mut self, g: FileGc, path: &Path) -> Result<(), ServeError> {
+        let bad = |key, reason: String| ServeError::Setting {
+            path: path.to_owned(),
+            key,
+            reason,
+        };
+        if let Some(v) = g.interval {
+            let d = gc::parse_duration(&v).map_err(|r| bad("gc.interval", r))?;
+            if d.is_zero() {
+                return Err(bad("gc.interval", "must be longer than 0".to_owned()));
+            }
+            self.gc.interval = Some(d);
+        }
+        if let Some(v) = g.grace {
+            let d = gc::parse_duration(&v).map_err(|r| bad("gc.grace", r))?;
+            // The server collects while it takes pushes; a shorter window is unsafe then.
+            if d < gc::MIN_SAFE_GRACE {
+                return Err(bad(
+                    "gc.grace",
+                    format!(
+                        "{v:?} is shorter than {:?}, the least that keeps concurrent pushes safe",
+                        gc::MIN_SAFE_GRACE
+                    ),
+                ));
+            }
+            self.gc.options.grace = d;
+        }
+        if let Some(v) = g.delete_untagged {
+            self.gc.options.delete_untagged = v;
+        }
+        if let Some(v) = g.keep_referrers {
+            self.gc.options.keep_referrers = v;
+        }
+        Ok(())
     }
 
     fn apply(&mut self, f: FileConfig) {
@@ -314,6 +390,33 @@ pub async fn serve(
         })
     };
 
+    let collector = config.gc.interval.map(|every| {
+        let state = state.clone();
+        let opts = config.gc.options.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                match state.collect_garbage(&opts).await {
+                    Ok(r) => tracing::info!(
+                        deleted_blobs = r.deleted_blobs,
+                        deleted_bytes = r.deleted_bytes,
+                        deleted_blob_links = r.deleted_blob_links,
+                        deleted_manifest_links = r.deleted_manifest_links,
+                        kept_young = r.kept_young,
+                        kept_held = r.kept_held,
+                        elapsed_secs = r.elapsed_secs,
+                        "garbage collection finished"
+                    ),
+                    // Several replicas share a schedule; one of them collects.
+                    Err(e @ GcError::Locked { .. }) => {
+                        tracing::info!(reason = %e, "garbage collection skipped")
+                    }
+                    Err(e) => tracing::warn!(error = %e, "garbage collection failed"),
+                }
+            }
+        })
+    });
+
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = axum::serve(listener, router(state))
         .with_graceful_shutdown(async move {
@@ -336,6 +439,9 @@ pub async fn serve(
         }
     };
     expiry.abort();
+    if let Some(c) = collector {
+        c.abort();
+    }
     tracing::info!("registry stopped");
     match result {
         Ok(r) => r.map_err(ServeError::Serve),
@@ -368,6 +474,25 @@ mod tests {
             ServeConfig::load_with_env(None, &none).unwrap(),
             ServeConfig::default()
         );
+
+        std::fs::write(
+            &file,
+            "[gc]\ninterval = \"6h\"\ngrace = \"2h\"\ndelete_untagged = true\n",
+        )
+        .unwrap();
+        let c = ServeConfig::load_with_env(Some(&file), &none).unwrap();
+        assert_eq!(c.gc.interval, Some(Duration::from_secs(6 * 3600)));
+        assert_eq!(c.gc.options.grace, Duration::from_secs(2 * 3600));
+        assert!(c.gc.options.delete_untagged && c.gc.options.keep_referrers);
+        for bad in [
+            "[gc]\ngrace = \"1s\"\n",
+            "[gc]\ninterval = \"0\"\n",
+            "[gc]\ninterval = \"soon\"\n",
+        ] {
+            std::fs::write(&file, bad).unwrap();
+            let e = ServeConfig::load_with_env(Some(&file), &none).unwrap_err();
+            assert!(matches!(e, ServeError::Setting { .. }), "{bad}: {e}");
+        }
 
         std::fs::write(&file, "bogus = 1\n").unwrap();
         assert!(matches!(

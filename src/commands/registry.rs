@@ -1,4 +1,4 @@
-//! `rdctl registry ...`: run the OCI registry.
+//! `rdctl registry ...`: run the OCI registry and collect its garbage.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -22,6 +22,44 @@ Logs `registry listening on ADDR` once it accepts connections; /healthz, /readyz
 answer beside the OCI API. docs/operations.md lists every configuration key.
 Exit status: 0 stopped by SIGTERM or ctrl-c after draining, 2 it could not start or failed.")]
     Serve(ServeArgs),
+    /// Collect garbage: delete blobs, manifests and repository links that no tag (and, by
+    /// policy, no untagged manifest or referrer) reaches and that are older than the grace
+    /// window. Safe while the registry serves pushes.
+    Gc(GcArgs),
+}
+
+/// Arguments of `rdctl registry gc`. The store comes from the same config file, environment
+/// and flags as `rdctl registry serve`; the policy defaults come from the file's `[gc]` table.
+#[derive(Debug, clap::Args)]
+pub struct GcArgs {
+    /// TOML configuration file (the registry's).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Data directory of the filesystem store [default: ./registry-data].
+    #[arg(long, value_name = "DIR")]
+    data: Option<PathBuf>,
+    /// S3 endpoint of the store (needs --s3-bucket).
+    #[arg(long, value_name = "URL")]
+    s3_endpoint: Option<String>,
+    /// S3 bucket.
+    #[arg(long, value_name = "NAME")]
+    s3_bucket: Option<String>,
+    /// Key prefix inside the S3 bucket.
+    #[arg(long, value_name = "P")]
+    s3_prefix: Option<String>,
+    /// Report what would be deleted; delete and write nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Keep anything written or used more recently than this (like 90s, 15m, 1h, 7d)
+    /// [default: gc.grace of the config file, else 1h].
+    #[arg(long, value_name = "DUR", value_parser = registry::gc::parse_duration)]
+    grace: Option<std::time::Duration>,
+    /// Also delete manifests no tag reaches (with their referrers and their own blobs).
+    #[arg(long)]
+    delete_untagged: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Arguments of `rdctl registry serve`. Flags override the config file and
@@ -58,7 +96,96 @@ pub struct ServeArgs {
 pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     match cmd {
         Command::Serve(args) => serve(args),
+        Command::Gc(args) => gc(args),
     }
+}
+
+fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
+    let mut config = registry::ServeConfig::load(args.config.as_deref())
+        .context("loading the registry configuration")?;
+    if let Some(data) = args.data {
+        config.data = data;
+    }
+    if args.s3_endpoint.is_some() {
+        config.s3_endpoint = args.s3_endpoint;
+    }
+    if args.s3_bucket.is_some() {
+        config.s3_bucket = args.s3_bucket;
+    }
+    if args.s3_prefix.is_some() {
+        config.s3_prefix = args.s3_prefix;
+    }
+    let mut opts = config.gc.options.clone();
+    if let Some(g) = args.grace {
+        opts.grace = g;
+    }
+    opts.delete_untagged |= args.delete_untagged;
+    opts.dry_run = args.dry_run;
+    if !opts.dry_run && opts.grace < registry::gc::MIN_SAFE_GRACE {
+        eprintln!(
+            "rdctl: warning: a grace window under {:?} is only safe while nobody pushes to this registry",
+            registry::gc::MIN_SAFE_GRACE
+        );
+    }
+    let store = config.open_store().context("opening the registry store")?;
+    let where_ = match (&config.s3_endpoint, &config.s3_bucket) {
+        (Some(e), Some(b)) => format!("s3 bucket {b} at {e}"),
+        _ => format!("fs store {}", config.data.display()),
+    };
+    let report = registry::gc::collect_blocking(store, &opts)
+        .with_context(|| format!("collecting garbage in the {where_}"))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let verb = if report.dry_run {
+        "would delete"
+    } else {
+        "deleted"
+    };
+    println!(
+        "garbage collection of the {where_}{}, grace {:?}{}",
+        if report.dry_run {
+            " (dry run: nothing deleted)"
+        } else {
+            ""
+        },
+        opts.grace,
+        if opts.delete_untagged {
+            ", untagged manifests collected"
+        } else {
+            ""
+        },
+    );
+    println!(
+        "kept: {} manifests and {} blobs in {} repositories; {} unreachable objects younger than the grace window; {} digests held by pushes",
+        report.marked_manifests,
+        report.marked_blobs,
+        report.repositories,
+        report.kept_young,
+        report.kept_held
+    );
+    println!(
+        "{verb}: {} blobs ({} bytes), {} blob links, {} manifest links, {} records",
+        report.deleted_blobs,
+        report.deleted_bytes,
+        report.deleted_blob_links,
+        report.deleted_manifest_links,
+        report.deleted_records
+    );
+    for d in &report.deleted {
+        let kind = match d.kind {
+            registry::gc::ObjectKind::Blob => "blob",
+            registry::gc::ObjectKind::BlobLink => "blob-link",
+            registry::gc::ObjectKind::ManifestLink => "manifest-link",
+        };
+        match &d.repository {
+            Some(r) => println!("  {kind} {r} {}", d.digest),
+            None => println!("  {kind} {} ({} bytes)", d.digest, d.bytes),
+        }
+    }
+    println!("took {:.2} s", report.elapsed_secs);
+    Ok(ExitCode::SUCCESS)
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
