@@ -37,6 +37,11 @@ pub struct BuildOptions {
     /// The build time used for mtimes without a `timestamp` attribute and for `created`
     /// (`SOURCE_DATE_EPOCH`); by default the newest package timestamp of the set.
     pub source_date_epoch: Option<u64>,
+    /// Compression threads (0: one per CPU). The image does not depend on it.
+    pub threads: u32,
+    /// A payload cache shared across builds: payloads from depot origins are kept here by
+    /// their hash, so a rebuild does not download them again.
+    pub payload_cache: Option<PathBuf>,
 }
 
 /// One layer of the built image.
@@ -80,7 +85,7 @@ pub struct BuildSummary {
 pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, BuildError> {
     let image = ImageFile::load(image_file)?;
     let lock = Lockfile::load_for(&image)?;
-    let sources = Sources::open(&image.publishers)?;
+    let sources = Sources::open(&image.publishers, opts.payload_cache.as_deref())?;
     let filter = image.filter();
 
     // Every manifest, checked against the lockfile's SHA-1.
@@ -166,6 +171,10 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
         })?;
 
     let tree = compose(&packages, &filter, epoch, &staging.path().join("root"))?;
+    let threads = match opts.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+        n => n,
+    };
 
     // Layers.
     let groups: Vec<(String, Vec<&str>)> = match image.layering {
@@ -174,7 +183,15 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
     };
     let mut layers = Vec::new();
     for (label, paths) in &groups {
-        let d = write_layer(&layout, staging.path(), &tree, paths, &packages, &image)?;
+        let d = write_layer(
+            &layout,
+            staging.path(),
+            &tree,
+            paths,
+            &packages,
+            &image,
+            threads,
+        )?;
         layers.push(BuiltLayer {
             digest: d.digest,
             diff_id: d.diff_id,
@@ -397,6 +414,7 @@ fn write_layer(
     paths: &[&str],
     packages: &[Package<'_>],
     image: &ImageFile,
+    threads: u32,
 ) -> Result<LayerDigests, BuildError> {
     let io_err = |path: &Path| {
         let path = path.to_owned();
@@ -404,8 +422,12 @@ fn write_layer(
     };
     let tmp = tempfile::NamedTempFile::new_in(staging).map_err(io_err(staging))?;
     let file = tmp.reopen().map_err(io_err(tmp.path()))?;
-    let stream = LayerStream::new(BufWriter::with_capacity(1 << 20, file), image.compression)
-        .map_err(io_err(tmp.path()))?;
+    let stream = LayerStream::new(
+        BufWriter::with_capacity(1 << 20, file),
+        image.compression,
+        threads,
+    )
+    .map_err(io_err(tmp.path()))?;
     let mut tar = TarWriter::new(stream);
 
     // The layer's entries: the paths and every ancestor, in tree (byte) order.

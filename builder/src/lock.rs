@@ -178,7 +178,7 @@ struct Wanted {
 /// Resolves the image file against its publishers and writes the lockfile beside it.
 /// Returns the lockfile and where it was written.
 pub fn lock(image: &ImageFile) -> Result<(Lockfile, PathBuf), LockError> {
-    let sources = Sources::open(&image.publishers)?;
+    let sources = Sources::open(&image.publishers, None)?;
     let lockfile = resolve(image, &sources)?;
     let path = image.lockfile_path();
     let mut text = serde_json::to_string_pretty(&lockfile).expect("lockfile serialises");

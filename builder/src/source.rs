@@ -2,8 +2,11 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::path::Path;
 
-use ips_bridge::{Action, DepotClient, FileRepo, Fmri, PackageRef, PackageRepository};
+use ips_bridge::{
+    Action, DepotClient, FileRepo, Fmri, PackageRef, PackageRepository, PayloadCache,
+};
 
 use crate::imagefile::Origin;
 
@@ -84,8 +87,13 @@ pub(crate) struct Sources {
 }
 
 impl Sources {
-    /// Opens every publisher's origin.
-    pub(crate) fn open(publishers: &BTreeMap<String, Origin>) -> Result<Self, SourceError> {
+    /// Opens every publisher's origin. Payloads from depots go through `cache` when given
+    /// (verified on entry, verified again on every read); file repositories are local
+    /// already and are read directly.
+    pub(crate) fn open(
+        publishers: &BTreeMap<String, Origin>,
+        cache: Option<&Path>,
+    ) -> Result<Self, SourceError> {
         let mut by_name = BTreeMap::new();
         for (name, origin) in publishers {
             let err = |e: Box<dyn std::error::Error + Send + Sync>| SourceError {
@@ -95,9 +103,13 @@ impl Sources {
             };
             let repo = match origin {
                 Origin::Path(p) => Repo::File(FileRepo::open(p).map_err(|e| err(Box::new(e)))?),
-                Origin::Url(u) => Repo::Depot(Box::new(
-                    DepotClient::connect(u).map_err(|e| err(Box::new(e)))?,
-                )),
+                Origin::Url(u) => {
+                    let mut client = DepotClient::connect(u).map_err(|e| err(Box::new(e)))?;
+                    if let Some(dir) = cache {
+                        client = client.with_cache(PayloadCache::new(dir));
+                    }
+                    Repo::Depot(Box::new(client))
+                }
             };
             by_name.insert(
                 name.clone(),

@@ -274,7 +274,8 @@ pub(crate) struct LayerDigests {
 }
 
 impl<W: Write> LayerStream<W> {
-    pub(crate) fn new(out: W, compression: Compression) -> io::Result<Self> {
+    /// `threads` compression workers (zstd; the output does not depend on it).
+    pub(crate) fn new(out: W, compression: Compression, threads: u32) -> io::Result<Self> {
         let counted = DigestingWriter::new(out, Algorithm::Sha256);
         let enc = match compression.algorithm {
             // A fixed gzip header: no name, mtime 0, OS "unknown", so the bytes do not
@@ -290,6 +291,10 @@ impl<W: Write> LayerStream<W> {
                 // Checksums and sizes fixed so frames depend only on the content.
                 e.include_checksum(false)?;
                 e.include_contentsize(false)?;
+                // Always zstd's multi-threaded mode, even with one worker: its output does
+                // not depend on the number of workers, but differs from the single-threaded
+                // mode's, so the mode is pinned and only the worker count follows the machine.
+                e.multithread(threads.max(1))?;
                 Encoder::Zstd(e)
             }
         };
@@ -448,22 +453,28 @@ mod tests {
     #[test]
     fn compressed_streams_are_stable() {
         for alg in [CompressionAlg::Gzip, CompressionAlg::Zstd] {
-            let run = || {
+            // Varied content, larger than zstd's multi-threaded job size, so several
+            // workers really split it.
+            let data: Vec<u8> = (0..24_000_000u32)
+                .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8 & 0x3f)
+                .collect();
+            let run = |threads| {
                 let mut s = LayerStream::new(
                     Vec::new(),
                     Compression {
                         algorithm: alg,
                         level: 3,
                     },
+                    threads,
                 )
                 .unwrap();
-                s.write_all(&[7u8; 100_000]).unwrap();
+                s.write_all(&data).unwrap();
                 s.finish().unwrap()
             };
-            let (a, bytes) = run();
-            let (b, _) = run();
-            assert_eq!(a.digest, b.digest);
-            assert_eq!(a.diff_id, Digest::sha256(&[7u8; 100_000]));
+            let (a, bytes) = run(1);
+            let (b, _) = run(4);
+            assert_eq!(a.digest, b.digest, "{alg:?}: output independent of threads");
+            assert_eq!(a.diff_id, Digest::sha256(&data));
             assert_eq!(a.digest, Digest::sha256(&bytes));
             assert_eq!(a.size, bytes.len() as u64);
             if alg == CompressionAlg::Gzip {

@@ -687,6 +687,68 @@ fn lock_and_build_from_a_depot_server() {
 }
 
 #[test]
+fn a_payload_cache_serves_rebuilds_without_the_depot_payloads() {
+    let f = fixture(&[]);
+    let server =
+        ips_bridge::DepotServer::start(FileRepo::open(f.repo()).unwrap(), "127.0.0.1:0").unwrap();
+    fs::write(
+        f.image_file(),
+        IMAGE.replace(
+            "\"example.org\" = \"repo\"",
+            &format!("\"example.org\" = \"{}\"", server.url()),
+        ),
+    )
+    .unwrap();
+    lock_it(&f);
+    let cache = f.root().join("cache");
+    let opts = |out: &str| BuildOptions {
+        output: Some(f.root().join(out)),
+        payload_cache: Some(cache.clone()),
+        ..BuildOptions::default()
+    };
+    let first = build(&f.image_file(), &opts("out1")).unwrap();
+    // Every payload the image needs is in the cache, named by its hash.
+    let cached = |name: &str| cache.join(&name[..2]).join(name);
+    let m = fs::read_to_string(
+        FileRepo::open(f.repo())
+            .unwrap()
+            .manifest_path(&ips_bridge::Fmri::parse(&first.packages[0]).unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    let names: Vec<&str> = m
+        .lines()
+        .filter(|l| l.starts_with("file ") && !l.contains("preserve=legacy"))
+        .map(|l| l.split(' ').nth(1).unwrap())
+        .collect();
+    assert!(!names.is_empty());
+    for n in &names {
+        assert!(cached(n).is_file(), "{n} is not cached");
+    }
+    // The depot loses its payloads: the rebuild takes them from the cache, same image.
+    fs::remove_dir_all(f.repo().join("publisher/example.org/file")).unwrap();
+    let second = build(&f.image_file(), &opts("out2")).unwrap();
+    assert_eq!(first.manifest, second.manifest);
+    // Without the cache the same build fails: the payloads really came from it.
+    let e = build(
+        &f.image_file(),
+        &BuildOptions {
+            output: Some(f.root().join("out3")),
+            ..BuildOptions::default()
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(e, BuildError::Payload { .. }), "{e}");
+    // A cached payload that was tampered with is refused, naming the package and path.
+    for n in &names {
+        fs::write(cached(n), b"not gzip").unwrap();
+    }
+    let e = build(&f.image_file(), &opts("out4")).unwrap_err();
+    assert!(matches!(e, BuildError::Payload { .. }), "{e}");
+    drop(server);
+}
+
+#[test]
 fn source_date_epoch_and_rebuilding_into_the_same_layout() {
     let f = fixture(&[]);
     lock_it(&f);

@@ -30,6 +30,13 @@ pub struct Args {
     /// Print a JSON summary (digests, layers, packages).
     #[arg(long)]
     pub json: bool,
+    /// Keep payloads downloaded from depots in DIR (by hash, verified) and reuse them in
+    /// later builds instead of downloading them again.
+    #[arg(long, value_name = "DIR")]
+    pub payload_cache: Option<PathBuf>,
+    /// Compression threads (default: one per CPU; the image is the same for any number).
+    #[arg(long, value_name = "N", default_value_t = 0, hide_default_value = true)]
+    pub threads: u32,
 }
 
 /// Runs `rdctl build`.
@@ -49,6 +56,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         output: args.output,
         push: args.push,
         source_date_epoch,
+        threads: args.threads,
+        payload_cache: args.payload_cache,
     };
     let summary = builder::build(&args.image_file, &opts)
         .with_context(|| format!("cannot build {}", args.image_file.display()))?;
