@@ -26,8 +26,8 @@ mod commands;
 Exit status (every command): 0 success; 1 the checked content is invalid or part of the work
 failed (validate, ips list/info/contents/lint, worker run --once); 2 the command could not run
 (bad arguments, unreadable input, unreachable server), with `rdctl: what: why` on stderr.
---json (validate, build, lock, push, pull, copy, worker run, worker status) prints one JSON
-document on stdout instead of text; logs and messages stay on stderr."
+--json (validate, build, lock, push, pull, copy, registry gc, worker run, worker status) prints
+one JSON document on stdout instead of text; logs and messages stay on stderr."
 )]
 struct Cli {
     #[command(subcommand)]

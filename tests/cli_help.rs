@@ -209,5 +209,14 @@ fn json_output_is_one_document_on_stdout() {
     assert_eq!(run["provisioned"], serde_json::json!(["hello"]), "{run}");
     let status = json(&["worker", "status", "--json", "--config", s(&config)]);
     assert_eq!(status[0]["current_digest"], manifest.as_str(), "{status}");
+    let gc = json(&[
+        "registry",
+        "gc",
+        "--json",
+        "--dry-run",
+        "--data",
+        s(&d.join("registry-data")),
+    ]);
+    assert_eq!(gc["dry_run"], true, "{gc}");
     drop(server);
 }

@@ -25,6 +25,14 @@ Exit status: 0 stopped by SIGTERM or ctrl-c after draining, 2 it could not start
     /// Collect garbage: delete blobs, manifests and repository links that no tag (and, by
     /// policy, no untagged manifest or referrer) reaches and that are older than the grace
     /// window. Safe while the registry serves pushes.
+    #[command(after_help = "Examples:
+  rdctl registry gc --config /etc/rdctl/registry.toml --dry-run     report, delete nothing
+  rdctl registry gc --config /etc/rdctl/registry.toml
+  rdctl registry gc --data ./registry-data --grace 2h --delete-untagged --json
+
+docs/operations.md (Garbage collection) says what is kept and why a push never loses content.
+Exit status: 0 collected (or reported, with --dry-run), 2 the store could not be opened or the
+collection failed.")]
     Gc(GcArgs),
 }
 
