@@ -180,6 +180,7 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
     let groups: Vec<(String, Vec<&str>)> = match image.layering {
         Layering::Single => vec![("image".into(), tree.keys().map(String::as_str).collect())],
         Layering::PerPackage => per_package_groups(&tree, &packages),
+        Layering::Budget(n) => budget_groups(&tree, &packages, n as usize),
     };
     let mut layers = Vec::new();
     for (label, paths) in &groups {
@@ -403,6 +404,56 @@ fn per_package_groups<'t>(tree: &'t Tree, packages: &[Package<'_>]) -> Vec<(Stri
     groups.push(("generated".into(), generated));
     groups.retain(|(_, paths)| !paths.is_empty());
     groups
+}
+
+/// Budget layering: with room for `budget` layers, the largest packages (by installed
+/// bytes; ties by name) get a layer each, the others share one, and what the build
+/// generates is the top layer. Layers keep lockfile order, so the result depends only on
+/// the package set.
+fn budget_groups<'t>(
+    tree: &'t Tree,
+    packages: &[Package<'_>],
+    budget: usize,
+) -> Vec<(String, Vec<&'t str>)> {
+    let groups = per_package_groups(tree, packages);
+    let (mut own, generated): (Vec<_>, Vec<_>) = groups
+        .into_iter()
+        .partition(|(label, _)| label != "generated");
+    // One layer is the generated one; the packages have the rest.
+    let room = budget.saturating_sub(1).max(1);
+    if own.len() > room {
+        let size = |paths: &[&str]| -> u64 {
+            paths
+                .iter()
+                .map(|p| match &tree[*p].content {
+                    Content::Payload { action, .. } => action
+                        .get("pkg.size")
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(0),
+                    Content::Bytes(b) => b.len() as u64,
+                    _ => 0,
+                })
+                .sum()
+        };
+        let mut ranked: Vec<(u64, String)> = own
+            .iter()
+            .map(|(label, paths)| (size(paths), label.clone()))
+            .collect();
+        ranked.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        // room - 1 packages alone, the rest in one shared layer.
+        let alone: std::collections::BTreeSet<String> =
+            ranked.into_iter().take(room - 1).map(|(_, l)| l).collect();
+        let (kept, rest): (Vec<_>, Vec<_>) = own
+            .into_iter()
+            .partition(|(label, _)| alone.contains(label));
+        let mut shared_paths: Vec<&str> = rest.iter().flat_map(|(_, p)| p.clone()).collect();
+        shared_paths.sort_unstable();
+        let names: Vec<&str> = rest.iter().map(|(l, _)| l.as_str()).collect();
+        own = kept;
+        own.push((format!("shared: {}", names.join(" ")), shared_paths));
+    }
+    own.extend(generated);
+    own
 }
 
 /// Writes one layer holding `paths` of the tree (plus their parent directories) into the

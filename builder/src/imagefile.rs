@@ -35,7 +35,7 @@
 //! "org.opencontainers.image.source" = "https://example.org/zones"
 //!
 //! [layering]
-//! strategy = "single"          # or "per-package"
+//! strategy = "single"          # or "per-package", or "budget" with budget = N layers
 //!
 //! [compression]
 //! algorithm = "gzip"           # or "zstd"
@@ -126,7 +126,16 @@ pub enum Layering {
     /// One layer per package, plus a top layer for what the build generates (accounts,
     /// `var/pkg`).
     PerPackage,
+    /// At most N layers: the largest packages get a layer each, the others share one, and
+    /// what the build generates is the top layer. Which packages get their own layer
+    /// depends only on their sizes and names, so a rebuild with the same packages gives
+    /// the same layers, and an unchanged package keeps its layer digest.
+    Budget(u32),
 }
+
+/// The most layers a budget may ask for (containerd and the Linux overlay driver handle
+/// about 127 lower directories).
+const MAX_LAYERS: i64 = 127;
 
 /// Layer compression.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -267,6 +276,7 @@ struct RawConfig {
 #[serde(deny_unknown_fields)]
 struct RawLayering {
     strategy: Option<String>,
+    budget: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -533,13 +543,34 @@ impl ImageFile {
         let layering = match raw.layering.strategy.as_deref() {
             None | Some("single") => Layering::Single,
             Some("per-package") => Layering::PerPackage,
+            Some("budget") => match raw.layering.budget {
+                Some(n) if (2..=MAX_LAYERS).contains(&n) => Layering::Budget(n as u32),
+                Some(n) => {
+                    return Err(field(
+                        &["layering", "budget"],
+                        format!("{n}: expected a number of layers from 2 to {MAX_LAYERS}"),
+                    ));
+                }
+                None => {
+                    return Err(field(
+                        &["layering", "budget"],
+                        "strategy \"budget\" needs budget = N (the number of layers)".into(),
+                    ));
+                }
+            },
             Some(s) => {
                 return Err(field(
                     &["layering", "strategy"],
-                    format!("{s:?}: expected \"single\" or \"per-package\""),
+                    format!("{s:?}: expected \"single\", \"per-package\" or \"budget\""),
                 ));
             }
         };
+        if raw.layering.budget.is_some() && !matches!(layering, Layering::Budget(_)) {
+            return Err(field(
+                &["layering", "budget"],
+                "only used with strategy = \"budget\"".into(),
+            ));
+        }
         let algorithm = match raw.compression.algorithm.as_deref() {
             None | Some("gzip") => CompressionAlg::Gzip,
             Some("zstd") => CompressionAlg::Zstd,

@@ -478,6 +478,96 @@ fn zstd_and_per_package_layers() {
 }
 
 #[test]
+fn a_layer_budget_gives_the_largest_packages_their_own_layers_stably() {
+    let a = "set name=pkg.fmri value=pkg:/demo/a@1.0:20240101T000000Z\nfile usr/bin/other path=opt/a/other mode=0555 owner=root group=bin\n";
+    let b = "set name=pkg.fmri value=pkg:/demo/b@1.0:20240101T000000Z\nfile etc/gz-only path=opt/b/gz mode=0444 owner=root group=bin\n";
+    let c = "set name=pkg.fmri value=pkg:/demo/c@1.0:20240101T000000Z\nfile usr/bin/other path=opt/c/other mode=0555 owner=root group=bin\n";
+    let f = fixture(&[a, b, c]);
+    let image = |budget: u32, extra: &str| {
+        format!(
+            "{}\n[layering]\nstrategy = \"budget\"\nbudget = {budget}\n",
+            IMAGE.replace(
+                "\"demo/tool\"",
+                &format!("\"demo/tool\", \"demo/a\", \"demo/b\"{extra}")
+            )
+        )
+    };
+    let labels = |s: &builder::BuildSummary| -> Vec<String> {
+        s.layers.iter().map(|l| l.contents.clone()).collect()
+    };
+    let run = |text: String, out: &str| {
+        fs::write(f.image_file(), text).unwrap();
+        lock_it(&f);
+        build_to(&f, &f.root().join(out))
+    };
+    const TOOL: &str = "pkg://example.org/demo/tool@2.1,5.11-2024.0:20240102T030405Z";
+    const CORE: &str = "pkg://example.org/system/core@1.0,5.11-2024.0:20240101T000000Z";
+    const A: &str = "pkg://example.org/demo/a@1.0,5.11:20240101T000000Z";
+    const B: &str = "pkg://example.org/demo/b@1.0,5.11:20240101T000000Z";
+    const C: &str = "pkg://example.org/demo/c@1.0,5.11:20240101T000000Z";
+    // tool (28 bytes) is the largest package, then b (17), a (6), core (its account files
+    // are regenerated, so nothing of its own).
+    let three = run(image(3, ""), "out3");
+    assert_eq!(
+        labels(&three),
+        [
+            TOOL.to_owned(),
+            format!("shared: {A} {B} {CORE}"),
+            "generated".into()
+        ]
+    );
+    let four = run(image(4, ""), "out4");
+    assert_eq!(
+        labels(&four),
+        [
+            B.to_owned(),
+            TOOL.into(),
+            format!("shared: {A} {CORE}"),
+            "generated".into()
+        ]
+    );
+    // Room for every package: one layer each, as per-package layering.
+    let many = run(image(9, ""), "out9");
+    assert_eq!(many.layers.len(), 5);
+    assert_eq!(many.layers[3].contents, CORE);
+    // Two layers: all packages share one.
+    assert_eq!(run(image(2, ""), "out2").layers.len(), 2);
+    // Another small package joins the shared layer; the tool's own layer is unchanged.
+    let more = run(image(3, ", \"demo/c\""), "out3c");
+    assert_eq!(
+        labels(&more),
+        [
+            TOOL.to_owned(),
+            format!("shared: {A} {B} {C} {CORE}"),
+            "generated".into()
+        ]
+    );
+    assert_eq!(more.layers[0].digest, three.layers[0].digest);
+    assert_ne!(more.layers[1].digest, three.layers[1].digest);
+    // A rebuild gives the same layers.
+    assert_eq!(run(image(3, ""), "again").manifest, three.manifest);
+
+    for (text, message) in [
+        (
+            "[layering]\nstrategy = \"budget\"\n",
+            "layering.budget: strategy \"budget\" needs budget = N (the number of layers)",
+        ),
+        (
+            "[layering]\nstrategy = \"budget\"\nbudget = 1\n",
+            "layering.budget: 1: expected a number of layers from 2 to 127",
+        ),
+        (
+            "[layering]\nbudget = 4\n",
+            "layering.budget: only used with strategy = \"budget\"",
+        ),
+    ] {
+        fs::write(f.image_file(), format!("{IMAGE}\n{text}")).unwrap();
+        let e = ImageFile::load(f.image_file()).unwrap_err().to_string();
+        assert!(e.ends_with(message), "{e}");
+    }
+}
+
+#[test]
 fn a_corrupt_payload_stops_the_build_naming_package_and_path() {
     let f = fixture(&[]);
     lock_it(&f);
