@@ -930,3 +930,104 @@ fn a_worker_killed_mid_download_resumes_from_the_partial_file() {
     ));
     assert_eq!(sha256_digest(&std::fs::read(blob).unwrap()), layer);
 }
+
+#[test]
+fn metrics_count_pulls_bytes_verification_failures_creations_and_durations() {
+    use std::io::BufRead;
+    let t = tempdir();
+    let data = t.path().join("registry");
+    let server = Server::start(&data, &[]);
+    let node = Node::new(&t.path().join("node"));
+    let mut cfg = std::fs::read_to_string(node.config()).unwrap();
+    cfg = cfg.replace(
+        "[provisioner]",
+        "metrics_listen = \"127.0.0.1:0\"\n[provisioner]",
+    );
+    std::fs::write(node.config(), cfg).unwrap();
+    let good = RawImage::new("good");
+    good.push(server.addr, "metrics/good", "1");
+    let mut diffid = RawImage::new("diffid");
+    diffid.diff_ids[0] = sha256_digest(b"another layer");
+    diffid.push(server.addr, "metrics/diffid", "1");
+    for zone in ["good", "diffid", "absent"] {
+        node.zone(zone, &format!("{}/metrics/{zone}:1", server.host()));
+    }
+    // A long-running worker (not --once): one pass, then it sleeps the poll interval.
+    let mut worker = rdctl()
+        .args(["worker", "run", "--config", s(&node.config())])
+        .env("NO_COLOR", "1")
+        .env("RDCTL_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = worker.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if let Some(rest) = line.split("metrics listening on ").nth(1) {
+                let _ = tx.send(rest.split_whitespace().next().unwrap_or("").to_owned());
+            }
+        }
+    });
+    let addr: std::net::SocketAddr = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the worker logs its metrics address")
+        .parse()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let text = loop {
+        let (st, h, body) = http(addr, "GET", "/metrics", &[], b"");
+        assert_eq!(st, 200);
+        assert!(
+            h.iter()
+                .any(|(k, v)| k == "content-type" && v.starts_with("text/plain; version=0.0.4"))
+        );
+        let text = String::from_utf8(body).unwrap();
+        if text
+            .lines()
+            .any(|l| l == "rdctl_worker_reconcile_duration_seconds_count 1")
+        {
+            break text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no pass finished:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing:\n{text}"))
+    };
+    assert_eq!(value("rdctl_worker_pulls_total{result=\"ok\"}"), 2.0);
+    assert_eq!(value("rdctl_worker_pulls_total{result=\"error\"}"), 1.0);
+    assert_eq!(
+        value("rdctl_worker_verification_failures_total{stage=\"diff_id\"}"),
+        1.0
+    );
+    assert_eq!(
+        value("rdctl_worker_verification_failures_total{stage=\"blob\"}"),
+        0.0
+    );
+    assert_eq!(value("rdctl_worker_zone_creations_total"), 1.0);
+    assert_eq!(value("rdctl_worker_zone_failures_total"), 2.0);
+    assert_eq!(
+        value("rdctl_worker_zone_reconcile_duration_seconds_count"),
+        3.0
+    );
+    // Every blob of both pulled images crossed the wire once (configs and layers).
+    let blob_bytes: usize = [&good, &diffid]
+        .iter()
+        .flat_map(|i| i.layers.iter().map(|(b, _)| b.len()))
+        .sum();
+    assert!(value("rdctl_worker_pull_bytes_total") > blob_bytes as f64);
+    assert_eq!(value("rdctl_worker_resumed_bytes_total"), 0.0);
+    ok(Command::new("kill").args(["-TERM", &worker.id().to_string()]));
+    let st = worker.wait().unwrap();
+    assert!(st.success(), "SIGTERM ends the worker cleanly: {st}");
+}

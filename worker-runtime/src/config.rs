@@ -13,6 +13,7 @@
 //!                                    # (default: uname -v)
 //! plain_http = false                 # http:// for every registry (loopback always is)
 //! gc_grace_secs = 3600               # unused blobs older than this are removed after a pass
+//! metrics_listen = "127.0.0.1:9101"  # optional: Prometheus text on GET /metrics
 //!
 //! [provisioner]
 //! kind = "dir"                       # or "illumos" (only on illumos)
@@ -63,6 +64,8 @@ pub struct WorkerConfig {
     pub provisioner: ProvisionerConfig,
     /// Blobs no zone uses are removed once they are this old.
     pub gc_grace: Duration,
+    /// Where `rdctl worker run` serves `GET /metrics`, if anywhere.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// Which provisioner the worker uses.
@@ -175,6 +178,7 @@ struct FileConfig {
     os_version: Option<String>,
     plain_http: Option<bool>,
     gc_grace_secs: Option<u64>,
+    metrics_listen: Option<String>,
     provisioner: FileProvisioner,
 }
 
@@ -260,7 +264,17 @@ impl WorkerConfig {
                 ));
             }
         };
+        let metrics_listen = match &f.metrics_listen {
+            None => None,
+            Some(a) => Some(a.parse().map_err(|_| {
+                value(
+                    "metrics_listen",
+                    format!("{a:?} is not an address like 127.0.0.1:9101"),
+                )
+            })?),
+        };
         Ok(WorkerConfig {
+            metrics_listen,
             zones_dir: abs(f.zones_dir),
             state_dir: abs(f.state_dir),
             worker_id,

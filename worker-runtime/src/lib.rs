@@ -26,6 +26,7 @@
 #![deny(missing_docs)]
 
 mod config;
+pub mod metrics;
 pub mod owner;
 pub mod provision;
 mod pull;

@@ -13,6 +13,7 @@ use validator::Digest;
 use crate::config::{
     ConfigError, ProvisionerConfig, PullPolicy, WorkerConfig, ZoneSpec, load_zones,
 };
+use crate::metrics::{Metrics, VerifyStage};
 use crate::provision::{DirProvisioner, ProvisionError, Provisioner};
 use crate::pull::{HostPlatform, PullError, pull, resolve};
 use crate::state::{Phase, StateDir, StateError, ZoneStatus, now_unix};
@@ -42,6 +43,15 @@ pub enum WorkerError {
     /// The async runtime could not start.
     #[error("starting the runtime")]
     Runtime(#[source] std::io::Error),
+    /// The metrics address could not be bound.
+    #[error("metrics_listen {addr}: cannot listen")]
+    Metrics {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Why one zone's attempt failed.
@@ -70,6 +80,24 @@ impl ZoneError {
             ZoneError::Root(e) => e.blob(),
             _ => None,
         }
+    }
+}
+
+/// The check a failure came from, when it is a verification failure.
+fn verify_stage(e: &ZoneError) -> Option<VerifyStage> {
+    match e {
+        ZoneError::Pull(PullError::Store(StoreError::Verify { .. })) => Some(VerifyStage::Blob),
+        ZoneError::Pull(PullError::Registry { source, .. })
+        | ZoneError::Pull(PullError::Store(StoreError::Fetch { source, .. }))
+            if source.kind() == registry::client::ErrorKind::Verify =>
+        {
+            Some(VerifyStage::Blob)
+        }
+        ZoneError::Root(RootError::Layer {
+            source: crate::unpack::UnpackError::DiffId { .. },
+            ..
+        }) => Some(VerifyStage::DiffId),
+        _ => None,
     }
 }
 
@@ -109,6 +137,7 @@ pub struct Worker {
     provisioner: Box<dyn Provisioner>,
     host: HostPlatform,
     unpack: UnpackOptions,
+    metrics: Arc<Metrics>,
     _lock: std::fs::File,
 }
 
@@ -139,7 +168,9 @@ impl Worker {
     pub fn new(config: WorkerConfig) -> Result<Worker, WorkerError> {
         let state = StateDir::open(&config.state_dir, &config.worker_id)?;
         let lock = state.lock()?;
-        let store = ContentStore::open(&config.state_dir.join("content"), &config.worker_id)?;
+        let metrics = Arc::new(Metrics::default());
+        let store = ContentStore::open(&config.state_dir.join("content"), &config.worker_id)?
+            .with_metrics(metrics.clone());
         let provisioner: Box<dyn Provisioner> = match &config.provisioner {
             ProvisionerConfig::Dir { base } => {
                 Box::new(DirProvisioner::new(base, &config.worker_id)?)
@@ -164,6 +195,7 @@ impl Worker {
             state,
             provisioner,
             unpack: UnpackOptions::default(),
+            metrics,
             config,
             _lock: lock,
         })
@@ -180,9 +212,15 @@ impl Worker {
         &self.config
     }
 
+    /// The worker's metrics (what `/metrics` serves).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
     /// One reconcile pass over every zone manifest. Zones run concurrently and independently;
     /// with `ignore_backoff` (`--once`) every zone is attempted.
     pub async fn pass(self: &Arc<Self>, ignore_backoff: bool) -> Result<PassSummary, WorkerError> {
+        let started = std::time::Instant::now();
         let (specs, invalid) = load_zones(&self.config.zones_dir)?;
         let mut summary = PassSummary::default();
         for bad in invalid {
@@ -210,7 +248,18 @@ impl Worker {
             let name = spec.name.clone();
             let id = tasks
                 .spawn(async move {
+                    let t = std::time::Instant::now();
                     let result = me.reconcile(&spec, &prev).await;
+                    me.metrics.zone(
+                        matches!(result, Ok((Outcome::Provisioned, _))),
+                        result.is_err(),
+                        t.elapsed(),
+                    );
+                    if let Err((e, _)) = &result
+                        && let Some(stage) = verify_stage(e)
+                    {
+                        me.metrics.verification_failure(stage);
+                    }
                     (spec, prev, result)
                 })
                 .id();
@@ -282,6 +331,7 @@ impl Worker {
             },
             Err(e) => tracing::warn!(error = %error_chain(&e), "blob garbage collection skipped"),
         }
+        self.metrics.pass(started.elapsed());
         summary.provisioned.sort();
         summary.unchanged.sort();
         summary.failed.sort();
@@ -377,16 +427,18 @@ impl Worker {
         {
             return Ok((Outcome::Unchanged, d.clone()));
         }
-        let desired = resolve(&self.client, &spec.image)
-            .await
-            .map_err(|e| (e.into(), None))?;
+        // A reference that does not resolve is a failed pull too.
+        let desired = resolve(&self.client, &spec.image).await.map_err(|e| {
+            self.metrics.pull(false);
+            (e.into(), None)
+        })?;
         if current.is_some() && prev.current_digest.as_ref() == Some(&desired) {
             return Ok((Outcome::Unchanged, desired));
         }
         let fail = |e: ZoneError| (e, Some(desired.clone()));
-        let image = pull(&self.client, &self.store, &spec.image, &desired, &self.host)
-            .await
-            .map_err(|e| fail(e.into()))?;
+        let image = pull(&self.client, &self.store, &spec.image, &desired, &self.host).await;
+        self.metrics.pull(image.is_ok());
+        let image = image.map_err(|e| fail(e.into()))?;
         let me = Arc::clone(self);
         let spec2 = spec.clone();
         let done = tokio::task::spawn_blocking(move || -> Result<(), ZoneError> {
@@ -441,6 +493,15 @@ impl Worker {
     }
 }
 
+/// Aborts a task when dropped (the metrics server ends with the run).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Resolves on SIGTERM or SIGINT.
 pub async fn shutdown_signal() {
     let term = async {
@@ -470,6 +531,22 @@ pub fn run(config_path: &std::path::Path, once: bool) -> Result<PassSummary, Wor
         .map_err(WorkerError::Runtime)?;
     let result = rt.block_on(async {
         let worker = Arc::new(Worker::new(config)?);
+        let _metrics = match worker.config.metrics_listen {
+            Some(addr) => {
+                let listener = crate::metrics::bind(addr)
+                    .await
+                    .map_err(|source| WorkerError::Metrics { addr, source })?;
+                let local = listener.local_addr().unwrap_or(addr);
+                tracing::info!(addr = %local, "metrics listening on {local}");
+                let m = worker.metrics.clone();
+                Some(AbortOnDrop(tokio::spawn(async move {
+                    if let Err(e) = crate::metrics::serve(listener, m).await {
+                        tracing::warn!(error = %e, "the metrics server stopped");
+                    }
+                })))
+            }
+            None => None,
+        };
         worker.run(once, shutdown_signal()).await
     });
     // Blocking unpack tasks of an interrupted pass get a bounded time; what they leave in

@@ -103,6 +103,8 @@ pub struct ContentStore {
     dir: PathBuf,
     /// One lock per digest being downloaded (zones of one pass share layers).
     downloads: Arc<Mutex<HashMap<Digest, Arc<tokio::sync::Mutex<()>>>>>,
+    /// Where received bytes are counted.
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 /// What [`ContentStore::fetch`] did, for metrics and logs.
@@ -133,6 +135,7 @@ impl ContentStore {
         let store = ContentStore {
             dir: dir.to_owned(),
             downloads: Arc::default(),
+            metrics: None,
         };
         for sub in ["blobs/sha256", "blobs/sha512"] {
             let p = dir.join(sub);
@@ -159,6 +162,12 @@ impl ContentStore {
             }
         }
         Ok(store)
+    }
+
+    /// Counts the bytes downloads receive and resume in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// The store's directory.
@@ -289,6 +298,9 @@ impl ContentStore {
         };
         if have > 0 {
             tracing::info!(%digest, from = have, of = size, "resuming a partial download");
+            if let Some(m) = &self.metrics {
+                m.bytes(0, have);
+            }
         }
         let verify_failed = |e: VerifyError| {
             let _ = std::fs::remove_file(&partial);
@@ -313,6 +325,9 @@ impl ContentStore {
             };
             if n == 0 {
                 break;
+            }
+            if let Some(m) = &self.metrics {
+                m.bytes(n as u64, 0);
             }
             if written + n as u64 > size {
                 return Err(verify_failed(VerifyError::TooLong {

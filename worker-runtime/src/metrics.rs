@@ -1,0 +1,249 @@
+//! The worker's Prometheus metrics (text exposition format 0.0.4), served on `GET /metrics`
+//! when `metrics_listen` is set in worker.toml. Hand-rendered like the registry's: a few
+//! counters and one histogram do not justify a metrics crate.
+//!
+//! | Metric | Type | Meaning |
+//! |---|---|---|
+//! | `rdctl_worker_pulls_total{result}` | counter | image pulls, `ok` or `error` |
+//! | `rdctl_worker_pull_bytes_total` | counter | blob bytes received from registries |
+//! | `rdctl_worker_resumed_bytes_total` | counter | bytes of partial downloads kept on resume |
+//! | `rdctl_worker_verification_failures_total{stage}` | counter | `blob` (size or digest) or `diff_id` |
+//! | `rdctl_worker_zone_creations_total` | counter | zones created or replaced |
+//! | `rdctl_worker_zone_failures_total` | counter | zone reconcile attempts that failed |
+//! | `rdctl_worker_reconcile_duration_seconds` | histogram | one whole pass |
+//! | `rdctl_worker_zone_reconcile_duration_seconds` | histogram | one zone's reconcile |
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Upper bounds (seconds) of the duration histogram buckets: reconciles range from a HEAD
+/// request to a multi-GiB pull.
+const BUCKETS: [f64; 12] = [
+    0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0, 600.0,
+];
+
+#[derive(Debug, Default)]
+struct Histogram {
+    counts: [u64; BUCKETS.len()],
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn observe(&mut self, d: Duration) {
+        let s = d.as_secs_f64();
+        for (i, b) in BUCKETS.iter().enumerate() {
+            if s <= *b {
+                self.counts[i] += 1;
+            }
+        }
+        self.sum += s;
+        self.count += 1;
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for (i, b) in BUCKETS.iter().enumerate() {
+            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {}", self.counts[i]);
+        }
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", self.count);
+        let _ = writeln!(out, "{name}_sum {}", self.sum);
+        let _ = writeln!(out, "{name}_count {}", self.count);
+    }
+}
+
+/// Which check a verification failure came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VerifyStage {
+    /// A blob's size or digest.
+    Blob,
+    /// A layer's uncompressed digest against the config's `diff_ids`.
+    DiffId,
+}
+
+/// The worker's counters; shared by the passes and the `/metrics` server.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pulls_ok: AtomicU64,
+    pulls_error: AtomicU64,
+    pull_bytes: AtomicU64,
+    resumed_bytes: AtomicU64,
+    verify_blob: AtomicU64,
+    verify_diff_id: AtomicU64,
+    zone_creations: AtomicU64,
+    zone_failures: AtomicU64,
+    pass: Mutex<Histogram>,
+    zone: Mutex<Histogram>,
+}
+
+impl Metrics {
+    /// Counts one pull.
+    pub fn pull(&self, ok: bool) {
+        let c = if ok {
+            &self.pulls_ok
+        } else {
+            &self.pulls_error
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts bytes received, and bytes kept from a partial download.
+    pub fn bytes(&self, received: u64, resumed: u64) {
+        self.pull_bytes.fetch_add(received, Ordering::Relaxed);
+        self.resumed_bytes.fetch_add(resumed, Ordering::Relaxed);
+    }
+
+    /// Counts a verification failure.
+    pub fn verification_failure(&self, stage: VerifyStage) {
+        match stage {
+            VerifyStage::Blob => &self.verify_blob,
+            VerifyStage::DiffId => &self.verify_diff_id,
+        }
+        .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one zone outcome and its duration.
+    pub fn zone(&self, created: bool, failed: bool, took: Duration) {
+        if created {
+            self.zone_creations.fetch_add(1, Ordering::Relaxed);
+        }
+        if failed {
+            self.zone_failures.fetch_add(1, Ordering::Relaxed);
+        }
+        self.zone
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .observe(took);
+    }
+
+    /// Records one whole pass.
+    pub fn pass(&self, took: Duration) {
+        self.pass
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .observe(took);
+    }
+
+    /// The text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "# HELP rdctl_worker_pulls_total Image pulls by result.\n# TYPE rdctl_worker_pulls_total counter\n\
+             rdctl_worker_pulls_total{{result=\"ok\"}} {}\nrdctl_worker_pulls_total{{result=\"error\"}} {}",
+            get(&self.pulls_ok),
+            get(&self.pulls_error)
+        );
+        for (name, help, v) in [
+            (
+                "rdctl_worker_pull_bytes_total",
+                "Blob bytes received from registries.",
+                get(&self.pull_bytes),
+            ),
+            (
+                "rdctl_worker_resumed_bytes_total",
+                "Bytes of partial downloads kept when a download resumed.",
+                get(&self.resumed_bytes),
+            ),
+            (
+                "rdctl_worker_zone_creations_total",
+                "Zones created or replaced.",
+                get(&self.zone_creations),
+            ),
+            (
+                "rdctl_worker_zone_failures_total",
+                "Zone reconcile attempts that failed.",
+                get(&self.zone_failures),
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP rdctl_worker_verification_failures_total Content that did not verify, by check.\n\
+             # TYPE rdctl_worker_verification_failures_total counter\n\
+             rdctl_worker_verification_failures_total{{stage=\"blob\"}} {}\n\
+             rdctl_worker_verification_failures_total{{stage=\"diff_id\"}} {}",
+            get(&self.verify_blob),
+            get(&self.verify_diff_id)
+        );
+        self.pass.lock().unwrap_or_else(|e| e.into_inner()).render(
+            &mut out,
+            "rdctl_worker_reconcile_duration_seconds",
+            "Duration of whole reconcile passes.",
+        );
+        self.zone.lock().unwrap_or_else(|e| e.into_inner()).render(
+            &mut out,
+            "rdctl_worker_zone_reconcile_duration_seconds",
+            "Duration of one zone's reconcile.",
+        );
+        out
+    }
+}
+
+/// Serves `GET /metrics` on `listener` until the task is dropped.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    metrics: Arc<Metrics>,
+) -> std::io::Result<()> {
+    use axum::http::header::CONTENT_TYPE;
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let m = metrics.clone();
+            async move {
+                (
+                    [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+                    m.render(),
+                )
+            }
+        }),
+    );
+    axum::serve(listener, app).await
+}
+
+/// Binds the metrics address (so a bad address fails at start, not later).
+pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_and_histograms() {
+        let m = Metrics::default();
+        m.pull(true);
+        m.pull(false);
+        m.bytes(100, 40);
+        m.verification_failure(VerifyStage::DiffId);
+        m.zone(true, false, Duration::from_millis(30));
+        m.pass(Duration::from_secs(3));
+        let t = m.render();
+        for line in [
+            "rdctl_worker_pulls_total{result=\"ok\"} 1",
+            "rdctl_worker_pulls_total{result=\"error\"} 1",
+            "rdctl_worker_pull_bytes_total 100",
+            "rdctl_worker_resumed_bytes_total 40",
+            "rdctl_worker_verification_failures_total{stage=\"blob\"} 0",
+            "rdctl_worker_verification_failures_total{stage=\"diff_id\"} 1",
+            "rdctl_worker_zone_creations_total 1",
+            "rdctl_worker_zone_reconcile_duration_seconds_bucket{le=\"0.01\"} 0",
+            "rdctl_worker_zone_reconcile_duration_seconds_bucket{le=\"0.05\"} 1",
+            "rdctl_worker_reconcile_duration_seconds_bucket{le=\"2.5\"} 0",
+            "rdctl_worker_reconcile_duration_seconds_bucket{le=\"5\"} 1",
+            "rdctl_worker_reconcile_duration_seconds_count 1",
+        ] {
+            assert!(t.lines().any(|l| l == line), "{line} missing:\n{t}");
+        }
+    }
+}
