@@ -26,13 +26,16 @@ Exit status: 0 stopped by SIGTERM or ctrl-c after draining, 2 it could not start
     /// policy, no untagged manifest or referrer) reaches and that are older than the grace
     /// window. Safe while the registry serves pushes.
     #[command(after_help = "Examples:
-  rdctl registry gc --config /etc/rdctl/registry.toml --dry-run     report, delete nothing
-  rdctl registry gc --config /etc/rdctl/registry.toml
-  rdctl registry gc --data ./registry-data --grace 2h --delete-untagged --json
+  rdctl registry gc --config /etc/rdctl/registry.toml --dry-run   report, change nothing
+  rdctl registry gc --config /etc/rdctl/registry.toml             collect, grace 1h
+  rdctl registry gc --data /var/lib/rdctl/registry --grace 2h --delete-untagged --json
+  rdctl registry gc --s3-endpoint http://127.0.0.1:8333 --s3-bucket registry --dry-run
 
-docs/operations.md (Garbage collection) says what is kept and why a push never loses content.
-Exit status: 0 collected (or reported, with --dry-run), 2 the store could not be opened or the
-collection failed.")]
+One collection runs at a time (lease gc/lock in the store); `[gc]` in the config file sets the
+policy and, with gc.interval, a schedule inside rdctl registry serve. docs/operations.md,
+\"Garbage collection\".
+Exit status: 0 collected (or reported, with --dry-run), 2 it failed: another collection holds
+the lease, the store failed, or a kept manifest could not be read (then before any deletion).")]
     Gc(GcArgs),
 }
 
