@@ -81,3 +81,165 @@ fn two_s3_replicas_behind_a_round_robin_pass_the_conformance_suite() {
     eprintln!("round robin: {na} requests to replica A, {nb} to replica B");
     assert!(na > 200 && na.abs_diff(nb) <= 1, "{na} vs {nb}");
 }
+
+/// A SeaweedFS whose S3 gateway knows one identity: unsigned requests and a wrong secret are
+/// refused, and the right key pair works from each source the registry reads: the AWS
+/// environment variables, a profile named in the registry config file, `AWS_PROFILE` with
+/// `AWS_SHARED_CREDENTIALS_FILE`, the default profile under `$HOME/.aws`, and keys in the
+/// registry config file.
+#[test]
+fn s3_credentials_from_env_profiles_and_the_config_file() {
+    use crate::registry_e2e::http;
+
+    const AK: &str = "AKREGISTRYTEST";
+    const SK: &str = "registry-secret-key";
+    let sw = SeaweedFs::start_with_identity(AK, SK).unwrap_or_else(|e| panic!("{e}"));
+    let bucket = sw.bucket().unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempdir();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(home.join(".aws")).unwrap();
+    let home_s = home.to_str().unwrap().to_owned();
+    let creds = dir.path().join("credentials");
+    std::fs::write(
+        &creds,
+        format!(
+            "[registry]\naws_access_key_id = {AK}\naws_secret_access_key = {SK}\n\n[wrong]\naws_access_key_id = {AK}\naws_secret_access_key = not-the-secret\n"
+        ),
+    )
+    .unwrap();
+    let creds_s = creds.to_str().unwrap().to_owned();
+    let endpoint = sw.endpoint();
+
+    // A push of a small blob in one POST; true when the registry stored it.
+    let push = |server: &Server, n: u32| -> bool {
+        let blob = format!("credentials test blob {n}");
+        let d = validator::Digest::sha256(blob.as_bytes());
+        let (st, _, _) = http(
+            server.addr,
+            "POST",
+            &format!("/v2/creds/repo/blobs/uploads/?digest={d}"),
+            &[("Content-Type", "application/octet-stream")],
+            blob.as_bytes(),
+        );
+        if st != 201 {
+            return false;
+        }
+        let (st, _, body) = http(
+            server.addr,
+            "GET",
+            &format!("/v2/creds/repo/blobs/{d}"),
+            &[],
+            b"",
+        );
+        assert_eq!((st, body.as_slice()), (200, blob.as_bytes()));
+        true
+    };
+    let serve = |file: &str, env: &[(&str, &str)]| -> Server {
+        let data = dir.path().join("unused");
+        let config = dir
+            .path()
+            .join(format!("registry-{}.toml", env.len() + file.len()));
+        std::fs::write(
+            &config,
+            format!("s3_endpoint = \"{endpoint}\"\ns3_bucket = \"{bucket}\"\n{file}"),
+        )
+        .unwrap();
+        let mut env = env.to_vec();
+        env.push(("HOME", home_s.as_str()));
+        Server::start_with_aws_env(&data, &["--config", config.to_str().unwrap()], &env)
+    };
+
+    let anonymous = serve("", &[]);
+    assert!(!push(&anonymous, 1), "an unsigned push was accepted");
+    assert!(
+        anonymous.log_tail().contains("InvalidAccessKeyId"),
+        "{}",
+        anonymous.log_tail()
+    );
+    drop(anonymous);
+    let wrong = serve(
+        "",
+        &[
+            ("AWS_ACCESS_KEY_ID", AK),
+            ("AWS_SECRET_ACCESS_KEY", "wrong"),
+        ],
+    );
+    assert!(!push(&wrong, 2), "a push with a wrong secret was accepted");
+    drop(wrong);
+    let wrong = serve(
+        &format!("s3_profile = \"wrong\"\ns3_credentials_file = \"{creds_s}\"\n"),
+        &[],
+    );
+    assert!(
+        !push(&wrong, 3),
+        "a push with the wrong profile was accepted"
+    );
+    drop(wrong);
+
+    type Case<'a> = (&'a str, String, Vec<(&'a str, &'a str)>);
+    let cases: Vec<Case> = vec![
+        (
+            "environment",
+            String::new(),
+            vec![("AWS_ACCESS_KEY_ID", AK), ("AWS_SECRET_ACCESS_KEY", SK)],
+        ),
+        (
+            "profile in the config file",
+            format!("s3_profile = \"registry\"\ns3_credentials_file = \"{creds_s}\"\n"),
+            // The configured profile wins over wrong keys in the environment.
+            vec![
+                ("AWS_ACCESS_KEY_ID", AK),
+                ("AWS_SECRET_ACCESS_KEY", "wrong"),
+            ],
+        ),
+        (
+            "AWS_PROFILE",
+            String::new(),
+            vec![
+                ("AWS_PROFILE", "registry"),
+                ("AWS_SHARED_CREDENTIALS_FILE", creds_s.as_str()),
+            ],
+        ),
+        (
+            "keys in the config file",
+            format!("s3_access_key_id = \"{AK}\"\ns3_secret_access_key = \"{SK}\"\n"),
+            vec![],
+        ),
+    ];
+    for (i, (what, file, env)) in cases.iter().enumerate() {
+        let server = serve(file, env);
+        assert!(
+            push(&server, 10 + i as u32),
+            "{what}: push refused\n{}",
+            server.log_tail()
+        );
+    }
+    // The default profile in ~/.aws/credentials.
+    std::fs::write(
+        home.join(".aws/credentials"),
+        format!("[default]\naws_access_key_id = {AK}\naws_secret_access_key = {SK}\n"),
+    )
+    .unwrap();
+    let server = serve("", &[]);
+    assert!(
+        push(&server, 20),
+        "default profile: push refused\n{}",
+        server.log_tail()
+    );
+    // A profile that does not exist stops the server with a message naming it.
+    let out = crate::util::rdctl()
+        .args(["registry", "serve", "--listen", "127.0.0.1:0"])
+        .args(["--s3-endpoint", &endpoint, "--s3-bucket", &bucket])
+        .env("AWS_PROFILE", "nonesuch")
+        .env("AWS_SHARED_CREDENTIALS_FILE", &creds_s)
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("\"nonesuch\""),
+        "{}: {err}",
+        out.status
+    );
+}

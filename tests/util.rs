@@ -118,8 +118,27 @@ impl Server {
         Self::spawn(data, &[], env)
     }
 
+    /// Starts it with extra flags and an environment whose `AWS_*` variables are exactly `env`'s
+    /// (none inherited from the test process).
+    pub fn start_with_aws_env(data: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        Self::spawn_inner(data, extra, env, true)
+    }
+
     fn spawn(data: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
-        let mut child = rdctl()
+        Self::spawn_inner(data, extra, env, false)
+    }
+
+    fn spawn_inner(data: &Path, extra: &[&str], env: &[(&str, &str)], clean_aws: bool) -> Server {
+        let mut cmd = rdctl();
+        if clean_aws {
+            for (k, _) in std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v)))
+            {
+                if k.starts_with("AWS_") {
+                    cmd.env_remove(k);
+                }
+            }
+        }
+        let mut child = cmd
             .args([
                 "registry",
                 "serve",

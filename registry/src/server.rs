@@ -11,7 +11,9 @@ use serde::Deserialize;
 
 use crate::api::{AppState, RegistryConfig, router};
 use crate::gc::{self, GcError, GcOptions};
-use crate::storage::{FsStore, S3Config, S3Store, Store};
+use crate::storage::{
+    FsStore, S3Config, S3CredentialSettings, S3Store, Store, resolve_s3_credentials,
+};
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -98,12 +100,16 @@ pub struct ServeConfig {
     /// Uploads untouched for this long are removed (default 24 h).
     pub upload_max_age: Duration,
     /// S3 endpoint URL; with [`ServeConfig::s3_bucket`] it selects the S3 store instead of
-    /// the filesystem store (credentials from `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`).
+    /// the filesystem store.
     pub s3_endpoint: Option<String>,
     /// S3 bucket (must exist).
     pub s3_bucket: Option<String>,
     /// Key prefix inside the bucket (default none).
     pub s3_prefix: Option<String>,
+    /// Region for SigV4 (default `us-east-1`; SeaweedFS accepts any).
+    pub s3_region: Option<String>,
+    /// Where S3 credentials come from (see [`crate::storage::resolve_s3_credentials`]).
+    pub s3_credentials: S3CredentialSettings,
     /// Garbage collection: the schedule in the serving process and the policy (`[gc]`).
     pub gc: GcSchedule,
 }
@@ -132,6 +138,8 @@ impl Default for ServeConfig {
             s3_bucket: None,
             s3_prefix: None,
             gc: GcSchedule::default(),
+            s3_region: None,
+            s3_credentials: S3CredentialSettings::default(),
         }
     }
 }
@@ -149,6 +157,13 @@ struct FileConfig {
     s3_endpoint: Option<String>,
     s3_bucket: Option<String>,
     s3_prefix: Option<String>,
+    s3_region: Option<String>,
+    s3_access_key_id: Option<String>,
+    s3_secret_access_key: Option<String>,
+    s3_session_token: Option<String>,
+    s3_profile: Option<String>,
+    s3_config_file: Option<PathBuf>,
+    s3_credentials_file: Option<PathBuf>,
     gc: Option<FileGc>,
 }
 
@@ -215,6 +230,11 @@ impl ServeConfig {
             s3_bucket: env_parse(env, "RDCTL_REGISTRY_S3_BUCKET")?,
             s3_prefix: env_parse(env, "RDCTL_REGISTRY_S3_PREFIX")?,
             gc: None,
+            s3_region: env_parse(env, "RDCTL_REGISTRY_S3_REGION")?,
+            s3_profile: env_parse(env, "RDCTL_REGISTRY_S3_PROFILE")?,
+            // Keys come from the file or from the standard AWS_* variables, not from more
+            // variables of our own.
+            ..FileConfig::default()
         };
         c.apply(f);
         Ok(c)
@@ -284,6 +304,26 @@ impl ServeConfig {
         if f.s3_prefix.is_some() {
             self.s3_prefix = f.s3_prefix;
         }
+        if f.s3_region.is_some() {
+            self.s3_region = f.s3_region;
+        }
+        let c = &mut self.s3_credentials;
+        for (slot, v) in [
+            (&mut c.access_key_id, f.s3_access_key_id),
+            (&mut c.secret_access_key, f.s3_secret_access_key),
+            (&mut c.session_token, f.s3_session_token),
+            (&mut c.profile, f.s3_profile),
+        ] {
+            if v.is_some() {
+                *slot = v;
+            }
+        }
+        if f.s3_config_file.is_some() {
+            c.config_file = f.s3_config_file;
+        }
+        if f.s3_credentials_file.is_some() {
+            c.credentials_file = f.s3_credentials_file;
+        }
     }
 
     /// The store this configuration selects: S3 when an endpoint and bucket are set, else the
@@ -291,8 +331,25 @@ impl ServeConfig {
     pub fn open_store(&self) -> Result<Arc<dyn Store>, ServeError> {
         match (&self.s3_endpoint, &self.s3_bucket) {
             (Some(endpoint), Some(bucket)) => {
-                let c = S3Config::new(endpoint, bucket)
+                let mut c = S3Config::new(endpoint, bucket)
                     .prefix(self.s3_prefix.clone().unwrap_or_default());
+                if let Some(r) = &self.s3_region {
+                    c.region = r.clone();
+                }
+                let env = |k: &str| std::env::var(k).ok();
+                match resolve_s3_credentials(&self.s3_credentials, &env).map_err(|e| {
+                    ServeError::S3Config {
+                        reason: e.to_string(),
+                    }
+                })? {
+                    Some((creds, source)) => {
+                        tracing::info!(access_key_id = %creds.access_key_id, %source, "S3 credentials");
+                        c.credentials = Some(creds);
+                    }
+                    None => tracing::info!(
+                        "no S3 credentials configured; requests are signed with a placeholder pair"
+                    ),
+                }
                 Ok(Arc::new(S3Store::new(c)))
             }
             (None, None) => {

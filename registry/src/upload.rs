@@ -8,6 +8,7 @@
 //! status GET reports the true range, and any process or replica can continue an upload, after a
 //! restart too. A blob is published only after its size and digest were verified.
 
+use std::pin::Pin;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
@@ -83,6 +84,24 @@ fn restore(state: &UploadState) -> ApiResult<Vec<Digester>> {
             Digester::restore_state(&raw).map_err(ApiError::internal)
         })
         .collect()
+}
+
+/// Most of a refused request body read and dropped. A 416 sent while the client is still
+/// sending a multi-MiB chunk would otherwise close the connection on unread bytes, and the
+/// client (or a load balancer in between) sees a reset instead of the answer.
+const DRAIN_LIMIT: u64 = 64 << 20;
+
+async fn drain<S, E>(mut body: Pin<&mut S>)
+where
+    S: Stream<Item = Result<Bytes, E>>,
+{
+    let mut n = 0u64;
+    while n < DRAIN_LIMIT {
+        match body.next().await {
+            Some(Ok(b)) => n += b.len() as u64,
+            _ => return,
+        }
+    }
 }
 
 fn range_error(upload: &Upload, detail: String) -> ApiError {
@@ -229,10 +248,33 @@ impl Repos {
     /// PATCH: appends a chunk. `range` is the request's `Content-Range`, if any.
     pub async fn patch_upload<S, E>(
         &self,
-        mut upload: Upload,
+        upload: Upload,
         body: S,
         range: Option<ChunkRange>,
         content_length: Option<u64>,
+    ) -> ApiResult<Upload>
+    where
+        S: Stream<Item = Result<Bytes, E>>,
+        E: std::fmt::Display,
+    {
+        let mut body = std::pin::pin!(body);
+        let mut started = false;
+        let r = self
+            .patch_upload_inner(upload, body.as_mut(), range, content_length, &mut started)
+            .await;
+        if r.is_err() && !started {
+            drain(body).await;
+        }
+        r
+    }
+
+    async fn patch_upload_inner<S, E>(
+        &self,
+        mut upload: Upload,
+        body: Pin<&mut S>,
+        range: Option<ChunkRange>,
+        content_length: Option<u64>,
+        started: &mut bool,
     ) -> ApiResult<Upload>
     where
         S: Stream<Item = Result<Bytes, E>>,
@@ -265,6 +307,7 @@ impl Repos {
         }
         let mut digesters = restore(&upload.state)?;
         let mut w = self.resume(&upload).await?;
+        *started = true;
         let res = self
             .append(&upload, &mut w, &mut digesters, body, expect)
             .await;
@@ -322,6 +365,40 @@ impl Repos {
         S: Stream<Item = Result<Bytes, E>>,
         E: std::fmt::Display,
     {
+        let mut body = std::pin::pin!(body);
+        let mut started = false;
+        let r = self
+            .finish_upload_inner(
+                name,
+                upload,
+                body.as_mut(),
+                range,
+                content_length,
+                expected,
+                &mut started,
+            )
+            .await;
+        if r.is_err() && !started {
+            drain(body).await;
+        }
+        r
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn finish_upload_inner<S, E>(
+        &self,
+        name: &Name,
+        upload: Upload,
+        body: Pin<&mut S>,
+        range: Option<ChunkRange>,
+        content_length: Option<u64>,
+        expected: &Digest,
+        started: &mut bool,
+    ) -> ApiResult<u64>
+    where
+        S: Stream<Item = Result<Bytes, E>>,
+        E: std::fmt::Display,
+    {
         let mut expect = content_length;
         if let Some(r) = range {
             if r.start != upload.state.offset || r.end < r.start {
@@ -337,6 +414,7 @@ impl Repos {
         }
         let mut digesters = restore(&upload.state)?;
         let mut w = self.resume(&upload).await?;
+        *started = true;
         if let Err(e) = self
             .append(&upload, &mut w, &mut digesters, body, expect)
             .await

@@ -85,8 +85,10 @@ pub struct SeaweedFs {
     child: Mutex<Option<Child>>,
     pid: u32,
     s3: SocketAddr,
+    filer: SocketAddr,
     dir: PathBuf,
     log: LogTail,
+    identity: Option<(String, String)>,
 }
 
 impl std::fmt::Debug for SeaweedFs {
@@ -159,13 +161,27 @@ pub(crate) fn http(addr: SocketAddr, method: &str, path: &str) -> std::io::Resul
 impl SeaweedFs {
     /// Starts a private instance, stopped when dropped.
     pub fn start() -> Result<SeaweedFs, FixtureError> {
+        Self::start_inner(None)
+    }
+
+    /// Starts a private instance whose S3 gateway knows one identity (`-s3.config` with an
+    /// `s3.json`) allowed everything, so requests not signed with this key pair are refused
+    /// (403 `AccessDenied`). [`SeaweedFs::bucket`] still works (through the filer).
+    pub fn start_with_identity(
+        access_key: &str,
+        secret_key: &str,
+    ) -> Result<SeaweedFs, FixtureError> {
+        Self::start_inner(Some((access_key.to_owned(), secret_key.to_owned())))
+    }
+
+    fn start_inner(identity: Option<(String, String)>) -> Result<SeaweedFs, FixtureError> {
         let weed = weed_binary()?;
         let base = std::env::temp_dir().join("s3-fixtures");
         std::fs::create_dir_all(&base).map_err(io_err(format!("creating {}", base.display())))?;
         remove_stale_dirs(&base);
         let mut last = None;
         for _ in 0..START_ATTEMPTS {
-            match Self::try_start(&weed, &base) {
+            match Self::try_start(&weed, &base, identity.clone()) {
                 Ok(s) => return Ok(s),
                 Err(e @ FixtureError::NotReady { .. }) => last = Some(e),
                 Err(e) => return Err(e),
@@ -174,7 +190,11 @@ impl SeaweedFs {
         Err(last.expect("at least one attempt"))
     }
 
-    fn try_start(weed: &Path, base: &Path) -> Result<SeaweedFs, FixtureError> {
+    fn try_start(
+        weed: &Path,
+        base: &Path,
+        identity: Option<(String, String)>,
+    ) -> Result<SeaweedFs, FixtureError> {
         let dir = base.join(format!(
             "{}-{}",
             std::process::id(),
@@ -202,8 +222,18 @@ impl SeaweedFs {
         )
         .map_err(io_err(format!("writing {}/master.toml", dir.display())))?;
         let mut cmd = Command::new(weed);
-        cmd.arg("server")
-            .arg(format!("-dir={}", dir.display()))
+        if let Some((ak, sk)) = &identity {
+            let conf = dir.join("s3.json");
+            let json = format!(
+                r#"{{"identities":[{{"name":"registry","credentials":[{{"accessKey":{ak:?},"secretKey":{sk:?}}}],"actions":["Admin","Read","Write","List","Tagging"]}}]}}"#
+            );
+            std::fs::write(&conf, json).map_err(io_err(format!("writing {}", conf.display())))?;
+            cmd.arg("server")
+                .arg(format!("-s3.config={}", conf.display()));
+        } else {
+            cmd.arg("server");
+        }
+        cmd.arg(format!("-dir={}", dir.display()))
             .args(["-ip=127.0.0.1", "-ip.bind=127.0.0.1"])
             .arg(format!("-master.port={master}"))
             .arg(format!("-master.port.grpc={}", master + 10_000))
@@ -254,8 +284,10 @@ impl SeaweedFs {
             child: Mutex::new(Some(child)),
             pid,
             s3: SocketAddr::from(([127, 0, 0, 1], s3)),
+            filer: SocketAddr::from(([127, 0, 0, 1], filer)),
             dir,
             log,
+            identity,
         };
         server.wait_ready()?;
         Ok(server)
@@ -352,7 +384,14 @@ impl SeaweedFs {
             bucket: bucket.clone(),
             reason,
         };
-        match http(self.s3, "PUT", &format!("/{bucket}")) {
+        // With an identity the gateway refuses unsigned requests; a directory under the filer's
+        // `/buckets` is a bucket too, and the filer needs no signature.
+        let made = match self.identity {
+            None => http(self.s3, "PUT", &format!("/{bucket}")),
+            Some(_) => http(self.filer, "POST", &format!("/buckets/{bucket}/"))
+                .map(|(c, b)| (if c == 201 { 200 } else { c }, b)),
+        };
+        match made {
             Ok((200, _)) => Ok(bucket),
             Ok((code, body)) => Err(fail(format!(
                 "answered {code}: {body:.300}\n--- SeaweedFS log ---\n{}",
@@ -366,7 +405,8 @@ impl SeaweedFs {
     }
 
     /// Every object key in `bucket` (up to 1000), listed straight from SeaweedFS, so tests can
-    /// check that a store left nothing behind, internal objects included.
+    /// check that a store left nothing behind, internal objects included. Unsigned, so only on
+    /// an instance without an identity.
     pub fn list_keys(&self, bucket: &str) -> Result<Vec<String>, FixtureError> {
         let fail = |reason: String| FixtureError::Bucket {
             bucket: bucket.to_owned(),

@@ -21,6 +21,7 @@ pub mod layout;
 mod fs;
 mod instrumented;
 mod s3;
+mod s3_credentials;
 
 use std::fmt;
 use std::future::Future;
@@ -33,6 +34,10 @@ use tokio::io::{AsyncRead, AsyncWrite};
 pub use fs::FsStore;
 pub use instrumented::Instrumented;
 pub use s3::{S3Config, S3Store};
+pub use s3_credentials::{
+    CredentialSource, CredentialsError, S3CredentialSettings, S3Credentials,
+    resolve as resolve_s3_credentials,
+};
 
 /// A boxed future, so that [`Store`] stays object safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -47,6 +47,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWrite;
 
+use super::S3Credentials;
 use super::{
     BoxFuture, BoxReader, Document, Etag, Key, ObjectMeta, PutMode, Store, StoreError, StoreResult,
     StoreWriter,
@@ -78,10 +79,10 @@ pub struct S3Config {
     pub prefix: String,
     /// Region for SigV4 (any string for SeaweedFS).
     pub region: String,
-    /// Access key and secret; `None` takes `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`
-    /// (and `AWS_SESSION_TOKEN`) from the environment, or signs with a placeholder pair when
-    /// those are unset (a SeaweedFS without identities accepts any request).
-    pub credentials: Option<(String, String)>,
+    /// Credentials (see [`super::resolve_s3_credentials`] for where the server takes them
+    /// from); `None` signs with a placeholder pair, which a SeaweedFS without identities
+    /// accepts and one with identities refuses.
+    pub credentials: Option<S3Credentials>,
     /// Multipart part size (raised to [`MIN_PART_SIZE`] if smaller).
     pub part_size: u64,
     /// Attempts per S3 request, the first included (transient errors and 5xx are retried).
@@ -591,20 +592,14 @@ impl S3Store {
             ))
             .build_https();
         let creds = match &config.credentials {
-            Some((id, secret)) => Credentials::new(id, secret, None, None, "config"),
-            None => match (
-                std::env::var("AWS_ACCESS_KEY_ID"),
-                std::env::var("AWS_SECRET_ACCESS_KEY"),
-            ) {
-                (Ok(id), Ok(secret)) => Credentials::new(
-                    id,
-                    secret,
-                    std::env::var("AWS_SESSION_TOKEN").ok(),
-                    None,
-                    "environment",
-                ),
-                _ => Credentials::new("rdctl", "rdctl-no-credentials", None, None, "none"),
-            },
+            Some(c) => Credentials::new(
+                &c.access_key_id,
+                &c.secret_access_key,
+                c.session_token.clone(),
+                None,
+                "rdctl",
+            ),
+            None => Credentials::new("rdctl", "rdctl-no-credentials", None, None, "none"),
         };
         let conf = aws_sdk_s3::Config::builder()
             .behavior_version(BehaviorVersion::latest())
