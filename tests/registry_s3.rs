@@ -243,3 +243,128 @@ fn s3_credentials_from_env_profiles_and_the_config_file() {
         out.status
     );
 }
+
+/// Two replicas on one bucket; replica A is killed with SIGKILL while a chunk is half sent to
+/// it. The client continues the same upload on replica B: B reports the durable range (the
+/// half-sent chunk does not count), refuses the upload with 416 while A's claim on the staging
+/// area can still be live (`CLAIM_SECS`, 30 s: B cannot tell a dead replica from a slow one),
+/// then takes it, and the blob B publishes verifies.
+#[test]
+fn kill_9_of_a_replica_mid_upload_continues_on_the_other() {
+    use std::io::Write;
+    use std::net::TcpStream;
+    use std::time::{Duration, Instant};
+
+    use crate::registry_e2e::{header, http};
+
+    let bucket = seaweed().bucket().unwrap_or_else(|e| panic!("{e}"));
+    let (da, db) = (tempdir(), tempdir());
+    let mut a = s3_server(da.path(), &bucket, &[]);
+    let b = s3_server(db.path(), &bucket, &[]);
+    let mib = 1usize << 20;
+    let blob: Vec<u8> = (0..(13 * mib) as u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let digest = validator::Digest::sha256(&blob);
+    let cut = 6 * mib;
+
+    let (st, h, _) = http(a.addr, "POST", "/v2/kill/repo/blobs/uploads/", &[], b"");
+    assert_eq!(st, 202);
+    let loc = header(&h, "location").to_owned();
+    let range = format!("0-{}", cut - 1);
+    let (st, h, body) = http(
+        a.addr,
+        "PATCH",
+        &loc,
+        &[
+            ("Content-Range", &range),
+            ("Content-Type", "application/octet-stream"),
+        ],
+        &blob[..cut],
+    );
+    assert_eq!(st, 202, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(header(&h, "range"), range);
+
+    // The next chunk is half sent when replica A dies.
+    let mut c = TcpStream::connect(a.addr).unwrap();
+    let head = format!(
+        "PATCH {loc} HTTP/1.1\r\nHost: x\r\nContent-Range: {cut}-{}\r\nContent-Length: {}\r\nContent-Type: application/octet-stream\r\n\r\n",
+        2 * cut - 1,
+        cut
+    );
+    c.write_all(head.as_bytes()).unwrap();
+    c.write_all(&blob[cut..cut + cut / 2]).unwrap();
+    c.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    a.signal("-KILL");
+    assert!(
+        a.wait(Duration::from_secs(10)).is_some(),
+        "kill -9 did not stop replica A"
+    );
+    drop(c);
+
+    let (st, h, _) = http(b.addr, "GET", &loc, &[], b"");
+    assert_eq!(st, 204, "replica B does not know the upload");
+    assert_eq!(
+        header(&h, "range"),
+        range,
+        "the half-sent chunk must not count"
+    );
+
+    // A client's retry loop: PATCH the rest on B until the dead replica's claim runs out.
+    let started = Instant::now();
+    let rest = format!("{cut}-{}", blob.len() - 1);
+    let (mut refused, mut last) = (0, String::new());
+    loop {
+        let (st, h, body) = http(
+            b.addr,
+            "PATCH",
+            &loc,
+            &[
+                ("Content-Range", &rest),
+                ("Content-Type", "application/octet-stream"),
+            ],
+            &blob[cut..],
+        );
+        if st == 202 {
+            assert_eq!(header(&h, "range"), format!("0-{}", blob.len() - 1));
+            break;
+        }
+        assert_eq!(st, 416, "{}", String::from_utf8_lossy(&body));
+        assert_eq!(
+            header(&h, "range"),
+            range,
+            "a refused PATCH moved the upload"
+        );
+        refused += 1;
+        last = String::from_utf8_lossy(&body).into_owned();
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "replica B still refuses the upload after {:?}: {last}\n{}",
+            started.elapsed(),
+            b.log_tail()
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    eprintln!(
+        "kill -9: replica B took the upload over after {:?} ({refused} refusals while A's claim held)",
+        started.elapsed()
+    );
+    let (st, h, body) = http(b.addr, "PUT", &format!("{loc}?digest={digest}"), &[], b"");
+    assert_eq!(st, 201, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(header(&h, "docker-content-digest"), digest.as_str());
+    let (st, _, body) = http(
+        b.addr,
+        "GET",
+        &format!("/v2/kill/repo/blobs/{digest}"),
+        &[],
+        b"",
+    );
+    assert_eq!(st, 200);
+    assert_eq!(body.len(), blob.len());
+    assert_eq!(
+        validator::Digest::sha256(&body),
+        digest,
+        "the blob finished on replica B does not verify"
+    );
+}
