@@ -1,0 +1,292 @@
+"""Turns bench/run.sh results (JSON lines) into markdown tables and PNG plots.
+
+    report.py RESULTS.jsonl DOC.md PLOT_DIR
+
+Replaces the text between the run.sh markers in DOC.md (adding them after the first paragraph
+when absent) and writes PLOT_DIR/*.png. Ratios are ours / peer on throughput or requests/s, so
+higher is better for us; a row where we are behind says so.
+"""
+
+import json
+import os
+import statistics
+import sys
+
+BEGIN = "<!-- bench/run.sh: begin (generated, edits are overwritten) -->"
+END = "<!-- bench/run.sh: end -->"
+REPRO = "Reproduce: `bench/run.sh` (this run: `bench/run.sh{}`)."
+
+
+def load(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def mmm(values, fmt="{:.0f}"):
+    v = sorted(values)
+    if not v:
+        return "–"
+    return " / ".join(fmt.format(x) for x in (v[0], statistics.median(v), v[-1]))
+
+
+def med(values):
+    return statistics.median(values) if values else float("nan")
+
+
+def ratio_cell(ours, peer, goal=None):
+    if not ours or not peer:
+        return "–"
+    r = med(ours) / med(peer)
+    cell = f"{r:.2f}×"
+    if r < 1.0:
+        cell += " (behind)"
+    elif goal is not None and r < goal:
+        cell += f" (below {goal}× goal)"
+    return cell
+
+
+def mib(kib_values):
+    v = [x for x in kib_values if x is not None]
+    return f"{max(v) / 1024:.0f} MiB" if v else "–"
+
+
+def size_label(size):
+    return f"{size >> 20} MiB"
+
+
+def rows(results, section, **match):
+    out = []
+    for r in results:
+        if r.get("section") != section:
+            continue
+        if all(r.get(k) == v for k, v in match.items()):
+            out.append(r)
+    return out
+
+
+def blob_tables(results, section, goal, peer_name):
+    lines = []
+    cells = sorted(
+        {(r["op"], r["size"], r["conc"], r.get("mode", "")) for r in rows(results, section)},
+        key=lambda c: (c[0] != "push", c[3], c[1], c[2]),
+    )
+    for op in ("push", "pull"):
+        lines.append(f"**{op.capitalize()}**" + (" (blobs pushed monolithically just before)" if op == "pull" else ""))
+        lines.append("")
+        lines.append(
+            f"| ratio (ours / {peer_name}, median MiB/s) | blob | clients | mode | total | ours MiB/s (min / median / max) "
+            f"| {peer_name} MiB/s (min / median / max) | ours peak RSS | {peer_name} peak RSS |"
+        )
+        lines.append("|---|---|---|---|---|---|---|---|---|")
+        for cop, size, conc, mode in cells:
+            if cop != op:
+                continue
+            m = dict(op=op, size=size, conc=conc)
+            if mode:
+                m["mode"] = mode
+            ours = rows(results, section, server="ours", **m)
+            dist = rows(results, section, server="dist", **m)
+            total = ours[0]["bytes"] >> 20 if ours else 0
+            lines.append(
+                f"| {ratio_cell([r['mib_s'] for r in ours], [r['mib_s'] for r in dist], goal if op == 'push' else None)} "
+                f"| {size_label(size)} | {conc} | {mode or '–'} | {total} MiB "
+                f"| {mmm([r['mib_s'] for r in ours])} | {mmm([r['mib_s'] for r in dist])} "
+                f"| {mib([r['rss_kib'] for r in ours])} | {mib([r['rss_kib'] for r in dist])} |"
+            )
+        lines.append("")
+    return lines
+
+
+def plot_blobs(results, section, path, title, quick):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, op in zip(axes, ("push", "pull")):
+        for server, color in (("ours", "tab:red"), ("dist", "tab:blue")):
+            for conc, style in ((1, "-"), (4, "--")):
+                modes = ["mono", "chunked"] if op == "push" else [None]
+                for mode in modes:
+                    m = dict(server=server, op=op, conc=conc)
+                    if mode:
+                        m["mode"] = mode
+                    pts = rows(results, section, **m)
+                    sizes = sorted({r["size"] for r in pts})
+                    if not sizes:
+                        continue
+                    ys = [med([r["mib_s"] for r in pts if r["size"] == s]) for s in sizes]
+                    label = f"{'ours' if server == 'ours' else 'distribution'} ×{conc}" + (f" {mode}" if mode else "")
+                    marker = "o" if mode != "chunked" else "x"
+                    ax.plot([s >> 20 for s in sizes], ys, style, color=color, marker=marker,
+                            alpha=1.0 if mode != "chunked" else 0.6, label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("blob size (MiB)")
+        ax.set_ylabel("MiB/s (median of runs)")
+        ax.set_title(f"{title}: {op}")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.text(0.01, 0.01, "Reproduce: bench/run.sh" + (" --quick" if quick else ""), fontsize=8)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def plot_small(results, path, quick):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kinds = ["head", "get", "tags"]
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for i, (server, color) in enumerate((("ours", "tab:red"), ("dist", "tab:blue"))):
+        ys = [med([r["rps"] for r in rows(results, "fs-small", server=server, kind=k)]) for k in kinds]
+        ax.bar([x + i * 0.38 for x in range(len(kinds))], ys, 0.38, color=color,
+               label="ours" if server == "ours" else "distribution")
+    ax.set_xticks([x + 0.19 for x in range(len(kinds))], ["manifest HEAD", "manifest GET", "tag list"])
+    ax.set_ylabel("requests/s at 64 connections (median)")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+    fig.text(0.01, 0.01, "Reproduce: bench/run.sh" + (" --quick" if quick else ""), fontsize=8)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def main():
+    results_path, doc_path, plot_dir = sys.argv[1:4]
+    results = load(results_path)
+    machine = next(r for r in results if r.get("section") == "machine")
+    end = next((r for r in results if r.get("section") == "machine-end"), {})
+    quick = bool(machine.get("quick"))
+    flag = " --quick" if quick else ""
+    os.makedirs(plot_dir, exist_ok=True)
+    rel = os.path.relpath(plot_dir, os.path.dirname(doc_path) or ".")
+
+    L = [BEGIN, "", "## Side by side with the peers (`bench/run.sh`)", ""]
+    L.append(
+        f"Machine: {machine['cpu']}, {machine['cores']} cores, {machine['mem_gib']} GiB, Linux "
+        f"{machine['kernel']}; {machine['rustc']}; {machine['distribution']}; SeaweedFS "
+        f"{machine['weed']}; {machine['openssl']}. Run {machine['date']} to {end.get('date', '?')}"
+        f"{' (`--quick`)' if quick else ' (full)'}, {machine['runs']} runs per cell, A/B interleaved "
+        f"(the side that goes first alternates). Load average (1/5/15 min) {machine['load_start']} at "
+        f"the start and {end.get('load_end', '?')} at the end: the machine is shared with other "
+        "builds, so absolute numbers are noisy and lower than on an idle machine; both sides ran "
+        "under the same load, which is why only ratios of medians are compared."
+    )
+    L.append("")
+    L.append(
+        "The load client is `rd-bench` (`bench/src/main.rs`, two tokio worker threads, reqwest), the "
+        "same binary against both servers; blob contents are incompressible and unique per run; "
+        "digests are computed before the clock starts; pulls count bytes and check lengths. Each "
+        "blob run starts both servers on empty stores. Distribution runs without its blob "
+        "descriptor cache (our registry has none) and with redirects off. Peak RSS is the "
+        "server's `VmHWM`, reset before each operation (`/proc/PID/clear_refs`), largest over "
+        "the runs. Ratio = ours / distribution, higher is better for us."
+    )
+    L.append("")
+
+    L += ["### Registry, filesystem store vs distribution (filesystem driver)", ""]
+    L += blob_tables(results, "fs", 1.5, "distribution")
+    plot_blobs(results, "fs", os.path.join(plot_dir, "registry-fs.png"), "filesystem store", quick)
+    L += [f"![registry fs throughput]({rel}/registry-fs.png)", "",
+          f"Figure: fs push and pull throughput against blob size, 1 and 4 clients. {REPRO.format(flag)}", ""]
+
+    small = rows(results, "fs-small")
+    if small:
+        L += ["**Small requests at 64 connections** (goal ≥3×)", ""]
+        L.append("| ratio (ours / distribution, median req/s) | request | ours req/s (min / median / max) "
+                 "| distribution req/s | ours p50 / p99 ms | distribution p50 / p99 ms | ours peak RSS | distribution peak RSS |")
+        L.append("|---|---|---|---|---|---|---|---|")
+        names = {"head": "manifest HEAD", "get": "manifest GET", "tags": "tag list (100 tags)"}
+        for kind in ("head", "get", "tags"):
+            o = rows(results, "fs-small", server="ours", kind=kind)
+            d = rows(results, "fs-small", server="dist", kind=kind)
+            L.append(
+                f"| {ratio_cell([r['rps'] for r in o], [r['rps'] for r in d], 3.0)} | {names[kind]} "
+                f"| {mmm([r['rps'] for r in o])} | {mmm([r['rps'] for r in d])} "
+                f"| {med([r['p50_ms'] for r in o]):.1f} / {med([r['p99_ms'] for r in o]):.1f} "
+                f"| {med([r['p50_ms'] for r in d]):.1f} / {med([r['p99_ms'] for r in d]):.1f} "
+                f"| {mib([r['rss_kib'] for r in o])} | {mib([r['rss_kib'] for r in d])} |"
+            )
+        L.append("")
+        L.append("p50/p99 are the medians over the runs of each run's percentiles.")
+        L.append("")
+        plot_small(results, os.path.join(plot_dir, "registry-small.png"), quick)
+        L += [f"![small requests]({rel}/registry-small.png)", "",
+              f"Figure: requests/s at 64 connections. {REPRO.format(flag)}", ""]
+
+    if rows(results, "s3"):
+        L += ["### Registry on SeaweedFS vs distribution's s3 driver on the same SeaweedFS", ""]
+        L.append("Each run uses a fresh bucket on one `weed server -s3` (flags as `s3-fixtures`), "
+                 "dropped after the run; monolithic pushes.")
+        L.append("")
+        L += blob_tables(results, "s3", 1.5, "distribution")
+        plot_blobs(results, "s3", os.path.join(plot_dir, "registry-s3.png"), "SeaweedFS S3", quick)
+        L += [f"![registry s3 throughput]({rel}/registry-s3.png)", "",
+              f"Figure: S3 push and pull throughput against blob size. {REPRO.format(flag)}", ""]
+    counts = rows(results, "s3-count")
+    if counts:
+        L += ["**S3 requests per registry operation** (counted per S3 operation at the `s3-fixtures` "
+              "proxy; fewer is better; chunked pushes use 8 MiB chunks)", ""]
+        L.append("| operation | ours total | distribution total | ours by S3 operation | distribution by S3 operation |")
+        L.append("|---|---|---|---|---|")
+        labels = []
+        for r in counts:
+            if r["op"] not in labels:
+                labels.append(r["op"])
+
+        def per(r):
+            n = r["ops"] or 1
+            return r["total"] / n, ", ".join(f"{k} {v / n:.1f}".replace(".0", "") for k, v in sorted(r["counts"].items()))
+
+        for label in labels:
+            o = next((r for r in counts if r["op"] == label and r["server"] == "ours"), None)
+            d = next((r for r in counts if r["op"] == label and r["server"] == "dist"), None)
+            ot, ob = per(o) if o else (float("nan"), "–")
+            dt, db = per(d) if d else (float("nan"), "–")
+            L.append(f"| {label} | {ot:.1f} | {dt:.1f} | {ob} | {db} |")
+        L.append("")
+
+    hashes = rows(results, "hash")
+    if hashes:
+        o = [r["mb_s"] for r in hashes if r["server"] == "ours"]
+        s = [r["mb_s"] for r in hashes if r["server"] == "openssl"]
+        pct = med(o) / med(s) * 100
+        L += ["### Hashing: `validator::Digester` vs `openssl speed -evp sha256`", ""]
+        L.append("| % of the limit (median) | Digester MB/s (min / median / max) | openssl MB/s, 256 KiB blocks (min / median / max) |")
+        L.append("|---|---|---|")
+        L.append(f"| {pct:.0f}%{' (below 80% goal)' if pct < 80 else ''} | {mmm(o)} | {mmm(s)} |")
+        L.append("")
+
+    for part in ("builder", "worker"):
+        if any(r.get("section") == "missing" and r.get("part") == part for r in results):
+            L += [f"### {part.capitalize()}", "", f"`bench/{part}.sh` was not present when this run was made; no rows.", ""]
+        else:
+            md = os.path.join(os.path.dirname(results_path), "..", f"{part}.md")
+            if os.path.exists(md):
+                L += [f"### {part.capitalize()} (`bench/{part}.sh`)", ""]
+                with open(md) as f:
+                    L += [f.read().rstrip(), ""]
+    L.append(END)
+    block = "\n".join(L) + "\n"
+
+    with open(doc_path) as f:
+        doc = f.read()
+    if BEGIN in doc and END in doc:
+        head, rest = doc.split(BEGIN, 1)
+        tail = rest.split(END, 1)[1].lstrip("\n")
+        doc = head + block + "\n" + tail
+    else:
+        # After the title and the first paragraph.
+        parts = doc.split("\n\n", 2)
+        doc = "\n\n".join(parts[:2]) + "\n\n" + block + "\n" + (parts[2] if len(parts) > 2 else "")
+    with open(doc_path, "w") as f:
+        f.write(doc)
+
+
+if __name__ == "__main__":
+    main()

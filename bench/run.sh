@@ -1,0 +1,393 @@
+#!/usr/bin/env bash
+# The benchmark harness (issue 9): our parts against the peers users would pick instead, on the
+# same work in the same run, A/B interleaved (the side that goes first alternates), min/median/max
+# and the ratio of medians. Benchmarks never fail on a number; this script fails only when
+# something could not run.
+#
+#   bench/run.sh [--quick]      --quick: about 10 minutes on 2 cores; full: under an hour
+#
+# Work:
+#   fs      our registry (filesystem store) vs CNCF distribution 2.8 (filesystem driver):
+#           push of TOTAL bytes in blobs of 1, 32, 256 MiB with 1 and 4 clients, monolithic and
+#           chunked; pull of the same; manifest HEAD/GET and tag list at 64 connections;
+#           peak RSS (VmHWM) of each server per operation.
+#   s3      both registries on the same SeaweedFS (distribution's s3 driver): push and pull
+#           throughput, and S3 requests per registry operation counted at a proxy.
+#   hash    validator::Digester sha256 rate vs `openssl speed -evp sha256` (the CPU's limit).
+#   builder, worker: bench/builder.sh and bench/worker.sh, when present.
+# The load client is `rd-bench` (bench/src/main.rs), the same binary against every server.
+# Output: bench/out/run/results.jsonl (raw), then bench/report.py writes the tables and PNG
+# plots into docs/benchmarks.md (between the run.sh markers) and docs/bench/*.png.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+QUICK=0
+for a in "$@"; do
+	case "$a" in
+	--quick) QUICK=1 ;;
+	-h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+	*) echo "bench/run.sh: unknown argument $a (usage: bench/run.sh [--quick])" >&2; exit 2 ;;
+	esac
+done
+cd "$ROOT"
+# BENCH_RUNS and BENCH_ONLY (a subset of "fs small s3 hash parts") are for trying the harness
+# out; published numbers come from the defaults.
+RUNS="${BENCH_RUNS:-5}"
+ONLY=" ${BENCH_ONLY:-fs small s3 hash parts} "
+want() { [[ "$ONLY" == *" $1 "* ]]; }
+MiB=$((1 << 20))
+if [ "$QUICK" = 1 ]; then
+	FS_TOTAL=$((256 * MiB)); FS_SIZES="1 32 256"; SMALL_SECS=3
+	S3_TOTAL=$((256 * MiB)); S3_SIZES="32"; HASH_MIB=512
+else
+	FS_TOTAL=$((1024 * MiB)); FS_SIZES="1 32 256"; SMALL_SECS=10
+	S3_TOTAL=$((512 * MiB)); S3_SIZES="1 32 256"; HASH_MIB=2048
+fi
+OUT="$ROOT/bench/out/run"
+mkdir -p "$OUT"
+RESULTS="$OUT/results.jsonl"
+: > "$RESULTS"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/rd-bench.XXXXXX")"
+PIDS=()
+cleanup() {
+	local p
+	for p in "${PIDS[@]}"; do
+		kill -9 "$p" 2> /dev/null || true
+		wait "$p" 2> /dev/null || true
+	done
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+log() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+
+# --- peers ----------------------------------------------------------------------------------
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO=sudo
+missing=()
+for pair in docker-registry:docker-registry pigz:pigz skopeo:skopeo umoci:umoci openssl:openssl jq:jq curl:curl; do
+	command -v "${pair%%:*}" > /dev/null || missing+=("${pair#*:}")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+	log "installing ${missing[*]} from Debian"
+	$SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+WEED="${WEED:-$ROOT/.tools/bin/weed}"
+[ -x "$WEED" ] || { echo "bench/run.sh: $WEED missing; run scripts/install-deps.sh" >&2; exit 1; }
+PY="$ROOT/.tools/venv/bin/python"
+[ -x "$PY" ] || { echo "bench/run.sh: $PY missing; run scripts/install-deps.sh" >&2; exit 1; }
+if ! "$PY" -c 'import matplotlib' 2> /dev/null; then
+	log "installing matplotlib into .tools/venv"
+	"$PY" -m pip install -q 'matplotlib==3.11.2'
+fi
+log "building rdctl and rd-bench (release)"
+[ -n "${BENCH_NO_BUILD:-}" ] || cargo build --release -q -p rdctl -p rd-bench
+RDCTL="$ROOT/target/release/rdctl"
+BENCH="$ROOT/target/release/rd-bench"
+
+# --- machine line -----------------------------------------------------------------------------
+{
+	echo "{\"section\":\"machine\",\"quick\":$QUICK,\"runs\":$RUNS,\"date\":\"$(date -u +%FT%TZ)\","
+	echo "\"cpu\":$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //' | jq -R .),"
+	echo "\"cores\":$(nproc),\"kernel\":\"$(uname -r)\",\"mem_gib\":$(awk '/MemTotal/{printf "%d", $2/1048576}' /proc/meminfo),"
+	echo "\"rustc\":$(rustc --version | jq -R .),\"distribution\":$(docker-registry --version | jq -R .),"
+	echo "\"weed\":$("$WEED" version 2>&1 | head -1 | jq -R .),\"openssl\":$(openssl version | jq -R .),"
+	echo "\"load_start\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}"
+} | jq -c . >> "$RESULTS"
+
+# --- helpers ----------------------------------------------------------------------------------
+free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+wait_http() { # url — until it answers anything but a connection error (60 s)
+	local i
+	for i in $(seq 300); do
+		curl -s -o /dev/null "$1" && return 0
+		sleep 0.2
+	done
+	echo "bench/run.sh: $1 did not answer; logs in $WORK" >&2
+	tail -20 "$WORK"/*.log >&2 || true
+	exit 1
+}
+
+STARTED_PID=""
+# start_ours NAME PORT ARGS... ; sets STARTED_PID
+start_ours() {
+	local name=$1 port=$2
+	shift 2
+	RDCTL_LOG=warn "$RDCTL" registry serve --listen "127.0.0.1:$port" "$@" >> "$WORK/$name.log" 2>&1 &
+	STARTED_PID=$!
+	PIDS+=("$STARTED_PID")
+	wait_http "http://127.0.0.1:$port/v2/"
+}
+
+# start_dist NAME PORT STORAGE_YAML ; sets STARTED_PID. No blob descriptor cache (our
+# registry has none either), deletes enabled, redirects off (bytes flow through the registry
+# on both sides), logs at error level.
+start_dist() {
+	local name=$1 port=$2 storage=$3
+	cat > "$WORK/$name.yml" <<-EOF
+		version: 0.1
+		log:
+		  level: error
+		  accesslog:
+		    disabled: true
+		storage:
+		$storage
+		  delete:
+		    enabled: true
+		  redirect:
+		    disable: true
+		  maintenance:
+		    uploadpurging:
+		      enabled: false
+		http:
+		  addr: 127.0.0.1:$port
+	EOF
+	docker-registry serve "$WORK/$name.yml" >> "$WORK/$name.log" 2>&1 &
+	STARTED_PID=$!
+	PIDS+=("$STARTED_PID")
+	wait_http "http://127.0.0.1:$port/v2/"
+}
+
+stop_pid() {
+	kill "$1" 2> /dev/null || true
+	wait "$1" 2> /dev/null || true
+}
+
+hwm() { awk '/VmHWM/{print $2}' "/proc/$1/status"; }
+# Resets the peak RSS counter (VmHWM) of a process we started.
+reset_hwm() { echo 5 > "/proc/$1/clear_refs"; }
+
+# record SECTION SERVER RUN RSS_KIB JSON
+record() {
+	jq -c --arg s "$1" --arg v "$2" --argjson r "$3" --argjson rss "${4:-null}" \
+		'. + {section: $s, server: $v, run: $r, rss_kib: $rss}' <<< "$5" >> "$RESULTS"
+}
+
+order() { # run → the two servers, alternating who goes first
+	if [ $(($1 % 2)) = 1 ]; then echo "ours dist"; else echo "dist ours"; fi
+}
+
+# --- fs: blob push and pull ------------------------------------------------------------------
+fs_server() { # server dir port ; sets STARTED_PID
+	if [ "$1" = ours ]; then
+		start_ours "ours-fs" "$3" --data "$2"
+	else
+		start_dist "dist-fs" "$3" "  filesystem:
+    rootdirectory: $2"
+	fi
+}
+
+seed=0
+want fs && log "fs: blob push/pull, $((FS_TOTAL / MiB)) MiB per run, $RUNS runs per cell"
+want fs && for size in $FS_SIZES; do
+	for conc in 1 4; do
+		for mode in mono chunked; do
+			for run in $(seq "$RUNS"); do
+				for srv in $(order "$run"); do
+					seed=$((seed + 1))
+					dir="$WORK/data-$srv"
+					rm -rf "$dir" && mkdir -p "$dir"
+					port=$(free_port)
+					fs_server "$srv" "$dir" "$port"
+					pid=$STARTED_PID
+					url="http://127.0.0.1:$port"
+					r=$("$BENCH" push --url "$url" --repo bench/blobs --size $((size * MiB)) \
+						--total "$FS_TOTAL" --conc "$conc" --mode "$mode" --seed "$seed" \
+						--digests "$WORK/digests")
+					record fs "$srv" "$run" "$(hwm "$pid")" "$r"
+					if [ "$mode" = mono ]; then
+						reset_hwm "$pid"
+						r=$("$BENCH" pull --url "$url" --repo bench/blobs --digests "$WORK/digests" --conc "$conc")
+						record fs "$srv" "$run" "$(hwm "$pid")" "$r"
+					fi
+					stop_pid "$pid"
+					rm -rf "$dir"
+				done
+			done
+			log "fs: ${size} MiB x$conc $mode done"
+		done
+	done
+done
+
+# --- fs: small requests ----------------------------------------------------------------------
+declare -A SURL SPID
+want small && log "fs: manifest HEAD/GET and tag list at 64 connections, ${SMALL_SECS}s per run"
+want small && for srv in ours dist; do
+	dir="$WORK/small-$srv"
+	mkdir -p "$dir"
+	port=$(free_port)
+	fs_server "$srv" "$dir" "$port"
+	SPID[$srv]=$STARTED_PID
+	SURL[$srv]="http://127.0.0.1:$port"
+	"$BENCH" seed-small --url "${SURL[$srv]}" --repo bench/small --tags 100 > /dev/null
+done
+want small && for kind in head get tags; do
+	for run in $(seq "$RUNS"); do
+		for srv in $(order "$run"); do
+			reset_hwm "${SPID[$srv]}"
+			r=$("$BENCH" small --url "${SURL[$srv]}" --repo bench/small --kind "$kind" --conns 64 --secs "$SMALL_SECS")
+			record fs-small "$srv" "$run" "$(hwm "${SPID[$srv]}")" "$r"
+		done
+	done
+	log "fs: small $kind done"
+done
+want small && for srv in ours dist; do stop_pid "${SPID[$srv]}"; done
+
+# --- s3: both registries on one SeaweedFS ----------------------------------------------------
+if want s3; then
+log "s3: starting SeaweedFS"
+WDIR="$WORK/weed"
+mkdir -p "$WDIR"
+# As s3-fixtures/src/seaweed.rs: 2 volumes per new collection (each bucket is one), many small
+# volumes allowed, no telemetry, no Iceberg/Lance listeners.
+printf '[master.volume_growth]\ncopy_1 = 2\ncopy_2 = 2\ncopy_3 = 1\ncopy_other = 1\n' > "$WDIR/master.toml"
+wport() { # a port whose +10000 (gRPC) is free too
+	local p
+	while :; do
+		p=$(free_port)
+		[ "$p" -lt 55000 ] && ! (echo > "/dev/tcp/127.0.0.1/$((p + 10000))") 2> /dev/null && { echo "$p"; return; }
+	done
+}
+WM=$(wport); WV=$(wport); WF=$(wport); WS=$(wport)
+(cd "$WDIR" && exec env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY "$WEED" server -dir="$WDIR" \
+	-ip=127.0.0.1 -ip.bind=127.0.0.1 \
+	-master.port="$WM" -master.port.grpc=$((WM + 10000)) \
+	-volume.port="$WV" -volume.port.grpc=$((WV + 10000)) \
+	-filer.port="$WF" -filer.port.grpc=$((WF + 10000)) -filer.localSocket="$WDIR/filer.sock" \
+	-s3 -s3.port="$WS" -s3.port.grpc=$((WS + 10000)) -s3.port.iceberg=0 -s3.port.lance=0 \
+	-master.telemetry=false -volume.max=2000 -master.volumeSizeLimitMB=64 -volume.preStopSeconds=0 \
+	> "$WORK/weed.log" 2>&1) &
+WEED_PID=$!
+PIDS+=("$WEED_PID")
+for i in $(seq 450); do
+	[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$WS/healthz")" = 200 ] && break
+	[ "$i" = 450 ] && { echo "bench/run.sh: SeaweedFS did not start" >&2; tail -30 "$WORK/weed.log" >&2; exit 1; }
+	sleep 0.2
+done
+S3URL="http://127.0.0.1:$WS"
+bucket_new() { # name — creates it (retries: the first bucket can race volume growth)
+	local i
+	for i in $(seq 20); do
+		[ "$(curl -s -o /dev/null -w '%{http_code}' -X PUT "$S3URL/$1")" = 200 ] && return 0
+		sleep 0.5
+	done
+	echo "bench/run.sh: cannot create bucket $1" >&2
+	exit 1
+}
+bucket_drop() { # name — frees the disk: the bucket's files, then its volumes (collection)
+	curl -s -o /dev/null -X DELETE "http://127.0.0.1:$WF/buckets/$1?recursive=true&ignoreRecursiveError=true" || true
+	curl -s -o /dev/null "http://127.0.0.1:$WM/col/delete?collection=$1" || true
+}
+s3_server() { # server endpoint bucket port ; sets STARTED_PID
+	if [ "$1" = ours ]; then
+		start_ours "ours-s3" "$4" --s3-endpoint "$2" --s3-bucket "$3"
+	else
+		start_dist "dist-s3" "$4" "  s3:
+    accesskey: bench
+    secretkey: bench-secret
+    region: us-east-1
+    regionendpoint: $2
+    bucket: $3
+    secure: false
+    v4auth: true"
+	fi
+}
+
+log "s3: push/pull, $((S3_TOTAL / MiB)) MiB per run"
+for size in $S3_SIZES; do
+	for conc in 1 4; do
+		for run in $(seq "$RUNS"); do
+			for srv in $(order "$run"); do
+				seed=$((seed + 1))
+				b="b$seed$srv"
+				bucket_new "$b"
+				port=$(free_port)
+				s3_server "$srv" "$S3URL" "$b" "$port"
+				pid=$STARTED_PID
+				url="http://127.0.0.1:$port"
+				r=$("$BENCH" push --url "$url" --repo bench/blobs --size $((size * MiB)) \
+					--total "$S3_TOTAL" --conc "$conc" --mode mono --seed "$seed" --digests "$WORK/digests")
+				record s3 "$srv" "$run" "$(hwm "$pid")" "$r"
+				reset_hwm "$pid"
+				r=$("$BENCH" pull --url "$url" --repo bench/blobs --digests "$WORK/digests" --conc "$conc")
+				record s3 "$srv" "$run" "$(hwm "$pid")" "$r"
+				stop_pid "$pid"
+				bucket_drop "$b"
+			done
+		done
+		log "s3: ${size} MiB x$conc done"
+	done
+done
+
+log "s3: requests per operation, counted at the s3-fixtures proxy"
+coproc PROXY { exec "$BENCH" s3proxy --upstream "127.0.0.1:$WS"; }
+PIDS+=("$PROXY_PID")
+read -r PROXY_URL <&"${PROXY[0]}"
+proxy_cmd() { echo "$1" >&"${PROXY[1]}"; local line; read -r line <&"${PROXY[0]}"; echo "$line"; }
+declare -A CURL CPID
+for srv in ours dist; do
+	seed=$((seed + 1))
+	b="c$seed$srv"
+	bucket_new "$b"
+	port=$(free_port)
+	s3_server "$srv" "$PROXY_URL" "$b" "$port"
+	CPID[$srv]=$STARTED_PID
+	CURL[$srv]="http://127.0.0.1:$port"
+done
+# count SERVER LABEL N CMD... : S3 requests of CMD, divided by N registry operations.
+count() {
+	local srv=$1 label=$2 n=$3
+	shift 3
+	proxy_cmd reset > /dev/null
+	"$@" > "$WORK/count.out"
+	local c
+	c=$(proxy_cmd counts)
+	[ "$n" = requests ] && n=$(jq .requests "$WORK/count.out")
+	record s3-count "$srv" 0 null "$(jq -c -n --arg l "$label" --argjson n "$n" --argjson c "$c" \
+		'{op: $l, ops: $n, counts: $c, total: ([$c[]] | add // 0)}')"
+}
+for srv in ours dist; do
+	u="${CURL[$srv]}"
+	for spec in "1 mono" "32 mono" "32 chunked" "256 mono"; do
+		set -- $spec
+		seed=$((seed + 1))
+		count "$srv" "push $1 MiB $2" 4 "$BENCH" push --url "$u" --repo bench/count --size $(($1 * MiB)) \
+			--total $((4 * $1 * MiB)) --mode "$2" --chunk $((8 * MiB)) --seed "$seed" --digests "$WORK/digests"
+		[ "$2" = mono ] && count "$srv" "pull $1 MiB" 4 "$BENCH" pull --url "$u" --repo bench/count --digests "$WORK/digests"
+	done
+	count "$srv" "manifest PUT (tag)" 20 "$BENCH" seed-small --url "$u" --repo bench/count --tags 20
+	for kind in head get tags; do
+		count "$srv" "small $kind" requests "$BENCH" small --url "$u" --repo bench/count --kind "$kind" --conns 1 --secs 1 --warmup 0
+	done
+done
+for srv in ours dist; do stop_pid "${CPID[$srv]}"; done
+stop_pid "$PROXY_PID"
+stop_pid "$WEED_PID"
+fi
+
+# --- hashing -------------------------------------------------------------------------------
+want hash && log "hash: Digester vs openssl speed -evp sha256"
+want hash && for run in $(seq "$RUNS"); do
+	r=$("$BENCH" hash --mib "$HASH_MIB" --passes 1)
+	record hash ours "$run" null "$r"
+	# 256 KiB blocks: the buffer size the registry and validator hash in.
+	kbs=$(openssl speed -evp sha256 -bytes 262144 -seconds 3 2> /dev/null | awk '/^sha256/{print $2}' | tr -d k)
+	record hash openssl "$run" null "$(jq -c -n --argjson k "$kbs" '{op: "hash", mb_s: ($k / 1000)}')"
+done
+
+# --- builder and worker (other scripts) ------------------------------------------------------
+want parts && for part in builder worker; do
+	if [ -x "bench/$part.sh" ]; then
+		log "$part: bench/$part.sh"
+		if [ "$QUICK" = 1 ]; then bench/$part.sh --quick; else bench/$part.sh; fi
+	else
+		log "$part: bench/$part.sh is missing; its rows stay empty"
+		echo "{\"section\":\"missing\",\"part\":\"$part\"}" >> "$RESULTS"
+	fi
+done
+
+echo "{\"section\":\"machine-end\",\"load_end\":\"$(cut -d' ' -f1-3 /proc/loadavg)\",\"date\":\"$(date -u +%FT%TZ)\"}" >> "$RESULTS"
+log "writing docs/benchmarks.md and docs/bench/*.png"
+"$PY" bench/report.py "$RESULTS" docs/benchmarks.md docs/bench
+log "done"

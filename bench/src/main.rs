@@ -1,0 +1,599 @@
+//! `rd-bench`: the load client of `bench/run.sh`. The same client drives our registry and the
+//! peers, so the client is never the difference between them. Every subcommand prints one JSON
+//! line of results on stdout.
+//!
+//! - `push`: uploads `--total` bytes in blobs of `--size` with `--conc` clients, monolithic
+//!   (POST, then one PUT with the body) or chunked (POST, PATCH per chunk, PUT), and writes the
+//!   digests to `--digests` for `pull`.
+//! - `pull`: downloads those blobs with `--conc` clients and checks each length.
+//! - `seed-small` and `small`: a manifest with many tags, then HEAD/GET of the manifest or the
+//!   tag list from `--conns` connections for `--secs` seconds (requests/s, p50, p99).
+//! - `hash`: the streaming digest rate of `validator::Digester`.
+//! - `s3proxy`: the s3-fixtures counting proxy in front of an S3 endpoint; stdin commands
+//!   `reset` and `counts`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail, ensure};
+use bytes::Bytes;
+use clap::Parser;
+use futures_util::StreamExt as _;
+use serde_json::json;
+use validator::{Algorithm, Digester};
+
+#[derive(Debug, Parser)]
+#[command(about = "Benchmark load client for bench/run.sh")]
+enum Cmd {
+    /// Push blobs and print the throughput.
+    Push(PushArgs),
+    /// Pull the blobs a push wrote and print the throughput.
+    Pull(PullArgs),
+    /// Push one config, one manifest and `--tags` tags pointing at it.
+    SeedSmall(SeedArgs),
+    /// Small requests from many connections; prints requests/s, p50 and p99.
+    Small(SmallArgs),
+    /// Streaming sha256 rate of validator::Digester over an in-memory buffer.
+    Hash(HashArgs),
+    /// Counting S3 proxy (s3-fixtures) in front of `--upstream`.
+    S3proxy(ProxyArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct PushArgs {
+    #[arg(long)]
+    url: String,
+    #[arg(long)]
+    repo: String,
+    /// Blob size in bytes.
+    #[arg(long)]
+    size: u64,
+    /// Total bytes to push (rounded down to whole blobs, at least one).
+    #[arg(long)]
+    total: u64,
+    #[arg(long, default_value_t = 1)]
+    conc: usize,
+    #[arg(long, value_enum, default_value_t = Mode::Mono)]
+    mode: Mode,
+    /// Chunk size in chunked mode [default: size/4, between 256 KiB and 16 MiB].
+    #[arg(long)]
+    chunk: Option<u64>,
+    /// Makes the blobs of this run unique (different digests on every run).
+    #[arg(long)]
+    seed: u64,
+    /// Where to write the digests (one `digest size` per line) for `pull`.
+    #[arg(long)]
+    digests: std::path::PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Mode {
+    Mono,
+    Chunked,
+}
+
+#[derive(Debug, clap::Args)]
+struct PullArgs {
+    #[arg(long)]
+    url: String,
+    #[arg(long)]
+    repo: String,
+    #[arg(long)]
+    digests: std::path::PathBuf,
+    #[arg(long, default_value_t = 1)]
+    conc: usize,
+}
+
+#[derive(Debug, clap::Args)]
+struct SeedArgs {
+    #[arg(long)]
+    url: String,
+    #[arg(long)]
+    repo: String,
+    #[arg(long, default_value_t = 100)]
+    tags: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Kind {
+    Head,
+    Get,
+    Tags,
+}
+
+#[derive(Debug, clap::Args)]
+struct SmallArgs {
+    #[arg(long)]
+    url: String,
+    #[arg(long)]
+    repo: String,
+    #[arg(long, value_enum)]
+    kind: Kind,
+    #[arg(long, default_value_t = 64)]
+    conns: usize,
+    /// Measured seconds.
+    #[arg(long, default_value_t = 5.0)]
+    secs: f64,
+    /// Seconds of warm-up before, not counted.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+}
+
+#[derive(Debug, clap::Args)]
+struct HashArgs {
+    /// MiB hashed per pass.
+    #[arg(long, default_value_t = 1024)]
+    mib: u64,
+    /// Passes; the best is reported.
+    #[arg(long, default_value_t = 3)]
+    passes: usize,
+}
+
+#[derive(Debug, clap::Args)]
+struct ProxyArgs {
+    /// The S3 endpoint to forward to, `host:port`.
+    #[arg(long)]
+    upstream: std::net::SocketAddr,
+}
+
+const MANIFEST_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
+
+fn main() -> anyhow::Result<()> {
+    let cmd = Cmd::parse();
+    // Two worker threads: the machine has two cores and the servers need them too; the same
+    // setting is used against every server.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let out = rt.block_on(async move {
+        match cmd {
+            Cmd::Push(a) => push(a).await,
+            Cmd::Pull(a) => pull(a).await,
+            Cmd::SeedSmall(a) => seed_small(a).await,
+            Cmd::Small(a) => small(a).await,
+            Cmd::Hash(a) => hash(a),
+            Cmd::S3proxy(a) => s3proxy(a).await,
+        }
+    })?;
+    println!("{out}");
+    Ok(())
+}
+
+fn client() -> anyhow::Result<reqwest::Client> {
+    Ok(reqwest::Client::builder()
+        .pool_max_idle_per_host(256)
+        .no_proxy()
+        .build()?)
+}
+
+/// 64 MiB of pseudo-random bytes (splitmix64): blob contents are slices of it, so bodies are
+/// zero-copy `Bytes` and incompressible for any store that compresses.
+fn random_pool() -> Bytes {
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut v = Vec::with_capacity(64 << 20);
+    for _ in 0..(64 << 20) / 8 {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        v.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+    }
+    Bytes::from(v)
+}
+
+/// One blob's content: a unique 32-byte header (seed, index) and then the pool from an offset
+/// that depends on the index, wrapping around, cut into pieces of at most 1 MiB.
+#[derive(Clone)]
+struct BlobSpec {
+    pool: Bytes,
+    seed: u64,
+    index: u64,
+    size: u64,
+}
+
+impl BlobSpec {
+    fn pieces(&self) -> Vec<Bytes> {
+        let mut header = [0u8; 32];
+        header[..8].copy_from_slice(&self.seed.to_le_bytes());
+        header[8..16].copy_from_slice(&self.index.to_le_bytes());
+        header[16..].copy_from_slice(b"rd-bench-blob-v1");
+        let header = Bytes::copy_from_slice(&header[..self.size.min(32) as usize]);
+        let mut out = vec![header];
+        let mut left = self.size.saturating_sub(32) as usize;
+        let plen = self.pool.len();
+        let mut off = (self.index.wrapping_mul(7_919_993) as usize) % plen;
+        while left > 0 {
+            let n = left.min(1 << 20).min(plen - off);
+            out.push(self.pool.slice(off..off + n));
+            left -= n;
+            off = (off + n) % plen;
+        }
+        out
+    }
+
+    fn digest(&self) -> String {
+        let mut d = Digester::new(Algorithm::Sha256);
+        for p in self.pieces() {
+            d.update(&p);
+        }
+        d.finish().to_string()
+    }
+
+    /// The bytes `start..end` as pieces.
+    fn range(&self, start: u64, end: u64) -> Vec<Bytes> {
+        let mut out = Vec::new();
+        let mut pos = 0u64;
+        for p in self.pieces() {
+            let (ps, pe) = (pos, pos + p.len() as u64);
+            pos = pe;
+            if pe <= start || ps >= end {
+                continue;
+            }
+            let s = start.max(ps) - ps;
+            let e = end.min(pe) - ps;
+            out.push(p.slice(s as usize..e as usize));
+        }
+        out
+    }
+}
+
+fn body(pieces: Vec<Bytes>) -> reqwest::Body {
+    reqwest::Body::wrap_stream(futures_util::stream::iter(
+        pieces.into_iter().map(Ok::<_, std::io::Error>),
+    ))
+}
+
+/// Resolves a `Location` header against the registry URL.
+fn location(base: &str, resp: &reqwest::Response) -> anyhow::Result<String> {
+    let loc = resp
+        .headers()
+        .get(reqwest::header::LOCATION)
+        .context("upload response without Location")?
+        .to_str()?;
+    Ok(
+        if loc.starts_with("http://") || loc.starts_with("https://") {
+            loc.to_owned()
+        } else {
+            format!("{}{}", base.trim_end_matches('/'), loc)
+        },
+    )
+}
+
+fn with_digest(loc: &str, digest: &str) -> String {
+    let sep = if loc.contains('?') { '&' } else { '?' };
+    format!("{loc}{sep}digest={digest}")
+}
+
+async fn check(resp: reqwest::Response, what: &str) -> anyhow::Result<reqwest::Response> {
+    let status = resp.status();
+    if status.is_success() {
+        return Ok(resp);
+    }
+    let text = resp.text().await.unwrap_or_default();
+    bail!("{what}: {status}: {text:.400}")
+}
+
+async fn push_one(
+    c: &reqwest::Client,
+    url: &str,
+    repo: &str,
+    spec: &BlobSpec,
+    digest: &str,
+    mode: Mode,
+    chunk: u64,
+) -> anyhow::Result<()> {
+    let resp = c
+        .post(format!("{url}/v2/{repo}/blobs/uploads/"))
+        .header(reqwest::header::CONTENT_LENGTH, "0")
+        .send()
+        .await?;
+    let resp = check(resp, "POST upload").await?;
+    let mut loc = location(url, &resp)?;
+    match mode {
+        Mode::Mono => {
+            let resp = c
+                .put(with_digest(&loc, digest))
+                .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+                .header(reqwest::header::CONTENT_LENGTH, spec.size)
+                .body(body(spec.pieces()))
+                .send()
+                .await?;
+            check(resp, "PUT blob").await?;
+        }
+        Mode::Chunked => {
+            let mut start = 0;
+            while start < spec.size {
+                let end = (start + chunk).min(spec.size);
+                let resp = c
+                    .patch(&loc)
+                    .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+                    .header(reqwest::header::CONTENT_LENGTH, end - start)
+                    .header(
+                        reqwest::header::CONTENT_RANGE,
+                        format!("{start}-{}", end - 1),
+                    )
+                    .body(body(spec.range(start, end)))
+                    .send()
+                    .await?;
+                let resp = check(resp, "PATCH chunk").await?;
+                loc = location(url, &resp)?;
+                start = end;
+            }
+            let resp = c
+                .put(with_digest(&loc, digest))
+                .header(reqwest::header::CONTENT_LENGTH, "0")
+                .send()
+                .await?;
+            check(resp, "PUT close").await?;
+        }
+    }
+    Ok(())
+}
+
+async fn push(a: PushArgs) -> anyhow::Result<serde_json::Value> {
+    ensure!(a.size > 0 && a.conc > 0, "size and conc must be positive");
+    let count = (a.total / a.size).max(1);
+    let chunk = a
+        .chunk
+        .unwrap_or((a.size / 4).clamp(256 << 10, 16 << 20))
+        .max(1);
+    let pool = random_pool();
+    let specs: Vec<BlobSpec> = (0..count)
+        .map(|index| BlobSpec {
+            pool: pool.clone(),
+            seed: a.seed,
+            index,
+            size: a.size,
+        })
+        .collect();
+    // Digests are computed before the clock starts: a client knows them before it pushes.
+    let digests: Vec<String> = specs.iter().map(BlobSpec::digest).collect();
+    let c = client()?;
+    let url = a.url.trim_end_matches('/').to_owned();
+    let jobs = Arc::new((specs, digests.clone()));
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..a.conc {
+        let (c, url, repo, jobs, next) = (
+            c.clone(),
+            url.clone(),
+            a.repo.clone(),
+            jobs.clone(),
+            next.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(spec) = jobs.0.get(i) else {
+                    return Ok::<_, anyhow::Error>(());
+                };
+                push_one(&c, &url, &repo, spec, &jobs.1[i], a.mode, chunk).await?;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let lines: String = digests
+        .iter()
+        .map(|d| format!("{d} {}\n", a.size))
+        .collect();
+    std::fs::write(&a.digests, lines)
+        .with_context(|| format!("writing {}", a.digests.display()))?;
+    let bytes = count * a.size;
+    Ok(json!({
+        "op": "push", "mode": format!("{:?}", a.mode).to_lowercase(), "size": a.size,
+        "conc": a.conc, "blobs": count, "bytes": bytes, "chunk": chunk, "secs": secs,
+        "mib_s": bytes as f64 / secs / 1048576.0,
+    }))
+}
+
+async fn pull(a: PullArgs) -> anyhow::Result<serde_json::Value> {
+    let text = std::fs::read_to_string(&a.digests)
+        .with_context(|| format!("reading {}", a.digests.display()))?;
+    let mut blobs = Vec::new();
+    for line in text.lines() {
+        let (d, s) = line.split_once(' ').context("digest line without size")?;
+        blobs.push((d.to_owned(), s.parse::<u64>()?));
+    }
+    let c = client()?;
+    let url = a.url.trim_end_matches('/').to_owned();
+    let blobs = Arc::new(blobs);
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..a.conc.max(1) {
+        let (c, url, repo, blobs, next) = (
+            c.clone(),
+            url.clone(),
+            a.repo.clone(),
+            blobs.clone(),
+            next.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut total = 0u64;
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some((digest, size)) = blobs.get(i) else {
+                    return Ok::<_, anyhow::Error>(total);
+                };
+                let resp = c
+                    .get(format!("{url}/v2/{repo}/blobs/{digest}"))
+                    .send()
+                    .await?;
+                let resp = check(resp, "GET blob").await?;
+                let mut stream = resp.bytes_stream();
+                let mut n = 0u64;
+                while let Some(b) = stream.next().await {
+                    n += b?.len() as u64;
+                }
+                ensure!(n == *size, "{digest}: got {n} bytes, expected {size}");
+                total += n;
+            }
+        }));
+    }
+    let mut bytes = 0;
+    for t in tasks {
+        bytes += t.await??;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let size = blobs.first().map(|b| b.1).unwrap_or(0);
+    Ok(json!({
+        "op": "pull", "size": size, "conc": a.conc, "blobs": blobs.len(), "bytes": bytes,
+        "secs": secs, "mib_s": bytes as f64 / secs / 1048576.0,
+    }))
+}
+
+async fn put_blob(
+    c: &reqwest::Client,
+    url: &str,
+    repo: &str,
+    data: &[u8],
+) -> anyhow::Result<String> {
+    let digest = validator::Digest::sha256(data).to_string();
+    let resp = c
+        .post(format!("{url}/v2/{repo}/blobs/uploads/"))
+        .header(reqwest::header::CONTENT_LENGTH, "0")
+        .send()
+        .await?;
+    let resp = check(resp, "POST upload").await?;
+    let loc = location(url, &resp)?;
+    let resp = c
+        .put(with_digest(&loc, &digest))
+        .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+        .body(data.to_vec())
+        .send()
+        .await?;
+    check(resp, "PUT blob").await?;
+    Ok(digest)
+}
+
+async fn seed_small(a: SeedArgs) -> anyhow::Result<serde_json::Value> {
+    let c = client()?;
+    let url = a.url.trim_end_matches('/');
+    let config = br#"{"architecture":"amd64","os":"illumos","config":{},"rootfs":{"type":"layers","diff_ids":[]}}"#;
+    let cdigest = put_blob(&c, url, &a.repo, config).await?;
+    let manifest = json!({
+        "schemaVersion": 2,
+        "mediaType": MANIFEST_TYPE,
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                   "digest": cdigest, "size": config.len()},
+        "layers": [],
+    })
+    .to_string();
+    for t in 0..a.tags {
+        let resp = c
+            .put(format!("{url}/v2/{}/manifests/t{t:04}", a.repo))
+            .header(reqwest::header::CONTENT_TYPE, MANIFEST_TYPE)
+            .body(manifest.clone())
+            .send()
+            .await?;
+        check(resp, "PUT manifest").await?;
+    }
+    Ok(json!({"op": "seed-small", "tags": a.tags}))
+}
+
+async fn small(a: SmallArgs) -> anyhow::Result<serde_json::Value> {
+    let c = client()?;
+    let url = a.url.trim_end_matches('/').to_owned();
+    let target = match a.kind {
+        Kind::Head | Kind::Get => format!("{url}/v2/{}/manifests/t0000", a.repo),
+        Kind::Tags => format!("{url}/v2/{}/tags/list", a.repo),
+    };
+    let warm = Instant::now() + Duration::from_secs_f64(a.warmup);
+    let end = warm + Duration::from_secs_f64(a.secs);
+    let mut tasks = Vec::new();
+    for _ in 0..a.conns {
+        let (c, target) = (c.clone(), target.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            loop {
+                let t0 = Instant::now();
+                if t0 >= end {
+                    return Ok::<_, anyhow::Error>(lat);
+                }
+                let req = match a.kind {
+                    Kind::Head => c.head(&target),
+                    Kind::Get | Kind::Tags => c.get(&target),
+                }
+                .header(reqwest::header::ACCEPT, MANIFEST_TYPE);
+                let resp = check(req.send().await?, "small request").await?;
+                let _ = resp.bytes().await?;
+                if t0 >= warm {
+                    lat.push(t0.elapsed().as_micros() as u64);
+                }
+            }
+        }));
+    }
+    let mut lat = Vec::new();
+    for t in tasks {
+        lat.extend(t.await??);
+    }
+    ensure!(!lat.is_empty(), "no request finished in {} s", a.secs);
+    lat.sort_unstable();
+    let pct = |p: f64| lat[((lat.len() as f64 * p) as usize).min(lat.len() - 1)] as f64 / 1000.0;
+    Ok(json!({
+        "op": "small", "kind": format!("{:?}", a.kind).to_lowercase(), "conns": a.conns,
+        "requests": lat.len(), "rps": lat.len() as f64 / a.secs,
+        "p50_ms": pct(0.50), "p99_ms": pct(0.99),
+    }))
+}
+
+fn hash(a: HashArgs) -> anyhow::Result<serde_json::Value> {
+    // The registry and the validator hash in buffers of 256 KiB.
+    let pool = random_pool();
+    let buf = pool.slice(..256 << 10);
+    let rounds = (a.mib << 20) / buf.len() as u64;
+    let mut best = f64::INFINITY;
+    for _ in 0..a.passes.max(1) {
+        let started = Instant::now();
+        let mut d = Digester::new(Algorithm::Sha256);
+        for _ in 0..rounds {
+            d.update(&buf);
+        }
+        std::hint::black_box(d.finish());
+        best = best.min(started.elapsed().as_secs_f64());
+    }
+    let bytes = rounds * buf.len() as u64;
+    Ok(json!({
+        "op": "hash", "bytes": bytes, "secs": best,
+        "mb_s": bytes as f64 / best / 1e6,
+    }))
+}
+
+async fn s3proxy(a: ProxyArgs) -> anyhow::Result<serde_json::Value> {
+    let proxy = s3_fixtures::FaultProxy::start(a.upstream).await?;
+    println!("{}", proxy.endpoint());
+    let proxy = Arc::new(proxy);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(4);
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lines() {
+            let Ok(line) = line else { break };
+            if tx.blocking_send(line).is_err() {
+                break;
+            }
+        }
+    });
+    while let Some(line) = rx.recv().await {
+        match line.trim() {
+            "reset" => {
+                proxy.reset_counts();
+                println!("ok");
+            }
+            "counts" => {
+                let m: serde_json::Map<String, serde_json::Value> = proxy
+                    .requests()
+                    .into_iter()
+                    .map(|(op, n)| (op.to_string(), n.into()))
+                    .collect();
+                println!("{}", serde_json::Value::Object(m));
+            }
+            other => println!("{{\"error\":\"unknown command {other:?}\"}}"),
+        }
+    }
+    Ok(json!({"op": "s3proxy", "done": true}))
+}
