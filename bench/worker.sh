@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# Benchmark: `rdctl worker run --once` (resolve, pull, verify every blob digest, unpack with
+# the DiffID check, provision a `dir` zone) against `skopeo copy docker://… oci:…` followed by
+# `umoci raw unpack` of the same image from the same registry (`rdctl registry serve` on
+# loopback). The image is one gzip layer of a generated tree (about 300 MiB in 4,000 files:
+# text that compresses about 3:1 and some incompressible binaries), made with umoci 0.6 and
+# pushed with skopeo; making and pushing it are not timed. Both sides start from empty
+# destinations every run and apply owners the same way (as root: owners applied; otherwise
+# umoci --rootless).
+# Runs A/B interleaved, prints min/median/max seconds, the ratio of medians (goal: the worker
+# at ≤ 0.5× the peer's time) and each side's peak RSS (/usr/bin/time -v), and appends the table
+# to docs/benchmarks.md.
+#   bench/worker.sh [--quick] [--runs N] [--no-docs]       (RDCTL_BIN=PATH: use that rdctl)
+#     --quick    about 30 MiB in 500 files, 3 runs (a smoke run: seconds, not minutes)
+#     --runs N   runs per side (default 5)
+#     --no-docs  print the table only (bench/out/worker.md), do not append to docs
+# Needs: cargo, python3, GNU tar, skopeo, .tools/bin/umoci-0.6, /usr/bin/time (Debian `time`).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+QUICK=0
+RUNS=5
+DOCS=1
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--quick) QUICK=1; RUNS=3 ;;
+	--runs) RUNS="$2"; shift ;;
+	--no-docs) DOCS=0 ;;
+	-h | --help) sed -n '2,18p' "$0"; exit 0 ;;
+	*) echo "unknown option $1" >&2; exit 2 ;;
+	esac
+	shift
+done
+if [ "$QUICK" = 1 ]; then
+	SIZE_MIB=30 FILES=500
+else
+	SIZE_MIB=300 FILES=4000
+fi
+UMOCI="$ROOT/.tools/bin/umoci-0.6"
+for t in python3 tar skopeo "$UMOCI" /usr/bin/time; do
+	command -v "$t" >/dev/null || { echo "bench/worker.sh needs $t (scripts/install-deps.sh installs it)" >&2; exit 2; }
+done
+OUT="$ROOT/bench/out/worker-$SIZE_MIB"
+mkdir -p "$OUT"
+cd "$ROOT"
+if [ -n "${RDCTL_BIN:-}" ]; then
+	RDCTL="$RDCTL_BIN"
+else
+	cargo build --release -q -p rdctl
+	RDCTL="$ROOT/target/release/rdctl"
+fi
+ROOTLESS=()
+[ "$(id -u)" = 0 ] || ROOTLESS=(--rootless)
+
+# The image, made once per size (bench/out is kept between runs).
+if [ ! -f "$OUT/image.done" ]; then
+	rm -rf "$OUT/tree" "$OUT/image" "$OUT/layer.tar"
+	python3 - "$SIZE_MIB" "$FILES" "$OUT/tree" <<'PY'
+import os, random, sys
+size_mib, files, tree = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+rng = random.Random(20240202)
+vocab = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz_") for _ in range(rng.randint(2, 12)))
+         for _ in range(4000)] + ["{", "}", "(", ")", ";", "=", "\n", "\n\t"]
+corpus = " ".join(rng.choices(vocab, k=3_000_000)).encode()[: 16 << 20]
+weights = [rng.lognormvariate(0, 1.2) for _ in range(files)]
+scale = (size_mib << 20) / sum(weights)
+for i, w in enumerate(weights):
+    size = max(1, int(w * scale))
+    d = os.path.join(tree, f"usr/share/bench/d{i // 100:03d}")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, f"f{i:05d}"), "wb") as f:
+        if i % 10 == 9:  # one file in ten is binary (incompressible)
+            f.write(rng.randbytes(size))
+        else:
+            off = rng.randrange(0, len(corpus) - min(size, len(corpus) - 1))
+            data = corpus[off : off + size]
+            while len(data) < size:
+                data += corpus[: size - len(data)]
+            f.write(data)
+    if i % 50 == 0:
+        os.symlink(f"f{i:05d}", os.path.join(d, f"link{i:05d}"))
+PY
+	tar --sort=name --numeric-owner --owner=0 --group=0 -C "$OUT/tree" -cf "$OUT/layer.tar" .
+	"$UMOCI" init --layout "$OUT/image" >/dev/null
+	"$UMOCI" new --image "$OUT/image:base" >/dev/null
+	"$UMOCI" config --image "$OUT/image:base" --tag cfg --os illumos --config.cmd /bin/true --config.stopsignal SIGTERM >/dev/null
+	"$UMOCI" raw add-layer --image "$OUT/image:cfg" --tag bench "$OUT/layer.tar" >/dev/null
+	rm -f "$OUT/layer.tar"
+	touch "$OUT/image.done"
+fi
+TREE_BYTES=$(du -sb "$OUT/tree" | cut -f1)
+TREE_FILES=$(find "$OUT/tree" -type f | wc -l)
+LAYER_BYTES=$(find "$OUT/image/blobs/sha256" -type f -printf '%s\n' | sort -n | tail -1)
+
+# The registry, fresh for each invocation; stopped on exit.
+rm -rf "$OUT/registry"
+"$RDCTL" registry serve --listen 127.0.0.1:0 --data "$OUT/registry" 2>"$OUT/registry.log" &
+REG_PID=$!
+trap 'kill $REG_PID 2>/dev/null || true' EXIT
+HOST=""
+for _ in $(seq 100); do
+	HOST=$(sed -n 's/.*registry listening on \([0-9.:]*\).*/\1/p' "$OUT/registry.log" | head -1)
+	[ -n "$HOST" ] && break
+	sleep 0.1
+done
+[ -n "$HOST" ] || { echo "the registry did not start:" >&2; cat "$OUT/registry.log" >&2; exit 1; }
+REF="$HOST/bench/worker:1"
+skopeo --insecure-policy copy -q --dest-tls-verify=false "oci:$OUT/image:bench" "docker://$REF"
+
+mkdir -p "$OUT/node/zones"
+cat >"$OUT/node/worker.toml" <<EOF
+zones_dir = "zones"
+state_dir = "state"
+worker_id = "bench"
+[provisioner]
+kind = "dir"
+base = "roots"
+EOF
+printf 'name = "bench"\nimage = "%s"\npull_policy = "Always"\n' "$REF" >"$OUT/node/zones/bench.toml"
+
+timed() { # "seconds peak_rss_kib" of a command (its largest process, for pipelines)
+	local log="$OUT/time.log"
+	/usr/bin/time -v -o "$log" "$@" >/dev/null 2>"$OUT/cmd.err" || { cat "$OUT/cmd.err" >&2; return 1; }
+	local wall rss
+	wall=$(sed -n 's/.*Elapsed (wall clock) time (h:mm:ss or m:ss): //p' "$log" |
+		awk -F: '{ if (NF == 3) print $1 * 3600 + $2 * 60 + $3; else print $1 * 60 + $2 }')
+	rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$log")
+	echo "$wall $rss"
+}
+stats() { # list of numbers -> "min median max"
+	printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; printf "%.2f %.2f %.2f", a[1], m, a[NR] }'
+}
+max() { printf '%s\n' "$@" | sort -g | tail -1; }
+
+peer="mkdir -p $OUT/peer && skopeo --insecure-policy copy -q --src-tls-verify=false docker://$REF oci:$OUT/peer/image:1 && $UMOCI raw unpack ${ROOTLESS[*]} --image $OUT/peer/image:1 $OUT/peer/root"
+a_t=() a_r=() b_t=() b_r=()
+for i in $(seq "$RUNS"); do
+	rm -rf "$OUT/node/state" "$OUT/node/roots"
+	read -r t r < <(timed "$RDCTL" worker run --once --config "$OUT/node/worker.toml")
+	a_t+=("$t") a_r+=("$r")
+	rm -rf "$OUT/peer"
+	read -r t r < <(timed sh -c "$peer")
+	b_t+=("$t") b_r+=("$r")
+	echo "run $i: rdctl worker ${a_t[-1]} s, skopeo+umoci ${b_t[-1]} s" >&2
+done
+# Both produced the same tree (a cheap check that the runs did the same work).
+diff -r --no-dereference "$OUT/node/roots/bench/root/usr" "$OUT/peer/root/usr" >/dev/null ||
+	{ echo "the worker's root and umoci's differ" >&2; exit 1; }
+
+read -r amin amed amax <<<"$(stats "${a_t[@]}")"
+read -r bmin bmed bmax <<<"$(stats "${b_t[@]}")"
+ratio=$(awk -v a="$amed" -v b="$bmed" 'BEGIN { printf "%.2f", a / b }')
+speedup=$(awk -v a="$amed" -v b="$bmed" 'BEGIN { printf "%.1f", b / a }')
+CPU=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+MACHINE="Machine: $CPU, $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg) at the end; $(rustc --version); $(skopeo --version); $("$UMOCI" --version | head -1); owners $([ ${#ROOTLESS[@]} = 0 ] && echo applied || echo 'not applied (--rootless)'); $RUNS runs each, interleaved; $(date -u +%Y-%m-%d)."
+TABLE="$OUT/../worker.md"
+{
+	echo
+	echo "### $((TREE_BYTES / 1048576)) MiB in $TREE_FILES files, $((LAYER_BYTES / 1048576)) MiB gzip layer ($(git -C "$ROOT" rev-parse --short HEAD))"
+	echo
+	echo "$MACHINE"
+	echo
+	echo "| ratio (worker / peer, median) | speed-up | rdctl worker run --once s (min/median/max) | skopeo copy + umoci raw unpack s (min/median/max) | worker peak RSS | peer peak RSS (largest process) |"
+	echo "|---|---|---|---|---|---|"
+	echo "| ${ratio}× | ${speedup}× | $amin / $amed / $amax | $bmin / $bmed / $bmax | $(($(max "${a_r[@]}") / 1024)) MiB | $(($(max "${b_r[@]}") / 1024)) MiB |"
+	echo
+	echo "Reproduce: \`bench/worker.sh$([ "$QUICK" = 1 ] && echo ' --quick') --runs $RUNS\`"
+} >"$TABLE"
+cat "$TABLE"
+if [ "$DOCS" = 1 ]; then
+	if ! grep -q '^## Worker pull, verify and unpack' "$ROOT/docs/benchmarks.md"; then
+		cat >>"$ROOT/docs/benchmarks.md" <<'EOF'
+
+## Worker pull, verify and unpack
+
+`rdctl worker run --once` with the `dir` provisioner (resolve the tag, pull manifest, config and
+layer into the content store verifying size and digest while streaming, unpack with the DiffID
+check into a staging root, provision) against `skopeo copy docker://… oci:…` followed by `umoci
+raw unpack` of the same image from the same `rdctl registry serve` on loopback, both into empty
+destinations every run, made by `bench/worker.sh`. Goal: ≥ 2× faster (ratio ≤ 0.5×).
+EOF
+	fi
+	cat "$TABLE" >>"$ROOT/docs/benchmarks.md"
+fi
