@@ -147,13 +147,19 @@ mod http {
             .oneshot(req.body(Body::from(body)).unwrap())
             .await
             .unwrap();
-        let h = |n: &str| {
-            resp.headers()
-                .get(n)
-                .map(|v| v.to_str().unwrap().to_owned())
+        let (status, location, range, min_chunk) = {
+            let h = |n: &str| {
+                resp.headers()
+                    .get(n)
+                    .map(|v| v.to_str().unwrap().to_owned())
+            };
+            (
+                resp.status(),
+                h("location"),
+                h("range"),
+                h("oci-chunk-min-length"),
+            )
         };
-        let (status, location, range) = (resp.status(), h("location"), h("range"));
-        let min_chunk = h("oci-chunk-min-length");
         let body = resp.into_body().collect().await.unwrap().to_bytes();
         Resp {
             status,
@@ -696,4 +702,237 @@ async fn serve_uses_the_s3_store_from_the_config_file() {
     );
     stop.send(()).unwrap();
     server.await.unwrap().unwrap();
+}
+
+mod full_scale_faults {
+    //! 200 image pushes (mixed monolithic and chunked, 1 KiB to 64 MiB, 8 at a time) through a
+    //! proxy injecting well over 1000 faults: 5xx before and after SeaweedFS applied a request,
+    //! dropped connections, truncated bodies and delays past the attempt timeout.
+
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use axum::Router;
+    use axum::http::{Method, StatusCode};
+    use bytes::Bytes;
+    use registry::api::{AppState, RegistryConfig, router};
+    use registry::storage::S3Store;
+    use s3_fixtures::{Fault, FaultProxy, Rule, S3Op};
+    use validator::Digest;
+
+    use super::http::send;
+
+    const MT: &str = "application/vnd.oci.image.manifest.v1+json";
+    const PUSHES: usize = 200;
+
+    fn size_of(i: usize) -> usize {
+        match i {
+            // Two of 64 MiB, one monolithic and one chunked.
+            0 | 1 => 64 << 20,
+            // Every tenth between 5 and 12 MiB (several parts).
+            i if i % 10 == 5 => (5 << 20) + (i * 37_813) % (7 << 20),
+            // The rest from 1 KiB to about 1 MiB.
+            i => 1024 + (i * 7_919) % (1 << 20),
+        }
+    }
+
+    fn data_of(i: usize) -> Vec<u8> {
+        (0..size_of(i))
+            .map(|j| {
+                ((j as u64)
+                    .wrapping_mul(2_654_435_761)
+                    .wrapping_add(i as u64 * 97)
+                    >> 7) as u8
+            })
+            .collect()
+    }
+
+    /// One image push: the layer (monolithic or in 3 MiB PATCHes), then the manifest by tag.
+    async fn push_image(app: &Router, repo: &str, cfg: &Digest, i: usize) -> Result<Bytes, String> {
+        let data = data_of(i);
+        let d = Digest::sha256(&data);
+        let chunked = i % 2 == 1;
+        let r = send(
+            app,
+            Method::POST,
+            &format!("/v2/{repo}/blobs/uploads/"),
+            None,
+            Bytes::new(),
+        )
+        .await;
+        if r.status != StatusCode::ACCEPTED {
+            return Err(format!("POST: {}", r.status));
+        }
+        let mut loc = r.location.ok_or("no location")?;
+        let mut last = Bytes::from(data.clone());
+        if chunked {
+            for c in data.chunks(3 << 20) {
+                let r = send(
+                    app,
+                    Method::PATCH,
+                    &loc,
+                    Some("application/octet-stream"),
+                    Bytes::copy_from_slice(c),
+                )
+                .await;
+                if r.status != StatusCode::ACCEPTED {
+                    return Err(format!("PATCH: {}", r.status));
+                }
+                loc = r.location.ok_or("no location")?;
+            }
+            last = Bytes::new();
+        }
+        let r = send(
+            app,
+            Method::PUT,
+            &format!("{loc}?digest={d}"),
+            Some("application/octet-stream"),
+            last,
+        )
+        .await;
+        if r.status != StatusCode::CREATED {
+            return Err(format!("PUT blob: {}", r.status));
+        }
+        let m = Bytes::from(
+            serde_json::to_vec(&serde_json::json!({
+                "schemaVersion": 2,
+                "mediaType": MT,
+                "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cfg, "size": 2},
+                "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": d, "size": data.len()}],
+                "annotations": {"push": i.to_string()},
+            }))
+            .unwrap(),
+        );
+        let r = send(
+            app,
+            Method::PUT,
+            &format!("/v2/{repo}/manifests/p{i}"),
+            Some(MT),
+            m.clone(),
+        )
+        .await;
+        if r.status != StatusCode::CREATED {
+            return Err(format!("PUT manifest: {}", r.status));
+        }
+        Ok(m)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn pushes_under_a_thousand_faults_lose_nothing_acknowledged() {
+        let sw = super::seaweed();
+        let bucket = sw.bucket().unwrap();
+        let proxy = FaultProxy::start(sw.s3_addr()).await.unwrap();
+        let mut config = super::config(proxy.endpoint(), &bucket);
+        // Short attempts, so injected delays run past them.
+        config.attempt_timeout = Duration::from_secs(2);
+        config.operation_timeout = Duration::from_secs(30);
+        let store = S3Store::new(config);
+        let app = router(AppState::new(Arc::new(store), RegistryConfig::default()));
+        let repo = "fullscale/repo";
+        let cfg = super::http::push_blob(&app, repo, b"{}").await;
+
+        proxy.inject(Rule::new(Fault::Delay(Duration::from_millis(2500))).rate(0.01));
+        proxy.inject(Rule::new(Fault::Status(503)).rate(0.10));
+        proxy.inject(Rule::new(Fault::StatusAfter(500)).rate(0.05));
+        proxy.inject(Rule::new(Fault::Drop).rate(0.05));
+        proxy.inject(Rule::new(Fault::Truncate).on(S3Op::GetObject).rate(0.10));
+        proxy.reset_counts();
+
+        let gate = Arc::new(tokio::sync::Semaphore::new(8));
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..PUSHES {
+            let (app, cfg, gate) = (app.clone(), cfg.clone(), gate.clone());
+            tasks.spawn(async move {
+                let _permit = gate.acquire_owned().await.unwrap();
+                (i, push_image(&app, repo, &cfg, i).await)
+            });
+        }
+        let mut acknowledged = Vec::new();
+        let mut failed = Vec::new();
+        while let Some(r) = tasks.join_next().await {
+            match r.expect("a push task panicked") {
+                (i, Ok(m)) => acknowledged.push((i, m)),
+                (i, Err(e)) => failed.push((i, e)),
+            }
+        }
+        let faults = proxy.fault_count();
+        let requests: u64 = proxy.requests().values().sum();
+        let by_op = proxy.faults();
+        proxy.clear_faults();
+
+        // Every acknowledged tag resolves to its manifest and every layer hashes to its digest.
+        let r = send(
+            &app,
+            Method::GET,
+            &format!("/v2/{repo}/tags/list"),
+            None,
+            Bytes::new(),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::OK);
+        let tags: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        let tags: Vec<&str> = tags["tags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap())
+            .collect();
+        let mut bytes = 0u64;
+        for (i, m) in &acknowledged {
+            assert!(
+                tags.contains(&format!("p{i}").as_str()),
+                "tag p{i} is not listed"
+            );
+            let r = send(
+                &app,
+                Method::GET,
+                &format!("/v2/{repo}/manifests/p{i}"),
+                None,
+                Bytes::new(),
+            )
+            .await;
+            assert_eq!(
+                r.status,
+                StatusCode::OK,
+                "acknowledged tag p{i} does not resolve"
+            );
+            assert_eq!(&r.body, m, "tag p{i} resolves to other bytes");
+            let want = Digest::sha256(&data_of(*i));
+            let r = send(
+                &app,
+                Method::GET,
+                &format!("/v2/{repo}/blobs/{want}"),
+                None,
+                Bytes::new(),
+            )
+            .await;
+            assert_eq!(
+                r.status,
+                StatusCode::OK,
+                "acknowledged layer of p{i} is missing"
+            );
+            assert_eq!(Digest::sha256(&r.body), want, "layer of p{i} is corrupt");
+            bytes += r.body.len() as u64;
+        }
+        eprintln!(
+            "full-scale fault test: {PUSHES} pushes, {} acknowledged ({} MiB of layers verified), {} failed with an error, {faults} faults injected in {requests} S3 requests: {by_op:?}",
+            acknowledged.len(),
+            bytes >> 20,
+            failed.len()
+        );
+        for (i, e) in failed.iter().take(5) {
+            eprintln!("  push {i} failed: {e}");
+        }
+        assert_eq!(acknowledged.len() + failed.len(), PUSHES);
+        assert!(faults >= 1000, "only {faults} faults injected");
+        assert!(
+            acknowledged.len() >= PUSHES / 2,
+            "only {} pushes got through",
+            acknowledged.len()
+        );
+        assert!(
+            acknowledged.iter().any(|(i, _)| *i == 0 || *i == 1),
+            "no 64 MiB push got through"
+        );
+    }
 }
