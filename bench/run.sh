@@ -29,8 +29,8 @@ for a in "$@"; do
 	esac
 done
 cd "$ROOT"
-# BENCH_RUNS and BENCH_ONLY (a subset of "fs small s3 hash parts") are for trying the harness
-# out; published numbers come from the defaults.
+# BENCH_RUNS, BENCH_ONLY (a subset of "fs small s3 hash parts"), BENCH_FS_SIZES (MiB, e.g.
+# "32") and BENCH_FS_TOTAL_MIB narrow a run; docs/benchmarks.md says which were set.
 RUNS="${BENCH_RUNS:-5}"
 ONLY=" ${BENCH_ONLY:-fs small s3 hash parts} "
 want() { [[ "$ONLY" == *" $1 "* ]]; }
@@ -42,6 +42,8 @@ else
 	FS_TOTAL=$((1024 * MiB)); FS_SIZES="1 32 256"; SMALL_SECS=10
 	S3_TOTAL=$((512 * MiB)); S3_SIZES="1 32 256"; HASH_MIB=2048
 fi
+FS_SIZES="${BENCH_FS_SIZES:-$FS_SIZES}"
+FS_TOTAL=$(( ${BENCH_FS_TOTAL_MIB:-$((FS_TOTAL / MiB))} * MiB ))
 OUT="$ROOT/bench/out/run"
 mkdir -p "$OUT"
 RESULTS="$OUT/results.jsonl"
