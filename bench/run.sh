@@ -107,7 +107,7 @@ wait_http() { # url — until it answers anything but a connection error (60 s)
 		sleep 0.2
 	done
 	echo "bench/run.sh: $1 did not answer; logs in $WORK" >&2
-	tail -20 "$WORK"/*.log >&2 || true
+	tail -n 20 "$WORK"/*.log >&2 || true
 	exit 1
 }
 
