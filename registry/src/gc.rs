@@ -314,12 +314,24 @@ async fn run(
         ..GcReport::default()
     };
     let mut marked: BTreeMap<&Name, Marked> = BTreeMap::new();
-    for (name, snap) in &repositories {
-        let m = mark(store.as_ref(), &repos, name, snap, opts).await?;
+    // Boxed so the stream's item type names no closure lifetimes (the run is spawned).
+    type Marking<'a> = crate::storage::BoxFuture<'a, (&'a Name, Result<Marked, GcError>)>;
+    let futures: Vec<Marking<'_>> = repositories
+        .iter()
+        .map(|(name, snap)| {
+            let (store, repos) = (store.as_ref(), &repos);
+            Box::pin(async move { (name, mark(store, repos, name, snap, opts).await) })
+                as Marking<'_>
+        })
+        .collect();
+    let mut marks = futures_util::stream::iter(futures).buffer_unordered(opts.concurrency.max(1));
+    while let Some((name, m)) = marks.next().await {
+        let m = m?;
         report.marked_manifests += m.manifests.len();
         report.marked_blobs += m.blobs.len();
         marked.insert(name, m);
     }
+    drop(marks);
     let global: BTreeSet<&Digest> = marked
         .values()
         .flat_map(|m| m.manifests.iter().chain(m.blobs.iter()))
@@ -645,9 +657,22 @@ impl Sweep<'_> {
             out.deleted
                 .push(deletion(ObjectKind::ManifestLink, Some(name), 0));
         }
+        let mut data = data;
         for name in blob_links {
+            let key = layout::blob_link(name, d);
             if !self.dry_run {
-                self.delete(&layout::blob_link(name, d)).await?;
+                // An upload of fresh bytes links them without holding the digest (fresh bytes
+                // are no candidate); if it rewrote a stale link of this digest since the check
+                // above, the link and the bytes stay.
+                match self.old(&key).await? {
+                    Some((true, _)) => self.delete(&key).await?,
+                    Some((false, _)) => {
+                        out.young += 1;
+                        data = None;
+                        continue;
+                    }
+                    None => continue,
+                }
             }
             out.deleted
                 .push(deletion(ObjectKind::BlobLink, Some(name), 0));
@@ -658,7 +683,7 @@ impl Sweep<'_> {
             }
             out.deleted.push(deletion(ObjectKind::Blob, None, size));
         }
-        if used {
+        if used && (data.is_some() || out.young == 0) {
             if !self.dry_run {
                 self.delete(&layout::blob_used(d)).await?;
             }
