@@ -8,21 +8,46 @@
 //! resume a truncated body with a `Range` request from the last byte received. Memory per
 //! request is bounded by the chunk size, whatever the blob size.
 //!
-//! TLS is not compiled in yet (plain HTTP only); it comes with the TLS work.
+//! Authentication ([`auth`](self) module docs): credentials come from a [`Keychain`] (docker
+//! `config.json`, containers `auth.json`, credential helpers); a 401's `WWW-Authenticate`
+//! challenge is answered once with Basic credentials or a bearer token from the realm, tokens
+//! are cached per scope until they expire, and credentials never follow a redirect to another
+//! host.
+//!
+//! Transport: rustls with the system roots, plus CA files given to the builder and docker's
+//! `certs.d` layout (`<dir>/<host>/*.crt` CAs, `client.cert`/`client.key` for mutual TLS).
+//! `https` is used unless plain HTTP is asked for; loopback hosts default to plain HTTP unless
+//! TLS is configured for them (a CA file, a `certs.d` entry, or `insecure`).
 
+mod auth;
+pub mod challenge;
+pub mod credentials;
+
+use std::collections::HashMap;
 use std::fmt;
 use std::io;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::{Stream, StreamExt};
-use reqwest::header::{ACCEPT, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, LOCATION, RANGE};
+use reqwest::header::{
+    ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, HeaderValue, LOCATION,
+    RANGE,
+};
 use reqwest::{Method, StatusCode, Url};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use validator::{Digest, VerifyError, VerifyingReader};
 
 use crate::names::{Name, Tag};
+
+pub use credentials::{AuthFile, Credential, CredentialError, Env as AuthEnv, Keychain};
+
+/// Where docker and the containers tools keep per-host TLS material; pass them to
+/// [`ClientBuilder::cert_dirs`] to read them as those tools do.
+pub const DEFAULT_CERT_DIRS: &[&str] = &["/etc/containers/certs.d", "/etc/docker/certs.d"];
 
 /// Media types a manifest GET accepts.
 const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.v2+json, application/vnd.docker.distribution.manifest.list.v2+json";
@@ -170,13 +195,34 @@ pub enum ErrorKind {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ClientError {
-    /// 401/403.
-    #[error("{url}: access denied ({status}); check credentials and permissions")]
+    /// 401/403 (also from the token endpoint).
+    #[error("registry {registry}: {status} {}: {detail} ({url})", if *status == 403 { "Forbidden" } else { "Unauthorized" })]
     Unauthorized {
         /// The URL.
         url: String,
+        /// The registry host.
+        registry: String,
         /// 401 or 403.
         status: u16,
+        /// What was sent and what the registry said (never the secret).
+        detail: String,
+    },
+    /// The credential store could not be read.
+    #[error("registry {registry}: cannot read credentials")]
+    Credentials {
+        /// The registry host.
+        registry: String,
+        /// The cause.
+        #[source]
+        source: CredentialError,
+    },
+    /// A CA file or client certificate could not be loaded.
+    #[error("{}: {reason}", path.display())]
+    Tls {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
     },
     /// 404.
     #[error("{url}: not found ({code})")]
@@ -249,13 +295,16 @@ impl ClientError {
     /// The error's class.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            ClientError::Unauthorized { .. } => ErrorKind::Unauthorized,
+            ClientError::Unauthorized { .. } | ClientError::Credentials { .. } => {
+                ErrorKind::Unauthorized
+            }
             ClientError::NotFound { .. } => ErrorKind::NotFound,
             ClientError::Transient { .. } => ErrorKind::Transient,
             ClientError::Verify { .. } => ErrorKind::Verify,
             ClientError::Registry { .. }
             | ClientError::Protocol { .. }
             | ClientError::Source { .. }
+            | ClientError::Tls { .. }
             | ClientError::Http { .. } => ErrorKind::Invalid,
         }
     }
@@ -293,15 +342,46 @@ impl Retry {
 #[derive(Debug, Clone)]
 pub struct ClientBuilder {
     plain_http: bool,
+    insecure: bool,
     retry: Retry,
     chunk_size: u64,
     timeout: Option<Duration>,
+    keychain: Keychain,
+    ca_files: Vec<PathBuf>,
+    cert_dirs: Vec<PathBuf>,
 }
 
 impl ClientBuilder {
-    /// Talk plain HTTP to every registry (loopback hosts always use it).
+    /// Talk plain HTTP to every registry.
     pub fn plain_http(mut self, yes: bool) -> Self {
         self.plain_http = yes;
+        self
+    }
+
+    /// Use TLS without verifying the registry's certificate (skopeo's `--tls-verify=false`,
+    /// without its fallback to plain HTTP). Only when the operator asks for it.
+    pub fn insecure(mut self, yes: bool) -> Self {
+        self.insecure = yes;
+        self
+    }
+
+    /// Where credentials come from (default: none, anonymous access).
+    pub fn keychain(mut self, keychain: Keychain) -> Self {
+        self.keychain = keychain;
+        self
+    }
+
+    /// Trust this PEM file's CA certificates for every registry (in addition to the system's).
+    pub fn ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.ca_files.push(path.into());
+        self
+    }
+
+    /// Read per-host TLS material from these `certs.d`-style directories: `<dir>/<host>/*.crt`
+    /// are CAs for `<host>` (`host:port` as in the reference), `*.cert` with the matching
+    /// `*.key` a client certificate. Directories that do not exist are skipped.
+    pub fn cert_dirs(mut self, dirs: impl IntoIterator<Item = impl Into<PathBuf>>) -> Self {
+        self.cert_dirs.extend(dirs.into_iter().map(Into::into));
         self
     }
 
@@ -324,19 +404,61 @@ impl ClientBuilder {
         self
     }
 
-    /// Builds the client.
-    pub fn build(self) -> Result<Client, ClientError> {
-        let mut b =
-            reqwest::Client::builder().user_agent(concat!("rdctl/", env!("CARGO_PKG_VERSION")));
+    fn http(
+        &self,
+        cas: &[reqwest::Certificate],
+        identity: Option<reqwest::Identity>,
+    ) -> Result<reqwest::Client, ClientError> {
+        let mut b = reqwest::Client::builder()
+            .user_agent(concat!("rdctl/", env!("CARGO_PKG_VERSION")))
+            .use_rustls_tls();
         if let Some(t) = self.timeout {
             b = b.connect_timeout(t).read_timeout(t);
         }
-        let http = b.build().map_err(|source| ClientError::Http {
+        for c in cas {
+            b = b.add_root_certificate(c.clone());
+        }
+        if let Some(id) = identity {
+            b = b.identity(id);
+        }
+        if self.insecure {
+            b = b.danger_accept_invalid_certs(true);
+        }
+        b.build().map_err(|source| ClientError::Http {
             url: String::new(),
             source,
-        })?;
+        })
+    }
+
+    /// Builds the client (reads every CA file and `certs.d` entry now, so a bad one fails
+    /// here, naming the file).
+    pub fn build(self) -> Result<Client, ClientError> {
+        let mut global = Vec::new();
+        for f in &self.ca_files {
+            global.extend(read_cas(f)?);
+        }
+        let http = self.http(&global, None)?;
+        let mut per_host = HashMap::new();
+        for dir in &self.cert_dirs {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let host = e.file_name().to_string_lossy().into_owned();
+                if per_host.contains_key(&host) || !e.path().is_dir() {
+                    continue;
+                }
+                let (cas, identity) = read_host_dir(&e.path())?;
+                let mut all = global.clone();
+                all.extend(cas);
+                per_host.insert(host, self.http(&all, identity)?);
+            }
+        }
         Ok(Client {
             http,
+            per_host: Arc::new(per_host),
+            tls_configured: !global.is_empty() || self.insecure,
+            auth: Arc::new(auth::AuthState::new(self.keychain)),
             plain_http: self.plain_http,
             retry: Retry {
                 attempts: self.retry.attempts.max(1),
@@ -345,6 +467,62 @@ impl ClientBuilder {
             chunk_size: self.chunk_size,
         })
     }
+}
+
+fn tls_err(path: &Path, reason: String) -> ClientError {
+    ClientError::Tls {
+        path: path.to_owned(),
+        reason,
+    }
+}
+
+/// Every certificate in a PEM file.
+fn read_cas(path: &Path) -> Result<Vec<reqwest::Certificate>, ClientError> {
+    let pem = std::fs::read(path).map_err(|e| tls_err(path, format!("cannot read: {e}")))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem)
+        .map_err(|e| tls_err(path, format!("not PEM certificates: {e}")))?;
+    if certs.is_empty() {
+        return Err(tls_err(path, "no PEM certificate in it".to_owned()));
+    }
+    Ok(certs)
+}
+
+/// A `certs.d/<host>` directory: `*.crt` CAs; `X.cert` with `X.key` a client identity.
+fn read_host_dir(
+    dir: &Path,
+) -> Result<(Vec<reqwest::Certificate>, Option<reqwest::Identity>), ClientError> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| tls_err(dir, format!("cannot list: {e}")))?
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    let mut cas = Vec::new();
+    let mut identity = None;
+    for f in &files {
+        match f.extension().and_then(|e| e.to_str()) {
+            Some("crt") => cas.extend(read_cas(f)?),
+            Some("cert") => {
+                let key = f.with_extension("key");
+                let mut pem =
+                    std::fs::read(f).map_err(|e| tls_err(f, format!("cannot read: {e}")))?;
+                let k = std::fs::read(&key).map_err(|e| {
+                    tls_err(
+                        &key,
+                        format!("cannot read the key for the client certificate: {e}"),
+                    )
+                })?;
+                pem.push(b'\n');
+                pem.extend_from_slice(&k);
+                identity = Some(
+                    reqwest::Identity::from_pem(&pem)
+                        .map_err(|e| tls_err(f, format!("not a PEM certificate and key: {e}")))?,
+                );
+            }
+            _ => {}
+        }
+    }
+    Ok((cas, identity))
 }
 
 /// Whether a push uploaded the blob or found it already there.
@@ -359,10 +537,15 @@ pub enum PushOutcome {
 /// A verified blob stream: reading it to EOF without an error means size and digest matched.
 pub type BlobReader = VerifyingReader<Pin<Box<dyn AsyncRead + Send>>>;
 
-/// A Distribution client. Cheap to clone.
+/// A Distribution client. Cheap to clone; clones share cached challenges and tokens.
 #[derive(Debug, Clone)]
 pub struct Client {
     http: reqwest::Client,
+    /// Hosts with their own TLS material (`certs.d`).
+    per_host: Arc<HashMap<String, reqwest::Client>>,
+    /// A CA file or `insecure` was given: loopback hosts use TLS too.
+    tls_configured: bool,
+    auth: Arc<auth::AuthState>,
     plain_http: bool,
     retry: Retry,
     chunk_size: u64,
@@ -379,24 +562,77 @@ fn is_loopback(host: &str) -> bool {
     h == "localhost" || h.starts_with("127.") || h == "[::1]"
 }
 
+/// `host[:port]` of a URL as a reference spells it (the port only when it is explicit).
+fn authority(url: &Url) -> String {
+    let host = url.host_str().unwrap_or("");
+    match url.port() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.to_owned(),
+    }
+}
+
+/// What a request needs access to: the registry host, and the repository with `pull` or
+/// `pull,push` (none for `/v2/`).
+#[derive(Debug, Clone, Copy)]
+struct Scope<'a> {
+    host: &'a str,
+    repo: Option<(&'a Name, bool)>,
+}
+
+impl<'a> Scope<'a> {
+    fn pull(host: &'a str, name: &'a Name) -> Self {
+        Scope {
+            host,
+            repo: Some((name, false)),
+        }
+    }
+
+    fn push(host: &'a str, name: &'a Name) -> Self {
+        Scope {
+            host,
+            repo: Some((name, true)),
+        }
+    }
+
+    /// The token scope, `repository:<name>:pull[,push]`, or empty.
+    fn token_scope(&self) -> String {
+        match self.repo {
+            Some((n, false)) => format!("repository:{n}:pull"),
+            Some((n, true)) => format!("repository:{n}:pull,push"),
+            None => String::new(),
+        }
+    }
+}
+
+type Attempt = Result<reqwest::Response, reqwest::Error>;
+
 impl Client {
     /// A builder with defaults.
     pub fn builder() -> ClientBuilder {
         ClientBuilder {
             plain_http: false,
+            insecure: false,
             retry: Retry::default(),
             chunk_size: 8 << 20,
             timeout: Some(Duration::from_secs(60)),
+            keychain: Keychain::empty(),
+            ca_files: Vec::new(),
+            cert_dirs: Vec::new(),
         }
     }
 
     fn base(&self, registry: &str) -> String {
-        let scheme = if self.plain_http || is_loopback(registry) {
-            "http"
-        } else {
-            "https"
-        };
+        let tls = !self.plain_http
+            && (self.tls_configured
+                || self.per_host.contains_key(registry)
+                || !is_loopback(registry));
+        let scheme = if tls { "https" } else { "http" };
         format!("{scheme}://{registry}")
+    }
+
+    /// The HTTP client for a URL's host (its own when `certs.d` has an entry for it).
+    fn http_for(&self, url: &Url) -> &reqwest::Client {
+        self.per_host.get(&authority(url)).unwrap_or(&self.http)
     }
 
     fn url(&self, registry: &str, path: &str) -> Result<Url, ClientError> {
@@ -407,9 +643,256 @@ impl Client {
         })
     }
 
-    /// Sends with retries. 401/403 are final; 5xx/429 and transport errors are retried.
+    /// Token endpoint fetches so far (each one is a round trip the cache did not save).
+    pub fn token_fetches(&self) -> u64 {
+        self.auth
+            .token_fetches
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Checks that the registry accepts this client's credentials: `GET /v2/`, answering a
+    /// challenge as any request would (`rdctl login` runs this before saving).
+    pub async fn check_login(&self, registry: &str) -> Result<(), ClientError> {
+        let url = self.url(registry, "/v2/")?;
+        let scope = Scope {
+            host: registry,
+            repo: None,
+        };
+        let resp = self
+            .send(&scope, &url, &|| self.http_for(&url).get(url.clone()))
+            .await?;
+        if resp.status() != StatusCode::OK {
+            return Err(Self::unexpected(&url, resp).await);
+        }
+        Ok(())
+    }
+
+    /// [`Client::check_login`] on a runtime of its own, for callers without one.
+    pub fn check_login_blocking(&self, registry: &str) -> Result<(), ClientError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| ClientError::Protocol {
+                url: registry.to_owned(),
+                reason: format!("cannot start a runtime: {e}"),
+            })?;
+        rt.block_on(self.check_login(registry))
+    }
+
+    /// The `Authorization` header for a request in `scope` to `url`, from what the host asked
+    /// for before: nothing for a host that never challenged, or for another host.
+    async fn authorization(
+        &self,
+        scope: &Scope<'_>,
+        url: &Url,
+    ) -> Result<Option<HeaderValue>, ClientError> {
+        if authority(url) != scope.host {
+            return Ok(None);
+        }
+        match self.auth.challenge(scope.host) {
+            None => Ok(None),
+            Some(challenge::Auth::Basic) => Ok(match self.auth.credential(scope.host)? {
+                Some((Credential::Basic { username, password }, _)) => {
+                    Some(auth::basic_header(&username, &password))
+                }
+                _ => None,
+            }),
+            Some(challenge::Auth::Bearer(b)) => {
+                let key = scope.token_scope();
+                if let Some(t) = self.auth.cached_token(scope.host, &key) {
+                    return Ok(auth::bearer_header(&t));
+                }
+                let scopes: Vec<String> =
+                    (!key.is_empty()).then(|| key.clone()).into_iter().collect();
+                let t = self.token(scope, &key, &b, &scopes).await?;
+                Ok(auth::bearer_header(&t))
+            }
+        }
+    }
+
+    async fn token(
+        &self,
+        scope: &Scope<'_>,
+        key: &str,
+        b: &challenge::BearerChallenge,
+        scopes: &[String],
+    ) -> Result<String, ClientError> {
+        let cred = self.auth.credential(scope.host)?;
+        let http = self.http_for(&b.realm);
+        self.auth
+            .fetch_token(
+                http,
+                scope.host,
+                key,
+                b,
+                scopes,
+                cred.as_ref().map(|(c, _)| c),
+            )
+            .await
+            .map_err(|e| match e {
+                auth::TokenError::Refused {
+                    realm,
+                    status,
+                    body,
+                } => ClientError::Unauthorized {
+                    url: realm.to_string(),
+                    registry: scope.host.to_owned(),
+                    status,
+                    detail: format!(
+                        "the token endpoint refused {}{}",
+                        who(cred.as_ref()),
+                        if body.trim().is_empty() {
+                            String::new()
+                        } else {
+                            format!(": {}", body.trim())
+                        }
+                    ),
+                },
+                auth::TokenError::Other { realm, reason } => ClientError::Protocol {
+                    url: realm.to_string(),
+                    reason: format!("token endpoint for {}: {reason}", scope.host),
+                },
+            })
+    }
+
+    /// Answers a 401's challenge: true when the request should be sent again (new
+    /// credentials or a fresh token to offer), false when there is nothing new to try.
+    async fn answer_challenge(
+        &self,
+        scope: &Scope<'_>,
+        resp: &reqwest::Response,
+        sent: bool,
+    ) -> Result<bool, ClientError> {
+        let learned = match self.auth.record(scope.host, resp.headers()) {
+            Ok(a) => a,
+            Err(e) => {
+                return Err(ClientError::Protocol {
+                    url: resp.url().to_string(),
+                    reason: e.to_string(),
+                });
+            }
+        };
+        match learned {
+            None => Ok(false),
+            // Basic credentials already sent were refused; unsent ones are worth a try.
+            Some(challenge::Auth::Basic) => Ok(!sent
+                && matches!(
+                    self.auth.credential(scope.host)?,
+                    Some((Credential::Basic { .. }, _))
+                )),
+            Some(challenge::Auth::Bearer(b)) => {
+                let key = scope.token_scope();
+                self.auth.forget_token(scope.host, &key);
+                let mut scopes = b.scopes.clone();
+                if !key.is_empty() && !scopes.contains(&key) {
+                    scopes.push(key.clone());
+                }
+                self.token(scope, &key, &b, &scopes).await?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// Why a 401/403 is final, for the error message.
+    async fn denied(&self, scope: &Scope<'_>, url: &Url, resp: reqwest::Response) -> ClientError {
+        let status = resp.status().as_u16();
+        let landed = resp.url().clone();
+        if authority(&landed) != scope.host {
+            // A redirect target (a CDN, presigned storage) refused: its challenge is never
+            // answered with the registry's credentials.
+            return ClientError::Unauthorized {
+                url: landed.to_string(),
+                registry: scope.host.to_owned(),
+                status,
+                detail: format!(
+                    "the redirect target {} refused the request (registry credentials are never sent to another host)",
+                    authority(&landed)
+                ),
+            };
+        }
+        let challenge_error = resp
+            .headers()
+            .get(reqwest::header::WWW_AUTHENTICATE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| challenge::parse(v).ok())
+            .and_then(|cs| {
+                cs.into_iter()
+                    .find_map(|c| c.param("error").map(str::to_owned))
+            });
+        let (code, message) = match Self::unexpected(url, resp).await {
+            ClientError::Registry { code, message, .. } => (code, message),
+            _ => (String::new(), String::new()),
+        };
+        let cred = self.auth.credential(scope.host).ok().flatten();
+        let mut detail = match (&cred, status) {
+            (None, 401) => format!(
+                "authentication required and no credentials for {} (log in first)",
+                scope.host
+            ),
+            (_, 401) => format!("{} refused", who(cred.as_ref())),
+            _ => format!("{} may not do this", who(cred.as_ref())),
+        };
+        if let Some((n, push)) = scope.repo {
+            detail.push_str(&format!(
+                " ({} {n})",
+                if push { "push to" } else { "pull from" }
+            ));
+        }
+        if !code.is_empty() {
+            detail.push_str(&format!("; registry says {code}: {message}"));
+        }
+        if let Some(e) = challenge_error {
+            detail.push_str(&format!("; challenge error {e}"));
+        }
+        ClientError::Unauthorized {
+            url: url.to_string(),
+            registry: scope.host.to_owned(),
+            status,
+            detail,
+        }
+    }
+
+    /// One request with authentication: adds `Authorization`, answers one 401 challenge and
+    /// resends. `Ok(Err(_))` is a transport error (retryable), `Err(_)` is final.
+    async fn attempt(
+        &self,
+        scope: &Scope<'_>,
+        url: &Url,
+        build: &(dyn Fn() -> reqwest::RequestBuilder + Sync),
+    ) -> Result<Attempt, ClientError> {
+        let mut answered = false;
+        loop {
+            let header = self.authorization(scope, url).await?;
+            let sent = header.is_some();
+            let mut rb = build();
+            if let Some(h) = header {
+                rb = rb.header(AUTHORIZATION, h);
+            }
+            let resp = match rb.send().await {
+                Ok(r) => r,
+                Err(e) => return Ok(Err(e)),
+            };
+            let st = resp.status();
+            if st == StatusCode::UNAUTHORIZED
+                && !answered
+                && authority(resp.url()) == scope.host
+                && self.answer_challenge(scope, &resp, sent).await?
+            {
+                answered = true;
+                continue;
+            }
+            if st == StatusCode::UNAUTHORIZED || st == StatusCode::FORBIDDEN {
+                return Err(self.denied(scope, url, resp).await);
+            }
+            return Ok(Ok(resp));
+        }
+    }
+
+    /// Sends with retries. 401/403 are final (after answering one challenge); 5xx/429 and
+    /// transport errors are retried.
     async fn send(
         &self,
+        scope: &Scope<'_>,
         url: &Url,
         build: &(dyn Fn() -> reqwest::RequestBuilder + Sync),
     ) -> Result<reqwest::Response, ClientError> {
@@ -418,15 +901,9 @@ impl Client {
             if attempt > 1 {
                 tokio::time::sleep(self.retry.delay(attempt - 1)).await;
             }
-            match build().send().await {
+            match self.attempt(scope, url, build).await? {
                 Ok(resp) => {
                     let st = resp.status();
-                    if st == StatusCode::UNAUTHORIZED || st == StatusCode::FORBIDDEN {
-                        return Err(ClientError::Unauthorized {
-                            url: url.to_string(),
-                            status: st.as_u16(),
-                        });
-                    }
                     if st.is_server_error() || st == StatusCode::TOO_MANY_REQUESTS {
                         last = format!("status {st}");
                         tracing::debug!(%url, attempt, status = %st, "transient answer, retrying");
@@ -496,9 +973,12 @@ impl Client {
             r.registry(),
             &format!("/v2/{}/manifests/{}", r.name(), r.manifest_ref()),
         )?;
+        let scope = Scope::pull(r.registry(), r.name());
         let resp = self
-            .send(&url, &|| {
-                self.http.head(url.clone()).header(ACCEPT, MANIFEST_ACCEPT)
+            .send(&scope, &url, &|| {
+                self.http_for(&url)
+                    .head(url.clone())
+                    .header(ACCEPT, MANIFEST_ACCEPT)
             })
             .await?;
         if resp.status() != StatusCode::OK {
@@ -536,14 +1016,17 @@ impl Client {
             r.registry(),
             &format!("/v2/{}/manifests/{}", r.name(), r.manifest_ref()),
         )?;
+        let scope = Scope::pull(r.registry(), r.name());
         let mut last = String::new();
         for attempt in 1..=self.retry.attempts {
             if attempt > 1 {
                 tokio::time::sleep(self.retry.delay(attempt - 1)).await;
             }
             let resp = self
-                .send(&url, &|| {
-                    self.http.get(url.clone()).header(ACCEPT, MANIFEST_ACCEPT)
+                .send(&scope, &url, &|| {
+                    self.http_for(&url)
+                        .get(url.clone())
+                        .header(ACCEPT, MANIFEST_ACCEPT)
                 })
                 .await?;
             if resp.status() != StatusCode::OK {
@@ -603,8 +1086,20 @@ impl Client {
         name: &Name,
         digest: &Digest,
     ) -> Result<Option<u64>, ClientError> {
-        let url = self.url(registry, &format!("/v2/{name}/blobs/{digest}"))?;
-        let resp = self.send(&url, &|| self.http.head(url.clone())).await?;
+        self.blob_exists_in(&Scope::pull(registry, name), digest)
+            .await
+    }
+
+    async fn blob_exists_in(
+        &self,
+        scope: &Scope<'_>,
+        digest: &Digest,
+    ) -> Result<Option<u64>, ClientError> {
+        let name = scope.repo.expect("a blob scope names its repository").0;
+        let url = self.url(scope.host, &format!("/v2/{name}/blobs/{digest}"))?;
+        let resp = self
+            .send(scope, &url, &|| self.http_for(&url).head(url.clone()))
+            .await?;
         match resp.status() {
             StatusCode::OK => Ok(
                 header_str(resp.headers(), CONTENT_LENGTH.as_str()).and_then(|s| s.parse().ok())
@@ -624,12 +1119,17 @@ impl Client {
         size: u64,
     ) -> Result<BlobReader, ClientError> {
         let url = self.url(registry, &format!("/v2/{name}/blobs/{digest}"))?;
-        let resp = self.send(&url, &|| self.http.get(url.clone())).await?;
+        let scope = Scope::pull(registry, name);
+        let resp = self
+            .send(&scope, &url, &|| self.http_for(&url).get(url.clone()))
+            .await?;
         if resp.status() != StatusCode::OK {
             return Err(Self::unexpected(&url, resp).await);
         }
         let stream = ResumingBody {
             client: self.clone(),
+            registry: registry.to_owned(),
+            name: name.clone(),
             url,
             offset: 0,
             resumes_left: self.retry.attempts.saturating_sub(1),
@@ -656,8 +1156,8 @@ impl Client {
         let url = self.url(registry, &format!("/v2/{name}/blobs/{digest}"))?;
         let range = format!("bytes={offset}-");
         let resp = self
-            .send(&url, &|| {
-                let req = self.http.get(url.clone());
+            .send(&Scope::pull(registry, name), &url, &|| {
+                let req = self.http_for(&url).get(url.clone());
                 if offset > 0 {
                     req.header(RANGE, range.clone())
                 } else {
@@ -678,6 +1178,8 @@ impl Client {
         };
         let stream = ResumingBody {
             client: self.clone(),
+            registry: registry.to_owned(),
+            name: name.clone(),
             url,
             offset: start,
             resumes_left: self.retry.attempts.saturating_sub(1),
@@ -697,7 +1199,11 @@ impl Client {
         size: u64,
         mut source: R,
     ) -> Result<PushOutcome, ClientError> {
-        if self.blob_exists(registry, name, digest).await?.is_some() {
+        if self
+            .blob_exists_in(&Scope::push(registry, name), digest)
+            .await?
+            .is_some()
+        {
             return Ok(PushOutcome::Skipped);
         }
         let src_err = |source: io::Error| ClientError::Source {
@@ -737,7 +1243,9 @@ impl Client {
                 break;
             }
             if !chunk.is_empty() {
-                location = self.patch_chunk(&location, sent, chunk).await?;
+                location = self
+                    .patch_chunk(registry, name, &location, sent, chunk)
+                    .await?;
                 sent += n;
             }
             if last || n == 0 {
@@ -769,8 +1277,10 @@ impl Client {
     async fn start_upload(&self, registry: &str, name: &Name) -> Result<Url, ClientError> {
         let url = self.url(registry, &format!("/v2/{name}/blobs/uploads/"))?;
         let resp = self
-            .send(&url, &|| {
-                self.http.post(url.clone()).header(CONTENT_LENGTH, 0)
+            .send(&Scope::push(registry, name), &url, &|| {
+                self.http_for(&url)
+                    .post(url.clone())
+                    .header(CONTENT_LENGTH, 0)
             })
             .await?;
         if resp.status() != StatusCode::ACCEPTED {
@@ -781,14 +1291,24 @@ impl Client {
 
     /// PATCHes one chunk at `start`; on a transient failure asks the registry where the upload
     /// stands and resends what it lacks.
-    async fn patch_chunk(&self, loc: &Url, start: u64, chunk: Bytes) -> Result<Url, ClientError> {
+    async fn patch_chunk(
+        &self,
+        registry: &str,
+        name: &Name,
+        loc: &Url,
+        start: u64,
+        chunk: Bytes,
+    ) -> Result<Url, ClientError> {
+        let scope = Scope::push(registry, name);
         let end = start + chunk.len() as u64 - 1;
         let mut last = String::new();
         for attempt in 1..=self.retry.attempts {
             if attempt > 1 {
                 tokio::time::sleep(self.retry.delay(attempt - 1)).await;
                 // Where does the upload stand?
-                let st = self.http.get(loc.clone()).send().await;
+                let st = self
+                    .attempt(&scope, loc, &|| self.http_for(loc).get(loc.clone()))
+                    .await?;
                 if let Ok(resp) = st
                     && resp.status() == StatusCode::NO_CONTENT
                     && let Some(have) =
@@ -798,24 +1318,16 @@ impl Client {
                     return location(loc, &resp);
                 }
             }
-            let req = self
-                .http
-                .request(Method::PATCH, loc.clone())
-                .header(CONTENT_TYPE, "application/octet-stream")
-                .header(CONTENT_RANGE, format!("{start}-{end}"))
-                .header(CONTENT_LENGTH, chunk.len())
-                .body(chunk.clone());
-            match req.send().await {
+            let req = || {
+                self.http_for(loc)
+                    .request(Method::PATCH, loc.clone())
+                    .header(CONTENT_TYPE, "application/octet-stream")
+                    .header(CONTENT_RANGE, format!("{start}-{end}"))
+                    .header(CONTENT_LENGTH, chunk.len())
+                    .body(chunk.clone())
+            };
+            match self.attempt(&scope, loc, &req).await? {
                 Ok(resp) if resp.status() == StatusCode::ACCEPTED => return location(loc, &resp),
-                Ok(resp)
-                    if resp.status() == StatusCode::UNAUTHORIZED
-                        || resp.status() == StatusCode::FORBIDDEN =>
-                {
-                    return Err(ClientError::Unauthorized {
-                        url: loc.to_string(),
-                        status: resp.status().as_u16(),
-                    });
-                }
                 Ok(resp)
                     if resp.status().is_server_error()
                         || resp.status() == StatusCode::TOO_MANY_REQUESTS =>
@@ -844,9 +1356,10 @@ impl Client {
     ) -> Result<(), ClientError> {
         let mut url = loc.clone();
         url.query_pairs_mut().append_pair("digest", digest.as_str());
+        let scope = Scope::push(registry, name);
         let result = self
-            .send(&url, &|| {
-                self.http
+            .send(&scope, &url, &|| {
+                self.http_for(&url)
                     .put(url.clone())
                     .header(CONTENT_TYPE, "application/octet-stream")
                     .header(CONTENT_LENGTH, body.len())
@@ -857,7 +1370,7 @@ impl Client {
             Ok(resp) if resp.status() == StatusCode::CREATED => Ok(()),
             // A retried PUT may find its upload already committed by the first attempt.
             Ok(resp) if resp.status() == StatusCode::NOT_FOUND => {
-                if self.blob_exists(registry, name, digest).await?.is_some() {
+                if self.blob_exists_in(&scope, digest).await?.is_some() {
                     Ok(())
                 } else {
                     Err(Self::unexpected(&url, resp).await)
@@ -884,8 +1397,8 @@ impl Client {
             &format!("/v2/{}/manifests/{}", r.name(), r.manifest_ref()),
         )?;
         let resp = self
-            .send(&url, &|| {
-                self.http
+            .send(&Scope::push(r.registry(), r.name()), &url, &|| {
+                self.http_for(&url)
                     .put(url.clone())
                     .header(CONTENT_TYPE, media_type)
                     .body(bytes.clone())
@@ -903,6 +1416,14 @@ impl Client {
             });
         }
         Ok(digest)
+    }
+}
+
+/// "user alice (from /path)" or "anonymous access", for messages.
+fn who(cred: Option<&(Credential, credentials::Source)>) -> String {
+    match cred {
+        Some((c, src)) => format!("user {:?} (credentials from {src})", c.username()),
+        None => "anonymous access".to_owned(),
     }
 }
 
@@ -960,6 +1481,8 @@ async fn read_limited(resp: reqwest::Response, limit: u64) -> Result<Bytes, Read
 /// A blob body that resumes with `Range` after a transport error.
 struct ResumingBody {
     client: Client,
+    registry: String,
+    name: Name,
     url: Url,
     offset: u64,
     resumes_left: u32,
@@ -1002,10 +1525,13 @@ impl ResumingBody {
                     tokio::time::sleep(st.client.retry.delay(attempt)).await;
                     let range = format!("bytes={}-", st.offset);
                     let url = st.url.clone();
-                    let http = st.client.http.clone();
+                    let http = st.client.http_for(&url).clone();
+                    let scope = Scope::pull(&st.registry, &st.name);
                     let resp = st
                         .client
-                        .send(&url, &|| http.get(url.clone()).header(RANGE, range.clone()))
+                        .send(&scope, &url, &|| {
+                            http.get(url.clone()).header(RANGE, range.clone())
+                        })
                         .await;
                     match resp {
                         Ok(r)

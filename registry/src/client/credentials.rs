@@ -1,0 +1,827 @@
+//! Registry credentials from docker `config.json` and containers `auth.json` files, and from
+//! docker credential helpers.
+//!
+//! Files searched, first match wins ([`Keychain::from_env`]):
+//! 1. the file given by the caller (`--auth-file`, the worker's `auth_file`),
+//! 2. `$REGISTRY_AUTH_FILE` (podman, skopeo, buildah),
+//! 3. `$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`,
+//! 4. `$XDG_RUNTIME_DIR/containers/auth.json`, then `$XDG_CONFIG_HOME/containers/auth.json`
+//!    (`~/.config/containers/auth.json`), as containers-auth.json(5) reads them.
+//!
+//! `rdctl login` writes the first of 1–3 ([`Keychain::login_file`]), so what one logs in with
+//! is what every later command finds first.
+//!
+//! Within a file, for a host: `credHelpers.<host>` (run `docker-credential-<name> get`), then
+//! `auths.<host>` (`auth` = base64 `user:password`, or `identitytoken`), then `credsStore`.
+//! Keys written as URLs (`https://host/v1/`, older docker) match their host.
+//!
+//! [`AuthFile`] edits one file: unknown keys are kept, the new file is written to a temporary
+//! file with mode 0600, synced and renamed over the old one, so a crash leaves either the old
+//! or the new file, never a partial one.
+
+use std::collections::HashMap;
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use serde_json::{Map, Value};
+
+/// A credential for one registry host.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Credential {
+    /// User name and password (sent as Basic, or to the token endpoint).
+    Basic {
+        /// User name.
+        username: String,
+        /// Password.
+        password: String,
+    },
+    /// An OAuth2 refresh token (docker's `identitytoken`), exchanged at the token endpoint.
+    IdentityToken {
+        /// User name, if recorded.
+        username: String,
+        /// The refresh token.
+        token: String,
+    },
+}
+
+impl std::fmt::Debug for Credential {
+    // Never print secrets, even in debug logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Credential::Basic { username, .. } => write!(f, "Basic({username}, ***)"),
+            Credential::IdentityToken { username, .. } => {
+                write!(f, "IdentityToken({username}, ***)")
+            }
+        }
+    }
+}
+
+impl Credential {
+    /// The user name.
+    pub fn username(&self) -> &str {
+        match self {
+            Credential::Basic { username, .. } | Credential::IdentityToken { username, .. } => {
+                username
+            }
+        }
+    }
+}
+
+/// A credential file or helper could not be read or written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CredentialError {
+    /// Reading or writing the file failed.
+    #[error("{}: {action}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What was being done.
+        action: &'static str,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// The file is not a JSON object of the expected shape.
+    #[error("{}: {reason}", path.display())]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong (with line and column for JSON errors, the key path otherwise).
+        reason: String,
+    },
+    /// A credential helper failed.
+    #[error("credential helper docker-credential-{helper} {action} for {host}: {reason}")]
+    Helper {
+        /// The helper's name.
+        helper: String,
+        /// `get`, `store` or `erase`.
+        action: &'static str,
+        /// The registry host.
+        host: String,
+        /// What happened.
+        reason: String,
+    },
+}
+
+/// Where a credential came from (for messages: never the secret itself).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// An `auths` entry in this file.
+    File(PathBuf),
+    /// This credential helper.
+    Helper(String),
+    /// Given directly by the caller.
+    Explicit,
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::File(p) => write!(f, "{}", p.display()),
+            Source::Helper(h) => write!(f, "docker-credential-{h}"),
+            Source::Explicit => f.write_str("the command line"),
+        }
+    }
+}
+
+/// The host part of an `auths` key: `https://host/v1/` and `host/path` both give `host`.
+fn key_host(key: &str) -> &str {
+    let k = key
+        .strip_prefix("https://")
+        .or_else(|| key.strip_prefix("http://"))
+        .unwrap_or(key);
+    k.split('/').next().unwrap_or(k)
+}
+
+/// One docker `config.json` / containers `auth.json`, kept as JSON so unknown keys survive.
+#[derive(Debug, Clone)]
+pub struct AuthFile {
+    path: PathBuf,
+    doc: Map<String, Value>,
+}
+
+impl AuthFile {
+    /// Reads `path`; a missing file is an empty one.
+    pub fn load(path: &Path) -> Result<AuthFile, CredentialError> {
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Ok(AuthFile {
+                    path: path.to_owned(),
+                    doc: Map::new(),
+                });
+            }
+            Err(source) => {
+                return Err(CredentialError::Io {
+                    path: path.to_owned(),
+                    action: "cannot read",
+                    source,
+                });
+            }
+        };
+        let fmt = |reason: String| CredentialError::Format {
+            path: path.to_owned(),
+            reason,
+        };
+        // An empty file (touched, never written) is an empty configuration, as docker treats it.
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(AuthFile {
+                path: path.to_owned(),
+                doc: Map::new(),
+            });
+        }
+        let doc: Value = serde_json::from_slice(&bytes).map_err(|e| {
+            fmt(format!(
+                "not JSON (line {}, column {}): {e}",
+                e.line(),
+                e.column()
+            ))
+        })?;
+        let Value::Object(doc) = doc else {
+            return Err(fmt("not a JSON object".to_owned()));
+        };
+        for key in ["auths", "credHelpers"] {
+            if doc.get(key).is_some_and(|v| !v.is_object()) {
+                return Err(fmt(format!("{key} is not an object")));
+            }
+        }
+        if doc.get("credsStore").is_some_and(|v| !v.is_string()) {
+            return Err(fmt("credsStore is not a string".to_owned()));
+        }
+        Ok(AuthFile {
+            path: path.to_owned(),
+            doc,
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The credential helper for `host` (`credHelpers.<host>`, else `credsStore`).
+    pub fn helper(&self, host: &str) -> Option<&str> {
+        self.doc
+            .get("credHelpers")
+            .and_then(|h| h.get(host))
+            .and_then(Value::as_str)
+            .or_else(|| self.doc.get("credsStore").and_then(Value::as_str))
+            .filter(|s| !s.is_empty())
+    }
+
+    fn auths(&self) -> Option<&Map<String, Value>> {
+        self.doc.get("auths").and_then(Value::as_object)
+    }
+
+    /// The `auths` entry for `host` (exact key first, then URL-style keys).
+    pub fn get(&self, host: &str) -> Result<Option<Credential>, CredentialError> {
+        let Some(auths) = self.auths() else {
+            return Ok(None);
+        };
+        let entry = auths.get(host).map(|v| (host, v)).or_else(|| {
+            auths
+                .iter()
+                .find(|(k, _)| key_host(k) == host)
+                .map(|(k, v)| (k.as_str(), v))
+        });
+        let Some((key, entry)) = entry else {
+            return Ok(None);
+        };
+        let fmt = |reason: String| CredentialError::Format {
+            path: self.path.clone(),
+            reason: format!("auths.{key}: {reason}"),
+        };
+        let str_field = |name: &str| entry.get(name).and_then(Value::as_str).unwrap_or("");
+        let (mut username, mut password) = (String::new(), String::new());
+        let auth = str_field("auth");
+        if !auth.is_empty() {
+            let raw = B64
+                .decode(auth.trim())
+                .map_err(|e| fmt(format!("auth is not base64: {e}")))?;
+            let s = String::from_utf8(raw).map_err(|_| fmt("auth is not UTF-8".to_owned()))?;
+            let (u, p) = s
+                .split_once(':')
+                .ok_or_else(|| fmt("auth is not base64 of user:password".to_owned()))?;
+            (username, password) = (u.to_owned(), p.to_owned());
+        } else if !str_field("username").is_empty() {
+            (username, password) = (
+                str_field("username").to_owned(),
+                str_field("password").to_owned(),
+            );
+        }
+        let token = str_field("identitytoken");
+        if !token.is_empty() {
+            return Ok(Some(Credential::IdentityToken {
+                username,
+                token: token.to_owned(),
+            }));
+        }
+        if username.is_empty() && password.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Credential::Basic { username, password }))
+    }
+
+    /// Sets `auths.<host>` to the credential, keeping other keys of the entry and the file.
+    pub fn set(&mut self, host: &str, cred: &Credential) {
+        let auths = self
+            .doc
+            .entry("auths")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !auths.is_object() {
+            *auths = Value::Object(Map::new());
+        }
+        let Value::Object(auths) = auths else {
+            unreachable!("made an object above")
+        };
+        let entry = auths
+            .entry(host)
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !entry.is_object() {
+            *entry = Value::Object(Map::new());
+        }
+        let Value::Object(entry) = entry else {
+            unreachable!("made an object above")
+        };
+        for k in ["username", "password", "identitytoken", "auth"] {
+            entry.remove(k);
+        }
+        match cred {
+            Credential::Basic { username, password } => {
+                entry.insert(
+                    "auth".into(),
+                    Value::String(B64.encode(format!("{username}:{password}"))),
+                );
+            }
+            Credential::IdentityToken { username, token } => {
+                entry.insert(
+                    "auth".into(),
+                    Value::String(B64.encode(format!("{username}:"))),
+                );
+                entry.insert("identitytoken".into(), Value::String(token.clone()));
+            }
+        }
+    }
+
+    /// Removes every `auths` entry for `host` (also URL-style keys); true if one was there.
+    pub fn remove(&mut self, host: &str) -> bool {
+        let Some(Value::Object(auths)) = self.doc.get_mut("auths") else {
+            return false;
+        };
+        let before = auths.len();
+        auths.retain(|k, _| key_host(k) != host);
+        before != auths.len()
+    }
+
+    /// Writes the file atomically with mode 0600 (its directory is created with 0700).
+    pub fn save(&self) -> Result<(), CredentialError> {
+        let io_err = |action, source| CredentialError::Io {
+            path: self.path.clone(),
+            action,
+            source,
+        };
+        let dir = match self.path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
+            _ => PathBuf::from("."),
+        };
+        if !dir.exists() {
+            let mut b = std::fs::DirBuilder::new();
+            b.recursive(true);
+            #[cfg(unix)]
+            std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+            b.create(&dir)
+                .map_err(|e| io_err("cannot create the directory", e))?;
+        }
+        let mut bytes = serde_json::to_vec_pretty(&self.doc).expect("a JSON map serializes");
+        bytes.push(b'\n');
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".rdctl-auth-")
+            .permissions(private_mode())
+            .tempfile_in(&dir)
+            .map_err(|e| io_err("cannot create a temporary file beside", e))?;
+        tmp.write_all(&bytes)
+            .and_then(|()| tmp.as_file().sync_all())
+            .map_err(|e| io_err("cannot write", e))?;
+        tmp.persist(&self.path)
+            .map_err(|e| io_err("cannot replace", e.error))?;
+        // The rename is durable only once the directory is synced.
+        if let Ok(d) = std::fs::File::open(&dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+}
+
+fn private_mode() -> std::fs::Permissions {
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::PermissionsExt::from_mode(0o600)
+    }
+    #[cfg(not(unix))]
+    {
+        std::fs::metadata(".").expect("cwd").permissions()
+    }
+}
+
+/// Runs `docker-credential-<helper> <action>` with `input` on stdin; returns stdout.
+fn run_helper(
+    helper: &str,
+    action: &'static str,
+    host: &str,
+    input: &[u8],
+) -> Result<Result<Vec<u8>, String>, CredentialError> {
+    let err = |reason: String| CredentialError::Helper {
+        helper: helper.to_owned(),
+        action,
+        host: host.to_owned(),
+        reason,
+    };
+    let mut child = Command::new(format!("docker-credential-{helper}"))
+        .arg(action)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| err(format!("cannot run it: {e}")))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(input)
+            .map_err(|e| err(format!("cannot write its input: {e}")))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| err(format!("cannot wait for it: {e}")))?;
+    if out.status.success() {
+        Ok(Ok(out.stdout))
+    } else {
+        let msg = String::from_utf8_lossy(if out.stdout.is_empty() {
+            &out.stderr
+        } else {
+            &out.stdout
+        })
+        .trim()
+        .chars()
+        .take(300)
+        .collect();
+        Ok(Err(msg))
+    }
+}
+
+/// Asks a credential helper for `host`'s credential (`None` when it has none).
+pub fn helper_get(helper: &str, host: &str) -> Result<Option<Credential>, CredentialError> {
+    let out = match run_helper(helper, "get", host, host.as_bytes())? {
+        Ok(out) => out,
+        // The helper protocol's "not found" answer.
+        Err(msg) if msg.contains("credentials not found") => return Ok(None),
+        Err(msg) => {
+            return Err(CredentialError::Helper {
+                helper: helper.to_owned(),
+                action: "get",
+                host: host.to_owned(),
+                reason: format!("failed: {msg}"),
+            });
+        }
+    };
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        #[serde(rename = "Username", default)]
+        username: String,
+        #[serde(rename = "Secret", default)]
+        secret: String,
+    }
+    let a: Answer = serde_json::from_slice(&out).map_err(|e| CredentialError::Helper {
+        helper: helper.to_owned(),
+        action: "get",
+        host: host.to_owned(),
+        reason: format!("answer is not the helper JSON: {e}"),
+    })?;
+    if a.secret.is_empty() {
+        return Ok(None);
+    }
+    // Docker's convention: the user name `<token>` marks an identity token.
+    Ok(Some(if a.username == "<token>" {
+        Credential::IdentityToken {
+            username: String::new(),
+            token: a.secret,
+        }
+    } else {
+        Credential::Basic {
+            username: a.username,
+            password: a.secret,
+        }
+    }))
+}
+
+/// Stores a credential with a helper.
+pub fn helper_store(helper: &str, host: &str, cred: &Credential) -> Result<(), CredentialError> {
+    let (user, secret) = match cred {
+        Credential::Basic { username, password } => (username.as_str(), password.as_str()),
+        Credential::IdentityToken { token, .. } => ("<token>", token.as_str()),
+    };
+    let input = serde_json::json!({"ServerURL": host, "Username": user, "Secret": secret});
+    match run_helper(helper, "store", host, input.to_string().as_bytes())? {
+        Ok(_) => Ok(()),
+        Err(msg) => Err(CredentialError::Helper {
+            helper: helper.to_owned(),
+            action: "store",
+            host: host.to_owned(),
+            reason: format!("failed: {msg}"),
+        }),
+    }
+}
+
+/// Erases a helper's credential for `host`; a helper that has none is fine.
+pub fn helper_erase(helper: &str, host: &str) -> Result<(), CredentialError> {
+    match run_helper(helper, "erase", host, host.as_bytes())? {
+        Ok(_) => Ok(()),
+        Err(msg) if msg.contains("credentials not found") => Ok(()),
+        Err(msg) => Err(CredentialError::Helper {
+            helper: helper.to_owned(),
+            action: "erase",
+            host: host.to_owned(),
+            reason: format!("failed: {msg}"),
+        }),
+    }
+}
+
+/// Finds credentials for registry hosts in an ordered list of files (see the module docs).
+/// Answers are cached per host for the life of the keychain (helpers run once per host).
+#[derive(Debug, Default)]
+pub struct Keychain {
+    files: Vec<PathBuf>,
+    fixed: HashMap<String, Credential>,
+    cache: Mutex<HashMap<String, Option<(Credential, Source)>>>,
+}
+
+impl Clone for Keychain {
+    fn clone(&self) -> Self {
+        Keychain {
+            files: self.files.clone(),
+            fixed: self.fixed.clone(),
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// The process environment the keychain reads (a seam so tests need not change the real one).
+#[derive(Debug, Clone, Default)]
+pub struct Env {
+    /// `$HOME`.
+    pub home: Option<PathBuf>,
+    /// `$DOCKER_CONFIG`.
+    pub docker_config: Option<PathBuf>,
+    /// `$REGISTRY_AUTH_FILE`.
+    pub registry_auth_file: Option<PathBuf>,
+    /// `$XDG_RUNTIME_DIR`.
+    pub xdg_runtime_dir: Option<PathBuf>,
+    /// `$XDG_CONFIG_HOME`.
+    pub xdg_config_home: Option<PathBuf>,
+}
+
+impl Env {
+    /// The current process's environment (empty values count as unset).
+    pub fn current() -> Env {
+        let var = |k: &str| {
+            std::env::var_os(k)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
+        Env {
+            home: var("HOME"),
+            docker_config: var("DOCKER_CONFIG"),
+            registry_auth_file: var("REGISTRY_AUTH_FILE"),
+            xdg_runtime_dir: var("XDG_RUNTIME_DIR"),
+            xdg_config_home: var("XDG_CONFIG_HOME"),
+        }
+    }
+
+    fn docker_config_json(&self) -> Option<PathBuf> {
+        match (&self.docker_config, &self.home) {
+            (Some(d), _) => Some(d.join("config.json")),
+            (None, Some(h)) => Some(h.join(".docker").join("config.json")),
+            (None, None) => None,
+        }
+    }
+}
+
+impl Keychain {
+    /// A keychain with no credentials (anonymous access only).
+    pub fn empty() -> Keychain {
+        Keychain::default()
+    }
+
+    /// The search list for `explicit` (`--auth-file`) and the environment.
+    pub fn from_env(explicit: Option<&Path>, env: &Env) -> Keychain {
+        let mut files: Vec<PathBuf> = Vec::new();
+        files.extend(explicit.map(Path::to_owned));
+        files.extend(env.registry_auth_file.clone());
+        files.extend(env.docker_config_json());
+        files.extend(
+            env.xdg_runtime_dir
+                .as_ref()
+                .map(|d| d.join("containers/auth.json")),
+        );
+        match (&env.xdg_config_home, &env.home) {
+            (Some(c), _) => files.push(c.join("containers/auth.json")),
+            (None, Some(h)) => files.push(h.join(".config/containers/auth.json")),
+            (None, None) => {}
+        }
+        let mut seen = std::collections::HashSet::new();
+        files.retain(|f| seen.insert(f.clone()));
+        Keychain {
+            files,
+            ..Keychain::default()
+        }
+    }
+
+    /// The file `rdctl login` writes: `explicit`, else `$REGISTRY_AUTH_FILE`, else the docker
+    /// config file.
+    pub fn login_file(explicit: Option<&Path>, env: &Env) -> Option<PathBuf> {
+        explicit
+            .map(Path::to_owned)
+            .or_else(|| env.registry_auth_file.clone())
+            .or_else(|| env.docker_config_json())
+    }
+
+    /// Adds a credential for `host` that wins over every file (e.g. `--creds`).
+    pub fn with_credential(mut self, host: &str, cred: Credential) -> Keychain {
+        self.fixed.insert(host.to_owned(), cred);
+        self
+    }
+
+    /// The files searched, in order.
+    pub fn files(&self) -> &[PathBuf] {
+        &self.files
+    }
+
+    /// The credential for `host` and where it came from; `None` means anonymous.
+    pub fn get(&self, host: &str) -> Result<Option<(Credential, Source)>, CredentialError> {
+        if let Some(c) = self.fixed.get(host) {
+            return Ok(Some((c.clone(), Source::Explicit)));
+        }
+        if let Some(hit) = self.cache.lock().expect("keychain lock").get(host) {
+            return Ok(hit.clone());
+        }
+        let found = self.lookup(host)?;
+        self.cache
+            .lock()
+            .expect("keychain lock")
+            .insert(host.to_owned(), found.clone());
+        Ok(found)
+    }
+
+    fn lookup(&self, host: &str) -> Result<Option<(Credential, Source)>, CredentialError> {
+        for path in &self.files {
+            let file = AuthFile::load(path)?;
+            let helper = file.helper(host).map(str::to_owned);
+            let per_host = file
+                .doc
+                .get("credHelpers")
+                .and_then(|h| h.get(host))
+                .is_some();
+            if per_host && let Some(h) = &helper {
+                if let Some(c) = helper_get(h, host)? {
+                    return Ok(Some((c, Source::Helper(h.clone()))));
+                }
+                continue;
+            }
+            if let Some(c) = file.get(host)? {
+                return Ok(Some((c, Source::File(path.clone()))));
+            }
+            if let Some(h) = &helper
+                && let Some(c) = helper_get(h, host)?
+            {
+                return Ok(Some((c, Source::Helper(h.clone()))));
+            }
+        }
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn reads_auth_identitytoken_and_url_keys() {
+        let d = tempfile::tempdir().unwrap();
+        let p = write(
+            d.path(),
+            "config.json",
+            &format!(
+                r#"{{"auths": {{
+                    "reg.example:5000": {{"auth": "{}"}},
+                    "https://old.example/v1/": {{"auth": "{}"}},
+                    "tok.example": {{"auth": "{}", "identitytoken": "refresh-1"}},
+                    "empty.example": {{}}
+                }}, "psFormat": "table"}}"#,
+                B64.encode("alice:s3:cret"),
+                B64.encode("bob:pw"),
+                B64.encode("carol:"),
+            ),
+        );
+        let f = AuthFile::load(&p).unwrap();
+        assert_eq!(
+            f.get("reg.example:5000").unwrap(),
+            Some(Credential::Basic {
+                username: "alice".into(),
+                password: "s3:cret".into()
+            })
+        );
+        assert_eq!(f.get("old.example").unwrap().unwrap().username(), "bob");
+        assert_eq!(
+            f.get("tok.example").unwrap(),
+            Some(Credential::IdentityToken {
+                username: "carol".into(),
+                token: "refresh-1".into()
+            })
+        );
+        assert_eq!(f.get("empty.example").unwrap(), None);
+        assert_eq!(f.get("other.example").unwrap(), None);
+    }
+
+    #[test]
+    fn bad_files_name_the_file_and_the_key() {
+        let d = tempfile::tempdir().unwrap();
+        let p = write(
+            d.path(),
+            "a.json",
+            "{\"auths\": {\n  \"h\": {\"auth\": \"%%\"}}}",
+        );
+        let e = AuthFile::load(&p)
+            .unwrap()
+            .get("h")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("a.json") && e.contains("auths.h") && e.contains("base64"),
+            "{e}"
+        );
+        let p = write(d.path(), "b.json", "{\"auths\": [}");
+        let e = AuthFile::load(&p).unwrap_err().to_string();
+        assert!(e.contains("b.json") && e.contains("line 1"), "{e}");
+        let p = write(d.path(), "c.json", "{\"auths\": []}");
+        let e = AuthFile::load(&p).unwrap_err().to_string();
+        assert!(e.contains("auths is not an object"), "{e}");
+        let p = write(d.path(), "d.json", "");
+        assert!(AuthFile::load(&p).unwrap().get("h").unwrap().is_none());
+    }
+
+    #[test]
+    fn set_remove_save_keep_unknown_keys_and_mode() {
+        let d = tempfile::tempdir().unwrap();
+        let p = write(
+            d.path(),
+            "cfg/config.json",
+            r#"{"auths": {"keep.example": {"auth": "eDp5", "email": "x@y"}}, "credHelpers": {}, "detachKeys": "ctrl-e"}"#,
+        );
+        let mut f = AuthFile::load(&p).unwrap();
+        let cred = Credential::Basic {
+            username: "u".into(),
+            password: "p".into(),
+        };
+        f.set("new.example", &cred);
+        f.set("keep.example", &cred);
+        f.save().unwrap();
+        let v: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+        assert_eq!(v["detachKeys"], "ctrl-e");
+        assert_eq!(v["auths"]["keep.example"]["email"], "x@y");
+        assert_eq!(v["auths"]["new.example"]["auth"], B64.encode("u:p"));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600);
+        }
+        let mut f = AuthFile::load(&p).unwrap();
+        assert!(f.remove("new.example"));
+        assert!(!f.remove("new.example"));
+        f.save().unwrap();
+        let f = AuthFile::load(&p).unwrap();
+        assert!(f.get("new.example").unwrap().is_none());
+        assert_eq!(f.get("keep.example").unwrap(), Some(cred));
+        // No temporary file is left beside it.
+        let names: Vec<_> = std::fs::read_dir(p.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["config.json"]);
+    }
+
+    #[test]
+    fn precedence_of_files() {
+        let d = tempfile::tempdir().unwrap();
+        let env = Env {
+            home: Some(d.path().join("home")),
+            docker_config: None,
+            registry_auth_file: Some(d.path().join("raf.json")),
+            xdg_runtime_dir: Some(d.path().join("run")),
+            xdg_config_home: None,
+        };
+        let k = Keychain::from_env(Some(&d.path().join("explicit.json")), &env);
+        let rel: Vec<_> = k
+            .files()
+            .iter()
+            .map(|p| {
+                p.strip_prefix(d.path())
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        assert_eq!(
+            rel,
+            [
+                "explicit.json",
+                "raf.json",
+                "home/.docker/config.json",
+                "run/containers/auth.json",
+                "home/.config/containers/auth.json"
+            ]
+        );
+        let entry = |u: &str| {
+            format!(
+                r#"{{"auths":{{"h":{{"auth":"{}"}}}}}}"#,
+                B64.encode(format!("{u}:p"))
+            )
+        };
+        write(d.path(), "run/containers/auth.json", &entry("podman"));
+        assert_eq!(k.get("h").unwrap().unwrap().0.username(), "podman");
+        write(d.path(), "home/.docker/config.json", &entry("docker"));
+        let k = k.clone(); // a fresh cache
+        let (c, src) = k.get("h").unwrap().unwrap();
+        assert_eq!(c.username(), "docker");
+        assert_eq!(src, Source::File(d.path().join("home/.docker/config.json")));
+        let env2 = Env {
+            docker_config: Some(d.path().join("dc")),
+            ..env.clone()
+        };
+        assert_eq!(
+            Keychain::login_file(
+                None,
+                &Env {
+                    registry_auth_file: None,
+                    ..env2.clone()
+                }
+            ),
+            Some(d.path().join("dc/config.json"))
+        );
+        assert_eq!(
+            Keychain::login_file(None, &env2),
+            Some(d.path().join("raf.json"))
+        );
+    }
+}
