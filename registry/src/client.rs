@@ -212,9 +212,9 @@ pub enum ClientError {
     Credentials {
         /// The registry host.
         registry: String,
-        /// The cause.
+        /// The cause (boxed: it is large and rare).
         #[source]
-        source: CredentialError,
+        source: Box<CredentialError>,
     },
     /// A CA file or client certificate could not be loaded.
     #[error("{}: {reason}", path.display())]

@@ -91,7 +91,7 @@ impl AuthState {
             .get(host)
             .map_err(|source| super::ClientError::Credentials {
                 registry: host.to_owned(),
-                source,
+                source: Box::new(source),
             })
     }
 
