@@ -105,6 +105,8 @@ pub struct Server {
     /// The address it listens on.
     pub addr: SocketAddr,
     log: Arc<Mutex<VecDeque<String>>>,
+    /// The thread copying stderr into `log`; it ends at EOF, after the process exited.
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Server {
@@ -159,7 +161,7 @@ impl Server {
         let (tx, rx) = mpsc::channel();
         let stderr = child.stderr.take().expect("piped stderr");
         let l = log.clone();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some(rest) = line.split("registry listening on ").nth(1) {
                     let addr = rest.split_whitespace().next().unwrap_or("").to_owned();
@@ -188,7 +190,12 @@ impl Server {
                 );
             }
         };
-        Server { child, addr, log }
+        Server {
+            child,
+            addr,
+            log,
+            reader: Some(reader),
+        }
     }
 
     /// `HOST:PORT`.
@@ -217,6 +224,17 @@ impl Server {
         let start = Instant::now();
         while start.elapsed() < limit {
             if let Some(st) = self.child.try_wait().expect("wait for rdctl") {
+                // The process is gone but its last lines may still be in the pipe: let the
+                // reader reach EOF so `log_tail` holds everything it wrote.
+                if let Some(r) = self.reader.take() {
+                    let until = Instant::now() + Duration::from_secs(5);
+                    while !r.is_finished() && Instant::now() < until {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    if r.is_finished() {
+                        let _ = r.join();
+                    }
+                }
                 return Some(st);
             }
             std::thread::sleep(Duration::from_millis(20));
