@@ -498,7 +498,11 @@ async fn unauthorized_is_final_and_server_errors_are_retried() {
         "500 is retried up to the attempts"
     );
     let denied = node.status("denied").last_error.unwrap();
-    assert!(denied.contains("access denied (401)"), "{denied}");
+    // The client names the registry, the status and what to do (log in).
+    assert!(
+        denied.contains("401 Unauthorized") && denied.contains("log in"),
+        "{denied}"
+    );
     let failing = node.status("failing").last_error.unwrap();
     assert!(
         failing.contains("still failing after 4 attempts"),
