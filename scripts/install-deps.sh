@@ -21,8 +21,8 @@
 #   .tools/stamps/<tool>        the pinned version each tool was built from; a tool is rebuilt
 #                               only when its stamp differs from the pin or its binary is gone
 #   .cache/go, .cache/pip       Go module/build caches and pip cache, reused across runs
-# Debian packages (skopeo, umoci 0.4.7, zstd, pigz) are installed with apt only when one is
-# missing; apt-get update runs only then.
+# Debian packages (skopeo, umoci 0.4.7, zstd, pigz, docker-registry = CNCF distribution 2.8.2)
+# are installed with apt only when one is missing; apt-get update runs only then.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,7 +32,7 @@ STAMPS="$TOOLS/stamps"
 CACHE="$ROOT/.cache"
 
 # ---- pins (keep in sync with the design's "Real peers used in tests") --------------------
-APT_PKGS=(skopeo umoci zstd pigz)
+APT_PKGS=(skopeo umoci zstd pigz docker-registry)
 CRANE_PKG=github.com/google/go-containerregistry/cmd/crane
 CRANE_VER=v0.22.1
 ORAS_PKG=oras.land/oras/cmd/oras
