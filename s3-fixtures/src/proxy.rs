@@ -122,6 +122,7 @@ pub enum Fault {
 #[derive(Debug, Clone)]
 pub struct Rule {
     op: Option<S3Op>,
+    path: Option<String>,
     fault: Fault,
     skip: u64,
     times: Option<u64>,
@@ -135,6 +136,7 @@ impl Rule {
     pub fn new(fault: Fault) -> Rule {
         Rule {
             op: None,
+            path: None,
             fault,
             skip: 0,
             times: None,
@@ -147,6 +149,13 @@ impl Rule {
     /// Only requests performing `op`.
     pub fn on(mut self, op: S3Op) -> Rule {
         self.op = Some(op);
+        self
+    }
+
+    /// Only requests whose path (bucket and key, no query) contains `part`: aims a fault at one
+    /// object, such as the final write of a blob, whatever else the client does around it.
+    pub fn path_contains(mut self, part: impl Into<String>) -> Rule {
+        self.path = Some(part.into());
         self
     }
 
@@ -186,11 +195,14 @@ impl State {
         (self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
     }
 
-    fn decide(&mut self, op: S3Op) -> Option<Fault> {
+    fn decide(&mut self, op: S3Op, path: &str) -> Option<Fault> {
         *self.requests.entry(op).or_default() += 1;
         for i in 0..self.rules.len() {
             let r = &mut self.rules[i];
-            if r.op.is_some_and(|o| o != op) || r.times.is_some_and(|t| r.applied >= t) {
+            if r.op.is_some_and(|o| o != op)
+                || r.path.as_deref().is_some_and(|p| !path.contains(p))
+                || r.times.is_some_and(|t| r.applied >= t)
+            {
                 continue;
             }
             r.seen += 1;
@@ -303,7 +315,10 @@ async fn handle(
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, BoxError> {
     let op = S3Op::of(&req);
-    let fault = state.lock().unwrap_or_else(|e| e.into_inner()).decide(op);
+    let fault = state
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .decide(op, req.uri().path());
     match fault {
         Some(Fault::Status(code)) => {
             // Read the body first, as a server would, so the client is not cut off mid-send.

@@ -26,6 +26,8 @@ use super::{
 
 const NAME: &str = "fs";
 const LOCK_STRIPES: u32 = 256;
+/// How long opening a staging area waits for a just-dropped writer to let go of it.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A [`Store`] on a local directory.
 #[derive(Debug, Clone)]
@@ -327,16 +329,28 @@ impl Store for FsStore {
                     opts.create(true);
                 }
                 let f = with_parent(&p, || opts.open(&p)).map_err(|e| map_io(&k2, e))?;
-                match f.try_lock() {
-                    Ok(()) => {}
-                    Err(fs::TryLockError::WouldBlock) => {
-                        return Err(StoreError::PreconditionFailed {
-                            store: NAME,
-                            key: k2.clone(),
-                            reason: "another writer has the staging area open".to_owned(),
-                        });
+                // A writer dropped a moment ago (its request ended or was cut off) can still
+                // hold the lock: tokio hands its last write to a blocking thread, which owns the
+                // file until the write is done. Wait that out, briefly; a live writer keeps the
+                // lock far longer and the caller is refused.
+                let deadline = std::time::Instant::now() + LOCK_WAIT;
+                loop {
+                    match f.try_lock() {
+                        Ok(()) => break,
+                        Err(fs::TryLockError::WouldBlock)
+                            if std::time::Instant::now() < deadline =>
+                        {
+                            std::thread::sleep(std::time::Duration::from_millis(5));
+                        }
+                        Err(fs::TryLockError::WouldBlock) => {
+                            return Err(StoreError::PreconditionFailed {
+                                store: NAME,
+                                key: k2.clone(),
+                                reason: "another writer has the staging area open".to_owned(),
+                            });
+                        }
+                        Err(fs::TryLockError::Error(e)) => return Err(backend(&k2, e)),
                     }
-                    Err(fs::TryLockError::Error(e)) => return Err(backend(&k2, e)),
                 }
                 let len = f.metadata().map_err(|e| backend(&k2, e))?.len();
                 let at = resume_at.unwrap_or(0);

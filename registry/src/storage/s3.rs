@@ -529,6 +529,42 @@ impl Inner {
         }
     }
 
+    /// Decides what a failed create of the reference at `dest` (pointing at `data`) means. The
+    /// write may have landed with its answer lost, and the SDK's retry then saw 412: the
+    /// reference there is ours, the blob is published, and deleting `data` would leave an
+    /// acknowledged blob pointing at nothing. Only a reference known to be someone else's, or
+    /// no reference after a definite refusal, lets the data go; when the outcome cannot be
+    /// told the data stays (an orphan object costs space; a dangling reference loses a blob).
+    async fn settle_failed_publish(
+        &self,
+        dest: &Key,
+        data: &str,
+        err: StoreError,
+    ) -> StoreResult<String> {
+        let definite = matches!(err, StoreError::AlreadyExists { .. });
+        let forget_data = match self.head(dest).await {
+            Ok(h) if h.kind.as_deref() == Some(KIND_REF) && h.data.as_deref() == Some(data) => {
+                tracing::info!(key = %dest, error = %err, "the blob reference was written; its answer was lost");
+                return Ok(String::new());
+            }
+            // Another writer published the same content first.
+            Ok(_) => true,
+            Err(StoreError::NotFound { .. }) => definite,
+            Err(e) => {
+                tracing::warn!(key = %dest, error = %e, "could not tell whether a blob was published");
+                false
+            }
+        };
+        if forget_data {
+            if let Err(e) = self.delete_object(dest, data).await {
+                tracing::warn!(key = %dest, error = %e, "could not delete unpublished blob data");
+            }
+        } else {
+            tracing::warn!(key = %dest, object = %data, error = %err, "kept the data of a blob whose publish failed with no clear outcome");
+        }
+        Err(err)
+    }
+
     async fn get_range(&self, key: &Key, object: &str, from: u64, to: u64) -> StoreResult<Bytes> {
         let out = self
             .client
@@ -1182,16 +1218,13 @@ impl Core {
                 (META_DATA, m.key.clone()),
                 (META_SIZE, size.to_string()),
             ];
-            let r = inner
+            match inner
                 .put_object(&dest, &dest_object, Bytes::new(), true, None, &meta)
-                .await;
-            if r.is_err() {
-                // Not published (taken or failed): the completed data belongs to nobody.
-                if let Err(e) = inner.delete_object(&dest, &m.key).await {
-                    tracing::warn!(key = %dest, error = %e, "could not delete unpublished blob data");
-                }
+                .await
+            {
+                Ok(etag) => Ok(etag),
+                Err(e) => inner.settle_failed_publish(&dest, &m.key, e).await,
             }
-            r
         };
         match &published {
             Ok(_) | Err(StoreError::AlreadyExists { .. }) => {

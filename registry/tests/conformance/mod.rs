@@ -26,6 +26,7 @@ macro_rules! store_suite {
             staged_bytes_are_invisible_until_commit,
             suspend_and_resume_continue_the_stream,
             resume_cuts_back_to_the_recorded_offset,
+            resume_right_after_a_dropped_writer,
             resume_past_the_staged_bytes_fails,
             resume_of_a_missing_staging_area_is_not_found,
             a_busy_staging_area_refuses_a_second_writer,
@@ -266,6 +267,30 @@ pub async fn resume_cuts_back_to_the_recorded_offset(store: Arc<dyn Store>) {
     let dest = key("blobs/s3");
     w.commit(dest.clone()).await.unwrap();
     assert_eq!(read_all(&*store, &dest, 0).await, b"keep+ok");
+    store.delete(&dest).await.unwrap();
+}
+
+/// A request cut off mid-write drops its writer, and the client's retry reopens the staging
+/// area at once: the store must not refuse it as busy while the dropped writer's last write is
+/// still settling (CI once saw the filesystem store do so).
+pub async fn resume_right_after_a_dropped_writer(store: Arc<dyn Store>) {
+    let staging = key("staging/s5");
+    let mut w = store.writer(&staging, None).await.unwrap();
+    w.write_all(b"base").await.unwrap();
+    w.suspend().await.unwrap();
+    let chunk = vec![7u8; 256 << 10];
+    for round in 0..20 {
+        let mut w = store.writer(&staging, Some(4)).await.unwrap_or_else(|e| {
+            panic!("round {round}: reopening right after a dropped writer: {e}")
+        });
+        w.write_all(&chunk).await.unwrap();
+        drop(w);
+    }
+    let mut w = store.writer(&staging, Some(4)).await.unwrap();
+    w.write_all(b"!").await.unwrap();
+    let dest = key("blobs/s5");
+    assert_eq!(w.commit(dest.clone()).await.unwrap().size, 5);
+    assert_eq!(read_all(&*store, &dest, 0).await, b"base!");
     store.delete(&dest).await.unwrap();
 }
 
