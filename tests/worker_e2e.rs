@@ -211,7 +211,7 @@ fn assert_same_tree(what: &str, ours: &Path, theirs: &Path, owners: bool) {
 }
 
 /// An IPS repository published with `rdctl ips publish`, an image file and its lockfile.
-fn ips_image(dir: &Path) -> PathBuf {
+pub(crate) fn ips_image(dir: &Path) -> PathBuf {
     let proto = dir.join("proto");
     let files: [(&str, &[u8]); 5] = [
         (
