@@ -198,3 +198,27 @@ fn gc_cli_and_schedule_collect_only_unreachable_content() {
     }
     assert!(server.log_tail().contains("garbage collection finished"));
 }
+
+/// Output into a pipe nobody reads (`rdctl registry gc | head -0`) ends the command quietly:
+/// exit 0, no panic message.
+#[test]
+fn gc_into_a_closed_pipe_exits_quietly() {
+    let data = tempdir();
+    for json in [false, true] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let mut cmd = rdctl();
+        cmd.args(["registry", "gc", "--data", s(data.path()), "--dry-run"]);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "json={json}: {stderr}");
+        assert_eq!(out.status.code(), Some(0), "json={json}: {stderr}");
+    }
+}

@@ -1,5 +1,6 @@
 //! `rdctl registry ...`: run the OCI registry and collect its garbage.
 
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -145,8 +146,10 @@ fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
     };
     let report = registry::gc::collect_blocking(store, &opts)
         .with_context(|| format!("collecting garbage in the {where_}"))?;
+    // writeln, not println: a closed pipe (`| head`) ends the command quietly, not in a panic.
+    let mut out = std::io::stdout().lock();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
         return Ok(ExitCode::SUCCESS);
     }
     let verb = if report.dry_run {
@@ -154,7 +157,8 @@ fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
     } else {
         "deleted"
     };
-    println!(
+    writeln!(
+        out,
         "garbage collection of the {where_}{}, grace {:?}{}",
         if report.dry_run {
             " (dry run: nothing deleted)"
@@ -167,23 +171,25 @@ fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
         } else {
             ""
         },
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "kept: {} manifests and {} blobs in {} repositories; {} unreachable objects younger than the grace window; {} digests held by pushes",
         report.marked_manifests,
         report.marked_blobs,
         report.repositories,
         report.kept_young,
         report.kept_held
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "{verb}: {} blobs ({} bytes), {} blob links, {} manifest links, {} records",
         report.deleted_blobs,
         report.deleted_bytes,
         report.deleted_blob_links,
         report.deleted_manifest_links,
         report.deleted_records
-    );
+    )?;
     for d in &report.deleted {
         let kind = match d.kind {
             registry::gc::ObjectKind::Blob => "blob",
@@ -191,11 +197,11 @@ fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
             registry::gc::ObjectKind::ManifestLink => "manifest-link",
         };
         match &d.repository {
-            Some(r) => println!("  {kind} {r} {}", d.digest),
-            None => println!("  {kind} {} ({} bytes)", d.digest, d.bytes),
+            Some(r) => writeln!(out, "  {kind} {r} {}", d.digest)?,
+            None => writeln!(out, "  {kind} {} ({} bytes)", d.digest, d.bytes)?,
         }
     }
-    println!("took {:.2} s", report.elapsed_secs);
+    writeln!(out, "took {:.2} s", report.elapsed_secs)?;
     Ok(ExitCode::SUCCESS)
 }
 
