@@ -26,6 +26,7 @@ mod checks;
 mod compose;
 mod imagefile;
 mod lock;
+mod pargz;
 mod push;
 mod sbom;
 mod source;

@@ -8,10 +8,10 @@
 
 use std::io::{self, Write};
 
-use flate2::GzBuilder;
 use validator::{Algorithm, Digest, DigestingWriter};
 
 use crate::imagefile::{Compression, CompressionAlg};
+use crate::pargz::ParGzEncoder;
 
 const BLOCK: usize = 512;
 /// Largest value an 11-digit octal size or mtime field holds.
@@ -240,7 +240,7 @@ fn raw_header(
 }
 
 enum Encoder<W: Write> {
-    Gzip(flate2::write::GzEncoder<W>),
+    Gzip(ParGzEncoder<W>),
     Zstd(zstd::stream::write::Encoder<'static, W>),
 }
 
@@ -274,18 +274,16 @@ pub(crate) struct LayerDigests {
 }
 
 impl<W: Write> LayerStream<W> {
-    /// `threads` compression workers (zstd; the output does not depend on it).
+    /// `threads` compression workers (gzip and zstd; the output does not depend on it).
     pub(crate) fn new(out: W, compression: Compression, threads: u32) -> io::Result<Self> {
         let counted = DigestingWriter::new(out, Algorithm::Sha256);
         let enc = match compression.algorithm {
-            // A fixed gzip header: no name, mtime 0, OS "unknown", so the bytes do not
-            // depend on the build machine or time.
-            CompressionAlg::Gzip => Encoder::Gzip(
-                GzBuilder::new()
-                    .mtime(0)
-                    .operating_system(255)
-                    .write(counted, flate2::Compression::new(compression.level as u32)),
-            ),
+            // Blocks deflated in parallel, same bytes for any thread count (see pargz).
+            CompressionAlg::Gzip => Encoder::Gzip(ParGzEncoder::new(
+                counted,
+                compression.level.clamp(0, 9) as u32,
+                threads,
+            )),
             CompressionAlg::Zstd => {
                 let mut e = zstd::stream::write::Encoder::new(counted, compression.level)?;
                 // Checksums and sizes fixed so frames depend only on the content.
