@@ -1,7 +1,7 @@
 //! `rdctl build`: image file + lockfile → layers → OCI image layout, validated, optionally
 //! pushed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -14,6 +14,7 @@ use crate::BuildError;
 use crate::checks::check_set;
 use crate::compose::{Content, LimitWriter, Package, Tree, compose, parse_timestamp};
 use crate::imagefile::{CompressionAlg, ImageFile, Layering};
+use crate::layercache::{LayerCache, layer_key};
 use crate::lock::Lockfile;
 use crate::sbom::SBOM_ARTIFACT_TYPE;
 use crate::source::Sources;
@@ -42,6 +43,10 @@ pub struct BuildOptions {
     /// A payload cache shared across builds: payloads from depot origins are kept here by
     /// their hash, so a rebuild does not download them again.
     pub payload_cache: Option<PathBuf>,
+    /// A layer cache shared across builds: a layer whose inputs (entries, owners, modes,
+    /// times, payload actions, compression) are unchanged is copied from here, checked,
+    /// instead of being built and compressed again.
+    pub layer_cache: Option<PathBuf>,
 }
 
 /// One layer of the built image.
@@ -55,6 +60,8 @@ pub struct BuiltLayer {
     pub size: u64,
     /// What it holds: a package FMRI, or `generated`, or `image`.
     pub contents: String,
+    /// Copied from the layer cache rather than built.
+    pub cached: bool,
 }
 
 /// What a build produced.
@@ -133,7 +140,7 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
         .iter()
         .map(|p| (p.fmri.clone(), p.manifest.clone()))
         .collect();
-    let warnings: Vec<String> = check_set(&set, &filter)?
+    let mut warnings: Vec<String> = check_set(&set, &filter)?
         .iter()
         .map(ToString::to_string)
         .collect();
@@ -182,22 +189,50 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
         Layering::PerPackage => per_package_groups(&tree, &packages),
         Layering::Budget(n) => budget_groups(&tree, &packages, n as usize),
     };
+    let cache = opts.layer_cache.as_deref().map(LayerCache::new);
     let mut layers = Vec::new();
     for (label, paths) in &groups {
-        let d = write_layer(
-            &layout,
-            staging.path(),
-            &tree,
-            paths,
-            &packages,
-            &image,
-            threads,
-        )?;
+        let in_layer = with_ancestors(paths);
+        let key = cache
+            .as_ref()
+            .map(|_| layer_key(&tree, &in_layer, &packages, image.compression));
+        let restored = match (&cache, &key) {
+            (Some(c), Some(k)) => {
+                c.restore(k, &layout, image.compression)
+                    .unwrap_or_else(|reason| {
+                        warnings.push(reason);
+                        None
+                    })
+            }
+            _ => None,
+        };
+        let cached = restored.is_some();
+        let d = match restored {
+            Some(d) => d,
+            None => {
+                let (d, blob) = write_layer(
+                    &layout,
+                    staging.path(),
+                    &tree,
+                    &in_layer,
+                    &packages,
+                    &image,
+                    threads,
+                )?;
+                if let (Some(c), Some(k)) = (&cache, &key)
+                    && let Err(e) = c.store(k, blob.path(), &d)
+                {
+                    warnings.push(e);
+                }
+                d
+            }
+        };
         layers.push(BuiltLayer {
             digest: d.digest,
             diff_id: d.diff_id,
             size: d.size,
             contents: label.clone(),
+            cached,
         });
     }
 
@@ -456,17 +491,31 @@ fn budget_groups<'t>(
     own
 }
 
-/// Writes one layer holding `paths` of the tree (plus their parent directories) into the
-/// layout and returns its digests.
+/// `paths` and every ancestor directory, in tree (byte) order: the entries of one layer.
+fn with_ancestors<'a>(paths: &[&'a str]) -> BTreeSet<&'a str> {
+    let mut in_layer = BTreeSet::new();
+    for p in paths {
+        in_layer.insert(*p);
+        let mut cur = *p;
+        while let Some((parent, _)) = cur.rsplit_once('/') {
+            in_layer.insert(parent);
+            cur = parent;
+        }
+    }
+    in_layer
+}
+
+/// Writes one layer holding the entries `in_layer` of the tree into the layout and returns
+/// its digests and the compressed blob's temporary file (for the layer cache).
 fn write_layer(
     layout: &ImageLayout,
     staging: &Path,
     tree: &Tree,
-    paths: &[&str],
+    in_layer: &BTreeSet<&str>,
     packages: &[Package<'_>],
     image: &ImageFile,
     threads: u32,
-) -> Result<LayerDigests, BuildError> {
+) -> Result<(LayerDigests, tempfile::NamedTempFile), BuildError> {
     let io_err = |path: &Path| {
         let path = path.to_owned();
         move |source| BuildError::Io { path, source }
@@ -481,18 +530,8 @@ fn write_layer(
     .map_err(io_err(tmp.path()))?;
     let mut tar = TarWriter::new(stream);
 
-    // The layer's entries: the paths and every ancestor, in tree (byte) order.
-    let mut in_layer: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
-    for p in paths {
-        in_layer.insert(p);
-        let mut cur = *p;
-        while let Some((parent, _)) = cur.rsplit_once('/') {
-            in_layer.insert(parent);
-            cur = parent;
-        }
-    }
     let tp = tmp.path().to_owned();
-    for path in &in_layer {
+    for path in in_layer {
         let node = &tree[*path];
         match &node.content {
             Content::Dir => tar.header(path, Kind::Dir, &node.meta),
@@ -527,7 +566,7 @@ fn write_layer(
         Algorithm::Sha256,
         Some((&digests.digest, digests.size)),
     )?;
-    Ok(digests)
+    Ok((digests, tmp))
 }
 
 /// Streams one payload file into the tar: header from `pkg.size`, then the payload as the

@@ -25,6 +25,7 @@ mod build;
 mod checks;
 mod compose;
 mod imagefile;
+mod layercache;
 mod lock;
 mod pargz;
 mod push;

@@ -838,6 +838,116 @@ fn a_payload_cache_serves_rebuilds_without_the_depot_payloads() {
     drop(server);
 }
 
+/// Per-package layers through a layer cache: a rebuild copies every layer from the cache
+/// (the repository's payloads are gone and not needed), gives the same image, and a change to
+/// one package's inputs rebuilds only its layer; a damaged cache entry is refused and rebuilt.
+#[test]
+fn a_layer_cache_rebuilds_only_changed_layers_and_refuses_damaged_entries() {
+    let f = fixture(&[]);
+    fs::write(
+        f.image_file(),
+        format!("{IMAGE}\n[layering]\nstrategy = \"per-package\"\n"),
+    )
+    .unwrap();
+    lock_it(&f);
+    let cache = f.root().join("layer-cache");
+    let opts = |out: &str, epoch: Option<u64>| BuildOptions {
+        output: Some(f.root().join(out)),
+        layer_cache: Some(cache.clone()),
+        source_date_epoch: epoch,
+        ..BuildOptions::default()
+    };
+    let cached =
+        |s: &builder::BuildSummary| -> Vec<bool> { s.layers.iter().map(|l| l.cached).collect() };
+    let first = build(&f.image_file(), &opts("out1", None)).unwrap();
+    assert_eq!(cached(&first), [false, false, false]);
+    assert!(first.warnings.is_empty(), "{:?}", first.warnings);
+
+    // The tool package's file payloads go: a rebuild of its layer would fail. (The core
+    // package's account files stay: composing the image reads them to merge users.)
+    let tool = FileRepo::open(f.repo()).unwrap();
+    let m = fs::read_to_string(
+        tool.manifest_path(&ips_bridge::Fmri::parse(&first.packages[0]).unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(m.contains("demo/tool"), "{m}");
+    let mut removed = 0;
+    for hash in m
+        .lines()
+        .filter(|l| l.starts_with("file "))
+        .map(|l| l.split(' ').nth(1).unwrap())
+    {
+        let p = f
+            .repo()
+            .join("publisher/example.org/file")
+            .join(&hash[..2])
+            .join(hash);
+        if p.is_file() {
+            fs::remove_file(p).unwrap();
+            removed += 1;
+        }
+    }
+    assert!(removed > 0);
+    let second = build(&f.image_file(), &opts("out2", None)).unwrap();
+    assert_eq!(cached(&second), [true, true, true]);
+    assert_eq!(first.manifest, second.manifest);
+    for l in &second.layers {
+        let blob = ImageLayout::open(f.root().join("out2"))
+            .unwrap()
+            .blob_path(&l.digest);
+        assert_eq!(Digest::sha256(&fs::read(blob).unwrap()), l.digest);
+    }
+
+    // Another build time changes every entry's mtime: nothing may come from the cache (and
+    // without payloads the build fails, proving it tried to build).
+    let e = build(&f.image_file(), &opts("out3", Some(1_000_000_000))).unwrap_err();
+    assert!(matches!(e, BuildError::Payload { .. }), "{e}");
+
+    // A damaged blob in the cache is refused (named in a warning) and the layer rebuilt,
+    // which needs the payloads again.
+    let f2 = fixture(&[]);
+    fs::write(
+        f2.image_file(),
+        format!("{IMAGE}\n[layering]\nstrategy = \"per-package\"\n"),
+    )
+    .unwrap();
+    lock_it(&f2);
+    let tool_layer = &first.layers[0].digest;
+    let blob = cache.join("blobs/sha256").join(tool_layer.encoded());
+    let mut bytes = fs::read(&blob).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    fs::write(&blob, &bytes).unwrap();
+    let opts2 = BuildOptions {
+        output: Some(f2.root().join("out")),
+        layer_cache: Some(cache.clone()),
+        ..BuildOptions::default()
+    };
+    let third = build(&f2.image_file(), &opts2).unwrap();
+    assert_eq!(third.manifest, first.manifest, "same inputs, same image");
+    assert_eq!(cached(&third), [false, true, true]);
+    assert!(
+        third
+            .warnings
+            .iter()
+            .any(|w| w.contains("layer cache entry") && w.contains("not used")),
+        "{:?}",
+        third.warnings
+    );
+    // The entry was rewritten: the next build takes all three from the cache again.
+    let fourth = build(
+        &f2.image_file(),
+        &BuildOptions {
+            output: Some(f2.root().join("out-again")),
+            ..opts2.clone()
+        },
+    )
+    .unwrap();
+    assert_eq!(cached(&fourth), [true, true, true]);
+    assert_eq!(fourth.manifest, first.manifest);
+}
+
 #[test]
 fn source_date_epoch_and_rebuilding_into_the_same_layout() {
     let f = fixture(&[]);

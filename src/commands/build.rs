@@ -34,6 +34,10 @@ pub struct Args {
     /// later builds instead of downloading them again.
     #[arg(long, value_name = "DIR")]
     pub payload_cache: Option<PathBuf>,
+    /// Keep built layers in DIR (by a key of everything that decides their bytes) and copy
+    /// unchanged ones from there, checked, instead of building and compressing them again.
+    #[arg(long, value_name = "DIR")]
+    pub layer_cache: Option<PathBuf>,
     /// Compression threads (default: one per CPU; the image is the same for any number).
     #[arg(long, value_name = "N", default_value_t = 0, hide_default_value = true)]
     pub threads: u32,
@@ -58,6 +62,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         source_date_epoch,
         threads: args.threads,
         payload_cache: args.payload_cache,
+        layer_cache: args.layer_cache,
     };
     let summary = builder::build(&args.image_file, &opts)
         .with_context(|| format!("cannot build {}", args.image_file.display()))?;
