@@ -262,6 +262,18 @@ fn build_push_validate_unpack_and_inspect() {
         depot.log(),
         registry.log_tail()
     );
+    // Not a terminal: progress is a plain line per layer and one for the push, on stderr.
+    let progress = String::from_utf8_lossy(&built.stderr);
+    assert!(
+        progress
+            .lines()
+            .any(|l| l.starts_with("layer 1/") && l.contains(" bytes")),
+        "{progress}"
+    );
+    assert!(
+        progress.contains(&format!("pushing to {target}")),
+        "{progress}"
+    );
     let summary = json(&built.stdout);
     let manifest = summary["manifest"].as_str().unwrap().to_owned();
     assert_eq!(

@@ -28,6 +28,7 @@ mod imagefile;
 mod layercache;
 mod lock;
 mod pargz;
+mod progress;
 mod push;
 mod sbom;
 mod source;
@@ -45,6 +46,7 @@ pub use imagefile::{
     lockfile_path,
 };
 pub use lock::{LOCKFILE_VERSION, LockError, LockedPackage, Lockfile, image_checksum, lock};
+pub use progress::Progress;
 pub use sbom::SBOM_ARTIFACT_TYPE;
 pub use source::SourceError;
 

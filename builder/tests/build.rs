@@ -948,6 +948,97 @@ fn a_layer_cache_rebuilds_only_changed_layers_and_refuses_damaged_entries() {
     assert_eq!(fourth.manifest, first.manifest);
 }
 
+/// Records what a build reports.
+#[derive(Debug, Default)]
+struct Recorder(std::sync::Mutex<Vec<String>>);
+
+impl builder::Progress for Recorder {
+    fn layer_started(&self, index: usize, total: usize, contents: &str, bytes: u64) {
+        let mut v = self.0.lock().unwrap();
+        v.push(format!("start {index}/{total} {contents} {bytes}"));
+    }
+    fn layer_bytes(&self, n: u64) {
+        let mut v = self.0.lock().unwrap();
+        match v.last_mut() {
+            Some(last) if last.starts_with("bytes ") => {
+                let so_far: u64 = last[6..].parse().unwrap();
+                *last = format!("bytes {}", so_far + n);
+            }
+            _ => v.push(format!("bytes {n}")),
+        }
+    }
+    fn layer_finished(&self, index: usize, total: usize, layer: &builder::BuiltLayer) {
+        let mut v = self.0.lock().unwrap();
+        v.push(format!(
+            "done {index}/{total} {} {}",
+            layer.contents, layer.cached
+        ));
+    }
+}
+
+#[test]
+fn progress_follows_every_layer_and_counts_its_bytes() {
+    let f = fixture(&[]);
+    fs::write(
+        f.image_file(),
+        format!("{IMAGE}\n[layering]\nstrategy = \"per-package\"\n"),
+    )
+    .unwrap();
+    lock_it(&f);
+    let rec = std::sync::Arc::new(Recorder::default());
+    let opts = |out: &str| BuildOptions {
+        output: Some(f.root().join(out)),
+        layer_cache: Some(f.root().join("cache")),
+        progress: Some(rec.clone()),
+        ..BuildOptions::default()
+    };
+    let s = build(&f.image_file(), &opts("out1")).unwrap();
+    let events = std::mem::take(&mut *rec.0.lock().unwrap());
+    let tool = &s.layers[0].contents;
+    assert!(
+        !events[0].ends_with(" 0"),
+        "the tool layer announces its payload bytes: {}",
+        events[0]
+    );
+    let core = &s.layers[1].contents;
+    assert_eq!(events.len(), 9, "{events:#?}");
+    assert!(events[0].starts_with(&format!("start 0/3 {tool} ")));
+    assert_eq!(events[2], format!("done 0/3 {tool} false"));
+    assert!(events[3].starts_with(&format!("start 1/3 {core} ")));
+    assert_eq!(events[5], format!("done 1/3 {core} false"));
+    assert_eq!(events[8], "done 2/3 generated false");
+    // The bytes reported are the layer's whole tar stream: headers, contents, padding.
+    for (i, layer) in s.layers.iter().enumerate() {
+        let n: u64 = events[3 * i + 1][6..].parse().unwrap();
+        let tar_len = {
+            let blob = ImageLayout::open(f.root().join("out1"))
+                .unwrap()
+                .blob_path(&layer.digest);
+            let mut raw = Vec::new();
+            flate2::read::GzDecoder::new(fs::File::open(blob).unwrap())
+                .read_to_end(&mut raw)
+                .unwrap();
+            raw.len() as u64
+        };
+        assert_eq!(n, tar_len, "layer {i}");
+        // The announced size counts contents only, so it is below the tar stream's.
+        let announced: u64 = events[3 * i].rsplit(' ').next().unwrap().parse().unwrap();
+        assert!(
+            announced <= n,
+            "layer {i}: announced {announced}, wrote {n}"
+        );
+    }
+    // From the layer cache: started and finished, no bytes built.
+    build(&f.image_file(), &opts("out2")).unwrap();
+    let events = std::mem::take(&mut *rec.0.lock().unwrap());
+    assert_eq!(events.len(), 6, "{events:#?}");
+    assert!(
+        events.iter().all(|e| !e.starts_with("bytes")),
+        "{events:#?}"
+    );
+    assert_eq!(events[5], "done 2/3 generated true");
+}
+
 #[test]
 fn source_date_epoch_and_rebuilding_into_the_same_layout() {
     let f = fixture(&[]);

@@ -1,8 +1,9 @@
 //! `rdctl build`: build an OCI image from an image file and its lockfile.
 
-use std::io::Write as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::{Context, bail};
 
@@ -38,6 +39,9 @@ pub struct Args {
     /// unchanged ones from there, checked, instead of building and compressing them again.
     #[arg(long, value_name = "DIR")]
     pub layer_cache: Option<PathBuf>,
+    /// No progress on stderr (bars on a terminal, a line per layer otherwise).
+    #[arg(long, short)]
+    pub quiet: bool,
     /// Compression threads (default: one per CPU; the image is the same for any number).
     #[arg(long, value_name = "N", default_value_t = 0, hide_default_value = true)]
     pub threads: u32,
@@ -63,6 +67,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         threads: args.threads,
         payload_cache: args.payload_cache,
         layer_cache: args.layer_cache,
+        progress: (!args.quiet).then(|| {
+            let p: Arc<dyn builder::Progress> = if std::io::stderr().is_terminal() {
+                Arc::new(Bars::default())
+            } else {
+                Arc::new(Lines)
+            };
+            p
+        }),
     };
     let summary = builder::build(&args.image_file, &opts)
         .with_context(|| format!("cannot build {}", args.image_file.display()))?;
@@ -90,4 +102,75 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn layer_line(index: usize, total: usize, l: &builder::BuiltLayer) -> String {
+    format!(
+        "layer {}/{total} {} {} ({} bytes{})",
+        index + 1,
+        l.digest,
+        l.contents,
+        l.size,
+        if l.cached {
+            ", from the layer cache"
+        } else {
+            ""
+        }
+    )
+}
+
+/// Progress as plain lines on stderr (not a terminal: logs, CI).
+#[derive(Debug)]
+struct Lines;
+
+impl builder::Progress for Lines {
+    fn layer_finished(&self, index: usize, total: usize, layer: &builder::BuiltLayer) {
+        eprintln!("{}", layer_line(index, total, layer));
+    }
+    fn pushing(&self, reference: &str) {
+        eprintln!("pushing to {reference}");
+    }
+}
+
+/// Progress as a bar per layer on a terminal (stderr), each replaced by its summary line.
+#[derive(Debug, Default)]
+struct Bars {
+    bar: std::sync::Mutex<Option<indicatif::ProgressBar>>,
+}
+
+impl builder::Progress for Bars {
+    fn layer_started(&self, index: usize, total: usize, contents: &str, bytes: u64) {
+        let bar = indicatif::ProgressBar::with_draw_target(
+            Some(bytes),
+            indicatif::ProgressDrawTarget::stderr(),
+        );
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{prefix} {wide_msg} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec}",
+            )
+            .expect("a valid template")
+            .progress_chars("=> "),
+        );
+        bar.set_prefix(format!("layer {}/{total}", index + 1));
+        bar.set_message(contents.to_owned());
+        *self.bar.lock().unwrap_or_else(|e| e.into_inner()) = Some(bar);
+    }
+    fn layer_bytes(&self, n: u64) {
+        if let Some(b) = &*self.bar.lock().unwrap_or_else(|e| e.into_inner()) {
+            b.inc(n);
+        }
+    }
+    fn layer_finished(&self, index: usize, total: usize, layer: &builder::BuiltLayer) {
+        let line = layer_line(index, total, layer);
+        match self.bar.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            Some(b) => {
+                b.finish_and_clear();
+                eprintln!("{line}");
+            }
+            None => eprintln!("{line}"),
+        }
+    }
+    fn pushing(&self, reference: &str) {
+        eprintln!("pushing to {reference}");
+    }
 }
