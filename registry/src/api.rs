@@ -10,6 +10,7 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 
+use crate::auth::{self, Auth};
 use crate::errors::{ApiError, ApiResult, Code};
 use crate::handlers::{self, Req};
 use crate::metrics::Metrics;
@@ -24,6 +25,10 @@ pub struct RegistryConfig {
     pub delete_enabled: bool,
     /// Largest manifest accepted on PUT (413 above it).
     pub max_manifest_bytes: u64,
+    /// Access control; None: every request is allowed.
+    pub auth: Option<Arc<Auth>>,
+    /// Whether clients reach the registry over HTTPS (the default token realm uses it).
+    pub https: bool,
 }
 
 impl Default for RegistryConfig {
@@ -31,6 +36,8 @@ impl Default for RegistryConfig {
         RegistryConfig {
             delete_enabled: true,
             max_manifest_bytes: 4 << 20,
+            auth: None,
+            https: false,
         }
     }
 }
@@ -165,11 +172,29 @@ impl Route {
 
 /// Every route of the registry.
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    // Access control runs on the API routes only, before their handlers read the body.
+    let api = Router::new()
         .route("/v2", get(base))
         .route("/v2/", get(base))
         .route("/v2/{*rest}", any(dispatch))
-        .route("/healthz", get(|| async { "ok" }))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::http::middleware,
+        ));
+    let mut r = Router::new().merge(api);
+    if state
+        .app()
+        .config
+        .auth
+        .as_ref()
+        .is_some_and(|a| a.issues_tokens())
+    {
+        r = r.route(
+            "/token",
+            get(auth::http::token_get).post(auth::http::token_post),
+        );
+    }
+    r.route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .fallback(not_found)
@@ -299,8 +324,9 @@ async fn dispatch_inner(
         .as_deref()
         .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
         .unwrap_or_default();
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let method = parts.method.clone();
+    let access = parts.extensions.remove::<auth::Access>();
     let r = Req {
         state,
         name,
@@ -308,6 +334,7 @@ async fn dispatch_inner(
         headers: parts.headers,
         body,
         head: method == Method::HEAD,
+        access,
     };
     use Route::*;
     match (route, method) {

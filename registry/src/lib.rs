@@ -27,6 +27,8 @@ pub mod transfer;
 #[cfg(feature = "server")]
 pub mod api;
 #[cfg(feature = "server")]
+pub mod auth;
+#[cfg(feature = "server")]
 pub mod errors;
 #[cfg(feature = "server")]
 pub mod gc;

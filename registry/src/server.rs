@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::api::{AppState, RegistryConfig, router};
+use crate::auth::{Auth, AuthConfig, AuthError, FileAuth};
 use crate::gc::{self, GcError, GcOptions};
 use crate::storage::{
     FsStore, S3Config, S3CredentialSettings, S3Store, Store, resolve_s3_credentials,
@@ -70,6 +71,18 @@ pub enum ServeError {
         /// What is missing.
         reason: String,
     },
+    /// The `[auth]` table has a bad entry.
+    #[error("invalid [auth] settings in {path}")]
+    AuthConfig {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, naming the key.
+        #[source]
+        source: AuthError,
+    },
+    /// A file the `[auth]` table names (htpasswd, keys) cannot be used.
+    #[error("cannot set up access control")]
+    Auth(#[source] AuthError),
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}")]
     Bind {
@@ -112,6 +125,8 @@ pub struct ServeConfig {
     pub s3_credentials: S3CredentialSettings,
     /// Garbage collection: the schedule in the serving process and the policy (`[gc]`).
     pub gc: GcSchedule,
+    /// Access control (`[auth]`, docs/auth.md); None: the registry is open.
+    pub auth: Option<AuthConfig>,
 }
 
 /// The `[gc]` table: when the serving process collects garbage and how. Its policy is also the
@@ -140,6 +155,7 @@ impl Default for ServeConfig {
             gc: GcSchedule::default(),
             s3_region: None,
             s3_credentials: S3CredentialSettings::default(),
+            auth: None,
         }
     }
 }
@@ -165,6 +181,7 @@ struct FileConfig {
     s3_config_file: Option<PathBuf>,
     s3_credentials_file: Option<PathBuf>,
     gc: Option<FileGc>,
+    auth: Option<FileAuth>,
 }
 
 /// The `[gc]` table of the TOML file.
@@ -217,6 +234,15 @@ impl ServeConfig {
             if let Some(g) = f.gc.take() {
                 c.apply_gc(g, path)?;
             }
+            if let Some(a) = f.auth.take() {
+                c.auth =
+                    Some(
+                        AuthConfig::from_file(a).map_err(|source| ServeError::AuthConfig {
+                            path: path.to_owned(),
+                            source,
+                        })?,
+                    );
+            }
             c.apply(f);
         }
         let f = FileConfig {
@@ -230,6 +256,7 @@ impl ServeConfig {
             s3_bucket: env_parse(env, "RDCTL_REGISTRY_S3_BUCKET")?,
             s3_prefix: env_parse(env, "RDCTL_REGISTRY_S3_PREFIX")?,
             gc: None,
+            auth: None,
             s3_region: env_parse(env, "RDCTL_REGISTRY_S3_REGION")?,
             s3_profile: env_parse(env, "RDCTL_REGISTRY_S3_PROFILE")?,
             // Keys come from the file or from the standard AWS_* variables, not from more
@@ -413,6 +440,10 @@ pub async fn serve(
     config: ServeConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    let auth = match &config.auth {
+        Some(a) => Some(Arc::new(Auth::load(a).map_err(ServeError::Auth)?)),
+        None => None,
+    };
     let store = config.open_store()?;
     let store_name = store.name();
     let state = AppState::new(
@@ -420,6 +451,8 @@ pub async fn serve(
         RegistryConfig {
             delete_enabled: config.delete_enabled,
             max_manifest_bytes: config.max_manifest_bytes,
+            auth,
+            https: false,
         },
     );
     let listener = tokio::net::TcpListener::bind(config.listen)

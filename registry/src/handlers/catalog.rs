@@ -9,7 +9,12 @@ use crate::errors::ApiResult;
 /// Lists repositories.
 pub(crate) async fn list(req: Req) -> ApiResult<Response> {
     let (n, last) = pagination(&req)?;
-    let all = req.state.app().repos.catalog().await?;
+    let mut all = req.state.app().repos.catalog().await?;
+    // With access control, the list holds only what the caller may pull, so names of other
+    // repositories do not leak (see docs/auth.md).
+    if let Some(access) = &req.access {
+        all.retain(|r| access.lists(r));
+    }
     let (repos, more) = page(all, n, last.as_deref());
     let body = serde_json::json!({ "repositories": repos });
     let mut resp = (StatusCode::OK, axum::Json(body)).into_response();

@@ -24,6 +24,8 @@ pub(crate) struct Req {
     pub headers: HeaderMap,
     pub body: Body,
     pub head: bool,
+    /// The caller, when access control is on.
+    pub access: Option<crate::auth::Access>,
 }
 
 impl Req {

@@ -9,6 +9,7 @@ use axum::response::Response;
 use validator::Algorithm;
 
 use super::{Req, hv, parse_digest};
+use crate::auth::acl::Action;
 use crate::errors::{ApiError, ApiResult, Code};
 use crate::names::Name;
 use crate::upload::{ChunkRange, Upload, range_header};
@@ -75,7 +76,15 @@ fn chunk_range(req: &Req) -> ApiResult<Option<ChunkRange>> {
 pub(crate) async fn start(req: Req) -> ApiResult<Response> {
     let name = req.name().clone();
     let repos = req.state.app().repos.clone();
-    if let Some(mount) = req.param("mount") {
+    // With access control, a mount needs pull on its source; without that right (or without
+    // a `from`, which would search every repository) it falls back to a plain upload, as the
+    // spec allows, and reveals nothing about the source.
+    let may_mount = match (&req.access, req.param("from")) {
+        (None, _) => true,
+        (Some(a), Some(from)) => a.may(from, Action::Pull),
+        (Some(_), None) => false,
+    };
+    if let Some(mount) = req.param("mount").filter(|_| may_mount) {
         let d = parse_digest(mount)?;
         let from = match req.param("from") {
             Some(from) => Some(
