@@ -970,7 +970,31 @@ fn bad_auth_settings_name_the_key_or_line() {
 /// tests/registry_e2e.rs) against `app` served on a loopback socket with `user`/`password`.
 /// The suite's client (reggie) answers a Basic challenge with the credentials and a Bearer
 /// challenge by fetching a token from the realm with them, so the same run covers both flows.
-async fn conformance(app: Router, results: &str) {
+/// Returns how many requests went to `/token` and how many to `/v2/` carried Basic credentials.
+async fn conformance(app: Router, results: &str) -> (usize, usize) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let token_requests = Arc::new(AtomicUsize::new(0));
+    let basic_requests = Arc::new(AtomicUsize::new(0));
+    let app = app.layer(axum::middleware::from_fn({
+        let (t, b) = (token_requests.clone(), basic_requests.clone());
+        move |req: axum::extract::Request, next: axum::middleware::Next| {
+            let (t, b) = (t.clone(), b.clone());
+            async move {
+                let path = req.uri().path();
+                if path == "/token" {
+                    t.fetch_add(1, Ordering::Relaxed);
+                } else if path.starts_with("/v2")
+                    && req
+                        .headers()
+                        .get("authorization")
+                        .is_some_and(|v| v.as_bytes().starts_with(b"Basic "))
+                {
+                    b.fetch_add(1, Ordering::Relaxed);
+                }
+                next.run(req).await
+            }
+        }
+    }));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
@@ -1047,17 +1071,30 @@ async fn conformance(app: Router, results: &str) {
         tail(&out.stdout),
         tail(&out.stderr)
     );
+    (
+        token_requests.load(Ordering::Relaxed),
+        basic_requests.load(Ordering::Relaxed),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_suite_passes_with_basic_auth() {
     let env = setup(false, "");
-    conformance(env.app.clone(), "auth-conformance-basic").await;
+    let (tokens, basic) = conformance(env.app.clone(), "auth-conformance-basic").await;
+    assert!(
+        tokens == 0 && basic > 500,
+        "{tokens} token requests, {basic} with Basic"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_suite_passes_with_the_token_flow() {
     // The token realm is derived from the Host the suite sends, so no port is configured.
     let env = setup(true, "");
-    conformance(env.app.clone(), "auth-conformance-token").await;
+    let (tokens, basic) = conformance(env.app.clone(), "auth-conformance-token").await;
+    // Every API request went with a bearer token from the built-in endpoint.
+    assert!(
+        tokens > 0 && basic == 0,
+        "{tokens} token requests, {basic} with Basic"
+    );
 }
