@@ -82,13 +82,24 @@ fn registry_passes_the_oci_conformance_suite() {
 /// registry at `host` and fails the test unless it reports 0 failures. The report (junit.xml,
 /// report.html, results.yaml) is kept for CI as an artifact in `target/<results>`.
 pub(crate) fn conformance(host: &str, results: &str, log_tail: &dyn Fn() -> String) {
+    conformance_at(&format!("http://{host}"), results, &[], log_tail);
+}
+
+/// [`conformance`] against `root_url` (`http://` or `https://`, which the suite verifies),
+/// with extra environment for the suite.
+pub(crate) fn conformance_at(
+    root_url: &str,
+    results: &str,
+    env: &[(&str, &str)],
+    log_tail: &dyn Fn() -> String,
+) {
     let mut suite = tool("conformance.test");
     let results = root().join("target").join(results);
     let _ = std::fs::remove_dir_all(&results);
     std::fs::create_dir_all(&results).unwrap();
     let out = suite
         .current_dir(&results)
-        .env("OCI_ROOT_URL", format!("http://{host}"))
+        .env("OCI_ROOT_URL", root_url)
         .env("OCI_NAMESPACE", "conformance/repo1")
         .env("OCI_CROSSMOUNT_NAMESPACE", "conformance/repo2")
         .env("OCI_TEST_PULL", "1")
@@ -104,6 +115,7 @@ pub(crate) fn conformance(host: &str, results: &str, log_tail: &dyn Fn() -> Stri
         .env("OCI_API_MANIFESTS_TAG_PARAM", "true")
         .env("OCI_RESULTS_DIR", &results)
         .env("OCI_LOG", "warn")
+        .envs(env.iter().copied())
         .output()
         .expect("run conformance.test");
     let junit = std::fs::read_to_string(results.join("junit.xml")).unwrap_or_else(|e| {

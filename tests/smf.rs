@@ -169,6 +169,10 @@ fn smf_manifests_are_disabled_with_context_config_and_bounded_stop() {
         let stop = method(service, "stop");
         assert_eq!(attr(stop, "exec"), ":kill -TERM", "{}", s.file);
         let stop_timeout: u64 = attr(stop, "timeout_seconds").parse().unwrap();
+        if s.command[0] == "registry" {
+            // svcadm refresh sends SIGHUP, which reloads the TLS files.
+            assert_eq!(attr(method(service, "refresh"), "exec"), ":kill -HUP");
+        }
         let sample = root().join("smf").join(s.sample);
         let needed = match s.command[0] {
             "registry" => registry::ServeConfig::load_with_env(Some(&sample), &|_| None)

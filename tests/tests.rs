@@ -10,6 +10,7 @@ mod ips_cli;
 mod registry_e2e;
 mod registry_gc;
 mod registry_s3;
+mod registry_tls;
 mod smf;
 mod transfer;
 mod util;

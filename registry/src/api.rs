@@ -15,6 +15,7 @@ use crate::errors::{ApiError, ApiResult, Code};
 use crate::handlers::{self, Req};
 use crate::metrics::Metrics;
 use crate::names::Name;
+use crate::ratelimit::{Limiter, PeerAddr, RateLimit, client_ip};
 use crate::repo::Repos;
 use crate::storage::{Instrumented, Key, Store};
 
@@ -29,6 +30,8 @@ pub struct RegistryConfig {
     pub auth: Option<Arc<Auth>>,
     /// Whether clients reach the registry over HTTPS (the default token realm uses it).
     pub https: bool,
+    /// Per-client rate limit (429 `TOOMANYREQUESTS` above it); none by default.
+    pub rate_limit: Option<RateLimit>,
 }
 
 impl Default for RegistryConfig {
@@ -38,6 +41,7 @@ impl Default for RegistryConfig {
             max_manifest_bytes: 4 << 20,
             auth: None,
             https: false,
+            rate_limit: None,
         }
     }
 }
@@ -52,6 +56,7 @@ pub(crate) struct App {
     pub repos: Repos,
     pub config: RegistryConfig,
     pub metrics: Arc<Metrics>,
+    limiter: Option<Limiter>,
 }
 
 impl AppState {
@@ -61,6 +66,7 @@ impl AppState {
         let store: Arc<dyn Store> = Arc::new(Instrumented::new(store, metrics.clone()));
         AppState(Arc::new(App {
             repos: Repos::new(store),
+            limiter: config.rate_limit.map(Limiter::new),
             config,
             metrics,
         }))
@@ -198,6 +204,10 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            rate_limit,
+        ))
         .layer(axum::middleware::map_response(api_version))
         .layer(axum::middleware::from_fn_with_state(state.clone(), count))
         .layer(tower_http::trace::TraceLayer::new_for_http())
@@ -210,6 +220,25 @@ async fn api_version(mut resp: Response) -> Response {
         HeaderValue::from_static("registry/2.0"),
     );
     resp
+}
+
+/// Refuses requests over the client's rate (when `[rate_limit]` is set). Health probes and
+/// metrics are never limited: a load balancer polling them must not see the registry as down.
+async fn rate_limit(
+    State(state): State<AppState>,
+    req: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if let Some(limiter) = &state.0.limiter
+        && !matches!(req.uri().path(), "/healthz" | "/readyz" | "/metrics")
+        && let Err(e) = limiter.check(client_ip(
+            req.extensions()
+                .get::<axum::extract::ConnectInfo<PeerAddr>>(),
+        ))
+    {
+        return e.into_response();
+    }
+    next.run(req).await
 }
 
 /// Counts every answered request by route, method and status, with bytes in and out.

@@ -37,11 +37,15 @@ mod handlers;
 #[cfg(feature = "server")]
 pub mod metrics;
 #[cfg(feature = "server")]
+pub mod ratelimit;
+#[cfg(feature = "server")]
 mod repo;
 #[cfg(feature = "server")]
 pub mod server;
 #[cfg(feature = "server")]
 pub mod storage;
+#[cfg(feature = "server")]
+pub mod tls;
 #[cfg(feature = "server")]
 mod upload;
 

@@ -12,9 +12,11 @@ use serde::Deserialize;
 use crate::api::{AppState, RegistryConfig, router};
 use crate::auth::{Auth, AuthConfig, AuthError, FileAuth};
 use crate::gc::{self, GcError, GcOptions};
+use crate::ratelimit::{PeerAddr, RateLimit};
 use crate::storage::{
     FsStore, S3Config, S3CredentialSettings, S3Store, Store, resolve_s3_credentials,
 };
+use crate::tls::{TlsConfig, TlsError, TlsListener, TlsSettings};
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -92,6 +94,9 @@ pub enum ServeError {
         #[source]
         source: std::io::Error,
     },
+    /// A TLS file is missing or unusable (the message names it).
+    #[error(transparent)]
+    Tls(#[from] TlsError),
     /// Serving failed.
     #[error("the server failed")]
     Serve(#[source] std::io::Error),
@@ -127,6 +132,10 @@ pub struct ServeConfig {
     pub gc: GcSchedule,
     /// Access control (`[auth]`, docs/auth.md); None: the registry is open.
     pub auth: Option<AuthConfig>,
+    /// Serve HTTPS with these files instead of plain HTTP (`[tls]`; default: plain HTTP).
+    pub tls: Option<TlsSettings>,
+    /// Per-client rate limit (`[rate_limit]`; default: none).
+    pub rate_limit: Option<RateLimit>,
 }
 
 /// The `[gc]` table: when the serving process collects garbage and how. Its policy is also the
@@ -156,6 +165,8 @@ impl Default for ServeConfig {
             s3_region: None,
             s3_credentials: S3CredentialSettings::default(),
             auth: None,
+            tls: None,
+            rate_limit: None,
         }
     }
 }
@@ -182,6 +193,25 @@ struct FileConfig {
     s3_credentials_file: Option<PathBuf>,
     gc: Option<FileGc>,
     auth: Option<FileAuth>,
+    tls: Option<FileTls>,
+    rate_limit: Option<FileRateLimit>,
+}
+
+/// The `[tls]` table of the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileTls {
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    client_ca: Option<PathBuf>,
+}
+
+/// The `[rate_limit]` table of the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRateLimit {
+    requests_per_second: Option<u32>,
+    burst: Option<u32>,
 }
 
 /// The `[gc]` table of the TOML file.
@@ -243,6 +273,12 @@ impl ServeConfig {
                         })?,
                     );
             }
+            if let Some(t) = f.tls.take() {
+                c.apply_tls(t, path)?;
+            }
+            if let Some(r) = f.rate_limit.take() {
+                c.apply_rate_limit(r, path)?;
+            }
             c.apply(f);
         }
         let f = FileConfig {
@@ -300,6 +336,50 @@ impl ServeConfig {
         if let Some(v) = g.keep_referrers {
             self.gc.options.keep_referrers = v;
         }
+        Ok(())
+    }
+
+    fn apply_tls(&mut self, t: FileTls, path: &Path) -> Result<(), ServeError> {
+        let missing = |key| ServeError::Setting {
+            path: path.to_owned(),
+            key,
+            reason: "[tls] needs both cert and key".to_owned(),
+        };
+        self.tls = Some(TlsSettings {
+            cert: t.cert.ok_or_else(|| missing("tls.cert"))?,
+            key: t.key.ok_or_else(|| missing("tls.key"))?,
+            client_ca: t.client_ca,
+        });
+        Ok(())
+    }
+
+    fn apply_rate_limit(&mut self, r: FileRateLimit, path: &Path) -> Result<(), ServeError> {
+        let bad = |key, reason: &str| ServeError::Setting {
+            path: path.to_owned(),
+            key,
+            reason: reason.to_owned(),
+        };
+        let rps = r.requests_per_second.ok_or_else(|| {
+            bad(
+                "rate_limit.requests_per_second",
+                "[rate_limit] needs requests_per_second",
+            )
+        })?;
+        let rps = std::num::NonZeroU32::new(rps).ok_or_else(|| {
+            bad(
+                "rate_limit.requests_per_second",
+                "must be at least 1 (leave out [rate_limit] for no limit)",
+            )
+        })?;
+        let burst = match r.burst {
+            None => rps,
+            Some(b) => std::num::NonZeroU32::new(b)
+                .ok_or_else(|| bad("rate_limit.burst", "must be at least 1"))?,
+        };
+        self.rate_limit = Some(RateLimit {
+            requests_per_second: rps,
+            burst,
+        });
         Ok(())
     }
 
@@ -434,6 +514,55 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// Reloads what can change without a restart each time SIGHUP arrives: the TLS certificate,
+/// key and client CA. Listening for it also keeps SIGHUP (`svcadm refresh`) from killing the
+/// process, which is its default action.
+async fn reload_on_sighup(tls: Option<TlsConfig>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hup = match signal(SignalKind::hangup()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGHUP; TLS files are not reloaded");
+                return;
+            }
+        };
+        while hup.recv().await.is_some() {
+            let Some(tls) = &tls else {
+                tracing::info!("SIGHUP received; nothing to reload (no [tls])");
+                continue;
+            };
+            let files = tls.settings();
+            match tls.reload() {
+                Ok(()) => tracing::info!(
+                    cert = %files.cert.display(),
+                    key = %files.key.display(),
+                    "SIGHUP received; TLS certificate reloaded, new connections use it"
+                ),
+                Err(e) => tracing::error!(
+                    error = %error_chain(&e),
+                    "SIGHUP received; TLS reload failed, still serving the previous certificate"
+                ),
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tls;
+}
+
+/// An error and its causes on one line, for a log field.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
 /// Opens the store, binds, and serves until `shutdown` resolves; then stops accepting, lets
 /// in-flight requests finish for at most the configured timeout, and returns.
 pub async fn serve(
@@ -452,9 +581,13 @@ pub async fn serve(
             delete_enabled: config.delete_enabled,
             max_manifest_bytes: config.max_manifest_bytes,
             auth,
-            https: false,
+            // The default token realm names the scheme clients used.
+            https: config.tls.is_some(),
+            rate_limit: config.rate_limit,
         },
     );
+    // Before binding, so a bad file stops the start with its name and nothing listens.
+    let tls = config.tls.clone().map(TlsConfig::load).transpose()?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|source| ServeError::Bind {
@@ -462,7 +595,8 @@ pub async fn serve(
             source,
         })?;
     let addr = listener.local_addr().map_err(ServeError::Serve)?;
-    tracing::info!(%addr, store = store_name, data = %config.data.display(), bucket = ?config.s3_bucket, "registry listening on {addr}");
+    tracing::info!(%addr, store = store_name, data = %config.data.display(), bucket = ?config.s3_bucket, tls = tls.is_some(), rate_limit = ?config.rate_limit, "registry listening on {addr}");
+    let reloader = tokio::spawn(reload_on_sighup(tls.clone()));
 
     let expiry = {
         let state = state.clone();
@@ -508,11 +642,21 @@ pub async fn serve(
     });
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = axum::serve(listener, router(state))
-        .with_graceful_shutdown(async move {
-            let _ = stop_rx.await;
-        })
-        .into_future();
+    let app = router(state).into_make_service_with_connect_info::<PeerAddr>();
+    let stop = async move {
+        let _ = stop_rx.await;
+    };
+    let server = match tls {
+        None => axum::serve(listener, app)
+            .with_graceful_shutdown(stop)
+            .into_future(),
+        Some(tls) => axum::serve(
+            TlsListener::new(listener, tls).map_err(ServeError::Serve)?,
+            app,
+        )
+        .with_graceful_shutdown(stop)
+        .into_future(),
+    };
     let mut server = tokio::spawn(server);
     let result = tokio::select! {
         r = &mut server => r,
@@ -529,6 +673,7 @@ pub async fn serve(
         }
     };
     expiry.abort();
+    reloader.abort();
     if let Some(c) = collector {
         c.abort();
     }
@@ -582,6 +727,46 @@ mod tests {
             std::fs::write(&file, bad).unwrap();
             let e = ServeConfig::load_with_env(Some(&file), &none).unwrap_err();
             assert!(matches!(e, ServeError::Setting { .. }), "{bad}: {e}");
+        }
+
+        std::fs::write(
+            &file,
+            "[tls]\ncert = \"/etc/r/c.pem\"\nkey = \"/etc/r/k.pem\"\n[rate_limit]\nrequests_per_second = 20\n",
+        )
+        .unwrap();
+        let c = ServeConfig::load_with_env(Some(&file), &none).unwrap();
+        let tls = c.tls.expect("[tls]");
+        assert_eq!(
+            (tls.cert, tls.key, tls.client_ca),
+            ("/etc/r/c.pem".into(), "/etc/r/k.pem".into(), None)
+        );
+        let limit = c.rate_limit.expect("[rate_limit]");
+        assert_eq!(
+            (limit.requests_per_second.get(), limit.burst.get()),
+            (20, 20)
+        );
+        for (bad, key) in [
+            ("[tls]\ncert = \"c.pem\"\n", "tls.key"),
+            ("[tls]\nkey = \"k.pem\"\n", "tls.cert"),
+            (
+                "[rate_limit]\nburst = 5\n",
+                "rate_limit.requests_per_second",
+            ),
+            (
+                "[rate_limit]\nrequests_per_second = 0\n",
+                "rate_limit.requests_per_second",
+            ),
+            (
+                "[rate_limit]\nrequests_per_second = 1\nburst = 0\n",
+                "rate_limit.burst",
+            ),
+        ] {
+            std::fs::write(&file, bad).unwrap();
+            let e = ServeConfig::load_with_env(Some(&file), &none).unwrap_err();
+            assert!(
+                matches!(e, ServeError::Setting { key: k, .. } if k == key),
+                "{bad}: {e}"
+            );
         }
 
         std::fs::write(&file, "bogus = 1\n").unwrap();
