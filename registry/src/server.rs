@@ -516,39 +516,44 @@ pub async fn shutdown_signal() {
 
 /// Reloads what can change without a restart each time SIGHUP arrives: the TLS certificate,
 /// key and client CA. Listening for it also keeps SIGHUP (`svcadm refresh`) from killing the
-/// process, which is its default action.
-async fn reload_on_sighup(tls: Option<TlsConfig>) {
+/// process, which is its default action. The handler is installed when this is called, not
+/// when the returned future first runs, so a SIGHUP right after the `listening` log line
+/// cannot arrive before it.
+fn reload_on_sighup(tls: Option<TlsConfig>) -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut hup = match signal(SignalKind::hangup()) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGHUP; TLS files are not reloaded");
-                return;
-            }
-        };
-        while hup.recv().await.is_some() {
-            let Some(tls) = &tls else {
-                tracing::info!("SIGHUP received; nothing to reload (no [tls])");
-                continue;
+    let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
+    async move {
+        #[cfg(unix)]
+        {
+            let mut hup = match hup {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot listen for SIGHUP; TLS files are not reloaded");
+                    return;
+                }
             };
-            let files = tls.settings();
-            match tls.reload() {
-                Ok(()) => tracing::info!(
-                    cert = %files.cert.display(),
-                    key = %files.key.display(),
-                    "SIGHUP received; TLS certificate reloaded, new connections use it"
-                ),
-                Err(e) => tracing::error!(
-                    error = %error_chain(&e),
-                    "SIGHUP received; TLS reload failed, still serving the previous certificate"
-                ),
+            while hup.recv().await.is_some() {
+                let Some(tls) = &tls else {
+                    tracing::info!("SIGHUP received; nothing to reload (no [tls])");
+                    continue;
+                };
+                let files = tls.settings();
+                match tls.reload() {
+                    Ok(()) => tracing::info!(
+                        cert = %files.cert.display(),
+                        key = %files.key.display(),
+                        "SIGHUP received; TLS certificate reloaded, new connections use it"
+                    ),
+                    Err(e) => tracing::error!(
+                        error = %error_chain(&e),
+                        "SIGHUP received; TLS reload failed, still serving the previous certificate"
+                    ),
+                }
             }
         }
+        #[cfg(not(unix))]
+        let _ = tls;
     }
-    #[cfg(not(unix))]
-    let _ = tls;
 }
 
 /// An error and its causes on one line, for a log field.
@@ -595,8 +600,8 @@ pub async fn serve(
             source,
         })?;
     let addr = listener.local_addr().map_err(ServeError::Serve)?;
-    tracing::info!(%addr, store = store_name, data = %config.data.display(), bucket = ?config.s3_bucket, tls = tls.is_some(), rate_limit = ?config.rate_limit, "registry listening on {addr}");
     let reloader = tokio::spawn(reload_on_sighup(tls.clone()));
+    tracing::info!(%addr, store = store_name, data = %config.data.display(), bucket = ?config.s3_bucket, tls = tls.is_some(), rate_limit = ?config.rate_limit, "registry listening on {addr}");
 
     let expiry = {
         let state = state.clone();
