@@ -22,6 +22,8 @@ step() { # title command...
 	"$@" || rc=$?
 	if ((rc != 0)); then
 		printf '==== %s: FAILED (exit %d) after %ds (total %ds) ====\n' "$title" "$rc" $((SECONDS - start)) $((SECONDS - T0))
+		# A full disk fails tests far from its cause (SeaweedFS answers 500); show it.
+		df -h "$ROOT" "${TMPDIR:-/tmp}" || true
 		exit "$rc"
 	fi
 	printf '==== %s: ok in %ds ====\n' "$title" $((SECONDS - start))

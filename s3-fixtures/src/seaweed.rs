@@ -253,6 +253,11 @@ impl SeaweedFs {
                 "-volume.max=2000",
                 "-master.volumeSizeLimitMB=64",
                 "-volume.preStopSeconds=0",
+                // The default keeps 1% of the disk free and otherwise marks every volume
+                // read-only, which SeaweedFS reports as `500 InternalError` on each write: a
+                // test run whose own build output fills a big, busy disk to 99% failed every
+                // S3 test that way. Tests write little; keep a fixed, small margin instead.
+                "-volume.minFreeSpace=256MiB",
             ])
             .current_dir(&dir)
             .stdin(Stdio::null())
