@@ -491,3 +491,202 @@ fn skopeo_oras_and_crane_over_tls_with_a_custom_ca() {
     crane(&["pull", &format!("{reg}/crane/img:v2"), s(&pulled)]);
     assert!(std::fs::metadata(&pulled).unwrap().len() > 0);
 }
+
+/// `[auth]` for the TLS tests: `alice` (password `alice-pw`) may do everything everywhere;
+/// with `tokens`, the registry also issues bearer tokens at `/token` (keys of the auth tests).
+fn auth_toml(dir: &Path, tokens: bool) -> String {
+    let users = dir.join("htpasswd");
+    std::fs::write(
+        &users,
+        format!("alice:{}\n", bcrypt::hash("alice-pw", 4).unwrap()),
+    )
+    .unwrap();
+    let mut toml = format!(
+        "[auth]\nhtpasswd = {:?}\n\n[[auth.acl]]\nsubjects = [\"alice\"]\nrepositories = [\"**\"]\nactions = [\"*\"]\n",
+        s(&users)
+    );
+    if tokens {
+        let data = crate::util::root().join("registry/tests/data/auth");
+        toml.push_str(&format!(
+            "\n[auth.token]\nservice = \"rdctl-tls-test\"\nsigning_key = {:?}\npublic_key = {:?}\n",
+            s(&data.join("token-key.pem")),
+            s(&data.join("token-pub.pem"))
+        ));
+    }
+    toml
+}
+
+/// The conformance suite over TLS with credentials: `tokens` false answers Basic challenges,
+/// true the Docker token flow, whose realm must name https.
+fn conformance_with_credentials_over_tls(tokens: bool) {
+    let dir = tempdir();
+    let data = tempdir();
+    let pki = Pki::new(dir.path());
+    pki.issue(1);
+    let server = start_tls(data.path(), &pki, &auth_toml(dir.path(), tokens));
+    // Without credentials: 401 and a challenge of the configured kind, over TLS.
+    let out = ok(Command::new("curl").args([
+        "-sS",
+        "--cacert",
+        s(&pki.ca_file()),
+        "-D",
+        "-",
+        "-o",
+        "/dev/null",
+        &format!("https://{}/v2/", server.host()),
+    ]));
+    let head = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
+    assert!(head.starts_with("http/2 401"), "{head}");
+    let challenge = if tokens {
+        format!(
+            "www-authenticate: bearer realm=\"https://{}/token\"",
+            server.host()
+        )
+    } else {
+        "www-authenticate: basic".to_owned()
+    };
+    assert!(head.contains(&challenge), "no {challenge:?} in\n{head}");
+    conformance_at(
+        &format!("https://{}", server.host()),
+        if tokens {
+            "conformance-results-tls-token"
+        } else {
+            "conformance-results-tls-basic"
+        },
+        &[
+            ("SSL_CERT_FILE", s(&pki.ca_file())),
+            ("OCI_USERNAME", "alice"),
+            ("OCI_PASSWORD", "alice-pw"),
+        ],
+        &|| server.log_tail(),
+    );
+}
+
+#[test]
+fn conformance_suite_passes_over_tls_with_basic_auth() {
+    conformance_with_credentials_over_tls(false);
+}
+
+#[test]
+fn conformance_suite_passes_over_tls_with_bearer_tokens() {
+    conformance_with_credentials_over_tls(true);
+}
+
+#[test]
+fn skopeo_oras_and_crane_log_in_over_tls() {
+    let dir = tempdir();
+    let data = tempdir();
+    let work = tempdir();
+    let pki = Pki::new(dir.path());
+    pki.issue(1);
+    // Basic challenges: oras 1.3 refuses a bearer realm on a loopback address ("blocked
+    // prefix 127.0.0.0/8"), and this test runs on loopback. The token flow over TLS is covered
+    // by the conformance run above.
+    let server = start_tls(data.path(), &pki, &auth_toml(dir.path(), false));
+    let reg = server.host();
+    let ca = pki.ca_file();
+    let certs_d = work.path().join("certs.d");
+    std::fs::create_dir(&certs_d).unwrap();
+    std::fs::copy(&ca, certs_d.join("ca.crt")).unwrap();
+
+    // skopeo --creds: push a layout, read it back; without credentials it is refused.
+    let img = work.path().join("img");
+    ok(tool("umoci-0.6").args(["init", "--layout", s(&img)]));
+    ok(tool("umoci-0.6").args(["new", "--image", &format!("{}:v1", s(&img))]));
+    let remote = format!("docker://{reg}/skopeo/img:v1");
+    ok(tool("skopeo")
+        .args(["--insecure-policy", "copy", "--dest-cert-dir", s(&certs_d)])
+        .args(["--dest-creds", "alice:alice-pw"])
+        .arg(format!("oci:{}:v1", s(&img)))
+        .arg(&remote));
+    ok(tool("skopeo").args([
+        "inspect",
+        "--raw",
+        "--cert-dir",
+        s(&certs_d),
+        "--creds",
+        "alice:alice-pw",
+        &remote,
+    ]));
+    let anonymous = tool("skopeo")
+        .args([
+            "inspect",
+            "--raw",
+            "--no-creds",
+            "--cert-dir",
+            s(&certs_d),
+            &remote,
+        ])
+        .env("REGISTRY_AUTH_FILE", work.path().join("none.json"))
+        .output()
+        .unwrap();
+    assert!(!anonymous.status.success());
+    let wrong = tool("skopeo")
+        .args(["inspect", "--raw", "--cert-dir", s(&certs_d)])
+        .args(["--creds", "alice:wrong", &remote])
+        .output()
+        .unwrap();
+    assert!(!wrong.status.success());
+    assert!(
+        String::from_utf8_lossy(&wrong.stderr).contains("authentication required")
+            || String::from_utf8_lossy(&wrong.stderr).contains("unauthorized"),
+        "{}",
+        tail(&wrong.stderr)
+    );
+
+    // oras login (its own registry config file), then push and pull with it.
+    let oras_config = work.path().join("oras.json");
+    let oras = |args: &[&str]| {
+        let mut c = tool("oras");
+        c.current_dir(work.path()).args(args).args([
+            "--registry-config",
+            s(&oras_config),
+            "--ca-file",
+            s(&ca),
+        ]);
+        c
+    };
+    ok(&mut oras(&["login", "-u", "alice", "-p", "alice-pw", &reg]));
+    std::fs::write(work.path().join("artifact.txt"), "logged in\n").unwrap();
+    let target = format!("{reg}/oras/art:v1");
+    ok(&mut oras(&["push", &target, "artifact.txt:text/plain"]));
+    let out = work.path().join("out");
+    ok(&mut oras(&["pull", &target, "-o", s(&out)]));
+    assert_eq!(
+        std::fs::read_to_string(out.join("artifact.txt")).unwrap(),
+        "logged in\n"
+    );
+
+    // crane auth login writes $DOCKER_CONFIG/config.json; copy and pull with it.
+    let docker_config = work.path().join("docker");
+    let crane = |args: &[&str]| {
+        let mut c = tool("crane");
+        c.args(args)
+            .env("SSL_CERT_FILE", &ca)
+            .env("DOCKER_CONFIG", &docker_config);
+        c
+    };
+    ok(&mut crane(&[
+        "auth", "login", &reg, "-u", "alice", "-p", "alice-pw",
+    ]));
+    let saved = std::fs::read_to_string(docker_config.join("config.json")).unwrap();
+    assert!(saved.contains(&reg), "{saved}");
+    ok(&mut crane(&[
+        "copy",
+        &format!("{reg}/skopeo/img:v1"),
+        &format!("{reg}/crane/img:v2"),
+    ]));
+    let pulled = work.path().join("pulled.tar");
+    ok(&mut crane(&[
+        "pull",
+        &format!("{reg}/crane/img:v2"),
+        s(&pulled),
+    ]));
+    assert!(std::fs::metadata(&pulled).unwrap().len() > 0);
+    // After logout, crane is refused.
+    ok(&mut crane(&["auth", "logout", &reg]));
+    let refused = crane(&["digest", &format!("{reg}/crane/img:v2")])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success(), "crane read without credentials");
+}

@@ -284,6 +284,16 @@ pub(crate) async fn middleware(
         return next.run(req).await;
     };
     let https = state.app().config.https || req.uri().scheme_str() == Some("https");
+    // HTTP/2 requests carry the host in the `:authority` pseudo-header, which hyper puts in
+    // the URI, not in `Host`; the token realm is built from `Host`.
+    if !req.headers().contains_key(header::HOST)
+        && let Some(host) = req
+            .uri()
+            .authority()
+            .and_then(|a| header::HeaderValue::from_str(a.as_str()).ok())
+    {
+        req.headers_mut().insert(header::HOST, host);
+    }
     let need = Need::of(req.method(), req.uri().path(), req.uri().query());
     let caller = match authenticate(&auth, req.headers()).await {
         Ok(c) => c,
