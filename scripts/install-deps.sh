@@ -21,7 +21,8 @@
 #   .tools/stamps/<tool>        the pinned version each tool was built from; a tool is rebuilt
 #                               only when its stamp differs from the pin or its binary is gone
 #   .cache/go, .cache/pip       Go module/build caches and pip cache, reused across runs
-# Debian packages (skopeo, umoci 0.4.7, zstd, pigz, docker-registry = CNCF distribution 2.8.2)
+# Debian packages (skopeo, umoci 0.4.7, zstd, pigz, docker-registry = CNCF distribution 2.8.2,
+# openssl: the client auth tests make their CA, certificates and token-signing certificate)
 # are installed with apt only when one is missing; apt-get update runs only then.
 set -euo pipefail
 
@@ -32,7 +33,7 @@ STAMPS="$TOOLS/stamps"
 CACHE="$ROOT/.cache"
 
 # ---- pins (keep in sync with the design's "Real peers used in tests") --------------------
-APT_PKGS=(skopeo umoci zstd pigz docker-registry)
+APT_PKGS=(skopeo umoci zstd pigz docker-registry openssl)
 CRANE_PKG=github.com/google/go-containerregistry/cmd/crane
 CRANE_VER=v0.22.1
 ORAS_PKG=oras.land/oras/cmd/oras

@@ -20,6 +20,7 @@ mod commands;
   rdctl lock image.toml && rdctl build image.toml --output ./image
   rdctl registry serve --listen 127.0.0.1:5000 --data ./registry-data
   rdctl push ./image:1.0 127.0.0.1:5000/zones/hello:1.0
+  rdctl login -u alice registry.example:5000 && rdctl pull registry.example:5000/zones/hello:1.0 ./image
   rdctl worker run --once --config worker.toml
   rdctl validate --json ./image:1.0
 
@@ -48,6 +49,10 @@ enum Command {
     Pull(commands::transfer::PullArgs),
     /// Copy an image between layouts (oci:DIR[:TAG]) and registries.
     Copy(commands::transfer::CopyArgs),
+    /// Check a registry credential and save it for every later command (docker config.json).
+    Login(commands::login::LoginArgs),
+    /// Remove a registry credential saved by login.
+    Logout(commands::login::LogoutArgs),
     /// Publish, serve, inspect and lint pkg(5) (IPS) repositories and manifests.
     #[command(
         subcommand,
@@ -87,6 +92,8 @@ fn main() -> ExitCode {
         Command::Push(args) => commands::transfer::push(args),
         Command::Pull(args) => commands::transfer::pull(args),
         Command::Copy(args) => commands::transfer::copy(args),
+        Command::Login(args) => commands::login::login(args),
+        Command::Logout(args) => commands::login::logout(args),
         Command::Ips(cmd) => commands::ips::run(cmd),
         Command::Registry(cmd) => commands::registry::run(cmd),
         Command::Worker(cmd) => commands::worker::run(cmd),

@@ -51,6 +51,9 @@ pub struct BuildOptions {
     pub layer_cache: Option<PathBuf>,
     /// Told how the build goes (layers started, bytes, finished; pushing).
     pub progress: Option<Arc<dyn Progress>>,
+    /// The registry client settings for `push` (credentials, CAs, TLS): the caller's, so a
+    /// build pushes as every other command of the caller does.
+    pub client: registry::client::ClientBuilder,
 }
 
 /// One layer of the built image.
@@ -413,6 +416,7 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
         blobs.push((sbom_blob.clone(), sbom_bytes.len() as u64));
         blobs.push((empty.clone(), 2));
         pushed = crate::push::push(
+            opts.client.clone(),
             &layout,
             target,
             &image.tags,

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use bytes::Bytes;
-use registry::client::{Client, Reference};
+use registry::client::{ClientBuilder, Reference};
 use validator::{Digest, ImageLayout, MediaType};
 
 use crate::BuildError;
@@ -20,6 +20,7 @@ pub(crate) struct Pushed<'a> {
 }
 
 pub(crate) fn push(
+    client: ClientBuilder,
     layout: &ImageLayout,
     target: &str,
     tags: &[String],
@@ -41,7 +42,7 @@ pub(crate) fn push(
             source,
         })?;
     rt.block_on(async {
-        let client = Client::builder().build().map_err(push_err)?;
+        let client = client.build().map_err(push_err)?;
         for (digest, size) in &what.blobs {
             let (digest, size) = (digest, *size);
             let path = layout.blob_path(digest);

@@ -22,6 +22,7 @@
 mod auth;
 pub mod challenge;
 pub mod credentials;
+pub mod login;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -44,6 +45,7 @@ use validator::{Digest, VerifyError, VerifyingReader};
 use crate::names::{Name, Tag};
 
 pub use credentials::{AuthFile, Credential, CredentialError, Env as AuthEnv, Keychain};
+pub use login::{LoginError, LoginOutcome, Stored};
 
 /// Where docker and the containers tools keep per-host TLS material; pass them to
 /// [`ClientBuilder::cert_dirs`] to read them as those tools do.
@@ -338,6 +340,47 @@ impl Retry {
     }
 }
 
+/// How to reach registries: credentials and TLS, the settings `rdctl`'s client flags and the
+/// worker's `worker.toml` share. [`ClientOptions::builder`] turns them into a [`ClientBuilder`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientOptions {
+    /// Read credentials from this file first (`--auth-file`); the environment's files follow
+    /// ([`Keychain::from_env`]).
+    pub auth_file: Option<PathBuf>,
+    /// Extra CA certificates (PEM files) trusted for every registry.
+    pub ca_files: Vec<PathBuf>,
+    /// `certs.d`-style directories (`<dir>/<host:port>/*.crt`, `client.cert`/`client.key`);
+    /// empty means [`DEFAULT_CERT_DIRS`].
+    pub cert_dirs: Vec<PathBuf>,
+    /// Use TLS without verifying certificates.
+    pub insecure: bool,
+    /// Plain HTTP to every registry.
+    pub plain_http: bool,
+}
+
+impl ClientOptions {
+    /// A builder with these settings and a keychain over `env`'s credential files.
+    pub fn builder(&self, env: &AuthEnv) -> ClientBuilder {
+        let mut b = Client::builder()
+            .plain_http(self.plain_http)
+            .insecure(self.insecure)
+            .keychain(Keychain::from_env(self.auth_file.as_deref(), env));
+        for f in &self.ca_files {
+            b = b.ca_file(f);
+        }
+        if self.cert_dirs.is_empty() {
+            b.cert_dirs(DEFAULT_CERT_DIRS.iter().map(PathBuf::from))
+        } else {
+            b.cert_dirs(self.cert_dirs.iter().cloned())
+        }
+    }
+
+    /// The file `login` writes and `logout` edits ([`Keychain::login_file`]).
+    pub fn login_file(&self, env: &AuthEnv) -> Option<PathBuf> {
+        Keychain::login_file(self.auth_file.as_deref(), env)
+    }
+}
+
 /// Builds a [`Client`].
 #[derive(Debug, Clone)]
 pub struct ClientBuilder {
@@ -349,6 +392,12 @@ pub struct ClientBuilder {
     keychain: Keychain,
     ca_files: Vec<PathBuf>,
     cert_dirs: Vec<PathBuf>,
+}
+
+impl Default for ClientBuilder {
+    fn default() -> Self {
+        Client::builder()
+    }
 }
 
 impl ClientBuilder {

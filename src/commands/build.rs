@@ -13,6 +13,7 @@ use anyhow::{Context, bail};
   rdctl lock image.toml && rdctl build image.toml --output ./image
   rdctl build image.toml --push localhost:5000/zones/web
   rdctl build image.toml --output ./image --push localhost:5000/zones/web:1.0 --json
+  rdctl build image.toml --push reg.example:5443/zones/web --ca-file ./ca.pem
 
 The lockfile (image.lock.json beside the image file) must exist and match the image file.
 SOURCE_DATE_EPOCH, when set, is the mtime of files without a timestamp and the image's
@@ -45,6 +46,9 @@ pub struct Args {
     /// Compression threads (default: one per CPU; the image is the same for any number).
     #[arg(long, value_name = "N", default_value_t = 0, hide_default_value = true)]
     pub threads: u32,
+    /// How to reach the registry for --push.
+    #[command(flatten)]
+    pub client: super::client::ClientArgs,
 }
 
 /// Runs `rdctl build`.
@@ -75,6 +79,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             };
             p
         }),
+        client: args.client.builder(),
     };
     let summary = builder::build(&args.image_file, &opts)
         .with_context(|| format!("cannot build {}", args.image_file.display()))?;

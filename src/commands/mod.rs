@@ -1,8 +1,10 @@
 //! One module per subcommand: each turns its arguments into a library call and prints.
 
 pub mod build;
+pub mod client;
 pub mod ips;
 pub mod lock;
+pub mod login;
 pub mod meta;
 pub mod registry;
 pub mod transfer;

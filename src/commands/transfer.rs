@@ -5,9 +5,10 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use registry::client::Client;
 use registry::transfer::{CopyOptions, CopyReport, ImageRef, copy_blocking};
 use validator::Platform;
+
+use super::client::ClientArgs;
 
 /// Options every transfer command takes.
 #[derive(Debug, clap::Args)]
@@ -16,9 +17,8 @@ pub struct Common {
     /// the tagged root at the destination.
     #[arg(long, value_name = "OS/ARCH")]
     pub platform: Option<String>,
-    /// Talk plain HTTP to every registry (loopback registries always use it).
-    #[arg(long)]
-    pub plain_http: bool,
+    #[command(flatten)]
+    pub client: ClientArgs,
     /// Print a JSON summary (root digest, tag, manifests and blobs copied or skipped).
     #[arg(long)]
     pub json: bool,
@@ -30,8 +30,10 @@ pub struct Common {
   rdctl push ./image:1.0 127.0.0.1:5000/zones/base:1.0
   rdctl push --platform illumos/amd64 ./image:1.0 registry.example/zones/base
   rdctl push --json ./image:1.0 127.0.0.1:5000/zones/base:1.0 | jq -r .root.digest
+  rdctl push --ca-file ./ca.pem --auth-file ./auth.json ./image:1.0 reg.example:5443/zones/base
 
-Without a tag on REF the layout's tag is used. Exit status: 0 pushed, 2 failed.")]
+Without a tag on REF the layout's tag is used. Credentials come from `rdctl login` (see
+rdctl login --help for the files read); a 401 names the registry and asks to log in. Exit status: 0 pushed, 2 failed.")]
 pub struct PushArgs {
     /// The OCI image layout, `DIR[:TAG]` (the tag is an org.opencontainers.image.ref.name).
     pub layout: String,
@@ -46,6 +48,7 @@ pub struct PushArgs {
 #[command(after_help = "Examples:
   rdctl pull 127.0.0.1:5000/zones/base:1.0 ./image
   rdctl pull --platform illumos/amd64 registry.example/zones/base:1.0 ./image:base
+  rdctl pull --cert-dir ./certs.d reg.example:5443/zones/base:1.0 ./image
 
 Without a tag on LAYOUT the reference's tag names the index.json entry. Exit status: 0 pulled,
 2 failed.")]
@@ -104,8 +107,9 @@ fn run(verb: &str, src: &ImageRef, dst: &ImageRef, common: &Common) -> anyhow::R
         ),
         None => None,
     };
-    let client = Client::builder()
-        .plain_http(common.plain_http)
+    let client = common
+        .client
+        .builder()
         .build()
         .context("cannot build the registry client")?;
     let report = copy_blocking(&client, src, dst, &CopyOptions { platform })

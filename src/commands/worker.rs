@@ -14,6 +14,7 @@ pub enum Command {
   rdctl worker run                                   /etc/rdctl/worker.toml, until SIGTERM
   rdctl worker run --once --config ./worker.toml     one pass over every zone
   rdctl worker run --once --json --config ./worker.toml
+  rdctl worker run --once --config ./worker.toml --auth-file ./auth.json --ca-file ./ca.pem
 
 Prints what the pass did (provisioned, unchanged, failed, backing off, removed zones).
 docs/operations.md lists every key of worker.toml and of the zone manifests.
@@ -45,6 +46,10 @@ pub struct RunArgs {
     /// Print what the pass (or, without --once, the last pass) did as JSON.
     #[arg(long)]
     json: bool,
+    /// Registry access; each flag given overrides (--ca-file: adds to) the configuration's
+    /// auth_file, ca_file, cert_dir, insecure and plain_http.
+    #[command(flatten)]
+    client: super::client::ClientArgs,
 }
 
 /// Arguments of `rdctl worker status`.
@@ -77,7 +82,27 @@ fn run_worker(args: RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         builder.init();
     }
-    let summary = worker_runtime::run(&args.config, args.once)
+    let mut config = worker_runtime::WorkerConfig::load(&args.config)
+        .with_context(|| format!("worker run with {}", args.config.display()))?;
+    let flags = args.client.options();
+    let c = &mut config.client;
+    if flags.auth_file.is_some() {
+        c.auth_file = flags.auth_file;
+    }
+    c.ca_files.extend(flags.ca_files);
+    if !flags.cert_dirs.is_empty() {
+        c.cert_dirs = flags.cert_dirs;
+    }
+    c.insecure |= flags.insecure;
+    c.plain_http |= flags.plain_http;
+    if c.insecure && c.plain_http {
+        anyhow::bail!(
+            "plain HTTP and insecure TLS both asked for (flags or {})",
+            args.config.display()
+        );
+    }
+    super::client::warn_insecure(c.insecure);
+    let summary = worker_runtime::run_config(config, args.once)
         .with_context(|| format!("worker run with {}", args.config.display()))?;
     let mut out = std::io::stdout().lock();
     if args.json {

@@ -11,7 +11,13 @@
 //! backoff_max_secs = 600
 //! os_version = "..."                 # host's illumos build for images that set os.version
 //!                                    # (default: uname -v)
-//! plain_http = false                 # http:// for every registry (loopback always is)
+//! plain_http = false                 # http:// for every registry
+//! auth_file = "/etc/rdctl/auth.json" # credentials read first (docker config.json format);
+//!                                    # then $REGISTRY_AUTH_FILE, $DOCKER_CONFIG, ~/.docker
+//! ca_file = "/etc/rdctl/ca.pem"      # extra CA certificates trusted for every registry
+//! cert_dir = "/etc/rdctl/certs.d"    # certs.d layout (default /etc/containers/certs.d and
+//!                                    # /etc/docker/certs.d)
+//! insecure = false                   # TLS without verifying certificates (warned at start)
 //! gc_grace_secs = 3600               # unused blobs older than this are removed after a pass
 //! metrics_listen = "127.0.0.1:9101"  # optional: Prometheus text on GET /metrics
 //!
@@ -36,7 +42,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use registry::client::Reference;
+use registry::client::{ClientOptions, Reference};
 use serde::Deserialize;
 
 /// The worker configuration, with defaults applied and paths made absolute.
@@ -58,8 +64,9 @@ pub struct WorkerConfig {
     pub backoff_max: Duration,
     /// The host's OS version for images that name one; `None` means `uname -v`.
     pub os_version: Option<String>,
-    /// Plain HTTP for every registry.
-    pub plain_http: bool,
+    /// How to reach registries: plain HTTP or TLS settings, and the credential file read
+    /// first (`plain_http`, `insecure`, `ca_file`, `cert_dir`, `auth_file`).
+    pub client: ClientOptions,
     /// Which provisioner and where.
     pub provisioner: ProvisionerConfig,
     /// Blobs no zone uses are removed once they are this old.
@@ -177,6 +184,10 @@ struct FileConfig {
     backoff_max_secs: Option<u64>,
     os_version: Option<String>,
     plain_http: Option<bool>,
+    auth_file: Option<PathBuf>,
+    ca_file: Option<PathBuf>,
+    cert_dir: Option<PathBuf>,
+    insecure: Option<bool>,
     gc_grace_secs: Option<u64>,
     metrics_listen: Option<String>,
     provisioner: FileProvisioner,
@@ -264,6 +275,13 @@ impl WorkerConfig {
                 ));
             }
         };
+        let (plain_http, insecure) = (f.plain_http.unwrap_or(false), f.insecure.unwrap_or(false));
+        if plain_http && insecure {
+            return Err(value(
+                "insecure",
+                "plain_http and insecure both set: insecure is for TLS without verification".into(),
+            ));
+        }
         let metrics_listen = match &f.metrics_listen {
             None => None,
             Some(a) => Some(a.parse().map_err(|_| {
@@ -283,7 +301,13 @@ impl WorkerConfig {
             backoff_initial: Duration::from_secs(backoff_initial),
             backoff_max: Duration::from_secs(backoff_max),
             os_version: f.os_version,
-            plain_http: f.plain_http.unwrap_or(false),
+            client: ClientOptions {
+                auth_file: f.auth_file.map(abs),
+                ca_files: f.ca_file.map(abs).into_iter().collect(),
+                cert_dirs: f.cert_dir.map(abs).into_iter().collect(),
+                insecure,
+                plain_http,
+            },
             provisioner,
             gc_grace: Duration::from_secs(f.gc_grace_secs.unwrap_or(3600)),
         })
@@ -440,6 +464,7 @@ mod tests {
         );
         assert_eq!(c.poll_interval, Duration::from_secs(300));
         assert_eq!(c.worker_id, "rdctl-worker");
+        assert_eq!(c.client, ClientOptions::default());
         // Backoff doubles from the initial delay up to the cap.
         assert_eq!(c.backoff(1), Duration::from_secs(10));
         assert_eq!(c.backoff(2), Duration::from_secs(20));
@@ -454,6 +479,7 @@ mod tests {
             ("jitter = 2.0\n", "jitter"),
             ("poll_interval_secs = 0\n", "poll_interval_secs"),
             ("worker_id = \"../x\"\n", "worker_id"),
+            ("plain_http = true\ninsecure = true\n", "insecure"),
         ] {
             std::fs::write(
                 &p,

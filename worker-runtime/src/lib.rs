@@ -46,8 +46,8 @@ pub use provision::{
 };
 pub use pull::{HostPlatform, PullError, pull, resolve};
 pub use schedule::{
-    PassSummary, StatusRow, Worker, WorkerError, ZoneError, error_chain, run, shutdown_signal,
-    status,
+    PassSummary, StatusRow, Worker, WorkerError, ZoneError, error_chain, run, run_config,
+    shutdown_signal, status,
 };
 pub use state::{Phase, StateDir, StateError, ZoneStatus};
 pub use store::{ContentStore, FetchStats, StoreError};

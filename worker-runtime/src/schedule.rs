@@ -187,7 +187,10 @@ impl Worker {
                 return Err(ProvisionError::Unsupported("illumos").into());
             }
         };
-        let client = Client::builder().plain_http(config.plain_http).build()?;
+        let client = config
+            .client
+            .builder(&registry::client::AuthEnv::current())
+            .build()?;
         Ok(Worker {
             host: HostPlatform::new(config.os_version.clone()),
             client,
@@ -524,7 +527,12 @@ pub async fn shutdown_signal() {
 /// `rdctl worker run`: loads `worker.toml`, then runs passes until SIGTERM (or one pass with
 /// `once`). Blocks the calling thread.
 pub fn run(config_path: &std::path::Path, once: bool) -> Result<PassSummary, WorkerError> {
-    let config = WorkerConfig::load(config_path)?;
+    run_config(WorkerConfig::load(config_path)?, once)
+}
+
+/// [`run`] with a configuration already loaded (and adjusted: `rdctl worker run`'s client
+/// flags override the file's).
+pub fn run_config(config: WorkerConfig, once: bool) -> Result<PassSummary, WorkerError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
