@@ -289,6 +289,62 @@ fn sighup_without_tls_is_harmless() {
 }
 
 #[test]
+fn sighup_reloads_the_htpasswd_users_and_keeps_them_when_the_file_is_bad() {
+    use base64::Engine as _;
+    let dir = tempdir();
+    let data = tempdir();
+    let users = dir.path().join("htpasswd");
+    let hash = |p: &str| bcrypt::hash(p, 4).unwrap();
+    std::fs::write(&users, format!("alice:{}\n", hash("a-pass"))).unwrap();
+    let config = dir.path().join("registry.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[auth]\nhtpasswd = {:?}\n\n[[auth.acl]]\nsubjects = [\"alice\", \"bob\"]\nrepositories = [\"**\"]\nactions = [\"pull\"]\n",
+            s(&users)
+        ),
+    )
+    .unwrap();
+    let server = Server::start(data.path(), &["--config", s(&config)]);
+    let status = |user: &str, password: &str| {
+        let basic = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        http(
+            server.addr,
+            "GET",
+            "/v2/",
+            &[("Authorization", &format!("Basic {basic}"))],
+            b"",
+        )
+        .0
+    };
+    // alice's success is now cached; bob is unknown.
+    assert_eq!(status("alice", "a-pass"), 200);
+    assert_eq!(status("bob", "b-pass"), 401);
+
+    // bob added and alice removed (written beside and renamed over, as the docs say), SIGHUP:
+    // bob gets in, and alice is out at once although her success was cached.
+    let next = dir.path().join("htpasswd.new");
+    std::fs::write(&next, format!("# rotated\nbob:{}\n", hash("b-pass"))).unwrap();
+    std::fs::rename(&next, &users).unwrap();
+    server.signal("-HUP");
+    wait_for_log(&server, "htpasswd reloaded", 1);
+    assert_eq!(status("bob", "b-pass"), 200);
+    assert_eq!(status("alice", "a-pass"), 401);
+
+    // A file with a hash kind we refuse: logged with the file and line, bob stays.
+    std::fs::write(&users, format!("bob:{}\ncarol:$apr1$x$y\n", hash("b-pass"))).unwrap();
+    server.signal("-HUP");
+    wait_for_log(&server, "htpasswd reload failed", 1);
+    assert!(
+        server.log_tail().contains(&format!("{}:2", s(&users))),
+        "{}",
+        server.log_tail()
+    );
+    assert_eq!(status("bob", "b-pass"), 200);
+    assert_eq!(status("carol", "c-pass"), 401);
+}
+
+#[test]
 fn startup_errors_name_the_bad_file() {
     let dir = tempdir();
     let data = tempdir();

@@ -8,6 +8,7 @@ mod docs;
 mod fault_proxy;
 mod ips_cli;
 mod registry_client_auth;
+mod registry_credentials;
 mod registry_e2e;
 mod registry_gc;
 mod registry_s3;

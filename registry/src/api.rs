@@ -256,6 +256,7 @@ async fn count(
             "/healthz" => "healthz",
             "/readyz" => "readyz",
             "/metrics" => "metrics",
+            "/token" => "token",
             _ => "unknown",
         },
     };

@@ -515,11 +515,15 @@ pub async fn shutdown_signal() {
 }
 
 /// Reloads what can change without a restart each time SIGHUP arrives: the TLS certificate,
-/// key and client CA. Listening for it also keeps SIGHUP (`svcadm refresh`) from killing the
+/// key and client CA, and the htpasswd users. A bad file is logged and the previous version
+/// stays in use. Listening for it also keeps SIGHUP (`svcadm refresh`) from killing the
 /// process, which is its default action. The handler is installed when this is called, not
 /// when the returned future first runs, so a SIGHUP right after the `listening` log line
 /// cannot arrive before it.
-fn reload_on_sighup(tls: Option<TlsConfig>) -> impl Future<Output = ()> + Send + 'static {
+fn reload_on_sighup(
+    tls: Option<TlsConfig>,
+    auth: Option<Arc<Auth>>,
+) -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
     async move {
@@ -528,31 +532,48 @@ fn reload_on_sighup(tls: Option<TlsConfig>) -> impl Future<Output = ()> + Send +
             let mut hup = match hup {
                 Ok(s) => s,
                 Err(e) => {
-                    tracing::warn!(error = %e, "cannot listen for SIGHUP; TLS files are not reloaded");
+                    tracing::warn!(error = %e, "cannot listen for SIGHUP; TLS and htpasswd files are not reloaded");
                     return;
                 }
             };
             while hup.recv().await.is_some() {
-                let Some(tls) = &tls else {
-                    tracing::info!("SIGHUP received; nothing to reload (no [tls])");
+                let users = auth.as_ref().and_then(|a| a.reload_users());
+                if tls.is_none() && users.is_none() {
+                    tracing::info!(
+                        "SIGHUP received; nothing to reload (no [tls], no auth.htpasswd)"
+                    );
                     continue;
-                };
-                let files = tls.settings();
-                match tls.reload() {
-                    Ok(()) => tracing::info!(
-                        cert = %files.cert.display(),
-                        key = %files.key.display(),
-                        "SIGHUP received; TLS certificate reloaded, new connections use it"
+                }
+                if let Some(tls) = &tls {
+                    let files = tls.settings();
+                    match tls.reload() {
+                        Ok(()) => tracing::info!(
+                            cert = %files.cert.display(),
+                            key = %files.key.display(),
+                            "SIGHUP received; TLS certificate reloaded, new connections use it"
+                        ),
+                        Err(e) => tracing::error!(
+                            error = %error_chain(&e),
+                            "SIGHUP received; TLS reload failed, still serving the previous certificate"
+                        ),
+                    }
+                }
+                match users {
+                    Some(Ok((path, n))) => tracing::info!(
+                        htpasswd = %path.display(),
+                        users = n,
+                        "SIGHUP received; htpasswd reloaded, its users apply from now on"
                     ),
-                    Err(e) => tracing::error!(
+                    Some(Err(e)) => tracing::error!(
                         error = %error_chain(&e),
-                        "SIGHUP received; TLS reload failed, still serving the previous certificate"
+                        "SIGHUP received; htpasswd reload failed, the previous users stay"
                     ),
+                    None => {}
                 }
             }
         }
         #[cfg(not(unix))]
-        let _ = tls;
+        let _ = (tls, auth);
     }
 }
 
@@ -585,7 +606,7 @@ pub async fn serve(
         RegistryConfig {
             delete_enabled: config.delete_enabled,
             max_manifest_bytes: config.max_manifest_bytes,
-            auth,
+            auth: auth.clone(),
             // The default token realm names the scheme clients used.
             https: config.tls.is_some(),
             rate_limit: config.rate_limit,
@@ -600,7 +621,7 @@ pub async fn serve(
             source,
         })?;
     let addr = listener.local_addr().map_err(ServeError::Serve)?;
-    let reloader = tokio::spawn(reload_on_sighup(tls.clone()));
+    let reloader = tokio::spawn(reload_on_sighup(tls.clone(), auth));
     tracing::info!(%addr, store = store_name, data = %config.data.display(), bucket = ?config.s3_bucket, tls = tls.is_some(), rate_limit = ?config.rate_limit, "registry listening on {addr}");
 
     let expiry = {

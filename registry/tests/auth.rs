@@ -820,6 +820,16 @@ async fn tokens_hold_only_for_their_scope_issuer_audience_and_lifetime() {
     assert_eq!(v["scope"], "repository:lib/app:pull");
     let t = format!("Bearer {}", v["access_token"].as_str().unwrap());
     assert_eq!(get(t, manifest).await.status, StatusCode::OK);
+
+    // The token endpoint's answers are counted under a route of their own.
+    let m = send(app, Method::GET, "/metrics", None, vec![]).await;
+    let text = String::from_utf8_lossy(&m.body);
+    for line in [
+        r#"registry_http_requests_total{route="token",method="POST",status="200"} 1"#,
+        r#"registry_http_requests_total{route="token",method="GET",status="401"} 1"#,
+    ] {
+        assert!(text.contains(line), "no {line} in\n{text}");
+    }
 }
 
 #[tokio::test]

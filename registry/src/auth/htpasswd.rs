@@ -86,6 +86,11 @@ impl Htpasswd {
         })
     }
 
+    /// How many users the file has.
+    pub(crate) fn len(&self) -> usize {
+        self.users.len()
+    }
+
     fn cache_key(&self, user: &str, password: &str) -> [u8; 32] {
         let mut h = Sha256::new();
         h.update(self.salt);

@@ -19,8 +19,8 @@ pub(crate) mod http;
 pub mod token;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -219,9 +219,19 @@ impl AuthConfig {
 #[derive(Debug)]
 pub struct Auth {
     realm: String,
-    users: Option<Htpasswd>,
+    users: Option<Users>,
     acl: Acl,
     tokens: Option<Tokens>,
+}
+
+/// The htpasswd users, replaced whole when the file is read again (SIGHUP): a check sees one
+/// version of the file, and the replacement starts with an empty cache of successful checks, so
+/// a removed user or a changed password stops working at once rather than after the cache TTL.
+#[derive(Debug)]
+struct Users {
+    path: PathBuf,
+    ttl: Duration,
+    current: RwLock<Arc<Htpasswd>>,
 }
 
 #[derive(Debug)]
@@ -237,7 +247,11 @@ impl Auth {
     /// issuer's public key verifies what its private key signs.
     pub fn load(c: &AuthConfig) -> Result<Auth, AuthError> {
         let users = match &c.htpasswd {
-            Some(p) => Some(Htpasswd::load(p, c.cache_ttl)?),
+            Some(p) => Some(Users {
+                path: p.clone(),
+                ttl: c.cache_ttl,
+                current: RwLock::new(Arc::new(Htpasswd::load(p, c.cache_ttl)?)),
+            }),
             None => None,
         };
         let tokens = match &c.token {
@@ -299,6 +313,18 @@ impl Auth {
         })
     }
 
+    /// Reads the htpasswd file again (on SIGHUP). When it is good its users replace the ones in
+    /// use and the path and user count are returned; when it is not, the users in use stay and
+    /// the error names the file (and line). None without an htpasswd file.
+    pub fn reload_users(&self) -> Option<Result<(&Path, usize), AuthError>> {
+        let users = self.users.as_ref()?;
+        Some(Htpasswd::load(&users.path, users.ttl).map(|fresh| {
+            let n = fresh.len();
+            *users.current.write().expect("users lock") = Arc::new(fresh);
+            (users.path.as_path(), n)
+        }))
+    }
+
     /// Whether the registry answers `/token` itself.
     pub fn issues_tokens(&self) -> bool {
         self.tokens.as_ref().is_some_and(|t| t.issuer.is_some())
@@ -347,10 +373,12 @@ impl Auth {
 
     /// Checks a Basic user and password.
     async fn check_password(&self, user: &str, password: &str) -> bool {
-        match &self.users {
-            Some(u) => u.verify(user, password).await,
-            None => false,
-        }
+        let Some(users) = &self.users else {
+            return false;
+        };
+        // Cloned out of the lock: the check awaits bcrypt and must not hold it.
+        let current = Arc::clone(&users.current.read().expect("users lock"));
+        current.verify(user, password).await
     }
 }
 
