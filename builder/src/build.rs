@@ -2,7 +2,6 @@
 //! pushed.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -230,9 +229,9 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
         let d = match restored {
             Some(d) => d,
             None => {
-                let (d, blob) = write_layer(&cx, &in_layer)?;
+                let d = write_layer(&cx, &in_layer)?;
                 if let (Some(c), Some(k)) = (&cache, &key)
-                    && let Err(e) = c.store(k, blob.path(), &d)
+                    && let Err(e) = c.store(k, &layout.blob_path(&d.digest), &d)
                 {
                     warnings.push(e);
                 }
@@ -384,13 +383,21 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
     layout.write_index_bytes(&serde_json::to_vec(&top).expect("json"))?;
     drop(staging);
 
-    // The builder's own output must pass the validator before it counts.
+    // The builder's own output must pass the validator before it counts: every document
+    // and blob is read back against its digest. The layers' DiffIDs were computed here from
+    // the tar streams as they were compressed (or, for cached layers, by decompressing them
+    // on restore), so the validator compares the config's DiffIDs with those instead of
+    // decompressing every layer a second time (`rdctl validate` still does).
     let report = validate_layout(
         &layout,
         Some(&image.tags[0]),
         &ValidateOptions {
             deep: true,
             platform: Some(image.platform.clone()),
+            known_diff_ids: layers
+                .iter()
+                .map(|l| (l.digest.clone(), l.diff_id.clone()))
+                .collect(),
             ..ValidateOptions::default()
         },
     );
@@ -572,11 +579,12 @@ struct LayerContext<'a> {
 }
 
 /// Writes one layer holding the entries `in_layer` of the tree into the layout and returns
-/// its digests and the compressed blob's temporary file (for the layer cache).
+/// its digests. The compressed stream goes straight into the layout's blob writer, which
+/// hashes it on the way to disk: the blob is written once and never read back here.
 fn write_layer(
     cx: &LayerContext<'_>,
     in_layer: &BTreeSet<&str>,
-) -> Result<(LayerDigests, tempfile::NamedTempFile), BuildError> {
+) -> Result<LayerDigests, BuildError> {
     let LayerContext {
         layout,
         staging,
@@ -590,20 +598,19 @@ fn write_layer(
         let path = path.to_owned();
         move |source| BuildError::Io { path, source }
     };
-    let tmp = tempfile::NamedTempFile::new_in(staging).map_err(io_err(staging))?;
-    let file = tmp.reopen().map_err(io_err(tmp.path()))?;
+    let blob = layout.blob_writer(Algorithm::Sha256)?;
     let stream = LayerStream::new(
-        BufWriter::with_capacity(1 << 20, file),
+        BufWriter::with_capacity(1 << 20, blob),
         image.compression,
         threads,
     )
-    .map_err(io_err(tmp.path()))?;
+    .map_err(io_err(layout.root()))?;
     let mut tar = TarWriter::new(Reporting {
         inner: stream,
         progress,
     });
 
-    let tp = tmp.path().to_owned();
+    let tp = layout.root().to_owned();
     for path in in_layer {
         let node = &tree[*path];
         match &node.content {
@@ -627,19 +634,17 @@ fn write_layer(
         .map_err(io_err(&tp))?;
     }
     let stream = tar.finish().map_err(io_err(&tp))?.inner;
-    let (digests, out) = stream.finish().map_err(io_err(&tp))?;
-    let file = out.into_inner().map_err(|e| BuildError::Io {
+    let (diff_id, out) = stream.finish().map_err(io_err(&tp))?;
+    let blob = out.into_inner().map_err(|e| BuildError::Io {
         path: tp.clone(),
         source: e.into_error(),
     })?;
-    file.sync_all().map_err(io_err(&tp))?;
-    let reader = File::open(&tp).map_err(io_err(&tp))?;
-    layout.write_blob(
-        std::io::BufReader::with_capacity(1 << 20, reader),
-        Algorithm::Sha256,
-        Some((&digests.digest, digests.size)),
-    )?;
-    Ok((digests, tmp))
+    let (digest, size) = blob.commit()?;
+    Ok(LayerDigests {
+        diff_id,
+        digest,
+        size,
+    })
 }
 
 /// Streams one payload file into the tar: header from `pkg.size`, then the payload as the

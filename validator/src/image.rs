@@ -26,6 +26,13 @@ pub struct ValidateOptions {
     pub max_index_depth: usize,
     /// Layer limits.
     pub limits: LayerLimits,
+    /// Layers whose DiffID the caller computed itself from the uncompressed stream as it
+    /// wrote (or checked) the blob, by blob digest. With `deep`, such a layer is not
+    /// decompressed again: its blob is still read back and checked against its digest and
+    /// size, and the config's DiffID must equal the one given here. A builder validating
+    /// its own output uses this to skip a second gunzip of every layer it just compressed;
+    /// `rdctl validate` leaves it empty and decompresses everything.
+    pub known_diff_ids: HashMap<Digest, Digest>,
 }
 
 impl Default for ValidateOptions {
@@ -35,6 +42,7 @@ impl Default for ValidateOptions {
             platform: None,
             max_index_depth: 8,
             limits: LayerLimits::default(),
+            known_diff_ids: HashMap::new(),
         }
     }
 }
@@ -357,6 +365,23 @@ impl Walker<'_> {
                     format!("uncompressed digest {c} differs from diff_id {want}"),
                 );
             }
+            return;
+        }
+        if let Some(known) = self.opts.known_diff_ids.get(&l.digest) {
+            // The caller hashed the uncompressed stream itself: check the blob's bytes and
+            // compare DiffIDs, without a second decompression.
+            self.blob(l, loc);
+            if let Some(want) = diff_id
+                && known != want
+            {
+                self.out.report.error(
+                    Rule::DiffId,
+                    loc,
+                    format!("uncompressed digest {known} differs from diff_id {want}"),
+                );
+            }
+            self.layers_seen
+                .insert(l.digest.clone(), Some(known.clone()));
             return;
         }
         let blob = match self.layout.open_blob(&l.digest, l.size) {

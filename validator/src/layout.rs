@@ -3,7 +3,8 @@
 //! This is the only module of the crate that touches the file system. Every write goes to an
 //! exclusively created temporary file in the destination directory, is synced, and is renamed
 //! into place, so a reader never sees a partial blob or index. A blob is renamed to its digest
-//! only after its size and digest verified.
+//! only after that digest was computed over the bytes written (and, when the writer expected a
+//! digest and size, compared with them).
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
@@ -211,36 +212,30 @@ impl ImageLayout {
         expected: Option<(&Digest, u64)>,
     ) -> Result<(Digest, u64), LayoutError> {
         let alg = expected.map_or(algorithm, |(d, _)| d.algorithm());
-        let dir = self.root.join("blobs").join(alg.as_str());
+        let mut w = self.blob_writer(alg)?;
+        io::copy(&mut content, &mut w).map_err(io_err("write blob into", &w.dir))?;
+        match expected {
+            Some((d, s)) => w.commit_verified(d, s).map(|()| (d.clone(), s)),
+            None => w.commit(),
+        }
+    }
+
+    /// A writer for a blob whose digest is known only at the end (a layer being compressed):
+    /// the bytes are hashed as they are written to a temporary file in the layout, and
+    /// [`BlobWriter::commit`] renames it to the digest computed in that same pass, so the
+    /// content is never read back. Dropped without a commit, it leaves nothing behind.
+    pub fn blob_writer(&self, algorithm: Algorithm) -> Result<BlobWriter, LayoutError> {
+        let dir = self.root.join("blobs").join(algorithm.as_str());
         fs::create_dir_all(&dir).map_err(io_err("create directory", &dir))?;
         let tmp = tempfile::Builder::new()
             .prefix(".tmp-")
             .tempfile_in(&dir)
             .map_err(io_err("create temporary file in", &dir))?;
-        let mut w = DigestingWriter::new(tmp, alg);
-        io::copy(&mut content, &mut w).map_err(io_err("write blob into", &dir))?;
-        let (tmp, digest, size) = match expected {
-            Some((d, s)) => {
-                let tmp = w.verify(d, s).map_err(|source| LayoutError::Verify {
-                    root: self.root.clone(),
-                    source,
-                })?;
-                (tmp, d.clone(), s)
-            }
-            None => w.finish(),
-        };
-        let dest = self.blob_path(&digest);
-        if dest.is_file() {
-            // Content-addressed: the existing file has the same bytes.
-            return Ok((digest, size));
-        }
-        tmp.as_file()
-            .sync_all()
-            .map_err(io_err("sync", tmp.path()))?;
-        tmp.persist(&dest)
-            .map_err(|e| io_err("rename into place", &dest)(e.error))?;
-        sync_dir(&dir);
-        Ok((digest, size))
+        Ok(BlobWriter {
+            layout: self.clone(),
+            dir,
+            inner: DigestingWriter::new(tmp, algorithm),
+        })
     }
 
     /// Writes a small document blob and returns its digest.
@@ -265,6 +260,64 @@ impl ImageLayout {
             .map_err(|e| io_err("rename into place", &dest)(e.error))?;
         sync_dir(&self.root);
         Ok(())
+    }
+}
+
+/// A blob being written into a layout; see [`ImageLayout::blob_writer`].
+pub struct BlobWriter {
+    layout: ImageLayout,
+    dir: PathBuf,
+    inner: DigestingWriter<tempfile::NamedTempFile>,
+}
+
+impl BlobWriter {
+    /// Syncs the blob and renames it to the digest of the bytes written. Returns the digest
+    /// and size.
+    pub fn commit(self) -> Result<(Digest, u64), LayoutError> {
+        let (tmp, digest, size) = self.inner.finish();
+        Self::publish(&self.layout, &self.dir, tmp, &digest)?;
+        Ok((digest, size))
+    }
+
+    /// Like [`BlobWriter::commit`], but only when the bytes written have this digest and size.
+    pub fn commit_verified(self, digest: &Digest, size: u64) -> Result<(), LayoutError> {
+        let tmp = self
+            .inner
+            .verify(digest, size)
+            .map_err(|source| LayoutError::Verify {
+                root: self.layout.root.clone(),
+                source,
+            })?;
+        Self::publish(&self.layout, &self.dir, tmp, digest)
+    }
+
+    fn publish(
+        layout: &ImageLayout,
+        dir: &Path,
+        tmp: tempfile::NamedTempFile,
+        digest: &Digest,
+    ) -> Result<(), LayoutError> {
+        let dest = layout.blob_path(digest);
+        if dest.is_file() {
+            // Content-addressed: the existing file has the same bytes.
+            return Ok(());
+        }
+        tmp.as_file()
+            .sync_all()
+            .map_err(io_err("sync", tmp.path()))?;
+        tmp.persist(&dest)
+            .map_err(|e| io_err("rename into place", &dest)(e.error))?;
+        sync_dir(dir);
+        Ok(())
+    }
+}
+
+impl Write for BlobWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.inner.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
     }
 }
 
@@ -326,6 +379,37 @@ mod tests {
             layout.read_document(&d, 7, 100),
             Err(LayoutError::Verify { .. })
         ));
+    }
+
+    #[test]
+    fn blob_writer_names_the_blob_by_what_was_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = ImageLayout::create(dir.path().join("img")).unwrap();
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let mut w = layout.blob_writer(Algorithm::Sha256).unwrap();
+        for c in data.chunks(7_777) {
+            w.write_all(c).unwrap();
+        }
+        let (d, size) = w.commit().unwrap();
+        assert_eq!(d, Digest::sha256(&data));
+        assert_eq!(size, data.len() as u64);
+        let mut back = Vec::new();
+        layout
+            .open_blob(&d, size)
+            .unwrap()
+            .read_to_end(&mut back)
+            .unwrap();
+        assert!(back == data);
+        // Dropped without a commit: nothing is published, no temporary file stays.
+        let mut w = layout.blob_writer(Algorithm::Sha256).unwrap();
+        w.write_all(b"abandoned").unwrap();
+        drop(w);
+        assert!(!layout.has_blob(&Digest::sha256(b"abandoned")));
+        let names: Vec<String> = fs::read_dir(layout.root().join("blobs/sha256"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, vec![d.encoded().to_owned()]);
     }
 
     #[test]

@@ -11,6 +11,7 @@ struct Built {
     manifest: Digest,
     manifest_size: u64,
     layer: Digest,
+    diff_id: Digest,
 }
 
 fn tar_with(name: &str, body: &[u8]) -> Vec<u8> {
@@ -36,9 +37,21 @@ fn put(layout: &ImageLayout, v: &Value) -> (Digest, u64) {
 
 /// A one-layer illumos image; `tweak_config` and `tweak_manifest` break it.
 fn build(tweak_config: impl FnOnce(&mut Value), tweak_manifest: impl FnOnce(&mut Value)) -> Built {
+    build_with_layer(
+        tar_with("etc/motd", b"hello\n"),
+        tweak_config,
+        tweak_manifest,
+    )
+}
+
+/// [`build`] with the given uncompressed layer (gzipped here).
+fn build_with_layer(
+    tar: Vec<u8>,
+    tweak_config: impl FnOnce(&mut Value),
+    tweak_manifest: impl FnOnce(&mut Value),
+) -> Built {
     let dir = tempfile::tempdir().unwrap();
     let layout = ImageLayout::create(dir.path().join("img")).unwrap();
-    let tar = tar_with("etc/motd", b"hello\n");
     let blob = gzip(&tar);
     let (layer, layer_size) = layout
         .write_blob(&blob[..], Algorithm::Sha256, None)
@@ -73,6 +86,7 @@ fn build(tweak_config: impl FnOnce(&mut Value), tweak_manifest: impl FnOnce(&mut
         manifest: m,
         manifest_size: m_size,
         layer,
+        diff_id: Digest::sha256(&tar),
     }
 }
 
@@ -163,6 +177,35 @@ fn blobs_missing_tampered_or_resized() {
             .report
             .has(Rule::BlobSize)
     );
+}
+
+#[test]
+fn known_diff_ids_skip_decompression_but_not_the_blob_or_diff_id_checks() {
+    // Not a tar: a deep check that decompresses and parses the layer refuses it.
+    let b = build_with_layer(b"not a tar archive".to_vec(), |_| {}, |_| {});
+    assert!(!check(&b).report.is_ok(), "the layer is parsed by default");
+    let known = |diff_id: &Digest| ValidateOptions {
+        known_diff_ids: [(b.layer.clone(), diff_id.clone())].into(),
+        ..Default::default()
+    };
+    // The caller vouches for the DiffID it computed: no decompression, so no tar errors.
+    let out = validate_layout(&b.layout, None, &known(&b.diff_id));
+    assert!(out.report.is_ok(), "{}", out.report);
+    assert_eq!(
+        out.images[0].layers[0].diff_id.as_ref(),
+        Some(&b.diff_id),
+        "the config's DiffID is reported"
+    );
+    // A config DiffID other than the computed one is still an error.
+    let out = validate_layout(&b.layout, None, &known(&Digest::sha256(b"other")));
+    assert!(out.report.has(Rule::DiffId), "{}", out.report);
+    // The blob is still read back against its digest.
+    let p = b.layout.blob_path(&b.layer);
+    let mut bytes = std::fs::read(&p).unwrap();
+    bytes[0] ^= 1;
+    std::fs::write(&p, &bytes).unwrap();
+    let out = validate_layout(&b.layout, None, &known(&b.diff_id));
+    assert!(out.report.has(Rule::BlobDigest), "{}", out.report);
 }
 
 #[test]
