@@ -46,3 +46,26 @@ async fn fs_store_leaves_no_temporary_files() {
         "empty directories are pruned"
     );
 }
+
+/// The filesystem store's staged bytes can be read back before commit (flushed writes, through
+/// the production wrapper too): uploads rely on it to verify a non-sha256 digest.
+#[tokio::test]
+async fn fs_staging_is_readable_before_commit() {
+    use registry::storage::Key;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    for (store, _dir) in [fs_store().await, instrumented_fs_store().await] {
+        assert!(store.staging_readable());
+        let k = Key::new("staging/readable").unwrap();
+        let mut w = store.writer(&k, None).await.unwrap();
+        for (part, want) in [(&b"abc"[..], &b"abc"[..]), (b"def", b"abcdef")] {
+            w.write_all(part).await.unwrap();
+            w.flush().await.unwrap();
+            let (meta, mut r) = store.read(&k, 0).await.unwrap();
+            let mut got = Vec::new();
+            r.read_to_end(&mut got).await.unwrap();
+            assert_eq!(got, want);
+            assert_eq!(meta.size, want.len() as u64);
+        }
+        w.cancel().await.unwrap();
+    }
+}

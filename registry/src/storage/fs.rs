@@ -259,6 +259,10 @@ impl Store for FsStore {
         NAME
     }
 
+    fn staging_readable(&self) -> bool {
+        true
+    }
+
     fn get<'a>(&'a self, key: &'a Key, limit: u64) -> BoxFuture<'a, StoreResult<Document>> {
         let inner = self.inner.clone();
         let k = key.clone();

@@ -46,6 +46,10 @@ impl Store for Instrumented {
         self.inner.min_chunk_length()
     }
 
+    fn staging_readable(&self) -> bool {
+        self.inner.staging_readable()
+    }
+
     fn name(&self) -> &'static str {
         self.inner.name()
     }

@@ -274,6 +274,15 @@ pub trait Store: Send + Sync + fmt::Debug {
         None
     }
 
+    /// Whether [`Store::read`] of a staging key returns the bytes written to it so far (once the
+    /// writer is flushed), before it is committed. True for the filesystem, where a staging area
+    /// is a plain file; false for S3, where staged bytes are multipart parts nobody can read
+    /// until the upload completes. Uploads use it to hash only SHA-256 while bytes stream in
+    /// and verify any other algorithm by reading the staged bytes back at the end.
+    fn staging_readable(&self) -> bool {
+        false
+    }
+
     /// Reads a whole document of at most `limit` bytes ([`StoreError::TooLarge`] otherwise).
     fn get<'a>(&'a self, key: &'a Key, limit: u64) -> BoxFuture<'a, StoreResult<Document>>;
 
