@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod owner;
 pub mod provision;
 mod pull;
+mod readahead;
 mod schedule;
 mod state;
 mod store;

@@ -856,6 +856,31 @@ pub fn apply_stream<R: BufRead + Send>(
     opts: &UnpackOptions,
 ) -> Result<LayerStats, UnpackError> {
     let stream = decompress_layer(blob, compression, &opts.limits).map_err(UnpackError::Open)?;
+    if compression == Compression::None {
+        return apply_tar(root, stream, algorithm, opts);
+    }
+    // Inflating on a second thread overlaps it with hashing and writing files.
+    std::thread::scope(|s| {
+        let (ahead, inflater) =
+            crate::readahead::spawn(s, "layer-inflate", stream).map_err(UnpackError::Open)?;
+        let result = apply_tar(root, ahead, algorithm, opts);
+        if inflater.join().is_err() {
+            return Err(UnpackError::Open(io::Error::other(
+                "the decompression thread panicked",
+            )));
+        }
+        result
+    })
+}
+
+/// Applies an uncompressed tar stream, hashing it on the way. Consumes `stream`, so a
+/// read-ahead thread feeding it sees the reader gone when this returns, even on an error.
+fn apply_tar<S: Read>(
+    root: &RootDir,
+    stream: S,
+    algorithm: Algorithm,
+    opts: &UnpackOptions,
+) -> Result<LayerStats, UnpackError> {
     let hashing = DigestingReader::new(stream, algorithm);
     let mut tar = TarReader::new(hashing, opts.limits.tar.clone());
     let mut applier = Applier::new(root, opts);
