@@ -390,7 +390,9 @@ done
 want parts && for part in builder worker; do
 	if [ -x "bench/$part.sh" ]; then
 		log "$part: bench/$part.sh"
-		if [ "$QUICK" = 1 ]; then bench/$part.sh --quick; else bench/$part.sh; fi
+		# --no-docs: report.py puts their tables in the generated block; on their own they
+		# would append a second copy of their section to docs/benchmarks.md.
+		if [ "$QUICK" = 1 ]; then bench/$part.sh --quick --no-docs; else bench/$part.sh --no-docs; fi
 	else
 		log "$part: bench/$part.sh is missing; its rows stay empty"
 		echo "{\"section\":\"missing\",\"part\":\"$part\"}" >> "$RESULTS"
