@@ -3,7 +3,6 @@
 use axum::body::Body;
 use axum::http::{StatusCode, header};
 use axum::response::Response;
-use tokio::io::AsyncReadExt;
 
 use super::{Req, hv, parse_digest};
 use crate::errors::{ApiError, ApiResult, Code};
@@ -94,10 +93,11 @@ pub(crate) async fn get(req: Req, digest: &str) -> ApiResult<Response> {
     if req.head {
         return b.body(Body::empty()).map_err(ApiError::internal);
     }
-    let (_, reader) = repos.store().read(&layout::blob_data(&d), start).await?;
-    let stream = tokio_util::io::ReaderStream::with_capacity(reader.take(len), 256 << 10);
-    b.body(Body::from_stream(stream))
-        .map_err(ApiError::internal)
+    let (_, body) = repos
+        .store()
+        .read_chunks(&layout::blob_data(&d), start, len)
+        .await?;
+    b.body(Body::from_stream(body)).map_err(ApiError::internal)
 }
 
 /// DELETE a blob from the repository (its bytes stay until garbage collection).

@@ -8,8 +8,8 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::{
-    BoxFuture, BoxReader, Document, ErrorKind, Etag, Key, ObjectMeta, PutMode, Store, StoreResult,
-    StoreWriter,
+    BoxFuture, BoxReader, ByteStream, Document, ErrorKind, Etag, Key, ObjectMeta, PutMode, Store,
+    StoreResult, StoreWriter,
 };
 use crate::metrics::Metrics;
 
@@ -85,6 +85,20 @@ impl Store for Instrumented {
         Box::pin(async move {
             let t = Instant::now();
             let r = self.inner.read(key, offset).await;
+            self.record("read", key, t, &r);
+            r
+        })
+    }
+
+    fn read_chunks<'a>(
+        &'a self,
+        key: &'a Key,
+        offset: u64,
+        len: u64,
+    ) -> BoxFuture<'a, StoreResult<(ObjectMeta, ByteStream)>> {
+        Box::pin(async move {
+            let t = Instant::now();
+            let r = self.inner.read_chunks(key, offset, len).await;
             self.record("read", key, t, &r);
             r
         })
