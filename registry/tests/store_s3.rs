@@ -322,6 +322,16 @@ mod http {
             &proxy,
         );
 
+        // One staging-document write reserves 16 part numbers, so parts cost about one request
+        // each (one per part was a document write plus an UploadPart).
+        let large: Vec<u8> = (0..(64u32 << 20)).map(|i| (i % 239) as u8).collect();
+        push_blob(&app, repo, &large).await;
+        measure(
+            "push of a 64 MiB blob, monolithic (POST + PUT, 13 parts)",
+            30,
+            &proxy,
+        );
+
         let chunked_data: Vec<u8> = (0..(11u32 << 20)).map(|i| (i % 241) as u8).collect();
         push_chunked(&app, repo, &chunked_data, 4 << 20).await;
         measure(

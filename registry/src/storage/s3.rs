@@ -59,6 +59,15 @@ pub const MIN_PART_SIZE: u64 = 5 << 20;
 /// How long another process's claim on a staging area holds without being renewed (each part
 /// upload renews it). A replica killed mid-request blocks its upload's staging area this long.
 pub const CLAIM_SECS: u64 = 30;
+/// Part numbers a writer reserves with one write of the staging document. Reserving one number
+/// per part doubled the requests of a large push (a document write before every UploadPart).
+/// The cost of a batch: a writer whose claim was taken over may upload up to this many parts
+/// before its next document write fails; those parts carry numbers nobody else uses and are
+/// never completed, so they cost bandwidth, never data.
+const PART_BATCH: i32 = 16;
+/// A writer rewrites its claim before a part once this much of it has run out, whatever is
+/// left of its reserved numbers, so a slow upload keeps its claim as before.
+const RENEW_AFTER_SECS: u64 = 10;
 /// Largest staging document read.
 const STAGING_DOC_LIMIT: u64 = 1 << 20;
 
@@ -199,7 +208,8 @@ struct StagingDoc {
     next_seg: u64,
     /// The next part number to hand out. Every part number is reserved by a conditional write
     /// of this document before its upload, so two writers never upload the same number, even
-    /// when a claim was taken over from a writer that is slow rather than dead.
+    /// when a claim was taken over from a writer that is slow rather than dead. A writer
+    /// reserves [`PART_BATCH`] numbers per write.
     next_part: i32,
 }
 
@@ -866,6 +876,8 @@ impl Store for S3Store {
                 parts: doc.current.parts.clone(),
                 tail: doc.current.tail.clone(),
                 tail_size: doc.current.size - doc.current.parts_end(),
+                // Numbers reserved by an earlier writer stay unused: it may still be uploading.
+                next_part: doc.next_part,
                 doc,
                 etag,
                 buf: Vec::new(),
@@ -1021,6 +1033,9 @@ struct Core {
     /// Durable tail segments after the last part.
     tail: Vec<Seg>,
     tail_size: u64,
+    /// The next part number this writer uploads; numbers below `doc.next_part` are reserved
+    /// for it.
+    next_part: i32,
     /// Bytes not yet in S3 (fewer than a part together with the tail).
     buf: Vec<u8>,
 }
@@ -1087,10 +1102,19 @@ impl Core {
 
     async fn upload_part(&mut self, body: Bytes) -> StoreResult<Part> {
         let m = self.ensure_mpu().await?;
-        // Reserve the number (and renew the claim) before uploading; a lost claim stops here.
-        let n = self.doc.next_part;
-        self.doc.next_part += 1;
-        self.renew().await?;
+        // Reserve numbers (and renew the claim) before uploading; a lost claim stops here. The
+        // first part always writes the document, which also records a new multipart upload.
+        let stale = self
+            .doc
+            .claim
+            .as_ref()
+            .is_some_and(|c| c.until < now_secs() + CLAIM_SECS - RENEW_AFTER_SECS);
+        if self.next_part >= self.doc.next_part || stale {
+            self.doc.next_part = self.next_part + PART_BATCH;
+            self.renew().await?;
+        }
+        let n = self.next_part;
+        self.next_part += 1;
         let size = body.len() as u64;
         let inner = &self.inner;
         let out = inner
@@ -1141,6 +1165,10 @@ impl Core {
 
     async fn suspend(mut self) -> StoreResult<u64> {
         self.flush_tail().await?;
+        // Hand back the unused reserved numbers (the write below still proves the claim, so
+        // nobody else took any): a chunked push suspends after every request, and a batch lost
+        // each time would run out of S3's 10,000 part numbers long before the size limit.
+        self.doc.next_part = self.next_part;
         let size = self.size();
         let cp = Checkpoint {
             parts: self.parts.clone(),
