@@ -606,7 +606,7 @@ fn a_corrupt_payload_stops_the_build_naming_package_and_path() {
         c.contains(&format!(
             "payload for file usr/bin/tool ({})",
             path.display()
-        )) && c.contains("hash mismatch: expected"),
+        )) && c.contains("file:sha512t_256 hash mismatch: expected"),
         "{c}"
     );
     let index: serde_json::Value =

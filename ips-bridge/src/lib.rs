@@ -13,7 +13,8 @@
 //!   facet rules, and [`choose_mediations`] pkg's choice among mediated links.
 //! - [`PayloadHashes`]: which hashes an action names and streaming verification of stored
 //!   payloads (`gzip:`/`chash` on the stored bytes, `file:sha512t_256` → `file:sha256` →
-//!   SHA-1 on the content); [`compress`] writes payloads with pkg's fixed gzip header.
+//!   SHA-1 on the content; [`Check`] says whether the stored bytes' hash is checked too);
+//!   [`compress`] writes payloads with pkg's fixed gzip header.
 //! - [`CatalogAttrs`], [`CatalogPart`] and [`Catalog`]: catalog v1 with pkg's signatures,
 //!   serialised byte for byte as pkg does.
 //! - [`FileRepo`]: version 4 file repositories: read, verify, publish.
@@ -94,8 +95,8 @@ pub use image::{
 pub use manifest::{Manifest, ManifestError};
 pub use mediator::{Mediation, choose_mediations, is_selected};
 pub use payload::{
-    ExpectedHash, HashAlg, Hasher, PayloadError, PayloadHashes, PayloadInfo, VerifyingReader,
-    compress, hash_hex,
+    Check, ExpectedHash, HashAlg, Hasher, PayloadError, PayloadHashes, PayloadInfo,
+    VerifyingReader, compress, hash_hex,
 };
 pub use repo::{FileRepo, MAX_METADATA_BYTES, PackageRef, PackageRepository, RepoError};
 pub use variant::ImageFilter;

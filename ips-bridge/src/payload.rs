@@ -4,6 +4,16 @@
 //! best compressed hash (`gzip:sha512t_256`, `gzip:sha256`, then `chash`), and checks the
 //! decompressed content against the best uncompressed hash (`file:sha512t_256`,
 //! `file:sha256`, then the SHA-1). Everything here streams with fixed-size buffers.
+//!
+//! Two levels of checking ([`Check`]): [`Check::Stored`] checks every hash and is for bytes
+//! that arrive from elsewhere (a depot download before it enters the payload cache, as pkg's
+//! transport checks a download's compressed hash) and for repository checks (`pkgrepo
+//! verify`), where the stored file itself is the subject. [`Check::Content`] is for reading
+//! content out of a repository or cache to install it: what is installed is the decompressed
+//! content, and its best hash is always checked, so the compressed hash is skipped unless it
+//! is the stronger of the two (a SHA-1 content hash beside a `gzip:sha512t_256`). A damaged
+//! gzip stream that still inflates to content with the right hash installs the right bytes;
+//! one that does not fails the content hash, `pkg.size` or the gzip CRC.
 
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -161,6 +171,16 @@ pub fn hash_hex(alg: HashAlg, data: &[u8]) -> String {
     h.finish_hex()
 }
 
+/// Which hashes a payload read checks (see the module docs for when to use which).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// Every hash: the stored bytes' best compressed hash as well as the content's.
+    Stored,
+    /// The content's best hash, sizes and the gzip CRC; the stored bytes' compressed hash
+    /// only when its algorithm is stronger than the content hash's.
+    Content,
+}
+
 /// One expected digest: which bytes, which algorithm, which value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExpectedHash {
@@ -292,12 +312,31 @@ impl PayloadHashes {
         Ok(n)
     }
 
+    /// The compressed hash `check` asks for: none for [`Check::Content`] unless it is
+    /// stronger than the content hash (SHA-1 content beside a SHA-512/256 of the stored
+    /// bytes), since the content hash alone decides what is installed.
+    pub fn stored_hash(&self, check: Check) -> Option<&ExpectedHash> {
+        self.compressed
+            .as_ref()
+            .filter(|c| check == Check::Stored || c.alg > self.uncompressed.alg)
+    }
+
     /// Streams a stored payload through verification into `out`: the stored bytes are hashed
     /// with the compressed hash (if any), decompressed, written to `out` and hashed with the
     /// uncompressed hash. Success is reported only after the whole stream checked out, so
     /// whatever was written to `out` must be discarded on error. Returns the content size.
     pub fn verify<R: Read, W: Write>(&self, stored: R, out: W) -> Result<u64, PayloadError> {
-        let mut reader = self.reader(stored);
+        self.verify_checked(Check::Stored, stored, out)
+    }
+
+    /// [`PayloadHashes::verify`] with the hashes `check` asks for.
+    pub fn verify_checked<R: Read, W: Write>(
+        &self,
+        check: Check,
+        stored: R,
+        out: W,
+    ) -> Result<u64, PayloadError> {
+        let mut reader = self.reader_checked(check, stored);
         let mut out = out;
         let mut buf = vec![0u8; 64 * 1024];
         let mut n = 0u64;
@@ -317,11 +356,16 @@ impl PayloadHashes {
     /// A reader of the decompressed content that verifies everything at end of stream and
     /// fails there (with [`io::ErrorKind::InvalidData`]) on any mismatch.
     pub fn reader<R: Read>(&self, stored: R) -> VerifyingReader<R> {
+        self.reader_checked(Check::Stored, stored)
+    }
+
+    /// [`PayloadHashes::reader`] with the hashes `check` asks for.
+    pub fn reader_checked<R: Read>(&self, check: Check, stored: R) -> VerifyingReader<R> {
         VerifyingReader {
             hashes: self.clone(),
             decoder: GzDecoder::new(HashingReader {
                 inner: stored,
-                hasher: self.compressed.as_ref().map(|e| e.alg.hasher()),
+                hasher: self.stored_hash(check).map(|e| (e.clone(), e.alg.hasher())),
                 count: 0,
             }),
             hasher: Some(self.uncompressed.alg.hasher()),
@@ -359,14 +403,15 @@ fn checked_hex(h: &str, alg: HashAlg) -> Option<String> {
 
 struct HashingReader<R> {
     inner: R,
-    hasher: Option<Hasher>,
+    /// The compressed hash being checked, if any, and its running hash.
+    hasher: Option<(ExpectedHash, Hasher)>,
     count: u64,
 }
 
 impl<R: Read> Read for HashingReader<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
-        if let Some(h) = &mut self.hasher {
+        if let Some((_, h)) = &mut self.hasher {
             h.update(&buf[..n]);
         }
         self.count += n as u64;
@@ -396,9 +441,13 @@ impl<R: Read> VerifyingReader<R> {
         // Drain whatever follows the gzip member so the stored hash covers the whole file.
         let stored = self.decoder.get_mut();
         io::copy(stored, &mut io::sink()).map_err(|source| h.io(source))?;
-        if let (Some(hasher), Some(e)) = (stored.hasher.take(), &h.compressed) {
-            h.compare(e, hasher.finish_hex())?;
+        if let Some((e, hasher)) = stored.hasher.take() {
+            h.compare(&e, hasher.finish_hex())?;
         }
+        // The content hash before the sizes: other content is reported as such, whatever
+        // its size.
+        let hasher = self.hasher.take().expect("finish runs once");
+        h.compare(&h.uncompressed, hasher.finish_hex())?;
         if let Some(csize) = h.csize
             && csize != stored.count
         {
@@ -417,8 +466,7 @@ impl<R: Read> VerifyingReader<R> {
                 actual: self.count,
             });
         }
-        let hasher = self.hasher.take().expect("finish runs once");
-        h.compare(&h.uncompressed, hasher.finish_hex())
+        Ok(())
     }
 }
 
@@ -709,6 +757,74 @@ mod tests {
         let h = PayloadHashes::from_action(&sized).unwrap();
         assert!(matches!(
             h.verify(&gz[..], io::sink()),
+            Err(PayloadError::Size { .. })
+        ));
+    }
+
+    #[test]
+    fn content_check_skips_only_a_weaker_or_equal_stored_hash() {
+        let content = b"the same content, stored twice\n".repeat(500);
+        let (gz, info) = stored(&content);
+        // The same content in other gzip bytes (another level): the stored hashes differ.
+        let mut other = GzEncoder::new(Vec::new(), Compression::fast());
+        other.write_all(&content).unwrap();
+        let other = other.finish().unwrap();
+        assert_ne!(other, gz);
+        let mut a = action_for(&info);
+        a.remove("pkg.csize");
+        let h = PayloadHashes::from_action(&a).unwrap();
+        assert_eq!(h.stored_hash(Check::Content), None);
+        assert_eq!(
+            h.stored_hash(Check::Stored).unwrap().which,
+            "gzip:sha512t_256"
+        );
+        // A repository check refuses the other bytes; reading the content accepts them,
+        // because what is installed is exactly the published content.
+        match h.verify_checked(Check::Stored, &other[..], io::sink()) {
+            Err(PayloadError::Mismatch { which, .. }) => assert_eq!(which, "gzip:sha512t_256"),
+            r => panic!("{r:?}"),
+        }
+        let mut out = Vec::new();
+        h.verify_checked(Check::Content, &other[..], &mut out)
+            .unwrap();
+        assert_eq!(out, content);
+        // Other content in valid gzip still fails, on the content hash, naming the payload.
+        let (evil, _) = stored(b"#!/bin/sh\necho evil\n");
+        match h.verify_checked(Check::Content, &evil[..], io::sink()) {
+            Err(PayloadError::Mismatch { which, name, .. }) => {
+                assert_eq!(which, "file:sha512t_256");
+                assert_eq!(name, info.sha1);
+            }
+            r => panic!("{r:?}"),
+        }
+        // A SHA-1 content hash beside a SHA-512/256 of the stored bytes: the stronger
+        // stored hash is still checked when reading content.
+        let weak = Action::parse(&format!(
+            "file {} pkg.content-hash=gzip:sha512t_256:{} path=x",
+            info.sha1, info.gzip_sha512t_256
+        ))
+        .unwrap();
+        let h = PayloadHashes::from_action(&weak).unwrap();
+        assert_eq!(h.uncompressed.which, "hash");
+        assert_eq!(
+            h.stored_hash(Check::Content).unwrap().which,
+            "gzip:sha512t_256"
+        );
+        match h.verify_checked(Check::Content, &other[..], io::sink()) {
+            Err(PayloadError::Mismatch { which, .. }) => assert_eq!(which, "gzip:sha512t_256"),
+            r => panic!("{r:?}"),
+        }
+        // chash (SHA-1) beside a SHA-1 content hash: equal strength, skipped.
+        let sha1_only =
+            Action::parse(&format!("file {} chash={} path=x", info.sha1, info.chash)).unwrap();
+        let h = PayloadHashes::from_action(&sha1_only).unwrap();
+        assert_eq!(h.stored_hash(Check::Content), None);
+        h.verify_checked(Check::Content, &other[..], io::sink())
+            .unwrap();
+        // pkg.csize is still checked on every read (it costs nothing).
+        let h = PayloadHashes::from_action(&action_for(&info)).unwrap();
+        assert!(matches!(
+            h.verify_checked(Check::Content, &other[..], io::sink()),
             Err(PayloadError::Size { .. })
         ));
     }

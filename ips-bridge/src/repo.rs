@@ -21,7 +21,7 @@ use crate::catalog::{
 use crate::config::{IniError, IniFile};
 use crate::fmri::{Fmri, FmriError, valid_publisher};
 use crate::manifest::{Manifest, ManifestError};
-use crate::payload::{HashAlg, PayloadError, PayloadHashes, compress, hash_hex};
+use crate::payload::{Check, HashAlg, PayloadError, PayloadHashes, compress, hash_hex};
 use crate::version::{Timestamp, Version};
 
 /// Largest manifest or catalog file this reader loads into memory.
@@ -462,16 +462,29 @@ impl FileRepo {
     }
 
     /// Streams the verified, decompressed content of an action's payload into `out`. On
-    /// error, whatever was written to `out` must be discarded.
+    /// error, whatever was written to `out` must be discarded. The content is checked
+    /// against its best hash ([`Check::Content`]): the stored gzip file is local and only
+    /// its content is used, so its compressed hash is checked by [`FileRepo::verify`], not
+    /// on every read.
     pub fn fetch_payload<W: Write>(
         &self,
         package: &Fmri,
         action: &Action,
         out: W,
     ) -> Result<u64, RepoError> {
+        self.read_payload(package, action, Check::Content, out)
+    }
+
+    fn read_payload<W: Write>(
+        &self,
+        package: &Fmri,
+        action: &Action,
+        check: Check,
+        out: W,
+    ) -> Result<u64, RepoError> {
         let (hashes, path, file) = self.open_payload(package, action)?;
         hashes
-            .verify(BufReader::new(file), out)
+            .verify_checked(check, BufReader::new(file), out)
             .map_err(|source| RepoError::Payload {
                 fmri: package.to_string(),
                 action: action_name(action),
@@ -497,7 +510,8 @@ impl FileRepo {
                 if a.kind() == ActionKind::Signature {
                     continue; // certificates are not content payloads
                 }
-                if let Err(e) = self.fetch_payload(&package.fmri, a, io::sink()) {
+                // The stored file is what is checked here: every hash, the compressed too.
+                if let Err(e) = self.read_payload(&package.fmri, a, Check::Stored, io::sink()) {
                     problems.push(e);
                 }
             }

@@ -149,6 +149,36 @@ fn corruption_is_reported_naming_package_and_file() {
         .join("publisher/example.org/file")
         .join(&h[..2])
         .join(h);
+    // The same content in other gzip bytes (another level: the header's XFL byte differs,
+    // the size does not). Reading content does not check the stored bytes' hash, because
+    // the content hash decides what is installed and it matches; the repository check
+    // still reports the stored file.
+    let mut content = Vec::new();
+    repo.fetch_payload(&pkg.fmri, bin, &mut content).unwrap();
+    let mut recompressed = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut recompressed, &content).unwrap();
+    let recompressed = recompressed.finish().unwrap();
+    let original = std::fs::read(&payload).unwrap();
+    assert_ne!(recompressed, original);
+    assert_eq!(
+        recompressed.len(),
+        original.len(),
+        "pkg.csize still matches"
+    );
+    std::fs::write(&payload, &recompressed).unwrap();
+    let mut read = Vec::new();
+    repo.fetch_payload(&pkg.fmri, bin, &mut read).unwrap();
+    assert_eq!(read, content);
+    let problems = repo.verify("example.org").unwrap();
+    std::fs::write(&payload, original).unwrap();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    match &problems[0] {
+        RepoError::Payload { source, .. } => assert!(
+            matches!(&**source, ips_bridge::PayloadError::Mismatch { which, .. } if which == "gzip:sha512t_256"),
+            "{source}"
+        ),
+        r => panic!("{r:?}"),
+    }
     // Replace the stored payload with another valid gzip file.
     let mut other = Vec::new();
     ips_bridge::compress(&b"not hello"[..], &mut other).unwrap();

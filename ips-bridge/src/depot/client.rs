@@ -13,7 +13,7 @@ use crate::cache::{CacheError, PayloadCache};
 use crate::catalog::{Catalog, CatalogAttrs, CatalogError, CatalogPart};
 use crate::fmri::{Fmri, quote};
 use crate::manifest::{Manifest, ManifestError};
-use crate::payload::{HashAlg, PayloadHashes, hash_hex};
+use crate::payload::{Check, HashAlg, PayloadHashes, hash_hex};
 use crate::repo::{MAX_METADATA_BYTES, PackageRef, PackageRepository};
 
 /// Errors from talking to a depot. Each names the URL or package involved.
@@ -571,14 +571,17 @@ impl PackageRepository for DepotClient {
             Some(cache) => {
                 let path = self.fetch_payload(cache, package, action)?;
                 let file = File::open(&path).map_err(|e| payload_err(Box::new(e)))?;
+                // Every hash was checked when the download entered the cache; reading it
+                // back checks the content that is used (see `Check`).
                 hashes
-                    .verify(io::BufReader::new(file), out)
+                    .verify_checked(Check::Content, io::BufReader::new(file), out)
                     .map_err(|e| payload_err(Box::new(e)))
             }
             None => {
                 let v = self.negotiate("file", &[0, 1])?;
                 let url = self.op_url(package.publisher(), "file", v, &quote(&hashes.name));
                 let resp = self.request(&url, false)?;
+                // Bytes straight from the network: every hash, as when they enter the cache.
                 let reader = resp.into_body().into_with_config().reader();
                 hashes
                     .verify(io::BufReader::new(reader), out)
