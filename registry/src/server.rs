@@ -14,7 +14,7 @@ use crate::auth::{Auth, AuthConfig, AuthError, FileAuth};
 use crate::gc::{self, GcError, GcOptions};
 use crate::ratelimit::{PeerAddr, RateLimit};
 use crate::storage::{
-    FsStore, S3Config, S3CredentialSettings, S3Store, Store, resolve_s3_credentials,
+    BucketProblem, FsStore, S3Config, S3CredentialSettings, S3Store, Store, resolve_s3_credentials,
 };
 use crate::tls::{TlsConfig, TlsError, TlsListener, TlsSettings};
 
@@ -436,6 +436,20 @@ impl ServeConfig {
     /// The store this configuration selects: S3 when an endpoint and bucket are set, else the
     /// filesystem store in [`ServeConfig::data`].
     pub fn open_store(&self) -> Result<Arc<dyn Store>, ServeError> {
+        match self.s3_store()? {
+            Some(s3) => Ok(Arc::new(s3)),
+            None => {
+                let store = FsStore::open(&self.data).map_err(|source| ServeError::Data {
+                    path: self.data.clone(),
+                    source,
+                })?;
+                Ok(Arc::new(store))
+            }
+        }
+    }
+
+    /// The S3 store when an endpoint and a bucket are set; `None` for the filesystem store.
+    fn s3_store(&self) -> Result<Option<S3Store>, ServeError> {
         match (&self.s3_endpoint, &self.s3_bucket) {
             (Some(endpoint), Some(bucket)) => {
                 let mut c = S3Config::new(endpoint, bucket)
@@ -457,21 +471,31 @@ impl ServeConfig {
                         "no S3 credentials configured; requests are signed with a placeholder pair"
                     ),
                 }
-                Ok(Arc::new(S3Store::new(c)))
+                Ok(Some(S3Store::new(c)))
             }
-            (None, None) => {
-                let store = FsStore::open(&self.data).map_err(|source| ServeError::Data {
-                    path: self.data.clone(),
-                    source,
-                })?;
-                Ok(Arc::new(store))
-            }
+            (None, None) => Ok(None),
             (Some(_), None) => Err(ServeError::S3Config {
                 reason: "an endpoint needs a bucket (s3_bucket, --s3-bucket)".to_owned(),
             }),
             (None, Some(_)) => Err(ServeError::S3Config {
                 reason: "a bucket needs an endpoint (s3_endpoint, --s3-endpoint)".to_owned(),
             }),
+        }
+    }
+}
+
+/// Stops the start when the S3 endpoint says the bucket cannot be used; only warns when the
+/// endpoint cannot be reached, since storage often starts after its clients.
+async fn check_bucket(s3: &S3Store, config: &ServeConfig) -> Result<(), ServeError> {
+    let endpoint = config.s3_endpoint.as_deref().unwrap_or_default();
+    match s3.check_bucket(Duration::from_secs(10)).await {
+        Ok(()) => Ok(()),
+        Err(BucketProblem::Refused(why)) => Err(ServeError::S3Config {
+            reason: format!("bucket {:?} at {endpoint}: {why}", s3.bucket()),
+        }),
+        Err(BucketProblem::Unreachable(why)) => {
+            tracing::warn!(bucket = s3.bucket(), endpoint, error = %why, "cannot check the S3 bucket; serving anyway");
+            Ok(())
         }
     }
 }
@@ -599,7 +623,13 @@ pub async fn serve(
         Some(a) => Some(Arc::new(Auth::load(a).map_err(ServeError::Auth)?)),
         None => None,
     };
-    let store = config.open_store()?;
+    let store: Arc<dyn Store> = match config.s3_store()? {
+        Some(s3) => {
+            check_bucket(&s3, &config).await?;
+            Arc::new(s3)
+        }
+        None => config.open_store()?,
+    };
     let store_name = store.name();
     let state = AppState::new(
         store,

@@ -1008,3 +1008,74 @@ mod full_scale_faults {
         );
     }
 }
+
+/// A registry whose bucket cannot be used does not start (naming the bucket and why), rather
+/// than answering 500 to every write; one whose endpoint is down starts and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn serve_checks_the_bucket_at_start() {
+    let sw = seaweed();
+    let dir = tempfile::tempdir().unwrap();
+    let free_port = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let config = |endpoint: &str, bucket: &str, port: u16| {
+        let file = dir.path().join(format!("{bucket}.toml"));
+        std::fs::write(
+            &file,
+            format!("listen = \"127.0.0.1:{port}\"\ns3_endpoint = \"{endpoint}\"\ns3_bucket = \"{bucket}\"\n"),
+        )
+        .unwrap();
+        registry::ServeConfig::load_with_env(Some(&file), &|_| None).unwrap()
+    };
+    for (bucket, want) in [
+        ("no-such-bucket-here", "the bucket does not exist"),
+        // Too short for a bucket name; SeaweedFS answers its HEAD with 404 (others give 400).
+        ("ab", "the bucket does not exist"),
+    ] {
+        let port = free_port();
+        let err = registry::serve(config(&sw.endpoint(), bucket, port), async {})
+            .await
+            .expect_err("a registry on an unusable bucket must not start");
+        let msg = err.to_string();
+        assert!(
+            msg.contains(&format!("{bucket:?}")) && msg.contains(want),
+            "{bucket}: {msg}"
+        );
+        assert!(
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+            "{bucket}: nothing may listen"
+        );
+    }
+
+    // Nothing listens at this endpoint: the registry warns and serves.
+    let down = format!("http://127.0.0.1:{}", free_port());
+    let port = free_port();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(registry::serve(config(&down, "later", port), async move {
+        let _ = stopped.await;
+    }));
+    let client = reqwest::Client::new();
+    let mut status = None;
+    for _ in 0..300 {
+        if let Ok(r) = client
+            .get(format!("http://127.0.0.1:{port}/v2/"))
+            .send()
+            .await
+        {
+            status = Some(r.status());
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        status,
+        Some(reqwest::StatusCode::OK),
+        "the registry did not start"
+    );
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+}

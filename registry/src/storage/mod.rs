@@ -34,7 +34,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
 pub use fs::FsStore;
 pub use instrumented::Instrumented;
-pub use s3::{S3Config, S3Store};
+pub use s3::{BucketProblem, S3Config, S3Store};
 pub use s3_credentials::{
     CredentialSource, CredentialsError, S3CredentialSettings, S3Credentials,
     resolve as resolve_s3_credentials,

@@ -691,6 +691,50 @@ impl S3Store {
     pub fn bucket(&self) -> &str {
         &self.inner.bucket
     }
+
+    /// Asks the endpoint about the bucket (HeadBucket, at most `within`), so that a missing
+    /// bucket, a bad name or refused credentials stop a registry at start rather than turning
+    /// every later write into a 500. An endpoint that cannot be asked (down, slow, answering
+    /// 5xx) is [`BucketProblem::Unreachable`]: the caller may start anyway, since storage often
+    /// comes up after its clients.
+    pub async fn check_bucket(&self, within: Duration) -> Result<(), BucketProblem> {
+        let inner = &self.inner;
+        let head = inner.client.head_bucket().bucket(&inner.bucket).send();
+        let e = match tokio::time::timeout(within, head).await {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(e)) => e,
+            Err(_) => {
+                return Err(BucketProblem::Unreachable(format!(
+                    "no answer to HeadBucket within {within:?}"
+                )));
+            }
+        };
+        let status = match &e {
+            SdkError::ServiceError(_) => e.raw_response().map(|r| r.status().as_u16()),
+            _ => None,
+        };
+        let detail = DisplayErrorContext(&e).to_string();
+        Err(match status {
+            Some(404) => BucketProblem::Refused("the bucket does not exist".to_owned()),
+            Some(401 | 403) => BucketProblem::Refused(
+                "access denied (check the S3 credentials and their rights on the bucket)"
+                    .to_owned(),
+            ),
+            Some(s @ 400..=499) if s != 408 && s != 429 => {
+                BucketProblem::Refused(format!("HTTP {s} (is the bucket name valid?): {detail}"))
+            }
+            _ => BucketProblem::Unreachable(detail),
+        })
+    }
+}
+
+/// Why [`S3Store::check_bucket`] failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BucketProblem {
+    /// The endpoint answered: this bucket cannot be used as configured.
+    Refused(String),
+    /// The endpoint could not be asked.
+    Unreachable(String),
 }
 
 impl Store for S3Store {
