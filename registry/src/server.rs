@@ -438,14 +438,16 @@ impl ServeConfig {
     pub fn open_store(&self) -> Result<Arc<dyn Store>, ServeError> {
         match self.s3_store()? {
             Some(s3) => Ok(Arc::new(s3)),
-            None => {
-                let store = FsStore::open(&self.data).map_err(|source| ServeError::Data {
-                    path: self.data.clone(),
-                    source,
-                })?;
-                Ok(Arc::new(store))
-            }
+            None => self.fs_store(),
         }
+    }
+
+    fn fs_store(&self) -> Result<Arc<dyn Store>, ServeError> {
+        let store = FsStore::open(&self.data).map_err(|source| ServeError::Data {
+            path: self.data.clone(),
+            source,
+        })?;
+        Ok(Arc::new(store))
     }
 
     /// The S3 store when an endpoint and a bucket are set; `None` for the filesystem store.
@@ -628,7 +630,7 @@ pub async fn serve(
             check_bucket(&s3, &config).await?;
             Arc::new(s3)
         }
-        None => config.open_store()?,
+        None => config.fs_store()?,
     };
     let store_name = store.name();
     let state = AppState::new(

@@ -92,6 +92,20 @@ fn etag_of(bytes: &[u8]) -> Etag {
 }
 
 /// Runs blocking filesystem work off the async threads.
+/// Opens a stored object for reading, with its size and time (a directory is not an object).
+fn open_object(inner: &Inner, k: &Key) -> StoreResult<(File, ObjectMeta)> {
+    let f = File::open(inner.path(k)).map_err(|e| map_io(k, e))?;
+    let m = f.metadata().map_err(|e| backend(k, e))?;
+    if m.is_dir() {
+        return Err(not_found(k));
+    }
+    let meta = ObjectMeta {
+        size: m.len(),
+        modified: m.modified().map_err(|e| backend(k, e))?,
+    };
+    Ok((f, meta))
+}
+
 /// Maps `len` bytes of `file` from `offset` and faults them in now, on the blocking thread, so a
 /// page that is not in the page cache never stalls the async worker that writes it out.
 fn map_window(file: &File, offset: u64, len: u64) -> io::Result<Bytes> {
@@ -319,24 +333,16 @@ impl Store for FsStore {
         let k = key.clone();
         Box::pin(async move {
             let (meta, file) = blocking(key, move || {
-                let mut f = File::open(inner.path(&k)).map_err(|e| map_io(&k, e))?;
-                let m = f.metadata().map_err(|e| backend(&k, e))?;
-                if m.is_dir() {
-                    return Err(not_found(&k));
-                }
-                if offset > m.len() {
+                let (mut f, meta) = open_object(&inner, &k)?;
+                if offset > meta.size {
                     return Err(StoreError::PreconditionFailed {
                         store: NAME,
                         key: k.clone(),
-                        reason: format!("offset {offset} is past the end ({} bytes)", m.len()),
+                        reason: format!("offset {offset} is past the end ({} bytes)", meta.size),
                     });
                 }
                 f.seek(SeekFrom::Start(offset))
                     .map_err(|e| backend(&k, e))?;
-                let meta = ObjectMeta {
-                    size: m.len(),
-                    modified: m.modified().map_err(|e| backend(&k, e))?,
-                };
                 Ok((meta, f))
             })
             .await?;
@@ -361,18 +367,10 @@ impl Store for FsStore {
             // Opening and the first window share one blocking call: a blob of up to
             // MAP_WINDOW bytes costs a single thread hop.
             let (meta, file, first) = blocking(key, move || {
-                let f = File::open(inner.path(&k)).map_err(|e| map_io(&k, e))?;
-                let m = f.metadata().map_err(|e| backend(&k, e))?;
-                if m.is_dir() {
-                    return Err(not_found(&k));
+                let (f, meta) = open_object(&inner, &k)?;
+                if offset.saturating_add(len) > meta.size {
+                    return Err(past_end(NAME, &k, offset, len, meta.size));
                 }
-                if offset.saturating_add(len) > m.len() {
-                    return Err(past_end(NAME, &k, offset, len, m.len()));
-                }
-                let meta = ObjectMeta {
-                    size: m.len(),
-                    modified: m.modified().map_err(|e| backend(&k, e))?,
-                };
                 let first =
                     map_window(&f, offset, len.min(MAP_WINDOW)).map_err(|e| backend(&k, e))?;
                 Ok((meta, f, first))
