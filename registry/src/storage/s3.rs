@@ -74,6 +74,8 @@ const STAGING_DOC_LIMIT: u64 = 1 << 20;
 const META_KIND: &str = "rd-kind";
 const META_DATA: &str = "rd-data";
 const META_SIZE: &str = "rd-size";
+/// A fresh id on every conditional write, to tell our own landed write from another's.
+const META_WRITE: &str = "rd-write";
 const KIND_STAGING: &str = "staging";
 const KIND_REF: &str = "blob-ref";
 
@@ -472,22 +474,57 @@ impl Inner {
             (META_KIND, KIND_STAGING.to_owned()),
             (META_SIZE, doc.current.size.to_string()),
         ];
-        let bytes = Bytes::from(bytes);
         match self
-            .put_object(key, &object, bytes.clone(), etag.is_none(), etag, &meta)
+            .put_settled(key, &object, Bytes::from(bytes), etag, &meta)
             .await
         {
-            Ok(etag) => Ok(etag),
             Err(StoreError::AlreadyExists { .. } | StoreError::PreconditionFailed { .. }) => {
-                // A retried request whose first attempt succeeded (the answer was lost) fails
-                // its own condition; the document names a unique claim, so equal bytes mean the
-                // write was ours.
-                match self.get_bytes(key, &object, STAGING_DOC_LIMIT).await {
-                    Ok((now, _, etag)) if now == bytes => Ok(etag),
-                    _ => Err(self.precondition(key, "another writer has the staging area")),
+                Err(self.precondition(key, "another writer has the staging area"))
+            }
+            r => r,
+        }
+    }
+
+    /// A conditional write (create-only when `etag` is `None`, else replacing `etag`) whose
+    /// refusal is settled by asking whose write the object now holds. The SDK retries a write
+    /// whose answer was lost (a 5xx after it landed, a dropped connection); the retry then fails
+    /// its own condition, 412, although the write took effect. Every conditional write carries
+    /// a fresh id in its metadata (`rd-write`), so after a refusal one HEAD tells the two
+    /// apart: our id there means the write landed and counts, with the object's etag; anything
+    /// else is a lost race and stays refused. Comparing bytes would not do: two writers of a
+    /// read-modify-write can compute the same bytes, and the loser would then drop its update.
+    async fn put_settled(
+        &self,
+        key: &Key,
+        object: &str,
+        bytes: Bytes,
+        etag: Option<&str>,
+        meta: &[(&str, String)],
+    ) -> StoreResult<String> {
+        let id = uuid::Uuid::new_v4().as_simple().to_string();
+        let mut with_id = meta.to_vec();
+        with_id.push((META_WRITE, id.clone()));
+        match self
+            .put_object(key, object, bytes, etag.is_none(), etag, &with_id)
+            .await
+        {
+            Err(e @ (StoreError::AlreadyExists { .. } | StoreError::PreconditionFailed { .. })) => {
+                let now = self
+                    .client
+                    .head_object()
+                    .bucket(&self.bucket)
+                    .key(object)
+                    .send()
+                    .await;
+                match now {
+                    Ok(h) if h.metadata().and_then(|m| m.get(META_WRITE)) == Some(&id) => {
+                        tracing::debug!(key = %key, "a refused conditional write had landed (its answer was lost)");
+                        Ok(h.e_tag().unwrap_or_default().to_owned())
+                    }
+                    _ => Err(e),
                 }
             }
-            Err(e) => Err(e),
+            r => r,
         }
     }
 
@@ -781,15 +818,23 @@ impl Store for S3Store {
     ) -> BoxFuture<'a, StoreResult<Etag>> {
         Box::pin(async move {
             let object = self.inner.full(key);
-            let (inm, im) = match &mode {
-                PutMode::Create => (true, None),
-                PutMode::Replace(e) => (false, Some(e.0.as_str())),
-                PutMode::Overwrite => (false, None),
+            let etag = match &mode {
+                PutMode::Create => {
+                    self.inner
+                        .put_settled(key, &object, bytes, None, &[])
+                        .await?
+                }
+                PutMode::Replace(e) => {
+                    self.inner
+                        .put_settled(key, &object, bytes, Some(e.0.as_str()), &[])
+                        .await?
+                }
+                PutMode::Overwrite => {
+                    self.inner
+                        .put_object(key, &object, bytes, false, None, &[])
+                        .await?
+                }
             };
-            let etag = self
-                .inner
-                .put_object(key, &object, bytes, inm, im, &[])
-                .await?;
             Ok(Etag(etag))
         })
     }
