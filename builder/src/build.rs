@@ -101,8 +101,11 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
     let sources = Sources::open(&image.publishers, opts.payload_cache.as_deref())?;
     let filter = image.filter();
 
-    // Every manifest, checked against the lockfile's SHA-1.
-    let mut packages: Vec<Package<'_>> = Vec::new();
+    // Every manifest, checked against the lockfile's SHA-1. The parsed manifests are
+    // collected apart from the rest first, so the set checks below can borrow them without
+    // a copy; they then move into the packages.
+    let mut set: Vec<(ips_bridge::Fmri, Manifest)> = Vec::new();
+    let mut loaded = Vec::new();
     for locked in &lock.packages {
         let fmri = ips_bridge::Fmri::parse(&locked.fmri).map_err(|e| BuildError::Lockfile {
             lockfile: image.lockfile_path(),
@@ -133,24 +136,25 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
             lockfile: image.lockfile_path(),
             message: format!("{fmri}: manifest does not parse: {e}"),
         })?;
-        packages.push(Package {
-            fmri,
-            manifest_bytes: bytes,
-            manifest,
-            source,
-        });
+        set.push((fmri, manifest));
+        loaded.push((bytes, source));
     }
     // The lockfile passed these checks when it was made; they run again because the
     // lockfile is an input like any other (edited by hand, or from another rdctl).
-    let set: Vec<(ips_bridge::Fmri, Manifest)> = packages
-        .iter()
-        .map(|p| (p.fmri.clone(), p.manifest.clone()))
-        .collect();
     let mut warnings: Vec<String> = check_set(&set, &filter)?
         .iter()
         .map(ToString::to_string)
         .collect();
-    drop(set);
+    let packages: Vec<Package<'_>> = set
+        .into_iter()
+        .zip(loaded)
+        .map(|((fmri, manifest), (manifest_bytes, source))| Package {
+            fmri,
+            manifest_bytes,
+            manifest,
+            source,
+        })
+        .collect();
 
     let epoch = match opts.source_date_epoch {
         Some(e) => e,
@@ -383,11 +387,13 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
     layout.write_index_bytes(&serde_json::to_vec(&top).expect("json"))?;
     drop(staging);
 
-    // The builder's own output must pass the validator before it counts: every document
-    // and blob is read back against its digest. The layers' DiffIDs were computed here from
-    // the tar streams as they were compressed (or, for cached layers, by decompressing them
-    // on restore), so the validator compares the config's DiffIDs with those instead of
-    // decompressing every layer a second time (`rdctl validate` still does).
+    // The builder's own output must pass the validator before it counts: every document is
+    // read back against its digest, and the whole image is checked (media types, platform,
+    // config, layer order, DiffIDs). The layers were hashed here as they were written (or,
+    // for cached layers, read and checked on restore), compressed and uncompressed, so the
+    // validator takes those digests and checks the layer files' presence and size instead
+    // of reading every layer back and decompressing it a second time (`rdctl validate`
+    // still does both).
     let report = validate_layout(
         &layout,
         Some(&image.tags[0]),
@@ -398,6 +404,7 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
                 .iter()
                 .map(|l| (l.digest.clone(), l.diff_id.clone()))
                 .collect(),
+            written_blobs: layers.iter().map(|l| l.digest.clone()).collect(),
             ..ValidateOptions::default()
         },
     );

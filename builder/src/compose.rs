@@ -471,7 +471,8 @@ fn add_var_pkg(
     for p in packages {
         meta = meta.package(p.fmri.clone(), p.manifest_bytes.clone());
     }
-    meta.write(staging, |fmri, action, out| {
+    let parsed: Vec<&ips_bridge::Manifest> = packages.iter().map(|p| &p.manifest).collect();
+    meta.write_parsed(staging, &parsed, |fmri, action, out| {
         let p = packages
             .iter()
             .find(|p| &p.fmri == fmri)

@@ -80,7 +80,10 @@ pub(crate) fn spdx(
             "relatedSpdxElement": fid,
         }));
     }
-    let doc: Value = json!({
+    // The three long arrays are moved in after the fact: `json!` would serialize them into
+    // a copy (one Value per file, thousands of them). The keys are placed first so the
+    // document's key order, and so its bytes, stay the same.
+    let mut doc: Value = json!({
         "spdxVersion": "SPDX-2.3",
         "dataLicense": "CC0-1.0",
         "SPDXID": "SPDXRef-DOCUMENT",
@@ -90,9 +93,12 @@ pub(crate) fn spdx(
             "created": created,
             "creators": [concat!("Tool: rdctl-", env!("CARGO_PKG_VERSION"))],
         },
-        "packages": pkgs,
-        "files": files,
-        "relationships": rels,
+        "packages": null,
+        "files": null,
+        "relationships": null,
     });
+    doc["packages"] = Value::Array(pkgs);
+    doc["files"] = Value::Array(files);
+    doc["relationships"] = Value::Array(rels);
     serde_json::to_vec(&doc).expect("json")
 }

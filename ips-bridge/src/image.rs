@@ -170,11 +170,43 @@ impl ImageMetadata {
     /// Writes `<root>/var/pkg`. `license` is called for every license action of every
     /// package and must write the license's decompressed, verified text (for example with
     /// [`crate::FileRepo::fetch_payload`]).
-    pub fn write<F, E>(&self, root: &Path, mut license: F) -> Result<(), ImageError>
+    pub fn write<F, E>(&self, root: &Path, license: F) -> Result<(), ImageError>
     where
         F: FnMut(&Fmri, &crate::Action, &mut dyn Write) -> Result<(), E>,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
+        let mut parsed = Vec::with_capacity(self.packages.len());
+        for p in &self.packages {
+            let pkg_err = |message: String| ImageError::Package {
+                fmri: p.fmri.to_string(),
+                message,
+            };
+            let text = std::str::from_utf8(&p.manifest)
+                .map_err(|_| pkg_err("manifest is not utf-8".into()))?;
+            parsed.push(Manifest::parse(text).map_err(|e| pkg_err(format!("manifest: {e}")))?);
+        }
+        self.write_parsed(root, &parsed.iter().collect::<Vec<_>>(), license)
+    }
+
+    /// [`ImageMetadata::write`] for a caller that has parsed the manifests already (a builder
+    /// parses every one to compose the image): `parsed[i]` must be the parse of the `i`-th
+    /// package's manifest bytes, in the order the packages were added (panics when the counts
+    /// differ). Saves parsing every manifest a second time.
+    pub fn write_parsed<F, E>(
+        &self,
+        root: &Path,
+        parsed: &[&Manifest],
+        mut license: F,
+    ) -> Result<(), ImageError>
+    where
+        F: FnMut(&Fmri, &crate::Action, &mut dyn Write) -> Result<(), E>,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        assert_eq!(
+            parsed.len(),
+            self.packages.len(),
+            "write_parsed needs one parsed manifest per package"
+        );
         let var_pkg = root.join("var/pkg");
         let io_err = |path: &Path| {
             let path = path.to_owned();
@@ -200,7 +232,7 @@ impl ImageMetadata {
 
         let mut catalog = Catalog::default();
         let mut seen = BTreeSet::new();
-        for p in &self.packages {
+        for (p, manifest) in self.packages.iter().zip(parsed) {
             let fmri_s = p.fmri.to_string();
             let pkg_err = |message: &str| ImageError::Package {
                 fmri: fmri_s.clone(),
@@ -212,9 +244,6 @@ impl ImageMetadata {
             if !seen.insert(p.fmri.stem().to_owned()) {
                 return Err(pkg_err("more than one version of this package"));
             }
-            let text =
-                std::str::from_utf8(&p.manifest).map_err(|_| pkg_err("manifest is not utf-8"))?;
-            let manifest = Manifest::parse(text).map_err(|e| pkg_err(&format!("manifest: {e}")))?;
             write_atomic(
                 &var_pkg
                     .join("publisher")

@@ -188,3 +188,44 @@ fn legacy_pkginfo_like_pkg() {
         .is_none()
     );
 }
+
+/// Every file under `root`, relative path → bytes.
+fn tree_of(root: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(root).unwrap().to_path_buf();
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn write_parsed_writes_what_write_writes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = fixture_repo(&tmp.path().join("repo"));
+    let mut meta = ImageMetadata::new(ImageFilter::zone("i386"), "20240102T040000.000000Z");
+    let mut parsed = Vec::new();
+    for p in &repo.packages("example.org").unwrap() {
+        let bytes = repo.manifest_bytes(p).unwrap();
+        parsed.push(Manifest::parse(std::str::from_utf8(&bytes).unwrap()).unwrap());
+        meta = meta.package(p.fmri.clone(), bytes);
+    }
+    let license = |fmri: &Fmri, action: &ips_bridge::Action, out: &mut dyn std::io::Write| {
+        repo.fetch_payload(fmri, action, out).map(|_| ())
+    };
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    meta.write(&a, license).unwrap();
+    meta.write_parsed(&b, &parsed.iter().collect::<Vec<_>>(), license)
+        .unwrap();
+    let (a, b) = (tree_of(&a), tree_of(&b));
+    assert!(a.len() > 5, "{:?}", a.keys());
+    assert_eq!(a, b);
+}

@@ -2,7 +2,7 @@
 //! manifests and configs down to every layer, checking each document's rules, every blob's size
 //! and digest, every layer's DiffID, platforms against configs, and nesting depth and cycles.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::digest::Digest;
 use crate::document::{
@@ -33,6 +33,13 @@ pub struct ValidateOptions {
     /// its own output uses this to skip a second gunzip of every layer it just compressed;
     /// `rdctl validate` leaves it empty and decompresses everything.
     pub known_diff_ids: HashMap<Digest, Digest>,
+    /// Blobs the caller itself wrote into the layout in this process, hashing the bytes as
+    /// they went into the file (the layout's blob writer names a blob by that digest). With
+    /// `deep`, such a blob is checked for presence and size from its file metadata instead of
+    /// being read back and hashed a second time; everything else about it (media type, the
+    /// DiffID against `known_diff_ids`, the documents that point at it) is checked as usual.
+    /// `rdctl validate` leaves it empty: a layout from elsewhere is always read back.
+    pub written_blobs: HashSet<Digest>,
 }
 
 impl Default for ValidateOptions {
@@ -43,6 +50,7 @@ impl Default for ValidateOptions {
             max_index_depth: 8,
             limits: LayerLimits::default(),
             known_diff_ids: HashMap::new(),
+            written_blobs: HashSet::new(),
         }
     }
 }
@@ -429,7 +437,7 @@ impl Walker<'_> {
         if d.data.is_some() {
             return;
         }
-        if !self.opts.deep {
+        if !self.opts.deep || self.opts.written_blobs.contains(&d.digest) {
             self.present(d, loc);
             return;
         }

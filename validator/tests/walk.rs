@@ -209,6 +209,35 @@ fn known_diff_ids_skip_decompression_but_not_the_blob_or_diff_id_checks() {
 }
 
 #[test]
+fn written_blobs_are_checked_for_size_but_not_read_back() {
+    let b = build(|_| {}, |_| {});
+    let opts = ValidateOptions {
+        known_diff_ids: [(b.layer.clone(), b.diff_id.clone())].into(),
+        written_blobs: [b.layer.clone()].into(),
+        ..Default::default()
+    };
+    assert!(validate_layout(&b.layout, None, &opts).report.is_ok());
+    // Same length, other bytes: the caller vouched for what it wrote, so only a fresh
+    // validation (as `rdctl validate` runs) reads the blob back and sees it.
+    let p = b.layout.blob_path(&b.layer);
+    let mut bytes = std::fs::read(&p).unwrap();
+    bytes[0] ^= 1;
+    std::fs::write(&p, &bytes).unwrap();
+    let out = validate_layout(&b.layout, None, &opts);
+    assert!(out.report.is_ok(), "{}", out.report);
+    assert!(check(&b).report.has(Rule::BlobDigest));
+    // A size other than the descriptor's is still an error.
+    bytes.push(0);
+    std::fs::write(&p, &bytes).unwrap();
+    let out = validate_layout(&b.layout, None, &opts);
+    assert!(out.report.has(Rule::BlobSize), "{}", out.report);
+    // So is a missing blob.
+    std::fs::remove_file(&p).unwrap();
+    let out = validate_layout(&b.layout, None, &opts);
+    assert!(out.report.has(Rule::BlobMissing), "{}", out.report);
+}
+
+#[test]
 fn stop_signal_by_number_is_refused_in_a_layout() {
     let b = build(|c| c["config"]["StopSignal"] = json!("15"), |_| {});
     assert!(check(&b).report.has(Rule::StopSignal));
