@@ -253,7 +253,7 @@ impl ImageMetadata {
                 &p.manifest,
             )?;
             catalog
-                .add(&p.fmri, &manifest, &p.manifest)
+                .add(&p.fmri, manifest, &p.manifest)
                 .map_err(|e| pkg_err(&e.to_string()))?;
             for a in manifest.by_kind(ActionKind::License) {
                 let name = a.key().unwrap_or_default();
