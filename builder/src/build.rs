@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use ips_bridge::{HashAlg, Manifest, PackageRef, hash_hex};
 use serde_json::{Value, json};
-use validator::{Algorithm, Digest, ImageLayout, MediaType, ValidateOptions, validate_layout};
+use validator::{
+    Algorithm, Digest, FinishedBlob, ImageLayout, MediaType, ValidateOptions, validate_layout,
+};
 
 use crate::BuildError;
 use crate::checks::check_set;
@@ -211,6 +213,7 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
         progress,
     };
     let mut layers = Vec::new();
+    let mut unpublished: Vec<FinishedBlob> = Vec::new();
     for (index, (label, paths)) in groups.iter().enumerate() {
         let in_layer = with_ancestors(paths);
         if let Some(p) = progress {
@@ -233,11 +236,16 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
         let d = match restored {
             Some(d) => d,
             None => {
-                let d = write_layer(&cx, &in_layer)?;
-                if let (Some(c), Some(k)) = (&cache, &key)
-                    && let Err(e) = c.store(k, &layout.blob_path(&d.digest), &d)
-                {
-                    warnings.push(e);
+                let (d, blob) = write_layer(&cx, &in_layer)?;
+                match (&cache, &key) {
+                    // The cache copies the published file.
+                    (Some(c), Some(k)) => {
+                        blob.publish()?;
+                        if let Err(e) = c.store(k, &layout.blob_path(&d.digest), &d) {
+                            warnings.push(e);
+                        }
+                    }
+                    _ => unpublished.push(blob),
                 }
                 d
             }
@@ -254,6 +262,12 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
         }
         layers.push(layer);
     }
+
+    // The layers are synced and renamed into place on another thread while the documents
+    // that refer to them are made and written (the sync of a 100 MiB layer takes tens of
+    // milliseconds of waiting); `index.json`, the layout's entry point, is written only after.
+    let publishing =
+        std::thread::spawn(move || unpublished.into_iter().try_for_each(FinishedBlob::publish));
 
     // Config, manifest, index.
     let created = rfc3339(epoch);
@@ -384,6 +398,9 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
         "annotations": { SBOM_OF_ANNOTATION: sbom_of },
     }));
     top["manifests"] = Value::Array(kept);
+    publishing
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))?;
     layout.write_index_bytes(&serde_json::to_vec(&top).expect("json"))?;
     drop(staging);
 
@@ -591,7 +608,7 @@ struct LayerContext<'a> {
 fn write_layer(
     cx: &LayerContext<'_>,
     in_layer: &BTreeSet<&str>,
-) -> Result<LayerDigests, BuildError> {
+) -> Result<(LayerDigests, FinishedBlob), BuildError> {
     let LayerContext {
         layout,
         staging,
@@ -646,12 +663,15 @@ fn write_layer(
         path: tp.clone(),
         source: e.into_error(),
     })?;
-    let (digest, size) = blob.commit()?;
-    Ok(LayerDigests {
-        diff_id,
-        digest,
-        size,
-    })
+    let blob = blob.finish();
+    Ok((
+        LayerDigests {
+            diff_id,
+            digest: blob.digest().clone(),
+            size: blob.size(),
+        },
+        blob,
+    ))
 }
 
 /// Streams one payload file into the tar: header from `pkg.size`, then the payload as the

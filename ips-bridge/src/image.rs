@@ -18,7 +18,6 @@ use crate::catalog::{Catalog, CatalogEntry};
 use crate::config::{IniFile, python_list};
 use crate::fmri::{Fmri, quote};
 use crate::manifest::Manifest;
-use crate::repo::write_atomic;
 use crate::variant::ImageFilter;
 
 /// Catalog package states pkg records (`pkgdefs.PKG_STATE_*`).
@@ -169,7 +168,8 @@ impl ImageMetadata {
 
     /// Writes `<root>/var/pkg`. `license` is called for every license action of every
     /// package and must write the license's decompressed, verified text (for example with
-    /// [`crate::FileRepo::fetch_payload`]).
+    /// [`crate::FileRepo::fetch_payload`]). Each file is renamed into place whole but not
+    /// synced (see `put_file`).
     pub fn write<F, E>(&self, root: &Path, license: F) -> Result<(), ImageError>
     where
         F: FnMut(&Fmri, &crate::Action, &mut dyn Write) -> Result<(), E>,
@@ -228,7 +228,7 @@ impl ImageMetadata {
             let p = var_pkg.join(d);
             fs::create_dir_all(&p).map_err(io_err(&p))?;
         }
-        write_atomic(&var_pkg.join("pkg5.image"), self.pkg5_image().as_bytes())?;
+        put_file(&var_pkg.join("pkg5.image"), self.pkg5_image().as_bytes())?;
 
         let mut catalog = Catalog::default();
         let mut seen = BTreeSet::new();
@@ -244,7 +244,7 @@ impl ImageMetadata {
             if !seen.insert(p.fmri.stem().to_owned()) {
                 return Err(pkg_err("more than one version of this package"));
             }
-            write_atomic(
+            put_file(
                 &var_pkg
                     .join("publisher")
                     .join(publisher)
@@ -267,7 +267,7 @@ impl ImageMetadata {
                     license: name.to_owned(),
                     source: e.into(),
                 })?;
-                write_atomic(&path, &buf)?;
+                put_file(&path, &buf)?;
                 set_mode(&path, 0o444).map_err(io_err(&path))?;
             }
         }
@@ -288,11 +288,31 @@ impl ImageMetadata {
         catalog.created = Some(self.install_time.clone());
         for dir in ["state/installed", "state/known"] {
             for (name, body) in catalog.files(&self.install_time, false) {
-                write_atomic(&var_pkg.join(dir).join(name), body.as_bytes())?;
+                put_file(&var_pkg.join(dir).join(name), body.as_bytes())?;
             }
         }
         Ok(())
     }
+}
+
+/// Writes a file of the image metadata: into a temporary file beside it, then renamed into
+/// place, so a reader never sees half a file. Not synced: `var/pkg` is written into a staging
+/// root that is read straight back (into a layer, by the builder), where a sync per file only
+/// costs time; a caller writing into a live image syncs what it needs.
+fn put_file(path: &Path, data: &[u8]) -> Result<(), ImageError> {
+    let err = |source| ImageError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let dir = path.parent().expect("paths here have parents");
+    fs::create_dir_all(dir).map_err(|source| ImageError::Io {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(err)?;
+    tmp.write_all(data).map_err(err)?;
+    tmp.persist(path).map_err(|e| err(e.error))?;
+    Ok(())
 }
 
 #[cfg(unix)]

@@ -227,10 +227,7 @@ impl ImageLayout {
     pub fn blob_writer(&self, algorithm: Algorithm) -> Result<BlobWriter, LayoutError> {
         let dir = self.root.join("blobs").join(algorithm.as_str());
         fs::create_dir_all(&dir).map_err(io_err("create directory", &dir))?;
-        let tmp = tempfile::Builder::new()
-            .prefix(".tmp-")
-            .tempfile_in(&dir)
-            .map_err(io_err("create temporary file in", &dir))?;
+        let tmp = temp_file_in(&dir)?;
         Ok(BlobWriter {
             layout: self.clone(),
             dir,
@@ -248,10 +245,7 @@ impl ImageLayout {
     fn write_file_atomic(&self, name: &str, bytes: &[u8]) -> Result<(), LayoutError> {
         let dest = self.root.join(name);
         fs::create_dir_all(&self.root).map_err(io_err("create directory", &self.root))?;
-        let mut tmp = tempfile::Builder::new()
-            .prefix(".tmp-")
-            .tempfile_in(&self.root)
-            .map_err(io_err("create temporary file in", &self.root))?;
+        let mut tmp = temp_file_in(&self.root)?;
         tmp.write_all(bytes).map_err(io_err("write", tmp.path()))?;
         tmp.as_file()
             .sync_all()
@@ -274,9 +268,25 @@ impl BlobWriter {
     /// Syncs the blob and renames it to the digest of the bytes written. Returns the digest
     /// and size.
     pub fn commit(self) -> Result<(Digest, u64), LayoutError> {
+        let done = self.finish();
+        let out = (done.digest.clone(), done.size);
+        done.publish()?;
+        Ok(out)
+    }
+
+    /// Ends the writing: the digest and size are known, the blob is not in the layout yet.
+    /// [`FinishedBlob::publish`] syncs and renames it, possibly on another thread, so a caller
+    /// can prepare what refers to the blob while the sync runs (an image builder writes its
+    /// config and manifest meanwhile, and its `index.json` only after the publish).
+    pub fn finish(self) -> FinishedBlob {
         let (tmp, digest, size) = self.inner.finish();
-        Self::publish(&self.layout, &self.dir, tmp, &digest)?;
-        Ok((digest, size))
+        FinishedBlob {
+            layout: self.layout,
+            dir: self.dir,
+            tmp,
+            digest,
+            size,
+        }
     }
 
     /// Like [`BlobWriter::commit`], but only when the bytes written have this digest and size.
@@ -312,6 +322,33 @@ impl BlobWriter {
     }
 }
 
+/// A blob written in full and hashed, not yet in the layout; see [`BlobWriter::finish`].
+/// Dropped without [`FinishedBlob::publish`], it leaves nothing behind.
+pub struct FinishedBlob {
+    layout: ImageLayout,
+    dir: PathBuf,
+    tmp: tempfile::NamedTempFile,
+    digest: Digest,
+    size: u64,
+}
+
+impl FinishedBlob {
+    /// The digest of the bytes written.
+    pub fn digest(&self) -> &Digest {
+        &self.digest
+    }
+
+    /// The number of bytes written.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Syncs the blob and renames it to its digest.
+    pub fn publish(self) -> Result<(), LayoutError> {
+        BlobWriter::publish(&self.layout, &self.dir, self.tmp, &self.digest)
+    }
+}
+
 impl Write for BlobWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.inner.write(buf)
@@ -319,6 +356,21 @@ impl Write for BlobWriter {
     fn flush(&mut self) -> io::Result<()> {
         self.inner.flush()
     }
+}
+
+/// A temporary file that becomes a layout file by rename. Created 0644 less the umask, as any
+/// other file the user writes: tempfile's default of 0600 would leave a layout that only its
+/// builder can read (a registry, a web server or a colleague could not).
+fn temp_file_in(dir: &Path) -> Result<tempfile::NamedTempFile, LayoutError> {
+    let mut b = tempfile::Builder::new();
+    b.prefix(".tmp-");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        b.permissions(fs::Permissions::from_mode(0o644));
+    }
+    b.tempfile_in(dir)
+        .map_err(io_err("create temporary file in", dir))
 }
 
 /// Makes a rename durable. Failure is not reported: the data is already published.
@@ -349,6 +401,31 @@ mod tests {
             .unwrap()
             .all(|e| !e.unwrap().file_name().to_string_lossy().starts_with(".tmp"));
         assert!(no_tmp, "temporary files left behind");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn layout_files_are_readable_like_any_file_the_user_writes() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        // What the umask leaves of 0666, seen on a file made the ordinary way.
+        let plain = dir.path().join("plain");
+        fs::write(&plain, b"").unwrap();
+        let plain = fs::metadata(&plain).unwrap().permissions().mode() & 0o777;
+        let layout = ImageLayout::create(dir.path().join("img")).unwrap();
+        let d = layout.write_document(b"{}").unwrap();
+        let mut w = layout.blob_writer(Algorithm::Sha256).unwrap();
+        w.write_all(b"layer").unwrap();
+        let (l, _) = w.commit().unwrap();
+        for p in [
+            layout.blob_path(&d),
+            layout.blob_path(&l),
+            layout.root().join("index.json"),
+            layout.root().join("oci-layout"),
+        ] {
+            let mode = fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o644 & plain, "{}", p.display());
+        }
     }
 
     #[test]

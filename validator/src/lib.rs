@@ -41,7 +41,7 @@ pub use layer::{
     LayerLimits, LayerSummary, check_layer, decompress_layer, normalize_entry_path,
     sniff_compression,
 };
-pub use layout::{BlobWriter, ImageLayout, LAYOUT_FILE_CONTENT, LayoutError};
+pub use layout::{BlobWriter, FinishedBlob, ImageLayout, LAYOUT_FILE_CONTENT, LayoutError};
 pub use media_type::{Compression, MediaType, MediaTypeError};
 pub use oci_spec;
 pub use platform::{KNOWN_ARCH, KNOWN_OS, Platform};
