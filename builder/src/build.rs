@@ -213,7 +213,11 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
         progress,
     };
     let mut layers = Vec::new();
-    let mut unpublished: Vec<FinishedBlob> = Vec::new();
+    // Each layer is synced and renamed into place on another thread as soon as it is written,
+    // while the next layer or the documents that refer to it are made (the sync of a 100 MiB
+    // layer is tens of milliseconds of waiting); `index.json`, the layout's entry point, is
+    // written only once they are all in place.
+    let publisher = Publisher::start();
     for (index, (label, paths)) in groups.iter().enumerate() {
         let in_layer = with_ancestors(paths);
         if let Some(p) = progress {
@@ -245,7 +249,7 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
                             warnings.push(e);
                         }
                     }
-                    _ => unpublished.push(blob),
+                    _ => publisher.send(blob),
                 }
                 d
             }
@@ -262,12 +266,6 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
         }
         layers.push(layer);
     }
-
-    // The layers are synced and renamed into place on another thread while the documents
-    // that refer to them are made and written (the sync of a 100 MiB layer takes tens of
-    // milliseconds of waiting); `index.json`, the layout's entry point, is written only after.
-    let publishing =
-        std::thread::spawn(move || unpublished.into_iter().try_for_each(FinishedBlob::publish));
 
     // Config, manifest, index.
     let created = rfc3339(epoch);
@@ -398,9 +396,7 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
         "annotations": { SBOM_OF_ANNOTATION: sbom_of },
     }));
     top["manifests"] = Value::Array(kept);
-    publishing
-        .join()
-        .unwrap_or_else(|p| std::panic::resume_unwind(p))?;
+    publisher.finish()?;
     layout.write_index_bytes(&serde_json::to_vec(&top).expect("json"))?;
     drop(staging);
 
@@ -471,6 +467,60 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
         pushed,
         warnings,
     })
+}
+
+/// Publishes finished layer blobs (sync, rename) on a thread of its own, in the order sent.
+/// Dropped without [`Publisher::finish`] (a build that failed half way), it still waits for
+/// the thread, so nothing is renamed into the layout after `build` returned.
+struct Publisher {
+    blobs: Option<std::sync::mpsc::Sender<FinishedBlob>>,
+    thread: Option<std::thread::JoinHandle<Result<(), validator::LayoutError>>>,
+}
+
+impl Publisher {
+    fn start() -> Publisher {
+        let (tx, rx) = std::sync::mpsc::channel::<FinishedBlob>();
+        let thread = std::thread::spawn(move || {
+            let mut result = Ok(());
+            for blob in rx {
+                // After a failure the rest are dropped unpublished (their temporary files go).
+                if result.is_ok() {
+                    result = blob.publish();
+                }
+            }
+            result
+        });
+        Publisher {
+            blobs: Some(tx),
+            thread: Some(thread),
+        }
+    }
+
+    fn send(&self, blob: FinishedBlob) {
+        if let Some(tx) = &self.blobs {
+            // The thread only ends once the sender is gone, so this cannot fail.
+            let _ = tx.send(blob);
+        }
+    }
+
+    /// Waits until every blob sent is in place; the first failure, if any.
+    fn finish(mut self) -> Result<(), validator::LayoutError> {
+        self.blobs.take();
+        match self.thread.take().map(std::thread::JoinHandle::join) {
+            Some(Ok(r)) => r,
+            Some(Err(panic)) => std::panic::resume_unwind(panic),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        self.blobs.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// Per-package layering: one layer per package (in lockfile order, so a package's layer

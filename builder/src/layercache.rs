@@ -206,7 +206,7 @@ impl LayerCache {
         fs::create_dir_all(blobs)?;
         // Always rewritten: the entry may have been refused because this very file was
         // damaged.
-        let tmp = tempfile::NamedTempFile::new_in(blobs)?;
+        let tmp = crate::temp_file_in(blobs)?;
         fs::copy(blob, tmp.path())?;
         tmp.as_file().sync_all()?;
         tmp.persist(&dest).map_err(|e| e.error)?;
@@ -217,7 +217,7 @@ impl LayerCache {
             diff_id: d.diff_id.to_string(),
             size: d.size,
         };
-        let tmp = tempfile::NamedTempFile::new_in(&layers)?;
+        let tmp = crate::temp_file_in(&layers)?;
         serde_json::to_writer(tmp.as_file(), &entry)?;
         tmp.as_file().sync_all()?;
         tmp.persist(self.entry_path(key)).map_err(|e| e.error)?;

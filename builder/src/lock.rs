@@ -196,7 +196,7 @@ fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    let mut tmp = crate::temp_file_in(dir)?;
     tmp.write_all(data)?;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;

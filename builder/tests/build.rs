@@ -219,6 +219,16 @@ fn lock_writes_full_fmris_and_manifest_hashes() {
     let text = fs::read_to_string(&path).unwrap();
     assert!(text.contains("\"imageFileChecksum\": \"sha256:"), "{text}");
     assert!(text.contains("\"example.org\": \"repo\""), "{text}");
+    // Readable like any file the user writes (tempfile's own default is 0600).
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let plain = f.root().join("plain");
+        fs::write(&plain, b"").unwrap();
+        let umasked = fs::metadata(&plain).unwrap().permissions().mode() & 0o777;
+        let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o644 & umasked);
+    }
 }
 
 #[test]

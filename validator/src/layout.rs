@@ -307,11 +307,10 @@ impl BlobWriter {
         tmp: tempfile::NamedTempFile,
         digest: &Digest,
     ) -> Result<(), LayoutError> {
+        // Renamed over a blob of the same digest that is already there, not skipped: the bytes
+        // in hand were just hashed, the file there may be damaged, and a caller that validates
+        // with `ValidateOptions::written_blobs` trusts what it wrote, not what it found.
         let dest = layout.blob_path(digest);
-        if dest.is_file() {
-            // Content-addressed: the existing file has the same bytes.
-            return Ok(());
-        }
         tmp.as_file()
             .sync_all()
             .map_err(io_err("sync", tmp.path()))?;

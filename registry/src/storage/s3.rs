@@ -488,11 +488,13 @@ impl Inner {
     /// A conditional write (create-only when `etag` is `None`, else replacing `etag`) whose
     /// refusal is settled by asking whose write the object now holds. The SDK retries a write
     /// whose answer was lost (a 5xx after it landed, a dropped connection); the retry then fails
-    /// its own condition, 412, although the write took effect. Every conditional write carries
-    /// a fresh id in its metadata (`rd-write`), so after a refusal one HEAD tells the two
-    /// apart: our id there means the write landed and counts, with the object's etag; anything
-    /// else is a lost race and stays refused. Comparing bytes would not do: two writers of a
-    /// read-modify-write can compute the same bytes, and the loser would then drop its update.
+    /// its own condition, 412, although the write took effect (or its last attempt fails too,
+    /// after an earlier one landed). Every conditional write carries a fresh id in its metadata
+    /// (`rd-write`), so after a refusal or a failure one HEAD tells: our id there means the
+    /// write landed and counts, with the object's etag; anything else (another writer's id: a
+    /// lost race, or our write replaced since; or no answer to the HEAD) keeps the original
+    /// error. Comparing bytes would not do: two writers of a read-modify-write can compute the
+    /// same bytes, and the loser would then drop its update.
     async fn put_settled(
         &self,
         key: &Key,
@@ -508,7 +510,13 @@ impl Inner {
             .put_object(key, object, bytes, etag.is_none(), etag, &with_id)
             .await
         {
-            Err(e @ (StoreError::AlreadyExists { .. } | StoreError::PreconditionFailed { .. })) => {
+            // A refusal, or no answer at all after the SDK's last attempt (a timeout, a 5xx):
+            // either way an earlier attempt may have landed.
+            Err(
+                e @ (StoreError::AlreadyExists { .. }
+                | StoreError::PreconditionFailed { .. }
+                | StoreError::Backend { .. }),
+            ) => {
                 let now = self
                     .client
                     .head_object()
