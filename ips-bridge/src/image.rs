@@ -295,24 +295,11 @@ impl ImageMetadata {
     }
 }
 
-/// Writes a file of the image metadata: into a temporary file beside it, then renamed into
-/// place, so a reader never sees half a file. Not synced: `var/pkg` is written into a staging
-/// root that is read straight back (into a layer, by the builder), where a sync per file only
-/// costs time; a caller writing into a live image syncs what it needs.
+/// Writes a file of the image metadata, renamed into place whole but not synced: `var/pkg` is
+/// written into a staging root that is read straight back (into a layer, by the builder), where
+/// a sync per file only costs time; a caller writing into a live image syncs what it needs.
 fn put_file(path: &Path, data: &[u8]) -> Result<(), ImageError> {
-    let err = |source| ImageError::Io {
-        path: path.to_owned(),
-        source,
-    };
-    let dir = path.parent().expect("paths here have parents");
-    fs::create_dir_all(dir).map_err(|source| ImageError::Io {
-        path: dir.to_owned(),
-        source,
-    })?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(err)?;
-    tmp.write_all(data).map_err(err)?;
-    tmp.persist(path).map_err(|e| err(e.error))?;
-    Ok(())
+    Ok(crate::repo::write_renamed(path, data, false)?)
 }
 
 #[cfg(unix)]

@@ -156,13 +156,22 @@ fn read_limited(path: &Path) -> Result<Vec<u8>, RepoError> {
     Ok(buf)
 }
 
-/// Writes `data` to `path` atomically (temporary file in the same directory, then rename).
+/// Writes `data` to `path` atomically (temporary file in the same directory, synced, then
+/// renamed).
 pub(crate) fn write_atomic(path: &Path, data: &[u8]) -> Result<(), RepoError> {
+    write_renamed(path, data, true)
+}
+
+/// [`write_atomic`], with the sync only when `durable`: a reader never sees half a file either
+/// way, but without the sync a crash may leave the old content or an empty file.
+pub(crate) fn write_renamed(path: &Path, data: &[u8], durable: bool) -> Result<(), RepoError> {
     let dir = path.parent().expect("paths here have parents");
     fs::create_dir_all(dir).map_err(io_err(dir))?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io_err(dir))?;
     tmp.write_all(data).map_err(io_err(path))?;
-    tmp.as_file().sync_all().map_err(io_err(path))?;
+    if durable {
+        tmp.as_file().sync_all().map_err(io_err(path))?;
+    }
     tmp.persist(path).map_err(|e| RepoError::Io {
         path: path.to_owned(),
         source: e.error,

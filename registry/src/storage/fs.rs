@@ -91,7 +91,6 @@ fn etag_of(bytes: &[u8]) -> Etag {
     Etag(validator::Digest::sha256(bytes).encoded().to_owned())
 }
 
-/// Runs blocking filesystem work off the async threads.
 /// Opens a stored object for reading, with its size and time (a directory is not an object).
 fn open_object(inner: &Inner, k: &Key) -> StoreResult<(File, ObjectMeta)> {
     let f = File::open(inner.path(k)).map_err(|e| map_io(k, e))?;
@@ -129,6 +128,7 @@ fn map_window(file: &File, offset: u64, len: u64) -> io::Result<Bytes> {
     Ok(Bytes::from_owner(map))
 }
 
+/// Runs blocking filesystem work off the async threads.
 async fn blocking<T: Send + 'static>(
     key: &Key,
     f: impl FnOnce() -> StoreResult<T> + Send + 'static,
