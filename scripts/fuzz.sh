@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A short fuzz run of every cargo-fuzz target (validator, ips-bridge, registry). Not part of the test
+# A short fuzz run of every cargo-fuzz target (validator, ips-bridge, registry-client). Not part of the test
 # command: it needs a nightly toolchain and cargo-fuzz. The seeds are the checked-in corpora.
 #   scripts/fuzz.sh            60 s per target
 #   FUZZ_SECONDS=600 scripts/fuzz.sh
@@ -27,5 +27,5 @@ run validator tar_stream
 for t in $(cd "$ROOT/ips-bridge/fuzz" && cargo +nightly fuzz list); do
 	run ips-bridge "$t"
 done
-run registry www_authenticate "$ROOT/registry/fuzz/seeds/www_authenticate"
+run registry-client www_authenticate "$ROOT/registry-client/fuzz/seeds/www_authenticate"
 echo "==== fuzzing found nothing ===="

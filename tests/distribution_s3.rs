@@ -163,29 +163,27 @@ fn build_pull_copy_and_worker_against_distribution_on_seaweedfs() {
     assert!(out.status.success(), "{}", fail("rdctl build --push", &out));
     let summary = json(&out.stdout);
     let manifest = summary["manifest"].as_str().unwrap().to_owned();
-    // The registry's tag names the index (which carries the platform); the layout's own
-    // index.json plays that part on disk.
-    let index = summary["index"].as_str().unwrap().to_owned();
+    // One identity: the registry's tag names the image manifest, as the layout's index.json
+    // does (which also carries the platform).
     assert_eq!(manifest, layout_digest(&built, "1.0"));
 
     // Distribution kept it in the bucket, under its root directory.
     let keys = seaweed().list_keys(&bucket).unwrap();
-    let hex = index.trim_start_matches("sha256:");
+    let hex = manifest.trim_start_matches("sha256:");
     assert!(
         keys.iter()
             .any(|k| k.starts_with("dist/docker/registry/v2/blobs/") && k.contains(hex)),
-        "the index is not in the bucket: {keys:?}"
+        "the manifest is not in the bucket: {keys:?}"
     );
 
-    // rdctl pull gets the same index and manifest back, and the layout validates.
+    // rdctl pull gets the same manifest back, and the layout validates.
     let pulled = dir.join("pulled");
     let out = rdctl()
         .args(["pull", &reference, &format!("{}:1.0", s(&pulled))])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", fail("rdctl pull", &out));
-    assert_eq!(layout_digest(&pulled, "1.0"), index);
-    let hex = manifest.trim_start_matches("sha256:");
+    assert_eq!(layout_digest(&pulled, "1.0"), manifest);
     assert!(
         pulled.join("blobs/sha256").join(hex).is_file(),
         "the image manifest was not pulled"
@@ -204,11 +202,11 @@ fn build_pull_copy_and_worker_against_distribution_on_seaweedfs() {
         ours.host().parse().unwrap(),
         "HEAD",
         "/v2/mirror/dist/manifests/1.0",
-        &[("accept", "application/vnd.oci.image.index.v1+json")],
+        &[("accept", "application/vnd.oci.image.manifest.v1+json")],
         b"",
     );
     assert_eq!(status, 200);
-    assert_eq!(header(&headers, "docker-content-digest"), index);
+    assert_eq!(header(&headers, "docker-content-digest"), manifest);
     // And back again under another name: distribution answers mounts and HEADs for it.
     let back = format!("{host}/zones/dist-copy:2.0");
     let out = rdctl().args(["copy", &copied, &back]).output().unwrap();

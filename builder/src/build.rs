@@ -33,11 +33,10 @@ pub const PACKAGES_ANNOTATION: &str = "org.reddwarf.image.packages";
 /// What to do with the built image.
 #[derive(Debug, Clone, Default)]
 pub struct BuildOptions {
-    /// Write an OCI image layout here (created when missing; entries with the same tags are
-    /// replaced).
-    pub output: Option<PathBuf>,
-    /// Push to this reference (`registry/name[:tag]`); without a tag, the image file's tags.
-    pub push: Option<String>,
+    /// Write the OCI image layout here (created when missing; entries with the same tags are
+    /// replaced). Pushing is a copy from this layout (`registry_client::transfer`), done by
+    /// the caller once the build succeeded.
+    pub output: PathBuf,
     /// The build time used for mtimes without a `timestamp` attribute and for `created`
     /// (`SOURCE_DATE_EPOCH`); by default the newest package timestamp of the set.
     pub source_date_epoch: Option<u64>,
@@ -50,11 +49,8 @@ pub struct BuildOptions {
     /// times, payload actions, compression) are unchanged is copied from here, checked,
     /// instead of being built and compressed again.
     pub layer_cache: Option<PathBuf>,
-    /// Told how the build goes (layers started, bytes, finished; pushing).
+    /// Told how the build goes (layers started, bytes, finished).
     pub progress: Option<Arc<dyn Progress>>,
-    /// The registry client settings for `push` (credentials, CAs, TLS): the caller's, so a
-    /// build pushes as every other command of the caller does.
-    pub client: registry::client::ClientBuilder,
 }
 
 /// One layer of the built image.
@@ -75,10 +71,10 @@ pub struct BuiltLayer {
 /// What a build produced.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct BuildSummary {
-    /// The image manifest digest.
+    /// The image manifest digest: the image's one identity. The layout's `index.json` names
+    /// it under each tag (with its platform), and a push tags it as it is, as skopeo, crane
+    /// and oras do; a single-platform image gets no image index of its own.
     pub manifest: Digest,
-    /// The image index digest (the index names the platform).
-    pub index: Digest,
     /// The config digest.
     pub config: Digest,
     /// The SBOM referrer manifest digest (SPDX 2.3 JSON, `subject` = the image manifest).
@@ -87,10 +83,10 @@ pub struct BuildSummary {
     pub layers: Vec<BuiltLayer>,
     /// Packages (full FMRIs).
     pub packages: Vec<String>,
-    /// The layout written, when `--output` was given.
-    pub output: Option<PathBuf>,
-    /// References pushed.
-    pub pushed: Vec<String>,
+    /// The tags the layout's `index.json` names the image under.
+    pub tags: Vec<String>,
+    /// The layout written.
+    pub output: PathBuf,
     /// What pkg would accept but warn about (a missing `group` dependency, a renamed
     /// package).
     pub warnings: Vec<String>,
@@ -168,18 +164,7 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
             .unwrap_or(0),
     };
 
-    // Output: the given layout, or a temporary one when only pushing.
-    let tmp_out;
-    let out_dir = match &opts.output {
-        Some(d) => d.clone(),
-        None => {
-            tmp_out = tempfile::tempdir().map_err(|source| BuildError::Io {
-                path: std::env::temp_dir(),
-                source,
-            })?;
-            tmp_out.path().to_owned()
-        }
-    };
+    let out_dir = opts.output.clone();
     let layout = ImageLayout::create(&out_dir)?;
     let staging = tempfile::Builder::new()
         .prefix(".rdctl-build-")
@@ -267,7 +252,7 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
         layers.push(layer);
     }
 
-    // Config, manifest, index.
+    // Config and manifest.
     let created = rfc3339(epoch);
     let config_bytes = config_json(&image, &layers, &created);
     let config = layout.write_document(&config_bytes)?;
@@ -323,14 +308,6 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
         }
         d
     };
-    let index_bytes = serde_json::to_vec(&json!({
-        "schemaVersion": 2,
-        "mediaType": MediaType::OciIndex.as_str(),
-        "manifests": [manifest_desc(None)],
-    }))
-    .expect("json");
-    let index = layout.write_document(&index_bytes)?;
-
     // The SBOM, as a referrer of the image manifest.
     let sbom_bytes = crate::sbom::spdx(
         &packages,
@@ -366,7 +343,7 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
     let sbom = layout.write_document(&referrer_bytes)?;
     let sbom_of = image.tags.join(",");
 
-    // index.json: our image under each tag, and its SBOM (entries of other images are kept) (entries of other images are kept).
+    // index.json: our image under each tag, and its SBOM (entries of other images are kept).
     let existing = layout.read_index_bytes()?;
     let mut top: Value =
         serde_json::from_slice(&existing).map_err(|e| BuildError::LayoutIndex {
@@ -433,38 +410,14 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
         });
     }
 
-    let mut pushed = Vec::new();
-    if let Some(target) = &opts.push {
-        if let Some(p) = progress {
-            p.pushing(target);
-        }
-        let mut blobs: Vec<(Digest, u64)> = vec![(config.clone(), config_bytes.len() as u64)];
-        blobs.extend(layers.iter().map(|l| (l.digest.clone(), l.size)));
-        blobs.push((sbom_blob.clone(), sbom_bytes.len() as u64));
-        blobs.push((empty.clone(), 2));
-        pushed = crate::push::push(
-            opts.client.clone(),
-            &layout,
-            target,
-            &image.tags,
-            &crate::push::Pushed {
-                blobs,
-                manifest: (&manifest, &manifest_bytes),
-                referrer: (&sbom, &referrer_bytes),
-                index: (&index, &index_bytes),
-            },
-        )?;
-    }
-
     Ok(BuildSummary {
         manifest,
-        index,
         config,
         sbom,
         layers,
         packages: fmris,
-        output: opts.output.clone(),
-        pushed,
+        tags: image.tags.clone(),
+        output: out_dir,
         warnings,
     })
 }

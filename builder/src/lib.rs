@@ -14,7 +14,7 @@
 //!    ustar/PAX headers, payloads streamed gunzip → verify → tar → compress, fixed gzip
 //!    header. The result is an OCI image layout that must pass
 //!    [`validator::validate_layout`] before the build succeeds; it can then be pushed
-//!    through `registry::client`.
+//!    through `registry_client`.
 //!
 //! Design decision: a build depends only on the image file, the lockfile and the packages'
 //! bytes (and `SOURCE_DATE_EPOCH` when given), never on the build machine's clock, umask,
@@ -29,7 +29,6 @@ mod layercache;
 mod lock;
 mod pargz;
 mod progress;
-mod push;
 mod sbom;
 mod source;
 mod tarball;
@@ -159,15 +158,6 @@ pub enum BuildError {
         path: PathBuf,
         /// The violations.
         violations: String,
-    },
-    /// Pushing failed.
-    #[error("push to {target}")]
-    Push {
-        /// The reference.
-        target: String,
-        /// The client error.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
     },
 }
 

@@ -20,8 +20,4 @@ pub trait Progress: Send + Sync + std::fmt::Debug {
     fn layer_finished(&self, index: usize, total: usize, layer: &BuiltLayer) {
         let _ = (index, total, layer);
     }
-    /// The image is being pushed to `reference`.
-    fn pushing(&self, reference: &str) {
-        let _ = reference;
-    }
 }

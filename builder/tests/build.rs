@@ -132,7 +132,7 @@ fn build_to(f: &Fixture, out: &Path) -> builder::BuildSummary {
     build(
         &f.image_file(),
         &BuildOptions {
-            output: Some(out.to_owned()),
+            output: out.to_owned(),
             ..BuildOptions::default()
         },
     )
@@ -236,7 +236,7 @@ fn build_refuses_missing_and_stale_lockfiles() {
     let f = fixture(&[]);
     let out = f.root().join("out");
     let opts = BuildOptions {
-        output: Some(out.clone()),
+        output: out.clone(),
         ..BuildOptions::default()
     };
     let e = build(&f.image_file(), &opts).unwrap_err();
@@ -599,7 +599,7 @@ fn a_corrupt_payload_stops_the_build_naming_package_and_path() {
     let e = build(
         &f.image_file(),
         &BuildOptions {
-            output: Some(f.root().join("out")),
+            output: f.root().join("out"),
             ..BuildOptions::default()
         },
     )
@@ -743,7 +743,7 @@ fn dependency_and_conflict_failures() {
     let e = build(
         &f.image_file(),
         &BuildOptions {
-            output: Some(f.root().join("out")),
+            output: f.root().join("out"),
             ..BuildOptions::default()
         },
     )
@@ -802,7 +802,7 @@ fn a_payload_cache_serves_rebuilds_without_the_depot_payloads() {
     lock_it(&f);
     let cache = f.root().join("cache");
     let opts = |out: &str| BuildOptions {
-        output: Some(f.root().join(out)),
+        output: f.root().join(out),
         payload_cache: Some(cache.clone()),
         ..BuildOptions::default()
     };
@@ -833,7 +833,7 @@ fn a_payload_cache_serves_rebuilds_without_the_depot_payloads() {
     let e = build(
         &f.image_file(),
         &BuildOptions {
-            output: Some(f.root().join("out3")),
+            output: f.root().join("out3"),
             ..BuildOptions::default()
         },
     )
@@ -862,7 +862,7 @@ fn a_layer_cache_rebuilds_only_changed_layers_and_refuses_damaged_entries() {
     lock_it(&f);
     let cache = f.root().join("layer-cache");
     let opts = |out: &str, epoch: Option<u64>| BuildOptions {
-        output: Some(f.root().join(out)),
+        output: f.root().join(out),
         layer_cache: Some(cache.clone()),
         source_date_epoch: epoch,
         ..BuildOptions::default()
@@ -930,7 +930,7 @@ fn a_layer_cache_rebuilds_only_changed_layers_and_refuses_damaged_entries() {
     bytes[mid] ^= 0xff;
     fs::write(&blob, &bytes).unwrap();
     let opts2 = BuildOptions {
-        output: Some(f2.root().join("out")),
+        output: f2.root().join("out"),
         layer_cache: Some(cache.clone()),
         ..BuildOptions::default()
     };
@@ -949,7 +949,7 @@ fn a_layer_cache_rebuilds_only_changed_layers_and_refuses_damaged_entries() {
     let fourth = build(
         &f2.image_file(),
         &BuildOptions {
-            output: Some(f2.root().join("out-again")),
+            output: f2.root().join("out-again"),
             ..opts2.clone()
         },
     )
@@ -997,7 +997,7 @@ fn progress_follows_every_layer_and_counts_its_bytes() {
     lock_it(&f);
     let rec = std::sync::Arc::new(Recorder::default());
     let opts = |out: &str| BuildOptions {
-        output: Some(f.root().join(out)),
+        output: f.root().join(out),
         layer_cache: Some(f.root().join("cache")),
         progress: Some(rec.clone()),
         ..BuildOptions::default()
@@ -1058,7 +1058,7 @@ fn source_date_epoch_and_rebuilding_into_the_same_layout() {
     let s = build(
         &f.image_file(),
         &BuildOptions {
-            output: Some(out.clone()),
+            output: out.clone(),
             source_date_epoch: Some(1_000_000_000),
             ..BuildOptions::default()
         },

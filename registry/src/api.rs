@@ -14,10 +14,10 @@ use crate::auth::{self, Auth};
 use crate::errors::{ApiError, ApiResult, Code};
 use crate::handlers::{self, Req};
 use crate::metrics::Metrics;
-use crate::names::Name;
 use crate::ratelimit::{Limiter, PeerAddr, RateLimit, client_ip};
 use crate::repo::Repos;
 use crate::storage::{Instrumented, Key, Store};
+use validator::Name;
 
 /// Registry behaviour that handlers consult.
 #[derive(Debug, Clone)]

@@ -37,10 +37,10 @@ use serde::Serialize;
 use serde_json::Value;
 use validator::Digest;
 
-use crate::names::Name;
 use crate::repo::{REFERENCE_WINDOW, Repos};
 use crate::storage::layout::{self, BlobPart, RepoPart};
 use crate::storage::{Etag, Key, PutMode, Store, StoreError};
+use validator::Name;
 
 /// Default grace window: content written or held within it is never collected.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(3600);
@@ -184,9 +184,6 @@ pub enum GcError {
         /// The cause.
         reason: String,
     },
-    /// The async runtime could not start (in [`collect_blocking`]).
-    #[error("garbage collection: cannot start the async runtime")]
-    Runtime(#[source] std::io::Error),
     /// The lease was taken over (the run was presumed dead); the sweep stopped.
     #[error("garbage collection lost its lease {key}; it stopped sweeping")]
     LeaseLost {
@@ -252,15 +249,6 @@ pub async fn collect(store: Arc<dyn Store>, opts: &GcOptions) -> Result<GcReport
     let mut report = result?;
     report.elapsed_secs = started.elapsed().as_secs_f64();
     Ok(report)
-}
-
-/// [`collect`] on a runtime of its own, for callers without one (`rdctl registry gc`).
-pub fn collect_blocking(store: Arc<dyn Store>, opts: &GcOptions) -> Result<GcReport, GcError> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(GcError::Runtime)?
-        .block_on(collect(store, opts))
 }
 
 async fn run(

@@ -12,7 +12,7 @@
 //!   and could be continued by another replica.
 //! - [`api::router`] declares every route; one handler module per API area answers with the
 //!   OCI error table in [`errors`].
-//! - [`server::serve`] and [`server::serve_blocking`] run it with graceful, bounded shutdown,
+//! - [`server::serve`] runs it with graceful, bounded shutdown (on the caller's runtime),
 //!   configured by [`server::ServeConfig`].
 //!
 //! Invariants: a blob key holds only bytes whose digest equals the key; nothing can be read
@@ -20,35 +20,17 @@
 //! among workspace crates.
 #![deny(missing_docs)]
 
-pub mod client;
-pub mod names;
-pub mod transfer;
-
-#[cfg(feature = "server")]
 pub mod api;
-#[cfg(feature = "server")]
 pub mod auth;
-#[cfg(feature = "server")]
 pub mod errors;
-#[cfg(feature = "server")]
 pub mod gc;
-#[cfg(feature = "server")]
 mod handlers;
-#[cfg(feature = "server")]
 pub mod metrics;
-#[cfg(feature = "server")]
 pub mod ratelimit;
-#[cfg(feature = "server")]
 mod repo;
-#[cfg(feature = "server")]
 pub mod server;
-#[cfg(feature = "server")]
 pub mod storage;
-#[cfg(feature = "server")]
 pub mod tls;
-#[cfg(feature = "server")]
 mod upload;
 
-pub use names::{Name, Tag};
-#[cfg(feature = "server")]
-pub use server::{GcSchedule, ServeConfig, ServeError, serve, serve_blocking};
+pub use server::{GcSchedule, ServeConfig, ServeError, serve};

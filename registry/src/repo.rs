@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use validator::Digest;
 
 use crate::errors::{ApiError, ApiResult};
-use crate::names::{Name, Tag};
 use crate::storage::{Key, ObjectMeta, PutMode, Store, StoreError, layout};
+use validator::{Name, Tag};
 
 /// Largest index document read (tags, referrers, catalog).
 const INDEX_LIMIT: u64 = 64 << 20;

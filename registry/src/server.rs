@@ -502,44 +502,6 @@ async fn check_bucket(s3: &S3Store, config: &ServeConfig) -> Result<(), ServeErr
     }
 }
 
-/// Serves until SIGTERM or SIGINT, then drains within the shutdown timeout. Blocks the calling
-/// thread (it starts its own tokio runtime).
-pub fn serve_blocking(config: ServeConfig) -> Result<(), ServeError> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(ServeError::Serve)?;
-    rt.block_on(serve(config, shutdown_signal()))
-}
-
-/// Resolves on SIGTERM or SIGINT (ctrl-c).
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            tracing::warn!(error = %e, "cannot listen for ctrl-c");
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => tracing::info!("SIGINT received, shutting down"),
-        () = term => tracing::info!("SIGTERM received, shutting down"),
-    }
-}
-
 /// Reloads what can change without a restart each time SIGHUP arrives: the TLS certificate,
 /// key and client CA, and the htpasswd users. A bad file is logged and the previous version
 /// stays in use. Listening for it also keeps SIGHUP (`svcadm refresh`) from killing the
@@ -579,7 +541,7 @@ fn reload_on_sighup(
                             "SIGHUP received; TLS certificate reloaded, new connections use it"
                         ),
                         Err(e) => tracing::error!(
-                            error = %error_chain(&e),
+                            error = %validator::error_chain(&e),
                             "SIGHUP received; TLS reload failed, still serving the previous certificate"
                         ),
                     }
@@ -591,7 +553,7 @@ fn reload_on_sighup(
                         "SIGHUP received; htpasswd reloaded, its users apply from now on"
                     ),
                     Some(Err(e)) => tracing::error!(
-                        error = %error_chain(&e),
+                        error = %validator::error_chain(&e),
                         "SIGHUP received; htpasswd reload failed, the previous users stay"
                     ),
                     None => {}
@@ -601,18 +563,6 @@ fn reload_on_sighup(
         #[cfg(not(unix))]
         let _ = (tls, auth);
     }
-}
-
-/// An error and its causes on one line, for a log field.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 /// Opens the store, binds, and serves until `shutdown` resolves; then stops accepting, lets

@@ -20,9 +20,9 @@ use uuid::Uuid;
 use validator::{Algorithm, Digest, Digester};
 
 use crate::errors::{ApiError, ApiResult, Code};
-use crate::names::Name;
 use crate::repo::Repos;
 use crate::storage::{Etag, PutMode, StoreError, StoreWriter, layout};
+use validator::Name;
 
 const STATE_LIMIT: u64 = 64 << 10;
 

@@ -14,13 +14,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use registry::Name;
 use registry::api::{AppState, RegistryConfig, router};
-use registry::client::{Client, Reference};
 use registry::gc::{GcOptions, GcReport, ObjectKind};
 use registry::storage::{FsStore, Key, S3Config, S3Store, Store};
+use registry_client::{Client, Reference};
 use tokio::io::AsyncReadExt;
 use validator::Digest;
+use validator::Name;
 
 const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 const INDEX: &str = "application/vnd.oci.image.index.v1+json";

@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
+use registry_client::transfer::{self, CopyOptions, ImageRef, LayoutRef};
+use validator::Tag;
 
 /// Arguments of `rdctl build`.
 #[derive(Debug, clap::Args)]
@@ -51,11 +53,18 @@ pub struct Args {
     pub client: super::client::ClientArgs,
 }
 
-/// Runs `rdctl build`.
+/// Runs `rdctl build`: the builder writes the layout (`--output`, or a temporary one), then
+/// `--push` copies it to the registry with the same copy `rdctl push` runs, referrers (the
+/// SBOM) included, so the image has one digest however it reaches the registry.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.output.is_none() && args.push.is_none() {
         bail!("give --output DIR, --push REF, or both");
     }
+    // Parsed before the build, so a bad reference fails in a moment, not after it.
+    let push = match &args.push {
+        Some(r) => Some(ImageRef::parse_registry(r).with_context(|| format!("--push {r}"))?),
+        None => None,
+    };
     let source_date_epoch = match std::env::var("SOURCE_DATE_EPOCH") {
         Ok(s) => Some(
             s.trim()
@@ -64,37 +73,88 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         ),
         Err(_) => None,
     };
+    let tmp_out;
+    let output = match &args.output {
+        Some(d) => d.clone(),
+        None => {
+            tmp_out = tempfile::Builder::new()
+                .prefix("rdctl-build-")
+                .tempdir()
+                .context("cannot create a temporary directory for the layout to push")?;
+            tmp_out.path().to_owned()
+        }
+    };
+    let progress: Option<Arc<dyn builder::Progress>> = (!args.quiet).then(|| {
+        let p: Arc<dyn builder::Progress> = if std::io::stderr().is_terminal() {
+            Arc::new(Bars::default())
+        } else {
+            Arc::new(Lines)
+        };
+        p
+    });
     let opts = builder::BuildOptions {
-        output: args.output,
-        push: args.push,
+        output,
         source_date_epoch,
         threads: args.threads,
         payload_cache: args.payload_cache,
         layer_cache: args.layer_cache,
-        progress: (!args.quiet).then(|| {
-            let p: Arc<dyn builder::Progress> = if std::io::stderr().is_terminal() {
-                Arc::new(Bars::default())
-            } else {
-                Arc::new(Lines)
-            };
-            p
-        }),
-        client: args.client.builder(),
+        progress,
     };
     let summary = builder::build(&args.image_file, &opts)
         .with_context(|| format!("cannot build {}", args.image_file.display()))?;
     for w in &summary.warnings {
         eprintln!("{w}");
     }
+    let mut pushed = Vec::new();
+    if let Some(ImageRef::Registry(target)) = &push {
+        let tags: Vec<Tag> = match target.tag() {
+            Some(t) => vec![t.clone()],
+            None => summary
+                .tags
+                .iter()
+                .map(|t| Tag::parse(t))
+                .collect::<Result<_, _>>()
+                .context("the image file's tags")?,
+        };
+        let client = args
+            .client
+            .builder()
+            .build()
+            .context("cannot build the registry client")?;
+        for tag in tags {
+            let src = ImageRef::Layout(LayoutRef {
+                dir: summary.output.clone(),
+                tag: Some(Tag::parse(&summary.tags[0]).context("the image file's first tag")?),
+            });
+            let dst = ImageRef::Registry(target.with_tag(tag));
+            if !args.quiet {
+                eprintln!("pushing to {dst}");
+            }
+            let report = crate::runtime::block_on(transfer::copy(
+                &client,
+                &src,
+                &dst,
+                &CopyOptions::default(),
+            ))?
+            .with_context(|| format!("cannot push {} to {dst}", args.image_file.display()))?;
+            debug_assert_eq!(report.root.digest, summary.manifest);
+            pushed.push(dst.to_string());
+        }
+    }
     // writeln, not println: a closed pipe (`| head`) is an error main() ends quietly on, not
     // a panic.
     let mut out = std::io::stdout().lock();
     if args.json {
-        serde_json::to_writer_pretty(&mut out, &summary)?;
+        let mut doc = serde_json::to_value(&summary)?;
+        if args.output.is_none() {
+            doc["output"] = serde_json::Value::Null;
+        }
+        doc["pushed"] = serde_json::json!(pushed);
+        serde_json::to_writer_pretty(&mut out, &doc)?;
         writeln!(out)?;
     } else {
-        writeln!(out, "manifest {}", summary.manifest)?;
-        writeln!(out, "index    {}", summary.index)?;
+        writeln!(out, "image    {}", summary.manifest)?;
+        writeln!(out, "sbom     {}", summary.sbom)?;
         for l in &summary.layers {
             writeln!(
                 out,
@@ -102,7 +162,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 l.digest, l.size, l.contents
             )?;
         }
-        for r in &summary.pushed {
+        for r in &pushed {
             writeln!(out, "pushed   {r}")?;
         }
     }
@@ -131,9 +191,6 @@ struct Lines;
 impl builder::Progress for Lines {
     fn layer_finished(&self, index: usize, total: usize, layer: &builder::BuiltLayer) {
         eprintln!("{}", layer_line(index, total, layer));
-    }
-    fn pushing(&self, reference: &str) {
-        eprintln!("pushing to {reference}");
     }
 }
 
@@ -174,8 +231,5 @@ impl builder::Progress for Bars {
             }
             None => eprintln!("{line}"),
         }
-    }
-    fn pushing(&self, reference: &str) {
-        eprintln!("pushing to {reference}");
     }
 }

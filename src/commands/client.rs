@@ -1,10 +1,10 @@
 //! The registry client flags every command that talks to a registry takes (push, pull, copy,
 //! build --push, worker run, login): one clap struct, flattened into each, turned into
-//! `registry::client::ClientOptions`.
+//! `registry_client::ClientOptions`.
 
 use std::path::PathBuf;
 
-use registry::client::{AuthEnv, ClientBuilder, ClientOptions};
+use registry_client::{AuthEnv, ClientBuilder, ClientOptions};
 
 /// How to reach registries: credentials and TLS.
 #[derive(Debug, Clone, Default, clap::Args)]

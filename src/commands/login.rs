@@ -1,13 +1,13 @@
 //! `rdctl login`, `rdctl logout`: keep a registry credential in docker's config.json (or the
-//! credential helper it names) with `registry::client::login`.
+//! credential helper it names) with `registry_client::login`.
 
 use std::io::{IsTerminal as _, Read as _, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
-use registry::client::login::{self, registry_host};
-use registry::client::{AuthEnv, Credential, Keychain};
+use registry_client::login::{self, registry_host};
+use registry_client::{AuthEnv, Credential, Keychain};
 
 use super::client::ClientArgs;
 
@@ -107,12 +107,12 @@ pub fn login(args: LoginArgs) -> anyhow::Result<ExitCode> {
     if password.is_empty() {
         bail!("empty password");
     }
-    let outcome = login::login_blocking(
+    let outcome = crate::runtime::block_on(login::login(
         args.client.builder(),
         &host,
         Credential::Basic { username, password },
         &file,
-    )?;
+    ))??;
     if !outcome.challenged {
         eprintln!(
             "rdctl: warning: {host} did not ask for credentials, so they were saved without being checked"

@@ -144,7 +144,7 @@ fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
         (Some(e), Some(b)) => format!("s3 bucket {b} at {e}"),
         _ => format!("fs store {}", config.data.display()),
     };
-    let report = registry::gc::collect_blocking(store, &opts)
+    let report = crate::runtime::block_on(registry::gc::collect(store, &opts))?
         .with_context(|| format!("collecting garbage in the {where_}"))?;
     // writeln, not println: a closed pipe (`| head`) ends the command quietly, not in a panic.
     let mut out = std::io::stdout().lock();
@@ -236,6 +236,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if args.disable_delete {
         config.delete_enabled = false;
     }
-    registry::serve_blocking(config).context("registry serve")?;
+    crate::runtime::block_on(registry::serve(config, crate::runtime::shutdown_signal()))?
+        .context("registry serve")?;
     Ok(ExitCode::SUCCESS)
 }

@@ -1,11 +1,11 @@
 //! `rdctl push`, `rdctl pull`, `rdctl copy`: copy images between OCI image layouts and
-//! registries with `registry::transfer::copy`.
+//! registries with `registry_client::transfer::copy`.
 
 use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use registry::transfer::{CopyOptions, CopyReport, ImageRef, copy_blocking};
+use registry_client::transfer::{CopyOptions, CopyReport, ImageRef};
 use validator::Platform;
 
 use super::client::ClientArgs;
@@ -112,8 +112,13 @@ fn run(verb: &str, src: &ImageRef, dst: &ImageRef, common: &Common) -> anyhow::R
         .builder()
         .build()
         .context("cannot build the registry client")?;
-    let report = copy_blocking(&client, src, dst, &CopyOptions { platform })
-        .with_context(|| format!("cannot {verb} {src} to {dst}"))?;
+    let report = crate::runtime::block_on(registry_client::transfer::copy(
+        &client,
+        src,
+        dst,
+        &CopyOptions { platform },
+    ))?
+    .with_context(|| format!("cannot {verb} {src} to {dst}"))?;
     if common.json {
         print_json(src, dst, &report)?;
     } else {
@@ -123,14 +128,14 @@ fn run(verb: &str, src: &ImageRef, dst: &ImageRef, common: &Common) -> anyhow::R
 }
 
 fn print_json(src: &ImageRef, dst: &ImageRef, r: &CopyReport) -> anyhow::Result<()> {
-    let content = |c: &registry::transfer::Content| {
+    let content = |c: &registry_client::transfer::Content| {
         serde_json::json!({
             "digest": c.digest.to_string(),
             "media_type": c.media_type,
             "size": c.size,
         })
     };
-    let all = |v: &[registry::transfer::Content]| v.iter().map(content).collect::<Vec<_>>();
+    let all = |v: &[registry_client::transfer::Content]| v.iter().map(content).collect::<Vec<_>>();
     let doc = serde_json::json!({
         "source": src.to_string(),
         "destination": dst.to_string(),

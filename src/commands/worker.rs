@@ -102,8 +102,12 @@ fn run_worker(args: RunArgs) -> anyhow::Result<ExitCode> {
         );
     }
     super::client::warn_insecure(c.insecure);
-    let summary = worker_runtime::run_config(config, args.once)
-        .with_context(|| format!("worker run with {}", args.config.display()))?;
+    let summary = crate::runtime::block_on(worker_runtime::run(
+        config,
+        args.once,
+        crate::runtime::shutdown_signal(),
+    ))?
+    .with_context(|| format!("worker run with {}", args.config.display()))?;
     let mut out = std::io::stdout().lock();
     if args.json {
         let doc = serde_json::json!({

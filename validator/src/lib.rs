@@ -4,6 +4,7 @@
 //! - [`VerifyingReader`], [`DigestingReader`], [`DigestingWriter`]: one-pass hashing and
 //!   verification of streams (sync `std::io`, and tokio traits behind the `tokio` feature).
 //! - [`MediaType`]: OCI and Docker schema2 media types.
+//! - [`Name`] and [`Tag`]: repository names and tags as distribution-spec defines them.
 //! - [`check_document`] and [`check_config`]: the rules for manifests, indexes, configs and
 //!   descriptors, returning a [`Report`] of [`Violation`]s (each with a [`Rule`] id and a JSON
 //!   path) and the typed [`Document`] when it passed.
@@ -17,6 +18,7 @@
 //! in its image-layout module. It re-exports [`oci_spec`] because those types are part of its API.
 #![deny(missing_docs)]
 
+mod chain;
 mod digest;
 mod document;
 mod image;
@@ -24,11 +26,13 @@ mod json;
 mod layer;
 mod layout;
 mod media_type;
+mod names;
 mod platform;
 mod report;
 mod tarstream;
 mod verify;
 
+pub use chain::error_chain;
 pub use digest::{Algorithm, Digest, DigestError, Digester, DigesterStateError};
 pub use document::{
     Descriptor, Document, DocumentKind, EMPTY_DIGEST, ImageConfig, Index, MAX_CONFIG_SIZE,
@@ -43,6 +47,7 @@ pub use layer::{
 };
 pub use layout::{BlobWriter, FinishedBlob, ImageLayout, LAYOUT_FILE_CONTENT, LayoutError};
 pub use media_type::{Compression, MediaType, MediaTypeError};
+pub use names::{MAX_NAME_LEN, MAX_TAG_LEN, Name, NameError, Tag, TagError};
 pub use oci_spec;
 pub use platform::{KNOWN_ARCH, KNOWN_OS, Platform};
 pub use report::{Report, Rule, Severity, Violation};

@@ -42,7 +42,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use registry::client::{ClientOptions, Reference};
+use registry_client::{ClientOptions, Reference};
 use serde::Deserialize;
 
 /// The worker configuration, with defaults applied and paths made absolute.

@@ -11,7 +11,7 @@
 //! - [`ContentStore`]: content-addressed blobs shared by all zones; a blob becomes visible
 //!   only after its size and digest verified (temporary file, then rename).
 //! - [`pull()`]: reference → manifest (from an index by platform and `os.version`) → config →
-//!   layers, through `registry::client`.
+//!   layers, through `registry_client`.
 //! - [`build_root`] and [`VerifiedRoot`]: layers applied with [`apply_layer`] (in-root path
 //!   resolution, whiteouts, limits) into staging, every DiffID compared; `VerifiedRoot` has no
 //!   public constructor.
@@ -46,10 +46,7 @@ pub use provision::{
     ZoneDescription,
 };
 pub use pull::{HostPlatform, PullError, pull, resolve};
-pub use schedule::{
-    PassSummary, StatusRow, Worker, WorkerError, ZoneError, error_chain, run, run_config,
-    shutdown_signal, status,
-};
+pub use schedule::{PassSummary, StatusRow, Worker, WorkerError, ZoneError, run, status};
 pub use state::{Phase, StateDir, StateError, ZoneStatus};
 pub use store::{ContentStore, FetchStats, StoreError};
 pub use unpack::{LayerStats, RootDir, UnpackError, UnpackOptions, apply_layer, apply_stream};

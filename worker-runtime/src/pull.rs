@@ -1,7 +1,7 @@
 //! Pull: reference → manifest (picked from an index by platform) → config → layer blobs, all
 //! into the content store, each verified by digest and size before anything parses it.
 
-use registry::client::{Client, ClientError, Reference};
+use registry_client::{Client, ClientError, Reference};
 use validator::{
     Digest, Document, DocumentKind, MAX_CONFIG_SIZE, MediaType, Platform, check_config,
     check_document,

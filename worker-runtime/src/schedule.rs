@@ -4,11 +4,10 @@
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
-use std::time::Duration;
 
-use registry::client::{Client, ClientError};
+use registry_client::{Client, ClientError};
 use tokio::task::JoinSet;
-use validator::Digest;
+use validator::{Digest, error_chain};
 
 use crate::config::{
     ConfigError, ProvisionerConfig, PullPolicy, WorkerConfig, ZoneSpec, load_zones,
@@ -40,9 +39,6 @@ pub enum WorkerError {
     /// The registry client could not be built.
     #[error("registry client")]
     Client(#[from] ClientError),
-    /// The async runtime could not start.
-    #[error("starting the runtime")]
-    Runtime(#[source] std::io::Error),
     /// The metrics address could not be bound.
     #[error("metrics_listen {addr}: cannot listen")]
     Metrics {
@@ -89,7 +85,7 @@ fn verify_stage(e: &ZoneError) -> Option<VerifyStage> {
         ZoneError::Pull(PullError::Store(StoreError::Verify { .. })) => Some(VerifyStage::Blob),
         ZoneError::Pull(PullError::Registry { source, .. })
         | ZoneError::Pull(PullError::Store(StoreError::Fetch { source, .. }))
-            if source.kind() == registry::client::ErrorKind::Verify =>
+            if source.kind() == registry_client::ErrorKind::Verify =>
         {
             Some(VerifyStage::Blob)
         }
@@ -99,18 +95,6 @@ fn verify_stage(e: &ZoneError) -> Option<VerifyStage> {
         }) => Some(VerifyStage::DiffId),
         _ => None,
     }
-}
-
-/// An error and its causes on one line: `a: b: c`.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(x) = src {
-        s.push_str(": ");
-        s.push_str(&x.to_string());
-        src = x.source();
-    }
-    s
 }
 
 /// What one pass did.
@@ -189,7 +173,7 @@ impl Worker {
         };
         let client = config
             .client
-            .builder(&registry::client::AuthEnv::current())
+            .builder(&registry_client::AuthEnv::current())
             .build()?;
         Ok(Worker {
             host: HostPlatform::new(config.os_version.clone()),
@@ -505,62 +489,35 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Resolves on SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
+/// `rdctl worker run`: runs passes with a configuration already loaded (and adjusted:
+/// `rdctl worker run`'s client flags override the file's) until `shutdown` resolves, or one
+/// pass with `once`; serves `/metrics` meanwhile when configured. Runs on the caller's
+/// runtime; the caller gives blocking unpack tasks of an interrupted pass a bounded time to
+/// end when it shuts the runtime down (what they leave in staging is removed on the next
+/// start).
+pub async fn run(
+    config: WorkerConfig,
+    once: bool,
+    shutdown: impl Future<Output = ()>,
+) -> Result<PassSummary, WorkerError> {
+    let worker = Arc::new(Worker::new(config)?);
+    let _metrics = match worker.config.metrics_listen {
+        Some(addr) => {
+            let listener = crate::metrics::bind(addr)
+                .await
+                .map_err(|source| WorkerError::Metrics { addr, source })?;
+            let local = listener.local_addr().unwrap_or(addr);
+            tracing::info!(addr = %local, "metrics listening on {local}");
+            let m = worker.metrics.clone();
+            Some(AbortOnDrop(tokio::spawn(async move {
+                if let Err(e) = crate::metrics::serve(listener, m).await {
+                    tracing::warn!(error = %e, "the metrics server stopped");
+                }
+            })))
         }
+        None => None,
     };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = term => {}
-    }
-}
-
-/// `rdctl worker run`: loads `worker.toml`, then runs passes until SIGTERM (or one pass with
-/// `once`). Blocks the calling thread.
-pub fn run(config_path: &std::path::Path, once: bool) -> Result<PassSummary, WorkerError> {
-    run_config(WorkerConfig::load(config_path)?, once)
-}
-
-/// [`run`] with a configuration already loaded (and adjusted: `rdctl worker run`'s client
-/// flags override the file's).
-pub fn run_config(config: WorkerConfig, once: bool) -> Result<PassSummary, WorkerError> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(WorkerError::Runtime)?;
-    let result = rt.block_on(async {
-        let worker = Arc::new(Worker::new(config)?);
-        let _metrics = match worker.config.metrics_listen {
-            Some(addr) => {
-                let listener = crate::metrics::bind(addr)
-                    .await
-                    .map_err(|source| WorkerError::Metrics { addr, source })?;
-                let local = listener.local_addr().unwrap_or(addr);
-                tracing::info!(addr = %local, "metrics listening on {local}");
-                let m = worker.metrics.clone();
-                Some(AbortOnDrop(tokio::spawn(async move {
-                    if let Err(e) = crate::metrics::serve(listener, m).await {
-                        tracing::warn!(error = %e, "the metrics server stopped");
-                    }
-                })))
-            }
-            None => None,
-        };
-        worker.run(once, shutdown_signal()).await
-    });
-    // Blocking unpack tasks of an interrupted pass get a bounded time; what they leave in
-    // staging is removed on the next start.
-    rt.shutdown_timeout(Duration::from_secs(10));
-    result
+    worker.run(once, shutdown).await
 }
 
 /// One row of `rdctl worker status`.

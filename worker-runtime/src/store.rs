@@ -29,8 +29,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use registry::Name;
-use registry::client::{Client, ClientError};
+use registry_client::{Client, ClientError};
+use validator::Name;
 use validator::{Digest, VerifyError};
 
 use crate::owner::{self, OwnerMark, OwnershipError};

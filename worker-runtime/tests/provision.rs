@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use registry::client::Reference;
+use registry_client::Reference;
 use tarbuild::Tar;
 use validator::{Digest, Document, check_config, check_document};
 use worker_runtime::provision::illumos::{

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use image::{Image, Layer, Spec, push_index};
 use registry::api::{AppState, RegistryConfig, router};
-use registry::client::{Client, Reference, Retry};
 use registry::storage::FsStore;
+use registry_client::{Client, Reference, Retry};
 use serde_json::json;
 use tarbuild::{H, Tar};
 use validator::Digest;
@@ -435,7 +435,7 @@ async fn foreign_zonepaths_are_refused_and_a_restart_cleans_up() {
     let cfg = WorkerConfig::load(&node.config_path()).unwrap();
     let e = Worker::new(cfg).unwrap_err();
     assert!(
-        worker_runtime::error_chain(&e).contains("another worker is running"),
+        validator::error_chain(&e).contains("another worker is running"),
         "{e:?}"
     );
 

@@ -124,7 +124,7 @@ impl Case {
 fn refused(r: Result<Vec<LayerStats>, UnpackError>, why: &str) {
     match r {
         Err(e) => {
-            let msg = worker_runtime::error_chain(&e);
+            let msg = validator::error_chain(&e);
             assert!(msg.contains(why), "expected {why:?} in {msg:?}");
         }
         Ok(_) => panic!("expected a refusal containing {why:?}"),
@@ -709,7 +709,7 @@ fn item09_gzip_bomb_and_zstd_window() {
     )
     .unwrap_err();
     assert!(
-        worker_runtime::error_chain(&e).contains("larger than the limit of 1048576"),
+        validator::error_chain(&e).contains("larger than the limit of 1048576"),
         "{e:?}"
     );
     // A zstd frame asking for a 256 MiB window is refused at the default cap (2^27).
@@ -726,7 +726,7 @@ fn item09_gzip_bomb_and_zstd_window() {
         &UnpackOptions::default(),
     )
     .unwrap_err();
-    let msg = worker_runtime::error_chain(&e);
+    let msg = validator::error_chain(&e);
     assert!(
         msg.to_lowercase().contains("memory") || msg.contains("window"),
         "{msg}"
@@ -771,7 +771,7 @@ fn item09_sizes_records_counts_depth() {
     }
     let c = Case::new();
     let e = c.apply_with(&one(t), &few).unwrap_err();
-    assert!(worker_runtime::error_chain(&e).contains("more than 100 entries"));
+    assert!(validator::error_chain(&e).contains("more than 100 entries"));
     // Deep nesting: 300 levels is fine, beyond the path limit is refused.
     let c = Case::new();
     let deep: Vec<u8> = "d/".repeat(300).into_bytes();
@@ -899,7 +899,7 @@ fn diff_id_mismatch_and_mislabelled_compression_fail() {
         &opts,
     )
     .unwrap_err();
-    assert!(worker_runtime::error_chain(&e).contains("differs from diff_id"));
+    assert!(validator::error_chain(&e).contains("differs from diff_id"));
     let gz = gzip(&tar);
     let e = apply_layer(
         &root,
@@ -910,7 +910,7 @@ fn diff_id_mismatch_and_mislabelled_compression_fail() {
     )
     .unwrap_err();
     assert!(
-        worker_runtime::error_chain(&e).contains("the bytes are gzip"),
+        validator::error_chain(&e).contains("the bytes are gzip"),
         "{e:?}"
     );
     let e = apply_layer(

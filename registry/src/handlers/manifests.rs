@@ -12,8 +12,8 @@ use validator::{Algorithm, Digest};
 
 use super::{Req, hv};
 use crate::errors::{ApiError, ApiResult, Code};
-use crate::names::{Name, Tag};
 use crate::repo::{ManifestLink, REFERENCE_WINDOW, Repos, TagTarget};
+use validator::{Name, Tag};
 
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";

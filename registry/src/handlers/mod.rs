@@ -14,7 +14,7 @@ use validator::Digest;
 
 use crate::api::AppState;
 use crate::errors::{ApiError, ApiResult, Code};
-use crate::names::Name;
+use validator::Name;
 
 /// A request after routing: the checked repository name, query pairs, headers and body.
 pub(crate) struct Req {

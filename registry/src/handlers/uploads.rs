@@ -11,8 +11,8 @@ use validator::Algorithm;
 use super::{Req, hv, parse_digest};
 use crate::auth::acl::Action;
 use crate::errors::{ApiError, ApiResult, Code};
-use crate::names::Name;
 use crate::upload::{ChunkRange, Upload, range_header};
+use validator::Name;
 
 fn upload_location(name: &Name, upload: &Upload) -> String {
     format!("/v2/{name}/blobs/uploads/{}", upload.id.as_hyphenated())

@@ -31,7 +31,7 @@ use uuid::Uuid;
 use validator::Digest;
 
 use super::Key;
-use crate::names::Name;
+use validator::Name;
 
 fn key(s: String) -> Key {
     // Every input is pre-validated, so a failure here is a programming error.

@@ -6,7 +6,7 @@
 use std::io::Write;
 
 use bytes::Bytes;
-use registry::client::{Client, Reference};
+use registry_client::{Client, Reference};
 use serde_json::json;
 use validator::Digest;
 

@@ -1,4 +1,4 @@
-//! `registry::client` authentication against the real registry over TCP behind an auth layer
+//! `registry_client` authentication against the real registry over TCP behind an auth layer
 //! written here (Basic, or Bearer with a token endpoint on its own port), and a blob "CDN" on
 //! another port that the registry redirects to: challenges are answered once, tokens cached
 //! per scope and renewed when they expire, wrong credentials fail with the registry and the 401
@@ -18,8 +18,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
 use registry::api::{AppState, RegistryConfig, router};
-use registry::client::{Client, Credential, ErrorKind, Keychain, Reference, Retry};
 use registry::storage::FsStore;
+use registry_client::{Client, Credential, ErrorKind, Keychain, Reference, Retry};
 use tokio::io::AsyncReadExt;
 use validator::Digest;
 
@@ -115,7 +115,7 @@ fn basic_layer(seen: Arc<Seen>) -> impl FnOnce(Router) -> Router {
     }
 }
 
-async fn push_and_pull(c: &Client, host: &str) -> Result<(), registry::client::ClientError> {
+async fn push_and_pull(c: &Client, host: &str) -> Result<(), registry_client::ClientError> {
     let r = Reference::parse(&format!("{host}/team/app:v1")).unwrap();
     let blob = Bytes::from(vec![7u8; 100_000]);
     let d = Digest::sha256(&blob);

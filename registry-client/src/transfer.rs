@@ -30,8 +30,8 @@ use validator::{
     MediaType, Platform, VerifyError, check_document,
 };
 
-use crate::client::{Client, ClientError, ErrorKind as ClientErrorKind, Reference};
-use crate::names::Tag;
+use crate::{Client, ClientError, ErrorKind as ClientErrorKind, Reference};
+use validator::Tag;
 
 /// The annotation that names a tag in a layout's `index.json`.
 pub const REF_NAME: &str = "org.opencontainers.image.ref.name";
@@ -243,9 +243,6 @@ pub enum TransferError {
         /// What went wrong.
         reason: String,
     },
-    /// The async runtime for a blocking copy could not start.
-    #[error("cannot start the async runtime")]
-    Runtime(#[source] io::Error),
 }
 
 impl TransferError {
@@ -320,20 +317,6 @@ impl CopyReport {
     pub fn bytes_skipped(&self) -> u64 {
         self.blobs_skipped.iter().map(|c| c.size).sum()
     }
-}
-
-/// [`copy`] on a runtime of its own, for callers that are not async.
-pub fn copy_blocking(
-    client: &Client,
-    src: &ImageRef,
-    dst: &ImageRef,
-    opts: &CopyOptions,
-) -> Result<CopyReport, TransferError> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(TransferError::Runtime)?;
-    rt.block_on(copy(client, src, dst, opts))
 }
 
 /// Copies the image `src` names to `dst` (see the module docs for what is guaranteed).
@@ -711,11 +694,7 @@ impl Dest {
             }
             Dest::Registry(r) => {
                 let target = match tag {
-                    Some(t) => Reference::parse(&format!("{}/{}:{t}", r.registry(), r.name()))
-                        .map_err(|e| TransferError::BadReference {
-                            input: e.input,
-                            reason: e.reason,
-                        })?,
+                    Some(t) => r.with_tag(t.clone()),
                     None => r.with_digest(c.digest.clone()),
                 };
                 client

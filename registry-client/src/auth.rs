@@ -214,15 +214,15 @@ impl AuthState {
         let resp = req
             .send()
             .await
-            .map_err(|e| other(super::error_chain(&e)))?;
+            .map_err(|e| other(validator::error_chain(&e)))?;
         let status = resp.status();
-        let body = super::read_limited(resp, MAX_TOKEN_ANSWER)
+        let body = crate::client::read_limited(resp, MAX_TOKEN_ANSWER)
             .await
             .map_err(|e| match e {
-                super::ReadError::TooLarge => {
+                crate::client::ReadError::TooLarge => {
                     other(format!("answer larger than {MAX_TOKEN_ANSWER} bytes"))
                 }
-                super::ReadError::Body(e) => other(e),
+                crate::client::ReadError::Body(e) => other(e),
             })?;
         if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
             return Err(TokenError::Refused {

@@ -3,7 +3,7 @@
 //! The header comes from the network, so the parser is strict and bounded: at most
 //! [`MAX_HEADER_BYTES`] of input, [`MAX_CHALLENGES`] challenges and [`MAX_PARAMS`] parameters each;
 //! anything malformed is an error rather than a guess. It never panics (fuzzed by
-//! `registry/fuzz/fuzz_targets/www_authenticate.rs`).
+//! `registry-client/fuzz/fuzz_targets/www_authenticate.rs`).
 //!
 //! Grammar (RFC 9110): `challenge = auth-scheme [ 1*SP ( token68 / #auth-param ) ]`,
 //! `auth-param = token BWS "=" BWS ( token / quoted-string )`, challenges and parameters both

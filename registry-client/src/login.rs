@@ -151,26 +151,6 @@ pub async fn login(
     })
 }
 
-/// [`login`] on a runtime of its own, for callers without one.
-pub fn login_blocking(
-    builder: ClientBuilder,
-    registry: &str,
-    credential: Credential,
-    file: &Path,
-) -> Result<LoginOutcome, LoginError> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| LoginError::Check {
-            registry: registry.to_owned(),
-            source: Box::new(ClientError::Protocol {
-                url: registry.to_owned(),
-                reason: format!("cannot start a runtime: {e}"),
-            }),
-        })?;
-    rt.block_on(login(builder, registry, credential, file))
-}
-
 /// Writes `credential` for `registry`: to the helper `file` names for the host, else into
 /// the file's `auths`. An `auths` entry left from before a helper was configured is removed,
 /// so the file never holds a stale secret beside the helper's.

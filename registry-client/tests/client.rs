@@ -1,4 +1,4 @@
-//! `registry::client` against the real registry over TCP, and against the same registry behind
+//! `registry_client` against the real registry over TCP, and against the same registry behind
 //! middleware that denies, fails, truncates or corrupts: 401/403 are final, 5xx are retried,
 //! cut bodies resume with Range, and corrupted content never verifies.
 
@@ -14,8 +14,8 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use registry::api::{AppState, RegistryConfig, router};
-use registry::client::{Client, ErrorKind, PushOutcome, Reference, Retry};
 use registry::storage::FsStore;
+use registry_client::{Client, ErrorKind, PushOutcome, Reference, Retry};
 use tokio::io::AsyncReadExt;
 use validator::{Digest, VerifyError};
 

@@ -1,0 +1,49 @@
+//! The workspace's OCI Distribution client and image transfer: what `rdctl push`, `pull`,
+//! `copy` and `login`, the worker's pulls and `rdctl build --push` run.
+//!
+//! Main types, along the seams distribution's own client draws:
+//!
+//! - [`Reference`]: `HOST[:PORT]/NAME[:TAG][@DIGEST]`, parsed once at the edge.
+//! - [`ClientError`] with [`ErrorKind`] classes: 401/403 are final, only transient errors are
+//!   retried.
+//! - Transport ([`ClientBuilder`], [`ClientOptions`], [`Retry`]): rustls with the system roots,
+//!   plus CA files and docker's `certs.d` layout (`<dir>/<host>/*.crt` CAs, `client.cert` and
+//!   `client.key` for mutual TLS). `https` unless plain HTTP is asked for; loopback hosts
+//!   default to plain HTTP unless TLS is configured for them.
+//! - The auth session (`session`, [`challenge`], [`credentials`]): credentials come from a
+//!   [`Keychain`] (docker `config.json`, containers `auth.json`, credential helpers); a 401's
+//!   `WWW-Authenticate` challenge is answered once with Basic credentials or a bearer token
+//!   from the realm, tokens are cached per scope until they expire, and credentials never
+//!   follow a redirect to another host. [`login`] checks and stores a credential.
+//! - Manifests and blobs ([`Client::get_manifest`], [`Client::push_manifest`],
+//!   [`Client::get_blob`], [`Client::push_blob`]): blobs stream through
+//!   [`validator::VerifyingReader`], so reading one to EOF without an error means it verified;
+//!   cut bodies resume with `Range`; pushes are monolithic when small and chunked when large,
+//!   and memory per request is bounded by the chunk size whatever the blob size.
+//! - [`transfer`]: the one copy path between OCI layouts and registries.
+//!
+//! Invariants: no server code (no axum) and no runtime of its own: every operation is async
+//! and runs on the caller's runtime. Among workspace crates it depends only on `validator`.
+#![deny(missing_docs)]
+
+mod auth;
+mod blob;
+pub mod challenge;
+mod client;
+pub mod credentials;
+mod error;
+pub mod login;
+mod manifest;
+mod reference;
+mod session;
+pub mod transfer;
+mod transport;
+
+pub use blob::{BlobReader, PushOutcome};
+pub use client::Client;
+pub use credentials::{AuthFile, Credential, CredentialError, Env as AuthEnv, Keychain};
+pub use error::{ClientError, ErrorKind};
+pub use login::{LoginError, LoginOutcome, Stored};
+pub use manifest::{Descriptor, MAX_MANIFEST_BYTES};
+pub use reference::{Reference, ReferenceError};
+pub use transport::{ClientBuilder, ClientOptions, DEFAULT_CERT_DIRS, Retry};

@@ -1,0 +1,156 @@
+//! Image references: `HOST[:PORT]/NAME[:TAG][@DIGEST]`, parsed once at the edge.
+
+use std::fmt;
+
+use validator::{Digest, Name, Tag};
+
+/// Why a reference string was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid image reference {input:?}: {reason}")]
+pub struct ReferenceError {
+    /// The input (shortened).
+    pub input: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// `registry[:port]/name[:tag][@digest]`, parsed and checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reference {
+    registry: String,
+    name: Name,
+    tag: Option<Tag>,
+    digest: Option<Digest>,
+}
+
+impl Reference {
+    /// Parses a reference. The registry host is required (no implicit Docker Hub).
+    pub fn parse(input: &str) -> Result<Reference, ReferenceError> {
+        let err = |reason: &str| ReferenceError {
+            input: input.chars().take(300).collect(),
+            reason: reason.to_owned(),
+        };
+        let (rest, digest) = match input.split_once('@') {
+            Some((r, d)) => (r, Some(Digest::parse(d).map_err(|e| err(&e.to_string()))?)),
+            None => (input, None),
+        };
+        let (registry, path) = rest
+            .split_once('/')
+            .ok_or_else(|| err("no registry host before the repository name"))?;
+        if registry.is_empty()
+            || !registry
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']'))
+        {
+            return Err(err("bad registry host"));
+        }
+        // A ':' after the last '/' separates the tag.
+        let (name, tag) = match path.rsplit_once(':') {
+            Some((n, t)) if !t.contains('/') => {
+                (n, Some(Tag::parse(t).map_err(|e| err(&e.to_string()))?))
+            }
+            _ => (path, None),
+        };
+        let name = Name::parse(name).map_err(|e| err(&e.to_string()))?;
+        Ok(Reference {
+            registry: registry.to_owned(),
+            name,
+            tag,
+            digest,
+        })
+    }
+
+    /// A reference to `name` by digest in the same registry.
+    pub fn with_digest(&self, digest: Digest) -> Reference {
+        Reference {
+            registry: self.registry.clone(),
+            name: self.name.clone(),
+            tag: None,
+            digest: Some(digest),
+        }
+    }
+
+    /// The same repository with `tag` and no digest.
+    pub fn with_tag(&self, tag: Tag) -> Reference {
+        Reference {
+            registry: self.registry.clone(),
+            name: self.name.clone(),
+            tag: Some(tag),
+            digest: None,
+        }
+    }
+
+    /// The registry host (and port).
+    pub fn registry(&self) -> &str {
+        &self.registry
+    }
+
+    /// The repository name.
+    pub fn name(&self) -> &Name {
+        &self.name
+    }
+
+    /// The tag, if any.
+    pub fn tag(&self) -> Option<&Tag> {
+        self.tag.as_ref()
+    }
+
+    /// The digest, if any.
+    pub fn digest(&self) -> Option<&Digest> {
+        self.digest.as_ref()
+    }
+
+    /// What goes after `/manifests/`: the digest, else the tag, else `latest`.
+    pub(crate) fn manifest_ref(&self) -> String {
+        match (&self.digest, &self.tag) {
+            (Some(d), _) => d.to_string(),
+            (None, Some(t)) => t.to_string(),
+            (None, None) => "latest".to_owned(),
+        }
+    }
+}
+
+impl fmt::Display for Reference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.registry, self.name)?;
+        if let Some(t) = &self.tag {
+            write!(f, ":{t}")?;
+        }
+        if let Some(d) = &self.digest {
+            write!(f, "@{d}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references() {
+        let r = Reference::parse("127.0.0.1:5000/a/b:v1").unwrap();
+        assert_eq!(r.registry(), "127.0.0.1:5000");
+        assert_eq!(r.name().as_str(), "a/b");
+        assert_eq!(r.tag().unwrap().as_str(), "v1");
+        assert_eq!(r.to_string(), "127.0.0.1:5000/a/b:v1");
+        let d = Digest::sha256(b"");
+        let r = Reference::parse(&format!("reg.example/x@{d}")).unwrap();
+        assert_eq!(r.digest(), Some(&d));
+        assert_eq!(r.manifest_ref(), d.to_string());
+        assert_eq!(
+            Reference::parse("reg.example/x").unwrap().manifest_ref(),
+            "latest"
+        );
+        for bad in [
+            "noslash",
+            "/x",
+            "reg/UPPER",
+            "reg/x:-bad",
+            "reg/x@sha256:abc",
+            "re g/x",
+        ] {
+            assert!(Reference::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

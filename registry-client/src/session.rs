@@ -1,0 +1,352 @@
+//! The auth session and retry loop every request goes through: `Authorization` from what the
+//! host asked for before, one answered challenge per request, 401/403 final, 5xx/429 and
+//! transport errors retried with backoff.
+
+use reqwest::header::{AUTHORIZATION, HeaderValue};
+use reqwest::{StatusCode, Url};
+use validator::Name;
+
+use crate::auth;
+use crate::challenge;
+use crate::client::{Client, read_limited};
+use crate::credentials::{self, Credential};
+use crate::error::ClientError;
+use crate::transport::authority;
+use validator::error_chain;
+
+/// What a request needs access to: the registry host, and the repository with `pull` or
+/// `pull,push` (none for `/v2/`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Scope<'a> {
+    pub(crate) host: &'a str,
+    pub(crate) repo: Option<(&'a Name, bool)>,
+}
+
+impl<'a> Scope<'a> {
+    pub(crate) fn pull(host: &'a str, name: &'a Name) -> Self {
+        Scope {
+            host,
+            repo: Some((name, false)),
+        }
+    }
+
+    pub(crate) fn push(host: &'a str, name: &'a Name) -> Self {
+        Scope {
+            host,
+            repo: Some((name, true)),
+        }
+    }
+
+    /// The token scope, `repository:<name>:pull[,push]`, or empty.
+    pub(crate) fn token_scope(&self) -> String {
+        match self.repo {
+            Some((n, false)) => format!("repository:{n}:pull"),
+            Some((n, true)) => format!("repository:{n}:pull,push"),
+            None => String::new(),
+        }
+    }
+}
+
+pub(crate) type Attempt = Result<reqwest::Response, reqwest::Error>;
+
+impl Client {
+    /// The `Authorization` header for a request in `scope` to `url`, from what the host asked
+    /// for before: nothing for a host that never challenged, or for another host.
+    pub(crate) async fn authorization(
+        &self,
+        scope: &Scope<'_>,
+        url: &Url,
+    ) -> Result<Option<HeaderValue>, ClientError> {
+        if authority(url) != scope.host {
+            return Ok(None);
+        }
+        match self.auth.challenge(scope.host) {
+            None => Ok(None),
+            Some(challenge::Auth::Basic) => Ok(match self.auth.credential(scope.host)? {
+                Some((Credential::Basic { username, password }, _)) => {
+                    Some(auth::basic_header(&username, &password))
+                }
+                _ => None,
+            }),
+            Some(challenge::Auth::Bearer(b)) => {
+                let key = scope.token_scope();
+                if let Some(t) = self.auth.cached_token(scope.host, &key) {
+                    return Ok(auth::bearer_header(&t));
+                }
+                let scopes: Vec<String> =
+                    (!key.is_empty()).then(|| key.clone()).into_iter().collect();
+                let t = self.token(scope, &key, &b, &scopes).await?;
+                Ok(auth::bearer_header(&t))
+            }
+        }
+    }
+
+    pub(crate) async fn token(
+        &self,
+        scope: &Scope<'_>,
+        key: &str,
+        b: &challenge::BearerChallenge,
+        scopes: &[String],
+    ) -> Result<String, ClientError> {
+        let cred = self.auth.credential(scope.host)?;
+        let http = self.http_for(&b.realm);
+        self.auth
+            .fetch_token(
+                http,
+                scope.host,
+                key,
+                b,
+                scopes,
+                cred.as_ref().map(|(c, _)| c),
+            )
+            .await
+            .map_err(|e| match e {
+                auth::TokenError::Refused {
+                    realm,
+                    status,
+                    body,
+                } => ClientError::Unauthorized {
+                    url: realm.to_string(),
+                    registry: scope.host.to_owned(),
+                    status,
+                    detail: format!(
+                        "the token endpoint refused {}{}",
+                        who(cred.as_ref()),
+                        if body.trim().is_empty() {
+                            String::new()
+                        } else {
+                            format!(": {}", body.trim())
+                        }
+                    ),
+                },
+                auth::TokenError::Other { realm, reason } => ClientError::Protocol {
+                    url: realm.to_string(),
+                    reason: format!("token endpoint for {}: {reason}", scope.host),
+                },
+            })
+    }
+
+    /// Answers a 401's challenge: true when the request should be sent again (new
+    /// credentials or a fresh token to offer), false when there is nothing new to try.
+    pub(crate) async fn answer_challenge(
+        &self,
+        scope: &Scope<'_>,
+        resp: &reqwest::Response,
+        sent: bool,
+    ) -> Result<bool, ClientError> {
+        let learned = match self.auth.record(scope.host, resp.headers()) {
+            Ok(a) => a,
+            Err(e) => {
+                return Err(ClientError::Protocol {
+                    url: resp.url().to_string(),
+                    reason: e.to_string(),
+                });
+            }
+        };
+        match learned {
+            None => Ok(false),
+            // Basic credentials already sent were refused; unsent ones are worth a try.
+            Some(challenge::Auth::Basic) => Ok(!sent
+                && matches!(
+                    self.auth.credential(scope.host)?,
+                    Some((Credential::Basic { .. }, _))
+                )),
+            Some(challenge::Auth::Bearer(b)) => {
+                let key = scope.token_scope();
+                self.auth.forget_token(scope.host, &key);
+                let mut scopes = b.scopes.clone();
+                if !key.is_empty() && !scopes.contains(&key) {
+                    scopes.push(key.clone());
+                }
+                self.token(scope, &key, &b, &scopes).await?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// Why a 401/403 is final, for the error message.
+    pub(crate) async fn denied(
+        &self,
+        scope: &Scope<'_>,
+        url: &Url,
+        resp: reqwest::Response,
+    ) -> ClientError {
+        let status = resp.status().as_u16();
+        let landed = resp.url().clone();
+        if authority(&landed) != scope.host {
+            // A redirect target (a CDN, presigned storage) refused: its challenge is never
+            // answered with the registry's credentials.
+            return ClientError::Unauthorized {
+                url: landed.to_string(),
+                registry: scope.host.to_owned(),
+                status,
+                detail: format!(
+                    "the redirect target {} refused the request (registry credentials are never sent to another host)",
+                    authority(&landed)
+                ),
+            };
+        }
+        let challenge_error = resp
+            .headers()
+            .get(reqwest::header::WWW_AUTHENTICATE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| challenge::parse(v).ok())
+            .and_then(|cs| {
+                cs.into_iter()
+                    .find_map(|c| c.param("error").map(str::to_owned))
+            });
+        let (code, message) = match Self::unexpected(url, resp).await {
+            ClientError::Registry { code, message, .. } => (code, message),
+            _ => (String::new(), String::new()),
+        };
+        let cred = self.auth.credential(scope.host).ok().flatten();
+        let mut detail = match (&cred, status) {
+            (None, 401) => format!(
+                "authentication required and no credentials for {} (log in first)",
+                scope.host
+            ),
+            (_, 401) => format!("{} refused", who(cred.as_ref())),
+            _ => format!("{} may not do this", who(cred.as_ref())),
+        };
+        if let Some((n, push)) = scope.repo {
+            detail.push_str(&format!(
+                " ({} {n})",
+                if push { "push to" } else { "pull from" }
+            ));
+        }
+        if !code.is_empty() {
+            detail.push_str(&format!("; registry says {code}: {message}"));
+        }
+        if let Some(e) = challenge_error {
+            detail.push_str(&format!("; challenge error {e}"));
+        }
+        ClientError::Unauthorized {
+            url: url.to_string(),
+            registry: scope.host.to_owned(),
+            status,
+            detail,
+        }
+    }
+
+    /// One request with authentication: adds `Authorization`, answers one 401 challenge and
+    /// resends. `Ok(Err(_))` is a transport error (retryable), `Err(_)` is final.
+    pub(crate) async fn attempt(
+        &self,
+        scope: &Scope<'_>,
+        url: &Url,
+        build: &(dyn Fn() -> reqwest::RequestBuilder + Sync),
+    ) -> Result<Attempt, ClientError> {
+        let mut answered = false;
+        loop {
+            let header = self.authorization(scope, url).await?;
+            let sent = header.is_some();
+            let mut rb = build();
+            if let Some(h) = header {
+                rb = rb.header(AUTHORIZATION, h);
+            }
+            let resp = match rb.send().await {
+                Ok(r) => r,
+                Err(e) => return Ok(Err(e)),
+            };
+            let st = resp.status();
+            if st == StatusCode::UNAUTHORIZED
+                && !answered
+                && authority(resp.url()) == scope.host
+                && self.answer_challenge(scope, &resp, sent).await?
+            {
+                answered = true;
+                continue;
+            }
+            if st == StatusCode::UNAUTHORIZED || st == StatusCode::FORBIDDEN {
+                return Err(self.denied(scope, url, resp).await);
+            }
+            return Ok(Ok(resp));
+        }
+    }
+
+    /// Sends with retries. 401/403 are final (after answering one challenge); 5xx/429 and
+    /// transport errors are retried.
+    pub(crate) async fn send(
+        &self,
+        scope: &Scope<'_>,
+        url: &Url,
+        build: &(dyn Fn() -> reqwest::RequestBuilder + Sync),
+    ) -> Result<reqwest::Response, ClientError> {
+        let mut last = String::new();
+        for attempt in 1..=self.retry.attempts {
+            if attempt > 1 {
+                tokio::time::sleep(self.retry.delay(attempt - 1)).await;
+            }
+            match self.attempt(scope, url, build).await? {
+                Ok(resp) => {
+                    let st = resp.status();
+                    if st.is_server_error() || st == StatusCode::TOO_MANY_REQUESTS {
+                        last = format!("status {st}");
+                        tracing::debug!(%url, attempt, status = %st, "transient answer, retrying");
+                        continue;
+                    }
+                    return Ok(resp);
+                }
+                Err(e) if e.is_builder() => {
+                    return Err(ClientError::Http {
+                        url: url.to_string(),
+                        source: e,
+                    });
+                }
+                Err(e) => {
+                    last = error_chain(&e);
+                    tracing::debug!(%url, attempt, error = %last, "request failed, retrying");
+                }
+            }
+        }
+        Err(ClientError::Transient {
+            url: url.to_string(),
+            attempts: self.retry.attempts,
+            last,
+        })
+    }
+
+    /// Turns an unexpected answer into an error (reads a bounded body for the OCI code).
+    pub(crate) async fn unexpected(url: &Url, resp: reqwest::Response) -> ClientError {
+        let status = resp.status().as_u16();
+        let body = read_limited(resp, 64 << 10).await.unwrap_or_default();
+        let (code, message) = serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| {
+                let e = v.get("errors")?.get(0)?;
+                Some((
+                    e.get("code")?.as_str()?.to_owned(),
+                    e.get("message")
+                        .and_then(|m| m.as_str())
+                        .unwrap_or("")
+                        .to_owned(),
+                ))
+            })
+            .unwrap_or_else(|| {
+                (
+                    String::new(),
+                    String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned(),
+                )
+            });
+        if status == 404 {
+            return ClientError::NotFound {
+                url: url.to_string(),
+                code,
+            };
+        }
+        ClientError::Registry {
+            url: url.to_string(),
+            status,
+            code,
+            message,
+        }
+    }
+}
+
+/// "user alice (from /path)" or "anonymous access", for messages.
+pub(crate) fn who(cred: Option<&(Credential, credentials::Source)>) -> String {
+    match cred {
+        Some((c, src)) => format!("user {:?} (credentials from {src})", c.username()),
+        None => "anonymous access".to_owned(),
+    }
+}

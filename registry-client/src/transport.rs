@@ -1,0 +1,335 @@
+//! Transport: how the client reaches registries (TLS roots, `certs.d`, client certificates,
+//! plain HTTP, timeouts) and its retry policy.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::Url;
+
+use crate::auth;
+use crate::client::Client;
+use crate::credentials::{Env as AuthEnv, Keychain};
+use crate::error::ClientError;
+
+/// Where docker and the containers tools keep per-host TLS material; pass them to
+/// [`ClientBuilder::cert_dirs`] to read them as those tools do.
+pub const DEFAULT_CERT_DIRS: &[&str] = &["/etc/containers/certs.d", "/etc/docker/certs.d"];
+
+/// Retry policy for transient failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    /// Attempts per request, the first included (at least 1).
+    pub attempts: u32,
+    /// Delay before the first retry; doubled each time.
+    pub base_delay: Duration,
+    /// Longest delay between attempts.
+    pub max_delay: Duration,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Retry {
+            attempts: 5,
+            base_delay: Duration::from_millis(200),
+            max_delay: Duration::from_secs(5),
+        }
+    }
+}
+
+impl Retry {
+    pub(crate) fn delay(&self, attempt: u32) -> Duration {
+        let factor = 1u32 << attempt.saturating_sub(1).min(16);
+        self.base_delay.saturating_mul(factor).min(self.max_delay)
+    }
+}
+
+/// How to reach registries: credentials and TLS, the settings `rdctl`'s client flags and the
+/// worker's `worker.toml` share. [`ClientOptions::builder`] turns them into a [`ClientBuilder`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientOptions {
+    /// Read credentials from this file first (`--auth-file`); the environment's files follow
+    /// ([`Keychain::from_env`]).
+    pub auth_file: Option<PathBuf>,
+    /// Extra CA certificates (PEM files) trusted for every registry.
+    pub ca_files: Vec<PathBuf>,
+    /// `certs.d`-style directories (`<dir>/<host:port>/*.crt`, `client.cert`/`client.key`);
+    /// empty means [`DEFAULT_CERT_DIRS`].
+    pub cert_dirs: Vec<PathBuf>,
+    /// Use TLS without verifying certificates.
+    pub insecure: bool,
+    /// Plain HTTP to every registry.
+    pub plain_http: bool,
+}
+
+impl ClientOptions {
+    /// A builder with these settings and a keychain over `env`'s credential files.
+    pub fn builder(&self, env: &AuthEnv) -> ClientBuilder {
+        let mut b = Client::builder()
+            .plain_http(self.plain_http)
+            .insecure(self.insecure)
+            .keychain(Keychain::from_env(self.auth_file.as_deref(), env));
+        for f in &self.ca_files {
+            b = b.ca_file(f);
+        }
+        if self.cert_dirs.is_empty() {
+            b.cert_dirs(DEFAULT_CERT_DIRS.iter().map(PathBuf::from))
+        } else {
+            b.cert_dirs(self.cert_dirs.iter().cloned())
+        }
+    }
+
+    /// The file `login` writes and `logout` edits ([`Keychain::login_file`]).
+    pub fn login_file(&self, env: &AuthEnv) -> Option<PathBuf> {
+        Keychain::login_file(self.auth_file.as_deref(), env)
+    }
+}
+
+/// Builds a [`Client`].
+#[derive(Debug, Clone)]
+pub struct ClientBuilder {
+    plain_http: bool,
+    insecure: bool,
+    retry: Retry,
+    chunk_size: u64,
+    timeout: Option<Duration>,
+    keychain: Keychain,
+    ca_files: Vec<PathBuf>,
+    cert_dirs: Vec<PathBuf>,
+}
+
+impl Default for ClientBuilder {
+    fn default() -> Self {
+        ClientBuilder {
+            plain_http: false,
+            insecure: false,
+            retry: Retry::default(),
+            chunk_size: 8 << 20,
+            timeout: Some(Duration::from_secs(60)),
+            keychain: Keychain::empty(),
+            ca_files: Vec::new(),
+            cert_dirs: Vec::new(),
+        }
+    }
+}
+
+impl ClientBuilder {
+    /// Talk plain HTTP to every registry.
+    pub fn plain_http(mut self, yes: bool) -> Self {
+        self.plain_http = yes;
+        self
+    }
+
+    /// Use TLS without verifying the registry's certificate (skopeo's `--tls-verify=false`,
+    /// without its fallback to plain HTTP). Only when the operator asks for it.
+    pub fn insecure(mut self, yes: bool) -> Self {
+        self.insecure = yes;
+        self
+    }
+
+    /// Where credentials come from (default: none, anonymous access).
+    pub fn keychain(mut self, keychain: Keychain) -> Self {
+        self.keychain = keychain;
+        self
+    }
+
+    /// Trust this PEM file's CA certificates for every registry (in addition to the system's).
+    pub fn ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.ca_files.push(path.into());
+        self
+    }
+
+    /// Read per-host TLS material from these `certs.d`-style directories: `<dir>/<host>/*.crt`
+    /// are CAs for `<host>` (`host:port` as in the reference), `*.cert` with the matching
+    /// `*.key` a client certificate. Directories that do not exist are skipped.
+    pub fn cert_dirs(mut self, dirs: impl IntoIterator<Item = impl Into<PathBuf>>) -> Self {
+        self.cert_dirs.extend(dirs.into_iter().map(Into::into));
+        self
+    }
+
+    /// The retry policy.
+    pub fn retry(mut self, retry: Retry) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Blobs above this size are pushed in chunks of this size (default 8 MiB); it also bounds
+    /// the memory one push holds.
+    pub fn chunk_size(mut self, bytes: u64) -> Self {
+        self.chunk_size = bytes.max(1);
+        self
+    }
+
+    /// Timeout for connecting and for each read (default none).
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.timeout = Some(t);
+        self
+    }
+
+    pub(crate) fn http(
+        &self,
+        cas: &[reqwest::Certificate],
+        identity: Option<reqwest::Identity>,
+    ) -> Result<reqwest::Client, ClientError> {
+        let mut b = reqwest::Client::builder()
+            .user_agent(concat!("rdctl/", env!("CARGO_PKG_VERSION")))
+            .use_rustls_tls();
+        if let Some(t) = self.timeout {
+            b = b.connect_timeout(t).read_timeout(t);
+        }
+        for c in cas {
+            b = b.add_root_certificate(c.clone());
+        }
+        if let Some(id) = identity {
+            b = b.identity(id);
+        }
+        if self.insecure {
+            b = b.danger_accept_invalid_certs(true);
+        }
+        b.build().map_err(|source| ClientError::Http {
+            url: String::new(),
+            source,
+        })
+    }
+
+    /// Builds the client (reads every CA file and `certs.d` entry now, so a bad one fails
+    /// here, naming the file).
+    pub fn build(self) -> Result<Client, ClientError> {
+        let mut global = Vec::new();
+        for f in &self.ca_files {
+            global.extend(read_cas(f)?);
+        }
+        let http = self.http(&global, None)?;
+        let mut per_host = HashMap::new();
+        for dir in &self.cert_dirs {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let host = e.file_name().to_string_lossy().into_owned();
+                if per_host.contains_key(&host) || !e.path().is_dir() {
+                    continue;
+                }
+                let (cas, identity) = read_host_dir(&e.path())?;
+                let mut all = global.clone();
+                all.extend(cas);
+                per_host.insert(host, self.http(&all, identity)?);
+            }
+        }
+        Ok(Client {
+            http,
+            per_host: Arc::new(per_host),
+            tls_configured: !global.is_empty() || self.insecure,
+            auth: Arc::new(auth::AuthState::new(self.keychain)),
+            plain_http: self.plain_http,
+            retry: Retry {
+                attempts: self.retry.attempts.max(1),
+                ..self.retry
+            },
+            chunk_size: self.chunk_size,
+        })
+    }
+}
+
+pub(crate) fn tls_err(path: &Path, reason: String) -> ClientError {
+    ClientError::Tls {
+        path: path.to_owned(),
+        reason,
+    }
+}
+
+/// Every certificate in a PEM file.
+pub(crate) fn read_cas(path: &Path) -> Result<Vec<reqwest::Certificate>, ClientError> {
+    let pem = std::fs::read(path).map_err(|e| tls_err(path, format!("cannot read: {e}")))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem)
+        .map_err(|e| tls_err(path, format!("not PEM certificates: {e}")))?;
+    if certs.is_empty() {
+        return Err(tls_err(path, "no PEM certificate in it".to_owned()));
+    }
+    Ok(certs)
+}
+
+/// A `certs.d/<host>` directory: `*.crt` CAs; `X.cert` with `X.key` a client identity.
+pub(crate) fn read_host_dir(
+    dir: &Path,
+) -> Result<(Vec<reqwest::Certificate>, Option<reqwest::Identity>), ClientError> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| tls_err(dir, format!("cannot list: {e}")))?
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    let mut cas = Vec::new();
+    let mut identity = None;
+    for f in &files {
+        match f.extension().and_then(|e| e.to_str()) {
+            Some("crt") => cas.extend(read_cas(f)?),
+            Some("cert") => {
+                let key = f.with_extension("key");
+                let mut pem =
+                    std::fs::read(f).map_err(|e| tls_err(f, format!("cannot read: {e}")))?;
+                let k = std::fs::read(&key).map_err(|e| {
+                    tls_err(
+                        &key,
+                        format!("cannot read the key for the client certificate: {e}"),
+                    )
+                })?;
+                pem.push(b'\n');
+                pem.extend_from_slice(&k);
+                identity = Some(
+                    reqwest::Identity::from_pem(&pem)
+                        .map_err(|e| tls_err(f, format!("not a PEM certificate and key: {e}")))?,
+                );
+            }
+            _ => {}
+        }
+    }
+    Ok((cas, identity))
+}
+
+pub(crate) fn is_loopback(host: &str) -> bool {
+    let h = host.rsplit_once(':').map_or(host, |(h, p)| {
+        if p.bytes().all(|b| b.is_ascii_digit()) {
+            h
+        } else {
+            host
+        }
+    });
+    h == "localhost" || h.starts_with("127.") || h == "[::1]"
+}
+
+/// `host[:port]` of a URL as a reference spells it (the port only when it is explicit).
+pub(crate) fn authority(url: &Url) -> String {
+    let host = url.host_str().unwrap_or("");
+    match url.port() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_hosts() {
+        assert!(
+            is_loopback("127.0.0.1:5000")
+                && is_loopback("localhost")
+                && !is_loopback("reg.example:443")
+        );
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let r = Retry {
+            attempts: 5,
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_millis(350),
+        };
+        assert_eq!(r.delay(1), Duration::from_millis(100));
+        assert_eq!(r.delay(2), Duration::from_millis(200));
+        assert_eq!(r.delay(3), Duration::from_millis(350));
+    }
+}
