@@ -541,3 +541,124 @@ fn builds_anywhere_give_the_same_digest_and_a_changed_payload_another() {
     );
     assert_ne!(da, dc, "a changed payload changes the manifest digest");
 }
+
+/// One image identity (issue #15): the same build reaches the registry as one digest whoever
+/// pushes it (`rdctl build --push`, `rdctl push`, skopeo from the layout, crane and oras), the
+/// tag names the image manifest, and a zone with `pull_policy = "Always"` stays unchanged
+/// after each re-push of the same content.
+#[test]
+fn one_identity_whoever_pushes_the_layout() {
+    let tmp = tempdir();
+    let dir = tmp.path();
+    let repo = publish_fixture(dir, TOOL_BIN);
+    let depot = Depot::start(&repo, dir);
+    let registry = Server::start(&dir.join("registry-data"), &[]);
+    let host = registry.host();
+    let work = dir.join("work");
+    fs::create_dir_all(&work).unwrap();
+    let image = work.join("image.toml");
+    fs::write(&image, image_file(&depot.url)).unwrap();
+    ok(rdctl().args(["lock", s(&image)]));
+
+    let layout = work.join("out");
+    let built = ok(rdctl().args([
+        "build",
+        s(&image),
+        "--output",
+        s(&layout),
+        "--push",
+        &format!("{host}/id/build"),
+        "--quiet",
+        "--json",
+    ]));
+    let manifest = json(&built.stdout)["manifest"].as_str().unwrap().to_owned();
+    let tagged = |repo: &str| {
+        let (status, headers, _) = crate::registry_e2e::http(
+            registry.addr,
+            "HEAD",
+            &format!("/v2/{repo}/manifests/1.0"),
+            &[(
+                "accept",
+                "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json",
+            )],
+            b"",
+        );
+        assert_eq!(status, 200, "{repo}:1.0");
+        (
+            crate::registry_e2e::header(&headers, "docker-content-digest").to_owned(),
+            crate::registry_e2e::header(&headers, "content-type").to_owned(),
+        )
+    };
+    let manifest_type = "application/vnd.oci.image.manifest.v1+json".to_owned();
+    assert_eq!(
+        tagged("id/build"),
+        (manifest.clone(), manifest_type.clone())
+    );
+
+    let src = format!("{}:1.0", s(&layout));
+    ok(rdctl().args(["push", &src, &format!("{host}/id/push:1.0")]));
+    ok(tool("skopeo").args([
+        "copy",
+        "--quiet",
+        "--dest-tls-verify=false",
+        &format!("oci:{src}"),
+        &format!("docker://{host}/id/skopeo:1.0"),
+    ]));
+    ok(tool("oras").args([
+        "cp",
+        "--to-plain-http",
+        "--from-oci-layout",
+        &src,
+        &format!("{host}/id/oras:1.0"),
+    ]));
+    ok(tool("crane").args([
+        "copy",
+        "--insecure",
+        &format!("{host}/id/push:1.0"),
+        &format!("{host}/id/crane:1.0"),
+    ]));
+    for repo in ["id/push", "id/skopeo", "id/oras", "id/crane"] {
+        assert_eq!(
+            tagged(repo),
+            (manifest.clone(), manifest_type.clone()),
+            "{repo}: a second identity for the same layout"
+        );
+    }
+
+    // A zone with `Always` is provisioned once, then unchanged after each re-push of the
+    // same content, whichever tool pushed it.
+    let node = crate::worker_e2e::Node::new(&dir.join("node"));
+    node.zone("web", &format!("{host}/id/push:1.0"));
+    let pass = |what: &str| {
+        let out = node.run_once();
+        assert!(
+            out.status.success(),
+            "{what}: worker run failed:\n{}",
+            tail(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(pass("first pass").contains("provisioned: web;"));
+    ok(rdctl().args([
+        "build",
+        s(&image),
+        "--push",
+        &format!("{host}/id/push"),
+        "--quiet",
+    ]));
+    assert!(
+        pass("after build --push").contains("unchanged: web;"),
+        "a re-push by rdctl build --push re-provisioned the zone"
+    );
+    ok(tool("skopeo").args([
+        "copy",
+        "--quiet",
+        "--dest-tls-verify=false",
+        &format!("oci:{src}"),
+        &format!("docker://{host}/id/push:1.0"),
+    ]));
+    assert!(
+        pass("after skopeo copy").contains("unchanged: web;"),
+        "a re-push by skopeo re-provisioned the zone"
+    );
+}

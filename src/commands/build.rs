@@ -126,10 +126,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 dir: summary.output.clone(),
                 tag: Some(Tag::parse(&summary.tags[0]).context("the image file's first tag")?),
             });
-            let dst = ImageRef::Registry(target.with_tag(tag));
+            let tagged = target.with_tag(tag);
             if !args.quiet {
-                eprintln!("pushing to {dst}");
+                eprintln!("pushing to {tagged}");
             }
+            let dst = ImageRef::Registry(tagged.clone());
             let report = crate::runtime::block_on(transfer::copy(
                 &client,
                 &src,
@@ -138,7 +139,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             ))?
             .with_context(|| format!("cannot push {} to {dst}", args.image_file.display()))?;
             debug_assert_eq!(report.root.digest, summary.manifest);
-            pushed.push(dst.to_string());
+            pushed.push(tagged.to_string());
         }
     }
     // writeln, not println: a closed pipe (`| head`) is an error main() ends quietly on, not
