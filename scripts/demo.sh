@@ -92,7 +92,7 @@ diff <(grep -E '"(fmri|manifestSha1)"' "$EXAMPLE/image.lock.json") \
 	fail "the depot resolved other packages than examples/hello/image.lock.json pins"
 echo "locked packages match examples/hello/image.lock.json"
 "$RDCTL" build "$WORK/image-src/image.toml" --output "$WORK/image" | tee "$WORK/build.out"
-MANIFEST=$(sed -n 's/^manifest *//p' "$WORK/build.out")
+MANIFEST=$(sed -n 's/^image *//p' "$WORK/build.out")
 [[ $MANIFEST == sha256:* ]] || fail "rdctl build printed no manifest digest"
 
 say "4. start the registry on the filesystem store"
