@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory as _, Parser, Subcommand};
 
 mod commands;
+mod logging;
 mod runtime;
 
 /// Build, validate, serve and pull OCI images for illumos zones.

@@ -701,10 +701,19 @@ fn broken_images_create_no_zone_name_the_blob_and_leave_the_others_alone() {
     for bad in [&altered_blob, &size_blob] {
         assert!(!blobs.contains(&bad.trim_start_matches("sha256:").to_owned()));
     }
-    // The table names the blob too.
+    // The table: aligned columns, short digests, a one-line error; `--wide` names the blob.
     let table = ok(rdctl().args(["worker", "status", "--config", s(&node.config())]));
     let table = String::from_utf8_lossy(&table.stdout);
-    let line = table.lines().find(|l| l.starts_with("altered\t")).unwrap();
+    let header = table.lines().next().unwrap();
+    let line = table.lines().find(|l| l.starts_with("altered ")).unwrap();
+    assert_eq!(header.find("PHASE"), line.find("Failed"), "{table}");
+    assert!(
+        !table.contains('\t') && !line.contains(&altered_blob),
+        "{table}"
+    );
+    let wide = ok(rdctl().args(["worker", "status", "--wide", "--config", s(&node.config())]));
+    let wide = String::from_utf8_lossy(&wide.stdout);
+    let line = wide.lines().find(|l| l.starts_with("altered ")).unwrap();
     assert!(
         line.contains("Failed") && line.contains(&altered_blob),
         "{line}"
@@ -840,7 +849,10 @@ fn transient_faults_are_retried_and_lasting_ones_fail_after_the_attempts() {
         "404 is not retried"
     );
     let err = st["absent"]["last_error"].as_str().unwrap();
-    assert!(err.contains("not found"), "{err}");
+    assert!(
+        err.contains("not found: the registry has no such tag or repository"),
+        "a missing tag reads as one: {err}"
+    );
     for zone in ["cut", "down", "resets", "absent"] {
         assert!(!node.zonepath(zone).exists(), "{zone}");
     }

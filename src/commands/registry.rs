@@ -206,16 +206,7 @@ fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("RDCTL_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if args.log_json {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
+    crate::logging::init(args.log_json);
     let mut config = registry::ServeConfig::load(args.config.as_deref())
         .context("loading the registry configuration")?;
     if let Some(listen) = args.listen {

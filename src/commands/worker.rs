@@ -58,9 +58,12 @@ pub struct StatusArgs {
     /// The worker configuration.
     #[arg(long, value_name = "FILE", default_value = "/etc/rdctl/worker.toml")]
     config: PathBuf,
-    /// Print JSON instead of a table.
-    #[arg(long)]
+    /// Print JSON instead of a table (full digests and error texts).
+    #[arg(long, conflicts_with = "wide")]
     json: bool,
+    /// Full digests and whole error texts in the table.
+    #[arg(long)]
+    wide: bool,
 }
 
 /// Runs a worker subcommand.
@@ -72,16 +75,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
 }
 
 fn run_worker(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("RDCTL_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if args.log_json {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
+    crate::logging::init(args.log_json);
     let mut config = worker_runtime::WorkerConfig::load(&args.config)
         .with_context(|| format!("worker run with {}", args.config.display()))?;
     let flags = args.client.options();
@@ -147,25 +141,144 @@ fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
         writeln!(out)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let show =
-        |d: &Option<validator::Digest>| d.as_ref().map_or("-".to_owned(), ToString::to_string);
-    writeln!(out, "ZONE\tPHASE\tDESIRED\tCURRENT\tIMAGE\tLAST ERROR")?;
-    for r in rows {
-        let s = &r.status;
-        let mut phase = s.phase.to_string();
-        if !r.in_manifests {
-            phase.push_str(" (no manifest)");
-        }
-        writeln!(
-            out,
-            "{}\t{}\t{}\t{}\t{}\t{}",
-            s.zone,
-            phase,
-            show(&s.desired_digest),
-            show(&s.current_digest),
-            s.image,
-            s.last_error.as_deref().unwrap_or("-")
-        )?;
-    }
+    let rows: Vec<[String; 6]> = rows
+        .iter()
+        .map(|r| {
+            let s = &r.status;
+            let mut phase = s.phase.to_string();
+            if !r.in_manifests {
+                phase.push_str(" (no manifest)");
+            }
+            [
+                s.zone.clone(),
+                phase,
+                digest_cell(s.desired_digest.as_ref(), args.wide),
+                digest_cell(s.current_digest.as_ref(), args.wide),
+                s.image.clone(),
+                error_cell(s.last_error.as_deref(), args.wide),
+            ]
+        })
+        .collect();
+    write_table(
+        &mut out,
+        &["ZONE", "PHASE", "DESIRED", "CURRENT", "IMAGE", "LAST ERROR"],
+        &rows,
+    )?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A digest as docker and crictl show it (`sha256:` and 12 hex digits), or whole with `--wide`.
+fn digest_cell(d: Option<&validator::Digest>, wide: bool) -> String {
+    match d {
+        None => "-".to_owned(),
+        Some(d) if wide => d.to_string(),
+        Some(d) => {
+            let (alg, hex) = d.as_str().split_once(':').unwrap_or(("", d.as_str()));
+            format!("{alg}:{}", &hex[..hex.len().min(12)])
+        }
+    }
+}
+
+/// Longest error text in the table without `--wide`.
+const ERROR_WIDTH: usize = 72;
+
+/// An error on one line: its first line, cut at [`ERROR_WIDTH`] characters unless `wide`.
+fn error_cell(e: Option<&str>, wide: bool) -> String {
+    let Some(e) = e else {
+        return "-".to_owned();
+    };
+    let line = e.lines().next().unwrap_or_default();
+    if wide || line.chars().count() <= ERROR_WIDTH {
+        return line.to_owned();
+    }
+    let mut cut: String = line.chars().take(ERROR_WIDTH - 1).collect();
+    cut.push('…');
+    cut
+}
+
+/// Columns padded to their widest cell, two spaces apart; the last column is not padded.
+fn write_table(
+    out: &mut impl std::io::Write,
+    header: &[&str; 6],
+    rows: &[[String; 6]],
+) -> std::io::Result<()> {
+    let mut widths = header.map(|h| h.chars().count());
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |out: &mut dyn std::io::Write, cells: &[&str]| -> std::io::Result<()> {
+        let last = cells.len() - 1;
+        let mut text = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            text.push_str(c);
+            if i < last {
+                let pad = widths[i] - c.chars().count() + 2;
+                text.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        writeln!(out, "{}", text.trim_end())
+    };
+    line(out, header)?;
+    for r in rows {
+        let cells: Vec<&str> = r.iter().map(String::as_str).collect();
+        line(out, &cells)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_aligns_columns_and_shortens_digests_and_errors() {
+        let d = validator::Digest::sha256(b"x");
+        let long = format!("image a/b:1 not found: {}\nsecond line", "x".repeat(100));
+        let rows = vec![
+            [
+                "web".to_owned(),
+                "Running".to_owned(),
+                digest_cell(Some(&d), false),
+                digest_cell(None, false),
+                "127.0.0.1:5000/a/b:1".to_owned(),
+                error_cell(Some(&long), false),
+            ],
+            [
+                "db-longer".to_owned(),
+                "Failed".to_owned(),
+                "-".to_owned(),
+                "-".to_owned(),
+                "x/y".to_owned(),
+                error_cell(None, false),
+            ],
+        ];
+        let mut out = Vec::new();
+        write_table(
+            &mut out,
+            &["ZONE", "PHASE", "DESIRED", "CURRENT", "IMAGE", "LAST ERROR"],
+            &rows,
+        )
+        .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        // Every column starts at the same offset on every line.
+        let at = |l: &str, cell: &str| l.find(cell).unwrap();
+        assert_eq!(at(lines[0], "PHASE"), at(lines[1], "Running"));
+        assert_eq!(at(lines[0], "PHASE"), at(lines[2], "Failed"));
+        assert_eq!(at(lines[0], "IMAGE"), at(lines[2], "x/y"));
+        let short = &d.as_str()[..19];
+        assert!(lines[1].contains(&format!("{short}  ")), "{text}");
+        assert!(
+            !text.contains("second line") && lines[1].ends_with('…'),
+            "{text}"
+        );
+        assert_eq!(
+            error_cell(Some(&long), true).len(),
+            long.find('\n').unwrap()
+        );
+        assert_eq!(digest_cell(Some(&d), true), d.to_string());
+    }
 }

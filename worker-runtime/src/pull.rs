@@ -23,6 +23,15 @@ pub enum PullError {
         #[source]
         source: ClientError,
     },
+    /// The registry has no such tag, digest or repository.
+    #[error("image {reference} not found: the registry has no such tag or repository")]
+    NotFound {
+        /// The reference asked for.
+        reference: String,
+        /// The registry's answer.
+        #[source]
+        source: ClientError,
+    },
     /// A blob could not be stored.
     #[error("content store")]
     Store(#[from] StoreError),
@@ -134,7 +143,10 @@ impl HostPlatform {
 }
 
 fn registry_err(reference: String) -> impl FnOnce(ClientError) -> PullError {
-    move |source| PullError::Registry { reference, source }
+    move |source| match source.kind() {
+        registry_client::ErrorKind::NotFound => PullError::NotFound { reference, source },
+        _ => PullError::Registry { reference, source },
+    }
 }
 
 fn findings(report: &validator::Report) -> String {
