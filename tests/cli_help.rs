@@ -108,6 +108,30 @@ fn man_pages_build_for_every_subcommand() {
         for section in [".SH NAME", ".SH SYNOPSIS", ".SH DESCRIPTION"] {
             assert!(text.contains(section), "{name}: no {section}");
         }
+        // The version is on every page, in the title and a VERSION section.
+        let version = env!("CARGO_PKG_VERSION");
+        assert!(
+            text.lines()
+                .find(|l| l.starts_with(".TH "))
+                .is_some_and(|l| l.contains(&format!("rdctl {version}"))),
+            "{name}: no version in the title"
+        );
+        assert!(
+            text.contains(&format!(".SH VERSION\nrdctl {version}")),
+            "{name}"
+        );
+        // Examples are in no-fill mode, one line each, hyphens escaped so they paste.
+        if let Some((_, examples)) = text.split_once(".SH EXAMPLES\n") {
+            let (block, _) = examples
+                .strip_prefix(".nf\n")
+                .and_then(|b| b.split_once(".fi\n"))
+                .unwrap_or_else(|| panic!("{name}: examples not in a .nf/.fi block"));
+            assert!(
+                block.lines().any(|l| l.trim_start().starts_with("rdctl ")),
+                "{name}: {block}"
+            );
+            assert!(!block.contains(" --"), "{name}: unescaped hyphens: {block}");
+        }
         // The synopsis names the whole command path.
         assert!(
             text.contains(&format!("\\fB{}\\fR", words.join(" "))),

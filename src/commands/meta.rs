@@ -54,10 +54,77 @@ pub fn man(args: ManArgs, cmd: clap::Command) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     while let Some(cmd) = pending.pop() {
         pending.extend(cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned());
-        let path = clap_mangen::Man::new(cmd)
-            .generate_to(&args.dir)
-            .with_context(|| format!("cannot write a man page into {}", args.dir.display()))?;
+        let path = args.dir.join(format!(
+            "{}.1",
+            cmd.get_display_name().unwrap_or_else(|| cmd.get_name())
+        ));
+        let mut page = Vec::new();
+        render_page(&cmd, &mut page)?;
+        std::fs::write(&path, page)
+            .with_context(|| format!("cannot write the man page {}", path.display()))?;
         writeln!(out, "{}", path.display())?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One man page: clap_mangen's title (carrying the version), name, synopsis, description,
+/// options and subcommands, then the `--help` text after the options (examples, exit status)
+/// as an EXAMPLES section in no-fill mode, so each example is one line that pastes as
+/// printed (clap_mangen's own EXTRA section lets roff reflow and hyphenate it:
+/// `local‐ host:5000`), and a VERSION section on every page.
+fn render_page(cmd: &clap::Command, w: &mut Vec<u8>) -> std::io::Result<()> {
+    let version = env!("CARGO_PKG_VERSION");
+    let man = clap_mangen::Man::new(cmd.clone()).source(format!("rdctl {version}"));
+    man.render_title(w)?;
+    man.render_name_section(w)?;
+    man.render_synopsis_section(w)?;
+    man.render_description_section(w)?;
+    if cmd.get_arguments().any(|a| !a.is_hide_set()) {
+        man.render_options_section(w)?;
+    }
+    if cmd.get_subcommands().any(|s| !s.is_hide_set()) {
+        man.render_subcommands_section(w)?;
+    }
+    if let Some(after) = cmd.get_after_long_help().or(cmd.get_after_help()) {
+        w.extend_from_slice(b".SH EXAMPLES\n.nf\n");
+        for line in after.to_string().lines() {
+            w.extend_from_slice(roff_line(line).as_bytes());
+            w.push(b'\n');
+        }
+        w.extend_from_slice(b".fi\n");
+    }
+    w.extend_from_slice(format!(".SH VERSION\nrdctl {version}\n").as_bytes());
+    Ok(())
+}
+
+/// A text line for roff's no-fill mode: backslashes and hyphens escaped (so `-` stays an
+/// ASCII hyphen-minus when pasted), and a leading `.` or `'` kept from reading as a request.
+fn roff_line(line: &str) -> String {
+    let mut s = String::with_capacity(line.len() + 8);
+    if line.starts_with(['.', '\'']) {
+        s.push_str("\\&");
+    }
+    for c in line.chars() {
+        match c {
+            '\\' => s.push_str("\\e"),
+            '-' => s.push_str("\\-"),
+            c => s.push(c),
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roff_lines_keep_hyphens_and_dots_literal() {
+        assert_eq!(
+            roff_line("rdctl push --json a:1 b"),
+            "rdctl push \\-\\-json a:1 b"
+        );
+        assert_eq!(roff_line(".hidden"), "\\&.hidden");
+        assert_eq!(roff_line("a\\b"), "a\\eb");
+    }
 }
