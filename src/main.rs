@@ -3,6 +3,7 @@
 //! This crate only parses arguments, calls one library entry point per command, and prints.
 //! Exit codes: 0 success, 1 the checked content is invalid, 2 the command could not run.
 
+use std::io::Write as _;
 use std::process::ExitCode;
 
 use clap::{CommandFactory as _, Parser, Subcommand};
@@ -30,7 +31,8 @@ Exit status (every command): 0 success; 1 the checked content is invalid or part
 failed (validate, ips list/info/contents/lint, worker run --once); 2 the command could not run
 (bad arguments, unreadable input, unreachable server), with `rdctl: what: why` on stderr.
 --json (validate, build, lock, push, pull, copy, registry gc, worker run, worker status) prints
-one JSON document on stdout instead of text; logs and messages stay on stderr."
+one JSON document on stdout instead of text (on failure {\"error\": {\"kind\", \"message\",
+\"exit_status\"}}); logs and messages stay on stderr."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -85,8 +87,59 @@ enum Command {
     Man(commands::meta::ManArgs),
 }
 
+impl Command {
+    /// Whether the command was asked for one JSON document on stdout: then a failure is a
+    /// JSON error document there too.
+    fn json(&self) -> bool {
+        match self {
+            Command::Build(a) => a.json,
+            Command::Lock(a) => a.json,
+            Command::Validate(a) => a.json,
+            Command::Push(a) => a.common.json,
+            Command::Pull(a) => a.common.json,
+            Command::Copy(a) => a.common.json,
+            Command::Registry(commands::registry::Command::Gc(a)) => a.json,
+            Command::Worker(commands::worker::Command::Run(a)) => a.json,
+            Command::Worker(commands::worker::Command::Status(a)) => a.json,
+            _ => false,
+        }
+    }
+}
+
+/// The class of a failure for `--json` users to branch on, from the library error that
+/// caused it.
+fn error_kind(e: &anyhow::Error) -> &'static str {
+    for cause in e.chain() {
+        if let Some(t) = cause.downcast_ref::<registry_client::transfer::TransferError>() {
+            use registry_client::transfer::ErrorKind as K;
+            return match t.kind() {
+                K::NotFound => "not_found",
+                K::Unauthorized => "unauthorized",
+                K::Transient => "transient",
+                K::Invalid => "invalid",
+                _ => "error",
+            };
+        }
+        if let Some(c) = cause.downcast_ref::<registry_client::ClientError>() {
+            use registry_client::ErrorKind as K;
+            return match c.kind() {
+                K::NotFound => "not_found",
+                K::Unauthorized => "unauthorized",
+                K::Transient => "transient",
+                K::Verify | K::Invalid => "invalid",
+                _ => "error",
+            };
+        }
+        if cause.downcast_ref::<std::io::Error>().is_some() {
+            return "io";
+        }
+    }
+    "error"
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let json = cli.command.json();
     let result = match cli.command {
         Command::Build(args) => commands::build::run(args),
         Command::Lock(args) => commands::lock::run(args),
@@ -111,6 +164,17 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             eprintln!("rdctl: {e:#}");
+            if json {
+                let doc = serde_json::json!({
+                    "error": {
+                        "kind": error_kind(&e),
+                        "message": format!("{e:#}"),
+                        "exit_status": 2,
+                    }
+                });
+                // A closed stdout must not turn the failure into a panic.
+                let _ = writeln!(std::io::stdout(), "{doc}");
+            }
             ExitCode::from(2)
         }
     }

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::util::{ok, rdctl, tempdir};
+use crate::util::{ok, rdctl, s, tempdir};
 
 fn help(path: &[String]) -> String {
     let out = ok(rdctl().args(path).arg("--help"));
@@ -243,4 +243,48 @@ fn json_output_is_one_document_on_stdout() {
     ]);
     assert_eq!(gc["dry_run"], true, "{gc}");
     drop(server);
+}
+
+/// With `--json`, a failure is one JSON error document on stdout (class, message, exit
+/// status) as well as the `rdctl: …` line on stderr.
+#[test]
+fn json_failures_are_one_error_document_on_stdout() {
+    let dir = tempdir();
+    let registry = crate::util::Server::start(&dir.path().join("data"), &[]);
+    let out = rdctl()
+        .args([
+            "pull",
+            "--json",
+            &format!("{}/no/such:1.0", registry.host()),
+            s(&dir.path().join("pulled")),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with("rdctl: "), "{stderr}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(doc["error"]["kind"], "not_found", "{doc}");
+    assert_eq!(doc["error"]["exit_status"], 2, "{doc}");
+    assert!(
+        doc["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("no/such")),
+        "{doc}"
+    );
+    // Without --json stdout stays empty.
+    let out = rdctl()
+        .args(["validate", s(&dir.path().join("missing"))])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    let out = rdctl()
+        .args(["validate", "--json", s(&dir.path().join("missing"))])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["error"]["exit_status"], 2, "{doc}");
 }

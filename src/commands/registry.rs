@@ -71,7 +71,7 @@ pub struct GcArgs {
     delete_untagged: bool,
     /// Print the report as JSON.
     #[arg(long)]
-    json: bool,
+    pub json: bool,
 }
 
 /// Arguments of `rdctl registry serve`. Flags override the config file and

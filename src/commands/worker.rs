@@ -45,7 +45,7 @@ pub struct RunArgs {
     log_json: bool,
     /// Print what the pass (or, without --once, the last pass) did as JSON.
     #[arg(long)]
-    json: bool,
+    pub json: bool,
     /// Registry access; each flag given overrides (--ca-file: adds to) the configuration's
     /// auth_file, ca_file, cert_dir, insecure and plain_http.
     #[command(flatten)]
@@ -60,7 +60,7 @@ pub struct StatusArgs {
     config: PathBuf,
     /// Print JSON instead of a table (full digests and error texts).
     #[arg(long, conflicts_with = "wide")]
-    json: bool,
+    pub json: bool,
     /// Full digests and whole error texts in the table.
     #[arg(long)]
     wide: bool,
