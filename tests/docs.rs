@@ -29,7 +29,9 @@ fn chain(e: &dyn std::error::Error) -> String {
 /// The field names serde lists after refusing the probe key, or None when the message is not
 /// such a refusal (the value is not a struct).
 fn expected_fields(message: &str) -> Option<Vec<String>> {
-    let at = message.find(&format!("unknown field `{PROBE}`"))?;
+    let at = message
+        .find(&format!("unknown key `{PROBE}`"))
+        .or_else(|| message.find(&format!("unknown field `{PROBE}`")))?;
     let rest = &message[at..];
     let rest = &rest[..rest.find('\n').unwrap_or(rest.len())];
     // Backquoted names: the probe, then the expected ones.

@@ -286,43 +286,25 @@ struct RawCompression {
     level: Option<i64>,
 }
 
-/// The 1-based line of `offset` in `text`.
-fn line_at(text: &str, offset: usize) -> usize {
-    text.as_bytes()[..offset.min(text.len())]
-        .iter()
-        .filter(|&&b| b == b'\n')
-        .count()
-        + 1
-}
-
-/// The line where the field at `path` (table keys, then array indexes as numbers) is written,
-/// found through the spans of toml's document parser.
-fn field_line(text: &str, path: &[&str]) -> Option<usize> {
-    use toml::de::{DeTable, DeValue};
-    let root = DeTable::parse(text).ok()?;
-    let mut table = root.get_ref();
-    let mut span = None;
-    let mut value: Option<&toml::Spanned<DeValue<'_>>> = None;
-    for seg in path {
-        if let Some(v) = value {
-            match v.get_ref() {
-                DeValue::Table(t) => table = t,
-                DeValue::Array(a) => {
-                    let i: usize = seg.parse().ok()?;
-                    let item = a.get(i)?;
-                    span = Some(item.span().start);
-                    value = Some(item);
-                    continue;
-                }
-                _ => return span.map(|s| line_at(text, s)),
-            }
-        }
-        let (k, v) = table.get_key_value(*seg)?;
-        span = Some(k.span().start);
-        value = Some(v);
-    }
-    span.map(|s| line_at(text, s))
-}
+/// What keys of the image file mean, in the words its errors use.
+const HINTS: config_toml::Hints<'static> = &[
+    ("config.stop_timeout", "seconds, a whole number such as 30"),
+    (
+        "layering.budget",
+        "the most layers, a whole number such as 8",
+    ),
+    ("compression.level", "a whole number: gzip 1-9, zstd 1-19"),
+    ("tags", "an array of strings such as [\"1.0\", \"latest\"]"),
+    (
+        "config.entrypoint",
+        "an array of strings such as [\"/usr/bin/tool\"]",
+    ),
+    ("config.cmd", "an array of strings"),
+    (
+        "config.env",
+        "a table of strings such as { PATH = \"/usr/bin\" }",
+    ),
+];
 
 impl ImageFile {
     /// Reads and checks an image file.
@@ -340,20 +322,28 @@ impl ImageFile {
     pub fn parse(path: &Path, bytes: Vec<u8>) -> Result<Self, ImageFileError> {
         let text = std::str::from_utf8(&bytes).map_err(|e| ImageFileError::Syntax {
             path: path.to_owned(),
-            line: Some(line_at(
+            line: Some(config_toml::line_at(
                 &String::from_utf8_lossy(&bytes[..e.valid_up_to()]),
                 e.valid_up_to(),
             )),
             message: "not UTF-8".into(),
         })?;
-        let raw: Raw = toml::from_str(text).map_err(|e| ImageFileError::Syntax {
-            path: path.to_owned(),
-            line: e.span().map(|s| line_at(text, s.start)),
-            message: e.message().to_owned(),
+        let raw: Raw = config_toml::from_str(text, HINTS).map_err(|e| match e.key {
+            Some(field) => ImageFileError::Field {
+                path: path.to_owned(),
+                line: e.line,
+                field,
+                message: e.message,
+            },
+            None => ImageFileError::Syntax {
+                path: path.to_owned(),
+                line: e.line,
+                message: e.message,
+            },
         })?;
         let field = |fpath: &[&str], message: String| ImageFileError::Field {
             path: path.to_owned(),
-            line: field_line(text, fpath),
+            line: config_toml::line_of(text, &fpath.join(".")),
             field: fpath.join("."),
             message,
         };
@@ -714,8 +704,25 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.starts_with("/x/image.toml:6: unknown field `entrypont`"),
+            e.starts_with(
+                "/x/image.toml:6: config.entrypont: unknown key `entrypont`; the keys here are `entrypoint`, "
+            ),
             "{e}"
+        );
+        // A value of the wrong type names the dotted key and what is expected in user words.
+        let e = parse(&format!("{MIN}[config]\nstop_timeout = \"25s\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "/x/image.toml:6: config.stop_timeout: expected a whole number (0 or more), found the string \"25s\" (seconds, a whole number such as 30)"
+        );
+        let e = parse("[publishers]\n\"example.org\" = 5\n")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "/x/image.toml:2: publishers.example.org: expected a string in quotes, found the number 5"
         );
         let e = parse(
             "[publishers]\n\"example.org\" = \"r\"\n[packages]\ninclude = [\"demo/tool@1.x\"]\n",

@@ -151,14 +151,17 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
-    /// The TOML does not parse or has unknown keys.
-    #[error("{path}: invalid TOML")]
+    /// The TOML does not parse, has unknown keys, lacks a required one or has a value of the
+    /// wrong type: the line and the dotted key, in user words.
+    #[error("{}{}: {}", path.display(), error.line.map(|l| format!(":{l}")).unwrap_or_default(), match &error.key {
+        Some(k) => format!("{k}: {}", error.message),
+        None => error.message.clone(),
+    })]
     Parse {
         /// The file.
         path: PathBuf,
-        /// The cause.
-        #[source]
-        source: toml::de::Error,
+        /// Where and what.
+        error: config_toml::TomlError,
     },
     /// A value is out of range or malformed.
     #[error("{path}: {field}: {reason}")]
@@ -212,14 +215,29 @@ struct FileZone {
     limits: ResourceLimits,
 }
 
+/// What keys of `worker.toml` and the zone manifests mean, in the words their errors use.
+const HINTS: config_toml::Hints<'static> = &[
+    ("poll_interval_secs", "seconds, a whole number such as 30"),
+    ("backoff_initial_secs", "seconds, a whole number such as 10"),
+    ("backoff_max_secs", "seconds, a whole number such as 600"),
+    ("gc_grace_secs", "seconds, a whole number such as 3600"),
+    (
+        "jitter",
+        "a fraction of the poll interval between 0 and 1, such as 0.1",
+    ),
+    ("stop_timeout_secs", "seconds, a whole number such as 30"),
+    ("limits.cpus", "a number of CPUs such as 1.5"),
+    ("limits.memory", "a size in quotes such as \"2G\""),
+];
+
 fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.to_owned(),
         source,
     })?;
-    toml::from_str(&text).map_err(|source| ConfigError::Parse {
+    config_toml::from_str(&text, HINTS).map_err(|error| ConfigError::Parse {
         path: path.to_owned(),
-        source,
+        error,
     })
 }
 
@@ -496,6 +514,28 @@ mod tests {
             WorkerConfig::load(&p),
             Err(ConfigError::Parse { .. })
         ));
+        // Wrong types and missing keys name the line, the dotted key and what is expected.
+        let base = "zones_dir = \"z\"\nstate_dir = \"s\"\n";
+        for (text, want) in [
+            (
+                format!(
+                    "{base}poll_interval_secs = \"5m\"\n[provisioner]\nkind = \"dir\"\nbase = \"b\"\n"
+                ),
+                ":3: poll_interval_secs: expected a whole number (0 or more), found the string \"5m\" (seconds, a whole number such as 30)",
+            ),
+            (
+                format!("{base}[provisioner]\nkind = \"dir\"\n"),
+                ":3: provisioner.base: missing; this key is required",
+            ),
+            (
+                "state_dir = \"s\"\n[provisioner]\nkind = \"dir\"\nbase = \"b\"\n".to_owned(),
+                ":1: zones_dir: missing; this key is required",
+            ),
+        ] {
+            std::fs::write(&p, &text).unwrap();
+            let e = WorkerConfig::load(&p).unwrap_err().to_string();
+            assert_eq!(e, format!("{}{want}", p.display()), "{text}");
+        }
     }
 
     #[test]
