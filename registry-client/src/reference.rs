@@ -34,9 +34,22 @@ impl Reference {
             Some((r, d)) => (r, Some(Digest::parse(d).map_err(|e| err(&e.to_string()))?)),
             None => (input, None),
         };
-        let (registry, path) = rest
-            .split_once('/')
-            .ok_or_else(|| err("no registry host before the repository name"))?;
+        let Some((registry, path)) = rest.split_once('/') else {
+            return Err(err(&if looks_like_host(rest) {
+                format!(
+                    "{rest} is a registry host without a repository: add /NAME[:TAG], as in {rest}/site/tools:1.0"
+                )
+            } else {
+                format!(
+                    "no registry host: write HOST[:PORT]/{rest}, as in localhost:5000/{rest} (there is no default registry)"
+                )
+            }));
+        };
+        if !looks_like_host(registry) {
+            return Err(err(&format!(
+                "{registry:?} is not a registry host (a host has a '.' or a ':port', or is localhost): write HOST[:PORT]/{rest}, as in localhost:5000/{rest} (there is no default registry)"
+            )));
+        }
         if registry.is_empty()
             || !registry
                 .bytes()
@@ -110,6 +123,22 @@ impl Reference {
     }
 }
 
+/// Whether the first component of a reference names a registry host, by the rule docker and
+/// containerd apply: it has a `.` or a `:port`, is `localhost`, or is a bracketed IPv6
+/// address. Anything else would be a repository path component, and there is no default
+/// registry to put in front of it.
+fn looks_like_host(s: &str) -> bool {
+    if s.starts_with('[') {
+        return true;
+    }
+    match s.rsplit_once(':') {
+        Some((host, port)) => {
+            !host.is_empty() && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())
+        }
+        None => s.contains('.') || s == "localhost",
+    }
+}
+
 impl fmt::Display for Reference {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.registry, self.name)?;
@@ -141,6 +170,21 @@ mod tests {
         assert_eq!(
             Reference::parse("reg.example/x").unwrap().manifest_ref(),
             "latest"
+        );
+        for (bad, says) in [
+            ("site/tools:1.0", "\"site\" is not a registry host"),
+            ("tools:1.0", "no registry host: write HOST[:PORT]/tools:1.0"),
+            (
+                "127.0.0.1:5000",
+                "127.0.0.1:5000 is a registry host without a repository",
+            ),
+        ] {
+            let e = Reference::parse(bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        assert_eq!(
+            Reference::parse("localhost/a").unwrap().registry(),
+            "localhost"
         );
         for bad in [
             "noslash",

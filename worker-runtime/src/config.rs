@@ -572,5 +572,12 @@ mod tests {
         let bad_names: Vec<&str> = bad.iter().map(|b| b.zone.as_str()).collect();
         assert_eq!(bad_names, ["c", "f", "dup"]);
         assert!(bad[2].error.to_string().contains("also defined by"));
+        // A reference without a registry host is refused at load, not as a DNS failure later.
+        w("g.toml", "name = \"g\"\nimage = \"site/tools:1.0\"\n");
+        let e = load_zone(&t.path().join("g.toml")).unwrap_err().to_string();
+        assert!(
+            e.contains("image: ") && e.contains("\"site\" is not a registry host"),
+            "{e}"
+        );
     }
 }
