@@ -39,6 +39,15 @@ pub enum WorkerError {
     /// The registry client could not be built.
     #[error("registry client")]
     Client(#[from] ClientError),
+    /// The zones directory is missing or not a directory (checked before anything is
+    /// created, so a wrong path leaves no state behind).
+    #[error("zones_dir {}: {reason}", path.display())]
+    ZonesDir {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// The metrics address could not be bound.
     #[error("metrics_listen {addr}: cannot listen")]
     Metrics {
@@ -150,6 +159,31 @@ fn unit_random() -> f64 {
 impl Worker {
     /// Opens the state directory (taking its lock), the content store and the provisioner.
     pub fn new(config: WorkerConfig) -> Result<Worker, WorkerError> {
+        // Everything that can fail without writing is checked first, so a mistyped path or an
+        // unreadable CA file leaves no state, content or base directory behind.
+        match std::fs::metadata(&config.zones_dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(WorkerError::ZonesDir {
+                    path: config.zones_dir.clone(),
+                    reason: "not a directory".into(),
+                });
+            }
+            Err(e) => {
+                return Err(WorkerError::ZonesDir {
+                    path: config.zones_dir.clone(),
+                    reason: format!("{e} (create it and put the zone manifests there)"),
+                });
+            }
+        }
+        #[cfg(not(target_os = "illumos"))]
+        if let ProvisionerConfig::Illumos { .. } = &config.provisioner {
+            return Err(ProvisionError::Unsupported("illumos").into());
+        }
+        let client = config
+            .client
+            .builder(&registry_client::AuthEnv::current())
+            .build()?;
         let state = StateDir::open(&config.state_dir, &config.worker_id)?;
         let lock = state.lock()?;
         let metrics = Arc::new(Metrics::default());
@@ -171,10 +205,6 @@ impl Worker {
                 return Err(ProvisionError::Unsupported("illumos").into());
             }
         };
-        let client = config
-            .client
-            .builder(&registry_client::AuthEnv::current())
-            .build()?;
         Ok(Worker {
             host: HostPlatform::new(config.os_version.clone()),
             client,

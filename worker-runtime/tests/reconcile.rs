@@ -431,6 +431,25 @@ async fn foreign_zonepaths_are_refused_and_a_restart_cleans_up() {
     );
     assert_eq!(node.ls(&foreign), ["precious"]);
 
+    // A worker whose zones_dir is missing is refused before it creates anything.
+    let t = tempfile::tempdir().unwrap();
+    std::fs::write(
+        t.path().join("worker.toml"),
+        "zones_dir = \"no-such-zones\"\nstate_dir = \"state\"\n[provisioner]\nkind = \"dir\"\nbase = \"roots\"\n",
+    )
+    .unwrap();
+    let e = Worker::new(WorkerConfig::load(&t.path().join("worker.toml")).unwrap()).unwrap_err();
+    let msg = validator::error_chain(&e);
+    assert!(
+        msg.starts_with("zones_dir ") && msg.contains("no-such-zones"),
+        "{msg}"
+    );
+    assert_eq!(
+        std::fs::read_dir(t.path()).unwrap().count(),
+        1,
+        "only worker.toml: no state or roots directory was created"
+    );
+
     // A second worker on the same state directory is refused while the first runs.
     let cfg = WorkerConfig::load(&node.config_path()).unwrap();
     let e = Worker::new(cfg).unwrap_err();
