@@ -8,11 +8,12 @@ use crate::BuiltLayer;
 /// only what it shows. Called from the building thread.
 pub trait Progress: Send + Sync + std::fmt::Debug {
     /// Layer `index` (from 0) of `total` starts; it holds `contents` (a package FMRI,
-    /// `generated` or `image`) and about `bytes` of uncompressed content.
+    /// `generated` or `image`) and its tar stream will be about `bytes` long (what
+    /// [`Progress::layer_bytes`] adds up to; PAX records can make it a little longer).
     fn layer_started(&self, index: usize, total: usize, contents: &str, bytes: u64) {
         let _ = (index, total, contents, bytes);
     }
-    /// `n` more uncompressed bytes went into the current layer.
+    /// `n` more bytes of the current layer's uncompressed tar stream were written.
     fn layer_bytes(&self, n: u64) {
         let _ = n;
     }

@@ -221,6 +221,10 @@ impl builder::Progress for Bars {
     fn layer_bytes(&self, n: u64) {
         if let Some(b) = &*self.bar.lock().unwrap_or_else(|e| e.into_inner()) {
             b.inc(n);
+            // The total is an estimate (PAX records): never show more done than the total.
+            if b.length().is_some_and(|len| b.position() > len) {
+                b.set_length(b.position());
+            }
         }
     }
     fn layer_finished(&self, index: usize, total: usize, layer: &builder::BuiltLayer) {
