@@ -141,6 +141,13 @@ pub fn validate_layout(
             .filter(|d| d.ref_name() == Some(name))
             .collect(),
     };
+    if index.manifests.is_empty() {
+        w.out.report.warn(
+            Rule::LayoutEmpty,
+            "index.json",
+            "the layout holds no image (its index.json lists no manifest): nothing was checked",
+        );
+    }
     if let Some(name) = reference
         && entries.is_empty()
     {

@@ -138,6 +138,8 @@ rules! {
     RefNotFound => "ref-not-found",
     /// A descriptor's media type disagrees with the document it leads to.
     DescriptorMismatch => "descriptor-mismatch",
+    /// The layout's `index.json` names no image at all (a warning: nothing was checked).
+    LayoutEmpty => "layout-empty",
 }
 
 impl fmt::Display for Rule {

@@ -323,3 +323,19 @@ fn artifacts_are_checked_as_opaque_blobs() {
     std::fs::write(b.layout.blob_path(&d), b"{\"spdxVersion\":\"SPDX-2.4\"}").unwrap();
     assert!(check(&b).report.has(Rule::BlobDigest));
 }
+
+#[test]
+fn an_empty_layout_is_a_warning_not_a_silent_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = ImageLayout::create(dir.path().join("empty")).unwrap();
+    let out = validate_layout(&layout, None, &ValidateOptions::default());
+    assert!(out.report.has(Rule::LayoutEmpty), "{}", out.report);
+    assert!(
+        out.report.is_ok(),
+        "a warning, not an error: {}",
+        out.report
+    );
+    assert!(out.images.is_empty());
+    let out = validate_layout(&layout, Some("1.0"), &ValidateOptions::default());
+    assert!(out.report.has(Rule::RefNotFound), "{}", out.report);
+}
