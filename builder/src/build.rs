@@ -9,7 +9,8 @@ use std::sync::Arc;
 use ips_bridge::{HashAlg, Manifest, PackageRef, hash_hex};
 use serde_json::{Value, json};
 use validator::{
-    Algorithm, Digest, FinishedBlob, ImageLayout, MediaType, ValidateOptions, validate_layout,
+    Algorithm, Digest, ImageLayout, IndexEntry, LayoutError, MediaType, Replaces, StagedBlob, Tag,
+    ValidateOptions, validate_layout,
 };
 
 use crate::BuildError;
@@ -229,7 +230,7 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
                 match (&cache, &key) {
                     // The cache copies the published file.
                     (Some(c), Some(k)) => {
-                        blob.publish()?;
+                        blob.publish().map_err(LayoutError::from)?;
                         if let Err(e) = c.store(k, &layout.blob_path(&d.digest), &d) {
                             warnings.push(e);
                         }
@@ -286,28 +287,6 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
     });
     let manifest_bytes = serde_json::to_vec(&manifest_json).expect("json");
     let manifest = layout.write_document(&manifest_bytes)?;
-    let mut platform = json!({
-        "architecture": image.platform.architecture,
-        "os": image.platform.os,
-    });
-    if let Some(v) = &image.platform.os_version {
-        platform["os.version"] = json!(v);
-    }
-    if let Some(v) = &image.platform.variant {
-        platform["variant"] = json!(v);
-    }
-    let manifest_desc = |extra: Option<(&str, &str)>| {
-        let mut d = json!({
-            "mediaType": MediaType::OciManifest.as_str(),
-            "digest": manifest.to_string(),
-            "size": manifest_bytes.len(),
-            "platform": platform.clone(),
-        });
-        if let Some((k, v)) = extra {
-            d["annotations"] = json!({ k: v });
-        }
-        d
-    };
     // The SBOM, as a referrer of the image manifest.
     let sbom_bytes = crate::sbom::spdx(
         &packages,
@@ -343,38 +322,42 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
     let sbom = layout.write_document(&referrer_bytes)?;
     let sbom_of = image.tags.join(",");
 
-    // index.json: our image under each tag, and its SBOM (entries of other images are kept).
-    let existing = layout.read_index_bytes()?;
-    let mut top: Value =
-        serde_json::from_slice(&existing).map_err(|e| BuildError::LayoutIndex {
-            path: out_dir.join("index.json"),
-            message: e.to_string(),
-        })?;
-    let entries = top["manifests"].as_array().cloned().unwrap_or_default();
-    let mut kept: Vec<Value> = entries
-        .into_iter()
-        .filter(|e| {
-            let name = e["annotations"]["org.opencontainers.image.ref.name"].as_str();
-            let of = e["annotations"][SBOM_OF_ANNOTATION].as_str();
-            !name.is_some_and(|n| image.tags.iter().any(|t| t == n)) && of != Some(&sbom_of)
+    // index.json: our image under each tag, and its SBOM (entries of other images are kept;
+    // the SBOM entry of the same tags is replaced).
+    let tags = image
+        .tags
+        .iter()
+        .map(|t| {
+            Tag::parse(t).map_err(|e| BuildError::LayoutIndex {
+                path: out_dir.join("index.json"),
+                message: format!("tag {t:?}: {e}"),
+            })
         })
-        .collect();
-    for t in &image.tags {
-        kept.push(manifest_desc(Some((
-            "org.opencontainers.image.ref.name",
-            t,
-        ))));
-    }
-    kept.push(json!({
-        "mediaType": MediaType::OciManifest.as_str(),
-        "digest": sbom.to_string(),
-        "size": referrer_bytes.len(),
-        "artifactType": SBOM_ARTIFACT_TYPE,
-        "annotations": { SBOM_OF_ANNOTATION: sbom_of },
-    }));
-    top["manifests"] = Value::Array(kept);
+        .collect::<Result<Vec<_>, _>>()?;
+    let image_entry = IndexEntry {
+        platform: Some(image.platform.clone()),
+        ..IndexEntry::new(
+            MediaType::OciManifest.as_str(),
+            manifest.clone(),
+            manifest_bytes.len() as u64,
+        )
+    };
+    let sbom_entry = IndexEntry {
+        artifact_type: Some(SBOM_ARTIFACT_TYPE.to_owned()),
+        annotations: BTreeMap::from([(SBOM_OF_ANNOTATION.to_owned(), sbom_of)]),
+        ..IndexEntry::new(
+            MediaType::OciManifest.as_str(),
+            sbom.clone(),
+            referrer_bytes.len() as u64,
+        )
+    };
     publisher.finish()?;
-    layout.write_index_bytes(&serde_json::to_vec(&top).expect("json"))?;
+    layout.edit_index(|index| {
+        for t in &tags {
+            index.set_tag(t, image_entry.clone());
+        }
+        index.add_untagged(sbom_entry, Replaces::SameAnnotation(SBOM_OF_ANNOTATION));
+    })?;
     drop(staging);
 
     // The builder's own output must pass the validator before it counts: every document is
@@ -426,19 +409,19 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
 /// Dropped without [`Publisher::finish`] (a build that failed half way), it still waits for
 /// the thread, so nothing is renamed into the layout after `build` returned.
 struct Publisher {
-    blobs: Option<std::sync::mpsc::Sender<FinishedBlob>>,
-    thread: Option<std::thread::JoinHandle<Result<(), validator::LayoutError>>>,
+    blobs: Option<std::sync::mpsc::Sender<StagedBlob>>,
+    thread: Option<std::thread::JoinHandle<Result<(), LayoutError>>>,
 }
 
 impl Publisher {
     fn start() -> Publisher {
-        let (tx, rx) = std::sync::mpsc::channel::<FinishedBlob>();
+        let (tx, rx) = std::sync::mpsc::channel::<StagedBlob>();
         let thread = std::thread::spawn(move || {
             let mut result = Ok(());
             for blob in rx {
                 // After a failure the rest are dropped unpublished (their temporary files go).
                 if result.is_ok() {
-                    result = blob.publish();
+                    result = blob.publish().map(drop).map_err(LayoutError::from);
                 }
             }
             result
@@ -449,7 +432,7 @@ impl Publisher {
         }
     }
 
-    fn send(&self, blob: FinishedBlob) {
+    fn send(&self, blob: StagedBlob) {
         if let Some(tx) = &self.blobs {
             // The thread only ends once the sender is gone, so this cannot fail.
             let _ = tx.send(blob);
@@ -457,7 +440,7 @@ impl Publisher {
     }
 
     /// Waits until every blob sent is in place; the first failure, if any.
-    fn finish(mut self) -> Result<(), validator::LayoutError> {
+    fn finish(mut self) -> Result<(), LayoutError> {
         self.blobs.take();
         match self.thread.take().map(std::thread::JoinHandle::join) {
             Some(Ok(r)) => r,
@@ -615,12 +598,12 @@ struct LayerContext<'a> {
 }
 
 /// Writes one layer holding the entries `in_layer` of the tree into the layout and returns
-/// its digests. The compressed stream goes straight into the layout's blob writer, which
-/// hashes it on the way to disk: the blob is written once and never read back here.
+/// its digests. The compressed stream goes straight into the layout's ingest, which hashes
+/// it on the way to disk: the blob is written once and never read back here.
 fn write_layer(
     cx: &LayerContext<'_>,
     in_layer: &BTreeSet<&str>,
-) -> Result<(LayerDigests, FinishedBlob), BuildError> {
+) -> Result<(LayerDigests, StagedBlob), BuildError> {
     let LayerContext {
         layout,
         staging,
@@ -634,7 +617,10 @@ fn write_layer(
         let path = path.to_owned();
         move |source| BuildError::Io { path, source }
     };
-    let blob = layout.blob_writer(Algorithm::Sha256)?;
+    let blob = layout
+        .blobs()
+        .ingest_unnamed(Algorithm::Sha256)
+        .map_err(LayoutError::from)?;
     let stream = LayerStream::new(
         BufWriter::with_capacity(1 << 20, blob),
         image.compression,
@@ -675,7 +661,7 @@ fn write_layer(
         path: tp.clone(),
         source: e.into_error(),
     })?;
-    let blob = blob.finish();
+    let blob = blob.finish().map_err(LayoutError::from)?;
     Ok((
         LayerDigests {
             diff_id,

@@ -160,16 +160,3 @@ pub enum BuildError {
         violations: String,
     },
 }
-
-/// A temporary file that becomes a user-facing file by rename (the lockfile, layer cache
-/// entries): created 0644 less the umask like any file the user writes, not tempfile's 0600.
-pub(crate) fn temp_file_in(dir: &std::path::Path) -> std::io::Result<tempfile::NamedTempFile> {
-    let mut b = tempfile::Builder::new();
-    b.prefix(".tmp-");
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        b.permissions(std::fs::Permissions::from_mode(0o644));
-    }
-    b.tempfile_in(dir)
-}

@@ -14,7 +14,7 @@
 //! the checks of [`crate::checks`].
 
 use std::collections::{BTreeMap, VecDeque};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use ips_bridge::{
     Action, ActionKind, DependType, Fmri, HashAlg, Manifest, PackageRef, TypedAction, Version,
@@ -183,24 +183,11 @@ pub fn lock(image: &ImageFile) -> Result<(Lockfile, PathBuf), LockError> {
     let path = image.lockfile_path();
     let mut text = serde_json::to_string_pretty(&lockfile).expect("lockfile serialises");
     text.push('\n');
-    write_atomic(&path, text.as_bytes()).map_err(|source| LockError::Io {
+    validator::write_file_atomic(&path, text.as_bytes()).map_err(|source| LockError::Io {
         path: path.clone(),
         source,
     })?;
     Ok((lockfile, path))
-}
-
-fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let mut tmp = crate::temp_file_in(dir)?;
-    tmp.write_all(data)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
 }
 
 fn depends(manifest: &Manifest, image: &ImageFile) -> Vec<(DependType, Vec<Fmri>, Action)> {

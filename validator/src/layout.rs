@@ -1,17 +1,25 @@
 //! OCI image layouts on disk: `oci-layout`, `index.json`, `blobs/<alg>/<hex>`.
 //!
-//! This is the only module of the crate that touches the file system. Every write goes to an
-//! exclusively created temporary file in the destination directory, is synced, and is renamed
-//! into place, so a reader never sees a partial blob or index. A blob is renamed to its digest
-//! only after that digest was computed over the bytes written (and, when the writer expected a
-//! digest and size, compared with them).
+//! With `ingest`, the only module of the crate that touches the file system. Blobs enter
+//! `blobs/<alg>/<hex>` only through the ingest ([`ImageLayout::blobs`]: staged in
+//! `<root>/ingest/`, hashed while written, size and digest checked, published without
+//! clobbering). `index.json` and `oci-layout` are written through an exclusive temporary file,
+//! synced and renamed, so a reader never sees a partial file; `index.json` entries are set
+//! only through [`ImageLayout::edit_index`] ([`IndexEdit::set_tag`],
+//! [`IndexEdit::add_untagged`]).
 
+use std::collections::BTreeMap;
 use std::fs::{self, File};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
+use serde_json::Value;
+
 use crate::digest::{Algorithm, Digest};
-use crate::verify::{DigestingWriter, VerifyError, VerifyingReader};
+use crate::ingest::{BlobDir, Existing, Ingest, IngestError, write_file_atomic};
+use crate::names::Tag;
+use crate::platform::Platform;
+use crate::verify::{VerifyError, VerifyingReader};
 
 /// The content of `oci-layout` this crate writes.
 pub const LAYOUT_FILE_CONTENT: &str = r#"{"imageLayoutVersion":"1.0.0"}"#;
@@ -55,6 +63,17 @@ pub enum LayoutError {
         /// The mismatch.
         #[source]
         source: VerifyError,
+    },
+    /// A blob could not be staged or published.
+    #[error(transparent)]
+    Ingest(#[from] IngestError),
+    /// `index.json` is not an image index this crate can edit.
+    #[error("{path}: {reason}")]
+    Index {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
     },
     /// A document is larger than the caller allows.
     #[error("blob {digest} is {size} bytes, more than the {limit} bytes allowed for a document")]
@@ -135,10 +154,7 @@ impl ImageLayout {
 
     /// Where a blob lives. Safe because a [`Digest`] holds only lowercase hex.
     pub fn blob_path(&self, digest: &Digest) -> PathBuf {
-        self.root
-            .join("blobs")
-            .join(digest.algorithm().as_str())
-            .join(digest.encoded())
+        crate::ingest::blob_path(&self.root, digest)
     }
 
     /// True when the blob file exists (not verified).
@@ -202,37 +218,60 @@ impl ImageLayout {
         self.write_file_atomic("index.json", bytes)
     }
 
-    /// Streams a blob into the layout, hashing as it goes, and publishes it under its digest.
-    /// When `expected` is given the content must match it; otherwise the computed digest (with
-    /// `algorithm`) names the blob. Returns digest and size.
+    /// The layout's blobs, staged in `<root>/ingest/`: every blob enters the layout through
+    /// [`BlobDir::ingest`] or [`BlobDir::ingest_unnamed`] (see the `ingest` module docs). A
+    /// blob already there is checked, and replaced when damaged, so what was just hashed is
+    /// what the layout holds.
+    pub fn blobs(&self) -> BlobDir {
+        BlobDir::new(&self.root, self.root.join("ingest")).on_existing(Existing::Check)
+    }
+
+    /// Opens the ingest of a blob whose digest and size are known (resumable; see
+    /// [`Ingest::offset`]).
+    pub fn ingest(&self, digest: &Digest, size: u64) -> Result<Ingest, LayoutError> {
+        Ok(self.blobs().ingest(digest, size)?)
+    }
+
+    /// Streams a whole blob into the layout, hashing as it goes, and publishes it under its
+    /// digest. When `expected` is given the content must match it (an earlier partial ingest
+    /// of it is started over, since `content` starts at byte 0); otherwise the computed digest
+    /// (with `algorithm`) names the blob. Returns digest and size.
     pub fn write_blob(
         &self,
         mut content: impl Read,
         algorithm: Algorithm,
         expected: Option<(&Digest, u64)>,
     ) -> Result<(Digest, u64), LayoutError> {
-        let alg = expected.map_or(algorithm, |(d, _)| d.algorithm());
-        let mut w = self.blob_writer(alg)?;
-        io::copy(&mut content, &mut w).map_err(io_err("write blob into", &w.dir))?;
-        match expected {
-            Some((d, s)) => w.commit_verified(d, s).map(|()| (d.clone(), s)),
-            None => w.commit(),
+        let blobs = self.blobs();
+        let mut w = match expected {
+            Some((d, s)) => {
+                let mut w = blobs.ingest(d, s)?;
+                if w.offset() > 0 {
+                    w.truncate()?;
+                }
+                w
+            }
+            None => blobs.ingest_unnamed(algorithm)?,
+        };
+        if let Err(e) = io::copy(&mut content, &mut w) {
+            if let Some(v) = VerifyError::from_io(&e) {
+                let source = v.clone();
+                w.discard();
+                return Err(LayoutError::Verify {
+                    root: self.root.clone(),
+                    source,
+                });
+            }
+            return Err(io_err("write blob into", w.path())(e));
         }
-    }
-
-    /// A writer for a blob whose digest is known only at the end (a layer being compressed):
-    /// the bytes are hashed as they are written to a temporary file in the layout, and
-    /// [`BlobWriter::commit`] renames it to the digest computed in that same pass, so the
-    /// content is never read back. Dropped without a commit, it leaves nothing behind.
-    pub fn blob_writer(&self, algorithm: Algorithm) -> Result<BlobWriter, LayoutError> {
-        let dir = self.root.join("blobs").join(algorithm.as_str());
-        fs::create_dir_all(&dir).map_err(io_err("create directory", &dir))?;
-        let tmp = temp_file_in(&dir)?;
-        Ok(BlobWriter {
-            layout: self.clone(),
-            dir,
-            inner: DigestingWriter::new(tmp, algorithm),
-        })
+        let staged = w.finish()?;
+        let (digest, size) = (staged.digest().clone(), staged.size());
+        match expected {
+            Some((d, s)) => staged.commit(s, d),
+            None => staged.publish(),
+        }
+        .map_err(|e| self.ingest_err(e))?;
+        Ok((digest, size))
     }
 
     /// Writes a small document blob and returns its digest.
@@ -242,146 +281,202 @@ impl ImageLayout {
         Ok(d)
     }
 
-    fn write_file_atomic(&self, name: &str, bytes: &[u8]) -> Result<(), LayoutError> {
-        let dest = self.root.join(name);
-        fs::create_dir_all(&self.root).map_err(io_err("create directory", &self.root))?;
-        let mut tmp = temp_file_in(&self.root)?;
-        tmp.write_all(bytes).map_err(io_err("write", tmp.path()))?;
-        tmp.as_file()
-            .sync_all()
-            .map_err(io_err("sync", tmp.path()))?;
-        tmp.persist(&dest)
-            .map_err(|e| io_err("rename into place", &dest)(e.error))?;
-        sync_dir(&self.root);
-        Ok(())
-    }
-}
-
-/// A blob being written into a layout; see [`ImageLayout::blob_writer`].
-pub struct BlobWriter {
-    layout: ImageLayout,
-    dir: PathBuf,
-    inner: DigestingWriter<tempfile::NamedTempFile>,
-}
-
-impl BlobWriter {
-    /// Syncs the blob and renames it to the digest of the bytes written. Returns the digest
-    /// and size.
-    pub fn commit(self) -> Result<(Digest, u64), LayoutError> {
-        let done = self.finish();
-        let out = (done.digest.clone(), done.size);
-        done.publish()?;
-        Ok(out)
-    }
-
-    /// Ends the writing: the digest and size are known, the blob is not in the layout yet.
-    /// [`FinishedBlob::publish`] syncs and renames it, possibly on another thread, so a caller
-    /// can prepare what refers to the blob while the sync runs (an image builder writes its
-    /// config and manifest meanwhile, and its `index.json` only after the publish).
-    pub fn finish(self) -> FinishedBlob {
-        let (tmp, digest, size) = self.inner.finish();
-        FinishedBlob {
-            layout: self.layout,
-            dir: self.dir,
-            tmp,
-            digest,
-            size,
+    /// A size or digest mismatch as [`LayoutError::Verify`], anything else as
+    /// [`LayoutError::Ingest`].
+    fn ingest_err(&self, e: IngestError) -> LayoutError {
+        match e.verify_error() {
+            Some(source) => LayoutError::Verify {
+                root: self.root.clone(),
+                source,
+            },
+            None => LayoutError::Ingest(e),
         }
     }
 
-    /// Like [`BlobWriter::commit`], but only when the bytes written have this digest and size.
-    pub fn commit_verified(self, digest: &Digest, size: u64) -> Result<(), LayoutError> {
-        let tmp = self
-            .inner
-            .verify(digest, size)
-            .map_err(|source| LayoutError::Verify {
-                root: self.layout.root.clone(),
-                source,
-            })?;
-        Self::publish(&self.layout, &self.dir, tmp, digest)
+    fn write_file_atomic(&self, name: &str, bytes: &[u8]) -> Result<(), LayoutError> {
+        let dest = self.root.join(name);
+        fs::create_dir_all(&self.root).map_err(io_err("create directory", &self.root))?;
+        write_file_atomic(&dest, bytes).map_err(io_err("write", &dest))
     }
 
-    fn publish(
-        layout: &ImageLayout,
-        dir: &Path,
-        tmp: tempfile::NamedTempFile,
-        digest: &Digest,
+    /// Reads `index.json`, lets `edit` change it through [`IndexEdit`] (entries it does not
+    /// touch, and the index's other fields, are kept as they are), and writes it back
+    /// atomically (temporary file, sync, rename). The one way `index.json` entries are set.
+    pub fn edit_index(&self, edit: impl FnOnce(&mut IndexEdit)) -> Result<(), LayoutError> {
+        let path = self.root.join("index.json");
+        let bad = |reason: String| LayoutError::Index {
+            path: path.clone(),
+            reason,
+        };
+        let bytes = self.read_index_bytes()?;
+        let mut index: Value = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+        let obj = index
+            .as_object_mut()
+            .ok_or_else(|| bad("not a JSON object".to_owned()))?;
+        let manifests = match obj.remove("manifests") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(m)) => m,
+            Some(_) => return Err(bad("manifests is not an array".to_owned())),
+        };
+        let mut e = IndexEdit { manifests };
+        edit(&mut e);
+        obj.insert("manifests".to_owned(), Value::Array(e.manifests));
+        let out = serde_json::to_vec(&index).map_err(|e| bad(e.to_string()))?;
+        self.write_index_bytes(&out)
+    }
+
+    /// Names `entry` by `tag` in `index.json` (see [`IndexEdit::set_tag`]).
+    pub fn set_tag(&self, tag: &Tag, entry: IndexEntry) -> Result<(), LayoutError> {
+        self.edit_index(|e| e.set_tag(tag, entry))
+    }
+
+    /// Adds `entry` to `index.json` without a tag (see [`IndexEdit::add_untagged`]).
+    pub fn add_untagged(
+        &self,
+        entry: IndexEntry,
+        replaces: Replaces<'_>,
     ) -> Result<(), LayoutError> {
-        // Renamed over a blob of the same digest that is already there, not skipped: the bytes
-        // in hand were just hashed, the file there may be damaged, and a caller that validates
-        // with `ValidateOptions::written_blobs` trusts what it wrote, not what it found.
-        let dest = layout.blob_path(digest);
-        tmp.as_file()
-            .sync_all()
-            .map_err(io_err("sync", tmp.path()))?;
-        tmp.persist(&dest)
-            .map_err(|e| io_err("rename into place", &dest)(e.error))?;
-        sync_dir(dir);
-        Ok(())
+        self.edit_index(|e| e.add_untagged(entry, replaces))
     }
 }
 
-/// A blob written in full and hashed, not yet in the layout; see [`BlobWriter::finish`].
-/// Dropped without [`FinishedBlob::publish`], it leaves nothing behind.
-pub struct FinishedBlob {
-    layout: ImageLayout,
-    dir: PathBuf,
-    tmp: tempfile::NamedTempFile,
-    digest: Digest,
-    size: u64,
+/// The annotation that names an `index.json` entry (a tag).
+pub const REF_NAME_ANNOTATION: &str = "org.opencontainers.image.ref.name";
+
+/// An entry to put into `index.json`: a descriptor with its platform and annotations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexEntry {
+    /// The media type of what it names (`application/vnd.oci.image.manifest.v1+json`, ...).
+    pub media_type: String,
+    /// Its digest.
+    pub digest: Digest,
+    /// Its size.
+    pub size: u64,
+    /// The platform of the image it names, when it names one.
+    pub platform: Option<Platform>,
+    /// `artifactType`, for an artifact (an SBOM).
+    pub artifact_type: Option<String>,
+    /// Annotations (a tag's `org.opencontainers.image.ref.name` is added by
+    /// [`IndexEdit::set_tag`]).
+    pub annotations: BTreeMap<String, String>,
 }
 
-impl FinishedBlob {
-    /// The digest of the bytes written.
-    pub fn digest(&self) -> &Digest {
-        &self.digest
+impl IndexEntry {
+    /// An entry with no platform, artifact type or annotations.
+    pub fn new(media_type: impl Into<String>, digest: Digest, size: u64) -> IndexEntry {
+        IndexEntry {
+            media_type: media_type.into(),
+            digest,
+            size,
+            platform: None,
+            artifact_type: None,
+            annotations: BTreeMap::new(),
+        }
     }
 
-    /// The number of bytes written.
-    pub fn size(&self) -> u64 {
-        self.size
-    }
-
-    /// Syncs the blob and renames it to its digest.
-    pub fn publish(self) -> Result<(), LayoutError> {
-        BlobWriter::publish(&self.layout, &self.dir, self.tmp, &self.digest)
+    fn to_json(&self) -> Value {
+        let mut m = serde_json::Map::new();
+        m.insert("mediaType".into(), Value::from(self.media_type.as_str()));
+        m.insert("digest".into(), Value::from(self.digest.as_str()));
+        m.insert("size".into(), Value::from(self.size));
+        if let Some(p) = &self.platform {
+            let mut pm = serde_json::Map::new();
+            pm.insert("architecture".into(), Value::from(p.architecture.as_str()));
+            pm.insert("os".into(), Value::from(p.os.as_str()));
+            if let Some(v) = &p.os_version {
+                pm.insert("os.version".into(), Value::from(v.as_str()));
+            }
+            if !p.os_features.is_empty() {
+                pm.insert("os.features".into(), Value::from(p.os_features.clone()));
+            }
+            if let Some(v) = &p.variant {
+                pm.insert("variant".into(), Value::from(v.as_str()));
+            }
+            m.insert("platform".into(), Value::Object(pm));
+        }
+        if let Some(t) = &self.artifact_type {
+            m.insert("artifactType".into(), Value::from(t.as_str()));
+        }
+        if !self.annotations.is_empty() {
+            let a = self
+                .annotations
+                .iter()
+                .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
+                .collect();
+            m.insert("annotations".into(), Value::Object(a));
+        }
+        Value::Object(m)
     }
 }
 
-impl Write for BlobWriter {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.inner.write(buf)
+/// Which entries an untagged entry replaces ([`IndexEdit::add_untagged`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replaces<'a> {
+    /// Untagged entries with the same digest (the same content is listed once).
+    SameDigest,
+    /// Those, and every entry whose annotation of this key has the new entry's value of it
+    /// (the SBOM of an image's tags replaces the previous build's).
+    SameAnnotation(&'a str),
+}
+
+/// The `manifests` of an `index.json` being edited; see [`ImageLayout::edit_index`].
+#[derive(Debug)]
+pub struct IndexEdit {
+    manifests: Vec<Value>,
+}
+
+impl IndexEdit {
+    /// Names `entry` by `tag`: an entry already named `tag` is removed, entries of other tags
+    /// and untagged ones are kept, and `entry` (its platform and annotations, plus
+    /// `org.opencontainers.image.ref.name` = `tag`) is appended.
+    pub fn set_tag(&mut self, tag: &Tag, mut entry: IndexEntry) {
+        self.manifests.retain(|e| ref_name(e) != Some(tag.as_str()));
+        entry
+            .annotations
+            .insert(REF_NAME_ANNOTATION.to_owned(), tag.as_str().to_owned());
+        self.manifests.push(entry.to_json());
     }
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
+
+    /// Appends `entry` without a tag, after removing what it `replaces`; tagged entries are
+    /// kept (unless [`Replaces::SameAnnotation`] matches them).
+    pub fn add_untagged(&mut self, mut entry: IndexEntry, replaces: Replaces<'_>) {
+        entry.annotations.remove(REF_NAME_ANNOTATION);
+        let digest = entry.digest.as_str().to_owned();
+        self.manifests.retain(|e| {
+            let same_digest =
+                ref_name(e).is_none() && e.get("digest").and_then(Value::as_str) == Some(&digest);
+            let same_annotation = match replaces {
+                Replaces::SameDigest => false,
+                Replaces::SameAnnotation(key) => entry
+                    .annotations
+                    .get(key)
+                    .is_some_and(|v| annotation(e, key) == Some(v.as_str())),
+            };
+            !same_digest && !same_annotation
+        });
+        self.manifests.push(entry.to_json());
+    }
+
+    /// The entries as they stand (raw JSON, in order).
+    pub fn entries(&self) -> &[Value] {
+        &self.manifests
     }
 }
 
-/// A temporary file that becomes a layout file by rename. Created 0644 less the umask, as any
-/// other file the user writes: tempfile's default of 0600 would leave a layout that only its
-/// builder can read (a registry, a web server or a colleague could not).
-fn temp_file_in(dir: &Path) -> Result<tempfile::NamedTempFile, LayoutError> {
-    let mut b = tempfile::Builder::new();
-    b.prefix(".tmp-");
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        b.permissions(fs::Permissions::from_mode(0o644));
-    }
-    b.tempfile_in(dir)
-        .map_err(io_err("create temporary file in", dir))
+fn annotation<'v>(entry: &'v Value, key: &str) -> Option<&'v str> {
+    entry.get("annotations")?.get(key)?.as_str()
 }
 
-/// Makes a rename durable. Failure is not reported: the data is already published.
-fn sync_dir(dir: &Path) {
-    if let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
-    }
+fn ref_name(entry: &Value) -> Option<&str> {
+    annotation(entry, REF_NAME_ANNOTATION)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::io::Write;
+
     use super::*;
+    use crate::ingest::Published;
 
     #[test]
     fn create_write_read_round_trip() {
@@ -413,9 +508,11 @@ mod tests {
         let plain = fs::metadata(&plain).unwrap().permissions().mode() & 0o777;
         let layout = ImageLayout::create(dir.path().join("img")).unwrap();
         let d = layout.write_document(b"{}").unwrap();
-        let mut w = layout.blob_writer(Algorithm::Sha256).unwrap();
+        let mut w = layout.blobs().ingest_unnamed(Algorithm::Sha256).unwrap();
         w.write_all(b"layer").unwrap();
-        let (l, _) = w.commit().unwrap();
+        let staged = w.finish().unwrap();
+        let l = staged.digest().clone();
+        assert_eq!(staged.publish().unwrap(), Published::New);
         for p in [
             layout.blob_path(&d),
             layout.blob_path(&l),
@@ -462,11 +559,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let layout = ImageLayout::create(dir.path().join("img")).unwrap();
         let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
-        let mut w = layout.blob_writer(Algorithm::Sha256).unwrap();
+        let mut w = layout.blobs().ingest_unnamed(Algorithm::Sha256).unwrap();
         for c in data.chunks(7_777) {
             w.write_all(c).unwrap();
         }
-        let (d, size) = w.commit().unwrap();
+        let staged = w.finish().unwrap();
+        let (d, size) = (staged.digest().clone(), staged.size());
+        assert_eq!(staged.publish().unwrap(), Published::New);
         assert_eq!(d, Digest::sha256(&data));
         assert_eq!(size, data.len() as u64);
         let mut back = Vec::new();
@@ -477,9 +576,13 @@ mod tests {
             .unwrap();
         assert!(back == data);
         // Dropped without a commit: nothing is published, no temporary file stays.
-        let mut w = layout.blob_writer(Algorithm::Sha256).unwrap();
+        let mut w = layout.blobs().ingest_unnamed(Algorithm::Sha256).unwrap();
         w.write_all(b"abandoned").unwrap();
         drop(w);
+        assert_eq!(
+            fs::read_dir(layout.root().join("ingest")).unwrap().count(),
+            0
+        );
         assert!(!layout.has_blob(&Digest::sha256(b"abandoned")));
         let names: Vec<String> = fs::read_dir(layout.root().join("blobs/sha256"))
             .unwrap()
@@ -504,5 +607,164 @@ mod tests {
             ImageLayout::open(dir.path()),
             Err(LayoutError::NotALayout { .. })
         ));
+    }
+
+    fn entry(digest: &Digest) -> IndexEntry {
+        IndexEntry::new(crate::MediaType::OciManifest.as_str(), digest.clone(), 10)
+    }
+
+    fn manifests(layout: &ImageLayout) -> Vec<Value> {
+        let v: Value = serde_json::from_slice(&layout.read_index_bytes().unwrap()).unwrap();
+        v["manifests"].as_array().unwrap().clone()
+    }
+
+    #[test]
+    fn set_tag_replaces_that_tag_and_keeps_every_other_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = ImageLayout::create(dir.path()).unwrap();
+        // An index with fields and entries this crate does not know: all are kept.
+        let other = serde_json::json!({
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": Digest::sha256(b"other").as_str(),
+            "size": 3,
+            "platform": {"architecture": "arm64", "os": "linux"},
+            "annotations": {"org.opencontainers.image.ref.name": "other", "x": "y"},
+            "urls": ["https://example.org/other"],
+        });
+        let untagged = serde_json::json!({
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "digest": Digest::sha256(b"untagged").as_str(),
+            "size": 4,
+        });
+        let old = serde_json::json!({
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": Digest::sha256(b"old").as_str(),
+            "size": 5,
+            "annotations": {"org.opencontainers.image.ref.name": "1.0"},
+        });
+        layout
+            .write_index_bytes(
+                &serde_json::to_vec(&serde_json::json!({
+                    "schemaVersion": 2,
+                    "mediaType": "application/vnd.oci.image.index.v1+json",
+                    "manifests": [other, old, untagged],
+                    "annotations": {"top": "kept"},
+                }))
+                .unwrap(),
+            )
+            .unwrap();
+        let new = Digest::sha256(b"new");
+        let mut e = entry(&new);
+        e.platform = Some(Platform {
+            variant: Some("v1".into()),
+            os_version: Some("5.11".into()),
+            ..Platform::illumos_amd64()
+        });
+        e.annotations.insert("org.example.note".into(), "n".into());
+        layout.set_tag(&Tag::parse("1.0").unwrap(), e).unwrap();
+        let m = manifests(&layout);
+        assert_eq!(m, [other.clone(), untagged.clone(), m[2].clone()]);
+        assert_eq!(
+            m[2],
+            serde_json::json!({
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": new.as_str(),
+                "size": 10,
+                "platform": {"architecture": "amd64", "os": "illumos", "os.version": "5.11", "variant": "v1"},
+                "annotations": {"org.example.note": "n", "org.opencontainers.image.ref.name": "1.0"},
+            })
+        );
+        let top: Value = serde_json::from_slice(&layout.read_index_bytes().unwrap()).unwrap();
+        assert_eq!(top["annotations"]["top"], "kept");
+        assert_eq!(top["schemaVersion"], 2);
+        // A second tag on the same manifest is another entry; the first stays.
+        layout
+            .set_tag(&Tag::parse("latest").unwrap(), entry(&new))
+            .unwrap();
+        let m = manifests(&layout);
+        let names: Vec<Option<&str>> = m.iter().map(ref_name).collect();
+        assert_eq!(names, [Some("other"), None, Some("1.0"), Some("latest")]);
+    }
+
+    #[test]
+    fn add_untagged_replaces_what_it_says_and_keeps_tags() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = ImageLayout::create(dir.path()).unwrap();
+        let a = Digest::sha256(b"a");
+        layout
+            .set_tag(&Tag::parse("v1").unwrap(), entry(&a))
+            .unwrap();
+        layout
+            .add_untagged(entry(&a), Replaces::SameDigest)
+            .unwrap();
+        layout
+            .add_untagged(entry(&a), Replaces::SameDigest)
+            .unwrap();
+        let m = manifests(&layout);
+        assert_eq!(m.len(), 2, "the tagged entry and one untagged: {m:?}");
+        assert_eq!(ref_name(&m[0]), Some("v1"));
+        assert_eq!(ref_name(&m[1]), None);
+        // An SBOM of the tags "v1": the next build's replaces it, another image's is kept.
+        let sbom = |d: &Digest, of: &str| IndexEntry {
+            artifact_type: Some("application/spdx+json".into()),
+            annotations: BTreeMap::from([("sbom-of".to_owned(), of.to_owned())]),
+            ..entry(d)
+        };
+        let (s1, s2, s3) = (
+            Digest::sha256(b"s1"),
+            Digest::sha256(b"s2"),
+            Digest::sha256(b"s3"),
+        );
+        for (d, of) in [(&s1, "v1"), (&s3, "v2"), (&s2, "v1")] {
+            layout
+                .add_untagged(sbom(d, of), Replaces::SameAnnotation("sbom-of"))
+                .unwrap();
+        }
+        let m = manifests(&layout);
+        let digests: Vec<&str> = m.iter().map(|e| e["digest"].as_str().unwrap()).collect();
+        assert_eq!(digests, [a.as_str(), a.as_str(), s3.as_str(), s2.as_str()]);
+        assert_eq!(m[3]["artifactType"], "application/spdx+json");
+        assert_eq!(m[3]["annotations"]["sbom-of"], "v1");
+    }
+
+    #[test]
+    fn an_index_that_is_not_an_index_is_refused_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = ImageLayout::create(dir.path()).unwrap();
+        for bad in [&b"[]"[..], br#"{"manifests": 3}"#, b"{"] {
+            layout.write_index_bytes(bad).unwrap();
+            let err = layout
+                .set_tag(&Tag::parse("x").unwrap(), entry(&Digest::sha256(b"x")))
+                .unwrap_err();
+            assert!(
+                matches!(&err, LayoutError::Index { path, .. } if path.ends_with("index.json")),
+                "{err}"
+            );
+            assert_eq!(layout.read_index_bytes().unwrap(), bad);
+        }
+    }
+
+    #[test]
+    fn a_blob_is_staged_outside_blobs_and_a_damaged_one_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = ImageLayout::create(dir.path()).unwrap();
+        let d = Digest::sha256(b"{\"a\":1}");
+        let mut w = layout.ingest(&d, 7).unwrap();
+        assert!(w.path().starts_with(dir.path().join("ingest")));
+        w.write_all(b"{\"a\"").unwrap();
+        drop(w);
+        assert!(
+            !layout.has_blob(&d),
+            "nothing under the digest before the commit"
+        );
+        // write_blob starts a whole stream over, whatever partial file there was.
+        layout
+            .write_blob(&b"{\"a\":1}"[..], Algorithm::Sha256, Some((&d, 7)))
+            .unwrap();
+        // A file damaged in place is replaced by the next write of those bytes.
+        fs::write(layout.blob_path(&d), b"{\"a\":2}").unwrap();
+        assert_eq!(layout.write_document(b"{\"a\":1}").unwrap(), d);
+        assert_eq!(layout.read_document(&d, 7, 100).unwrap(), b"{\"a\":1}");
+        assert_eq!(fs::read_dir(dir.path().join("ingest")).unwrap().count(), 0);
     }
 }

@@ -11,17 +11,23 @@
 //! - [`check_layer`]: one streaming pass over a layer blob (digest, size, compression sniffing,
 //!   DiffID, every tar header) with bounded memory; [`TarReader`] is the strict tar parser
 //!   beneath it.
-//! - [`ImageLayout`]: OCI image layouts on disk, written through temporary files and renames;
-//!   [`validate_layout`] walks one end to end.
+//! - [`ImageLayout`]: OCI image layouts on disk; `index.json` edited through [`IndexEdit`]
+//!   ([`ImageLayout::set_tag`], [`ImageLayout::add_untagged`]); [`validate_layout`] walks one
+//!   end to end.
+//! - [`BlobDir`] and [`Ingest`]: the one way a blob is published into `blobs/<alg>/<hex>` (a
+//!   layout, the worker's content store, the layer cache): staged, resumable, hashed while
+//!   written, committed against the expected size and digest, published without clobbering.
 //!
 //! This crate does no network I/O and starts no async runtime; it touches the file system only
-//! in its image-layout module. It re-exports [`oci_spec`] because those types are part of its API.
+//! in its image-layout and ingest modules. It re-exports [`oci_spec`] because those types are
+//! part of its API.
 #![deny(missing_docs)]
 
 mod chain;
 mod digest;
 mod document;
 mod image;
+mod ingest;
 mod json;
 mod layer;
 mod layout;
@@ -40,12 +46,18 @@ pub use document::{
     check_working_dir, sniff_kind,
 };
 pub use image::{ImageInfo, LayerInfo, LayoutReport, ValidateOptions, chain_ids, validate_layout};
+pub use ingest::{
+    BlobDir, Existing, Ingest, IngestError, Published, StagedBlob, write_file_atomic,
+};
 pub use json::{JsonError, parse_strict};
 pub use layer::{
     LayerLimits, LayerSummary, check_layer, decompress_layer, normalize_entry_path,
     sniff_compression,
 };
-pub use layout::{BlobWriter, FinishedBlob, ImageLayout, LAYOUT_FILE_CONTENT, LayoutError};
+pub use layout::{
+    ImageLayout, IndexEdit, IndexEntry, LAYOUT_FILE_CONTENT, LayoutError, REF_NAME_ANNOTATION,
+    Replaces,
+};
 pub use media_type::{Compression, MediaType, MediaTypeError};
 pub use names::{MAX_NAME_LEN, MAX_TAG_LEN, Name, NameError, Tag, TagError};
 pub use oci_spec;

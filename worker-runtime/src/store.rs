@@ -7,8 +7,10 @@
 //! ```
 //!
 //! A blob is downloaded into its `.partial` file while it is hashed; only when the stream
-//! ended with size and digest matched is the file synced and renamed to its digest path. So a
-//! reader of `blobs/` never sees unverified or partial content.
+//! ended with size and digest matched is the file synced and published under its digest path
+//! (read-only, without clobbering). So a reader of `blobs/` never sees unverified or partial
+//! content. Staging, resuming, the checks and the publish are the validator's one ingest
+//! ([`validator::BlobDir`]); this module adds the registry side (ranges, retries, metrics).
 //!
 //! **Resuming.** A worker killed or cut off mid-download leaves the `.partial` file. The next
 //! fetch of that digest (after a restart, or on the next pass) re-reads the partial file once
@@ -22,16 +24,15 @@
 //! one digest are serialised, so zones sharing a layer never write the same partial file.
 
 use std::collections::HashMap;
-use std::io::{self, Read};
-use std::os::unix::fs::PermissionsExt;
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 
 use registry_client::{Client, ClientError};
 use validator::Name;
-use validator::{Digest, VerifyError};
+use validator::{BlobDir, Digest, Existing, Ingest, IngestError, VerifyError};
 
 use crate::owner::{self, OwnerMark, OwnershipError};
 
@@ -80,6 +81,15 @@ pub enum StoreError {
         #[source]
         source: io::Error,
     },
+    /// A blob could not be staged or published.
+    #[error("storing blob {digest}")]
+    Ingest {
+        /// The blob.
+        digest: Digest,
+        /// The cause.
+        #[source]
+        source: IngestError,
+    },
     /// A stored document is larger than the caller allows.
     #[error("blob {digest} is {size} bytes, more than the {limit} bytes allowed for it")]
     TooLarge {
@@ -97,10 +107,35 @@ fn io_err(path: &Path, op: &'static str) -> impl FnOnce(io::Error) -> StoreError
     move |source| StoreError::Io { path, op, source }
 }
 
+/// A size or digest mismatch as [`StoreError::Verify`], anything else as
+/// [`StoreError::Ingest`].
+fn ingest_err(digest: &Digest) -> impl FnOnce(IngestError) -> StoreError + use<'_> {
+    move |source| match source.verify_error() {
+        Some(v) => StoreError::Verify {
+            digest: digest.clone(),
+            source: v,
+        },
+        None => StoreError::Ingest {
+            digest: digest.clone(),
+            source,
+        },
+    }
+}
+
+/// Runs blocking file work (the ingest) off the async threads.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(v) => v,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
+
 /// The content-addressed, verify-before-visible blob store.
 #[derive(Debug, Clone)]
 pub struct ContentStore {
     dir: PathBuf,
+    /// `blobs/` and the `ingest/` staging area: read-only blobs, present means verified.
+    blobs: BlobDir,
     /// One lock per digest being downloaded (zones of one pass share layers).
     downloads: Arc<Mutex<HashMap<Digest, Arc<tokio::sync::Mutex<()>>>>>,
     /// Where received bytes are counted.
@@ -116,16 +151,6 @@ pub struct FetchStats {
     pub resumed_from: u64,
 }
 
-/// The `.partial` name of a digest (`sha256-<hex>.partial`), and back.
-fn partial_name(d: &Digest) -> String {
-    format!("{}-{}.partial", d.algorithm().as_str(), d.encoded())
-}
-
-fn digest_of_partial(name: &str) -> Option<Digest> {
-    let (alg, hex) = name.strip_suffix(".partial")?.split_once('-')?;
-    Digest::parse(&format!("{alg}:{hex}")).ok()
-}
-
 impl ContentStore {
     /// Opens (creating and marking when new) the store at `dir` for `worker_id`, and removes
     /// ingest files left by an interrupted run. Only one worker may use a store at a time (the
@@ -134,6 +159,9 @@ impl ContentStore {
         owner::claim(dir, &OwnerMark::new(worker_id, "content-store"))?;
         let store = ContentStore {
             dir: dir.to_owned(),
+            blobs: BlobDir::new(dir, dir.join("ingest"))
+                .read_only(true)
+                .on_existing(Existing::Trust),
             downloads: Arc::default(),
             metrics: None,
         };
@@ -150,7 +178,10 @@ impl ContentStore {
         for e in entries {
             let e = e.map_err(io_err(&ingest, "listing downloads"))?;
             let keep = e.file_type().is_ok_and(|t| t.is_file())
-                && e.file_name().to_str().and_then(digest_of_partial).is_some();
+                && e.file_name()
+                    .to_str()
+                    .and_then(BlobDir::digest_of_partial)
+                    .is_some();
             if !keep {
                 let p = e.path();
                 let removed = if e.file_type().is_ok_and(|t| t.is_dir()) {
@@ -176,16 +207,13 @@ impl ContentStore {
     }
 
     fn ingest_dir(&self) -> PathBuf {
-        self.dir.join("ingest")
+        self.blobs.staging().to_owned()
     }
 
     /// Where a verified blob lives. Safe to build from a [`Digest`]: its algorithm and hex
     /// were validated when it was parsed (CVE-2024-3727 built paths from unvalidated ones).
     pub fn blob_path(&self, d: &Digest) -> PathBuf {
-        self.dir
-            .join("blobs")
-            .join(d.algorithm().as_str())
-            .join(d.encoded())
+        self.blobs.blob_path(d)
     }
 
     /// True when the blob is present with `size` bytes.
@@ -195,7 +223,7 @@ impl ContentStore {
 
     /// Where a download of `d` in progress lives.
     pub fn partial_path(&self, d: &Digest) -> PathBuf {
-        self.ingest_dir().join(partial_name(d))
+        self.blobs.partial_path(d)
     }
 
     fn download_lock(&self, d: &Digest) -> Arc<tokio::sync::Mutex<()>> {
@@ -225,44 +253,11 @@ impl ContentStore {
         if self.contains(digest, size) {
             return Ok((target, FetchStats::default()));
         }
-        let partial = self.partial_path(digest);
-        let mut file = tokio::fs::OpenOptions::new()
-            .create(true)
-            .read(true)
-            .append(true)
-            .open(&partial)
+        let (blobs, d) = (self.blobs.clone(), digest.clone());
+        let mut ingest = blocking(move || blobs.ingest(&d, size))
             .await
-            .map_err(io_err(&partial, "opening the download file"))?;
-        let mut have = file
-            .metadata()
-            .await
-            .map_err(io_err(&partial, "reading the download's size"))?
-            .len();
-        let mut digester = digest.algorithm().digester();
-        if have > size {
-            file.set_len(0)
-                .await
-                .map_err(io_err(&partial, "truncating the download"))?;
-            have = 0;
-        }
-        if have > 0 {
-            // Rebuild the hash state from the bytes on disk (read once).
-            let mut buf = vec![0u8; 1 << 20];
-            let mut read = 0u64;
-            while read < have {
-                let n = file
-                    .read(&mut buf)
-                    .await
-                    .map_err(io_err(&partial, "re-reading the partial download"))?;
-                if n == 0 {
-                    break;
-                }
-                let n = n.min(usize::try_from(have - read).unwrap_or(usize::MAX));
-                digester.update(&buf[..n]);
-                read += n as u64;
-            }
-            have = read;
-        }
+            .map_err(ingest_err(digest))?;
+        let mut have = ingest.offset();
         let fetch_err = |source| StoreError::Fetch {
             digest: digest.clone(),
             source,
@@ -278,7 +273,7 @@ impl ContentStore {
                 Ok(r) => r,
                 Err(e) => {
                     if have == 0 {
-                        let _ = std::fs::remove_file(&partial);
+                        ingest.discard();
                     }
                     return Err(fetch_err(e));
                 }
@@ -286,85 +281,71 @@ impl ContentStore {
         };
         if start != have {
             // The registry sent the whole blob: start the file over.
-            file.set_len(0)
-                .await
-                .map_err(io_err(&partial, "truncating the download"))?;
-            digester = digest.algorithm().digester();
+            ingest.truncate().map_err(ingest_err(digest))?;
             have = 0;
         }
-        let stats = FetchStats {
-            downloaded: 0,
-            resumed_from: have,
-        };
+        let resumed_from = have;
         if have > 0 {
             tracing::info!(%digest, from = have, of = size, "resuming a partial download");
             if let Some(m) = &self.metrics {
                 m.bytes(0, have);
             }
         }
-        let verify_failed = |e: VerifyError| {
-            let _ = std::fs::remove_file(&partial);
-            StoreError::Verify {
-                digest: digest.clone(),
-                source: e,
-            }
-        };
-        let mut written = have;
+        // Received bytes are gathered into 1 MiB chunks, each written (and hashed) by the
+        // ingest on a blocking thread.
         let mut buf = vec![0u8; 1 << 20];
-        loop {
-            let n = match reader.read(&mut buf).await {
-                Ok(n) => n,
-                Err(e) => {
-                    // Keep what arrived for the next attempt.
-                    let _ = file.flush().await;
-                    return Err(StoreError::Download {
-                        digest: digest.clone(),
-                        source: e,
+        let mut ended = false;
+        while !ended {
+            let mut filled = 0;
+            while filled < buf.len() {
+                let n = match reader.read(&mut buf[filled..]).await {
+                    Ok(n) => n,
+                    Err(e) => {
+                        // Keep what arrived for the next attempt.
+                        let _ = write_chunk(ingest, buf, filled).await;
+                        return Err(StoreError::Download {
+                            digest: digest.clone(),
+                            source: e,
+                        });
+                    }
+                };
+                if n == 0 {
+                    ended = true;
+                    break;
+                }
+                if let Some(m) = &self.metrics {
+                    m.bytes(n as u64, 0);
+                }
+                filled += n;
+            }
+            (ingest, buf) = match write_chunk(ingest, buf, filled).await {
+                Ok(v) => v,
+                Err((ingest, e)) => {
+                    return Err(match VerifyError::from_io(&e) {
+                        // More bytes than the descriptor's size: they can never verify.
+                        Some(v) => {
+                            let source = v.clone();
+                            ingest.discard();
+                            StoreError::Verify {
+                                digest: digest.clone(),
+                                source,
+                            }
+                        }
+                        None => io_err(ingest.path(), "writing the download")(e),
                     });
                 }
             };
-            if n == 0 {
-                break;
-            }
-            if let Some(m) = &self.metrics {
-                m.bytes(n as u64, 0);
-            }
-            if written + n as u64 > size {
-                return Err(verify_failed(VerifyError::TooLong {
-                    expected_digest: digest.clone(),
-                    expected: size,
-                }));
-            }
-            digester.update(&buf[..n]);
-            file.write_all(&buf[..n])
-                .await
-                .map_err(io_err(&partial, "writing the download"))?;
-            written += n as u64;
         }
-        if written < size {
-            return Err(verify_failed(VerifyError::TooShort {
-                expected_digest: digest.clone(),
-                expected: size,
-                found: written,
-            }));
-        }
-        let found = digester.finish();
-        if &found != digest {
-            return Err(verify_failed(VerifyError::DigestMismatch {
-                expected: digest.clone(),
-                found,
-            }));
-        }
-        file.sync_all()
+        let written = ingest.offset();
+        let d = digest.clone();
+        blocking(move || ingest.commit(size, &d))
             .await
-            .map_err(io_err(&partial, "syncing the download"))?;
-        drop(file);
-        self.publish_file(&partial, &target)?;
+            .map_err(ingest_err(digest))?;
         Ok((
             target,
             FetchStats {
-                downloaded: written - stats.resumed_from,
-                ..stats
+                downloaded: written - resumed_from,
+                resumed_from,
             },
         ))
     }
@@ -386,41 +367,19 @@ impl ContentStore {
         if self.contains(digest, bytes.len() as u64) {
             return Ok(target);
         }
-        let ingest = self.ingest_dir();
-        let mut tmp = tempfile::Builder::new()
-            .prefix(&format!("{}.", digest.encoded()))
-            .tempfile_in(&ingest)
-            .map_err(io_err(&ingest, "creating a temporary file"))?;
-        std::io::Write::write_all(&mut tmp, bytes).map_err(io_err(tmp.path(), "writing"))?;
-        tmp.as_file()
-            .sync_all()
-            .map_err(io_err(tmp.path(), "syncing"))?;
-        self.publish(tmp, &target)?;
-        Ok(target)
-    }
-
-    /// Publishes a verified download (rename; an existing blob of that digest has the same
-    /// bytes).
-    fn publish_file(&self, src: &Path, target: &Path) -> Result<(), StoreError> {
-        std::fs::set_permissions(src, std::fs::Permissions::from_mode(0o444))
-            .map_err(io_err(src, "making the blob read-only"))?;
-        std::fs::rename(src, target).map_err(io_err(target, "publishing the blob"))?;
-        sync_parent(target);
-        Ok(())
-    }
-
-    fn publish(&self, tmp: tempfile::NamedTempFile, target: &Path) -> Result<(), StoreError> {
-        tmp.as_file()
-            .set_permissions(std::fs::Permissions::from_mode(0o444))
-            .map_err(io_err(tmp.path(), "making the blob read-only"))?;
-        match tmp.persist_noclobber(target) {
-            Ok(_) => {}
-            // Another download of the same digest won: same bytes.
-            Err(e) if e.error.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(io_err(target, "publishing the blob")(e.error)),
+        let size = bytes.len() as u64;
+        let mut ingest = self
+            .blobs
+            .ingest(digest, size)
+            .map_err(ingest_err(digest))?;
+        if ingest.offset() > 0 {
+            ingest.truncate().map_err(ingest_err(digest))?;
         }
-        sync_parent(target);
-        Ok(())
+        if let Err(e) = ingest.write_all(bytes) {
+            return Err(io_err(ingest.path(), "writing")(e));
+        }
+        ingest.commit(size, digest).map_err(ingest_err(digest))?;
+        Ok(target)
     }
 
     /// Reads a stored blob of at most `limit` bytes (configs, manifests).
@@ -479,7 +438,7 @@ impl ContentStore {
         let ingest = self.ingest_dir();
         for e in std::fs::read_dir(&ingest).map_err(io_err(&ingest, "listing downloads"))? {
             let e = e.map_err(io_err(&ingest, "listing downloads"))?;
-            let Some(d) = e.file_name().to_str().and_then(digest_of_partial) else {
+            let Some(d) = e.file_name().to_str().and_then(BlobDir::digest_of_partial) else {
                 continue;
             };
             let age = e
@@ -497,13 +456,16 @@ impl ContentStore {
     }
 }
 
-/// Makes a rename into `target`'s directory durable; a failure is logged, because the blob is
-/// published and cannot be taken back.
-fn sync_parent(target: &Path) {
-    if let Some(parent) = target.parent()
-        && let Ok(d) = std::fs::File::open(parent)
-        && let Err(e) = d.sync_all()
-    {
-        tracing::warn!(dir = %parent.display(), error = %e, "syncing the blob directory failed");
-    }
+/// Writes one chunk through the ingest on a blocking thread; the ingest comes back either way
+/// (on an error, to be kept for resuming or discarded).
+async fn write_chunk(
+    mut ingest: Ingest,
+    buf: Vec<u8>,
+    len: usize,
+) -> Result<(Ingest, Vec<u8>), (Ingest, io::Error)> {
+    blocking(move || match ingest.write_all(&buf[..len]) {
+        Ok(()) => Ok((ingest, buf)),
+        Err(e) => Err((ingest, e)),
+    })
+    .await
 }
