@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole pipeline on the shipped example (examples/hello), on loopback, with embedded
 # defaults: publish the IPS packages, serve them over the depot protocol, lock and build the
-# image, start the registry on its filesystem store, push, run the worker once with the `dir`
-# provisioner, validate, and print what happened. Every server it starts is stopped on exit,
+# image, start the registry on its filesystem store, push (and show the SBOM referrer the
+# registry lists), run the worker once with the `dir` provisioner, validate, and print what
+# happened. Every server it starts is stopped on exit,
 # on failure and on ctrl-c; the results stay in the work directory (default target/demo,
 # emptied first, or the first argument: a new or empty directory) for you to look at.
 #
@@ -101,8 +102,16 @@ PIDS+=($!)
 REGISTRY=$(wait_for "$WORK/registry.log" "$!" 's/.*registry listening on \([0-9.:]*\).*/\1/p' "rdctl registry serve")
 echo "registry: http://$REGISTRY (data in $WORK/registry-data)"
 
-say "5. push the image"
+say "5. push the image, and with it its SBOM (a referrer of the image manifest)"
 "$RDCTL" push "$WORK/image:1.0" "$REGISTRY/demo/hello:1.0"
+SBOM=$(sed -n 's/^sbom *//p' "$WORK/build.out")
+[[ $SBOM == sha256:* ]] || fail "rdctl build printed no SBOM digest"
+echo "GET /v2/demo/hello/referrers/$MANIFEST:"
+curl -fsS "http://$REGISTRY/v2/demo/hello/referrers/$MANIFEST" >"$WORK/referrers.json" ||
+	fail "the registry's referrers API did not answer"
+sed 's/^/  /' "$WORK/referrers.json"
+echo
+grep -q "\"$SBOM\"" "$WORK/referrers.json" || fail "the registry lists no SBOM referrer $SBOM of $MANIFEST"
 
 say "6. run the worker once (dir provisioner)"
 mkdir -p "$WORK/worker/zones"
@@ -138,6 +147,7 @@ say "7. validate: the built layout, and the image pulled back from the registry"
 say "done"
 cat <<EOF
 image digest:   $MANIFEST  ($REGISTRY/demo/hello:1.0)
+SBOM referrer:  $SBOM  (GET /v2/demo/hello/referrers/$MANIFEST)
 OCI layout:     $WORK/image
 registry data:  $WORK/registry-data
 worker root:    $ZONE_ROOT

@@ -299,6 +299,20 @@ fn build_push_validate_unpack_and_inspect() {
         crate::registry_e2e::header(&headers, "content-type"),
         "application/vnd.oci.image.manifest.v1+json"
     );
+    // The SBOM travelled with the push: the registry's referrers API lists it.
+    let (status, _, body) = crate::registry_e2e::http(
+        registry.addr,
+        "GET",
+        &format!("/v2/zones/demo/referrers/{manifest}"),
+        &[],
+        b"",
+    );
+    assert_eq!(status, 200);
+    let referrers = json(&body);
+    assert_eq!(
+        referrers["manifests"][0]["digest"], summary["sbom"],
+        "{referrers:#}"
+    );
 
     // skopeo (a real client) copies the pushed image back; our validator checks it deeply.
     let pulled = dir.join("pulled");

@@ -9,6 +9,7 @@ mod distribution_s3;
 mod docs;
 mod fault_proxy;
 mod ips_cli;
+mod referrers;
 mod registry_client_auth;
 mod registry_credentials;
 mod registry_e2e;

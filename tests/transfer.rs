@@ -10,7 +10,7 @@ const UMOCI: &str = "umoci-0.6";
 const INDEX_MT: &str = "application/vnd.oci.image.index.v1+json";
 
 /// A layout at `img` with `img:v1` (linux/amd64, one layer holding /etc/motd).
-fn umoci_image(dir: &Path, motd: &str) -> std::path::PathBuf {
+pub(crate) fn umoci_image(dir: &Path, motd: &str) -> std::path::PathBuf {
     let img = dir.join("img");
     ok(tool(UMOCI).args(["init", "--layout", s(&img)]));
     ok(tool(UMOCI).args(["new", "--image", &format!("{}:base", s(&img))]));
@@ -224,7 +224,7 @@ fn copy_between_registries_and_multi_platform_with_and_without_platform() {
     ])));
     // one shared layer and two configs; three documents.
     assert!(
-        pushed.contains("3 manifest(s), 3 blob(s) copied"),
+        pushed.contains("3 manifest(s), 0 referrer(s), 3 blob(s) copied"),
         "push:\n{pushed}"
     );
 

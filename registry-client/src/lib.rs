@@ -20,7 +20,9 @@
 //!   [`validator::VerifyingReader`], so reading one to EOF without an error means it verified;
 //!   cut bodies resume with `Range`; pushes are monolithic when small and chunked when large,
 //!   and memory per request is bounded by the chunk size whatever the blob size.
-//! - [`transfer`]: the one copy path between OCI layouts and registries.
+//! - Referrers ([`Client::referrers`], [`Client::push_referrer`]): the referrers API, with the
+//!   referrers tag schema ([`fallback_tag`]) read and maintained for registries without it.
+//! - [`transfer`]: the one copy path between OCI layouts and registries, referrers included.
 //!
 //! Invariants: no server code (no axum) and no runtime of its own: every operation is async
 //! and runs on the caller's runtime. Among workspace crates it depends only on `validator`.
@@ -35,6 +37,7 @@ mod error;
 pub mod login;
 mod manifest;
 mod reference;
+mod referrers;
 mod session;
 pub mod transfer;
 mod transport;
@@ -46,4 +49,7 @@ pub use error::{ClientError, ErrorKind};
 pub use login::{LoginError, LoginOutcome, Stored};
 pub use manifest::{Descriptor, MAX_MANIFEST_BYTES};
 pub use reference::{Reference, ReferenceError};
+pub use referrers::{
+    MAX_REFERRERS, OCI_INDEX, Referrer, Referrers, ReferrersFrom, SubjectIndexed, fallback_tag,
+};
 pub use transport::{ClientBuilder, ClientOptions, DEFAULT_CERT_DIRS, Retry};

@@ -148,6 +148,17 @@ impl Client {
         media_type: &str,
         bytes: Bytes,
     ) -> Result<Digest, ClientError> {
+        self.put_manifest(r, media_type, bytes).await.map(|p| p.0)
+    }
+
+    /// Pushes a manifest; returns its digest and the registry's `OCI-Subject` header, which a
+    /// registry with the referrers API sends for a manifest with a `subject`.
+    pub(crate) async fn put_manifest(
+        &self,
+        r: &Reference,
+        media_type: &str,
+        bytes: Bytes,
+    ) -> Result<(Digest, Option<String>), ClientError> {
         let digest = match r.digest() {
             Some(d) => Digest::of(d.algorithm(), &bytes),
             None => Digest::sha256(&bytes),
@@ -175,6 +186,7 @@ impl Client {
                 reason: format!("registry stored {h}, the manifest is {digest}"),
             });
         }
-        Ok(digest)
+        let subject = header_str(resp.headers(), "oci-subject").map(str::to_owned);
+        Ok((digest, subject))
     }
 }

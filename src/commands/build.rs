@@ -16,10 +16,12 @@ use validator::Tag;
   rdctl build image.toml --push localhost:5000/zones/web
   rdctl build image.toml --output ./image --push localhost:5000/zones/web:1.0 --json
   rdctl build image.toml --push reg.example:5443/zones/web --ca-file ./ca.pem
+  rdctl build image.toml --push localhost:5000/zones/web --no-referrers
 
 The lockfile (image.lock.json beside the image file) must exist and match the image file.
 SOURCE_DATE_EPOCH, when set, is the mtime of files without a timestamp and the image's
-creation time; otherwise the newest package timestamp is.
+creation time; otherwise the newest package timestamp is. --push also pushes the SBOM (a
+referrer of the image manifest) unless --no-referrers is given.
 
 Exit status: 0 built, 2 the build failed.")]
 pub struct Args {
@@ -48,6 +50,9 @@ pub struct Args {
     /// Compression threads (default: one per CPU; the image is the same for any number).
     #[arg(long, value_name = "N", default_value_t = 0, hide_default_value = true)]
     pub threads: u32,
+    /// With --push, push only the image, not its SBOM referrer.
+    #[arg(long)]
+    pub no_referrers: bool,
     /// How to reach the registry for --push.
     #[command(flatten)]
     pub client: super::client::ClientArgs,
@@ -135,7 +140,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 &client,
                 &src,
                 &dst,
-                &CopyOptions::default(),
+                &CopyOptions {
+                    referrers: !args.no_referrers,
+                    ..CopyOptions::default()
+                },
             ))?
             .with_context(|| format!("cannot push {} to {dst}", args.image_file.display()))?;
             debug_assert_eq!(report.root.digest, summary.manifest);

@@ -17,9 +17,14 @@ pub struct Common {
     /// the tagged root at the destination.
     #[arg(long, value_name = "OS/ARCH")]
     pub platform: Option<String>,
+    /// Copy only the image, not its referrers (SBOM, signatures, attestations: the manifests
+    /// whose subject is the image or one of its manifests, and theirs).
+    #[arg(long)]
+    pub no_referrers: bool,
     #[command(flatten)]
     pub client: ClientArgs,
-    /// Print a JSON summary (root digest, tag, manifests and blobs copied or skipped).
+    /// Print a JSON summary (root digest, tag, manifests, referrers and blobs copied or
+    /// skipped).
     #[arg(long)]
     pub json: bool,
 }
@@ -31,8 +36,11 @@ pub struct Common {
   rdctl push --platform illumos/amd64 ./image:1.0 registry.example/zones/base
   rdctl push --json ./image:1.0 127.0.0.1:5000/zones/base:1.0 | jq -r .root.digest
   rdctl push --ca-file ./ca.pem --auth-file ./auth.json ./image:1.0 reg.example:5443/zones/base
+  rdctl push --no-referrers ./image:1.0 127.0.0.1:5000/zones/base:1.0
 
-Without a tag on REF the layout's tag is used. Credentials come from `rdctl login` (see
+Without a tag on REF the layout's tag is used. The image's referrers (the SBOM rdctl build
+attaches, signatures, attestations) are pushed too, found in the layout's index.json by their
+subject; a registry without the referrers API gets the referrers tag (sha256-<hex>) instead. Credentials come from `rdctl login` (see
 rdctl login --help for the files read); a 401 names the registry and asks to log in. Exit status: 0 pushed, 2 failed.")]
 pub struct PushArgs {
     /// The OCI image layout, `DIR[:TAG]` (the tag is an org.opencontainers.image.ref.name).
@@ -49,8 +57,10 @@ pub struct PushArgs {
   rdctl pull 127.0.0.1:5000/zones/base:1.0 ./image
   rdctl pull --platform illumos/amd64 registry.example/zones/base:1.0 ./image:base
   rdctl pull --cert-dir ./certs.d reg.example:5443/zones/base:1.0 ./image
+  rdctl pull --no-referrers 127.0.0.1:5000/zones/base:1.0 ./image
 
-Without a tag on LAYOUT the reference's tag names the index.json entry. Exit status: 0 pulled,
+Without a tag on LAYOUT the reference's tag names the index.json entry. Referrers (SBOM,
+signatures) come along as untagged index.json entries with their artifactType. Exit status: 0 pulled,
 2 failed.")]
 pub struct PullArgs {
     /// The source, `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]`.
@@ -67,8 +77,9 @@ pub struct PullArgs {
   rdctl copy 127.0.0.1:5000/a:1 127.0.0.1:5001/b:1
   rdctl copy oci:./image:1.0 docker://127.0.0.1:5000/zones/base:1.0
   rdctl copy --platform illumos/amd64 docker://reg.example/base:1 oci:./image:1
+  rdctl copy --no-referrers 127.0.0.1:5000/a:1 127.0.0.1:5001/b:1
 
-Exit status: 0 copied, 2 failed.")]
+Referrers are copied too (recursively) unless --no-referrers is given. Exit status: 0 copied, 2 failed.")]
 pub struct CopyArgs {
     /// The source: `oci:DIR[:TAG]` or `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]`.
     pub source: String,
@@ -116,7 +127,10 @@ fn run(verb: &str, src: &ImageRef, dst: &ImageRef, common: &Common) -> anyhow::R
         &client,
         src,
         dst,
-        &CopyOptions { platform },
+        &CopyOptions {
+            platform,
+            referrers: !common.no_referrers,
+        },
     ))?
     .with_context(|| format!("cannot {verb} {src} to {dst}"))?;
     if common.json {
@@ -142,6 +156,7 @@ fn print_json(src: &ImageRef, dst: &ImageRef, r: &CopyReport) -> anyhow::Result<
         "root": content(&r.root),
         "tag": r.tag,
         "manifests": all(&r.manifests),
+        "referrers": all(&r.referrers),
         "blobs_copied": all(&r.blobs_copied),
         "blobs_skipped": all(&r.blobs_skipped),
         "bytes_copied": r.bytes_copied(),
@@ -173,9 +188,16 @@ fn print(src: &ImageRef, dst: &ImageRef, r: &CopyReport) -> anyhow::Result<()> {
             m.digest, m.media_type, m.size
         )?;
     }
+    for m in &r.referrers {
+        writeln!(
+            w,
+            "wrote   referrer {} ({}, {} bytes)",
+            m.digest, m.media_type, m.size
+        )?;
+    }
     writeln!(
         w,
-        "{src} -> {dst}: {} {}{}; {} manifest(s), {} blob(s) copied ({} bytes), {} blob(s) skipped ({} bytes)",
+        "{src} -> {dst}: {} {}{}; {} manifest(s), {} referrer(s), {} blob(s) copied ({} bytes), {} blob(s) skipped ({} bytes)",
         r.root.media_type,
         r.root.digest,
         r.tag
@@ -183,6 +205,7 @@ fn print(src: &ImageRef, dst: &ImageRef, r: &CopyReport) -> anyhow::Result<()> {
             .map(|t| format!(" tagged {t}"))
             .unwrap_or_default(),
         r.manifests.len(),
+        r.referrers.len(),
         r.blobs_copied.len(),
         r.bytes_copied(),
         r.blobs_skipped.len(),

@@ -4,8 +4,16 @@
 //! [`ImageRef`] names either end (`oci:DIR[:TAG]` or `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]`)
 //! and is parsed once at the edge. [`copy`] walks the whole graph from the source's root: an
 //! index and every manifest under it (or, with [`CopyOptions::platform`], only the matching
-//! manifest, which then becomes the root), each manifest's config and layers. Referrers are not
-//! copied.
+//! manifest, which then becomes the root), each manifest's config and layers.
+//!
+//! Referrers travel too (unless [`CopyOptions::referrers`] is off): for every manifest and index
+//! of the graph, the manifests whose `subject` names it at the source (a registry's referrers
+//! API or tag schema, see [`Client::referrers`]; in a layout, the `index.json` entries whose
+//! document has that `subject`) are copied with their own graphs, and so are their referrers,
+//! at most [`MAX_REFERRER_DEPTH`] levels deep. At a registry destination they are pushed by
+//! digest with [`Client::push_referrer`], which keeps the tag schema index where the registry
+//! has no API; at a layout destination each gets an untagged `index.json` entry with its
+//! `artifactType`, as oras writes one.
 //!
 //! Guarantees:
 //! - Every manifest and index is read verified against its digest and passes
@@ -16,21 +24,26 @@
 //! - Blobs the destination already has are skipped.
 //! - Manifests are written byte-exact, children before parents, and the tag (a registry tag or
 //!   an `org.opencontainers.image.ref.name` entry in the layout's `index.json`) is set last,
-//!   so a failed copy tags nothing.
+//!   so a failed copy tags nothing. Referrers are written after their subject and before the
+//!   tag.
+
+mod endpoint;
+mod referrers;
+mod stream;
 
 use std::collections::HashSet;
 use std::fmt;
-use std::io::{self, Read};
 use std::path::PathBuf;
 
-use bytes::{Buf, Bytes};
-use tokio::io::{AsyncRead, AsyncReadExt};
+use bytes::Bytes;
 use validator::{
-    Descriptor as DocDescriptor, Digest, Document, ImageLayout, LayoutError, MAX_MANIFEST_SIZE,
-    MediaType, Platform, VerifyError, check_document,
+    Descriptor as DocDescriptor, Digest, Document, LayoutError, MediaType, Platform, check_document,
 };
 
 use crate::{Client, ClientError, ErrorKind as ClientErrorKind, Reference};
+use endpoint::{Dest, Source, update_index};
+pub use referrers::MAX_REFERRER_DEPTH;
+use stream::copy_blob;
 use validator::Tag;
 
 /// The annotation that names a tag in a layout's `index.json`.
@@ -38,9 +51,6 @@ pub const REF_NAME: &str = "org.opencontainers.image.ref.name";
 
 /// Most manifests and indexes one copy walks (a guard against hostile graphs).
 const MAX_DOCUMENTS: usize = 10_000;
-
-/// Buffer size for streaming between blocking file I/O and async HTTP.
-const STREAM_BUF: usize = 64 << 10;
 
 /// An OCI image layout directory, maybe with a tag.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -235,6 +245,12 @@ pub enum TransferError {
         /// The root.
         root: Digest,
     },
+    /// Referrers of referrers go deeper than [`MAX_REFERRER_DEPTH`] levels.
+    #[error("{subject}: referrers nest more than {MAX_REFERRER_DEPTH} levels deep")]
+    TooDeep {
+        /// A referrer at the limit.
+        subject: Digest,
+    },
     /// The layout's index.json could not be updated.
     #[error("{path}: cannot update the index")]
     Index {
@@ -268,17 +284,30 @@ impl TransferError {
             }
             | TransferError::InvalidDocument { .. }
             | TransferError::DigestMismatch { .. }
-            | TransferError::TooLarge { .. } => ErrorKind::Invalid,
+            | TransferError::TooLarge { .. }
+            | TransferError::TooDeep { .. } => ErrorKind::Invalid,
             _ => ErrorKind::Other,
         }
     }
 }
 
 /// What to copy.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct CopyOptions {
     /// Copy only the manifest for this platform out of an index; it becomes the root.
     pub platform: Option<Platform>,
+    /// Copy the referrers of every manifest and index of the image too, recursively (default
+    /// true).
+    pub referrers: bool,
+}
+
+impl Default for CopyOptions {
+    fn default() -> Self {
+        CopyOptions {
+            platform: None,
+            referrers: true,
+        }
+    }
 }
 
 /// One piece of content.
@@ -305,6 +334,9 @@ pub struct CopyReport {
     pub blobs_copied: Vec<Content>,
     /// Blobs the destination already had.
     pub blobs_skipped: Vec<Content>,
+    /// Referrers written (manifests and indexes of every referrer's graph, children first),
+    /// after the image's own manifests; their blobs are in `blobs_copied` and `blobs_skipped`.
+    pub referrers: Vec<Content>,
 }
 
 impl CopyReport {
@@ -371,37 +403,54 @@ pub async fn copy(
         manifests: Vec::new(),
         blobs_copied: Vec::new(),
         blobs_skipped: Vec::new(),
+        referrers: Vec::new(),
     };
     let mut done: HashSet<Digest> = HashSet::new();
     for node in &order {
-        for blob in &node.blobs {
-            if !done.insert(blob.digest.clone()) {
-                continue;
-            }
-            if dest.has_blob(client, blob).await? {
-                report.blobs_skipped.push(blob.clone());
-            } else {
-                copy_blob(client, &source, &dest, blob)
-                    .await
-                    .map_err(|source| TransferError::Blob {
-                        digest: blob.digest.clone(),
-                        size: blob.size,
-                        source,
-                    })?;
-                report.blobs_copied.push(blob.clone());
-            }
-        }
+        copy_blobs(client, &source, &dest, node, &mut done, &mut report).await?;
         dest.put_manifest(client, &node.content, &node.bytes, None)
             .await?;
         report.manifests.push(node.content.clone());
+    }
+    if opts.referrers {
+        referrers::copy_referrers(client, &source, &dest, &order, &mut done, &mut report).await?;
     }
     if let Some(t) = &tag {
         dest.put_manifest(client, &root, &order[order.len() - 1].bytes, Some(t))
             .await?;
     } else if let Dest::Layout(layout) = &dest {
-        update_index(layout, &root, None)?;
+        update_index(layout, &root, None, None)?;
     }
     Ok(report)
+}
+
+/// Copies the blobs a document names that this copy has not handled yet.
+async fn copy_blobs(
+    client: &Client,
+    source: &Source<'_>,
+    dest: &Dest,
+    node: &Node,
+    done: &mut HashSet<Digest>,
+    report: &mut CopyReport,
+) -> Result<(), TransferError> {
+    for blob in &node.blobs {
+        if !done.insert(blob.digest.clone()) {
+            continue;
+        }
+        if dest.has_blob(client, blob).await? {
+            report.blobs_skipped.push(blob.clone());
+        } else {
+            copy_blob(client, source, dest, blob)
+                .await
+                .map_err(|source| TransferError::Blob {
+                    digest: blob.digest.clone(),
+                    size: blob.size,
+                    source,
+                })?;
+            report.blobs_copied.push(blob.clone());
+        }
+    }
+    Ok(())
 }
 
 fn dst_digest(dst: &ImageRef) -> Option<&Digest> {
@@ -503,398 +552,6 @@ async fn walk(
     Ok(order)
 }
 
-enum Source<'a> {
-    Layout(ImageLayout),
-    Registry(&'a Client, Reference),
-}
-
-impl<'a> Source<'a> {
-    fn open(client: &'a Client, r: &ImageRef) -> Result<Self, TransferError> {
-        Ok(match r {
-            ImageRef::Layout(l) => Source::Layout(ImageLayout::open(&l.dir).map_err(|source| {
-                TransferError::Layout {
-                    dir: l.dir.clone(),
-                    source,
-                }
-            })?),
-            ImageRef::Registry(r) => Source::Registry(client, r.clone()),
-        })
-    }
-
-    fn layout_err(layout: &ImageLayout) -> impl FnOnce(LayoutError) -> TransferError + '_ {
-        move |source| TransferError::Layout {
-            dir: layout.root().to_owned(),
-            source,
-        }
-    }
-
-    /// The root descriptor and its verified bytes.
-    async fn root(&self, r: &ImageRef) -> Result<(Content, Bytes), TransferError> {
-        match self {
-            Source::Layout(layout) => {
-                let tag = r.tag();
-                let index_bytes = layout
-                    .read_index_bytes()
-                    .map_err(Self::layout_err(layout))?;
-                let index_path = layout.root().join("index.json");
-                let (report, doc) = check_document(
-                    &index_bytes,
-                    Some(validator::DocumentKind::Index),
-                    None,
-                    &index_path.display().to_string(),
-                );
-                let Some(Document::Index(index)) = doc else {
-                    let errors: Vec<String> =
-                        report.errors().take(5).map(ToString::to_string).collect();
-                    return Err(TransferError::Index {
-                        path: index_path,
-                        reason: errors.join("; "),
-                    });
-                };
-                let entry = match tag {
-                    Some(t) => index
-                        .manifests
-                        .iter()
-                        .rev()
-                        .find(|d| d.ref_name() == Some(t.as_str()))
-                        .ok_or_else(|| TransferError::NotFound {
-                            what: format!("tag {t} in layout {}", layout.root().display()),
-                        })?,
-                    None => match index.manifests.as_slice() {
-                        [one] => one,
-                        [] => {
-                            return Err(TransferError::NotFound {
-                                what: format!("an image in layout {}", layout.root().display()),
-                            });
-                        }
-                        many => {
-                            return Err(TransferError::Ambiguous {
-                                dir: layout.root().to_owned(),
-                                count: many.len(),
-                            });
-                        }
-                    },
-                };
-                let c = content_of(entry);
-                let bytes = self.document(&c).await?;
-                Ok((c, bytes))
-            }
-            Source::Registry(client, reference) => {
-                let (d, bytes) =
-                    client
-                        .get_manifest(reference)
-                        .await
-                        .map_err(|source| match source.kind() {
-                            ClientErrorKind::NotFound => TransferError::NotFound {
-                                what: format!("manifest {reference}"),
-                            },
-                            _ => TransferError::Registry {
-                                reference: reference.to_string(),
-                                source,
-                            },
-                        })?;
-                Ok((
-                    Content {
-                        digest: d.digest,
-                        size: d.size,
-                        media_type: d.media_type,
-                    },
-                    bytes,
-                ))
-            }
-        }
-    }
-
-    /// A manifest or index by descriptor, verified against digest and size.
-    async fn document(&self, c: &Content) -> Result<Bytes, TransferError> {
-        match self {
-            Source::Layout(layout) => layout
-                .read_document(&c.digest, c.size, MAX_MANIFEST_SIZE as u64)
-                .map(Bytes::from)
-                .map_err(Self::layout_err(layout)),
-            Source::Registry(client, reference) => {
-                let r = reference.with_digest(c.digest.clone());
-                let (d, bytes) =
-                    client
-                        .get_manifest(&r)
-                        .await
-                        .map_err(|source| TransferError::Registry {
-                            reference: r.to_string(),
-                            source,
-                        })?;
-                if d.size != c.size {
-                    return Err(TransferError::Registry {
-                        reference: r.to_string(),
-                        source: ClientError::Verify {
-                            url: r.to_string(),
-                            source: VerifyError::TooShort {
-                                expected_digest: c.digest.clone(),
-                                expected: c.size,
-                                found: d.size,
-                            },
-                        },
-                    });
-                }
-                Ok(bytes)
-            }
-        }
-    }
-}
-
-enum Dest {
-    Layout(ImageLayout),
-    Registry(Reference),
-}
-
-impl Dest {
-    fn open(r: &ImageRef) -> Result<Self, TransferError> {
-        Ok(match r {
-            ImageRef::Layout(l) => Dest::Layout(ImageLayout::create(&l.dir).map_err(|source| {
-                TransferError::Layout {
-                    dir: l.dir.clone(),
-                    source,
-                }
-            })?),
-            ImageRef::Registry(r) => Dest::Registry(r.clone()),
-        })
-    }
-
-    async fn has_blob(&self, client: &Client, c: &Content) -> Result<bool, TransferError> {
-        match self {
-            Dest::Layout(layout) => Ok(std::fs::metadata(layout.blob_path(&c.digest))
-                .is_ok_and(|m| m.is_file() && m.len() == c.size)),
-            Dest::Registry(r) => client
-                .blob_exists(r.registry(), r.name(), &c.digest)
-                .await
-                .map(|size| size.is_some())
-                .map_err(|source| TransferError::Registry {
-                    reference: r.with_digest(c.digest.clone()).to_string(),
-                    source,
-                }),
-        }
-    }
-
-    /// Writes a manifest byte-exact: by digest, or under `tag` when given.
-    async fn put_manifest(
-        &self,
-        client: &Client,
-        c: &Content,
-        bytes: &Bytes,
-        tag: Option<&Tag>,
-    ) -> Result<(), TransferError> {
-        match self {
-            Dest::Layout(layout) => {
-                layout
-                    .write_blob(&bytes[..], c.digest.algorithm(), Some((&c.digest, c.size)))
-                    .map_err(Source::layout_err(layout))?;
-                if let Some(t) = tag {
-                    update_index(layout, c, Some(t))?;
-                }
-                Ok(())
-            }
-            Dest::Registry(r) => {
-                let target = match tag {
-                    Some(t) => r.with_tag(t.clone()),
-                    None => r.with_digest(c.digest.clone()),
-                };
-                client
-                    .push_manifest(&target, &c.media_type, bytes.clone())
-                    .await
-                    .map_err(|source| TransferError::Registry {
-                        reference: target.to_string(),
-                        source,
-                    })?;
-                Ok(())
-            }
-        }
-    }
-}
-
-/// Adds (or replaces) the `index.json` entry for `tag` (or the untagged entry for the digest).
-fn update_index(layout: &ImageLayout, c: &Content, tag: Option<&Tag>) -> Result<(), TransferError> {
-    let path = layout.root().join("index.json");
-    let bad = |reason: String| TransferError::Index {
-        path: path.clone(),
-        reason,
-    };
-    let bytes = layout
-        .read_index_bytes()
-        .map_err(Source::layout_err(layout))?;
-    let mut index: serde_json::Value =
-        serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
-    let manifests = index
-        .as_object_mut()
-        .ok_or_else(|| bad("not a JSON object".to_owned()))?
-        .entry("manifests")
-        .or_insert_with(|| serde_json::Value::Array(Vec::new()))
-        .as_array_mut()
-        .ok_or_else(|| bad("manifests is not an array".to_owned()))?;
-    let name_of = |e: &serde_json::Value| {
-        e.get("annotations")
-            .and_then(|a| a.get(REF_NAME))
-            .and_then(|n| n.as_str())
-            .map(str::to_owned)
-    };
-    manifests.retain(|e| match tag {
-        Some(t) => name_of(e).as_deref() != Some(t.as_str()),
-        None => {
-            name_of(e).is_some()
-                || e.get("digest").and_then(|d| d.as_str()) != Some(c.digest.as_str())
-        }
-    });
-    let mut entry = serde_json::json!({
-        "mediaType": c.media_type,
-        "digest": c.digest.as_str(),
-        "size": c.size,
-    });
-    if let Some(t) = tag {
-        entry["annotations"] = serde_json::json!({ REF_NAME: t.as_str() });
-    }
-    manifests.push(entry);
-    let out = serde_json::to_vec(&index).map_err(|e| bad(e.to_string()))?;
-    layout
-        .write_index_bytes(&out)
-        .map_err(Source::layout_err(layout))
-}
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// Streams one blob from source to destination, verified on the way.
-async fn copy_blob(
-    client: &Client,
-    source: &Source<'_>,
-    dest: &Dest,
-    c: &Content,
-) -> Result<(), BoxError> {
-    let (digest, size) = (c.digest.clone(), c.size);
-    match (source, dest) {
-        (Source::Layout(src), Dest::Layout(dst)) => {
-            let (src, dst) = (src.clone(), dst.clone());
-            tokio::task::spawn_blocking(move || -> Result<(), BoxError> {
-                let r = src.open_blob(&digest, size)?;
-                dst.write_blob(r, digest.algorithm(), Some((&digest, size)))?;
-                Ok(())
-            })
-            .await??;
-        }
-        (Source::Layout(src), Dest::Registry(r)) => {
-            let file = src.open_blob(&digest, size)?;
-            let reader = blocking_reader(file);
-            client
-                .push_blob(r.registry(), r.name(), &digest, size, reader)
-                .await?;
-        }
-        (Source::Registry(_, from), Dest::Layout(dst)) => {
-            let body = client
-                .get_blob(from.registry(), from.name(), &digest, size)
-                .await?;
-            write_stream(dst, body, &digest, size).await?;
-        }
-        (Source::Registry(_, from), Dest::Registry(to)) => {
-            let body = client
-                .get_blob(from.registry(), from.name(), &digest, size)
-                .await?;
-            client
-                .push_blob(to.registry(), to.name(), &digest, size, body)
-                .await?;
-        }
-    }
-    Ok(())
-}
-
-/// Turns a blocking reader into an async one: a blocking thread reads 64 KiB at a time into a
-/// small bounded channel.
-fn blocking_reader<R: Read + Send + 'static>(mut r: R) -> impl AsyncRead + Unpin + Send {
-    let (tx, rx) = tokio::sync::mpsc::channel::<io::Result<Bytes>>(4);
-    tokio::task::spawn_blocking(move || {
-        loop {
-            let mut buf = vec![0u8; STREAM_BUF];
-            match r.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => {
-                    buf.truncate(n);
-                    if tx.blocking_send(Ok(Bytes::from(buf))).is_err() {
-                        break;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    let _ = tx.blocking_send(Err(e));
-                    break;
-                }
-            }
-        }
-    });
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    });
-    tokio_util::io::StreamReader::new(Box::pin(stream))
-}
-
-/// A blocking reader fed by an async task through a bounded channel.
-struct ChannelReader {
-    rx: tokio::sync::mpsc::Receiver<io::Result<Bytes>>,
-    cur: Bytes,
-}
-
-impl Read for ChannelReader {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        while self.cur.is_empty() {
-            match self.rx.blocking_recv() {
-                Some(Ok(b)) => self.cur = b,
-                Some(Err(e)) => return Err(e),
-                None => return Ok(0),
-            }
-        }
-        let n = buf.len().min(self.cur.len());
-        buf[..n].copy_from_slice(&self.cur[..n]);
-        self.cur.advance(n);
-        Ok(n)
-    }
-}
-
-/// Writes an async stream into a layout blob on a blocking thread; the layout publishes it only
-/// once size and digest matched.
-async fn write_stream(
-    layout: &ImageLayout,
-    mut body: impl AsyncRead + Unpin,
-    digest: &Digest,
-    size: u64,
-) -> Result<(), BoxError> {
-    let (tx, rx) = tokio::sync::mpsc::channel::<io::Result<Bytes>>(4);
-    let layout = layout.clone();
-    let (d, s) = (digest.clone(), size);
-    let writer = tokio::task::spawn_blocking(move || {
-        let reader = ChannelReader {
-            rx,
-            cur: Bytes::new(),
-        };
-        layout.write_blob(reader, d.algorithm(), Some((&d, s)))
-    });
-    let mut buf = vec![0u8; STREAM_BUF];
-    loop {
-        match body.read(&mut buf).await {
-            Ok(0) => break,
-            Ok(n) => {
-                if tx
-                    .send(Ok(Bytes::copy_from_slice(&buf[..n])))
-                    .await
-                    .is_err()
-                {
-                    break; // the writer stopped; its error says why
-                }
-            }
-            Err(e) => {
-                let _ = tx.send(Err(e)).await;
-                break;
-            }
-        }
-    }
-    drop(tx);
-    writer.await??;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use std::path::Path;
@@ -938,43 +595,5 @@ mod tests {
                 "{bad}: {e:?}"
             );
         }
-    }
-
-    #[test]
-    fn index_entries_are_replaced_by_tag() {
-        let dir = tempfile::tempdir().unwrap();
-        let layout = ImageLayout::create(dir.path().join("l")).unwrap();
-        let c = |b: &[u8]| Content {
-            digest: Digest::sha256(b),
-            size: b.len() as u64,
-            media_type: "application/vnd.oci.image.manifest.v1+json".into(),
-        };
-        let v1 = Tag::parse("v1").unwrap();
-        update_index(&layout, &c(b"a"), Some(&v1)).unwrap();
-        update_index(&layout, &c(b"b"), Some(&Tag::parse("v2").unwrap())).unwrap();
-        update_index(&layout, &c(b"c"), Some(&v1)).unwrap();
-        update_index(&layout, &c(b"d"), None).unwrap();
-        update_index(&layout, &c(b"d"), None).unwrap();
-        let index: serde_json::Value =
-            serde_json::from_slice(&layout.read_index_bytes().unwrap()).unwrap();
-        let entries: Vec<(String, Option<String>)> = index["manifests"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| {
-                (
-                    e["digest"].as_str().unwrap().to_owned(),
-                    e["annotations"][REF_NAME].as_str().map(str::to_owned),
-                )
-            })
-            .collect();
-        assert_eq!(
-            entries,
-            vec![
-                (Digest::sha256(b"b").to_string(), Some("v2".into())),
-                (Digest::sha256(b"c").to_string(), Some("v1".into())),
-                (Digest::sha256(b"d").to_string(), None),
-            ]
-        );
     }
 }

@@ -1,0 +1,370 @@
+//! The two ends of a copy: a layout or registry source and destination, and index.json entries.
+
+use bytes::Bytes;
+use validator::{
+    Digest, Document, ImageLayout, LayoutError, MAX_MANIFEST_SIZE, Tag, VerifyError, check_document,
+};
+
+use super::{Content, ImageRef, REF_NAME, TransferError, content_of};
+use crate::{Client, ClientError, ErrorKind as ClientErrorKind, Reference, Referrer};
+
+pub(super) enum Source<'a> {
+    Layout(ImageLayout),
+    Registry(&'a Client, Reference),
+}
+
+impl<'a> Source<'a> {
+    pub(super) fn open(client: &'a Client, r: &ImageRef) -> Result<Self, TransferError> {
+        Ok(match r {
+            ImageRef::Layout(l) => Source::Layout(ImageLayout::open(&l.dir).map_err(|source| {
+                TransferError::Layout {
+                    dir: l.dir.clone(),
+                    source,
+                }
+            })?),
+            ImageRef::Registry(r) => Source::Registry(client, r.clone()),
+        })
+    }
+
+    pub(super) fn layout_err(
+        layout: &ImageLayout,
+    ) -> impl FnOnce(LayoutError) -> TransferError + '_ {
+        move |source| TransferError::Layout {
+            dir: layout.root().to_owned(),
+            source,
+        }
+    }
+
+    /// The root descriptor and its verified bytes.
+    pub(super) async fn root(&self, r: &ImageRef) -> Result<(Content, Bytes), TransferError> {
+        match self {
+            Source::Layout(layout) => {
+                let tag = r.tag();
+                let index_bytes = layout
+                    .read_index_bytes()
+                    .map_err(Self::layout_err(layout))?;
+                let index_path = layout.root().join("index.json");
+                let (report, doc) = check_document(
+                    &index_bytes,
+                    Some(validator::DocumentKind::Index),
+                    None,
+                    &index_path.display().to_string(),
+                );
+                let Some(Document::Index(index)) = doc else {
+                    let errors: Vec<String> =
+                        report.errors().take(5).map(ToString::to_string).collect();
+                    return Err(TransferError::Index {
+                        path: index_path,
+                        reason: errors.join("; "),
+                    });
+                };
+                let entry = match tag {
+                    Some(t) => index
+                        .manifests
+                        .iter()
+                        .rev()
+                        .find(|d| d.ref_name() == Some(t.as_str()))
+                        .ok_or_else(|| TransferError::NotFound {
+                            what: format!("tag {t} in layout {}", layout.root().display()),
+                        })?,
+                    // Referrers (the builder's SBOM, what a copy wrote) are not images to
+                    // choose between.
+                    None => match index
+                        .manifests
+                        .iter()
+                        .filter(|d| layout_subject(layout, &content_of(d)).is_none())
+                        .collect::<Vec<_>>()
+                        .as_slice()
+                    {
+                        [one] => *one,
+                        [] => {
+                            return Err(TransferError::NotFound {
+                                what: format!("an image in layout {}", layout.root().display()),
+                            });
+                        }
+                        many => {
+                            return Err(TransferError::Ambiguous {
+                                dir: layout.root().to_owned(),
+                                count: many.len(),
+                            });
+                        }
+                    },
+                };
+                let c = content_of(entry);
+                let bytes = self.document(&c).await?;
+                Ok((c, bytes))
+            }
+            Source::Registry(client, reference) => {
+                let (d, bytes) =
+                    client
+                        .get_manifest(reference)
+                        .await
+                        .map_err(|source| match source.kind() {
+                            ClientErrorKind::NotFound => TransferError::NotFound {
+                                what: format!("manifest {reference}"),
+                            },
+                            _ => TransferError::Registry {
+                                reference: reference.to_string(),
+                                source,
+                            },
+                        })?;
+                Ok((
+                    Content {
+                        digest: d.digest,
+                        size: d.size,
+                        media_type: d.media_type,
+                    },
+                    bytes,
+                ))
+            }
+        }
+    }
+
+    /// A manifest or index by descriptor, verified against digest and size.
+    pub(super) async fn document(&self, c: &Content) -> Result<Bytes, TransferError> {
+        match self {
+            Source::Layout(layout) => layout
+                .read_document(&c.digest, c.size, MAX_MANIFEST_SIZE as u64)
+                .map(Bytes::from)
+                .map_err(Self::layout_err(layout)),
+            Source::Registry(client, reference) => {
+                let r = reference.with_digest(c.digest.clone());
+                let (d, bytes) =
+                    client
+                        .get_manifest(&r)
+                        .await
+                        .map_err(|source| TransferError::Registry {
+                            reference: r.to_string(),
+                            source,
+                        })?;
+                if d.size != c.size {
+                    return Err(TransferError::Registry {
+                        reference: r.to_string(),
+                        source: ClientError::Verify {
+                            url: r.to_string(),
+                            source: VerifyError::TooShort {
+                                expected_digest: c.digest.clone(),
+                                expected: c.size,
+                                found: d.size,
+                            },
+                        },
+                    });
+                }
+                Ok(bytes)
+            }
+        }
+    }
+}
+
+/// The `subject` of the manifest or index a layout entry names, if it can be read and has one.
+pub(super) fn layout_subject(layout: &ImageLayout, c: &Content) -> Option<(Referrer, Digest)> {
+    let bytes = layout
+        .read_document(&c.digest, c.size, MAX_MANIFEST_SIZE as u64)
+        .map_err(|e| tracing::debug!(digest = %c.digest, error = %validator::error_chain(&e), "unreadable index.json entry"))
+        .ok()?;
+    let (mut referrer, subject) = Referrer::describe(&c.media_type, &bytes)?;
+    referrer.digest = c.digest.clone();
+    Some((referrer, subject))
+}
+
+pub(super) enum Dest {
+    Layout(ImageLayout),
+    Registry(Reference),
+}
+
+impl Dest {
+    pub(super) fn open(r: &ImageRef) -> Result<Self, TransferError> {
+        Ok(match r {
+            ImageRef::Layout(l) => Dest::Layout(ImageLayout::create(&l.dir).map_err(|source| {
+                TransferError::Layout {
+                    dir: l.dir.clone(),
+                    source,
+                }
+            })?),
+            ImageRef::Registry(r) => Dest::Registry(r.clone()),
+        })
+    }
+
+    pub(super) async fn has_blob(
+        &self,
+        client: &Client,
+        c: &Content,
+    ) -> Result<bool, TransferError> {
+        match self {
+            Dest::Layout(layout) => Ok(std::fs::metadata(layout.blob_path(&c.digest))
+                .is_ok_and(|m| m.is_file() && m.len() == c.size)),
+            Dest::Registry(r) => client
+                .blob_exists(r.registry(), r.name(), &c.digest)
+                .await
+                .map(|size| size.is_some())
+                .map_err(|source| TransferError::Registry {
+                    reference: r.with_digest(c.digest.clone()).to_string(),
+                    source,
+                }),
+        }
+    }
+
+    /// Writes a manifest byte-exact: by digest, or under `tag` when given.
+    pub(super) async fn put_manifest(
+        &self,
+        client: &Client,
+        c: &Content,
+        bytes: &Bytes,
+        tag: Option<&Tag>,
+    ) -> Result<(), TransferError> {
+        match self {
+            Dest::Layout(layout) => {
+                layout
+                    .write_blob(&bytes[..], c.digest.algorithm(), Some((&c.digest, c.size)))
+                    .map_err(Source::layout_err(layout))?;
+                if let Some(t) = tag {
+                    update_index(layout, c, Some(t), None)?;
+                }
+                Ok(())
+            }
+            Dest::Registry(r) => {
+                let target = match tag {
+                    Some(t) => r.with_tag(t.clone()),
+                    None => r.with_digest(c.digest.clone()),
+                };
+                client
+                    .push_manifest(&target, &c.media_type, bytes.clone())
+                    .await
+                    .map_err(|source| TransferError::Registry {
+                        reference: target.to_string(),
+                        source,
+                    })?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Writes a referrer manifest byte-exact by digest so it can be found again from its
+    /// subject: at a registry through [`Client::push_referrer`] (the API, or the tag schema the
+    /// client keeps), in a layout as an untagged `index.json` entry with its `artifactType`.
+    pub(super) async fn put_referrer(
+        &self,
+        client: &Client,
+        c: &Content,
+        bytes: &Bytes,
+        artifact_type: Option<&str>,
+    ) -> Result<(), TransferError> {
+        match self {
+            Dest::Layout(layout) => {
+                self.put_manifest(client, c, bytes, None).await?;
+                update_index(layout, c, None, artifact_type)
+            }
+            Dest::Registry(r) => {
+                let target = r.with_digest(c.digest.clone());
+                let how = client
+                    .push_referrer(&target, &c.media_type, bytes.clone())
+                    .await
+                    .map_err(|source| TransferError::Registry {
+                        reference: target.to_string(),
+                        source,
+                    })?;
+                tracing::debug!(reference = %target, ?how, "referrer pushed");
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Adds (or replaces) the `index.json` entry for `tag` (or the untagged entry for the digest),
+/// with an `artifactType` when given (referrers).
+pub(super) fn update_index(
+    layout: &ImageLayout,
+    c: &Content,
+    tag: Option<&Tag>,
+    artifact_type: Option<&str>,
+) -> Result<(), TransferError> {
+    let path = layout.root().join("index.json");
+    let bad = |reason: String| TransferError::Index {
+        path: path.clone(),
+        reason,
+    };
+    let bytes = layout
+        .read_index_bytes()
+        .map_err(Source::layout_err(layout))?;
+    let mut index: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+    let manifests = index
+        .as_object_mut()
+        .ok_or_else(|| bad("not a JSON object".to_owned()))?
+        .entry("manifests")
+        .or_insert_with(|| serde_json::Value::Array(Vec::new()))
+        .as_array_mut()
+        .ok_or_else(|| bad("manifests is not an array".to_owned()))?;
+    let name_of = |e: &serde_json::Value| {
+        e.get("annotations")
+            .and_then(|a| a.get(REF_NAME))
+            .and_then(|n| n.as_str())
+            .map(str::to_owned)
+    };
+    manifests.retain(|e| match tag {
+        Some(t) => name_of(e).as_deref() != Some(t.as_str()),
+        None => {
+            name_of(e).is_some()
+                || e.get("digest").and_then(|d| d.as_str()) != Some(c.digest.as_str())
+        }
+    });
+    let mut entry = serde_json::json!({
+        "mediaType": c.media_type,
+        "digest": c.digest.as_str(),
+        "size": c.size,
+    });
+    if let Some(t) = artifact_type {
+        entry["artifactType"] = serde_json::json!(t);
+    }
+    if let Some(t) = tag {
+        entry["annotations"] = serde_json::json!({ REF_NAME: t.as_str() });
+    }
+    manifests.push(entry);
+    let out = serde_json::to_vec(&index).map_err(|e| bad(e.to_string()))?;
+    layout
+        .write_index_bytes(&out)
+        .map_err(Source::layout_err(layout))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_entries_are_replaced_by_tag() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = ImageLayout::create(dir.path().join("l")).unwrap();
+        let c = |b: &[u8]| Content {
+            digest: Digest::sha256(b),
+            size: b.len() as u64,
+            media_type: "application/vnd.oci.image.manifest.v1+json".into(),
+        };
+        let v1 = Tag::parse("v1").unwrap();
+        update_index(&layout, &c(b"a"), Some(&v1), None).unwrap();
+        update_index(&layout, &c(b"b"), Some(&Tag::parse("v2").unwrap()), None).unwrap();
+        update_index(&layout, &c(b"c"), Some(&v1), None).unwrap();
+        update_index(&layout, &c(b"d"), None, None).unwrap();
+        update_index(&layout, &c(b"d"), None, None).unwrap();
+        let index: serde_json::Value =
+            serde_json::from_slice(&layout.read_index_bytes().unwrap()).unwrap();
+        let entries: Vec<(String, Option<String>)> = index["manifests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["digest"].as_str().unwrap().to_owned(),
+                    e["annotations"][REF_NAME].as_str().map(str::to_owned),
+                )
+            })
+            .collect();
+        assert_eq!(
+            entries,
+            vec![
+                (Digest::sha256(b"b").to_string(), Some("v2".into())),
+                (Digest::sha256(b"c").to_string(), Some("v1".into())),
+                (Digest::sha256(b"d").to_string(), None),
+            ]
+        );
+    }
+}

@@ -1,0 +1,184 @@
+//! Copying referrers: after an image graph is at the destination, the manifests whose `subject`
+//! names one of its documents follow, each with its own graph, then their referrers in turn.
+
+use std::collections::{HashMap, HashSet};
+
+use validator::{Digest, Document, check_document};
+
+use super::endpoint::{Dest, Source, layout_subject};
+use super::{Content, CopyReport, MAX_DOCUMENTS, Node, TransferError, checked, copy_blobs, walk};
+use crate::Client;
+
+/// Most levels of referrers of referrers one copy follows (a signature of an SBOM of an image
+/// is two).
+pub const MAX_REFERRER_DEPTH: usize = 8;
+
+/// Where the source's referrers are looked up.
+enum Finder<'a> {
+    /// A layout: its `index.json` entries with a `subject`, by subject, read once.
+    Layout(HashMap<Digest, Vec<Content>>),
+    /// A registry: the referrers API or the tag schema, per subject.
+    Registry(&'a Client, &'a crate::Reference),
+}
+
+impl<'a> Finder<'a> {
+    fn open(source: &'a Source<'a>) -> Result<Self, TransferError> {
+        match source {
+            Source::Registry(client, reference) => Ok(Finder::Registry(*client, reference)),
+            Source::Layout(layout) => {
+                let index_path = layout.root().join("index.json");
+                let bytes = layout
+                    .read_index_bytes()
+                    .map_err(Source::layout_err(layout))?;
+                let (report, doc) = check_document(
+                    &bytes,
+                    Some(validator::DocumentKind::Index),
+                    None,
+                    &index_path.display().to_string(),
+                );
+                let Some(Document::Index(index)) = doc else {
+                    let errors: Vec<String> =
+                        report.errors().take(5).map(ToString::to_string).collect();
+                    return Err(TransferError::Index {
+                        path: index_path,
+                        reason: errors.join("; "),
+                    });
+                };
+                let mut by_subject: HashMap<Digest, Vec<Content>> = HashMap::new();
+                let mut listed = HashSet::new();
+                for entry in index.manifests.iter().take(MAX_DOCUMENTS) {
+                    let c = super::content_of(entry);
+                    if !listed.insert(c.digest.clone()) {
+                        continue;
+                    }
+                    if let Some((_, subject)) = layout_subject(layout, &c) {
+                        by_subject.entry(subject).or_default().push(c);
+                    }
+                }
+                Ok(Finder::Layout(by_subject))
+            }
+        }
+    }
+
+    /// The referrers of `subject` at the source.
+    async fn find(&self, subject: &Digest) -> Result<Vec<Content>, TransferError> {
+        match self {
+            Finder::Layout(by_subject) => Ok(by_subject.get(subject).cloned().unwrap_or_default()),
+            Finder::Registry(client, reference) => {
+                let found = client
+                    .referrers(reference, subject)
+                    .await
+                    .map_err(|source| TransferError::Registry {
+                        reference: format!("{} (referrers of {subject})", reference),
+                        source,
+                    })?;
+                Ok(found
+                    .manifests
+                    .into_iter()
+                    .map(|r| Content {
+                        digest: r.digest,
+                        size: r.size,
+                        media_type: r.media_type,
+                    })
+                    .collect())
+            }
+        }
+    }
+}
+
+/// The `subject` digest and `artifactType` (the manifest's, else its config's media type; an
+/// index's own) of a checked document.
+fn subject_of(doc: &Document) -> Option<(&Digest, Option<&str>)> {
+    match doc {
+        Document::Manifest(m) => m.subject.as_ref().map(|s| {
+            let t = m.artifact_type.as_ref().unwrap_or(&m.config.media_type);
+            (&s.digest, Some(t.as_str()))
+        }),
+        Document::Index(i) => i
+            .subject
+            .as_ref()
+            .map(|s| (&s.digest, i.artifact_type.as_ref().map(|t| t.as_str()))),
+        _ => None,
+    }
+}
+
+/// Copies the referrers of every document in `graph`, and theirs, level by level: each
+/// referrer's graph is checked, its blobs copied, its manifests written children first, the
+/// referrer itself last (its subject is already at the destination).
+pub(super) async fn copy_referrers(
+    client: &Client,
+    source: &Source<'_>,
+    dest: &Dest,
+    graph: &[Node],
+    done: &mut HashSet<Digest>,
+    report: &mut CopyReport,
+) -> Result<(), TransferError> {
+    let finder = Finder::open(source)?;
+    let mut seen: HashSet<Digest> = graph.iter().map(|n| n.content.digest.clone()).collect();
+    let mut level: Vec<Digest> = graph.iter().map(|n| n.content.digest.clone()).collect();
+    let mut documents = graph.len();
+    for depth in 0usize.. {
+        if level.is_empty() {
+            break;
+        }
+        let mut next = Vec::new();
+        for subject in &level {
+            for referrer in finder.find(subject).await? {
+                if !seen.insert(referrer.digest.clone()) {
+                    continue;
+                }
+                if depth >= MAX_REFERRER_DEPTH {
+                    return Err(TransferError::TooDeep {
+                        subject: subject.clone(),
+                    });
+                }
+                let bytes = match source.document(&referrer).await {
+                    Ok(b) => b,
+                    Err(e) if e.kind() == super::ErrorKind::NotFound => {
+                        // Listed (a tag schema index can outlive a deleted manifest) but gone.
+                        tracing::warn!(referrer = %referrer.digest, %subject, "listed as a referrer but not found; skipped");
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                let doc = checked(&referrer, &bytes)?;
+                let artifact_type = match subject_of(&doc) {
+                    Some((s, t)) if s == subject => t.map(str::to_owned),
+                    _ => {
+                        // A stale tag schema entry or a layout entry listed under the wrong
+                        // subject: not a referrer of this document.
+                        tracing::warn!(referrer = %referrer.digest, %subject, "listed as a referrer but its subject differs; skipped");
+                        continue;
+                    }
+                };
+                let nodes = walk(source, referrer.clone(), bytes, doc).await?;
+                documents = documents.saturating_add(nodes.len());
+                if documents > MAX_DOCUMENTS {
+                    return Err(TransferError::TooLarge {
+                        root: referrer.digest.clone(),
+                    });
+                }
+                for node in &nodes {
+                    copy_blobs(client, source, dest, node, done, report).await?;
+                    if node.content.digest == referrer.digest {
+                        dest.put_referrer(
+                            client,
+                            &node.content,
+                            &node.bytes,
+                            artifact_type.as_deref(),
+                        )
+                        .await?;
+                    } else {
+                        dest.put_manifest(client, &node.content, &node.bytes, None)
+                            .await?;
+                    }
+                    report.referrers.push(node.content.clone());
+                    seen.insert(node.content.digest.clone());
+                    next.push(node.content.digest.clone());
+                }
+            }
+        }
+        level = next;
+    }
+    Ok(())
+}
