@@ -320,7 +320,8 @@ impl ContentStore {
             }
             (ingest, buf) = match write_chunk(ingest, buf, filled).await {
                 Ok(v) => v,
-                Err((ingest, e)) => {
+                Err(failed) => {
+                    let (ingest, e) = *failed;
                     return Err(match VerifyError::from_io(&e) {
                         // More bytes than the descriptor's size: they can never verify.
                         Some(v) => {
@@ -462,10 +463,10 @@ async fn write_chunk(
     mut ingest: Ingest,
     buf: Vec<u8>,
     len: usize,
-) -> Result<(Ingest, Vec<u8>), (Ingest, io::Error)> {
+) -> Result<(Ingest, Vec<u8>), Box<(Ingest, io::Error)>> {
     blocking(move || match ingest.write_all(&buf[..len]) {
         Ok(()) => Ok((ingest, buf)),
-        Err(e) => Err((ingest, e)),
+        Err(e) => Err(Box::new((ingest, e))),
     })
     .await
 }

@@ -24,7 +24,7 @@ enum Finder<'a> {
 impl<'a> Finder<'a> {
     fn open(source: &'a Source<'a>) -> Result<Self, TransferError> {
         match source {
-            Source::Registry(client, reference) => Ok(Finder::Registry(*client, reference)),
+            Source::Registry(client, reference) => Ok(Finder::Registry(client, reference)),
             Source::Layout(layout) => {
                 let index_path = layout.root().join("index.json");
                 let bytes = layout
