@@ -189,9 +189,9 @@ impl Default for RetryPolicy {
 }
 
 /// How long connecting, the TLS handshake included, may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the client waits for response headers, and for each read or write.
-pub const IO_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const IO_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A client for one depot origin (e.g. `https://pkg.openindiana.org/hipster/`).
 ///
@@ -231,7 +231,7 @@ impl DepotClientBuilder {
         self
     }
 
-    /// How long connecting and the TLS handshake may take (default [`CONNECT_TIMEOUT`]).
+    /// How long connecting and the TLS handshake may take (default 10 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
