@@ -3,6 +3,7 @@
 
 mod builder_e2e;
 mod cli_help;
+mod depot_tls;
 mod distribution_s3;
 mod docs;
 mod fault_proxy;
