@@ -45,11 +45,11 @@ license lic/tool.txt license=MIT
 ";
 
 const LONG_DOC: &str = "usr/share/doc/demo-tool/a-rather-long-directory-name-for-the-documentation/and-a-long-file-name-that-needs-pax.txt";
-const TOOL_BIN: &str = "#!/bin/sh\necho tool\n";
+pub(crate) const TOOL_BIN: &str = "#!/bin/sh\necho tool\n";
 
 /// A proto directory and the two manifests, published with `rdctl ips publish` into
 /// `dir/repo`. `tool_bin` is the content of usr/bin/tool.
-fn publish_fixture(dir: &Path, tool_bin: &str) -> PathBuf {
+pub(crate) fn publish_fixture(dir: &Path, tool_bin: &str) -> PathBuf {
     let proto = dir.join("proto");
     let files: &[(&str, &str)] = &[
         (
@@ -95,7 +95,7 @@ fn publish_fixture(dir: &Path, tool_bin: &str) -> PathBuf {
     repo
 }
 
-fn image_file(origin: &str) -> String {
+pub(crate) fn image_file(origin: &str) -> String {
     format!(
         r#"name = "zones/demo"
 tags = ["1.0"]

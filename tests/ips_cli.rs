@@ -38,7 +38,7 @@ const COPYING: &str = "Permission is hereby granted, free of charge.\n";
 /// `rdctl ips serve` on 127.0.0.1:0; killed and reaped on drop.
 pub(crate) struct Depot {
     child: Child,
-    /// `http://127.0.0.1:PORT/`.
+    /// `http://127.0.0.1:PORT/` (`https://` when serving TLS).
     pub(crate) url: String,
     stderr: PathBuf,
 }
@@ -46,9 +46,17 @@ pub(crate) struct Depot {
 impl Depot {
     /// Serves `repo`; the server's stderr goes to a file in `dir`.
     pub(crate) fn start(repo: &Path, dir: &Path) -> Depot {
+        let depot = Depot::start_with(repo, dir, &[]);
+        assert!(depot.url.starts_with("http://127.0.0.1:"), "{}", depot.url);
+        depot
+    }
+
+    /// Serves `repo` with more `rdctl ips serve` arguments (`--tls-cert`, `--tls-key`).
+    pub(crate) fn start_with(repo: &Path, dir: &Path, extra: &[&str]) -> Depot {
         let stderr = dir.join("serve.stderr");
         let mut child = rdctl()
             .args(["ips", "serve", "--repo", s(repo), "--listen", "127.0.0.1:0"])
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(fs::File::create(&stderr).expect("stderr file"))
             .spawn()
@@ -64,7 +72,6 @@ impl Depot {
                 tail(&fs::read(&stderr).unwrap_or_default())
             );
         };
-        assert!(url.starts_with("http://127.0.0.1:"), "{url}");
         Depot { child, url, stderr }
     }
 

@@ -20,14 +20,15 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use crate::registry_e2e::{conformance_at, header, http};
 use crate::util::{Server, ok, rdctl, s, tail, tempdir, tool};
 
-/// A test CA that issues server certificates for 127.0.0.1 and localhost.
-struct Pki {
+/// A test CA that issues server certificates for 127.0.0.1 and localhost (also used by
+/// `depot_tls`).
+pub(crate) struct Pki {
     dir: PathBuf,
     ca: CertifiedIssuer<'static, KeyPair>,
 }
 
 impl Pki {
-    fn new(dir: &Path) -> Pki {
+    pub(crate) fn new(dir: &Path) -> Pki {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params
@@ -43,13 +44,13 @@ impl Pki {
     }
 
     /// The CA certificate file.
-    fn ca_file(&self) -> PathBuf {
+    pub(crate) fn ca_file(&self) -> PathBuf {
         self.dir.join("ca.pem")
     }
 
     /// Writes `server.crt` (leaf then CA: a chain) and `server.key` with this serial, each
     /// through a rename so the server never reads half a file. Returns the leaf's DER.
-    fn issue(&self, serial: u64) -> CertificateDer<'static> {
+    pub(crate) fn issue(&self, serial: u64) -> CertificateDer<'static> {
         let key = KeyPair::generate().unwrap();
         let mut params =
             CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
@@ -67,11 +68,11 @@ impl Pki {
         cert.der().clone()
     }
 
-    fn cert(&self) -> PathBuf {
+    pub(crate) fn cert(&self) -> PathBuf {
         self.dir.join("server.crt")
     }
 
-    fn key(&self) -> PathBuf {
+    pub(crate) fn key(&self) -> PathBuf {
         self.dir.join("server.key")
     }
 

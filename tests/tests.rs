@@ -5,6 +5,7 @@ mod builder_e2e;
 mod cli_help;
 mod client_auth_layers;
 mod client_faults;
+mod depot_tls;
 mod distribution_s3;
 mod docs;
 mod fault_proxy;

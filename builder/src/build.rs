@@ -50,6 +50,8 @@ pub struct BuildOptions {
     /// times, payload actions, compression) are unchanged is copied from here, checked,
     /// instead of being built and compressed again.
     pub layer_cache: Option<PathBuf>,
+    /// How `https://` depot origins are trusted (CA files, certs.d, insecure).
+    pub depot_tls: ips_bridge::TlsSettings,
     /// Told how the build goes (layers started, bytes, finished).
     pub progress: Option<Arc<dyn Progress>>,
 }
@@ -97,7 +99,11 @@ pub struct BuildSummary {
 pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, BuildError> {
     let image = ImageFile::load(image_file)?;
     let lock = Lockfile::load_for(&image)?;
-    let sources = Sources::open(&image.publishers, opts.payload_cache.as_deref())?;
+    let sources = Sources::open(
+        &image.publishers,
+        opts.payload_cache.as_deref(),
+        &opts.depot_tls,
+    )?;
     let filter = image.filter();
 
     // Every manifest, checked against the lockfile's SHA-1. The parsed manifests are

@@ -5,7 +5,8 @@
 //! 1. [`ImageFile`]: the TOML image file (publishers, packages, variants and facets, image
 //!    config, layering, compression), checked with errors naming file, line and field.
 //! 2. [`lock()`] resolves it against the publishers' catalogs into a [`Lockfile`] (full FMRIs,
-//!    manifest SHA-1s, a checksum of the image file) written beside it.
+//!    manifest SHA-1s, a checksum of the image file) written beside it; [`lock_with`] and
+//!    [`BuildOptions`] carry the TLS settings for `https://` depots.
 //! 3. [`build()`] refuses a missing or stale lockfile, fetches every manifest and checks it
 //!    against the lockfile's SHA-1, runs pkg's dependency and path-conflict checks, composes
 //!    the file tree as pkg would install it (accounts merged into the image's own
@@ -44,7 +45,10 @@ pub use imagefile::{
     Compression, CompressionAlg, ImageFile, ImageFileError, Layering, Origin, RuntimeConfig,
     lockfile_path,
 };
-pub use lock::{LOCKFILE_VERSION, LockError, LockedPackage, Lockfile, image_checksum, lock};
+pub use lock::{
+    LOCKFILE_VERSION, LockError, LockOptions, LockedPackage, Lockfile, image_checksum, lock,
+    lock_with,
+};
 pub use progress::Progress;
 pub use sbom::SBOM_ARTIFACT_TYPE;
 pub use source::SourceError;

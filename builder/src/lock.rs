@@ -175,10 +175,22 @@ struct Wanted {
     wanted_by: String,
 }
 
+/// How `rdctl lock` reaches the publishers.
+#[derive(Debug, Clone, Default)]
+pub struct LockOptions {
+    /// How `https://` depot origins are trusted (CA files, certs.d, insecure).
+    pub depot_tls: ips_bridge::TlsSettings,
+}
+
 /// Resolves the image file against its publishers and writes the lockfile beside it.
 /// Returns the lockfile and where it was written.
 pub fn lock(image: &ImageFile) -> Result<(Lockfile, PathBuf), LockError> {
-    let sources = Sources::open(&image.publishers, None)?;
+    lock_with(image, &LockOptions::default())
+}
+
+/// [`lock()`] with options (TLS settings for depots).
+pub fn lock_with(image: &ImageFile, opts: &LockOptions) -> Result<(Lockfile, PathBuf), LockError> {
+    let sources = Sources::open(&image.publishers, None, &opts.depot_tls)?;
     let lockfile = resolve(image, &sources)?;
     let path = image.lockfile_path();
     let mut text = serde_json::to_string_pretty(&lockfile).expect("lockfile serialises");

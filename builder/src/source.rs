@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::Path;
 
 use ips_bridge::{
-    Action, DepotClient, FileRepo, Fmri, PackageRef, PackageRepository, PayloadCache,
+    Action, DepotClient, FileRepo, Fmri, PackageRef, PackageRepository, PayloadCache, TlsSettings,
 };
 
 use crate::imagefile::Origin;
@@ -87,12 +87,13 @@ pub(crate) struct Sources {
 }
 
 impl Sources {
-    /// Opens every publisher's origin. Payloads from depots go through `cache` when given
-    /// (verified on entry, verified again on every read); file repositories are local
-    /// already and are read directly.
+    /// Opens every publisher's origin, depots over `https://` with `tls`. Payloads from
+    /// depots go through `cache` when given (verified on entry, verified again on every
+    /// read); file repositories are local already and are read directly.
     pub(crate) fn open(
         publishers: &BTreeMap<String, Origin>,
         cache: Option<&Path>,
+        tls: &TlsSettings,
     ) -> Result<Self, SourceError> {
         let mut by_name = BTreeMap::new();
         for (name, origin) in publishers {
@@ -104,7 +105,10 @@ impl Sources {
             let repo = match origin {
                 Origin::Path(p) => Repo::File(FileRepo::open(p).map_err(|e| err(Box::new(e)))?),
                 Origin::Url(u) => {
-                    let mut client = DepotClient::connect(u).map_err(|e| err(Box::new(e)))?;
+                    let mut client = DepotClient::builder(u)
+                        .tls(tls.clone())
+                        .connect()
+                        .map_err(|e| err(Box::new(e)))?;
                     if let Some(dir) = cache {
                         client = client.with_cache(PayloadCache::new(dir));
                     }

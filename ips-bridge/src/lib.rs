@@ -19,7 +19,8 @@
 //!   serialised byte for byte as pkg does.
 //! - [`FileRepo`]: version 4 file repositories: read, verify, publish.
 //! - [`DepotClient`] and [`DepotServer`]: the HTTP depot protocol (client with operation
-//!   negotiation, retries and a verified [`PayloadCache`]; read-only server).
+//!   negotiation, retries, a verified [`PayloadCache`] and [`TlsSettings`] for `https://`
+//!   origins; read-only server, over HTTPS with a [`ServerTls`]).
 //! - [`check_pinned_set`] and [`check_conflicts`]: the dependency and conflicting-action
 //!   checks pkg would make on a pinned package set.
 //! - [`PackageRepository`]: what a build needs from either kind of repository (find a
@@ -86,7 +87,10 @@ pub use cfgfiles::{UserDb, UserDbError};
 pub use config::{IniError, IniFile, python_list};
 pub use conflict::check_conflicts;
 pub use depend::{DependencyProblem, Severity, check_pinned_set};
-pub use depot::{DepotClient, DepotError, DepotServer, RetryPolicy, VERSIONS};
+pub use depot::{
+    DepotClient, DepotClientBuilder, DepotError, DepotServer, RetryPolicy, ServerTls, TlsFileError,
+    TlsProblem, TlsSettings, VERSIONS,
+};
 pub use fmri::{Fmri, FmriError, quote, unquote, valid_publisher, valid_stem};
 pub use image::{
     ImageError, ImageMetadata, ImagePublisher, InstalledPackage, entry_states, legacy_pkginfo,

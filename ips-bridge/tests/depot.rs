@@ -500,3 +500,161 @@ fn matching_lists_every_matching_version_from_either_reader() {
     let base = pats(&["pkg://example.org/demo/base"]);
     assert_eq!(names(repo.matching(&base).unwrap()), all[..1].to_vec());
 }
+
+/// A CA and a server certificate for 127.0.0.1 signed by it, written as `ca.pem`,
+/// `server.crt` (leaf then CA) and `server.key` in `dir`.
+fn pki(dir: &Path) -> (PathBuf, ips_bridge::ServerTls) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+    std::fs::write(
+        dir.join("server.crt"),
+        format!("{}{}", leaf.pem(), ca.pem()),
+    )
+    .unwrap();
+    std::fs::write(dir.join("server.key"), key.serialize_pem()).unwrap();
+    let tls =
+        ips_bridge::ServerTls::from_pem_files(&dir.join("server.crt"), &dir.join("server.key"))
+            .unwrap();
+    (dir.join("ca.pem"), tls)
+}
+
+#[test]
+fn https_depot_is_trusted_through_a_ca_file_a_certs_d_entry_or_insecure() {
+    use ips_bridge::{TlsProblem, TlsSettings};
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = fixture_repo(&tmp.path().join("repo"));
+    let (ca, tls) = pki(tmp.path());
+    let server = DepotServer::start_tls(repo.clone(), "127.0.0.1:0", &tls).unwrap();
+    let url = server.url();
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+
+    // The system's roots do not know the test CA: a certificate error naming the URL.
+    let started = std::time::Instant::now();
+    match DepotClient::connect(&url) {
+        Err(e @ DepotError::Tls { .. }) => {
+            let DepotError::Tls { problem, .. } = &e else {
+                unreachable!()
+            };
+            assert_eq!(*problem, TlsProblem::Certificate);
+            let text = e.to_string();
+            assert!(
+                text.starts_with(&url) && text.contains("tls failure"),
+                "{text}"
+            );
+        }
+        other => panic!("expected a TLS error, got {:?}", other.err()),
+    }
+    assert!(started.elapsed() < Duration::from_secs(5), "not retried");
+
+    let with = |settings: TlsSettings| {
+        let client = DepotClient::builder(&url).tls(settings).connect().unwrap();
+        // Catalog, manifest and a payload, all over TLS through the relay.
+        let pkg = client
+            .find(&Fmri::parse("demo/hello").unwrap())
+            .unwrap()
+            .expect("demo/hello is published");
+        let manifest = client.manifest(&pkg).unwrap();
+        let file = manifest
+            .actions()
+            .iter()
+            .find(|a| a.kind() == ips_bridge::ActionKind::File)
+            .expect("hello has a file");
+        let mut out = Vec::new();
+        client.payload(&pkg.fmri, file, &mut out).unwrap();
+        assert!(!out.is_empty());
+    };
+    with(TlsSettings {
+        ca_files: vec![ca.clone()],
+        ..TlsSettings::default()
+    });
+    let certs_d = tmp.path().join("certs.d");
+    let host = certs_d.join(server.local_addr().to_string());
+    std::fs::create_dir_all(&host).unwrap();
+    std::fs::copy(&ca, host.join("ca.crt")).unwrap();
+    with(TlsSettings {
+        cert_dirs: vec![tmp.path().join("absent"), certs_d],
+        ..TlsSettings::default()
+    });
+    with(TlsSettings {
+        insecure: true,
+        ..TlsSettings::default()
+    });
+}
+
+#[test]
+fn https_to_a_plain_http_depot_fails_after_one_connect_timeout_suggesting_http() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = fixture_repo(&tmp.path().join("repo"));
+    let server = DepotServer::start(repo, "127.0.0.1:0").unwrap();
+    let url = server.url().replacen("http://", "https://", 1);
+    // tiny_http waits for the end of a request line that the ClientHello never sends, so
+    // the handshake ends with the connect timeout (shortened here; 10 s by default), once:
+    // it is not retried.
+    let started = std::time::Instant::now();
+    let e = DepotClient::builder(&url)
+        .connect_timeout(Duration::from_secs(1))
+        .connect()
+        .err()
+        .expect("not TLS");
+    assert!(started.elapsed() < Duration::from_secs(3), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.starts_with(&url) && text.contains("tls failure") && text.contains(&server.url()),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_server_that_never_answers_the_handshake_fails_after_the_connect_timeout() {
+    // Accepts connections and reads nothing: the client's handshake gets no answer.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let held = std::thread::spawn(move || listener.accept().map(|(s, _)| s));
+    let url = format!("https://{addr}/");
+    let started = std::time::Instant::now();
+    let e = DepotClient::builder(&url)
+        .connect_timeout(Duration::from_millis(500))
+        .connect()
+        .err()
+        .expect("no answer");
+    let elapsed = started.elapsed();
+    assert!(elapsed < Duration::from_secs(3), "{elapsed:?}: {e}");
+    assert!(
+        matches!(
+            e,
+            DepotError::Tls {
+                problem: ips_bridge::TlsProblem::Timeout,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(e.to_string().starts_with(&url), "{e}");
+    drop(held.join());
+}
+
+#[test]
+fn a_bad_ca_file_fails_when_the_client_is_built_naming_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bad = tmp.path().join("ca.pem");
+    std::fs::write(&bad, "-----BEGIN CERTIFICATE-----\nnot base64!\n").unwrap();
+    let e = DepotClient::builder("https://depot.invalid/")
+        .tls(ips_bridge::TlsSettings {
+            ca_files: vec![bad.clone()],
+            ..Default::default()
+        })
+        .connect()
+        .err()
+        .expect("a bad CA file");
+    assert!(matches!(e, DepotError::TlsFile { .. }), "{e:?}");
+    let chain = format!("{e}: {}", std::error::Error::source(&e).unwrap());
+    assert!(chain.contains(&bad.display().to_string()), "{chain}");
+}

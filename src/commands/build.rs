@@ -17,6 +17,7 @@ use validator::Tag;
   rdctl build image.toml --output ./image --push localhost:5000/zones/web:1.0 --json
   rdctl build image.toml --push reg.example:5443/zones/web --ca-file ./ca.pem
   rdctl build image.toml --push localhost:5000/zones/web --no-referrers
+  (--ca-file, --cert-dir and --insecure apply to https:// depots and the registry alike)
 
 The lockfile (image.lock.json beside the image file) must exist and match the image file.
 SOURCE_DATE_EPOCH, when set, is the mtime of files without a timestamp and the image's
@@ -53,7 +54,7 @@ pub struct Args {
     /// With --push, push only the image, not its SBOM referrer.
     #[arg(long)]
     pub no_referrers: bool,
-    /// How to reach the registry for --push.
+    /// How to reach the registry for --push; the TLS flags also apply to https:// depots.
     #[command(flatten)]
     pub client: super::client::ClientArgs,
 }
@@ -103,6 +104,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         threads: args.threads,
         payload_cache: args.payload_cache,
         layer_cache: args.layer_cache,
+        depot_tls: args.client.tls.depot_tls_warned(),
         progress,
     };
     let summary = builder::build(&args.image_file, &opts)
@@ -121,9 +123,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .collect::<Result<_, _>>()
                 .context("the image file's tags")?,
         };
+        // Not `args.client.builder()`: the --insecure warning was given before the build.
         let client = args
             .client
-            .builder()
+            .options()
+            .builder(&registry_client::AuthEnv::current())
             .build()
             .context("cannot build the registry client")?;
         for tag in tags {

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::{Context as _, bail};
 use ips_bridge::{
     ActionKind, DepotClient, DepotServer, FileRepo, Fmri, Manifest, ManifestError, PackageRef,
-    PackageRepository,
+    PackageRepository, ServerTls,
 };
 
 /// IPS subcommands.
@@ -21,11 +21,13 @@ Creates the repository when DIR has no pkg5.repository. Prints the published FMR
 Exit status: 0 published, 2 the package could not be published.")]
     Publish(PublishArgs),
     /// Serve a file repository read-only over the depot protocol until SIGTERM or ctrl-c.
-    #[command(after_help = "Example:
+    #[command(after_help = "Examples:
   rdctl ips serve --repo ./repo --listen 127.0.0.1:0
+  rdctl ips serve --repo ./repo --listen 0.0.0.0:8443 --tls-cert depot.crt --tls-key depot.key
 
-Prints `listening on URL` (the real port when PORT is 0) on stdout. The server holds no state,
-so SIGTERM or ctrl-c simply ends the process.
+Prints `listening on URL` (the real port when PORT is 0) on stdout: http://, or https:// with
+--tls-cert and --tls-key. The server holds no state, so SIGTERM or ctrl-c simply ends the
+process.
 Exit status: 2 the repository could not be opened or the address bound; otherwise it serves
 until a signal ends it.")]
     Serve(ServeArgs),
@@ -33,6 +35,7 @@ until a signal ends it.")]
     #[command(after_help = "Examples:
   rdctl ips list ./repo
   rdctl ips list http://127.0.0.1:10000/ demo/hello@1.0
+  rdctl ips list https://depot.example/ --ca-file ./depot-ca.pem
 
 Exit status: 0 something listed, 1 nothing matches a pattern, 2 the repository is unreadable.")]
     List(QueryArgs),
@@ -84,16 +87,26 @@ pub struct ServeArgs {
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, value_name = "ADDR:PORT")]
     listen: String,
+    /// Serve HTTPS with this PEM certificate chain (server certificate first); needs
+    /// --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 }
 
 /// Arguments of `rdctl ips list` and `rdctl ips info`.
 #[derive(Debug, clap::Args)]
 pub struct QueryArgs {
-    /// A repository directory or an http:// depot URL.
+    /// A repository directory or an http:// or https:// depot URL.
     repo: String,
     /// FMRI patterns: stem, optionally with publisher and a partial version.
     #[arg(value_name = "FMRI-PATTERN")]
     patterns: Vec<String>,
+    /// How to trust an https:// depot.
+    #[command(flatten)]
+    tls: super::client::TlsArgs,
 }
 
 /// Arguments of `rdctl ips contents`.
@@ -118,9 +131,9 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     match cmd {
         Command::Publish(args) => publish(args),
         Command::Serve(args) => serve(args),
-        Command::List(q) => with_repo(&q.repo, |r| list(r, &patterns(&q.patterns)?)),
-        Command::Info(q) => with_repo(&q.repo, |r| info(r, &patterns(&q.patterns)?)),
-        Command::Contents(a) => with_repo(&a.query.repo, |r| {
+        Command::List(q) => with_repo(&q, |r| list(r, &patterns(&q.patterns)?)),
+        Command::Info(q) => with_repo(&q, |r| info(r, &patterns(&q.patterns)?)),
+        Command::Contents(a) => with_repo(&a.query, |r| {
             contents(r, &patterns(&a.query.patterns)?, a.manifest)
         }),
         Command::Lint(args) => lint(&args.file),
@@ -150,8 +163,14 @@ fn publish(args: PublishArgs) -> anyhow::Result<ExitCode> {
 fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let repo = FileRepo::open(&args.repo)
         .with_context(|| format!("cannot open repository {}", args.repo.display()))?;
-    let server = DepotServer::start(repo, &args.listen)
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let server = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            let tls = ServerTls::from_pem_files(cert, key).context("cannot serve TLS")?;
+            DepotServer::start_tls(repo, &args.listen, &tls)
+        }
+        _ => DepotServer::start(repo, &args.listen),
+    }
+    .with_context(|| format!("cannot listen on {}", args.listen))?;
     let mut out = io::stdout();
     writeln!(out, "listening on {}", server.url())?;
     out.flush()?;
@@ -162,14 +181,18 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Opens REPO as a file repository or, for http(s):// URLs, a depot, and runs `f` on it.
+/// Opens REPO as a file repository or, for http(s):// URLs, a depot (with the TLS flags),
+/// and runs `f` on it.
 fn with_repo(
-    repo: &str,
+    q: &QueryArgs,
     f: impl FnOnce(&dyn Query) -> anyhow::Result<ExitCode>,
 ) -> anyhow::Result<ExitCode> {
+    let repo = q.repo.as_str();
     if repo.starts_with("http://") || repo.starts_with("https://") {
-        let client =
-            DepotClient::connect(repo).with_context(|| format!("cannot reach depot {repo}"))?;
+        let client = DepotClient::builder(repo)
+            .tls(q.tls.depot_tls_warned())
+            .connect()
+            .with_context(|| format!("cannot reach depot {repo}"))?;
         f(&client)
     } else {
         let file =

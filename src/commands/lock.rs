@@ -11,6 +11,7 @@ use anyhow::Context;
 #[command(after_help = "Examples:
   rdctl lock image.toml        resolves the packages and writes image.lock.json
   rdctl lock --json image.toml | jq -r '.packages[].fmri'
+  rdctl lock image.toml --ca-file ./depot-ca.pem     an https:// depot with a private CA
 
 Prints each pinned FMRI (or, with --json, the lockfile's path and packages).
 
@@ -21,12 +22,18 @@ pub struct Args {
     /// Print a JSON summary (lockfile path, pinned packages).
     #[arg(long)]
     pub json: bool,
+    /// How to trust https:// depots.
+    #[command(flatten)]
+    pub tls: super::client::TlsArgs,
 }
 
 /// Runs `rdctl lock`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let image = builder::ImageFile::load(&args.image_file)?;
-    let (lockfile, path) = builder::lock(&image)
+    let opts = builder::LockOptions {
+        depot_tls: args.tls.depot_tls_warned(),
+    };
+    let (lockfile, path) = builder::lock_with(&image, &opts)
         .with_context(|| format!("cannot lock {}", args.image_file.display()))?;
     let mut out = std::io::stdout().lock();
     if args.json {

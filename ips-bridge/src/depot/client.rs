@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use flate2::read::ZlibDecoder;
 
+use super::tls::{TlsFileError, TlsProblem, TlsSettings, classify, describe};
 use crate::action::{Action, ActionKind};
 use crate::cache::{CacheError, PayloadCache};
 use crate::catalog::{Catalog, CatalogAttrs, CatalogError, CatalogPart};
@@ -50,6 +51,27 @@ pub enum DepotError {
         /// The transport error.
         #[source]
         source: Box<ureq::Error>,
+    },
+    /// The TLS connection to an `https://` depot failed: its certificate is not trusted,
+    /// it does not speak TLS, or the handshake did not finish in time. Not retried.
+    #[error("{url}: tls failure: {}", describe(*problem, url))]
+    Tls {
+        /// The URL.
+        url: String,
+        /// What went wrong, in short.
+        problem: TlsProblem,
+        /// The transport error.
+        #[source]
+        source: Box<ureq::Error>,
+    },
+    /// A CA file, `certs.d` entry or client certificate of the TLS settings is unusable.
+    #[error("TLS settings for {origin}")]
+    TlsFile {
+        /// The depot origin.
+        origin: String,
+        /// The error (names the file).
+        #[source]
+        source: TlsFileError,
     },
     /// Reading the response body failed (after retries, if transient).
     #[error("{url}: reading the response failed")]
@@ -123,12 +145,24 @@ pub enum DepotError {
 
 impl DepotError {
     /// True for errors worth retrying: transport failures, truncated bodies, 5xx, 408, 429.
+    /// A connect timeout (which covers the TLS handshake) is not: a server that did not
+    /// answer within the timeout is not expected to the next time, and retrying it is what
+    /// made an `https://` URL at a plain HTTP server hang for minutes.
     pub fn is_transient(&self) -> bool {
         match self {
             Self::Status { status, .. } => *status >= 500 || matches!(status, 408 | 429),
             Self::Transport { source, .. } => matches!(
                 **source,
-                ureq::Error::Io(_) | ureq::Error::Timeout(_) | ureq::Error::ConnectionFailed
+                ureq::Error::Io(_)
+                    | ureq::Error::Timeout(
+                        ureq::Timeout::RecvResponse
+                            | ureq::Timeout::RecvBody
+                            | ureq::Timeout::SendRequest
+                            | ureq::Timeout::SendBody
+                            | ureq::Timeout::PerRead
+                            | ureq::Timeout::PerWrite
+                    )
+                    | ureq::Error::ConnectionFailed
             ),
             Self::Body { .. } => true,
             _ => false,
@@ -154,12 +188,18 @@ impl Default for RetryPolicy {
     }
 }
 
+/// How long connecting, the TLS handshake included, may take.
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the client waits for response headers, and for each read or write.
+pub(crate) const IO_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// A client for one depot origin (e.g. `https://pkg.openindiana.org/hipster/`).
 ///
 /// [`DepotClient::connect`] reads `versions/0/` and every later request uses an operation
 /// version the server advertised: `catalog/1`, `manifest/0`, `file/1` (else `file/0`),
 /// `publisher/0`. Catalog and manifest responses may be gzip or deflate encoded; payloads
-/// are fetched without content encoding and verified before use.
+/// are fetched without content encoding and verified before use. `https://` origins are
+/// reached with the [`TlsSettings`] given to [`DepotClientBuilder::tls`].
 pub struct DepotClient {
     origin: String,
     agent: ureq::Agent,
@@ -169,31 +209,64 @@ pub struct DepotClient {
     cache: Option<PayloadCache>,
 }
 
-impl DepotClient {
-    /// Connects to `origin` and negotiates operation versions.
-    pub fn connect(origin: &str) -> Result<Self, DepotError> {
-        Self::connect_with(origin, RetryPolicy::default())
+/// Builds a [`DepotClient`]: retry policy, TLS settings and connect timeout.
+#[derive(Debug, Clone)]
+pub struct DepotClientBuilder {
+    origin: String,
+    retry: RetryPolicy,
+    tls: TlsSettings,
+    connect_timeout: Duration,
+}
+
+impl DepotClientBuilder {
+    /// The retry policy (default [`RetryPolicy::default`]).
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
     }
 
-    /// [`DepotClient::connect`] with a retry policy.
-    pub fn connect_with(origin: &str, retry: RetryPolicy) -> Result<Self, DepotError> {
-        let origin = if origin.ends_with('/') {
-            origin.to_owned()
+    /// How to trust `https://` origins (default: the system's roots, verified).
+    pub fn tls(mut self, tls: TlsSettings) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    /// How long connecting and the TLS handshake may take (default 10 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Reads the TLS settings (a bad file fails here, naming it), connects and negotiates
+    /// operation versions.
+    pub fn connect(self) -> Result<DepotClient, DepotError> {
+        let origin = if self.origin.ends_with('/') {
+            self.origin
         } else {
-            format!("{origin}/")
+            format!("{}/", self.origin)
         };
+        let tls = self
+            .tls
+            .config_for(&origin)
+            .map_err(|source| DepotError::TlsFile {
+                origin: origin.clone(),
+                source,
+            })?;
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
-            .timeout_connect(Some(Duration::from_secs(30)))
-            .timeout_recv_response(Some(Duration::from_secs(60)))
+            .tls_config(tls)
+            .timeout_connect(Some(self.connect_timeout))
+            .timeout_recv_response(Some(IO_TIMEOUT))
+            .timeout_per_read(Some(IO_TIMEOUT))
+            .timeout_per_write(Some(IO_TIMEOUT))
             .user_agent(concat!("ips-bridge/", env!("CARGO_PKG_VERSION")))
             .build();
-        let mut client = Self {
+        let mut client = DepotClient {
             origin,
             agent: config.into(),
             ops: BTreeMap::new(),
             server: String::new(),
-            retry,
+            retry: self.retry,
             cache: None,
         };
         let url = format!("{}versions/0/", client.origin);
@@ -216,6 +289,28 @@ impl DepotClient {
             client.ops.insert(op.to_owned(), versions);
         }
         Ok(client)
+    }
+}
+
+impl DepotClient {
+    /// Connects to `origin` and negotiates operation versions.
+    pub fn connect(origin: &str) -> Result<Self, DepotError> {
+        Self::builder(origin).connect()
+    }
+
+    /// [`DepotClient::connect`] with a retry policy.
+    pub fn connect_with(origin: &str, retry: RetryPolicy) -> Result<Self, DepotError> {
+        Self::builder(origin).retry(retry).connect()
+    }
+
+    /// A builder for a client of `origin`, for TLS settings, retries and timeouts.
+    pub fn builder(origin: &str) -> DepotClientBuilder {
+        DepotClientBuilder {
+            origin: origin.to_owned(),
+            retry: RetryPolicy::default(),
+            tls: TlsSettings::default(),
+            connect_timeout: CONNECT_TIMEOUT,
+        }
     }
 
     /// Uses `cache` for payloads fetched through [`PackageRepository::payload`]; without a
@@ -293,10 +388,20 @@ impl DepotClient {
         } else {
             req.header("Accept-Encoding", "identity")
         };
-        let resp = req.call().map_err(|e| DepotError::Transport {
-            url: url.to_owned(),
-            source: Box::new(e),
-        })?;
+        let resp =
+            req.call().map_err(
+                |e| match classify(&e).filter(|_| url.starts_with("https://")) {
+                    Some(problem) => DepotError::Tls {
+                        url: url.to_owned(),
+                        problem,
+                        source: Box::new(e),
+                    },
+                    None => DepotError::Transport {
+                        url: url.to_owned(),
+                        source: Box::new(e),
+                    },
+                },
+            )?;
         let status = resp.status().as_u16();
         match status {
             200 => Ok(resp),

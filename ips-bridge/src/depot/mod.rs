@@ -3,6 +3,10 @@
 
 mod client;
 mod server;
+mod terminator;
+mod tls;
 
-pub use client::{DepotClient, DepotError, RetryPolicy};
+pub use client::{DepotClient, DepotClientBuilder, DepotError, RetryPolicy};
 pub use server::{DepotServer, VERSIONS};
+pub use terminator::ServerTls;
+pub use tls::{TlsFileError, TlsProblem, TlsSettings};

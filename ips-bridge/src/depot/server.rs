@@ -11,6 +11,7 @@ use flate2::Compression;
 use flate2::write::GzEncoder;
 use tiny_http::{Header, Method, Request, Response, Server, StatusCode};
 
+use super::terminator::{ServerTls, Terminator};
 use crate::fmri::{Fmri, unquote};
 use crate::repo::FileRepo;
 
@@ -32,13 +33,26 @@ pub struct DepotServer {
     server: Arc<Server>,
     addr: SocketAddr,
     workers: Vec<JoinHandle<()>>,
+    tls: Option<Terminator>,
 }
 
 impl DepotServer {
     /// Serves `repo` read-only on `addr` (e.g. `127.0.0.1:0` for any free port) with a few
     /// worker threads.
     pub fn start(repo: FileRepo, addr: &str) -> io::Result<Self> {
-        let server = Server::http(addr).map_err(io::Error::other)?;
+        Self::serve(repo, addr, None)
+    }
+
+    /// [`DepotServer::start`] over HTTPS with `tls`'s certificate: TLS connections on `addr`
+    /// are relayed to the HTTP server, which then listens on loopback only.
+    pub fn start_tls(repo: FileRepo, addr: &str, tls: &ServerTls) -> io::Result<Self> {
+        Self::serve(repo, addr, Some(tls))
+    }
+
+    fn serve(repo: FileRepo, addr: &str, tls: Option<&ServerTls>) -> io::Result<Self> {
+        let listen = addr;
+        let http_addr = if tls.is_some() { "127.0.0.1:0" } else { listen };
+        let server = Server::http(http_addr).map_err(io::Error::other)?;
         let addr = server
             .server_addr()
             .to_ip()
@@ -57,11 +71,19 @@ impl DepotServer {
                 })
             })
             .collect();
-        Ok(Self {
+        let mut depot = Self {
             server,
             addr,
             workers,
-        })
+            tls: None,
+        };
+        // On failure `depot` is dropped, which stops the workers.
+        if let Some(tls) = tls {
+            let terminator = Terminator::start(listen, depot.addr, tls)?;
+            depot.addr = terminator.local_addr();
+            depot.tls = Some(terminator);
+        }
+        Ok(depot)
     }
 
     /// The address the server listens on.
@@ -69,9 +91,10 @@ impl DepotServer {
         self.addr
     }
 
-    /// The origin URL, e.g. `http://127.0.0.1:8080/`.
+    /// The origin URL, e.g. `http://127.0.0.1:8080/` (`https://` when serving TLS).
     pub fn url(&self) -> String {
-        format!("http://{}/", self.addr)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}/", self.addr)
     }
 
     /// Stops accepting requests and waits for the workers to finish.
@@ -80,6 +103,9 @@ impl DepotServer {
     }
 
     fn stop(&mut self) {
+        if let Some(mut t) = self.tls.take() {
+            t.stop();
+        }
         for _ in 0..self.workers.len() {
             self.server.unblock();
         }

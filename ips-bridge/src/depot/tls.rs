@@ -1,0 +1,287 @@
+//! TLS for depots: the client's trust settings (extra CA files, docker `certs.d`
+//! directories, unverified TLS), turned into a ureq [`TlsConfig`] for one origin, and how a
+//! failed handshake is described.
+
+use std::path::{Path, PathBuf};
+
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig};
+
+/// How the depot client trusts servers over `https://`: the settings every registry
+/// command takes too (`--ca-file`, `--cert-dir`, `--insecure`), kept here as plain data
+/// because this crate depends on no other workspace crate.
+///
+/// The trusted roots are the system's certificates (as for registries) plus every
+/// [`TlsSettings::ca_files`] certificate plus, for the origin's `host[:port]`, the `*.crt`
+/// files of its `certs.d` entry. With no system certificates and nothing extra, the bundled
+/// Mozilla roots are used.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// PEM files whose CA certificates are trusted for every depot.
+    pub ca_files: Vec<PathBuf>,
+    /// `certs.d`-style directories, read as docker does: `<dir>/<host[:port]>/*.crt` are CAs
+    /// for that origin (the port only when the URL names one), `X.cert` with `X.key` a
+    /// client certificate it presents. Directories that do not exist are skipped; the first
+    /// directory with an entry for the host wins.
+    pub cert_dirs: Vec<PathBuf>,
+    /// Use TLS without verifying the server's certificate.
+    pub insecure: bool,
+}
+
+/// A TLS file that cannot be used (names the file).
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {problem}", path = path.display())]
+pub struct TlsFileError {
+    /// The file or directory.
+    pub path: PathBuf,
+    /// What is wrong with it.
+    pub problem: &'static str,
+    /// The underlying error, when there is one.
+    #[source]
+    pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+fn file_err(
+    path: &Path,
+    problem: &'static str,
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+) -> TlsFileError {
+    TlsFileError {
+        path: path.to_owned(),
+        problem,
+        source,
+    }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, TlsFileError> {
+    std::fs::read(path).map_err(|e| file_err(path, "cannot read", Some(Box::new(e))))
+}
+
+/// Every certificate in a PEM file, each checked to be a certificate rustls can use as a
+/// root; a file without one is an error.
+pub(crate) fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsFileError> {
+    let pem = read(path)?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| file_err(path, "not PEM certificates", Some(Box::new(e))))?;
+    if certs.is_empty() {
+        return Err(file_err(path, "no PEM certificate in it", None));
+    }
+    let mut store = rustls::RootCertStore::empty();
+    for c in &certs {
+        store
+            .add(c.clone())
+            .map_err(|e| file_err(path, "not a usable CA certificate", Some(Box::new(e))))?;
+    }
+    Ok(certs)
+}
+
+/// The private key in a PEM file.
+pub(crate) fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsFileError> {
+    let pem = read(path)?;
+    PrivateKeyDer::from_pem_slice(&pem)
+        .map_err(|e| file_err(path, "no PEM private key in it", Some(Box::new(e))))
+}
+
+/// `host[:port]` of an `https://` URL, the port only when the URL names it (docker's
+/// `certs.d` directory name). None for other URLs.
+fn https_authority(url: &str) -> Option<&str> {
+    let rest = url.strip_prefix("https://")?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+    Some(authority.rsplit_once('@').map_or(authority, |(_, a)| a))
+}
+
+impl TlsSettings {
+    /// The ureq TLS configuration for `origin`: reads every CA file and the origin's
+    /// `certs.d` entry now, so a bad file fails here, naming it.
+    pub(crate) fn config_for(&self, origin: &str) -> Result<TlsConfig, TlsFileError> {
+        let mut extra = Vec::new();
+        for f in &self.ca_files {
+            extra.extend(read_certs(f)?);
+        }
+        let mut identity = None;
+        if let Some(host) = https_authority(origin) {
+            let entry = self
+                .cert_dirs
+                .iter()
+                .map(|d| d.join(host))
+                .find(|d| d.is_dir());
+            if let Some(dir) = entry {
+                let (cas, id) = read_host_dir(&dir)?;
+                extra.extend(cas);
+                identity = id;
+            }
+        }
+        // The system's roots, as registries use, plus the extra CAs (a system store that
+        // cannot be read in part still gives the rest); the bundled roots when there are none.
+        let roots: Vec<Certificate<'static>> = rustls_native_certs::load_native_certs()
+            .certs
+            .iter()
+            .chain(&extra)
+            .map(|c| Certificate::from_der(c.as_ref()).to_owned())
+            .collect();
+        let roots = if roots.is_empty() {
+            RootCerts::WebPki
+        } else {
+            RootCerts::from(roots)
+        };
+        Ok(TlsConfig::builder()
+            .root_certs(roots)
+            .client_cert(identity)
+            .disable_verification(self.insecure)
+            .build())
+    }
+}
+
+/// A `certs.d/<host>` directory: `*.crt` CAs; `X.cert` with `X.key` a client identity.
+fn read_host_dir(
+    dir: &Path,
+) -> Result<(Vec<CertificateDer<'static>>, Option<ClientCert>), TlsFileError> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| file_err(dir, "cannot list", Some(Box::new(e))))?
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    let mut cas = Vec::new();
+    let mut identity = None;
+    for f in &files {
+        match f.extension().and_then(|e| e.to_str()) {
+            Some("crt") => cas.extend(read_certs(f)?),
+            Some("cert") => {
+                let chain = read(f)?;
+                let chain = CertificateDer::pem_slice_iter(&chain)
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| file_err(f, "not PEM certificates", Some(Box::new(e))))?;
+                if chain.is_empty() {
+                    return Err(file_err(f, "no PEM certificate in it", None));
+                }
+                let key_path = f.with_extension("key");
+                let key = PrivateKey::from_pem(&read(&key_path)?).map_err(|e| {
+                    file_err(&key_path, "no PEM private key in it", Some(Box::new(e)))
+                })?;
+                let chain: Vec<Certificate<'static>> = chain
+                    .iter()
+                    .map(|c| Certificate::from_der(c.as_ref()).to_owned())
+                    .collect();
+                identity = Some(ClientCert::new_with_certs(&chain, key));
+            }
+            _ => {}
+        }
+    }
+    Ok((cas, identity))
+}
+
+/// What went wrong in a failed TLS connection, for the error message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TlsProblem {
+    /// The server's certificate was not accepted (unknown issuer, wrong name, expired...).
+    Certificate,
+    /// The server answered in plain HTTP (or something else that is not TLS).
+    NotTls,
+    /// No answer in time while connecting or during the handshake.
+    Timeout,
+    /// Another TLS failure.
+    Other,
+}
+
+/// How a ureq error that happened on an `https://` URL reads as a TLS failure, if it is one.
+pub(crate) fn classify(error: &ureq::Error) -> Option<TlsProblem> {
+    let rustls_error = match error {
+        ureq::Error::Rustls(e) => Some(e),
+        ureq::Error::Io(e) => e
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>()),
+        _ => None,
+    };
+    match (error, rustls_error) {
+        (_, Some(rustls::Error::InvalidCertificate(_))) => Some(TlsProblem::Certificate),
+        (_, Some(rustls::Error::InvalidMessage(_))) => Some(TlsProblem::NotTls),
+        (_, Some(_)) => Some(TlsProblem::Other),
+        (ureq::Error::Timeout(ureq::Timeout::Connect), None) => Some(TlsProblem::Timeout),
+        (ureq::Error::Tls(_), None) => Some(TlsProblem::Other),
+        _ => None,
+    }
+}
+
+/// The words after `URL: tls failure` for a problem.
+pub(crate) fn describe(problem: TlsProblem, url: &str) -> String {
+    let plain = url.replacen("https://", "http://", 1);
+    match problem {
+        TlsProblem::Certificate => "the server's certificate is not trusted (add its CA with a \
+             CA file or a certs.d entry)"
+            .to_owned(),
+        TlsProblem::NotTls => {
+            format!("the server does not speak TLS; if it is a plain HTTP depot, use {plain}")
+        }
+        TlsProblem::Timeout => format!(
+            "no TLS handshake within the connect timeout; if it is a plain HTTP depot, use {plain}"
+        ),
+        TlsProblem::Other => "the TLS handshake failed".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn certs_d_name_is_host_and_explicit_port() {
+        assert_eq!(
+            https_authority("https://depot.example:8443/hipster/"),
+            Some("depot.example:8443")
+        );
+        assert_eq!(
+            https_authority("https://user@depot.example/x"),
+            Some("depot.example")
+        );
+        assert_eq!(https_authority("http://depot.example/"), None);
+    }
+
+    #[test]
+    fn a_bad_ca_file_fails_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.pem");
+        let garbage = dir.path().join("garbage.pem");
+        std::fs::write(&garbage, "not a certificate\n").unwrap();
+        for f in [&missing, &garbage] {
+            let settings = TlsSettings {
+                ca_files: vec![f.clone()],
+                ..TlsSettings::default()
+            };
+            let e = settings.config_for("https://depot.example/").unwrap_err();
+            assert_eq!(&e.path, f);
+            assert!(e.to_string().starts_with(&f.display().to_string()), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_client_certificate_without_its_key_fails_naming_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = dir.path().join("depot.example:8443");
+        std::fs::create_dir(&host).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["client".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        std::fs::write(host.join("client.cert"), cert.pem()).unwrap();
+        let settings = TlsSettings {
+            cert_dirs: vec![dir.path().to_owned()],
+            ..TlsSettings::default()
+        };
+        let e = settings
+            .config_for("https://depot.example:8443/")
+            .unwrap_err();
+        assert_eq!(e.path, host.join("client.key"));
+        // With the key the identity is read and presented.
+        std::fs::write(host.join("client.key"), key.serialize_pem()).unwrap();
+        let config = settings.config_for("https://depot.example:8443/").unwrap();
+        assert!(config.client_cert().is_some());
+        // Another port is another certs.d entry.
+        let config = settings.config_for("https://depot.example/").unwrap();
+        assert!(config.client_cert().is_none());
+    }
+}
