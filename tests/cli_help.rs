@@ -212,7 +212,10 @@ fn json_output_is_one_document_on_stdout() {
     let pulled = format!("{}:1.0", s(&d.join("pulled")));
     let pull = json(&["pull", "--json", &reference, &pulled]);
     assert_eq!(pull["root"]["digest"], manifest.as_str(), "{pull}");
-    assert_eq!(pull["blobs_copied"].as_array().unwrap().len(), 4, "{pull}");
+    // Config and three layers, then the SBOM referrer's empty config and SPDX document.
+    assert_eq!(pull["blobs_copied"].as_array().unwrap().len(), 6, "{pull}");
+    assert_eq!(pull["referrers"].as_array().unwrap().len(), 1, "{pull}");
+    assert_eq!(pull["referrers"][0]["digest"], build["sbom"], "{pull}");
     let copied = format!("oci:{}:1.0", s(&d.join("copied")));
     let copy = json(&["copy", "--json", &format!("oci:{pulled}"), &copied]);
     assert_eq!(copy["root"]["digest"], manifest.as_str(), "{copy}");
