@@ -13,6 +13,10 @@
 //!   beneath it.
 //! - [`ImageLayout`]: OCI image layouts on disk, written through temporary files and renames;
 //!   [`validate_layout`] walks one end to end.
+//! - Helpers the other crates share, kept here as the lowest crate they all use:
+//!   [`error_chain`] (an error and its causes on one line), [`rfc3339`] (the one timestamp
+//!   formatter) and [`Histogram`] (the one Prometheus histogram of the registry's and the
+//!   worker's metrics).
 //!
 //! This crate does no network I/O and starts no async runtime; it touches the file system only
 //! in its image-layout module. It re-exports [`oci_spec`] because those types are part of its API.
@@ -21,6 +25,7 @@
 mod chain;
 mod digest;
 mod document;
+mod histogram;
 mod image;
 mod json;
 mod layer;
@@ -30,6 +35,7 @@ mod names;
 mod platform;
 mod report;
 mod tarstream;
+mod timestamp;
 mod verify;
 
 pub use chain::error_chain;
@@ -39,6 +45,7 @@ pub use document::{
     MAX_MANIFEST_SIZE, Manifest, check_config, check_document, check_stop_signal, check_user,
     check_working_dir, sniff_kind,
 };
+pub use histogram::Histogram;
 pub use image::{ImageInfo, LayerInfo, LayoutReport, ValidateOptions, chain_ids, validate_layout};
 pub use json::{JsonError, parse_strict};
 pub use layer::{
@@ -52,4 +59,5 @@ pub use oci_spec;
 pub use platform::{KNOWN_ARCH, KNOWN_OS, Platform};
 pub use report::{Report, Rule, Severity, Violation};
 pub use tarstream::{EntryKind, TarEntry, TarError, TarErrorKind, TarLimits, TarReader};
+pub use timestamp::rfc3339;
 pub use verify::{DigestingReader, DigestingWriter, VerifyError, VerifyingReader};

@@ -338,7 +338,7 @@ fn token_answer(token: String, expires_in: u64, issued_at: u64, scope: Option<St
         "token": token,
         "access_token": token,
         "expires_in": expires_in,
-        "issued_at": token::rfc3339(issued_at),
+        "issued_at": validator::rfc3339(issued_at),
     });
     if let Some(s) = scope {
         body["scope"] = serde_json::Value::String(s);
