@@ -13,8 +13,9 @@ use base64::Engine as _;
 use super::acl::{Action, Who};
 use super::token::{self, Scope};
 use super::{Access, Auth, Caller};
-use crate::api::{AppState, Route};
+use crate::api::Route;
 use crate::errors::{ApiError, Code};
+use crate::state::AppState;
 
 /// What a request needs, worked out from its method and path alone (before any body byte).
 #[derive(Debug, Clone, PartialEq, Eq)]
