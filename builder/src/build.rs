@@ -260,7 +260,7 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
     }
 
     // Config and manifest.
-    let created = rfc3339(epoch);
+    let created = validator::rfc3339(epoch);
     let config_bytes = config_json(&image, &layers, &created);
     let config = layout.write_document(&config_bytes)?;
     let layer_media = match image.compression.algorithm {
@@ -751,28 +751,6 @@ fn write_file<W: Write>(
     Ok(())
 }
 
-/// RFC 3339 UTC time of `secs` since the epoch.
-fn rfc3339(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Civil from days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
 fn config_json(image: &ImageFile, layers: &[BuiltLayer], created: &str) -> Vec<u8> {
     let c = &image.config;
     let mut cfg = serde_json::Map::new();
@@ -855,16 +833,4 @@ fn config_json(image: &ImageFile, layers: &[BuiltLayer], created: &str) -> Vec<u
             .collect::<Vec<_>>()
     );
     serde_json::to_vec(&doc).expect("json")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rfc3339_dates() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(1_704_164_645), "2024-01-02T03:04:05Z");
-        assert_eq!(rfc3339(951_868_799), "2000-02-29T23:59:59Z");
-    }
 }

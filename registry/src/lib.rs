@@ -1,36 +1,58 @@
-//! OCI Distribution v1.1 registry: the server behind `rdctl registry serve` (feature `server`,
-//! on by default) and, later, the client used by the builder, the worker and `rdctl copy`.
+//! The OCI Distribution v1.1 registry server behind `rdctl registry serve` and
+//! `rdctl registry gc`. The client (builder push, worker pull, `rdctl copy`) is the
+//! `registry-client` crate; this crate is the server only.
 //!
 //! Main types, from the bottom up:
 //!
 //! - [`storage::Store`]: the object-safe storage seam (`Arc<dyn Store>`), with
-//!   [`storage::FsStore`] as the embedded default; [`storage::layout`] is the only code that
-//!   builds keys. Blobs are content-addressed and visible only after their size and digest
-//!   were verified; tags, referrers and the catalog are small index documents replaced with
-//!   conditional writes.
-//! - Upload sessions keep their offset and hash state in the store, so they survive restarts
-//!   and could be continued by another replica.
-//! - [`api::router`] declares every route; one handler module per API area answers with the
-//!   OCI error table in [`errors`].
-//! - [`server::serve`] runs it with graceful, bounded shutdown (on the caller's runtime),
-//!   configured by [`server::ServeConfig`].
+//!   [`storage::FsStore`] (the embedded default) and [`storage::S3Store`] (SeaweedFS and other
+//!   S3 endpoints), both wrapped by [`storage::Instrumented`]; [`storage::layout`] is the only
+//!   code that builds keys. Blobs are content-addressed and visible only after their size and
+//!   digest were verified; tags, referrers and the catalog are small index documents replaced
+//!   with conditional writes.
+//! - Upload sessions (`upload`) keep their offset and hash state in the store, so they survive
+//!   restarts and can be continued by another replica; `repo` holds the repository
+//!   operations handlers call.
+//! - [`AppState`] (module [`state`]): what every request shares (repositories over the
+//!   instrumented store, [`RegistryConfig`], [`metrics::Metrics`], the rate limiter).
+//! - [`router()`] (module [`router`](mod@router)) declares every route in one function;
+//!   `api` is the `/v2/` path grammar, `middleware` builds the middleware stack in one
+//!   function, `handlers` has one module per API area and answers with the OCI error table in
+//!   [`errors`]. [`auth`] is access control (its HTTP middleware is a route layer on `/v2/`),
+//!   [`ratelimit`] the per-client limit.
+//! - [`ServeConfig`] and [`GcSchedule`] (module [`config`]): the configuration (defaults, TOML
+//!   file, environment) and the store it selects; [`serve`] (module [`server`]) runs the
+//!   router with TLS ([`tls`]), upload expiry, the [`gc`] schedule and graceful, bounded
+//!   shutdown, on the caller's runtime.
+//!
+//! Module dependencies point one way: `state` knows no routes; `handlers`, `auth` and
+//! `middleware` use `state` (and `api` for paths); only `router` uses the handlers, and only
+//! `server` uses `router`.
 //!
 //! Invariants: a blob key holds only bytes whose digest equals the key; nothing can be read
-//! before commit; all registry state lives in the store. It depends only on `validator`
-//! among workspace crates.
+//! before commit; all registry state lives in the store (the rate limiter's buckets are a
+//! limit, not state); with `[auth]`, no handler runs before the caller was authorised. It
+//! depends only on `validator` among workspace crates.
 #![deny(missing_docs)]
 
-pub mod api;
+mod api;
 pub mod auth;
+pub mod config;
 pub mod errors;
 pub mod gc;
 mod handlers;
 pub mod metrics;
+mod middleware;
 pub mod ratelimit;
 mod repo;
+pub mod router;
 pub mod server;
+pub mod state;
 pub mod storage;
 pub mod tls;
 mod upload;
 
-pub use server::{GcSchedule, ServeConfig, ServeError, serve};
+pub use config::{ConfigError, GcSchedule, RegistryConfig, ServeConfig};
+pub use router::router;
+pub use server::{ServeError, serve};
+pub use state::AppState;

@@ -1,6 +1,7 @@
 //! Prometheus metrics in the text exposition format, kept without an outside crate: requests by
 //! route, method and status; bytes in and out; upload and commit durations; store operations
-//! and errors (through [`crate::storage::Instrumented`]).
+//! and errors (through [`crate::storage::Instrumented`]). The histograms are
+//! [`validator::Histogram`], the one the worker's metrics use too.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -8,46 +9,18 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use validator::Histogram;
+
 /// Upper bounds (seconds) of the duration histogram buckets.
-const BUCKETS: [f64; 12] = [
+const BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0,
 ];
-
-#[derive(Debug, Default)]
-struct Histogram {
-    counts: [u64; BUCKETS.len()],
-    sum: f64,
-    count: u64,
-}
-
-impl Histogram {
-    fn observe(&mut self, d: Duration) {
-        let s = d.as_secs_f64();
-        for (i, b) in BUCKETS.iter().enumerate() {
-            if s <= *b {
-                self.counts[i] += 1;
-            }
-        }
-        self.sum += s;
-        self.count += 1;
-    }
-
-    fn render(&self, out: &mut String, name: &str) {
-        let _ = writeln!(out, "# TYPE {name} histogram");
-        for (i, b) in BUCKETS.iter().enumerate() {
-            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {}", self.counts[i]);
-        }
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", self.count);
-        let _ = writeln!(out, "{name}_sum {}", self.sum);
-        let _ = writeln!(out, "{name}_count {}", self.count);
-    }
-}
 
 /// Operations and failures per (store, operation).
 type StoreOps = BTreeMap<(&'static str, &'static str), (u64, u64)>;
 
 /// The registry's metrics. Shared by the middleware, the handlers and the store wrapper.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
     requests: Mutex<BTreeMap<(&'static str, String, u16), u64>>,
     store_ops: Mutex<StoreOps>,
@@ -56,6 +29,20 @@ pub struct Metrics {
     upload: Mutex<Histogram>,
     commit: Mutex<Histogram>,
     gc: Mutex<GcCounters>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            requests: Mutex::default(),
+            store_ops: Mutex::default(),
+            bytes_in: AtomicU64::default(),
+            bytes_out: AtomicU64::default(),
+            upload: Mutex::new(Histogram::new(BUCKETS)),
+            commit: Mutex::new(Histogram::new(BUCKETS)),
+            gc: Mutex::default(),
+        }
+    }
 }
 
 /// Garbage collection totals.

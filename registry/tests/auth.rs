@@ -15,9 +15,9 @@ use axum::http::{HeaderMap, Method, Request, StatusCode};
 use base64::Engine as _;
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use registry::api::{AppState, RegistryConfig, router};
 use registry::auth::Auth;
 use registry::storage::FsStore;
+use registry::{AppState, RegistryConfig, router};
 use tower::ServiceExt;
 use validator::Digest;
 

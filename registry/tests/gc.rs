@@ -14,9 +14,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use registry::api::{AppState, RegistryConfig, router};
 use registry::gc::{GcOptions, GcReport, ObjectKind};
 use registry::storage::{FsStore, Key, S3Config, S3Store, Store};
+use registry::{AppState, RegistryConfig, router};
 use registry_client::{Client, Reference};
 use tokio::io::AsyncReadExt;
 use validator::Digest;

@@ -8,8 +8,8 @@ use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use registry::api::{AppState, RegistryConfig, router};
 use registry::storage::FsStore;
+use registry::{AppState, RegistryConfig, router};
 use tower::ServiceExt;
 use validator::{Algorithm, Digest};
 

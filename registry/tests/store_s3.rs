@@ -241,8 +241,8 @@ mod http {
     use axum::http::{Method, Request, StatusCode};
     use bytes::Bytes;
     use http_body_util::BodyExt;
-    use registry::api::{AppState, RegistryConfig, router};
     use registry::storage::S3Store;
+    use registry::{AppState, RegistryConfig, router};
     use s3_fixtures::{FaultProxy, S3Op};
     use tower::ServiceExt;
     use validator::Digest;
@@ -849,8 +849,8 @@ mod full_scale_faults {
     use axum::Router;
     use axum::http::{Method, StatusCode};
     use bytes::Bytes;
-    use registry::api::{AppState, RegistryConfig, router};
     use registry::storage::S3Store;
+    use registry::{AppState, RegistryConfig, router};
     use s3_fixtures::{Fault, FaultProxy, Rule, S3Op};
     use validator::Digest;
 

@@ -17,6 +17,10 @@
 //! - [`BlobDir`] and [`Ingest`]: the one way a blob is published into `blobs/<alg>/<hex>` (a
 //!   layout, the worker's content store, the layer cache): staged, resumable, hashed while
 //!   written, committed against the expected size and digest, published without clobbering.
+//! - Helpers the other crates share, kept here as the lowest crate they all use:
+//!   [`error_chain`] (an error and its causes on one line), [`rfc3339`] (the one timestamp
+//!   formatter) and [`Histogram`] (the one Prometheus histogram of the registry's and the
+//!   worker's metrics).
 //!
 //! This crate does no network I/O and starts no async runtime; it touches the file system only
 //! in its image-layout and ingest modules. It re-exports [`oci_spec`] because those types are
@@ -26,6 +30,7 @@
 mod chain;
 mod digest;
 mod document;
+mod histogram;
 mod image;
 mod ingest;
 mod json;
@@ -36,6 +41,7 @@ mod names;
 mod platform;
 mod report;
 mod tarstream;
+mod timestamp;
 mod verify;
 
 pub use chain::error_chain;
@@ -45,6 +51,7 @@ pub use document::{
     MAX_MANIFEST_SIZE, Manifest, check_config, check_document, check_stop_signal, check_user,
     check_working_dir, sniff_kind,
 };
+pub use histogram::Histogram;
 pub use image::{ImageInfo, LayerInfo, LayoutReport, ValidateOptions, chain_ids, validate_layout};
 pub use ingest::{
     BlobDir, Existing, Ingest, IngestError, Published, StagedBlob, write_file_atomic,
@@ -64,4 +71,5 @@ pub use oci_spec;
 pub use platform::{KNOWN_ARCH, KNOWN_OS, Platform};
 pub use report::{Report, Rule, Severity, Violation};
 pub use tarstream::{EntryKind, TarEntry, TarError, TarErrorKind, TarLimits, TarReader};
+pub use timestamp::rfc3339;
 pub use verify::{DigestingReader, DigestingWriter, VerifyError, VerifyingReader};

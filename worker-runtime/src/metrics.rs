@@ -1,6 +1,6 @@
 //! The worker's Prometheus metrics (text exposition format 0.0.4), served on `GET /metrics`
 //! when `metrics_listen` is set in worker.toml. Hand-rendered like the registry's: a few
-//! counters and one histogram do not justify a metrics crate.
+//! counters and [`validator::Histogram`] (the registry's too) do not justify a metrics crate.
 //!
 //! | Metric | Type | Meaning |
 //! |---|---|---|
@@ -20,41 +20,13 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use validator::Histogram;
+
 /// Upper bounds (seconds) of the duration histogram buckets: reconciles range from a HEAD
 /// request to a multi-GiB pull.
-const BUCKETS: [f64; 12] = [
+const BUCKETS: &[f64] = &[
     0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0, 600.0,
 ];
-
-#[derive(Debug, Default)]
-struct Histogram {
-    counts: [u64; BUCKETS.len()],
-    sum: f64,
-    count: u64,
-}
-
-impl Histogram {
-    fn observe(&mut self, d: Duration) {
-        let s = d.as_secs_f64();
-        for (i, b) in BUCKETS.iter().enumerate() {
-            if s <= *b {
-                self.counts[i] += 1;
-            }
-        }
-        self.sum += s;
-        self.count += 1;
-    }
-
-    fn render(&self, out: &mut String, name: &str, help: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-        for (i, b) in BUCKETS.iter().enumerate() {
-            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {}", self.counts[i]);
-        }
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", self.count);
-        let _ = writeln!(out, "{name}_sum {}", self.sum);
-        let _ = writeln!(out, "{name}_count {}", self.count);
-    }
-}
 
 /// Which check a verification failure came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,7 +38,7 @@ pub enum VerifyStage {
 }
 
 /// The worker's counters; shared by the passes and the `/metrics` server.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
     pulls_ok: AtomicU64,
     pulls_error: AtomicU64,
@@ -78,6 +50,23 @@ pub struct Metrics {
     zone_failures: AtomicU64,
     pass: Mutex<Histogram>,
     zone: Mutex<Histogram>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            pulls_ok: AtomicU64::default(),
+            pulls_error: AtomicU64::default(),
+            pull_bytes: AtomicU64::default(),
+            resumed_bytes: AtomicU64::default(),
+            verify_blob: AtomicU64::default(),
+            verify_diff_id: AtomicU64::default(),
+            zone_creations: AtomicU64::default(),
+            zone_failures: AtomicU64::default(),
+            pass: Mutex::new(Histogram::new(BUCKETS)),
+            zone: Mutex::new(Histogram::new(BUCKETS)),
+        }
+    }
 }
 
 impl Metrics {
@@ -175,16 +164,23 @@ impl Metrics {
             get(&self.verify_blob),
             get(&self.verify_diff_id)
         );
-        self.pass.lock().unwrap_or_else(|e| e.into_inner()).render(
-            &mut out,
-            "rdctl_worker_reconcile_duration_seconds",
-            "Duration of whole reconcile passes.",
-        );
-        self.zone.lock().unwrap_or_else(|e| e.into_inner()).render(
-            &mut out,
-            "rdctl_worker_zone_reconcile_duration_seconds",
-            "Duration of one zone's reconcile.",
-        );
+        for (h, name, help) in [
+            (
+                &self.pass,
+                "rdctl_worker_reconcile_duration_seconds",
+                "Duration of whole reconcile passes.",
+            ),
+            (
+                &self.zone,
+                "rdctl_worker_zone_reconcile_duration_seconds",
+                "Duration of one zone's reconcile.",
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            h.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .render(&mut out, name);
+        }
         out
     }
 }

@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use image::{Image, Layer, Spec, push_index};
-use registry::api::{AppState, RegistryConfig, router};
 use registry::storage::FsStore;
+use registry::{AppState, RegistryConfig, router};
 use registry_client::{Client, Reference, Retry};
 use serde_json::json;
 use tarbuild::{H, Tar};

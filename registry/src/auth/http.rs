@@ -13,8 +13,9 @@ use base64::Engine as _;
 use super::acl::{Action, Who};
 use super::token::{self, Scope};
 use super::{Access, Auth, Caller};
-use crate::api::{AppState, Route};
+use crate::api::Route;
 use crate::errors::{ApiError, Code};
+use crate::state::AppState;
 
 /// What a request needs, worked out from its method and path alone (before any body byte).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -338,7 +339,7 @@ fn token_answer(token: String, expires_in: u64, issued_at: u64, scope: Option<St
         "token": token,
         "access_token": token,
         "expires_in": expires_in,
-        "issued_at": token::rfc3339(issued_at),
+        "issued_at": validator::rfc3339(issued_at),
     });
     if let Some(s) = scope {
         body["scope"] = serde_json::Value::String(s);

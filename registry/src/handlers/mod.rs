@@ -1,9 +1,11 @@
 //! One module per API area, one function per operation. Handlers only speak HTTP: they parse
 //! the request, call [`crate::repo::Repos`], and build the response.
 
+pub(crate) mod base;
 pub(crate) mod blobs;
 pub(crate) mod catalog;
 pub(crate) mod manifests;
+pub(crate) mod probes;
 pub(crate) mod referrers;
 pub(crate) mod tags;
 pub(crate) mod uploads;
@@ -12,8 +14,8 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue};
 use validator::Digest;
 
-use crate::api::AppState;
 use crate::errors::{ApiError, ApiResult, Code};
+use crate::state::AppState;
 use validator::Name;
 
 /// A request after routing: the checked repository name, query pairs, headers and body.

@@ -1,20 +1,27 @@
-//! The storage seam: an object-safe [`Store`] that the filesystem store implements today and an
-//! S3 store will implement later, without any handler changing.
+//! The storage seam: an object-safe [`Store`], held as `Arc<dyn Store>`, with two stores,
+//! [`FsStore`] (a directory; the default) and [`S3Store`] (SeaweedFS's S3 gateway or any S3
+//! with conditional writes), both wrapped by [`Instrumented`] (metrics and tracing for every
+//! store). [`resolve_s3_credentials`] picks the S3 keys from the configuration, `AWS_*` and
+//! the shared AWS files. Handlers never see which store runs.
 //!
 //! The contract is cut down to what a filesystem and SeaweedFS can both do atomically:
 //!
 //! - small documents: [`Store::get`] and [`Store::put`] with a [`PutMode`] (create only, replace
 //!   only if the [`Etag`] still matches, or overwrite);
-//! - streaming reads from an offset: [`Store::read`];
+//! - streaming reads from an offset: [`Store::read`], and [`Store::read_chunks`] for response
+//!   bodies (the fs store hands out mapped windows of the blob file);
 //! - staged writes: [`Store::writer`] opens a staging area named by a key; bytes written there are
 //!   invisible to every read until [`StoreWriter::commit`] publishes them under another key (a
 //!   blob's digest key), and a staging area can be suspended and resumed at a known offset by any
-//!   process ([`StoreWriter::suspend`]);
+//!   process ([`StoreWriter::suspend`]); [`Store::min_chunk_length`] (advertised as
+//!   `OCI-Chunk-Min-Length`) and [`Store::staging_readable`] (whether staged bytes can be read
+//!   back before commit) describe the store to the upload code;
 //! - [`Store::stat`], [`Store::list`] (only for garbage collection, never on the request path), and
 //!   [`Store::delete`].
 //!
 //! There is deliberately no move or server-side copy. Keys are built only by [`layout`] and are
-//! checked by [`Key::new`], so no store ever sees an unchecked path.
+//! checked by [`Key::new`], so no store ever sees an unchecked path. Every store passes the one
+//! conformance suite in `registry/tests/conformance/`.
 
 pub mod layout;
 

@@ -1,0 +1,594 @@
+//! The registry's configuration: [`ServeConfig`] (everything `rdctl registry serve` reads:
+//! defaults, then a TOML file, then `RDCTL_REGISTRY_*` environment variables), the `[gc]`
+//! schedule ([`GcSchedule`]), the store it selects ([`ServeConfig::open_store`]), and
+//! [`RegistryConfig`], the part request handlers consult. Nothing here serves.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::auth::{Auth, AuthConfig, AuthError, FileAuth};
+use crate::gc::{self, GcOptions};
+use crate::ratelimit::RateLimit;
+use crate::storage::{
+    FsStore, S3Config, S3CredentialSettings, S3Store, Store, resolve_s3_credentials,
+};
+use crate::tls::TlsSettings;
+
+/// Registry behaviour that handlers consult.
+#[derive(Debug, Clone)]
+pub struct RegistryConfig {
+    /// Whether DELETE of manifests, tags and blobs is allowed (405 `UNSUPPORTED` otherwise).
+    pub delete_enabled: bool,
+    /// Largest manifest accepted on PUT (413 above it).
+    pub max_manifest_bytes: u64,
+    /// Access control; None: every request is allowed.
+    pub auth: Option<Arc<Auth>>,
+    /// Whether clients reach the registry over HTTPS (the default token realm uses it).
+    pub https: bool,
+    /// Per-client rate limit (429 `TOOMANYREQUESTS` above it); none by default.
+    pub rate_limit: Option<RateLimit>,
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        RegistryConfig {
+            delete_enabled: true,
+            max_manifest_bytes: 4 << 20,
+            auth: None,
+            https: false,
+            rate_limit: None,
+        }
+    }
+}
+
+/// Why a configuration could not be loaded, or the store it selects opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The configuration file could not be read.
+    #[error("cannot read config file {path}")]
+    ReadConfig {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The configuration file is not valid TOML for this schema.
+    #[error("invalid config file {path}")]
+    ParseConfig {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: toml::de::Error,
+    },
+    /// An environment override has a bad value.
+    #[error("environment variable {var} has a bad value {value:?}")]
+    Env {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// The data directory could not be opened.
+    #[error("cannot open the data directory {path}")]
+    Data {
+        /// The directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A setting in the configuration file has a bad value.
+    #[error("invalid {key} in {path}: {reason}")]
+    Setting {
+        /// The file.
+        path: PathBuf,
+        /// The key (`gc.grace`).
+        key: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The S3 settings are incomplete.
+    #[error("S3 store: {reason}")]
+    S3Config {
+        /// What is missing.
+        reason: String,
+    },
+    /// The `[auth]` table has a bad entry.
+    #[error("invalid [auth] settings in {path}")]
+    AuthConfig {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, naming the key.
+        #[source]
+        source: AuthError,
+    },
+}
+
+/// Everything `rdctl registry serve` needs. Build it with [`ServeConfig::load`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServeConfig {
+    /// Address to listen on (default `127.0.0.1:5000`).
+    pub listen: SocketAddr,
+    /// Data directory of the filesystem store (default `./registry-data`).
+    pub data: PathBuf,
+    /// Whether deletes are allowed (default true).
+    pub delete_enabled: bool,
+    /// Largest manifest accepted (default 4 MiB).
+    pub max_manifest_bytes: u64,
+    /// How long in-flight requests may take to finish after a shutdown signal (default 30 s).
+    pub shutdown_timeout: Duration,
+    /// Uploads untouched for this long are removed (default 24 h).
+    pub upload_max_age: Duration,
+    /// S3 endpoint URL; with [`ServeConfig::s3_bucket`] it selects the S3 store instead of
+    /// the filesystem store.
+    pub s3_endpoint: Option<String>,
+    /// S3 bucket (must exist).
+    pub s3_bucket: Option<String>,
+    /// Key prefix inside the bucket (default none).
+    pub s3_prefix: Option<String>,
+    /// Region for SigV4 (default `us-east-1`; SeaweedFS accepts any).
+    pub s3_region: Option<String>,
+    /// Where S3 credentials come from (see [`crate::storage::resolve_s3_credentials`]).
+    pub s3_credentials: S3CredentialSettings,
+    /// Garbage collection: the schedule in the serving process and the policy (`[gc]`).
+    pub gc: GcSchedule,
+    /// Access control (`[auth]`, docs/auth.md); None: the registry is open.
+    pub auth: Option<AuthConfig>,
+    /// Serve HTTPS with these files instead of plain HTTP (`[tls]`; default: plain HTTP).
+    pub tls: Option<TlsSettings>,
+    /// Per-client rate limit (`[rate_limit]`; default: none).
+    pub rate_limit: Option<RateLimit>,
+}
+
+/// The `[gc]` table: when the serving process collects garbage and how. Its policy is also the
+/// default of `rdctl registry gc` with the same configuration file.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GcSchedule {
+    /// Collect every this long (`gc.interval`; default: never, run `rdctl registry gc`).
+    pub interval: Option<Duration>,
+    /// Grace window and policy (`gc.grace`, default 1h; `gc.delete_untagged`, default false;
+    /// `gc.keep_referrers`, default true).
+    pub options: GcOptions,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 5000)),
+            data: PathBuf::from("registry-data"),
+            delete_enabled: true,
+            max_manifest_bytes: 4 << 20,
+            shutdown_timeout: Duration::from_secs(30),
+            upload_max_age: Duration::from_secs(24 * 3600),
+            s3_endpoint: None,
+            s3_bucket: None,
+            s3_prefix: None,
+            gc: GcSchedule::default(),
+            s3_region: None,
+            s3_credentials: S3CredentialSettings::default(),
+            auth: None,
+            tls: None,
+            rate_limit: None,
+        }
+    }
+}
+
+/// The TOML file: every key optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<SocketAddr>,
+    data: Option<PathBuf>,
+    delete_enabled: Option<bool>,
+    max_manifest_bytes: Option<u64>,
+    shutdown_timeout_secs: Option<u64>,
+    upload_max_age_secs: Option<u64>,
+    s3_endpoint: Option<String>,
+    s3_bucket: Option<String>,
+    s3_prefix: Option<String>,
+    s3_region: Option<String>,
+    s3_access_key_id: Option<String>,
+    s3_secret_access_key: Option<String>,
+    s3_session_token: Option<String>,
+    s3_profile: Option<String>,
+    s3_config_file: Option<PathBuf>,
+    s3_credentials_file: Option<PathBuf>,
+    gc: Option<FileGc>,
+    auth: Option<FileAuth>,
+    tls: Option<FileTls>,
+    rate_limit: Option<FileRateLimit>,
+}
+
+/// The `[tls]` table of the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileTls {
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    client_ca: Option<PathBuf>,
+}
+
+/// The `[rate_limit]` table of the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRateLimit {
+    requests_per_second: Option<u32>,
+    burst: Option<u32>,
+}
+
+/// The `[gc]` table of the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileGc {
+    interval: Option<String>,
+    grace: Option<String>,
+    delete_untagged: Option<bool>,
+    keep_referrers: Option<bool>,
+}
+
+fn env_parse<T: std::str::FromStr>(
+    env: &dyn Fn(&str) -> Option<String>,
+    var: &'static str,
+) -> Result<Option<T>, ConfigError> {
+    match env(var) {
+        None => Ok(None),
+        Some(v) => v
+            .parse()
+            .map(Some)
+            .map_err(|_| ConfigError::Env { var, value: v }),
+    }
+}
+
+impl ServeConfig {
+    /// Defaults, then the TOML file (if any), then `RDCTL_REGISTRY_*` environment variables
+    /// (`LISTEN`, `DATA`, `DELETE_ENABLED`, `MAX_MANIFEST_BYTES`, `SHUTDOWN_TIMEOUT_SECS`,
+    /// `UPLOAD_MAX_AGE_SECS`). Command-line flags are applied by the caller afterwards.
+    pub fn load(file: Option<&Path>) -> Result<ServeConfig, ConfigError> {
+        Self::load_with_env(file, &|k| std::env::var(k).ok())
+    }
+
+    /// [`ServeConfig::load`] with an explicit environment (for tests).
+    pub fn load_with_env(
+        file: Option<&Path>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<ServeConfig, ConfigError> {
+        let mut c = ServeConfig::default();
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadConfig {
+                path: path.to_owned(),
+                source,
+            })?;
+            let mut f: FileConfig =
+                toml::from_str(&text).map_err(|source| ConfigError::ParseConfig {
+                    path: path.to_owned(),
+                    source,
+                })?;
+            if let Some(g) = f.gc.take() {
+                c.apply_gc(g, path)?;
+            }
+            if let Some(a) = f.auth.take() {
+                c.auth =
+                    Some(
+                        AuthConfig::from_file(a).map_err(|source| ConfigError::AuthConfig {
+                            path: path.to_owned(),
+                            source,
+                        })?,
+                    );
+            }
+            if let Some(t) = f.tls.take() {
+                c.apply_tls(t, path)?;
+            }
+            if let Some(r) = f.rate_limit.take() {
+                c.apply_rate_limit(r, path)?;
+            }
+            c.apply(f);
+        }
+        let f = FileConfig {
+            listen: env_parse(env, "RDCTL_REGISTRY_LISTEN")?,
+            data: env_parse(env, "RDCTL_REGISTRY_DATA")?,
+            delete_enabled: env_parse(env, "RDCTL_REGISTRY_DELETE_ENABLED")?,
+            max_manifest_bytes: env_parse(env, "RDCTL_REGISTRY_MAX_MANIFEST_BYTES")?,
+            shutdown_timeout_secs: env_parse(env, "RDCTL_REGISTRY_SHUTDOWN_TIMEOUT_SECS")?,
+            upload_max_age_secs: env_parse(env, "RDCTL_REGISTRY_UPLOAD_MAX_AGE_SECS")?,
+            s3_endpoint: env_parse(env, "RDCTL_REGISTRY_S3_ENDPOINT")?,
+            s3_bucket: env_parse(env, "RDCTL_REGISTRY_S3_BUCKET")?,
+            s3_prefix: env_parse(env, "RDCTL_REGISTRY_S3_PREFIX")?,
+            gc: None,
+            auth: None,
+            s3_region: env_parse(env, "RDCTL_REGISTRY_S3_REGION")?,
+            s3_profile: env_parse(env, "RDCTL_REGISTRY_S3_PROFILE")?,
+            // Keys come from the file or from the standard AWS_* variables, not from more
+            // variables of our own.
+            ..FileConfig::default()
+        };
+        c.apply(f);
+        Ok(c)
+    }
+
+    fn apply_gc(&mut self, g: FileGc, path: &Path) -> Result<(), ConfigError> {
+        let bad = |key, reason: String| ConfigError::Setting {
+            path: path.to_owned(),
+            key,
+            reason,
+        };
+        if let Some(v) = g.interval {
+            let d = gc::parse_duration(&v).map_err(|r| bad("gc.interval", r))?;
+            if d.is_zero() {
+                return Err(bad("gc.interval", "must be longer than 0".to_owned()));
+            }
+            self.gc.interval = Some(d);
+        }
+        if let Some(v) = g.grace {
+            let d = gc::parse_duration(&v).map_err(|r| bad("gc.grace", r))?;
+            // The server collects while it takes pushes; a shorter window is unsafe then.
+            if d < gc::MIN_SAFE_GRACE {
+                return Err(bad(
+                    "gc.grace",
+                    format!(
+                        "{v:?} is shorter than {:?}, the least that keeps concurrent pushes safe",
+                        gc::MIN_SAFE_GRACE
+                    ),
+                ));
+            }
+            self.gc.options.grace = d;
+        }
+        if let Some(v) = g.delete_untagged {
+            self.gc.options.delete_untagged = v;
+        }
+        if let Some(v) = g.keep_referrers {
+            self.gc.options.keep_referrers = v;
+        }
+        Ok(())
+    }
+
+    fn apply_tls(&mut self, t: FileTls, path: &Path) -> Result<(), ConfigError> {
+        let missing = |key| ConfigError::Setting {
+            path: path.to_owned(),
+            key,
+            reason: "[tls] needs both cert and key".to_owned(),
+        };
+        self.tls = Some(TlsSettings {
+            cert: t.cert.ok_or_else(|| missing("tls.cert"))?,
+            key: t.key.ok_or_else(|| missing("tls.key"))?,
+            client_ca: t.client_ca,
+        });
+        Ok(())
+    }
+
+    fn apply_rate_limit(&mut self, r: FileRateLimit, path: &Path) -> Result<(), ConfigError> {
+        let bad = |key, reason: &str| ConfigError::Setting {
+            path: path.to_owned(),
+            key,
+            reason: reason.to_owned(),
+        };
+        let rps = r.requests_per_second.ok_or_else(|| {
+            bad(
+                "rate_limit.requests_per_second",
+                "[rate_limit] needs requests_per_second",
+            )
+        })?;
+        let rps = std::num::NonZeroU32::new(rps).ok_or_else(|| {
+            bad(
+                "rate_limit.requests_per_second",
+                "must be at least 1 (leave out [rate_limit] for no limit)",
+            )
+        })?;
+        let burst = match r.burst {
+            None => rps,
+            Some(b) => std::num::NonZeroU32::new(b)
+                .ok_or_else(|| bad("rate_limit.burst", "must be at least 1"))?,
+        };
+        self.rate_limit = Some(RateLimit {
+            requests_per_second: rps,
+            burst,
+        });
+        Ok(())
+    }
+
+    fn apply(&mut self, f: FileConfig) {
+        if let Some(v) = f.listen {
+            self.listen = v;
+        }
+        if let Some(v) = f.data {
+            self.data = v;
+        }
+        if let Some(v) = f.delete_enabled {
+            self.delete_enabled = v;
+        }
+        if let Some(v) = f.max_manifest_bytes {
+            self.max_manifest_bytes = v;
+        }
+        if let Some(v) = f.shutdown_timeout_secs {
+            self.shutdown_timeout = Duration::from_secs(v);
+        }
+        if let Some(v) = f.upload_max_age_secs {
+            self.upload_max_age = Duration::from_secs(v);
+        }
+        if f.s3_endpoint.is_some() {
+            self.s3_endpoint = f.s3_endpoint;
+        }
+        if f.s3_bucket.is_some() {
+            self.s3_bucket = f.s3_bucket;
+        }
+        if f.s3_prefix.is_some() {
+            self.s3_prefix = f.s3_prefix;
+        }
+        if f.s3_region.is_some() {
+            self.s3_region = f.s3_region;
+        }
+        let c = &mut self.s3_credentials;
+        for (slot, v) in [
+            (&mut c.access_key_id, f.s3_access_key_id),
+            (&mut c.secret_access_key, f.s3_secret_access_key),
+            (&mut c.session_token, f.s3_session_token),
+            (&mut c.profile, f.s3_profile),
+        ] {
+            if v.is_some() {
+                *slot = v;
+            }
+        }
+        if f.s3_config_file.is_some() {
+            c.config_file = f.s3_config_file;
+        }
+        if f.s3_credentials_file.is_some() {
+            c.credentials_file = f.s3_credentials_file;
+        }
+    }
+
+    /// The store this configuration selects: S3 when an endpoint and bucket are set, else the
+    /// filesystem store in [`ServeConfig::data`].
+    pub fn open_store(&self) -> Result<Arc<dyn Store>, ConfigError> {
+        match self.s3_store()? {
+            Some(s3) => Ok(Arc::new(s3)),
+            None => self.fs_store(),
+        }
+    }
+
+    pub(crate) fn fs_store(&self) -> Result<Arc<dyn Store>, ConfigError> {
+        let store = FsStore::open(&self.data).map_err(|source| ConfigError::Data {
+            path: self.data.clone(),
+            source,
+        })?;
+        Ok(Arc::new(store))
+    }
+
+    /// The S3 store when an endpoint and a bucket are set; `None` for the filesystem store.
+    pub(crate) fn s3_store(&self) -> Result<Option<S3Store>, ConfigError> {
+        match (&self.s3_endpoint, &self.s3_bucket) {
+            (Some(endpoint), Some(bucket)) => {
+                let mut c = S3Config::new(endpoint, bucket)
+                    .prefix(self.s3_prefix.clone().unwrap_or_default());
+                if let Some(r) = &self.s3_region {
+                    c.region = r.clone();
+                }
+                let env = |k: &str| std::env::var(k).ok();
+                match resolve_s3_credentials(&self.s3_credentials, &env).map_err(|e| {
+                    ConfigError::S3Config {
+                        reason: e.to_string(),
+                    }
+                })? {
+                    Some((creds, source)) => {
+                        tracing::info!(access_key_id = %creds.access_key_id, %source, "S3 credentials");
+                        c.credentials = Some(creds);
+                    }
+                    None => tracing::info!(
+                        "no S3 credentials configured; requests are signed with a placeholder pair"
+                    ),
+                }
+                Ok(Some(S3Store::new(c)))
+            }
+            (None, None) => Ok(None),
+            (Some(_), None) => Err(ConfigError::S3Config {
+                reason: "an endpoint needs a bucket (s3_bucket, --s3-bucket)".to_owned(),
+            }),
+            (None, Some(_)) => Err(ConfigError::S3Config {
+                reason: "a bucket needs an endpoint (s3_endpoint, --s3-endpoint)".to_owned(),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_layers_file_then_env() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("r.toml");
+        std::fs::write(
+            &file,
+            "listen = \"127.0.0.1:6000\"\ndata = \"/srv/r\"\ndelete_enabled = false\n",
+        )
+        .unwrap();
+        let none = |_: &str| None;
+        let c = ServeConfig::load_with_env(Some(&file), &none).unwrap();
+        assert_eq!(c.listen.port(), 6000);
+        assert_eq!(c.data, PathBuf::from("/srv/r"));
+        assert!(!c.delete_enabled);
+        let env = |k: &str| (k == "RDCTL_REGISTRY_LISTEN").then(|| "0.0.0.0:7000".to_owned());
+        let c = ServeConfig::load_with_env(Some(&file), &env).unwrap();
+        assert_eq!(c.listen.port(), 7000);
+        assert_eq!(
+            ServeConfig::load_with_env(None, &none).unwrap(),
+            ServeConfig::default()
+        );
+
+        std::fs::write(
+            &file,
+            "[gc]\ninterval = \"6h\"\ngrace = \"2h\"\ndelete_untagged = true\n",
+        )
+        .unwrap();
+        let c = ServeConfig::load_with_env(Some(&file), &none).unwrap();
+        assert_eq!(c.gc.interval, Some(Duration::from_secs(6 * 3600)));
+        assert_eq!(c.gc.options.grace, Duration::from_secs(2 * 3600));
+        assert!(c.gc.options.delete_untagged && c.gc.options.keep_referrers);
+        for bad in [
+            "[gc]\ngrace = \"1s\"\n",
+            "[gc]\ninterval = \"0\"\n",
+            "[gc]\ninterval = \"soon\"\n",
+        ] {
+            std::fs::write(&file, bad).unwrap();
+            let e = ServeConfig::load_with_env(Some(&file), &none).unwrap_err();
+            assert!(matches!(e, ConfigError::Setting { .. }), "{bad}: {e}");
+        }
+
+        std::fs::write(
+            &file,
+            "[tls]\ncert = \"/etc/r/c.pem\"\nkey = \"/etc/r/k.pem\"\n[rate_limit]\nrequests_per_second = 20\n",
+        )
+        .unwrap();
+        let c = ServeConfig::load_with_env(Some(&file), &none).unwrap();
+        let tls = c.tls.expect("[tls]");
+        assert_eq!(
+            (tls.cert, tls.key, tls.client_ca),
+            ("/etc/r/c.pem".into(), "/etc/r/k.pem".into(), None)
+        );
+        let limit = c.rate_limit.expect("[rate_limit]");
+        assert_eq!(
+            (limit.requests_per_second.get(), limit.burst.get()),
+            (20, 20)
+        );
+        for (bad, key) in [
+            ("[tls]\ncert = \"c.pem\"\n", "tls.key"),
+            ("[tls]\nkey = \"k.pem\"\n", "tls.cert"),
+            (
+                "[rate_limit]\nburst = 5\n",
+                "rate_limit.requests_per_second",
+            ),
+            (
+                "[rate_limit]\nrequests_per_second = 0\n",
+                "rate_limit.requests_per_second",
+            ),
+            (
+                "[rate_limit]\nrequests_per_second = 1\nburst = 0\n",
+                "rate_limit.burst",
+            ),
+        ] {
+            std::fs::write(&file, bad).unwrap();
+            let e = ServeConfig::load_with_env(Some(&file), &none).unwrap_err();
+            assert!(
+                matches!(e, ConfigError::Setting { key: k, .. } if k == key),
+                "{bad}: {e}"
+            );
+        }
+
+        std::fs::write(&file, "bogus = 1\n").unwrap();
+        assert!(matches!(
+            ServeConfig::load_with_env(Some(&file), &none),
+            Err(ConfigError::ParseConfig { .. })
+        ));
+        let bad = |k: &str| (k == "RDCTL_REGISTRY_DELETE_ENABLED").then(|| "maybe".to_owned());
+        assert!(matches!(
+            ServeConfig::load_with_env(None, &bad),
+            Err(ConfigError::Env { .. })
+        ));
+    }
+}
