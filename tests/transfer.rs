@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::Output;
 
-use crate::util::{Server, ok, rdctl, s, tail, tempdir, tool};
+use crate::util::{Server, ok, rdctl, s, tail, tempdir, tool, validate_json};
 
 const UMOCI: &str = "umoci-0.6";
 const INDEX_MT: &str = "application/vnd.oci.image.index.v1+json";
@@ -352,4 +352,71 @@ fn a_tampered_blob_fails_the_push_naming_it_and_tags_nothing() {
         "the bad blob was published"
     );
     drop(server);
+}
+
+/// A pull into a layout goes through the layout's ingest: a `.partial` left by an interrupted
+/// pull is continued (only the rest is fetched) and published once the whole blob verified;
+/// a partial holding wrong bytes fails the blob naming it, is removed, and the next pull
+/// succeeds.
+#[test]
+fn pulls_continue_a_partial_blob_and_drop_one_that_does_not_verify() {
+    let dir = tempdir();
+    let data = tempdir();
+    let server = Server::start(data.path(), &[]);
+    let img = umoci_image(dir.path(), &"a partial pull resumes\n".repeat(2000));
+    let remote = format!("{}/xfer/partial:v1", server.host());
+    ok(rdctl().args(["push", &format!("{}:v1", s(&img)), &remote]));
+    let manifest: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            img.join("blobs/sha256")
+                .join(digest_of(&img, "v1").trim_start_matches("sha256:")),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let layer = manifest["layers"][0]["digest"].as_str().unwrap().to_owned();
+    let hex = layer.trim_start_matches("sha256:");
+    let bytes = std::fs::read(img.join("blobs/sha256").join(hex)).unwrap();
+    assert!(bytes.len() > 64, "the layer is big enough to cut");
+
+    // The first half of the layer is already there, as an interrupted pull leaves it.
+    let good = dir.path().join("good");
+    std::fs::create_dir_all(good.join("ingest")).unwrap();
+    let partial = good.join("ingest").join(format!("sha256-{hex}.partial"));
+    std::fs::write(&partial, &bytes[..bytes.len() / 2]).unwrap();
+    ok(rdctl().args(["pull", &remote, s(&good)]));
+    assert_eq!(
+        std::fs::read(good.join("blobs/sha256").join(hex)).unwrap(),
+        bytes
+    );
+    assert!(
+        !partial.exists(),
+        "the partial was published, not left behind"
+    );
+    assert_eq!(validate_json(&[&format!("{}:v1", s(&good))]).0, 0);
+
+    // A partial whose bytes are wrong: the blob fails to verify and names the layer; the
+    // partial is gone, so the next pull starts over and succeeds.
+    let bad = dir.path().join("bad");
+    std::fs::create_dir_all(bad.join("ingest")).unwrap();
+    let partial = bad.join("ingest").join(format!("sha256-{hex}.partial"));
+    std::fs::write(&partial, vec![b'x'; bytes.len() / 2]).unwrap();
+    let out = rdctl()
+        .args(["pull", "--json", &remote, s(&bad)])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(err["error"]["kind"], "invalid", "{err}");
+    assert!(
+        err["error"]["message"].as_str().unwrap().contains(&layer),
+        "{err}"
+    );
+    assert!(!partial.exists(), "wrong bytes never stay to be resumed");
+    assert!(!bad.join("blobs/sha256").join(hex).exists());
+    ok(rdctl().args(["pull", &remote, s(&bad)]));
+    assert_eq!(
+        std::fs::read(bad.join("blobs/sha256").join(hex)).unwrap(),
+        bytes
+    );
 }

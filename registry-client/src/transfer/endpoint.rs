@@ -2,10 +2,11 @@
 
 use bytes::Bytes;
 use validator::{
-    Digest, Document, ImageLayout, LayoutError, MAX_MANIFEST_SIZE, Tag, VerifyError, check_document,
+    Digest, Document, ImageLayout, IndexEntry, LayoutError, MAX_MANIFEST_SIZE, Replaces, Tag,
+    VerifyError, check_document,
 };
 
-use super::{Content, ImageRef, REF_NAME, TransferError, content_of};
+use super::{Content, ImageRef, TransferError, content_of};
 use crate::{Client, ClientError, ErrorKind as ClientErrorKind, Reference, Referrer};
 
 pub(super) enum Source<'a> {
@@ -270,65 +271,28 @@ impl Dest {
     }
 }
 
-/// Adds (or replaces) the `index.json` entry for `tag` (or the untagged entry for the digest),
-/// with an `artifactType` when given (referrers).
+/// Names `c` in the layout's `index.json`: under `tag` (replacing that tag's entry), or as an
+/// untagged entry (replacing an untagged one of the same digest), through the layout's one
+/// index writer.
 pub(super) fn update_index(
     layout: &ImageLayout,
     c: &Content,
     tag: Option<&Tag>,
     artifact_type: Option<&str>,
 ) -> Result<(), TransferError> {
-    let path = layout.root().join("index.json");
-    let bad = |reason: String| TransferError::Index {
-        path: path.clone(),
-        reason,
-    };
-    let bytes = layout
-        .read_index_bytes()
-        .map_err(Source::layout_err(layout))?;
-    let mut index: serde_json::Value =
-        serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
-    let manifests = index
-        .as_object_mut()
-        .ok_or_else(|| bad("not a JSON object".to_owned()))?
-        .entry("manifests")
-        .or_insert_with(|| serde_json::Value::Array(Vec::new()))
-        .as_array_mut()
-        .ok_or_else(|| bad("manifests is not an array".to_owned()))?;
-    let name_of = |e: &serde_json::Value| {
-        e.get("annotations")
-            .and_then(|a| a.get(REF_NAME))
-            .and_then(|n| n.as_str())
-            .map(str::to_owned)
-    };
-    manifests.retain(|e| match tag {
-        Some(t) => name_of(e).as_deref() != Some(t.as_str()),
-        None => {
-            name_of(e).is_some()
-                || e.get("digest").and_then(|d| d.as_str()) != Some(c.digest.as_str())
-        }
-    });
-    let mut entry = serde_json::json!({
-        "mediaType": c.media_type,
-        "digest": c.digest.as_str(),
-        "size": c.size,
-    });
-    if let Some(t) = artifact_type {
-        entry["artifactType"] = serde_json::json!(t);
+    let mut entry = IndexEntry::new(c.media_type.clone(), c.digest.clone(), c.size);
+    entry.artifact_type = artifact_type.map(str::to_owned);
+    match tag {
+        Some(t) => layout.set_tag(t, entry),
+        None => layout.add_untagged(entry, Replaces::SameDigest),
     }
-    if let Some(t) = tag {
-        entry["annotations"] = serde_json::json!({ REF_NAME: t.as_str() });
-    }
-    manifests.push(entry);
-    let out = serde_json::to_vec(&index).map_err(|e| bad(e.to_string()))?;
-    layout
-        .write_index_bytes(&out)
-        .map_err(Source::layout_err(layout))
+    .map_err(Source::layout_err(layout))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use validator::REF_NAME_ANNOTATION;
 
     #[test]
     fn index_entries_are_replaced_by_tag() {
@@ -354,7 +318,9 @@ mod tests {
             .map(|e| {
                 (
                     e["digest"].as_str().unwrap().to_owned(),
-                    e["annotations"][REF_NAME].as_str().map(str::to_owned),
+                    e["annotations"][REF_NAME_ANNOTATION]
+                        .as_str()
+                        .map(str::to_owned),
                 )
             })
             .collect();

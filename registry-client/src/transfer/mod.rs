@@ -46,9 +46,6 @@ pub use referrers::MAX_REFERRER_DEPTH;
 use stream::copy_blob;
 use validator::Tag;
 
-/// The annotation that names a tag in a layout's `index.json`.
-pub const REF_NAME: &str = "org.opencontainers.image.ref.name";
-
 /// Most manifests and indexes one copy walks (a guard against hostile graphs).
 const MAX_DOCUMENTS: usize = 10_000;
 
@@ -286,8 +283,35 @@ impl TransferError {
             | TransferError::DigestMismatch { .. }
             | TransferError::TooLarge { .. }
             | TransferError::TooDeep { .. } => ErrorKind::Invalid,
+            TransferError::Layout {
+                source: LayoutError::Ingest(e),
+                ..
+            } if e.verify_error().is_some() => ErrorKind::Invalid,
+            TransferError::Blob { source, .. } => blob_error_kind(source.as_ref()),
             _ => ErrorKind::Other,
         }
+    }
+}
+
+/// The class of a failed blob copy, from what failed underneath: the registry client, or the
+/// layout's ingest refusing bytes that do not verify.
+fn blob_error_kind(e: &(dyn std::error::Error + 'static)) -> ErrorKind {
+    if let Some(c) = e.downcast_ref::<ClientError>() {
+        return match c.kind() {
+            ClientErrorKind::NotFound => ErrorKind::NotFound,
+            ClientErrorKind::Unauthorized => ErrorKind::Unauthorized,
+            ClientErrorKind::Transient => ErrorKind::Transient,
+            _ => ErrorKind::Invalid,
+        };
+    }
+    match e.downcast_ref::<LayoutError>() {
+        Some(LayoutError::Verify { .. }) => ErrorKind::Invalid,
+        Some(LayoutError::Ingest(i)) if i.verify_error().is_some() => ErrorKind::Invalid,
+        Some(LayoutError::BlobMissing { .. }) => ErrorKind::NotFound,
+        _ => match e.downcast_ref::<validator::IngestError>() {
+            Some(i) if i.verify_error().is_some() => ErrorKind::Invalid,
+            _ => ErrorKind::Other,
+        },
     }
 }
 

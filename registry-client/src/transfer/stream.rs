@@ -2,6 +2,7 @@
 //! and async HTTP.
 
 use std::io::{self, Read};
+use std::pin::Pin;
 
 use bytes::{Buf, Bytes};
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -9,7 +10,7 @@ use validator::{Digest, ImageLayout};
 
 use super::Content;
 use super::endpoint::{Dest, Source};
-use crate::Client;
+use crate::{Client, Reference};
 
 /// Buffer size for streaming between blocking file I/O and async HTTP.
 const STREAM_BUF: usize = 64 << 10;
@@ -42,10 +43,7 @@ pub(super) async fn copy_blob(
                 .await?;
         }
         (Source::Registry(_, from), Dest::Layout(dst)) => {
-            let body = client
-                .get_blob(from.registry(), from.name(), &digest, size)
-                .await?;
-            write_stream(dst, body, &digest, size).await?;
+            pull_into_layout(client, from, dst, &digest, size).await?;
         }
         (Source::Registry(_, from), Dest::Registry(to)) => {
             let body = client
@@ -110,23 +108,42 @@ impl Read for ChannelReader {
     }
 }
 
-/// Writes an async stream into a layout blob on a blocking thread; the layout publishes it only
-/// once size and digest matched.
-async fn write_stream(
+/// Downloads a blob into a layout through the layout's ingest: a `.partial` left by an
+/// interrupted pull is continued with a `Range` request (its bytes re-hashed, not fetched
+/// again), the bytes are written on a blocking thread fed through a bounded channel, and the
+/// blob is published only once the whole file's size and digest matched. A failed download
+/// keeps the partial file for the next attempt; one that does not verify removes it.
+async fn pull_into_layout(
+    client: &Client,
+    from: &Reference,
     layout: &ImageLayout,
-    mut body: impl AsyncRead + Unpin,
     digest: &Digest,
     size: u64,
 ) -> Result<(), BoxError> {
+    let (l, d) = (layout.clone(), digest.clone());
+    let mut ingest = tokio::task::spawn_blocking(move || l.ingest(&d, size)).await??;
+    let have = ingest.offset();
+    let (start, mut body): (u64, Pin<Box<dyn AsyncRead + Send>>) = if have == size {
+        (have, Box::pin(tokio::io::empty()))
+    } else {
+        client
+            .get_blob_from(from.registry(), from.name(), digest, have)
+            .await?
+    };
     let (tx, rx) = tokio::sync::mpsc::channel::<io::Result<Bytes>>(4);
-    let layout = layout.clone();
-    let (d, s) = (digest.clone(), size);
-    let writer = tokio::task::spawn_blocking(move || {
-        let reader = ChannelReader {
+    let d = digest.clone();
+    let writer = tokio::task::spawn_blocking(move || -> Result<(), BoxError> {
+        if start != have {
+            // The registry ignored the range and sends the whole blob: start over.
+            ingest.truncate()?;
+        }
+        let mut reader = ChannelReader {
             rx,
             cur: Bytes::new(),
         };
-        layout.write_blob(reader, d.algorithm(), Some((&d, s)))
+        io::copy(&mut reader, &mut ingest)?;
+        ingest.commit(size, &d)?;
+        Ok(())
     });
     let mut buf = vec![0u8; STREAM_BUF];
     loop {
