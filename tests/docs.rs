@@ -14,18 +14,6 @@ use crate::util::root;
 
 const PROBE: &str = "zzz_not_a_key";
 
-/// The chain of an error's messages, one string.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
-
 /// The field names serde lists after refusing the probe key, or None when the message is not
 /// such a refusal (the value is not a struct).
 fn expected_fields(message: &str) -> Option<Vec<String>> {
@@ -145,7 +133,7 @@ fn registry_toml_keys_match_operations_md() {
         let p = write(dir.path(), "registry.toml", doc);
         registry::ServeConfig::load_with_env(Some(&p), &|_| None)
             .err()
-            .map(|e| chain(&e))
+            .map(|e| validator::error_chain(&e))
     });
     let doc = read_doc("operations.md");
     let mut listed = documented(&doc, "### `registry.toml`");
@@ -215,7 +203,11 @@ fn registry_environment_variables_in_operations_md_are_read() {
         });
         match got {
             Ok(c) => assert_ne!(format!("{c:?}"), default, "{var} is not read"),
-            Err(e) => assert!(chain(&e).contains(var), "{var}: {}", chain(&e)),
+            Err(e) => assert!(
+                validator::error_chain(&e).contains(var),
+                "{var}: {}",
+                validator::error_chain(&e)
+            ),
         }
     }
 }
@@ -227,11 +219,13 @@ fn worker_toml_and_zone_keys_match_operations_md() {
         let p = write(dir.path(), "worker.toml", doc);
         worker_runtime::WorkerConfig::load(&p)
             .err()
-            .map(|e| chain(&e))
+            .map(|e| validator::error_chain(&e))
     });
     let zone = toml_keys(&|doc| {
         let p = write(dir.path(), "zone.toml", doc);
-        worker_runtime::load_zone(&p).err().map(|e| chain(&e))
+        worker_runtime::load_zone(&p)
+            .err()
+            .map(|e| validator::error_chain(&e))
     });
     let doc = read_doc("operations.md");
     assert_same(
@@ -253,7 +247,7 @@ fn image_file_and_lockfile_keys_match_image_file_md() {
         let p = dir.path().join("image.toml");
         builder::ImageFile::parse(&p, doc.as_bytes().to_vec())
             .err()
-            .map(|e| chain(&e))
+            .map(|e| validator::error_chain(&e))
     });
     let doc = read_doc("image-file.md");
     let split = doc
@@ -283,7 +277,7 @@ fn image_file_and_lockfile_keys_match_image_file_md() {
         std::fs::write(image.lockfile_path(), json).unwrap();
         builder::Lockfile::load_for(&image)
             .err()
-            .map(|e| chain(&e))
+            .map(|e| validator::error_chain(&e))
             .unwrap_or_default()
     };
     let probe = format!("{{\"{PROBE}\": 1}}");

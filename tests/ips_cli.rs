@@ -379,3 +379,127 @@ fn help_has_an_example_for_every_ips_command() {
         );
     }
 }
+
+/// Every file under `root` with its bytes, sorted: a repository's whole state.
+fn snapshot(root: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let bytes = fs::read(&path).unwrap();
+                out.push((path, bytes));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn lint_and_publish_refuse_what_pkg_would_refuse() {
+    let tmp = tempdir();
+    let dir = tmp.path();
+    let proto = dir.join("proto");
+    write(&proto.join("usr/bin/tool"), HELLO);
+    write(&proto.join("x"), HELLO);
+    // A repository holding one good package, to show a refusal leaves it unchanged.
+    let repo = dir.join("repo");
+    write(&dir.join("base.p5m"), BASE);
+    write(&proto.join("COPYING"), COPYING);
+    let publish = |manifest: &Path| {
+        ips(&[
+            "publish",
+            "--repo",
+            s(&repo),
+            "--publisher",
+            "example.org",
+            "--proto",
+            s(&proto),
+            s(manifest),
+        ])
+    };
+    let base = publish(&dir.join("base.p5m"));
+    assert_eq!(base.code, 0, "{}", base.stderr);
+    let before = snapshot(&repo);
+
+    // (file name, manifest, the line lint prints after "FILE")
+    let cases = [
+        (
+            "no-owner.p5m",
+            "set name=pkg.fmri value=pkg:/demo/tool@1.0-1\n\
+             dir path=usr/bin owner=root group=bin mode=0755\n\
+             file path=usr/bin/tool group=bin mode=0555\n",
+            ":3:1: owner is required (file usr/bin/tool) [required-attr]",
+        ),
+        (
+            "no-fmri.p5m",
+            "set name=pkg.summary value=\"no name\"\n\
+             file path=x owner=root group=bin mode=0644\n",
+            ": no set name=pkg.fmri action: the manifest must name its package and version \
+             [pkg-fmri-missing]",
+        ),
+        (
+            "dir-and-file.p5m",
+            "set name=pkg.fmri value=pkg:/demo/clash@1.0-1\n\
+             dir path=x owner=root group=bin mode=0755\n\
+             file path=x owner=root group=bin mode=0644\n",
+            ":3:1: path x is delivered as a file here and as a dir on line 2 [path-types]",
+        ),
+    ];
+    for (name, text, want) in cases {
+        let file = dir.join(name);
+        write(&file, text);
+        let f = s(&file);
+        let lint = ips(&["lint", f]);
+        assert_eq!(
+            lint.code, 1,
+            "lint {name}:\n{}\n{}",
+            lint.stdout, lint.stderr
+        );
+        let lines: Vec<&str> = lint.stdout.lines().collect();
+        assert_eq!(
+            lines,
+            [format!("{f}{want}"), format!("{f}: 1 error(s)")],
+            "lint {name}"
+        );
+
+        let refused = publish(&file);
+        assert_eq!(refused.code, 2, "publish {name}:\n{}", refused.stderr);
+        assert_eq!(refused.stdout, "", "publish {name} printed an FMRI");
+        // The same messages as lint, then why nothing was published.
+        assert!(
+            refused.stderr.contains(&format!("{f}{want}\n")),
+            "publish {name}:\n{}",
+            refused.stderr
+        );
+        assert!(
+            refused
+                .stderr
+                .contains("refused: 1 error(s); nothing was published"),
+            "publish {name}:\n{}",
+            refused.stderr
+        );
+        assert!(
+            snapshot(&repo) == before,
+            "publish {name} changed the repository"
+        );
+    }
+}
+
+#[test]
+fn shipped_example_lints_clean() {
+    let manifests = crate::util::root().join("examples/hello/manifests");
+    for m in ["hello.p5m", "system-base.p5m"] {
+        let out = ips(&["lint", s(&manifests.join(m))]);
+        assert_eq!(
+            (out.code, out.stdout.as_str()),
+            (0, ""),
+            "{m}: {}",
+            out.stderr
+        );
+    }
+}

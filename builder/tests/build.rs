@@ -182,18 +182,6 @@ fn read_layer(layout: &Path, digest: &Digest) -> BTreeMap<String, Entry> {
     out
 }
 
-/// The error and its sources, as rdctl prints them.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
-
 #[test]
 fn lock_writes_full_fmris_and_manifest_hashes() {
     let f = fixture(&[]);
@@ -611,7 +599,7 @@ fn a_corrupt_payload_stops_the_build_naming_package_and_path() {
     );
     assert!(matches!(e, BuildError::Payload { .. }));
     // The whole chain names the stored file and which hash failed.
-    let c = chain(&e);
+    let c = validator::error_chain(&e);
     assert!(
         c.contains(&format!(
             "payload for file usr/bin/tool ({})",
@@ -659,7 +647,7 @@ fn dependency_and_conflict_failures() {
     let e = lock(&image).unwrap_err();
     // The incorporation constrains the pick for tool's require, so nothing matches.
     assert_eq!(
-        chain(&e),
+        validator::error_chain(&e),
         format!(
             "{}: no package matches system/core@1.0 (wanted by pkg://example.org/demo/tool@2.1,5.11-2024.0:20240102T030405Z) in publisher(s) example.org",
             f.image_file().display()
@@ -713,7 +701,7 @@ fn dependency_and_conflict_failures() {
         let image = ImageFile::load(f.image_file()).unwrap();
         let e = lock(&image).unwrap_err();
         assert_eq!(
-            chain(&e),
+            validator::error_chain(&e),
             format!(
                 "{}: the resolved set is not installable: the package set fails 1 check(s):\n  {expected}",
                 f.image_file().display()
@@ -749,7 +737,7 @@ fn dependency_and_conflict_failures() {
     )
     .unwrap_err();
     assert_eq!(
-        chain(&e),
+        validator::error_chain(&e),
         format!("the package set fails 1 check(s):\n  {}", cases[4].1)
     );
     assert!(

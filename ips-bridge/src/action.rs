@@ -100,7 +100,7 @@ impl ActionKind {
         })
     }
 
-    fn is_filesystem(self) -> bool {
+    pub(crate) fn is_filesystem(self) -> bool {
         matches!(self, Self::Dir | Self::File | Self::Hardlink | Self::Link)
     }
 }
@@ -119,6 +119,24 @@ pub struct ActionError {
     pub column: usize,
     /// What is wrong, in pkg's words where pkg has them.
     pub message: String,
+    /// Which kind of problem it is (for lint rule ids).
+    pub kind: ActionErrorKind,
+}
+
+/// The kinds of [`ActionError`]: the tokenizer's, then pkg's action constructor checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ActionErrorKind {
+    /// The line breaks the action grammar (quotes, keys, values, where a payload may go).
+    Syntax,
+    /// The action name is not one pkg knows.
+    UnknownType,
+    /// A required attribute is missing: the key attribute, or `set`'s `name` or `value`.
+    Missing(String),
+    /// The key attribute is given more than once.
+    Repeated(String),
+    /// `path` is empty or `/`.
+    EmptyPath,
 }
 
 /// One action: its kind, optional payload hash and attributes.
@@ -150,18 +168,25 @@ impl Action {
     /// single, `set` has `name` and `value` (or the short `set key=value` form), and paths lose
     /// their leading `/`.
     pub fn parse(line: &str) -> Result<Self, ActionError> {
-        let err = |byte: usize, message: &str| ActionError {
+        let err_kind = |byte: usize, message: &str, kind: ActionErrorKind| ActionError {
             column: line[..byte.min(line.len())].chars().count() + 1,
             message: message.to_owned(),
+            kind,
         };
+        let err = |byte: usize, message: &str| err_kind(byte, message, ActionErrorKind::Syntax);
         let is_ws = |c: u8| matches!(c, b' ' | b'\t' | b'\n');
         let b = line.as_bytes();
         let Some(name_end) = b.iter().position(|&c| is_ws(c)) else {
             return Err(err(line.len(), "no attributes"));
         };
         let name = &line[..name_end];
-        let kind = ActionKind::from_name(name)
-            .ok_or_else(|| err(0, &format!("unknown action type {name:?}")))?;
+        let kind = ActionKind::from_name(name).ok_or_else(|| {
+            err_kind(
+                0,
+                &format!("unknown action type {name:?}"),
+                ActionErrorKind::UnknownType,
+            )
+        })?;
         let mut action = Action::new(kind);
         let mut i = name_end;
         let mut prev_quoted = false;
@@ -254,12 +279,13 @@ impl Action {
             prev_quoted = was_quoted;
             i = next;
         }
-        action.check().map_err(|m| err(0, &m))?;
+        action.check().map_err(|(k, m)| err_kind(0, &m, k))?;
         Ok(action)
     }
 
-    /// pkg's constructor checks (see [`Action::parse`]); returns the message on failure.
-    fn check(&mut self) -> Result<(), String> {
+    /// pkg's constructor checks (see [`Action::parse`]); returns the kind and message on
+    /// failure.
+    fn check(&mut self) -> Result<(), (ActionErrorKind, String)> {
         if self.kind == ActionKind::Set
             && !(self.attrs.contains_key("name") && self.attrs.contains_key("value"))
         {
@@ -268,12 +294,23 @@ impl Action {
                 self.attrs.insert("name".into(), vec![k]);
                 self.attrs.insert("value".into(), v);
             } else {
-                return Err("missing \"name\" or \"value\" attribute".into());
+                let absent = if self.attrs.contains_key("name") {
+                    "value"
+                } else {
+                    "name"
+                };
+                return Err((
+                    ActionErrorKind::Missing(absent.into()),
+                    "missing \"name\" or \"value\" attribute".into(),
+                ));
             }
         }
         if let Some(key) = self.kind.key_attr() {
             if !self.attrs.contains_key(key) {
-                return Err(format!("no value specified for key attribute '{key}'"));
+                return Err((
+                    ActionErrorKind::Missing(key.into()),
+                    format!("no value specified for key attribute '{key}'"),
+                ));
             }
             let multi_ok = self.kind == ActionKind::Depend
                 && matches!(
@@ -284,14 +321,17 @@ impl Action {
                     Some("require-any" | "group-any")
                 );
             if self.attrs[key].len() > 1 && !multi_ok {
-                return Err(format!("{key} attribute may only be specified once"));
+                return Err((
+                    ActionErrorKind::Repeated(key.into()),
+                    format!("{key} attribute may only be specified once"),
+                ));
             }
         }
         if self.kind.is_filesystem() {
             let path = &mut self.attrs.get_mut("path").expect("key attr")[0];
             let trimmed = path.trim_start_matches('/');
             if trimmed.is_empty() {
-                return Err("empty or '/' path".into());
+                return Err((ActionErrorKind::EmptyPath, "empty or '/' path".into()));
             }
             *path = trimmed.to_owned();
         }
@@ -493,7 +533,7 @@ pub enum DependType {
 }
 
 impl DependType {
-    fn parse(s: &str) -> Option<Self> {
+    pub(crate) fn parse(s: &str) -> Option<Self> {
         Some(match s {
             "require" => Self::Require,
             "require-any" => Self::RequireAny,

@@ -77,8 +77,14 @@ impl Fmri {
     }
 
     /// Parses the forms pkg accepts: `pkg://pub/stem@ver`, `pkg:/stem@ver`, `//pub/stem`,
-    /// `/stem` and bare `stem`. The version starts after the last `@`.
+    /// `/stem` and bare `stem`. The version starts after the last `@`; trailing white space
+    /// is dropped first, as pkg's `PkgFmri` does.
+    ///
+    /// One deliberate difference: pkg's `PkgFmri` takes any text up to the `/` as the
+    /// publisher, while here it must be a valid publisher name ([`valid_publisher`]), the
+    /// rule pkg applies when a publisher is configured.
     pub fn parse(s: &str) -> Result<Self, FmriError> {
+        let s = s.trim_end_matches(|c: char| c.is_whitespace() || ('\x1c'..='\x1f').contains(&c));
         let (body, version) = match s.rfind('@') {
             Some(i) => {
                 let v = Version::parse(&s[i + 1..]).map_err(|source| FmriError::Version {
@@ -314,6 +320,43 @@ mod tests {
             Fmri::parse("foo@1.0").unwrap().to_string(),
             "pkg:/foo@1.0,5.11"
         );
+    }
+
+    #[test]
+    fn trailing_blanks_are_dropped_like_pkg_but_leading_ones_are_not() {
+        let f = Fmri::parse("pkg:/demo/x@1.0-1 \t\n").unwrap();
+        assert_eq!(f.to_string(), "pkg:/demo/x@1.0,5.11-1");
+        assert!(Fmri::parse(" pkg:/demo/x@1.0").is_err());
+        assert!(Fmri::parse("pkg:/demo/x @1.0").is_err());
+    }
+
+    #[test]
+    fn publisher_forms_need_the_slash_before_the_stem() {
+        // pkg: "Missing '/' after publisher name".
+        for bad in [
+            "pkg://example.org",
+            "//example.org",
+            "pkg://example.org@1.0",
+        ] {
+            assert!(Fmri::parse(bad).is_err(), "{bad:?}");
+        }
+        // The '/' must come before the version: "pkg://p@1/x" has no stem before the '@'.
+        assert!(Fmri::parse("pkg://p@1.0/x").is_err());
+        let f = Fmri::parse("//example.org/demo/x@2").unwrap();
+        assert_eq!((f.publisher(), f.stem()), (Some("example.org"), "demo/x"));
+    }
+
+    #[test]
+    fn stem_characters_follow_pkgs_regex() {
+        for good in ["a", "A9", "a_b-c.d+e", "x/y/z", "9lives", "a+", "a."] {
+            assert!(valid_stem(good), "{good:?}");
+        }
+        // Each '/' segment starts with a letter or digit; nothing outside the class.
+        for bad in [
+            "a/_b", "a/-b", "a/+b", "a/.b", "a@b", "a,b", "a:b", "a b", "a*", "é",
+        ] {
+            assert!(!valid_stem(bad), "{bad:?}");
+        }
     }
 
     #[test]

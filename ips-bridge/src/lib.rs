@@ -6,6 +6,9 @@
 //!   build part is ignored; release, then branch, then timestamp; a missing part sorts
 //!   first), with prefix matching for incorporations ([`Version::matches`]) and pkg's
 //!   `quote(s, safe="")` escaping ([`quote`], [`Fmri::dir_path`], [`Fmri::url_path`]).
+//! - [`LintRule`] and [`LintFinding`]: [`Manifest::lint`] and [`Manifest::check`] apply the
+//!   rules `pkgsend publish`, pkg's action validation and pkglint's duplicate-action checks
+//!   apply, as findings with stable ids naming line and attribute; publishing refuses errors.
 //! - [`Action`] and [`Manifest`]: the manifest grammar (both quote styles, `\"` and `\\`
 //!   escapes, joined quoted strings, backslash continuations, `#` lines, repeated keys,
 //!   positional hash or `hash=`) with errors naming line and column, pkg's writer, and
@@ -68,6 +71,7 @@ mod depend;
 mod depot;
 mod fmri;
 mod image;
+mod lint;
 mod manifest;
 mod mediator;
 mod payload;
@@ -76,7 +80,8 @@ mod variant;
 mod version;
 
 pub use action::{
-    Action, ActionError, ActionKind, DependType, Ownership, Preserve, TypedAction, resolve_hardlink,
+    Action, ActionError, ActionErrorKind, ActionKind, DependType, Ownership, Preserve, TypedAction,
+    resolve_hardlink,
 };
 pub use cache::{CacheError, PayloadCache};
 pub use catalog::{
@@ -96,6 +101,7 @@ pub use image::{
     ImageError, ImageMetadata, ImagePublisher, InstalledPackage, entry_states, legacy_pkginfo,
     state as package_state,
 };
+pub use lint::{LintFinding, LintRule};
 pub use manifest::{Manifest, ManifestError};
 pub use mediator::{Mediation, choose_mediations, is_selected};
 pub use payload::{

@@ -2,8 +2,9 @@
 
 use std::fmt;
 
-use crate::action::{Action, ActionKind};
+use crate::action::{Action, ActionErrorKind, ActionKind};
 use crate::fmri::Fmri;
+use crate::lint::LintFinding;
 
 /// A manifest error, naming the physical line and column (both 1-based).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -15,13 +16,25 @@ pub struct ManifestError {
     pub column: usize,
     /// What is wrong.
     pub message: String,
+    /// Which kind of problem it is ([`ActionErrorKind::Syntax`] for invalid UTF-8).
+    pub kind: ActionErrorKind,
 }
 
-/// A parsed manifest: its actions in file order.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// A parsed manifest: its actions in file order, and for manifests read from text the line
+/// each action starts on (for lint findings). Equality compares the actions only.
+#[derive(Debug, Clone, Default)]
 pub struct Manifest {
     actions: Vec<Action>,
+    lines: Vec<usize>,
 }
+
+impl PartialEq for Manifest {
+    fn eq(&self, other: &Self) -> bool {
+        self.actions == other.actions
+    }
+}
+
+impl Eq for Manifest {}
 
 /// One logical line and where its pieces came from, to map columns back.
 struct Logical<'a> {
@@ -157,6 +170,7 @@ impl Manifest {
                     line,
                     column,
                     message: "invalid utf-8".into(),
+                    kind: ActionErrorKind::Syntax,
                 })
             }
         }
@@ -166,40 +180,13 @@ impl Manifest {
     pub fn parse_all(text: &str) -> (Self, Vec<ManifestError>) {
         let lines = py_splitlines(text);
         let mut actions = Vec::new();
-        let mut errors = Vec::new();
-        for logical in logical_lines(&lines) {
-            match Action::parse(&logical.text) {
-                Ok(a) => actions.push(a),
-                Err(e) => {
-                    let (line, column) = logical.locate(e.column);
-                    errors.push(ManifestError {
-                        line,
-                        column,
-                        message: e.message,
-                    });
-                }
-            }
-        }
-        (Self { actions }, errors)
-    }
-
-    /// Checks manifest text the way `rdctl ips lint` reports it: every parse error, plus
-    /// every action whose values pkg would refuse at publication ([`Action::typed`]), each
-    /// naming its line (and column for parse errors). Empty when the manifest is clean.
-    pub fn lint(text: &str) -> Vec<ManifestError> {
-        let lines = py_splitlines(text);
+        let mut starts = Vec::new();
         let mut errors = Vec::new();
         for logical in logical_lines(&lines) {
             match Action::parse(&logical.text) {
                 Ok(a) => {
-                    if let Err(message) = a.typed() {
-                        let (line, column) = logical.locate(1);
-                        errors.push(ManifestError {
-                            line,
-                            column,
-                            message,
-                        });
-                    }
+                    actions.push(a);
+                    starts.push(logical.locate(1).0);
                 }
                 Err(e) => {
                     let (line, column) = logical.locate(e.column);
@@ -207,11 +194,57 @@ impl Manifest {
                         line,
                         column,
                         message: e.message,
+                        kind: e.kind,
                     });
                 }
             }
         }
-        errors
+        (
+            Self {
+                actions,
+                lines: starts,
+            },
+            errors,
+        )
+    }
+
+    /// Lints manifest text as `rdctl ips lint` reports it: every parse error and every
+    /// finding of [`Manifest::check`], sorted by line. Empty when the manifest is clean.
+    pub fn lint(text: &str) -> Vec<LintFinding> {
+        let (m, errors) = Self::parse_all(text);
+        let mut out: Vec<LintFinding> = errors.into_iter().map(LintFinding::from_parse).collect();
+        out.extend(m.check());
+        out.sort_by_key(|f| (f.line, f.column));
+        out
+    }
+
+    /// [`Manifest::lint`] on bytes: text that is not UTF-8 is one `parse` finding at the
+    /// first invalid byte.
+    pub fn lint_bytes(bytes: &[u8]) -> Vec<LintFinding> {
+        match std::str::from_utf8(bytes) {
+            Ok(text) => Self::lint(text),
+            Err(_) => match Self::parse_bytes(bytes) {
+                Err(e) => vec![LintFinding::from_parse(e)],
+                Ok(m) => m.check(),
+            },
+        }
+    }
+
+    /// Every rule `pkgsend publish`, pkg's action validation and pkglint's duplicate checks
+    /// apply to these actions (see [`crate::LintRule`]); findings name the line each action
+    /// started on when the manifest was parsed from text.
+    pub fn check(&self) -> Vec<LintFinding> {
+        crate::lint::check_manifest(self)
+    }
+
+    /// The 1-based line the action at `index` started on, when the manifest was parsed from
+    /// text and its actions not added or removed since.
+    pub fn line(&self, index: usize) -> Option<usize> {
+        if self.lines.len() == self.actions.len() {
+            self.lines.get(index).copied()
+        } else {
+            None
+        }
     }
 
     /// The actions in file order.
@@ -258,6 +291,7 @@ impl FromIterator<Action> for Manifest {
     fn from_iter<T: IntoIterator<Item = Action>>(iter: T) -> Self {
         Self {
             actions: iter.into_iter().collect(),
+            lines: Vec::new(),
         }
     }
 }
@@ -330,18 +364,52 @@ mod tests {
 
     #[test]
     fn lint_reports_parse_and_value_errors_with_lines() {
-        let text = "set name=a value=b\n\ndir path=x mode=0758\nfile abc path=y preserve=maybe\nfrob x=y\ndepend fmri=a type=require\n";
+        let text = "set name=pkg.fmri value=pkg:/a@1\n\ndir path=x mode=0758 owner=root group=bin\nfile abc path=y preserve=maybe owner=root group=bin mode=0644\nfrob x=y\ndepend fmri=a type=require\n";
         let errs = Manifest::lint(text);
-        let got: Vec<_> = errs.iter().map(|e| (e.line, e.message.as_str())).collect();
+        let got: Vec<_> = errs
+            .iter()
+            .map(|e| (e.line, e.rule.id(), e.message.as_str()))
+            .collect();
         assert_eq!(
             got,
             [
-                (3, "invalid mode \"0758\""),
-                (4, "invalid preserve value \"maybe\""),
-                (5, "unknown action type \"frob\"")
+                (
+                    Some(3),
+                    "mode",
+                    "invalid mode \"0758\": mode must be 3 to 5 octal digits, such as 644, 0644 or 04755 (dir x)"
+                ),
+                (
+                    Some(4),
+                    "preserve",
+                    "invalid preserve value \"maybe\" (file y)"
+                ),
+                (Some(5), "unknown-action", "unknown action type \"frob\"")
             ]
         );
-        assert!(Manifest::lint("set name=a value=b\n").is_empty());
+        assert!(Manifest::lint("set name=pkg.fmri value=pkg:/a@1\n").is_empty());
+    }
+
+    #[test]
+    fn lines_are_kept_for_parsed_manifests_only() {
+        let m = Manifest::parse(
+            "set name=a value=b\n\n# c\nset name=c \\\n value=d\nset name=e value=f\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (m.line(0), m.line(1), m.line(2)),
+            (Some(1), Some(4), Some(6))
+        );
+        let built: Manifest = m.actions().iter().cloned().collect();
+        assert_eq!(built, m, "equality ignores lines");
+        assert_eq!(built.line(0), None);
+        let not_utf8 = Manifest::lint_bytes(b"set name=a value=b\nset name=\xe9 value=c\n");
+        assert_eq!(
+            not_utf8
+                .iter()
+                .map(|f| (f.rule.id(), f.line, f.column))
+                .collect::<Vec<_>>(),
+            [("parse", Some(2), 10)]
+        );
     }
 
     #[test]

@@ -558,6 +558,21 @@ impl FileRepo {
         if !valid_publisher(publisher) {
             return Err(publish_err(publisher, "invalid publisher name".into()));
         }
+        // pkg validates every action at publication; pkglint's duplicate checks come on top
+        // (the same rules as `rdctl ips lint`, see `Manifest::check`).
+        let errors: Vec<String> = manifest
+            .check()
+            .into_iter()
+            .filter(|f| f.is_error())
+            .map(|f| f.to_string())
+            .collect();
+        if !errors.is_empty() {
+            let what = match manifest.fmri() {
+                Some(Ok(f)) => f.to_string(),
+                _ => "manifest".to_owned(),
+            };
+            return Err(publish_err(&what, errors.join("; ")));
+        }
         let fmri = manifest
             .fmri()
             .ok_or_else(|| publish_err("manifest", "no set name=pkg.fmri action".into()))??;
@@ -574,11 +589,6 @@ impl FileRepo {
             Version::parse(&format!("{version}:{t}")).expect("valid version plus timestamp")
         };
         let fmri = Fmri::new(Some(publisher), fmri.stem(), Some(version))?;
-        // pkg validates every action at publication.
-        for a in manifest.actions() {
-            a.typed()
-                .map_err(|message| publish_err(&format!("{what}: {a}"), message))?;
-        }
         let pub_dir = self.root.join("publisher").join(publisher);
         let _lock = lock_publisher(&pub_dir)?;
 

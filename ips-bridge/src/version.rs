@@ -178,9 +178,16 @@ pub struct Version {
 pub const DEFAULT_BUILD: &str = "5.11";
 
 impl Version {
-    /// Parses a version string as pkg does: the first `:` starts the timestamp, the first `-`
-    /// the branch and the first `,` the build. Like pkg, an empty build, branch or timestamp
-    /// after its separator (`1.0-`) counts as absent; a missing build becomes `5.11`.
+    /// Parses a version string as pkg's `Version` does: the first `:` starts the timestamp,
+    /// the first `-` the branch and the first `,` the build; a missing build becomes `5.11`.
+    /// A separator with nothing after it (`1.0-`, `1.0,`, `1.0:`) is an error, as in pkg,
+    /// and so is a separator out of order (`1.0:2020-1` leaves an empty branch).
+    ///
+    /// One deliberate difference: pkg reads each dot-sequence element with Python's `int()`,
+    /// which also accepts `00`, `+1`, `1_0`, surrounding blanks and non-ASCII digits (all
+    /// printed back canonically). Here an element must be `0` or ASCII digits without a
+    /// leading zero, so every accepted version prints back exactly as written (apart from
+    /// the default build).
     pub fn parse(s: &str) -> Result<Self, VersionError> {
         let time_idx = s.find(':');
         let timestr = time_idx.map(|i| &s[i + 1..]);
@@ -196,18 +203,12 @@ impl Version {
             return Err(VersionError::MissingRelease(s.to_owned()));
         }
         let release = DotSequence::parse_in(slice(s, 0, build_idx), s)?;
-        let branch = match branch {
-            Some(b) if !b.is_empty() => Some(DotSequence::parse_in(b, s)?),
-            _ => None,
-        };
+        let branch = branch.map(|b| DotSequence::parse_in(b, s)).transpose()?;
         let build = match build {
-            Some(b) if !b.is_empty() => DotSequence::parse_in(b, s)?,
-            _ => DotSequence(vec![5, 11]),
+            Some(b) => DotSequence::parse_in(b, s)?,
+            None => DotSequence(vec![5, 11]),
         };
-        let timestamp = match timestr {
-            Some(t) if !t.is_empty() => Some(Timestamp::parse_in(t, s)?),
-            _ => None,
-        };
+        let timestamp = timestr.map(|t| Timestamp::parse_in(t, s)).transpose()?;
         Ok(Self {
             release,
             build,
@@ -397,12 +398,86 @@ mod tests {
     }
 
     #[test]
-    fn empty_parts_after_separators_count_as_absent_like_pkg() {
-        assert_eq!(v("1.0-").branch(), None);
-        assert_eq!(v("1.0,").to_string(), "1.0,5.11");
-        assert_eq!(v("1.0:").timestamp(), None);
-        // A ',' after the '-' leaves the branch text "1,2", which is not a dot sequence.
+    fn empty_parts_after_separators_are_refused_like_pkg() {
+        // pkg's Version passes the (empty) text after a separator to DotSequence, whose
+        // int("") fails, and an empty timestamp fails the 16-character check.
+        for bad in [
+            "1.0-",
+            "1.0,",
+            "1.0:",
+            "1.0,-1",
+            "1.0-:20200101T000000Z",
+            "1.0,:x",
+        ] {
+            assert!(Version::parse(bad).is_err(), "{bad:?} should fail");
+        }
+        assert!(matches!(
+            Version::parse("1.0-"),
+            Err(VersionError::DotSequence { .. })
+        ));
+        assert!(matches!(
+            Version::parse("1.0:"),
+            Err(VersionError::Timestamp { .. })
+        ));
+        // A ',' after the '-' leaves pkg an empty build (the text between ',' and the
+        // earlier '-'), and a '-' after the ':' an empty branch.
         assert!(Version::parse("1.0-1,2").is_err());
+        assert!(Version::parse("1.0:20200101T000000Z-1").is_err());
+    }
+
+    #[test]
+    fn release_is_the_only_required_component() {
+        let x = v("7");
+        assert_eq!(
+            (x.branch(), x.timestamp(), x.build().to_string().as_str()),
+            (None, None, "5.11")
+        );
+        assert_eq!(v("1.0:20200101T000000Z").branch(), None);
+        assert_eq!(v("1.0-3").timestamp(), None);
+    }
+
+    #[test]
+    fn elements_are_canonical_ascii_decimals() {
+        // Zero alone is fine anywhere, and large numbers are too.
+        assert_eq!(v("0.0.0").release().components(), &[0, 0, 0]);
+        assert_eq!(
+            v("2024.1,5.11-0.151022").branch().unwrap().components(),
+            &[0, 151022]
+        );
+        // Leading zeros on a non-zero value are refused by pkg too ("Zero padded number"),
+        // and so are negative numbers ("Negative number").
+        for bad in ["01", "1.007", "1-01", "1,05", "-1", "1.-0"] {
+            assert!(Version::parse(bad).is_err(), "{bad:?}");
+        }
+        // pkg's int() would take these; we refuse them (see Version::parse).
+        for stricter in ["00", "1.00", "+1", "1_0", " 1", "1.\u{0663}"] {
+            assert!(Version::parse(stricter).is_err(), "{stricter:?}");
+        }
+        // Only digits and the three separators: letters, '*' and '/' are not versions.
+        for bad in ["1.a", "1.*", "1/2", "1.0-1a", "1e3"] {
+            assert!(Version::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn timestamps_must_be_sixteen_characters_of_a_real_utc_time() {
+        assert!(Version::parse("1:20200101T000000Z").is_ok());
+        for bad in [
+            "1:20200101T000000z",
+            "1:20200101t000000Z",
+            "1:2020-01-01T00:00:00Z",
+            "1:00000101T000000Z",
+            "1:20201301T000000Z",
+            "1:20200100T000000Z",
+            "1:20200101T006000Z",
+            "1:20200101T000060Z",
+            "1:20200101T000000ZZ",
+        ] {
+            assert!(Version::parse(bad).is_err(), "{bad:?}");
+        }
+        // Leap years follow the Gregorian calendar (2000 yes, 1900 no), as datetime does.
+        assert!(Version::parse("1:20000229T000000Z").is_ok());
+        assert!(Version::parse("1:19000229T000000Z").is_err());
     }
 
     #[test]

@@ -299,3 +299,53 @@ fn payload_names_must_be_hex_digests() {
         .unwrap();
     assert!(p.ends_with("publisher/example.org/file/da/da39a3ee5e6b4b0d3255bfef95601890afd80709"));
 }
+
+#[test]
+fn publish_refuses_what_lint_refuses_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = FileRepo::create(dir.path(), "example.org").unwrap();
+    let before = tree(dir.path());
+    let cases = [
+        // A file with no owner: pkg would make it uid 0 silently.
+        (
+            "set name=pkg.fmri value=pkg:/demo/a@1.0-1\nfile NOHASH path=x mode=0644 group=bin\n",
+            "owner is required (file x) [required-attr]",
+        ),
+        // No pkg.fmri at all.
+        (
+            "dir path=x mode=0755 owner=root group=bin\n",
+            "[pkg-fmri-missing]",
+        ),
+        // One path as a directory and as a file.
+        (
+            "set name=pkg.fmri value=pkg:/demo/c@1.0-1\ndir path=x mode=0755 owner=root group=bin\nfile NOHASH path=x mode=0644 owner=root group=bin\n",
+            "line 3, column 1: path x is delivered as a file here and as a dir on line 2 [path-types]",
+        ),
+    ];
+    for (text, want) in cases {
+        let m = Manifest::parse(text).unwrap();
+        let e = repo
+            .publish("example.org", &m, Some(dir.path()))
+            .expect_err(text);
+        assert!(e.to_string().contains(want), "{e}");
+    }
+    assert_eq!(tree(dir.path()), before, "nothing written");
+}
+
+/// Every path under `root` with its size, sorted.
+fn tree(root: &Path) -> Vec<(PathBuf, u64)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let meta = e.metadata().unwrap();
+            if meta.is_dir() {
+                stack.push(e.path());
+            }
+            out.push((e.path(), meta.len()));
+        }
+    }
+    out.sort();
+    out
+}

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 use ips_bridge::{
-    ActionKind, DepotClient, DepotServer, FileRepo, Fmri, Manifest, ManifestError, PackageRef,
+    ActionKind, DepotClient, DepotServer, FileRepo, Fmri, LintFinding, Manifest, PackageRef,
     PackageRepository, ServerTls,
 };
 
@@ -18,6 +18,8 @@ pub enum Command {
   rdctl ips publish --repo ./repo --publisher example.org --proto ./proto hello.p5m
 
 Creates the repository when DIR has no pkg5.repository. Prints the published FMRI.
+The manifest is linted first (see `rdctl ips lint`): any error refuses it, printed on stderr
+as lint prints it, and nothing is written.
 Exit status: 0 published, 2 the package could not be published.")]
     Publish(PublishArgs),
     /// Serve a file repository read-only over the depot protocol until SIGTERM or ctrl-c.
@@ -53,12 +55,15 @@ corrupt (each problem names the package and the file), 2 the repository is unrea
 
 Exit status as for `rdctl ips info`.")]
     Contents(ContentsArgs),
-    /// Check a manifest: every parse error and every action pkg would refuse.
+    /// Check a manifest: every parse error, every action pkg would refuse to publish, and
+    /// pkglint's duplicate and conflicting actions.
     #[command(after_help = "Example:
   rdctl ips lint hello.p5m
 
-Prints FILE:LINE:COLUMN: MESSAGE for each problem.
-Exit status: 0 clean, 1 problems found, 2 the file could not be read.")]
+Prints FILE:LINE:COLUMN: MESSAGE [RULE-ID] for each problem (FILE: MESSAGE [RULE-ID] for one of
+the whole manifest, such as a missing pkg.fmri); warnings say `warning:`. The rules are listed
+in docs/ips.md.
+Exit status: 0 no errors (warnings allowed), 1 errors found, 2 the file could not be read.")]
     Lint(LintArgs),
 }
 
@@ -143,6 +148,19 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
 fn publish(args: PublishArgs) -> anyhow::Result<ExitCode> {
     let text = std::fs::read(&args.manifest)
         .with_context(|| format!("cannot read {}", args.manifest.display()))?;
+    // Refuse what `rdctl ips lint` refuses, with its messages, before touching the repository.
+    let findings = Manifest::lint_bytes(&text);
+    let errors = findings.iter().filter(|f| f.is_error()).count();
+    if !findings.is_empty() {
+        let mut err = io::stderr().lock();
+        report(&mut err, &args.manifest, &findings)?;
+    }
+    if errors > 0 {
+        bail!(
+            "{}: refused: {errors} error(s); nothing was published",
+            args.manifest.display()
+        );
+    }
     let manifest = Manifest::parse_bytes(&text)
         .with_context(|| format!("{}: invalid manifest", args.manifest.display()))?;
     let repo = FileRepo::create(&args.repo, &args.publisher)
@@ -403,35 +421,31 @@ fn contents(repo: &dyn Query, patterns: &[Fmri], raw: bool) -> anyhow::Result<Ex
 
 fn lint(file: &Path) -> anyhow::Result<ExitCode> {
     let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let errors = match std::str::from_utf8(&bytes) {
-        Ok(text) => Manifest::lint(text),
-        Err(e) => vec![not_utf8(&bytes, e.valid_up_to())],
-    };
+    let findings = Manifest::lint_bytes(&bytes);
     let mut out = io::stdout().lock();
-    for e in &errors {
-        writeln!(
-            out,
-            "{}:{}:{}: {}",
-            file.display(),
-            e.line,
-            e.column,
-            e.message
-        )?;
-    }
-    if !errors.is_empty() {
-        writeln!(out, "{}: {} error(s)", file.display(), errors.len())?;
-    }
-    Ok(exit(!errors.is_empty()))
+    report(&mut out, file, &findings)?;
+    Ok(exit(findings.iter().any(LintFinding::is_error)))
 }
 
-/// Where the first invalid UTF-8 byte is, as a manifest error.
-fn not_utf8(bytes: &[u8], at: usize) -> ManifestError {
-    let before = String::from_utf8_lossy(&bytes[..at]);
-    let line = before.matches('\n').count() + 1;
-    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    ManifestError {
-        line,
-        column,
-        message: "invalid UTF-8".to_owned(),
+/// Prints lint findings as `FILE:LINE:COLUMN: [warning: ]MESSAGE [RULE-ID]` (`FILE: ...` for a
+/// finding about the whole manifest), then `FILE: N error(s)[, M warning(s)]` when there are
+/// any. `rdctl ips lint` prints them on stdout, `rdctl ips publish` on stderr.
+fn report(out: &mut impl Write, file: &Path, findings: &[LintFinding]) -> io::Result<()> {
+    let name = file.display();
+    for f in findings {
+        let warning = if f.is_error() { "" } else { "warning: " };
+        match f.line {
+            Some(line) => write!(out, "{name}:{line}:{}: ", f.column)?,
+            None => write!(out, "{name}: ")?,
+        }
+        writeln!(out, "{warning}{} [{}]", f.message, f.rule)?;
     }
+    let errors = findings.iter().filter(|f| f.is_error()).count();
+    let warnings = findings.len() - errors;
+    match (errors, warnings) {
+        (0, 0) => {}
+        (e, 0) => writeln!(out, "{name}: {e} error(s)")?,
+        (e, w) => writeln!(out, "{name}: {e} error(s), {w} warning(s)")?,
+    }
+    Ok(())
 }

@@ -41,24 +41,7 @@ impl<'a> Source<'a> {
         match self {
             Source::Layout(layout) => {
                 let tag = r.tag();
-                let index_bytes = layout
-                    .read_index_bytes()
-                    .map_err(Self::layout_err(layout))?;
-                let index_path = layout.root().join("index.json");
-                let (report, doc) = check_document(
-                    &index_bytes,
-                    Some(validator::DocumentKind::Index),
-                    None,
-                    &index_path.display().to_string(),
-                );
-                let Some(Document::Index(index)) = doc else {
-                    let errors: Vec<String> =
-                        report.errors().take(5).map(ToString::to_string).collect();
-                    return Err(TransferError::Index {
-                        path: index_path,
-                        reason: errors.join("; "),
-                    });
-                };
+                let index = layout_index(layout)?;
                 let entry = match tag {
                     Some(t) => index
                         .manifests
@@ -267,6 +250,30 @@ impl Dest {
                 tracing::debug!(reference = %target, ?how, "referrer pushed");
                 Ok(())
             }
+        }
+    }
+}
+
+/// A layout's `index.json`, read and checked by the index rules.
+pub(super) fn layout_index(layout: &ImageLayout) -> Result<validator::Index, TransferError> {
+    let index_path = layout.root().join("index.json");
+    let bytes = layout
+        .read_index_bytes()
+        .map_err(Source::layout_err(layout))?;
+    let (report, doc) = check_document(
+        &bytes,
+        Some(validator::DocumentKind::Index),
+        None,
+        &index_path.display().to_string(),
+    );
+    match doc {
+        Some(Document::Index(index)) => Ok(*index),
+        _ => {
+            let errors: Vec<String> = report.errors().take(5).map(ToString::to_string).collect();
+            Err(TransferError::Index {
+                path: index_path,
+                reason: errors.join("; "),
+            })
         }
     }
 }

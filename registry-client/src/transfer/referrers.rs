@@ -3,9 +3,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use validator::{Digest, Document, check_document};
+use validator::{Digest, Document};
 
-use super::endpoint::{Dest, Source, layout_subject};
+use super::endpoint::{Dest, Source, layout_index, layout_subject};
 use super::{Content, CopyReport, MAX_DOCUMENTS, Node, TransferError, checked, copy_blobs, walk};
 use crate::Client;
 
@@ -26,24 +26,7 @@ impl<'a> Finder<'a> {
         match source {
             Source::Registry(client, reference) => Ok(Finder::Registry(client, reference)),
             Source::Layout(layout) => {
-                let index_path = layout.root().join("index.json");
-                let bytes = layout
-                    .read_index_bytes()
-                    .map_err(Source::layout_err(layout))?;
-                let (report, doc) = check_document(
-                    &bytes,
-                    Some(validator::DocumentKind::Index),
-                    None,
-                    &index_path.display().to_string(),
-                );
-                let Some(Document::Index(index)) = doc else {
-                    let errors: Vec<String> =
-                        report.errors().take(5).map(ToString::to_string).collect();
-                    return Err(TransferError::Index {
-                        path: index_path,
-                        reason: errors.join("; "),
-                    });
-                };
+                let index = layout_index(layout)?;
                 let mut by_subject: HashMap<Digest, Vec<Content>> = HashMap::new();
                 let mut listed = HashSet::new();
                 for entry in index.manifests.iter().take(MAX_DOCUMENTS) {
