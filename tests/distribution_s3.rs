@@ -4,101 +4,32 @@
 //! is byte-identical to what was built and passes the validator.
 
 use std::fs;
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
 
 use s3_fixtures::SeaweedFs;
 
 use crate::registry_e2e::{header, http};
-use crate::util::{Server, rdctl, s, tail, tempdir};
+use crate::util::{Distribution, Server, rdctl, s, tail, tempdir};
 use crate::worker_e2e::{Node, ips_image};
 
 fn seaweed() -> &'static SeaweedFs {
     SeaweedFs::shared().unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// A `docker-registry serve` process on a loopback port; killed when dropped.
-struct Distribution {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-}
-
-impl Distribution {
-    /// Starts distribution on `bucket` of the shared SeaweedFS (under `/dist` in the bucket).
-    fn start(dir: &Path, bucket: &str) -> Distribution {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free loopback port");
-        let config = dir.join("distribution.yml");
-        // Redirects off: blobs flow through the registry (SeaweedFS is not reachable as the
-        // registry's public S3 endpoint in general, and clients must not need it).
-        fs::write(
-            &config,
-            format!(
-                "version: 0.1\n\
-                 log:\n  level: warn\n  accesslog:\n    disabled: true\n\
-                 storage:\n  s3:\n    accesskey: test\n    secretkey: test-secret\n    \
-                 region: us-east-1\n    regionendpoint: {endpoint}\n    bucket: {bucket}\n    \
-                 secure: false\n    v4auth: true\n    rootdirectory: /dist\n  \
-                 delete:\n    enabled: true\n  redirect:\n    disable: true\n  \
-                 maintenance:\n    uploadpurging:\n      enabled: false\n\
-                 http:\n  addr: 127.0.0.1:{port}\n",
-                endpoint = seaweed().endpoint(),
-            ),
-        )
-        .unwrap();
-        let log = dir.join("distribution.log");
-        let out = fs::File::create(&log).unwrap();
-        // distribution 2.8's aws-sdk-go panics at start when AWS_CA_BUNDLE is set (it cannot
-        // apply it to its transport); plain HTTP to SeaweedFS needs no CA.
-        let child = Command::new("docker-registry")
-            .args(["serve", s(&config)])
-            .env_remove("AWS_CA_BUNDLE")
-            .stdout(Stdio::null())
-            .stderr(out)
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!("cannot run docker-registry (scripts/install-deps.sh installs it): {e}")
-            });
-        let mut d = Distribution { child, port, log };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let addr = SocketAddr::from(([127, 0, 0, 1], port));
-            let up =
-                TcpStream::connect(addr).is_ok() && http(addr, "GET", "/v2/", &[], b"").0 == 200;
-            if up {
-                return d;
-            }
-            if let Ok(Some(status)) = d.child.try_wait() {
-                panic!("docker-registry exited with {status}:\n{}", d.log_tail());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "docker-registry did not answer /v2/ within 30 s:\n{}",
-                d.log_tail()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn host(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    fn log_tail(&self) -> String {
-        tail(&fs::read(&self.log).unwrap_or_default())
-    }
-}
-
-impl Drop for Distribution {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Distribution on `bucket` of the shared SeaweedFS (under `/dist` in the bucket). Redirects
+/// off: blobs flow through the registry (SeaweedFS is not reachable as the registry's public
+/// S3 endpoint in general, and clients must not need it).
+fn start_on_seaweed(dir: &Path, bucket: &str) -> Distribution {
+    Distribution::start(
+        dir,
+        &format!(
+            "  s3:\n    accesskey: test\n    secretkey: test-secret\n    \
+             region: us-east-1\n    regionendpoint: {endpoint}\n    bucket: {bucket}\n    \
+             secure: false\n    v4auth: true\n    rootdirectory: /dist\n  \
+             delete:\n    enabled: true\n  redirect:\n    disable: true\n",
+            endpoint = seaweed().endpoint(),
+        ),
+    )
 }
 
 fn json(b: &[u8]) -> serde_json::Value {
@@ -138,7 +69,7 @@ fn build_pull_copy_and_worker_against_distribution_on_seaweedfs() {
     let bucket = seaweed().bucket().unwrap_or_else(|e| panic!("{e}"));
     let t = tempdir();
     let dir = t.path();
-    let dist = Distribution::start(dir, &bucket);
+    let dist = start_on_seaweed(dir, &bucket);
     let host = dist.host();
     let fail = |what: &str, out: &std::process::Output| -> String {
         format!(

@@ -4,90 +4,17 @@
 //! destination; `--no-referrers` copies none.
 
 use std::fs;
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use validator::{Digest, ImageLayout};
 
 use crate::registry_e2e::http;
 use crate::transfer::umoci_image;
-use crate::util::{ok, rdctl, s, tail, tempdir, tool};
+use crate::util::{Distribution, ok, rdctl, s, tail, tempdir, tool};
 
 const MANIFEST_MT: &str = "application/vnd.oci.image.manifest.v1+json";
 const SBOM_TYPE: &str = "application/spdx+json";
 const SIG_TYPE: &str = "application/vnd.example.signature.v1";
-
-/// `docker-registry` (distribution 2.8) on a filesystem store and a loopback port.
-struct Distribution {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-}
-
-impl Distribution {
-    fn start(dir: &Path) -> Distribution {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free loopback port");
-        let config = dir.join("distribution.yml");
-        fs::write(
-            &config,
-            format!(
-                "version: 0.1\n\
-                 log:\n  level: warn\n  accesslog:\n    disabled: true\n\
-                 storage:\n  filesystem:\n    rootdirectory: {root}\n  \
-                 maintenance:\n    uploadpurging:\n      enabled: false\n\
-                 http:\n  addr: 127.0.0.1:{port}\n",
-                root = s(&dir.join("data")),
-            ),
-        )
-        .unwrap();
-        let log = dir.join("distribution.log");
-        let child = Command::new("docker-registry")
-            .args(["serve", s(&config)])
-            .stdout(Stdio::null())
-            .stderr(fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!("cannot run docker-registry (scripts/install-deps.sh installs it): {e}")
-            });
-        let mut d = Distribution { child, port, log };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let addr = SocketAddr::from(([127, 0, 0, 1], port));
-            if TcpStream::connect(addr).is_ok() && http(addr, "GET", "/v2/", &[], b"").0 == 200 {
-                return d;
-            }
-            if let Ok(Some(status)) = d.child.try_wait() {
-                panic!("docker-registry exited with {status}:\n{}", d.log_tail());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "docker-registry did not answer /v2/ within 30 s:\n{}",
-                d.log_tail()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn host(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    fn log_tail(&self) -> String {
-        tail(&fs::read(&self.log).unwrap_or_default())
-    }
-}
-
-impl Drop for Distribution {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// The digests of an image with an SBOM referrer and a signature of the SBOM.
 struct Assembled {
@@ -233,7 +160,13 @@ fn referrers_travel_through_push_copy_and_pull_with_and_without_the_api() {
     let (d1, d2, d3) = (tempdir(), tempdir(), tempdir());
     let one = crate::util::Server::start(d1.path(), &[]);
     let two = crate::util::Server::start(d2.path(), &[]);
-    let dist = Distribution::start(d3.path());
+    let dist = Distribution::start(
+        d3.path(),
+        &format!(
+            "  filesystem:\n    rootdirectory: {}\n",
+            s(&d3.path().join("data"))
+        ),
+    );
     let a = assemble(dir.path());
     let want = expected(&a);
     let mut want_digests: Vec<String> = want.iter().map(|(d, _)| d.clone()).collect();
@@ -288,7 +221,7 @@ fn referrers_travel_through_push_copy_and_pull_with_and_without_the_api() {
     );
     let tag = registry_client::fallback_tag(&Digest::parse(&a.image).unwrap());
     let (status, _, body) = http(
-        SocketAddr::from(([127, 0, 0, 1], dist.port)),
+        dist.addr(),
         "GET",
         &format!("/v2/dist/img/manifests/{tag}"),
         &[("Accept", registry_client::OCI_INDEX)],
@@ -301,7 +234,7 @@ fn referrers_travel_through_push_copy_and_pull_with_and_without_the_api() {
     // A second copy finds the entries there and adds none.
     ok(rdctl().args(["copy", &at_one, &at_dist]));
     let (_, _, body) = http(
-        SocketAddr::from(([127, 0, 0, 1], dist.port)),
+        dist.addr(),
         "GET",
         &format!("/v2/dist/img/manifests/{tag}"),
         &[("Accept", registry_client::OCI_INDEX)],

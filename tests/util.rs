@@ -251,3 +251,86 @@ impl Drop for Server {
         let _ = self.child.wait();
     }
 }
+
+/// `docker-registry serve` (CNCF distribution 2.8, Debian's package) on a free loopback port
+/// with the given `storage:` section (YAML indented by two spaces, upload purging is added);
+/// killed and reaped when dropped, its log kept for failure messages.
+pub struct Distribution {
+    child: Child,
+    port: u16,
+    log: std::path::PathBuf,
+}
+
+impl Distribution {
+    /// Starts it with its config and log in `dir`, and waits until `/v2/` answers 200.
+    pub fn start(dir: &Path, storage: &str) -> Distribution {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free loopback port");
+        let config = dir.join("distribution.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\n\
+                 log:\n  level: warn\n  accesslog:\n    disabled: true\n\
+                 storage:\n{storage}  \
+                 maintenance:\n    uploadpurging:\n      enabled: false\n\
+                 http:\n  addr: 127.0.0.1:{port}\n"
+            ),
+        )
+        .unwrap();
+        let log = dir.join("distribution.log");
+        // distribution 2.8's aws-sdk-go panics at start when AWS_CA_BUNDLE is set (it cannot
+        // apply it to its transport); plain HTTP to SeaweedFS needs no CA.
+        let child = Command::new("docker-registry")
+            .args(["serve", s(&config)])
+            .env_remove("AWS_CA_BUNDLE")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot run docker-registry (scripts/install-deps.sh installs it): {e}")
+            });
+        let mut d = Distribution { child, port, log };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if std::net::TcpStream::connect(d.addr()).is_ok()
+                && crate::registry_e2e::http(d.addr(), "GET", "/v2/", &[], b"").0 == 200
+            {
+                return d;
+            }
+            if let Ok(Some(status)) = d.child.try_wait() {
+                panic!("docker-registry exited with {status}:\n{}", d.log_tail());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "docker-registry did not answer /v2/ within 30 s:\n{}",
+                d.log_tail()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Its loopback address.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// `HOST:PORT`.
+    pub fn host(&self) -> String {
+        self.addr().to_string()
+    }
+
+    /// The last lines of its log.
+    pub fn log_tail(&self) -> String {
+        tail(&std::fs::read(&self.log).unwrap_or_default())
+    }
+}
+
+impl Drop for Distribution {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
