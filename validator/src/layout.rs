@@ -95,6 +95,65 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Lay
     }
 }
 
+/// A layout being written by [`ImageLayout::create_staged`]: it appears at its path only on
+/// [`NewLayout::commit`].
+#[derive(Debug)]
+pub struct NewLayout {
+    layout: ImageLayout,
+    /// Where it goes on commit; `None` when it was opened in place.
+    target: Option<PathBuf>,
+    keep_partial: bool,
+}
+
+impl NewLayout {
+    /// The layout to write into (the staging sibling until committed).
+    pub fn layout(&self) -> &ImageLayout {
+        &self.layout
+    }
+
+    /// Where the layout will be once committed.
+    pub fn target(&self) -> &Path {
+        self.target.as_deref().unwrap_or(self.layout.root())
+    }
+
+    /// Moves the finished layout to its path and returns it there.
+    pub fn commit(mut self) -> Result<ImageLayout, LayoutError> {
+        let Some(target) = self.target.take() else {
+            return Ok(self.layout.clone());
+        };
+        let staged = self.layout.root().to_owned();
+        if let Some(parent) = target.parent() {
+            sync_dir(parent);
+        }
+        fs::rename(&staged, &target)
+            .map_err(io_err("move the finished layout into place", &target))?;
+        if let Some(parent) = target.parent() {
+            sync_dir(parent);
+        }
+        Ok(ImageLayout { root: target })
+    }
+}
+
+impl Drop for NewLayout {
+    fn drop(&mut self) {
+        if self.target.is_some() && !self.keep_partial {
+            let _ = fs::remove_dir_all(self.layout.root());
+        }
+    }
+}
+
+/// Best effort: a rename is durable once its directory is synced.
+fn sync_dir(dir: &Path) {
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    if let Ok(f) = File::open(dir) {
+        let _ = f.sync_all();
+    }
+}
+
 /// An OCI image layout directory.
 #[derive(Debug, Clone)]
 pub struct ImageLayout {
@@ -145,6 +204,47 @@ impl ImageLayout {
         )?;
         layout.write_file_atomic("oci-layout", LAYOUT_FILE_CONTENT.as_bytes())?;
         Ok(layout)
+    }
+
+    /// Starts writing a layout at `root` so that a failure leaves nothing there that looks
+    /// like a layout: when `root` is missing (or an empty directory), the layout is built in
+    /// the hidden sibling `.<name>.partial` and [`NewLayout::commit`] renames it into place.
+    /// An existing layout at `root` is opened and written in place (its blobs are
+    /// content-addressed and its `index.json` changes only through the one writer, so a
+    /// failure there adds unreferenced blobs at most).
+    ///
+    /// `keep_partial`: a failed copy keeps the sibling so a rerun resumes from the blobs it
+    /// holds (`rdctl pull`); a failed build removes it (it has nothing worth resuming).
+    pub fn create_staged(
+        root: impl Into<PathBuf>,
+        keep_partial: bool,
+    ) -> Result<NewLayout, LayoutError> {
+        let root = root.into();
+        let empty_dir = fs::read_dir(&root).is_ok_and(|mut d| d.next().is_none());
+        if root.join("oci-layout").exists() || (root.exists() && !empty_dir) {
+            return Ok(NewLayout {
+                layout: Self::create(&root)?,
+                target: None,
+                keep_partial,
+            });
+        }
+        let name = root.file_name().ok_or_else(|| LayoutError::Io {
+            op: "name a layout directory",
+            path: root.clone(),
+            source: io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the path has no final component",
+            ),
+        })?;
+        let mut staged_name = std::ffi::OsString::from(".");
+        staged_name.push(name);
+        staged_name.push(".partial");
+        let staged = root.with_file_name(staged_name);
+        Ok(NewLayout {
+            layout: Self::create(&staged)?,
+            target: Some(root),
+            keep_partial,
+        })
     }
 
     /// The layout's root directory.
@@ -476,6 +576,50 @@ mod tests {
     use std::io::Write;
 
     use super::*;
+
+    #[test]
+    fn staged_layout_appears_only_on_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("img");
+        // A failure (drop without commit) leaves nothing, not even the sibling.
+        {
+            let new = ImageLayout::create_staged(&target, false).unwrap();
+            assert!(new.layout().root().ends_with(".img.partial"));
+            new.layout()
+                .write_blob(&b"x"[..], Algorithm::Sha256, None)
+                .unwrap();
+        }
+        assert!(!target.exists());
+        assert!(!dir.path().join(".img.partial").exists());
+        // Kept for a rerun, which resumes from its blobs.
+        {
+            let new = ImageLayout::create_staged(&target, true).unwrap();
+            new.layout()
+                .write_blob(&b"x"[..], Algorithm::Sha256, None)
+                .unwrap();
+        }
+        assert!(!target.exists());
+        let new = ImageLayout::create_staged(&target, true).unwrap();
+        assert!(new.layout().has_blob(&Digest::sha256(b"x")));
+        assert_eq!(new.target(), target);
+        let layout = new.commit().unwrap();
+        assert_eq!(layout.root(), target);
+        assert!(layout.has_blob(&Digest::sha256(b"x")));
+        assert!(!dir.path().join(".img.partial").exists());
+        // An existing layout is written in place, and a failure leaves it there.
+        {
+            let again = ImageLayout::create_staged(&target, false).unwrap();
+            assert_eq!(again.layout().root(), target);
+        }
+        assert!(target.join("oci-layout").is_file());
+        // An empty directory is replaced on commit.
+        let empty = dir.path().join("empty");
+        fs::create_dir(&empty).unwrap();
+        let new = ImageLayout::create_staged(&empty, false).unwrap();
+        assert_ne!(new.layout().root(), empty);
+        new.commit().unwrap();
+        assert!(empty.join("oci-layout").is_file());
+    }
     use crate::ingest::Published;
 
     #[test]

@@ -62,8 +62,8 @@ pub use layer::{
     sniff_compression,
 };
 pub use layout::{
-    ImageLayout, IndexEdit, IndexEntry, LAYOUT_FILE_CONTENT, LayoutError, REF_NAME_ANNOTATION,
-    Replaces,
+    ImageLayout, IndexEdit, IndexEntry, LAYOUT_FILE_CONTENT, LayoutError, NewLayout,
+    REF_NAME_ANNOTATION, Replaces,
 };
 pub use media_type::{Compression, MediaType, MediaTypeError};
 pub use names::{MAX_NAME_LEN, MAX_TAG_LEN, Name, NameError, Tag, TagError};

@@ -27,6 +27,19 @@ pub enum DepotError {
         /// The URL.
         url: String,
     },
+    /// The depot does not serve the publisher.
+    #[error(
+        "{origin}: the depot does not serve publisher {publisher}; it serves {}",
+        crate::repo::served_list(served)
+    )]
+    UnknownPublisher {
+        /// The depot.
+        origin: String,
+        /// The publisher asked for.
+        publisher: String,
+        /// The publishers it serves (from `publisher/0`).
+        served: Vec<String>,
+    },
     /// The server refused access (401 or 403). Not retried.
     #[error("{url}: access denied (http {status})")]
     Denied {
@@ -468,8 +481,22 @@ impl DepotClient {
             publisher: publisher.to_owned(),
             source,
         };
-        let attrs = CatalogAttrs::parse(&self.catalog_file(publisher, "catalog.attrs")?)
-            .map_err(cat_err)?;
+        let attrs_bytes = match self.catalog_file(publisher, "catalog.attrs") {
+            Err(DepotError::NotFound { url }) => {
+                // pkg's depot answers 404 for a publisher it does not serve: say which it does.
+                let served = self.publishers().unwrap_or_default();
+                if served.iter().any(|p| p == publisher) {
+                    return Err(DepotError::NotFound { url });
+                }
+                return Err(DepotError::UnknownPublisher {
+                    origin: self.origin().to_owned(),
+                    publisher: publisher.to_owned(),
+                    served,
+                });
+            }
+            other => other?,
+        };
+        let attrs = CatalogAttrs::parse(&attrs_bytes).map_err(cat_err)?;
         let mut catalog = Catalog {
             created: Some(attrs.created.clone()),
             ..Catalog::default()
@@ -621,6 +648,27 @@ impl DepotClient {
             .filter(|a| matches!(a.kind(), ActionKind::File | ActionKind::License))
             .map(|a| self.fetch_payload(cache, package, a))
             .collect()
+    }
+
+    /// The publishers the depot serves (the names in its unprefixed `publisher/0`).
+    pub fn publishers(&self) -> Result<Vec<String>, DepotError> {
+        let v = self.negotiate("publisher", &[0, 1])?;
+        let url = self.op_url(None, "publisher", v, "");
+        let bytes = self.get_bytes(&url, true, 16 << 20)?;
+        let doc: serde_json::Value =
+            serde_json::from_slice(&bytes).map_err(|e| DepotError::Body {
+                url,
+                source: io::Error::new(io::ErrorKind::InvalidData, e),
+            })?;
+        let mut names: Vec<String> = doc["publishers"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|p| p["name"].as_str().map(str::to_owned))
+            .collect();
+        names.sort();
+        Ok(names)
     }
 
     /// The `publisher/0` document (p5i JSON) for `publisher`.

@@ -2,8 +2,8 @@
 
 use bytes::Bytes;
 use validator::{
-    Digest, Document, ImageLayout, IndexEntry, LayoutError, MAX_MANIFEST_SIZE, Replaces, Tag,
-    VerifyError, check_document,
+    Digest, Document, ImageLayout, IndexEntry, LayoutError, MAX_MANIFEST_SIZE, NewLayout, Replaces,
+    Tag, VerifyError, check_document,
 };
 
 use super::{Content, ImageRef, TransferError, content_of};
@@ -157,15 +157,21 @@ pub(super) enum Dest {
 }
 
 impl Dest {
-    pub(super) fn open(r: &ImageRef) -> Result<Self, TransferError> {
+    /// Opens the destination. A layout directory that holds no layout yet is written in a
+    /// hidden sibling, returned here to be committed when the copy has succeeded; a failed
+    /// copy leaves it for the rerun to resume from, and nothing at the path itself.
+    pub(super) fn open(r: &ImageRef) -> Result<(Self, Option<NewLayout>), TransferError> {
         Ok(match r {
-            ImageRef::Layout(l) => Dest::Layout(ImageLayout::create(&l.dir).map_err(|source| {
-                TransferError::Layout {
-                    dir: l.dir.clone(),
-                    source,
-                }
-            })?),
-            ImageRef::Registry(r) => Dest::Registry(r.clone()),
+            ImageRef::Layout(l) => {
+                let new = ImageLayout::create_staged(&l.dir, true).map_err(|source| {
+                    TransferError::Layout {
+                        dir: l.dir.clone(),
+                        source,
+                    }
+                })?;
+                (Dest::Layout(new.layout().clone()), Some(new))
+            }
+            ImageRef::Registry(r) => (Dest::Registry(r.clone()), None),
         })
     }
 

@@ -37,7 +37,8 @@ use std::path::PathBuf;
 
 use bytes::Bytes;
 use validator::{
-    Descriptor as DocDescriptor, Digest, Document, LayoutError, MediaType, Platform, check_document,
+    Descriptor as DocDescriptor, Digest, Document, ImageLayout, LayoutError, MediaType, Platform,
+    check_document,
 };
 
 use crate::{Client, ClientError, ErrorKind as ClientErrorKind, Reference};
@@ -248,6 +249,12 @@ pub enum TransferError {
         /// A referrer at the limit.
         subject: Digest,
     },
+    /// A layout source lacks content its documents name; nothing was uploaded.
+    #[error("the source is incomplete: {what}; nothing was copied")]
+    BrokenSource {
+        /// What is missing or wrong.
+        what: String,
+    },
     /// The layout's index.json could not be updated.
     #[error("{path}: cannot update the index")]
     Index {
@@ -282,7 +289,8 @@ impl TransferError {
             | TransferError::InvalidDocument { .. }
             | TransferError::DigestMismatch { .. }
             | TransferError::TooLarge { .. }
-            | TransferError::TooDeep { .. } => ErrorKind::Invalid,
+            | TransferError::TooDeep { .. }
+            | TransferError::BrokenSource { .. } => ErrorKind::Invalid,
             TransferError::Layout {
                 source: LayoutError::Ingest(e),
                 ..
@@ -386,7 +394,6 @@ pub async fn copy(
     opts: &CopyOptions,
 ) -> Result<CopyReport, TransferError> {
     let source = Source::open(client, src)?;
-    let dest = Dest::open(dst)?;
     let tag = dst.tag().or(src.tag()).cloned();
 
     // Walk the graph: fetch and check every document before writing anything.
@@ -419,6 +426,12 @@ pub async fn copy(
         });
     }
     let order = walk(&source, root.clone(), root_bytes, root_doc).await?;
+    if let Source::Layout(layout) = &source {
+        blobs_present(layout, &order)?;
+    }
+    // Only now is there something to write: a missing tag or a broken source leaves the
+    // destination untouched.
+    let (dest, new_layout) = Dest::open(dst)?;
 
     // Copy: blobs of each document, then the document, children before parents.
     let mut report = CopyReport {
@@ -445,7 +458,50 @@ pub async fn copy(
     } else if let Dest::Layout(layout) = &dest {
         update_index(layout, &root, None, None)?;
     }
+    if let (Some(new), ImageRef::Layout(l)) = (new_layout, dst) {
+        new.commit().map_err(|source| TransferError::Layout {
+            dir: l.dir.clone(),
+            source,
+        })?;
+    }
     Ok(report)
+}
+
+/// Every blob the documents of a layout source name is there with its size, checked before
+/// the first upload so a broken layout fails without leaving a half-pushed repository (the
+/// content is verified against its digest again as it streams).
+fn blobs_present(layout: &ImageLayout, order: &[Node]) -> Result<(), TransferError> {
+    for node in order {
+        for blob in &node.blobs {
+            let path = layout.blob_path(&blob.digest);
+            match std::fs::metadata(&path) {
+                Ok(m) if m.is_file() && m.len() == blob.size => {}
+                Ok(m) => {
+                    return Err(TransferError::BrokenSource {
+                        what: format!(
+                            "blob {} named by {} is {} bytes in {}, the descriptor says {}",
+                            blob.digest,
+                            node.content.digest,
+                            m.len(),
+                            layout.root().display(),
+                            blob.size
+                        ),
+                    });
+                }
+                Err(_) => {
+                    return Err(TransferError::BrokenSource {
+                        what: format!(
+                            "blob {} named by {} is missing from {}",
+                            blob.digest,
+                            node.content.digest,
+                            layout.root().display()
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Copies the blobs a document names that this copy has not handled yet.
