@@ -766,10 +766,16 @@ impl FileRepo {
                     return Ok(());
                 }
             }
-            return Err(err(format!(
-                "no payload: {} not found in the proto directory",
-                source_rel.as_deref().unwrap_or("(no source path)")
-            )));
+            let rel = source_rel.as_deref().unwrap_or("(no source path)");
+            return Err(err(match proto {
+                Some(dir) => format!(
+                    "no payload: {rel} is not in the proto directory {}",
+                    dir.display()
+                ),
+                None => format!(
+                    "no payload: no proto directory was given to read {rel} from (pass the directory that holds the package's files, `--proto DIR`)"
+                ),
+            }));
         };
         let tmp_dir = self.root.join("publisher").join(publisher).join("tmp");
         fs::create_dir_all(&tmp_dir).map_err(io_err(&tmp_dir))?;

@@ -48,7 +48,7 @@ pub use credentials::{AuthFile, Credential, CredentialError, Env as AuthEnv, Key
 pub use error::{ClientError, ErrorKind};
 pub use login::{LoginError, LoginOutcome, Stored};
 pub use manifest::{Descriptor, MAX_MANIFEST_BYTES};
-pub use reference::{Reference, ReferenceError};
+pub use reference::{Reference, ReferenceError, looks_like_host};
 pub use referrers::{
     MAX_REFERRERS, OCI_INDEX, Referrer, Referrers, ReferrersFrom, SubjectIndexed, fallback_tag,
 };

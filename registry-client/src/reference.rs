@@ -127,7 +127,9 @@ impl Reference {
 /// containerd apply: it has a `.` or a `:port`, is `localhost`, or is a bracketed IPv6
 /// address. Anything else would be a repository path component, and there is no default
 /// registry to put in front of it.
-fn looks_like_host(s: &str) -> bool {
+/// True when `s` can only be a registry host: `localhost`, a name with a `.`, `HOST:PORT`,
+/// or a bracketed IPv6 address (the test the Docker reference grammar applies).
+pub fn looks_like_host(s: &str) -> bool {
     if s.starts_with('[') {
         return true;
     }

@@ -135,6 +135,16 @@ pub async fn serve(
         Some(a) => Some(Arc::new(Auth::load(a).map_err(ServeError::Auth)?)),
         None => None,
     };
+    // Before binding, so a bad file stops the start with its name and nothing listens.
+    let tls = config.tls.clone().map(TlsConfig::load).transpose()?;
+    // Bound before the store is opened, so a taken port fails the start without creating
+    // anything in the data directory or the bucket.
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: config.listen,
+            source,
+        })?;
     let store: Arc<dyn Store> = match config.s3_store()? {
         Some(s3) => {
             check_bucket(&s3, &config).await?;
@@ -154,14 +164,6 @@ pub async fn serve(
             rate_limit: config.rate_limit,
         },
     );
-    // Before binding, so a bad file stops the start with its name and nothing listens.
-    let tls = config.tls.clone().map(TlsConfig::load).transpose()?;
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| ServeError::Bind {
-            addr: config.listen,
-            source,
-        })?;
     let addr = listener.local_addr().map_err(ServeError::Serve)?;
     let reloader = tokio::spawn(reload_on_sighup(tls.clone(), auth));
     tracing::info!(%addr, store = store_name, data = %config.data.display(), bucket = ?config.s3_bucket, tls = tls.is_some(), rate_limit = ?config.rate_limit, "registry listening on {addr}");

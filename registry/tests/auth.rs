@@ -811,7 +811,7 @@ async fn tokens_hold_only_for_their_scope_issuer_audience_and_lifetime() {
     req = req.header("host", "reg.test");
     let resp = app
         .clone()
-        .oneshot(req.body(Body::from(form)).unwrap())
+        .oneshot(req.body(Body::from(form.clone())).unwrap())
         .await
         .unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
@@ -821,11 +821,40 @@ async fn tokens_hold_only_for_their_scope_issuer_audience_and_lifetime() {
     let t = format!("Bearer {}", v["access_token"].as_str().unwrap());
     assert_eq!(get(t, manifest).await.status, StatusCode::OK);
 
+    // A wrong password on the form: 401 with the OAuth error body and, as on every 401
+    // (RFC 7235), a challenge.
+    let resp = app
+        .clone()
+        .oneshot(
+            Request::builder()
+                .method(Method::POST)
+                .uri("/token")
+                .header("content-type", "application/x-www-form-urlencoded")
+                .header("host", "reg.test")
+                .body(Body::from(form.replace("alice-pw", "wrong")))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    let challenge = resp
+        .headers()
+        .get("www-authenticate")
+        .expect("a 401 carries WWW-Authenticate")
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(challenge.starts_with("Basic realm="), "{challenge}");
+    let v: serde_json::Value =
+        serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(v["error"], "invalid_grant");
+
     // The token endpoint's answers are counted under a route of their own.
     let m = send(app, Method::GET, "/metrics", None, vec![]).await;
     let text = String::from_utf8_lossy(&m.body);
     for line in [
         r#"registry_http_requests_total{route="token",method="POST",status="200"} 1"#,
+        r#"registry_http_requests_total{route="token",method="POST",status="401"} 1"#,
         r#"registry_http_requests_total{route="token",method="GET",status="401"} 1"#,
     ] {
         assert!(text.contains(line), "no {line} in\n{text}");

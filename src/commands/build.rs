@@ -68,7 +68,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     // Parsed before the build, so a bad reference fails in a moment, not after it.
     let push = match &args.push {
-        Some(r) => Some(ImageRef::parse_registry(r).with_context(|| format!("--push {r}"))?),
+        Some(r) => Some(push_target(r, &args.image_file)?),
         None => None,
     };
     let source_date_epoch = match std::env::var("SOURCE_DATE_EPOCH") {
@@ -249,4 +249,28 @@ impl builder::Progress for Bars {
             None => eprintln!("{line}"),
         }
     }
+}
+
+/// The `--push` destination: a reference, or a registry host alone, whose repository is then
+/// the image file's `name` (as docs/image-file.md says).
+fn push_target(arg: &str, image_file: &std::path::Path) -> anyhow::Result<ImageRef> {
+    let host = arg.strip_prefix("docker://").unwrap_or(arg);
+    if !host.contains('/') && registry_client::looks_like_host(host) {
+        let image = builder::ImageFile::load(image_file)
+            .with_context(|| format!("cannot read {}", image_file.display()))?;
+        let Some(name) = image.name else {
+            bail!(
+                "--push {arg}: {host} is a registry host without a repository: give one (--push {host}/site/web) or set `name` in {}",
+                image_file.display()
+            );
+        };
+        let full = format!("{host}/{name}");
+        return ImageRef::parse_registry(&full).with_context(|| {
+            format!(
+                "--push {arg} with `name = {name:?}` from {}",
+                image_file.display()
+            )
+        });
+    }
+    ImageRef::parse_registry(arg).with_context(|| format!("--push {arg}"))
 }

@@ -24,7 +24,8 @@ Exit status: 0 published, 2 the package could not be published.")]
     Publish(PublishArgs),
     /// Serve a file repository read-only over the depot protocol until SIGTERM or ctrl-c.
     #[command(after_help = "Examples:
-  rdctl ips serve --repo ./repo --listen 127.0.0.1:0
+  rdctl ips serve --repo ./repo                        http://127.0.0.1:10000/
+  rdctl ips serve --repo ./repo --listen 127.0.0.1:0   a free port, printed
   rdctl ips serve --repo ./repo --listen 0.0.0.0:8443 --tls-cert depot.crt --tls-key depot.key
 
 Prints `listening on URL` (the real port when PORT is 0) on stdout: http://, or https:// with
@@ -89,8 +90,8 @@ pub struct ServeArgs {
     /// The repository directory.
     #[arg(long, value_name = "DIR")]
     repo: PathBuf,
-    /// Address to listen on (port 0 picks a free port).
-    #[arg(long, value_name = "ADDR:PORT")]
+    /// Address to listen on (port 0 picks a free port); loopback only unless told otherwise.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:10000")]
     listen: String,
     /// Serve HTTPS with this PEM certificate chain (server certificate first); needs
     /// --tls-key.
@@ -163,17 +164,30 @@ fn publish(args: PublishArgs) -> anyhow::Result<ExitCode> {
     }
     let manifest = Manifest::parse_bytes(&text)
         .with_context(|| format!("{}: invalid manifest", args.manifest.display()))?;
-    let repo = FileRepo::create(&args.repo, &args.publisher)
-        .with_context(|| format!("cannot open or create {}", args.repo.display()))?;
-    let fmri = repo
-        .publish(&args.publisher, &manifest, args.proto.as_deref())
-        .with_context(|| {
-            format!(
-                "cannot publish {} into {}",
-                args.manifest.display(),
-                args.repo.display()
-            )
-        })?;
+    // A repository this command creates is removed again when the publish fails, so a
+    // failed first publish leaves no empty repository behind.
+    let created = !args.repo.exists();
+    let published = FileRepo::create(&args.repo, &args.publisher)
+        .with_context(|| format!("cannot open or create {}", args.repo.display()))
+        .and_then(|repo| {
+            repo.publish(&args.publisher, &manifest, args.proto.as_deref())
+                .with_context(|| {
+                    format!(
+                        "cannot publish {} into {}",
+                        args.manifest.display(),
+                        args.repo.display()
+                    )
+                })
+        });
+    let fmri = match published {
+        Ok(f) => f,
+        Err(e) => {
+            if created {
+                let _ = std::fs::remove_dir_all(&args.repo);
+            }
+            return Err(e);
+        }
+    };
     writeln!(io::stdout(), "{fmri}")?;
     Ok(ExitCode::SUCCESS)
 }

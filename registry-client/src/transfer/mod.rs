@@ -102,15 +102,27 @@ impl ImageRef {
         }))
     }
 
-    /// Parses `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]`.
+    /// Parses `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]`. When the input is not a registry
+    /// reference but names an OCI layout in the current directory, the error says to write
+    /// `oci:` in front.
     pub fn parse_registry(input: &str) -> Result<ImageRef, TransferError> {
         let s = input.strip_prefix("docker://").unwrap_or(input);
-        Reference::parse(s)
-            .map(ImageRef::Registry)
-            .map_err(|e| TransferError::BadReference {
+        Reference::parse(s).map(ImageRef::Registry).map_err(|e| {
+            let mut reason = e.reason;
+            if !input.starts_with("docker://")
+                && let Ok(ImageRef::Layout(l)) = Self::parse_layout(input)
+                && l.dir.join("oci-layout").is_file()
+            {
+                reason = format!(
+                    "{} is an OCI image layout: write oci:{input} to use it",
+                    l.dir.display()
+                );
+            }
+            TransferError::BadReference {
                 input: e.input,
-                reason: e.reason,
-            })
+                reason,
+            }
+        })
     }
 
     fn tag(&self) -> Option<&Tag> {

@@ -374,15 +374,17 @@ fn token_auth(state: &AppState) -> Option<Arc<Auth>> {
 /// takes Basic credentials).
 fn token_unauthorized(auth: &Auth, detail: &str) -> Response {
     ApiError::new(Code::Unauthorized, detail)
-        .with_header(
-            header::WWW_AUTHENTICATE,
-            HeaderValue::from_str(&format!(
-                "Basic realm=\"{}\",charset=\"UTF-8\"",
-                quoted(&auth.realm)
-            ))
-            .unwrap_or_else(|_| HeaderValue::from_static("Basic")),
-        )
+        .with_header(header::WWW_AUTHENTICATE, basic_challenge(auth))
         .into_response()
+}
+
+/// The Basic challenge of the token endpoint.
+fn basic_challenge(auth: &Auth) -> HeaderValue {
+    HeaderValue::from_str(&format!(
+        "Basic realm=\"{}\",charset=\"UTF-8\"",
+        quoted(&auth.realm)
+    ))
+    .unwrap_or_else(|_| HeaderValue::from_static("Basic"))
 }
 
 /// Issues a token for `user` and `scopes` after the service check.
@@ -510,11 +512,16 @@ pub(crate) async fn token_post(State(state): State<AppState>, body: Body) -> Res
         );
     };
     if !auth.check_password(user, password).await {
-        return oauth_error(
+        // RFC 7235 §3.1: every 401 carries a challenge; the credentials this endpoint
+        // takes are a user name and password, as Basic on GET.
+        let mut r = oauth_error(
             StatusCode::UNAUTHORIZED,
             "invalid_grant",
             "wrong user name or password".to_owned(),
         );
+        r.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, basic_challenge(&auth));
+        return r;
     }
     let scopes = Scope::parse_all(
         pairs
