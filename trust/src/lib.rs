@@ -1,0 +1,5 @@
+//! x
+#![deny(missing_docs)]
+pub mod cosign;
+pub mod keys;
+mod sigstore_key;
