@@ -413,3 +413,129 @@ fn check_p256(
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A P-256 key encrypted by `openssl pkcs8 -topk8 -v2 aes-256-cbc -v2prf hmacWithSHA256`
+    /// with password `pw` (PBES2, PBKDF2-SHA256, AES-256-CBC), and its public key.
+    const OPENSSL_PBES2: &str = "-----BEGIN ENCRYPTED PRIVATE KEY-----
+MIHsMFcGCSqGSIb3DQEFDTBKMCkGCSqGSIb3DQEFDDAcBAhLe5PNiEgP4QICCAAw
+DAYIKoZIhvcNAgkFADAdBglghkgBZQMEASoEELlxgrYy6NWkDdvgnAcfRxoEgZAQ
+p40sliPg8aM5ryJrOx29bHHJu5eVEW+aNUU4/i7mJvLJasLtWfpAaimqbqDQYaI3
+sluLTgnnxvj/25qUY0vdtFazWm3VlnnTDfSONXTia8dZPaQScIdYD8gsaXUPVLgm
+6dCCN9C4ktvdU31H0Zeu3gR5ID7f0M1l/TJJSAyDi5oZkKx1VuTji1bchlJdaOc=
+-----END ENCRYPTED PRIVATE KEY-----
+";
+    const OPENSSL_PUB: &str = "-----BEGIN PUBLIC KEY-----
+MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE7MhH2OQ3Q7kyOnwLQ+dZ5UE3qVSo
+Aoqy3+LlP0CeUtdlqlXOUp600JlMZKIONdZRM/BbkC8p/FxBpYa38zxFow==
+-----END PUBLIC KEY-----
+";
+    /// `sha256sum` of the public key's DER (`openssl ec -pubout -outform DER`).
+    const OPENSSL_PUB_ID: &str =
+        "sha256:ccb72d7d8815a4eacae637515fe54ef2593c0c311adec90aea7b53b31511373b";
+    /// SEC1 P-256 key from `openssl ecparam -name prime256v1 -genkey -noout`.
+    const OPENSSL_SEC1: &str = "-----BEGIN EC PRIVATE KEY-----
+MHcCAQEEIK0F9sTgC/ceFrcN/iGFcROMo5EK5e3HtlhpOMxgG78koAoGCCqGSM49
+AwEHoUQDQgAEW1E1pMKQnBSoIt4TZqMOCvX5f+mE9CRe+VANH1CFJN7C0uKgjd9z
+7eMLdl7bmUkS2rSO7h1jQbshHXnIse+WyQ==
+-----END EC PRIVATE KEY-----
+";
+    /// P-384 and Ed25519 PKCS#8 keys from `openssl genpkey`.
+    const OPENSSL_P384: &str = "-----BEGIN PRIVATE KEY-----
+MIG2AgEAMBAGByqGSM49AgEGBSuBBAAiBIGeMIGbAgEBBDDGfXR6y1DhJ2LWBfkX
+f5R3qhSQ4Lblrrz+tqe94r36wAC7rHl7AqjzktLk/j1WdDehZANiAAQ+lSD57Wyy
+EltDXw9/8E8sB5S6I4XNUf2i3/UTWiTxCeHqknuidnWtb1SuMSdagpWVi6GZn6D/
+G+l0BOtzl4FDxrEV6QfjUXHfWvohYNyPjvczaI3h1QaXU+Dc153e2ho=
+-----END PRIVATE KEY-----
+";
+    const OPENSSL_ED25519: &str = "-----BEGIN PRIVATE KEY-----
+MC4CAQAwBQYDK2VwBCIEIDWkmqDRyJYmMFn+bTsUarRtEW9Gcex3QnRT1NlrIopo
+-----END PRIVATE KEY-----
+";
+
+    fn pw(s: &'static str) -> impl FnMut() -> Result<Zeroizing<String>, PasswordError> {
+        move || Ok(Zeroizing::new(s.to_owned()))
+    }
+
+    fn never() -> Result<Zeroizing<String>, PasswordError> {
+        panic!("the password was asked for a format that needs none")
+    }
+
+    fn assert_same(a: &SigningKey, b: &SigningKey) {
+        assert_eq!(a.verifying_key(), b.verifying_key());
+        let sig = a.sign_der(b"m");
+        assert!(b.verifying_key().verify_der(b"m", &sig));
+    }
+
+    #[test]
+    fn plain_pkcs8_round_trip_without_password() {
+        let k = generate();
+        let pem = k.signing.to_pkcs8_pem(None).unwrap();
+        assert!(pem.starts_with("-----BEGIN PRIVATE KEY-----\n"));
+        let back = SigningKey::from_pem(pem.as_bytes(), "k.pem", &mut never).unwrap();
+        assert_same(&k.signing, &back);
+    }
+
+    #[test]
+    fn encrypted_pkcs8_round_trip_and_wrong_password() {
+        let k = generate();
+        let pem = k.signing.to_pkcs8_pem(Some("secret")).unwrap();
+        assert!(pem.starts_with("-----BEGIN ENCRYPTED PRIVATE KEY-----\n"));
+        let back = SigningKey::from_pem(pem.as_bytes(), "k.pem", &mut pw("secret")).unwrap();
+        assert_same(&k.signing, &back);
+        let e = SigningKey::from_pem(pem.as_bytes(), "dir/k.pem", &mut pw("nope")).unwrap_err();
+        assert!(matches!(e, KeyError::WrongPassword { .. }));
+        assert_eq!(e.to_string(), "dir/k.pem: wrong password (the key could not be decrypted)");
+    }
+
+    #[test]
+    fn openssl_files_are_read() {
+        let k = SigningKey::from_pem(OPENSSL_PBES2.as_bytes(), "o.pem", &mut pw("pw")).unwrap();
+        let public = VerifyingKey::from_pem(OPENSSL_PUB.as_bytes(), "o.pub").unwrap();
+        assert_eq!(k.verifying_key(), &public);
+        assert_eq!(public.key_id().as_str(), OPENSSL_PUB_ID);
+        assert_eq!(public.key_id().short(), &OPENSSL_PUB_ID[..19]);
+        assert_eq!(public.to_pem(), OPENSSL_PUB);
+        SigningKey::from_pem(OPENSSL_SEC1.as_bytes(), "s.pem", &mut never).unwrap();
+    }
+
+    #[test]
+    fn cosign_format_round_trip_and_wrong_password() {
+        let k = generate();
+        let pem = k.signing.to_cosign_pem("pw").unwrap();
+        assert!(pem.starts_with("-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\n"));
+        let back = SigningKey::from_pem(pem.as_bytes(), "cosign.key", &mut pw("pw")).unwrap();
+        assert_same(&k.signing, &back);
+        let e = SigningKey::from_pem(pem.as_bytes(), "cosign.key", &mut pw("bad")).unwrap_err();
+        assert!(matches!(e, KeyError::WrongPassword { ref source_name } if source_name == "cosign.key"));
+        // The older label reads the same.
+        let old = pem.replace("SIGSTORE", "COSIGN");
+        SigningKey::from_pem(old.as_bytes(), "old.key", &mut pw("pw")).unwrap();
+    }
+
+    #[test]
+    fn password_callback_failure_names_the_file() {
+        let k = generate();
+        let pem = k.signing.to_pkcs8_pem(Some("x")).unwrap();
+        let e = SigningKey::from_pem(pem.as_bytes(), "k.pem", &mut || Err("no terminal".into()))
+            .unwrap_err();
+        assert_eq!(e.to_string(), "k.pem: cannot get the password");
+    }
+
+    #[test]
+    fn other_keys_are_refused() {
+        let e = SigningKey::from_pem(OPENSSL_P384.as_bytes(), "p384.pem", &mut never).unwrap_err();
+        assert!(e.to_string().contains("P-384"), "{e}");
+        let e = SigningKey::from_pem(OPENSSL_ED25519.as_bytes(), "ed.pem", &mut never).unwrap_err();
+        assert!(e.to_string().contains("Ed25519"), "{e}");
+        let e = SigningKey::from_pem(b"-----BEGIN RSA PRIVATE KEY-----\nAAAA\n-----END RSA PRIVATE KEY-----\n", "r.pem", &mut never).unwrap_err();
+        assert!(matches!(e, KeyError::UnsupportedPemType { .. }), "{e}");
+        let e = VerifyingKey::from_pem(OPENSSL_SEC1.as_bytes(), "x.pub").unwrap_err();
+        assert!(e.to_string().contains("\"EC PRIVATE KEY\""), "{e}");
+        let e = SigningKey::from_pem(b"hello", "junk", &mut never).unwrap_err();
+        assert!(e.to_string().starts_with("junk: not a PEM"), "{e}");
+    }
+}
