@@ -42,13 +42,19 @@ pub fn append_attestation(
         },
         signature_b64: String::new(),
         annotations: BTreeMap::from([
-            (PREDICATE_TYPE_ANNOTATION.to_owned(), predicate_type.to_owned()),
+            (
+                PREDICATE_TYPE_ANNOTATION.to_owned(),
+                predicate_type.to_owned(),
+            ),
             (SIGNATURE_ANNOTATION.to_owned(), String::new()),
         ]),
     };
     let never = |_: &SignatureLayer| false;
     let same_type = |l: &SignatureLayer| {
-        l.annotations.get(PREDICATE_TYPE_ANNOTATION).map(String::as_str) == Some(predicate_type)
+        l.annotations
+            .get(PREDICATE_TYPE_ANNOTATION)
+            .map(String::as_str)
+            == Some(predicate_type)
     };
     let join = if replace {
         Join::ReplaceFirst { drop: &same_type }
@@ -170,7 +176,10 @@ mod tests {
         let m1 = append_attestation(None, &e1, PREDICATE_SPDX, false).unwrap();
         let doc: Value = serde_json::from_slice(&m1.manifest).unwrap();
         assert_eq!(doc["layers"][0]["mediaType"], DSSE_MEDIA_TYPE);
-        assert_eq!(doc["layers"][0]["annotations"]["predicateType"], PREDICATE_SPDX);
+        assert_eq!(
+            doc["layers"][0]["annotations"]["predicateType"],
+            PREDICATE_SPDX
+        );
         assert_eq!(doc["layers"][0]["annotations"][SIGNATURE_ANNOTATION], "");
         // The same envelope again is appended: attestation layers are never duplicates.
         let m2 = append_attestation(Some(&m1.manifest), &e1, PREDICATE_SPDX, false).unwrap();

@@ -197,7 +197,10 @@ mod tests {
             b"DSSEv1 29 http://example.com/HelloWorld 11 hello world".to_vec()
         );
         assert_eq!(pae("", b""), b"DSSEv1 0  0 ".to_vec());
-        assert!(pae(IN_TOTO_PAYLOAD_TYPE, b"{}").starts_with(b"DSSEv1 28 application/vnd.in-toto+json 2 {}"));
+        assert!(
+            pae(IN_TOTO_PAYLOAD_TYPE, b"{}")
+                .starts_with(b"DSSEv1 28 application/vnd.in-toto+json 2 {}")
+        );
     }
 
     #[test]
@@ -209,7 +212,9 @@ mod tests {
         assert!(text.starts_with(r#"{"payloadType":"application/vnd.in-toto+json","payload":"eyJhIjoxfQ==","signatures":[{"keyid":"","sig":""#), "{text}");
         let back = Envelope::from_json(&json).unwrap();
         assert_eq!(back, env);
-        let v = back.verify(&[generate().verifying().clone(), k.verifying().clone()]).unwrap();
+        let v = back
+            .verify(&[generate().verifying().clone(), k.verifying().clone()])
+            .unwrap();
         assert_eq!(v.payload, b"{\"a\":1}");
         assert_eq!(&v.key_id, k.verifying().key_id());
     }
@@ -228,7 +233,10 @@ mod tests {
         env.payload = b"{ }".to_vec();
         assert!(env.verify(&[k.verifying().clone()]).is_err());
         env.signatures.clear();
-        assert_eq!(env.verify(&[k.verifying().clone()]), Err(DsseError::NoSignature));
+        assert_eq!(
+            env.verify(&[k.verifying().clone()]),
+            Err(DsseError::NoSignature)
+        );
     }
 
     #[test]
@@ -237,7 +245,8 @@ mod tests {
         let env = Envelope::from_json(json).unwrap();
         assert_eq!(env.payload, vec![0xfb, 0xff]);
         assert_eq!(env.signatures[0].keyid, "");
-        let e = Envelope::from_json(br#"{"payloadType":"t","payload":"!","signatures":[]}"#).unwrap_err();
+        let e = Envelope::from_json(br#"{"payloadType":"t","payload":"!","signatures":[]}"#)
+            .unwrap_err();
         assert!(e.to_string().contains("payload"), "{e}");
     }
 }

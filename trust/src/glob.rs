@@ -18,7 +18,9 @@ fn segments(p: &[&str], n: &[&str]) -> bool {
         None => n.is_empty(),
         Some((&"**", rest)) => (0..=n.len()).any(|skip| segments(rest, &n[skip..])),
         Some((seg, rest)) => match n.split_first() {
-            Some((name, nrest)) => segment(seg.as_bytes(), name.as_bytes()) && segments(rest, nrest),
+            Some((name, nrest)) => {
+                segment(seg.as_bytes(), name.as_bytes()) && segments(rest, nrest)
+            }
             None => false,
         },
     }

@@ -60,10 +60,7 @@ impl Subject {
     pub fn image(name: &str, digest: &Digest) -> Self {
         Subject {
             name: name.to_owned(),
-            digest: BTreeMap::from([(
-                digest.algorithm().to_string(),
-                digest.encoded().to_owned(),
-            )]),
+            digest: BTreeMap::from([(digest.algorithm().to_string(), digest.encoded().to_owned())]),
         }
     }
 
@@ -120,7 +117,10 @@ mod tests {
     #[test]
     fn short_names() {
         assert_eq!(predicate_type_uri("spdxjson"), Some(PREDICATE_SPDX));
-        assert_eq!(predicate_type_uri("slsaprovenance1"), Some(PREDICATE_SLSA_V1));
+        assert_eq!(
+            predicate_type_uri("slsaprovenance1"),
+            Some(PREDICATE_SLSA_V1)
+        );
         assert_eq!(
             predicate_type_uri("https://example.com/p/v1"),
             Some("https://example.com/p/v1")
@@ -131,7 +131,12 @@ mod tests {
     #[test]
     fn layout_and_subject() {
         let d = Digest::sha256(b"m");
-        let s = Statement::for_image("r.example/app", &d, PREDICATE_SPDX, serde_json::json!({"x":1}));
+        let s = Statement::for_image(
+            "r.example/app",
+            &d,
+            PREDICATE_SPDX,
+            serde_json::json!({"x":1}),
+        );
         let text = String::from_utf8(s.to_bytes()).unwrap();
         assert_eq!(
             text,

@@ -2,14 +2,14 @@
 //!
 //! Private keys are read from plain PKCS#8 (`PRIVATE KEY`), encrypted PKCS#8 (`ENCRYPTED
 //! PRIVATE KEY`, PBES2), SEC1 (`EC PRIVATE KEY`) and cosign's own encrypted files
-//! (`ENCRYPTED SIGSTORE PRIVATE KEY`, `ENCRYPTED COSIGN PRIVATE KEY`, see [`crate::sigstore_key`]).
+//! (`ENCRYPTED SIGSTORE PRIVATE KEY`, `ENCRYPTED COSIGN PRIVATE KEY`, see [`SigningKey::to_cosign_pem`]).
 //! Public keys are `PUBLIC KEY` PEM (SubjectPublicKeyInfo), the bytes `cosign public-key` prints.
 
 use std::fmt;
 
 use p256::ecdsa::signature::{Signer, Verifier};
-use p256::pkcs8::der::pem::LineEnding;
 use p256::pkcs8::der::Decode;
+use p256::pkcs8::der::pem::LineEnding;
 use p256::pkcs8::{DecodePublicKey, EncodePrivateKey, EncodePublicKey};
 use zeroize::Zeroizing;
 
@@ -152,12 +152,11 @@ impl VerifyingKey {
                 label,
             });
         }
-        let spki = pkcs8::SubjectPublicKeyInfoRef::from_der(&der).map_err(|e| {
-            KeyError::Malformed {
+        let spki =
+            pkcs8::SubjectPublicKeyInfoRef::from_der(&der).map_err(|e| KeyError::Malformed {
                 source_name: source_name.to_owned(),
                 detail: format!("SubjectPublicKeyInfo: {e}"),
-            }
-        })?;
+            })?;
         check_p256(
             &spki.algorithm.oid.to_string(),
             spki.algorithm
@@ -167,11 +166,12 @@ impl VerifyingKey {
                 .map(|o| o.to_string()),
             source_name,
         )?;
-        let inner =
-            p256::ecdsa::VerifyingKey::from_public_key_der(&der).map_err(|e| KeyError::Malformed {
+        let inner = p256::ecdsa::VerifyingKey::from_public_key_der(&der).map_err(|e| {
+            KeyError::Malformed {
                 source_name: source_name.to_owned(),
                 detail: format!("public key point: {e}"),
-            })?;
+            }
+        })?;
         Ok(Self::new(inner))
     }
 
@@ -377,11 +377,7 @@ fn decode_pem(bytes: &[u8], source_name: &str) -> Result<(String, Vec<u8>), KeyE
     Ok((label.to_owned(), der))
 }
 
-fn check_p256(
-    algorithm: &str,
-    curve: Option<String>,
-    source_name: &str,
-) -> Result<(), KeyError> {
+fn check_p256(algorithm: &str, curve: Option<String>, source_name: &str) -> Result<(), KeyError> {
     if algorithm != OID_EC_PUBLIC_KEY {
         let name = match algorithm {
             "1.2.840.113549.1.1.1" => "RSA",
@@ -488,7 +484,10 @@ MC4CAQAwBQYDK2VwBCIEIDWkmqDRyJYmMFn+bTsUarRtEW9Gcex3QnRT1NlrIopo
         assert_same(&k.signing, &back);
         let e = SigningKey::from_pem(pem.as_bytes(), "dir/k.pem", &mut pw("nope")).unwrap_err();
         assert!(matches!(e, KeyError::WrongPassword { .. }));
-        assert_eq!(e.to_string(), "dir/k.pem: wrong password (the key could not be decrypted)");
+        assert_eq!(
+            e.to_string(),
+            "dir/k.pem: wrong password (the key could not be decrypted)"
+        );
     }
 
     #[test]
@@ -510,7 +509,9 @@ MC4CAQAwBQYDK2VwBCIEIDWkmqDRyJYmMFn+bTsUarRtEW9Gcex3QnRT1NlrIopo
         let back = SigningKey::from_pem(pem.as_bytes(), "cosign.key", &mut pw("pw")).unwrap();
         assert_same(&k.signing, &back);
         let e = SigningKey::from_pem(pem.as_bytes(), "cosign.key", &mut pw("bad")).unwrap_err();
-        assert!(matches!(e, KeyError::WrongPassword { ref source_name } if source_name == "cosign.key"));
+        assert!(
+            matches!(e, KeyError::WrongPassword { ref source_name } if source_name == "cosign.key")
+        );
         // The older label reads the same.
         let old = pem.replace("SIGSTORE", "COSIGN");
         SigningKey::from_pem(old.as_bytes(), "old.key", &mut pw("pw")).unwrap();
@@ -531,7 +532,12 @@ MC4CAQAwBQYDK2VwBCIEIDWkmqDRyJYmMFn+bTsUarRtEW9Gcex3QnRT1NlrIopo
         assert!(e.to_string().contains("P-384"), "{e}");
         let e = SigningKey::from_pem(OPENSSL_ED25519.as_bytes(), "ed.pem", &mut never).unwrap_err();
         assert!(e.to_string().contains("Ed25519"), "{e}");
-        let e = SigningKey::from_pem(b"-----BEGIN RSA PRIVATE KEY-----\nAAAA\n-----END RSA PRIVATE KEY-----\n", "r.pem", &mut never).unwrap_err();
+        let e = SigningKey::from_pem(
+            b"-----BEGIN RSA PRIVATE KEY-----\nAAAA\n-----END RSA PRIVATE KEY-----\n",
+            "r.pem",
+            &mut never,
+        )
+        .unwrap_err();
         assert!(matches!(e, KeyError::UnsupportedPemType { .. }), "{e}");
         let e = VerifyingKey::from_pem(OPENSSL_SEC1.as_bytes(), "x.pub").unwrap_err();
         assert!(e.to_string().contains("\"EC PRIVATE KEY\""), "{e}");

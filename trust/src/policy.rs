@@ -91,7 +91,7 @@ pub enum PolicyError {
         key_path: PathBuf,
         /// The cause (I/O or key format).
         #[source]
-        source: KeyFileError,
+        source: Box<KeyFileError>,
     },
 }
 
@@ -154,7 +154,10 @@ struct FileRule {
 
 const HINTS: config_toml::Hints<'static> = &[
     ("default", "\"accept\" or \"reject\""),
-    ("threshold", "how many of the keys must have signed, a whole number such as 1"),
+    (
+        "threshold",
+        "how many of the keys must have signed, a whole number such as 1",
+    ),
     ("require_digest_pin", "true or false"),
 ];
 
@@ -238,7 +241,12 @@ pub enum DenyReason {
 
 impl fmt::Display for DenyReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ids = |ks: &[KeyId]| ks.iter().map(|k| k.short().to_owned()).collect::<Vec<_>>().join(", ");
+        let ids = |ks: &[KeyId]| {
+            ks.iter()
+                .map(|k| k.short().to_owned())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         match self {
             DenyReason::RejectedByRule => f.write_str("rejected by rule"),
             DenyReason::NoRuleMatches => f.write_str("no rule matches"),
@@ -247,7 +255,12 @@ impl fmt::Display for DenyReason {
             DenyReason::UnknownKey { signed_by } => {
                 write!(f, "signed by unknown key(s) {}", ids(signed_by))
             }
-            DenyReason::ThresholdNotMet { have, need, of, signed_by } => {
+            DenyReason::ThresholdNotMet {
+                have,
+                need,
+                of,
+                signed_by,
+            } => {
                 write!(f, "signed by {have} of {of} keys, {need} needed")?;
                 if !signed_by.is_empty() {
                     write!(f, " (signed by {})", ids(signed_by))?;
@@ -365,7 +378,7 @@ impl Policy {
                     line: config_toml::line_of(text, &field),
                     field: field.clone(),
                     key_path: kp.clone(),
-                    source,
+                    source: Box::new(source),
                 })?;
                 if !seen.insert(key.key_id().clone()) {
                     return Err(value(
@@ -434,7 +447,12 @@ impl Policy {
     }
 
     /// Decides on `reference` given whether it names a digest and the verified evidence.
-    pub fn evaluate(&self, reference: &str, pinned_by_digest: bool, evidence: &Evidence) -> Decision {
+    pub fn evaluate(
+        &self,
+        reference: &str,
+        pinned_by_digest: bool,
+        evidence: &Evidence,
+    ) -> Decision {
         let Some(rule) = self.rule_for(reference) else {
             return match self.default {
                 DefaultAction::Accept => Decision::Admit {

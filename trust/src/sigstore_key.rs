@@ -5,8 +5,8 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use crypto_secretbox::aead::{AeadInPlace, KeyInit};
 use crypto_secretbox::XSalsa20Poly1305;
+use crypto_secretbox::aead::{AeadInPlace, KeyInit};
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
@@ -67,11 +67,7 @@ mod b64 {
     }
 }
 
-fn derive_key(
-    password: &[u8],
-    salt: &[u8],
-    (n, r, p): (u64, u32, u32),
-) -> Zeroizing<[u8; 32]> {
+fn derive_key(password: &[u8], salt: &[u8], (n, r, p): (u64, u32, u32)) -> Zeroizing<[u8; 32]> {
     let log_n = n.trailing_zeros() as u8;
     let params = scrypt::Params::new(log_n, r, p).expect("accepted scrypt parameters are valid");
     let mut key = Zeroizing::new([0u8; 32]);
@@ -89,8 +85,8 @@ pub(crate) fn decrypt(
         source_name: source_name.to_owned(),
         detail,
     };
-    let doc: Encrypted = serde_json::from_slice(body)
-        .map_err(|e| malformed(format!("encrypted key JSON: {e}")))?;
+    let doc: Encrypted =
+        serde_json::from_slice(body).map_err(|e| malformed(format!("encrypted key JSON: {e}")))?;
     if doc.kdf.name != "scrypt" {
         return Err(malformed(format!(
             "kdf.name is \"{}\", expected \"scrypt\"",

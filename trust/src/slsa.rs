@@ -223,7 +223,10 @@ mod tests {
             image_file_digest: &file,
             lockfile: Some(("image.lock", &lock)),
             publishers: &[("openindiana.org", "https://pkg.openindiana.org/hipster/")],
-            packages: &[("pkg://openindiana.org/shell/bash@5.2,5.11-2024.0.0.0:20240101T000000Z", Some(&pkg))],
+            packages: &[(
+                "pkg://openindiana.org/shell/bash@5.2,5.11-2024.0.0.0:20240101T000000Z",
+                Some(&pkg),
+            )],
             builder_id: "https://reddwarf.invalid/rdctl",
             rdctl_version: "0.1.0",
             source_date_epoch: Some(0),
@@ -231,10 +234,24 @@ mod tests {
         });
         let v = p.to_value();
         assert_eq!(v["buildDefinition"]["buildType"], RDCTL_BUILD_TYPE);
-        assert_eq!(v["buildDefinition"]["externalParameters"]["imageFileDigest"], file.as_str());
-        assert_eq!(v["buildDefinition"]["resolvedDependencies"][0]["digest"]["sha256"], lock.encoded());
-        assert!(v["buildDefinition"]["resolvedDependencies"][2]["uri"].as_str().unwrap().starts_with("pkg://"));
-        assert_eq!(v["runDetails"]["metadata"]["startedOn"], "1970-01-01T00:00:00Z");
+        assert_eq!(
+            v["buildDefinition"]["externalParameters"]["imageFileDigest"],
+            file.as_str()
+        );
+        assert_eq!(
+            v["buildDefinition"]["resolvedDependencies"][0]["digest"]["sha256"],
+            lock.encoded()
+        );
+        assert!(
+            v["buildDefinition"]["resolvedDependencies"][2]["uri"]
+                .as_str()
+                .unwrap()
+                .starts_with("pkg://")
+        );
+        assert_eq!(
+            v["runDetails"]["metadata"]["startedOn"],
+            "1970-01-01T00:00:00Z"
+        );
         assert!(v["runDetails"]["metadata"].get("invocationId").is_none());
         assert_eq!(v["runDetails"]["builder"]["version"]["rdctl"], "0.1.0");
         // cosign requires both top-level keys.

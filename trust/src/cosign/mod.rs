@@ -82,7 +82,9 @@ pub enum SignatureError {
 }
 
 fn for_what(what: &Option<String>) -> String {
-    what.as_ref().map(|w| format!(" for {w}")).unwrap_or_default()
+    what.as_ref()
+        .map(|w| format!(" for {w}"))
+        .unwrap_or_default()
 }
 
 /// The tag cosign keeps signatures of `digest` under: `sha256-<hex>.sig`.
@@ -106,7 +108,11 @@ pub fn sign(key: &SigningKey, payload: &[u8]) -> String {
 }
 
 /// Checks a base64 signature (standard alphabet) over `payload`.
-pub fn verify(key: &VerifyingKey, payload: &[u8], signature_b64: &str) -> Result<(), SignatureError> {
+pub fn verify(
+    key: &VerifyingKey,
+    payload: &[u8],
+    signature_b64: &str,
+) -> Result<(), SignatureError> {
     let der = STANDARD
         .decode(signature_b64.trim())
         .map_err(|e| SignatureError::Malformed {
@@ -172,7 +178,8 @@ fn signature_layers_with(
     let new = signature_layer(payload, signature_b64);
     let same_signer = |l: &SignatureLayer| {
         !l.signature_b64.is_empty()
-            && (l.signature_b64 == signature_b64 || verify(signer, payload, &l.signature_b64).is_ok())
+            && (l.signature_b64 == signature_b64
+                || verify(signer, payload, &l.signature_b64).is_ok())
     };
     join_layers(
         existing,
@@ -188,7 +195,9 @@ fn signature_layers_with(
 pub fn signature_layers(manifest: &[u8]) -> Result<Vec<SignatureLayer>, SignatureError> {
     let layers: Vec<_> = parse_layers(manifest)?
         .into_iter()
-        .filter(|l| l.payload.media_type == SIMPLE_SIGNING_MEDIA_TYPE && !l.signature_b64.is_empty())
+        .filter(|l| {
+            l.payload.media_type == SIMPLE_SIGNING_MEDIA_TYPE && !l.signature_b64.is_empty()
+        })
         .collect();
     if layers.is_empty() {
         return Err(SignatureError::NoSignature { what: None });
@@ -225,12 +234,13 @@ pub fn verify_signature_layer(
             what: Some(format!("layer {}", layer.payload.digest)),
         });
     }
-    let der = STANDARD
-        .decode(layer.signature_b64.trim())
-        .map_err(|e| SignatureError::Malformed {
-            what: format!("signature annotation of layer {}", layer.payload.digest),
-            detail: format!("not base64: {e}"),
-        })?;
+    let der =
+        STANDARD
+            .decode(layer.signature_b64.trim())
+            .map_err(|e| SignatureError::Malformed {
+                what: format!("signature annotation of layer {}", layer.payload.digest),
+                detail: format!("not base64: {e}"),
+            })?;
     let key = keys
         .iter()
         .find(|k| k.verify_der(payload, &der))

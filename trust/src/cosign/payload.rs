@@ -100,7 +100,9 @@ impl SimpleSigning {
         let reference = field(critical, "identity")
             .and_then(|i| field(i, "docker-reference"))
             .and_then(Value::as_str)
-            .ok_or_else(|| bad("critical.identity.docker-reference is missing or not a string".into()))?;
+            .ok_or_else(|| {
+                bad("critical.identity.docker-reference is missing or not a string".into())
+            })?;
         let digest = field(critical, "image")
             .and_then(|i| field(i, "docker-manifest-digest"))
             .and_then(Value::as_str)
@@ -181,7 +183,9 @@ mod tests {
             r#"{{"critical":{{"identity":{{"docker-reference":"x"}},"image":{{"docker-manifest-digest":"{}"}},"type":"other"}}}}"#,
             digest()
         );
-        let e = SimpleSigning::parse(text.as_bytes()).unwrap_err().to_string();
+        let e = SimpleSigning::parse(text.as_bytes())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("critical.type"), "{e}");
     }
 
@@ -192,7 +196,9 @@ mod tests {
             digest()
         );
         assert_eq!(
-            SimpleSigning::parse(text.as_bytes()).unwrap().manifest_digest,
+            SimpleSigning::parse(text.as_bytes())
+                .unwrap()
+                .manifest_digest,
             digest()
         );
     }

@@ -45,7 +45,10 @@ fn manifest_accumulates_and_dedups() {
     assert_eq!(doc["config"]["mediaType"], OCI_CONFIG_MEDIA_TYPE);
     assert_eq!(doc["config"]["digest"], first.config_digest.as_str());
     assert_eq!(doc["layers"][0]["mediaType"], SIMPLE_SIGNING_MEDIA_TYPE);
-    assert_eq!(doc["layers"][0]["annotations"][SIGNATURE_ANNOTATION], s1.as_str());
+    assert_eq!(
+        doc["layers"][0]["annotations"][SIGNATURE_ANNOTATION],
+        s1.as_str()
+    );
     assert!(doc.get("subject").is_none());
     assert_eq!(first.manifest_digest, Digest::sha256(&first.manifest));
     let cfg: Value = serde_json::from_slice(&first.config).unwrap();
@@ -101,7 +104,10 @@ fn verify_layer_outcomes() {
     assert_eq!(ok.docker_reference, "registry.example.com/app");
 
     let e = verify_signature_layer(&keys[..1], &layers[0], &p, &image()).unwrap_err();
-    assert!(matches!(e, SignatureError::BadSignature { keys: 1, .. }), "{e}");
+    assert!(
+        matches!(e, SignatureError::BadSignature { keys: 1, .. }),
+        "{e}"
+    );
 
     let mut tampered = p.clone();
     tampered[0] = b' ';
