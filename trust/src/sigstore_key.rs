@@ -182,3 +182,47 @@ pub(crate) fn encrypt_pem(pkcs8: &[u8], password: &[u8]) -> Result<Zeroizing<Str
     pem.push_str(&format!("-----END {PEM_SIGSTORE_PRIVATE_KEY}-----\n"));
     Ok(Zeroizing::new(pem))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_matches_cosign() {
+        let pem = encrypt_pem(b"not really pkcs8", b"pw").unwrap();
+        let (label, body) = pkcs8::der::pem::decode_vec(pem.as_bytes()).unwrap();
+        assert_eq!(label, PEM_SIGSTORE_PRIVATE_KEY);
+        let text = String::from_utf8(body.clone()).unwrap();
+        assert!(
+            text.starts_with(
+                r#"{"kdf":{"name":"scrypt","params":{"N":65536,"r":8,"p":1},"salt":""#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#""cipher":{"name":"nacl/secretbox","nonce":""#),
+            "{text}"
+        );
+        let doc: Encrypted = serde_json::from_slice(&body).unwrap();
+        assert_eq!(doc.kdf.salt.len(), SALT_LEN);
+        assert_eq!(doc.cipher.nonce.len(), NONCE_LEN);
+        assert_eq!(doc.ciphertext.len(), b"not really pkcs8".len() + TAG_LEN);
+        assert_eq!(&*decrypt(&body, b"pw", "k").unwrap(), b"not really pkcs8");
+    }
+
+    #[test]
+    fn costly_parameters_are_refused_before_work() {
+        let pem = encrypt_pem(b"x", b"pw").unwrap();
+        let (_, body) = pkcs8::der::pem::decode_vec(pem.as_bytes()).unwrap();
+        let text = String::from_utf8(body)
+            .unwrap()
+            .replace("\"N\":65536", "\"N\":1048576");
+        let e = decrypt(text.as_bytes(), b"pw", "k.key")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("k.key: malformed key: kdf.params N=1048576"),
+            "{e}"
+        );
+    }
+}
