@@ -255,3 +255,217 @@ fn blob_attestations_both_ways() {
     assert_eq!(statement.predicate_type, PREDICATE_SLSA_V1);
     assert!(statement.is_about(&digest), "{statement:?}");
 }
+
+/// A blob written into `layout`'s `blobs/sha256/`; returns its digest.
+fn put_blob(layout: &Path, bytes: &[u8]) -> validator::Digest {
+    let d = validator::Digest::sha256(bytes);
+    let dir = layout.join("blobs/sha256");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(d.encoded()), bytes).unwrap();
+    d
+}
+
+/// An OCI layout as `cosign save` writes it, which `cosign verify --local-image` reads: the
+/// image manifest and the signature and attestation manifests in `index.json`, told apart by
+/// a `kind` annotation. Returns the image manifest's digest.
+fn image_layout(
+    layout: &Path,
+    image_manifest: &[u8],
+    sigs: Option<&cosign::AttachedManifest>,
+    atts: Option<&cosign::AttachedManifest>,
+    blobs: &[&[u8]],
+) -> validator::Digest {
+    std::fs::write(
+        layout.join("oci-layout"),
+        r#"{"imageLayoutVersion":"1.0.0"}"#,
+    )
+    .unwrap();
+    let image = put_blob(layout, image_manifest);
+    let entry = |bytes: &[u8], digest: &validator::Digest, kind: &str| {
+        serde_json::json!({
+            "mediaType": cosign::OCI_MANIFEST_MEDIA_TYPE,
+            "size": bytes.len(),
+            "digest": digest.as_str(),
+            "annotations": {"kind": kind},
+        })
+    };
+    let mut manifests = vec![entry(
+        image_manifest,
+        &image,
+        "dev.cosignproject.cosign/image",
+    )];
+    for (m, kind) in [
+        (sigs, "dev.cosignproject.cosign/sigs"),
+        (atts, "dev.cosignproject.cosign/atts"),
+    ] {
+        if let Some(m) = m {
+            put_blob(layout, &m.config);
+            put_blob(layout, &m.manifest);
+            manifests.push(entry(&m.manifest, &m.manifest_digest, kind));
+        }
+    }
+    for b in blobs {
+        put_blob(layout, b);
+    }
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": manifests,
+    });
+    std::fs::write(layout.join("index.json"), index.to_string()).unwrap();
+    image
+}
+
+/// A small, valid image manifest (with its config blob written to the layout).
+fn test_image(layout: &Path) -> Vec<u8> {
+    let config =
+        br#"{"architecture":"amd64","os":"illumos","rootfs":{"type":"layers","diff_ids":[]}}"#;
+    let d = put_blob(layout, config);
+    serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": cosign::OCI_MANIFEST_MEDIA_TYPE,
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                   "size": config.len(), "digest": d.as_str()},
+        "layers": [],
+    })
+    .to_string()
+    .into_bytes()
+}
+
+#[test]
+fn our_signature_manifest_verifies_with_cosign() {
+    let dir = tempfile::tempdir().unwrap();
+    run(cosign(dir.path(), "pw").arg("generate-key-pair"));
+    let key_pem = std::fs::read(dir.path().join("cosign.key")).unwrap();
+    let key = SigningKey::from_pem(&key_pem, "cosign.key", &mut pw("pw")).unwrap();
+    let other = trust::generate();
+
+    let layout = dir.path().join("image");
+    std::fs::create_dir(&layout).unwrap();
+    let image = test_image(&layout);
+    let digest = validator::Digest::sha256(&image);
+
+    // Two signatures accumulate: one by a stranger, one by cosign.key.
+    let p = SimpleSigning::new("registry.example.com/app", &digest, None).to_bytes();
+    let first = cosign::append_signature(
+        None,
+        &p,
+        &cosign::sign(&other.signing, &p),
+        other.verifying(),
+    )
+    .unwrap();
+    let sigs = cosign::append_signature(
+        Some(&first.manifest),
+        &p,
+        &cosign::sign(&key, &p),
+        key.verifying_key(),
+    )
+    .unwrap();
+    assert_eq!(sigs.layers.len(), 2);
+    image_layout(&layout, &image, Some(&sigs), None, &[&p]);
+    let out = run(cosign(dir.path(), "pw").args([
+        "verify",
+        "--key",
+        "cosign.pub",
+        "--insecure-ignore-tlog=true",
+        "--local-image",
+        "image",
+    ]));
+    let verified: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        verified[0]["critical"]["image"]["docker-manifest-digest"],
+        digest.as_str()
+    );
+
+    // A valid signature of another manifest, replayed onto this one: cosign refuses, as we do.
+    let replayed = dir.path().join("replayed");
+    std::fs::create_dir(&replayed).unwrap();
+    let image = test_image(&replayed);
+    let digest = validator::Digest::sha256(&image);
+    let elsewhere = validator::Digest::sha256(b"another manifest");
+    let p = SimpleSigning::new("registry.example.com/app", &elsewhere, None).to_bytes();
+    let sigs =
+        cosign::append_signature(None, &p, &cosign::sign(&key, &p), key.verifying_key()).unwrap();
+    image_layout(&replayed, &image, Some(&sigs), None, &[&p]);
+    let out = cosign(dir.path(), "pw")
+        .args([
+            "verify",
+            "--key",
+            "cosign.pub",
+            "--insecure-ignore-tlog=true",
+            "--local-image",
+            "replayed",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "cosign accepted a replayed signature"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("invalid or missing digest in claim"),
+        "cosign refused for another reason:\n{stderr}"
+    );
+    let layer = &cosign::signature_layers(&sigs.manifest).unwrap()[0];
+    let e = cosign::verify_signature_layer(&[key.verifying_key().clone()], layer, &p, &digest)
+        .unwrap_err();
+    assert!(
+        matches!(e, trust::SignatureError::DigestMismatch { .. }),
+        "{e}"
+    );
+}
+
+#[test]
+fn our_attestation_manifest_verifies_with_cosign() {
+    let dir = tempfile::tempdir().unwrap();
+    run(cosign(dir.path(), "pw").arg("generate-key-pair"));
+    let key_pem = std::fs::read(dir.path().join("cosign.key")).unwrap();
+    let key = SigningKey::from_pem(&key_pem, "cosign.key", &mut pw("pw")).unwrap();
+
+    let layout = dir.path().join("image");
+    std::fs::create_dir(&layout).unwrap();
+    let image = test_image(&layout);
+    let digest = validator::Digest::sha256(&image);
+    let provenance = trust::slsa::Provenance::for_rdctl_build(&trust::slsa::RdctlBuild {
+        image_file: "image.toml",
+        image_file_digest: &validator::Digest::sha256(b"image.toml"),
+        lockfile: None,
+        publishers: &[],
+        packages: &[],
+        builder_id: "https://reddwarf.invalid/rdctl",
+        rdctl_version: "0.1.0",
+        source_date_epoch: Some(1_700_000_000),
+        invocation_id: None,
+    });
+    let statement = Statement::for_image(
+        "registry.example.com/app",
+        &digest,
+        PREDICATE_SLSA_V1,
+        provenance.to_value(),
+    );
+    let envelope = trust::attestation::sign_statement(&key, &statement);
+    let atts =
+        trust::attestation::append_attestation(None, &envelope, PREDICATE_SLSA_V1, false).unwrap();
+    image_layout(&layout, &image, None, Some(&atts), &[&envelope]);
+    run(cosign(dir.path(), "pw").args([
+        "verify-attestation",
+        "--key",
+        "cosign.pub",
+        "--type",
+        "slsaprovenance1",
+        "--insecure-ignore-tlog=true",
+        "--local-image",
+        "image",
+    ]));
+    // And through our own check.
+    let layer = &trust::attestation::attestation_layers(&atts.manifest).unwrap()[0];
+    let v = trust::attestation::verify_attestation_layer(
+        &[key.verifying_key().clone()],
+        layer,
+        &envelope,
+        &digest,
+    )
+    .unwrap();
+    assert_eq!(v.predicate_type, PREDICATE_SLSA_V1);
+}
