@@ -1,0 +1,586 @@
+//! Listing, tagging and removing images, at a registry or in an OCI layout alike: what
+//! `rdctl ls`, `rdctl tag` and `rdctl rm` run.
+//!
+//! [`list_tags`] summarizes every tag (digest, total size, platforms, config `created`),
+//! fetching the details with bounded concurrency and classifying cosign's
+//! `sha256-<hex>.sig|.att|.sbom` tags and referrers tag schema tags (`sha256-<hex>`) apart
+//! from images. [`tag`] names a manifest by one more tag, byte for byte. [`plan_removal`]
+//! works out what deleting a tag or manifest lets garbage collection reclaim (the manifest,
+//! when no other tag names it, its referrers, and the blobs only they reference), and
+//! [`remove`] deletes.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use futures_util::{StreamExt, stream};
+use serde::Serialize;
+use validator::{Digest, Document, IndexEntry, Tag};
+
+use crate::inspect::{image_details, read_doc, referrers_of};
+use crate::transfer::endpoint::{Source, layout_index, layout_subject};
+use crate::transfer::{Content, ImageRef, TransferError, content_of};
+use crate::{Client, ClientError, Reference};
+
+/// How many tags' details are fetched at once.
+pub const LIST_CONCURRENCY: usize = 8;
+
+/// Most other tags [`plan_removal`] reads before it calls its answer an estimate.
+pub const MAX_TAGS_EXAMINED: usize = 200;
+
+/// What a tag's name says it is, before reading anything: `signature`, `attestation` or `sbom`
+/// for cosign's `<alg>-<hex>.sig|.att|.sbom`, `referrers` for the referrers tag schema's
+/// `<alg>-<hex>`; `None` for any other tag.
+pub fn tag_name_kind(tag: &str) -> Option<&'static str> {
+    let (base, suffix) = match tag.rsplit_once('.') {
+        Some((b, s)) => (b, Some(s)),
+        None => (tag, None),
+    };
+    let (alg, hex) = base.split_once('-')?;
+    let digest_like = matches!(alg, "sha256" | "sha512")
+        && (hex.len() == 64 || hex.len() == 128)
+        && hex.bytes().all(|b| b.is_ascii_hexdigit());
+    if !digest_like {
+        return None;
+    }
+    match suffix {
+        None => Some("referrers"),
+        Some("sig") => Some("signature"),
+        Some("att") => Some("attestation"),
+        Some("sbom") => Some("sbom"),
+        Some(_) => None,
+    }
+}
+
+/// One row of `rdctl ls HOST/REPO` or `rdctl ls oci:DIR`.
+#[derive(Debug, Clone, Serialize)]
+pub struct TagRow {
+    /// The tag (`None`: an untagged layout entry, a referrer).
+    pub tag: Option<String>,
+    /// `image`, `index`, `artifact`, or from the tag name `signature`, `attestation`, `sbom`,
+    /// `referrers` (see [`tag_name_kind`]).
+    pub kind: String,
+    /// Whether `rdctl ls` hides it without `--all` (cosign tags, referrers tags, referrers).
+    pub hidden: bool,
+    /// The manifest or index digest.
+    pub digest: Digest,
+    /// Its media type.
+    pub media_type: String,
+    /// Manifest, config and layers (an index: itself and its manifests' descriptors).
+    pub size: u64,
+    /// `os/arch[/variant]` of each image.
+    pub platforms: Vec<String>,
+    /// The config's `created`.
+    pub created: Option<String>,
+    /// The manifest's `artifactType`, for an artifact.
+    pub artifact_type: Option<String>,
+}
+
+/// The tags of the repository (or layout) `r` names, in the registry's order (a layout's:
+/// tagged entries, then untagged ones).
+pub async fn list_tags(client: &Client, r: &ImageRef) -> Result<Vec<TagRow>, TransferError> {
+    let source = Source::open(client, r)?;
+    let entries: Vec<(Option<String>, Option<Content>)> = match &source {
+        Source::Registry(client, reference) => client
+            .tags(reference, crate::catalog::DEFAULT_PAGE_SIZE, None)
+            .await
+            .map_err(|source| TransferError::Registry {
+                reference: reference.to_string(),
+                source,
+            })?
+            .into_iter()
+            .map(|t| (Some(t), None))
+            .collect(),
+        Source::Layout(layout) => {
+            let index = layout_index(layout)?;
+            let mut tagged: Vec<_> = index
+                .manifests
+                .iter()
+                .filter(|d| d.ref_name().is_some())
+                .map(|d| (d.ref_name().map(str::to_owned), Some(content_of(d))))
+                .collect();
+            tagged.extend(
+                index
+                    .manifests
+                    .iter()
+                    .filter(|d| d.ref_name().is_none())
+                    .map(|d| (None, Some(content_of(d)))),
+            );
+            tagged
+        }
+    };
+    let source = &source;
+    let rows: Vec<Result<TagRow, TransferError>> = stream::iter(entries)
+        .map(|(tag, content)| async move { summarize(source, tag, content).await })
+        .buffered(LIST_CONCURRENCY)
+        .collect()
+        .await;
+    rows.into_iter().collect()
+}
+
+async fn summarize(
+    source: &Source<'_>,
+    tag: Option<String>,
+    content: Option<Content>,
+) -> Result<TagRow, TransferError> {
+    let c = match (content, source) {
+        (Some(c), _) => c,
+        (None, Source::Registry(client, reference)) => {
+            let t = tag.as_deref().unwrap_or("latest");
+            let tagged = reference.with_tag(Tag::parse(t).map_err(|e| {
+                TransferError::BadReference {
+                    input: t.to_owned(),
+                    reason: e.to_string(),
+                }
+            })?);
+            let d = client
+                .resolve(&tagged)
+                .await
+                .map_err(|source| TransferError::Registry {
+                    reference: tagged.to_string(),
+                    source,
+                })?;
+            Content {
+                digest: d.digest,
+                size: d.size,
+                media_type: d.media_type,
+            }
+        }
+        (None, Source::Layout(_)) => unreachable!("layout rows come with their descriptor"),
+    };
+    let by_name = tag.as_deref().and_then(tag_name_kind);
+    let mut row = TagRow {
+        hidden: by_name.is_some() || tag.is_none(),
+        tag,
+        kind: by_name.unwrap_or("image").to_owned(),
+        digest: c.digest.clone(),
+        media_type: c.media_type.clone(),
+        size: c.size,
+        platforms: Vec::new(),
+        created: None,
+        artifact_type: None,
+    };
+    match read_doc(source, &c).await? {
+        Document::Manifest(m) => {
+            let is_image = m.artifact_type.is_none() && m.config.media_type.is_image_config();
+            if is_image {
+                let i = image_details(source, &m).await?;
+                row.size += i.config_size + i.layers.iter().map(|l| l.size).sum::<u64>();
+                row.platforms.push(i.platform);
+                row.created = i.created;
+            } else {
+                row.artifact_type = Some(
+                    m.artifact_type
+                        .as_ref()
+                        .unwrap_or(&m.config.media_type)
+                        .as_str()
+                        .to_owned(),
+                );
+                row.size += m.config.size + m.layers.iter().map(|l| l.size).sum::<u64>();
+                if by_name.is_none() {
+                    row.kind = "artifact".to_owned();
+                }
+                row.created = m
+                    .annotations
+                    .get("org.opencontainers.image.created")
+                    .cloned();
+            }
+        }
+        Document::Index(i) => {
+            if by_name.is_none() {
+                row.kind = "index".to_owned();
+            }
+            row.size += i.manifests.iter().map(|d| d.size).sum::<u64>();
+            row.platforms = i
+                .manifests
+                .iter()
+                .filter_map(|d| d.platform.as_ref().map(ToString::to_string))
+                .collect();
+        }
+        Document::Config(_) => {}
+    }
+    Ok(row)
+}
+
+/// Names the manifest `src` names by `new` too, in the same repository or layout: at a
+/// registry its exact bytes are PUT under the tag with the same media type (so the digest
+/// stays); in a layout `index.json` gets an entry (its platform and annotations kept) through
+/// the layout's one index writer. Returns what was tagged.
+pub async fn tag(client: &Client, src: &ImageRef, new: &Tag) -> Result<Content, TransferError> {
+    let source = Source::open(client, src)?;
+    let (root, bytes) = source.root(src).await?;
+    match &source {
+        Source::Registry(client, r) => {
+            let target = r.with_tag(new.clone());
+            let pushed = client
+                .push_manifest(&target, &root.media_type, bytes)
+                .await
+                .map_err(|source| TransferError::Registry {
+                    reference: target.to_string(),
+                    source,
+                })?;
+            if pushed != root.digest {
+                return Err(TransferError::DigestMismatch {
+                    destination: target.to_string(),
+                    wanted: root.digest,
+                    found: pushed,
+                });
+            }
+        }
+        Source::Layout(layout) => {
+            let index = layout_index(layout)?;
+            let wanted = src.tag().map(Tag::as_str);
+            let found = index
+                .manifests
+                .iter()
+                .filter(|d| d.digest == root.digest)
+                .find(|d| wanted.is_none() || d.ref_name() == wanted);
+            let mut entry = IndexEntry::new(
+                root.media_type.clone(),
+                root.digest.clone(),
+                root.size,
+            );
+            if let Some(d) = found {
+                entry.platform = d.platform.clone();
+                entry.artifact_type = d.artifact_type.as_ref().map(|t| t.as_str().to_owned());
+                entry.annotations = d.annotations.clone();
+            }
+            layout
+                .set_tag(new, entry)
+                .map_err(Source::layout_err(layout))?;
+        }
+    }
+    Ok(root)
+}
+
+/// One piece of content a removal lets go.
+#[derive(Debug, Clone, Serialize)]
+pub struct Reclaimable {
+    /// Its digest.
+    pub digest: Digest,
+    /// Its size.
+    pub size: u64,
+    /// `manifest`, `index` or `blob`.
+    pub kind: String,
+}
+
+/// What `rdctl rm` does and what it lets go.
+#[derive(Debug, Clone, Serialize)]
+pub struct RemovalPlan {
+    /// The reference removed.
+    pub reference: String,
+    /// The tag removed, or `None` for a removal by digest.
+    pub tag: Option<String>,
+    /// The manifest or index it named.
+    pub digest: Digest,
+    /// Its media type.
+    pub media_type: String,
+    /// Other tags that still name the digest after the removal (then nothing is reclaimed).
+    pub still_tagged: Vec<String>,
+    /// Referrers of the removed manifest that go with it.
+    pub referrers: Vec<Digest>,
+    /// What garbage collection can then reclaim: manifests and blobs that no remaining tag
+    /// reaches (at a registry: by `rdctl registry gc --delete-untagged` or its equivalent).
+    pub reclaimable: Vec<Reclaimable>,
+    /// Their total size.
+    pub reclaimable_bytes: u64,
+    /// Other tags read to find what stays referenced.
+    pub tags_examined: usize,
+    /// Tags in the repository or layout.
+    pub tags_total: usize,
+    /// True when not every tag was read (more than [`MAX_TAGS_EXAMINED`]).
+    pub estimate: bool,
+    /// Layout: blob files deleted by `--prune`.
+    pub pruned: Vec<Digest>,
+}
+
+type Graph = BTreeMap<Digest, (u64, &'static str)>;
+
+/// Adds everything `root` reaches (index children, configs, layers, and when `referrers`, the
+/// referrers of each manifest and index, recursively) to `out`.
+async fn closure(
+    source: &Source<'_>,
+    root: Content,
+    referrers: bool,
+    out: &mut Graph,
+) -> Result<(), TransferError> {
+    let mut stack = vec![root];
+    while let Some(c) = stack.pop() {
+        if out.contains_key(&c.digest) {
+            continue;
+        }
+        let doc = read_doc(source, &c).await?;
+        match &doc {
+            Document::Manifest(m) => {
+                out.insert(c.digest.clone(), (c.size, "manifest"));
+                for b in std::iter::once(&m.config).chain(&m.layers) {
+                    out.entry(b.digest.clone()).or_insert((b.size, "blob"));
+                }
+            }
+            Document::Index(i) => {
+                out.insert(c.digest.clone(), (c.size, "index"));
+                stack.extend(i.manifests.iter().map(content_of));
+            }
+            Document::Config(_) => {}
+        }
+        if referrers {
+            for r in referrers_of(source, &c.digest, false).await? {
+                stack.push(Content {
+                    digest: r.digest,
+                    size: r.size,
+                    media_type: r.media_type,
+                });
+            }
+        }
+        if out.len() > 100_000 {
+            return Err(TransferError::TooLarge { root: c.digest });
+        }
+    }
+    Ok(())
+}
+
+/// Works out what removing `r` (a tag, or at a registry `@digest`) does, without changing
+/// anything.
+pub async fn plan_removal(client: &Client, r: &ImageRef) -> Result<RemovalPlan, TransferError> {
+    let source = Source::open(client, r)?;
+    let tag = r.tag().map(|t| t.as_str().to_owned());
+    if let (ImageRef::Layout(l), None) = (r, &tag) {
+        return Err(TransferError::BadReference {
+            input: r.to_string(),
+            reason: format!(
+                "name the tag to remove: oci:{}:TAG (rdctl ls oci:{} lists them)",
+                l.dir.display(),
+                l.dir.display()
+            ),
+        });
+    }
+    let (root, _) = source.root(r).await?;
+    let mut plan = RemovalPlan {
+        reference: r.to_string(),
+        tag: tag.clone(),
+        digest: root.digest.clone(),
+        media_type: root.media_type.clone(),
+        still_tagged: Vec::new(),
+        referrers: Vec::new(),
+        reclaimable: Vec::new(),
+        reclaimable_bytes: 0,
+        tags_examined: 0,
+        tags_total: 0,
+        estimate: false,
+        pruned: Vec::new(),
+    };
+    let mut kept = Graph::new();
+    // Roots that stay: the other tags (a layout: the other entries that are not referrers of
+    // what goes).
+    let mut stay: Vec<(Option<String>, Content)> = Vec::new();
+    match &source {
+        Source::Registry(client, reference) => {
+            let tags = client
+                .tags(reference, crate::catalog::DEFAULT_PAGE_SIZE, None)
+                .await
+                .map_err(|source| TransferError::Registry {
+                    reference: reference.to_string(),
+                    source,
+                })?;
+            plan.tags_total = tags.len();
+            let others: Vec<String> = tags
+                .into_iter()
+                .filter(|t| Some(t) != tag.as_ref())
+                .collect();
+            plan.estimate = others.len() > MAX_TAGS_EXAMINED;
+            let resolved: Vec<Result<(String, Option<Content>), TransferError>> =
+                stream::iter(others.into_iter().take(MAX_TAGS_EXAMINED))
+                    .map(|t| async move {
+                        let c = resolve_tag(client, reference, &t).await?;
+                        Ok((t, c))
+                    })
+                    .buffered(LIST_CONCURRENCY)
+                    .collect()
+                    .await;
+            for x in resolved {
+                if let (t, Some(c)) = x? {
+                    stay.push((Some(t), c));
+                }
+            }
+        }
+        Source::Layout(layout) => {
+            let index = layout_index(layout)?;
+            plan.tags_total = index
+                .manifests
+                .iter()
+                .filter(|d| d.ref_name().is_some())
+                .count();
+            for d in &index.manifests {
+                let c = content_of(d);
+                match d.ref_name() {
+                    Some(t) if Some(t) == tag.as_deref() => {}
+                    Some(t) => stay.push((Some(t.to_owned()), c)),
+                    // Untagged: referrers stay only with a subject that stays (checked below).
+                    None => {
+                        if layout_subject(layout, &c).is_none() {
+                            stay.push((None, c));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    plan.tags_examined = stay.iter().filter(|(t, _)| t.is_some()).count();
+    for (t, c) in &stay {
+        if c.digest == root.digest
+            && let Some(t) = t
+        {
+            plan.still_tagged.push(t.clone());
+        }
+    }
+    if !plan.still_tagged.is_empty() {
+        return Ok(plan);
+    }
+    for (_, c) in stay {
+        closure(&source, c, true, &mut kept).await?;
+    }
+    // In a layout, referrer entries are roots too when their subject stays.
+    if let Source::Layout(layout) = &source {
+        let index = layout_index(layout)?;
+        for d in index.manifests.iter().filter(|d| d.ref_name().is_none()) {
+            let c = content_of(d);
+            if let Some((_, subject)) = layout_subject(layout, &c)
+                && kept.contains_key(&subject)
+            {
+                closure(&source, c, true, &mut kept).await?;
+            }
+        }
+    }
+    let mut gone = Graph::new();
+    closure(&source, root.clone(), true, &mut gone).await?;
+    for r in referrers_of(&source, &root.digest, false).await? {
+        if !kept.contains_key(&r.digest) {
+            plan.referrers.push(r.digest);
+        }
+    }
+    for (digest, (size, kind)) in gone {
+        if !kept.contains_key(&digest) {
+            plan.reclaimable_bytes += size;
+            plan.reclaimable.push(Reclaimable {
+                digest,
+                size,
+                kind: kind.to_owned(),
+            });
+        }
+    }
+    Ok(plan)
+}
+
+async fn resolve_tag(
+    client: &Client,
+    reference: &Reference,
+    t: &str,
+) -> Result<Option<Content>, TransferError> {
+    let Ok(tag) = Tag::parse(t) else {
+        return Ok(None);
+    };
+    let tagged = reference.with_tag(tag);
+    match client.resolve(&tagged).await {
+        Ok(d) => Ok(Some(Content {
+            digest: d.digest,
+            size: d.size,
+            media_type: d.media_type,
+        })),
+        // Deleted since the listing.
+        Err(e) if e.kind() == crate::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(TransferError::Registry {
+            reference: tagged.to_string(),
+            source,
+        }),
+    }
+}
+
+/// Carries out a removal [`plan_removal`] worked out. At a registry: `DELETE` of the tag, or
+/// of the manifest by digest (the registry's error comes back as it is; see
+/// [`crate::DeleteRefusal`]). In a layout: the tag's `index.json` entry goes, and with it,
+/// when no other entry names the manifest, the untagged entries of its referrers; with
+/// `prune` the reclaimable blob files are deleted.
+pub async fn remove(
+    client: &Client,
+    r: &ImageRef,
+    plan: &mut RemovalPlan,
+    prune: bool,
+) -> Result<(), TransferError> {
+    match r {
+        ImageRef::Registry(reference) => {
+            client
+                .delete_manifest(reference)
+                .await
+                .map_err(|source: ClientError| TransferError::Registry {
+                    reference: reference.to_string(),
+                    source,
+                })
+        }
+        ImageRef::Layout(l) => {
+            let layout = validator::ImageLayout::open(&l.dir).map_err(|source| {
+                TransferError::Layout {
+                    dir: l.dir.clone(),
+                    source,
+                }
+            })?;
+            let tag = plan.tag.clone().unwrap_or_default();
+            let referrers: BTreeSet<String> = if plan.still_tagged.is_empty() {
+                plan.referrers.iter().map(|d| d.to_string()).collect()
+            } else {
+                BTreeSet::new()
+            };
+            layout
+                .edit_index(|e| {
+                    e.retain(|v| {
+                        let name = v
+                            .get("annotations")
+                            .and_then(|a| a.get(validator::REF_NAME_ANNOTATION))
+                            .and_then(|n| n.as_str());
+                        let digest = v.get("digest").and_then(|d| d.as_str()).unwrap_or("");
+                        name != Some(tag.as_str())
+                            && !(name.is_none() && referrers.contains(digest))
+                    });
+                })
+                .map_err(Source::layout_err(&layout))?;
+            if prune {
+                for c in &plan.reclaimable {
+                    let path = layout.blob_path(&c.digest);
+                    match std::fs::remove_file(&path) {
+                        Ok(()) => plan.pruned.push(c.digest.clone()),
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => {
+                            return Err(TransferError::Layout {
+                                dir: l.dir.clone(),
+                                source: validator::LayoutError::Io {
+                                    op: "delete blob",
+                                    path,
+                                    source: e,
+                                },
+                            });
+                        }
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tag_names_that_are_not_images() {
+        let hex = "a".repeat(64);
+        assert_eq!(tag_name_kind(&format!("sha256-{hex}")), Some("referrers"));
+        assert_eq!(tag_name_kind(&format!("sha256-{hex}.sig")), Some("signature"));
+        assert_eq!(
+            tag_name_kind(&format!("sha256-{hex}.att")),
+            Some("attestation")
+        );
+        assert_eq!(tag_name_kind(&format!("sha256-{hex}.sbom")), Some("sbom"));
+        assert_eq!(tag_name_kind(&format!("sha256-{hex}.txt")), None);
+        assert_eq!(tag_name_kind("sha256-abc"), None);
+        assert_eq!(tag_name_kind("1.0"), None);
+        assert_eq!(tag_name_kind("v1.2.sig"), None);
+    }
+}
