@@ -2,8 +2,10 @@
 
 pub mod build;
 pub mod client;
+pub mod inspect;
 pub mod ips;
 pub mod lock;
+pub mod manage;
 pub mod login;
 pub mod meta;
 pub mod registry;
