@@ -1,12 +1,12 @@
 //! Listing and deleting: `GET /v2/_catalog` and `GET /v2/<name>/tags/list` following `Link`
 //! pages (same host only, bounded), and `DELETE /v2/<name>/manifests/<tag-or-digest>`.
 
-use reqwest::StatusCode;
 use crate::client::{Client, ReadError, read_limited};
 use crate::error::ClientError;
 use crate::reference::Reference;
 use crate::referrers::next_link;
 use crate::session::Scope;
+use reqwest::StatusCode;
 
 /// Most pages one listing follows.
 const MAX_PAGES: usize = 1000;

@@ -182,7 +182,9 @@ pub fn referrer_kind(artifact_type: Option<&str>, tag: Option<&str>) -> &'static
 
 /// The packages a layer holds, from its history `created_by`.
 pub fn layer_packages(created_by: &str) -> Vec<String> {
-    let contents = created_by.strip_prefix("rdctl build: ").unwrap_or(created_by);
+    let contents = created_by
+        .strip_prefix("rdctl build: ")
+        .unwrap_or(created_by);
     let list = contents.strip_prefix("shared: ").unwrap_or(contents);
     list.split_whitespace()
         .filter(|w| w.starts_with("pkg:/"))
@@ -228,10 +230,7 @@ pub(crate) async fn read_blob(
 }
 
 /// A checked manifest or index by descriptor.
-pub(crate) async fn read_doc(
-    source: &Source<'_>,
-    c: &Content,
-) -> Result<Document, TransferError> {
+pub(crate) async fn read_doc(source: &Source<'_>, c: &Content) -> Result<Document, TransferError> {
     let bytes = source.document(c).await?;
     checked(c, &bytes)
 }
@@ -388,7 +387,11 @@ pub(crate) async fn image_details(
         .and_then(|h| h.as_array())
         .map(|a| {
             a.iter()
-                .filter(|h| !h.get("empty_layer").and_then(|e| e.as_bool()).unwrap_or(false))
+                .filter(|h| {
+                    !h.get("empty_layer")
+                        .and_then(|e| e.as_bool())
+                        .unwrap_or(false)
+                })
                 .map(|h| s(h.get("created_by")))
                 .collect()
         })
@@ -399,7 +402,10 @@ pub(crate) async fn image_details(
         .enumerate()
         .map(|(i, l)| {
             let created_by = history.get(i).cloned().flatten();
-            let packages = created_by.as_deref().map(layer_packages).unwrap_or_default();
+            let packages = created_by
+                .as_deref()
+                .map(layer_packages)
+                .unwrap_or_default();
             LayerInfo {
                 digest: l.digest.clone(),
                 media_type: l.media_type.as_str().to_owned(),
@@ -471,13 +477,14 @@ pub(crate) async fn referrers_of(
             }
         }
         Source::Registry(client, r) => {
-            let found = client
-                .referrers(r, subject)
-                .await
-                .map_err(|source| TransferError::Registry {
-                    reference: format!("{r} (referrers of {subject})"),
-                    source,
-                })?;
+            let found =
+                client
+                    .referrers(r, subject)
+                    .await
+                    .map_err(|source| TransferError::Registry {
+                        reference: format!("{r} (referrers of {subject})"),
+                        source,
+                    })?;
             let found_by = match found.from {
                 ReferrersFrom::Api => "referrers-api",
                 _ => "referrers-tag",
@@ -487,7 +494,10 @@ pub(crate) async fn referrers_of(
                     kind: referrer_kind(m.artifact_type.as_deref(), None).to_owned(),
                     found_by: found_by.to_owned(),
                     tag: None,
-                    created: m.annotations.get("org.opencontainers.image.created").cloned(),
+                    created: m
+                        .annotations
+                        .get("org.opencontainers.image.created")
+                        .cloned(),
                     digest: m.digest,
                     media_type: m.media_type,
                     size: m.size,
@@ -599,11 +609,12 @@ pub async fn sbom(client: &Client, r: &ImageRef) -> Result<Sbom, TransferError> 
         })?;
     let doc = content_of(layer);
     let bytes = read_blob(&source, &doc, MAX_SBOM_SIZE).await?;
-    let (name, packages) = parse_spdx(&bytes).map_err(|problems| TransferError::InvalidDocument {
-        digest: doc.digest.clone(),
-        media_type: doc.media_type.clone(),
-        problems,
-    })?;
+    let (name, packages) =
+        parse_spdx(&bytes).map_err(|problems| TransferError::InvalidDocument {
+            digest: doc.digest.clone(),
+            media_type: doc.media_type.clone(),
+            problems,
+        })?;
     Ok(Sbom {
         subject: root.digest,
         referrer: c.digest,
@@ -688,7 +699,10 @@ mod tests {
     fn referrer_kinds() {
         assert_eq!(referrer_kind(Some("application/spdx+json"), None), "sbom");
         assert_eq!(
-            referrer_kind(Some("application/vnd.dev.cosign.simplesigning.v1+json"), None),
+            referrer_kind(
+                Some("application/vnd.dev.cosign.simplesigning.v1+json"),
+                None
+            ),
             "signature"
         );
         assert_eq!(

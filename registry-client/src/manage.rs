@@ -125,12 +125,11 @@ async fn summarize(
         (Some(c), _) => c,
         (None, Source::Registry(client, reference)) => {
             let t = tag.as_deref().unwrap_or("latest");
-            let tagged = reference.with_tag(Tag::parse(t).map_err(|e| {
-                TransferError::BadReference {
+            let tagged =
+                reference.with_tag(Tag::parse(t).map_err(|e| TransferError::BadReference {
                     input: t.to_owned(),
                     reason: e.to_string(),
-                }
-            })?);
+                })?);
             let d = client
                 .resolve(&tagged)
                 .await
@@ -233,11 +232,8 @@ pub async fn tag(client: &Client, src: &ImageRef, new: &Tag) -> Result<Content, 
                 .iter()
                 .filter(|d| d.digest == root.digest)
                 .find(|d| wanted.is_none() || d.ref_name() == wanted);
-            let mut entry = IndexEntry::new(
-                root.media_type.clone(),
-                root.digest.clone(),
-                root.size,
-            );
+            let mut entry =
+                IndexEntry::new(root.media_type.clone(), root.digest.clone(), root.size);
             if let Some(d) = found {
                 entry.platform = d.platform.clone();
                 entry.artifact_type = d.artifact_type.as_ref().map(|t| t.as_str().to_owned());
@@ -275,6 +271,8 @@ pub struct RemovalPlan {
     pub media_type: String,
     /// Other tags that still name the digest after the removal (then nothing is reclaimed).
     pub still_tagged: Vec<String>,
+    /// Tags that go with a manifest deleted by digest.
+    pub tags_removed: Vec<String>,
     /// Referrers of the removed manifest that go with it.
     pub referrers: Vec<Digest>,
     /// What garbage collection can then reclaim: manifests and blobs that no remaining tag
@@ -359,6 +357,7 @@ pub async fn plan_removal(client: &Client, r: &ImageRef) -> Result<RemovalPlan, 
         digest: root.digest.clone(),
         media_type: root.media_type.clone(),
         still_tagged: Vec::new(),
+        tags_removed: Vec::new(),
         referrers: Vec::new(),
         reclaimable: Vec::new(),
         reclaimable_bytes: 0,
@@ -395,9 +394,15 @@ pub async fn plan_removal(client: &Client, r: &ImageRef) -> Result<RemovalPlan, 
                     .buffered(LIST_CONCURRENCY)
                     .collect()
                     .await;
+            // A manifest deleted by digest takes every tag naming it along.
+            let by_digest = reference.digest().is_some();
             for x in resolved {
                 if let (t, Some(c)) = x? {
-                    stay.push((Some(t), c));
+                    if by_digest && c.digest == root.digest {
+                        plan.tags_removed.push(t);
+                    } else {
+                        stay.push((Some(t), c));
+                    }
                 }
             }
         }
@@ -515,12 +520,11 @@ pub async fn remove(
                 })
         }
         ImageRef::Layout(l) => {
-            let layout = validator::ImageLayout::open(&l.dir).map_err(|source| {
-                TransferError::Layout {
+            let layout =
+                validator::ImageLayout::open(&l.dir).map_err(|source| TransferError::Layout {
                     dir: l.dir.clone(),
                     source,
-                }
-            })?;
+                })?;
             let tag = plan.tag.clone().unwrap_or_default();
             let referrers: BTreeSet<String> = if plan.still_tagged.is_empty() {
                 plan.referrers.iter().map(|d| d.to_string()).collect()
@@ -572,7 +576,10 @@ mod tests {
     fn tag_names_that_are_not_images() {
         let hex = "a".repeat(64);
         assert_eq!(tag_name_kind(&format!("sha256-{hex}")), Some("referrers"));
-        assert_eq!(tag_name_kind(&format!("sha256-{hex}.sig")), Some("signature"));
+        assert_eq!(
+            tag_name_kind(&format!("sha256-{hex}.sig")),
+            Some("signature")
+        );
         assert_eq!(
             tag_name_kind(&format!("sha256-{hex}.att")),
             Some("attestation")

@@ -84,7 +84,8 @@ other tag; over 200 tags the answer is an estimate). At our registry, rdctl regi
 --delete-untagged reclaims it. A registry that deletes only by digest (CNCF distribution 2.8)
 refuses a tag: delete REF@digest instead. In a layout the tag's index.json entry goes (and the
 untagged referrer entries of a manifest no tag names any more); --prune deletes the blob files
-nothing references. --json: {reference, tag, digest, media_type, still_tagged, referrers,
+nothing references. --json: {reference, tag, digest, media_type, still_tagged, tags_removed,
+referrers,
 reclaimable [{digest, size, kind}], reclaimable_bytes, tags_examined, tags_total, estimate,
 pruned, dry_run, removed}. Exit status: 0 removed (or planned with --dry-run), 2 failed.")]
 pub struct RmArgs {
@@ -110,7 +111,10 @@ pub fn ls(args: LsArgs) -> anyhow::Result<ExitCode> {
         .builder()
         .build()
         .context("cannot build the registry client")?;
-    let bare = args.target.strip_prefix("docker://").unwrap_or(&args.target);
+    let bare = args
+        .target
+        .strip_prefix("docker://")
+        .unwrap_or(&args.target);
     let mut w = std::io::stdout().lock();
     if !args.target.starts_with("oci:") && !bare.contains('/') {
         let host = bare.trim_end_matches('/');
@@ -221,7 +225,9 @@ pub fn tag(args: TagArgs) -> anyhow::Result<ExitCode> {
 pub fn rm(args: RmArgs) -> anyhow::Result<ExitCode> {
     let r = ImageRef::parse(&args.reference)?;
     if args.prune && !matches!(r, ImageRef::Layout(_)) {
-        bail!("--prune is for layouts (oci:DIR:TAG); a registry's garbage collection reclaims its blobs");
+        bail!(
+            "--prune is for layouts (oci:DIR:TAG); a registry's garbage collection reclaims its blobs"
+        );
     }
     let client = args
         .client
@@ -298,6 +304,13 @@ fn print_plan(
     match &p.tag {
         Some(t) => writeln!(w, "{verb} tag {t} ({} {})", p.media_type, p.digest)?,
         None => writeln!(w, "{verb} manifest {} ({})", p.digest, p.media_type)?,
+    }
+    if !p.tags_removed.is_empty() {
+        writeln!(
+            w,
+            "with the tag(s) naming it: {}",
+            p.tags_removed.join(", ")
+        )?;
     }
     if !p.still_tagged.is_empty() {
         writeln!(
