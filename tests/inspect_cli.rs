@@ -248,6 +248,18 @@ fn inspect_ls_tag_rm_sbom_on_a_layout_and_our_registry_then_gc_frees_what_rm_sai
     );
     assert_eq!(text(&["ls", "--limit", "1", &host]), "other/app\n");
     ok(rdctl().args(["tag", &format!("{repo}:1.0"), "stable"]));
+    // Pages of one entry: the client follows every Link.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = registry_client::Client::builder().build().unwrap();
+    let paged = rt
+        .block_on(client.catalog(&host, 1, None))
+        .expect("paged catalog");
+    assert_eq!(paged, vec!["other/app", "zones/demo"]);
+    let reference = registry_client::Reference::parse(&repo).unwrap();
+    let tags = rt
+        .block_on(client.tags(&reference, 1, None))
+        .expect("paged tags");
+    assert_eq!(tags, vec!["1.0", "stable"]);
     let ls = json(&["ls", &repo]);
     let rows = ls["tags"].as_array().unwrap();
     assert_eq!(rows.len(), 2, "{ls:#}");
