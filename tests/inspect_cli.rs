@@ -241,6 +241,68 @@ fn inspect_ls_tag_rm_sbom_on_a_layout_and_our_registry_then_gc_frees_what_rm_sai
     ]));
     let i = json(&["inspect", &format!("{repo}:1.0")]);
     check_inspection(&i, &copy, &manifest, "referrers-api");
+    // An index over the image: inspect lists its manifests, in the layout and at the registry.
+    let index_bytes = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [{
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": manifest,
+            "size": i["size"],
+            "platform": {"os": "illumos", "architecture": "amd64"},
+        }],
+    }))
+    .unwrap();
+    let index_digest = validator::ImageLayout::open(&copy)
+        .unwrap()
+        .write_document(&index_bytes)
+        .unwrap()
+        .to_string();
+    validator::ImageLayout::open(&copy)
+        .unwrap()
+        .set_tag(
+            &validator::Tag::parse("multi").unwrap(),
+            validator::IndexEntry::new(
+                "application/vnd.oci.image.index.v1+json",
+                validator::Digest::parse(&index_digest).unwrap(),
+                index_bytes.len() as u64,
+            ),
+        )
+        .unwrap();
+    ok(rdctl().args([
+        "push",
+        &format!("{}:multi", s(&copy)),
+        &format!("{host}/other/app:multi"),
+    ]));
+    for target in [
+        format!("oci:{}:multi", s(&copy)),
+        format!("{host}/other/app:multi"),
+    ] {
+        let x = json(&["inspect", &target]);
+        assert_eq!(x["digest"], index_digest.as_str(), "{x:#}");
+        assert_eq!(x["media_type"], "application/vnd.oci.image.index.v1+json");
+        assert_eq!(x["platforms"], serde_json::json!(["illumos/amd64"]));
+        assert_eq!(x["manifests"][0]["digest"], manifest);
+        assert_eq!(x["manifests"][0]["platform"], "illumos/amd64");
+        assert_eq!(
+            x["manifests"][0]["image"]["config"]["stop_timeout"], 45,
+            "{x:#}"
+        );
+        assert_eq!(
+            x["total_size"].as_u64().unwrap(),
+            i["total_size"].as_u64().unwrap() + index_bytes.len() as u64
+        );
+        assert!(text(&["inspect", &target]).contains(&format!("illumos/amd64  {manifest}")));
+    }
+    let multi = json(&["ls", &format!("{host}/other/app")]);
+    assert!(
+        multi["tags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["tag"] == "multi" && r["kind"] == "index"),
+        "{multi:#}"
+    );
     check_sbom(&["sbom", &format!("{repo}:1.0")], &manifest);
     assert_eq!(
         json(&["ls", &host])["repositories"],
@@ -347,6 +409,30 @@ fn inspect_ls_tag_rm_sbom_on_a_layout_and_our_registry_then_gc_frees_what_rm_sai
             "gc deleted {d} in zones/demo, which rm did not name: {said:?}"
         );
     }
+
+    // A registry with deletes disabled answers 405 UNSUPPORTED: rm says deletes are off there.
+    let locked = Server::start_with_env(
+        &dir.join("no-deletes"),
+        &[("RDCTL_REGISTRY_DELETE_ENABLED", "false")],
+    );
+    let target = format!("{}/zones/demo:1.0", locked.host());
+    ok(rdctl().args(["push", &format!("{}:1.0", s(&copy)), &target]));
+    let refused = fails(&["rm", &target]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains(&format!("deletes are disabled on {}", locked.host()))
+            && err.contains("405 UNSUPPORTED"),
+        "{err}"
+    );
+    let doc: Value = serde_json::from_slice(&fails(&["rm", "--json", &target]).stdout).unwrap();
+    assert!(
+        doc["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("deletes are disabled"),
+        "{doc:#}"
+    );
+    assert_eq!(json(&["inspect", &target])["digest"], manifest);
 }
 
 #[test]
@@ -373,7 +459,24 @@ fn inspect_ls_tag_sbom_and_rm_against_distribution() {
     check_inspection(&i, &layout, &manifest, "referrers-tag");
     check_sbom(&["sbom", &format!("{repo}:1.0")], &manifest);
     ok(rdctl().args(["tag", &format!("{repo}:1.0"), "stable"]));
-    // The referrers tag (sha256-<hex>) is hidden unless --all.
+    // A cosign-style signature tag (here: the SBOM manifest under sha256-<hex>.sig) is found
+    // by inspect as a signature.
+    let sbom_digest = i["referrers"][0]["digest"].as_str().unwrap().to_owned();
+    let sig_tag = format!("sha256-{}.sig", &manifest["sha256:".len()..]);
+    ok(rdctl().args(["tag", &format!("{repo}@{sbom_digest}"), &sig_tag]));
+    let signed = json(&["inspect", &format!("{repo}:1.0")]);
+    assert!(
+        signed["referrers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["kind"] == "signature"
+                && r["found_by"] == "cosign-tag"
+                && r["tag"] == sig_tag.as_str()
+                && r["digest"] == sbom_digest.as_str()),
+        "{signed:#}"
+    );
+    // The referrers tag (sha256-<hex>) and the signature tag are hidden unless --all.
     let ls = json(&["ls", &repo]);
     let tags: Vec<&str> = ls["tags"]
         .as_array()
@@ -393,7 +496,15 @@ fn inspect_ls_tag_sbom_and_rm_against_distribution() {
         "{all:#}"
     );
     assert!(
-        text(&["ls", &repo]).contains("1 signature, attestation, SBOM or referrers tag(s) hidden")
+        all["tags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["tag"] == sig_tag.as_str() && r["kind"] == "signature"),
+        "{all:#}"
+    );
+    assert!(
+        text(&["ls", &repo]).contains("2 signature, attestation, SBOM or referrers tag(s) hidden")
     );
     // distribution 2.8 deletes no tags: the error says so, with what it answered.
     let refused = fails(&["rm", &format!("{repo}:stable")]);
