@@ -308,7 +308,10 @@ fn inspect_ls_tag_rm_sbom_on_a_layout_and_our_registry_then_gc_frees_what_rm_sai
         json(&["ls", &host])["repositories"],
         serde_json::json!(["other/app", "zones/demo"])
     );
-    assert_eq!(text(&["ls", "--limit", "1", &host]), "other/app\n");
+    assert_eq!(
+        text(&["ls", "--limit", "1", &format!("{host}/")]),
+        "other/app\n"
+    );
     ok(rdctl().args(["tag", &format!("{repo}:1.0"), "stable"]));
     // Pages of one entry: the client follows every Link.
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -485,6 +488,10 @@ fn inspect_ls_tag_sbom_and_rm_against_distribution() {
         .map(|r| r["tag"].as_str().unwrap())
         .collect();
     assert_eq!(tags, vec!["1.0", "stable"], "{ls:#}");
+    assert_eq!(ls["hidden"], 2, "{ls:#}");
+    let first = json(&["ls", "--limit", "1", &repo]);
+    assert_eq!(first["tags"].as_array().unwrap().len(), 1, "{first:#}");
+    assert_eq!(first["tags"][0]["tag"], "1.0");
     let all = json(&["ls", "--all", &repo]);
     let fallback = format!("sha256-{}", &manifest["sha256:".len()..]);
     assert!(

@@ -74,11 +74,26 @@ pub struct TagRow {
     pub artifact_type: Option<String>,
 }
 
-/// The tags of the repository (or layout) `r` names, in the registry's order (a layout's:
-/// tagged entries, then untagged ones).
-pub async fn list_tags(client: &Client, r: &ImageRef) -> Result<Vec<TagRow>, TransferError> {
+/// What [`list_tags`] found.
+#[derive(Debug, Clone, Serialize)]
+pub struct TagList {
+    /// The rows, in the registry's order (a layout's: tagged entries, then untagged ones).
+    pub tags: Vec<TagRow>,
+    /// Hidden rows left out (without `all`).
+    pub hidden: usize,
+}
+
+/// The tags of the repository (or layout) `r` names. Without `all`, the rows
+/// [`TagRow::hidden`] marks are left out (and counted) before anything is fetched for them;
+/// `limit` then keeps the first rows.
+pub async fn list_tags(
+    client: &Client,
+    r: &ImageRef,
+    all: bool,
+    limit: Option<usize>,
+) -> Result<TagList, TransferError> {
     let source = Source::open(client, r)?;
-    let entries: Vec<(Option<String>, Option<Content>)> = match &source {
+    let mut entries: Vec<(Option<String>, Option<Content>)> = match &source {
         Source::Registry(client, reference) => client
             .tags(reference, crate::catalog::DEFAULT_PAGE_SIZE, None)
             .await
@@ -107,13 +122,24 @@ pub async fn list_tags(client: &Client, r: &ImageRef) -> Result<Vec<TagRow>, Tra
             tagged
         }
     };
+    let before = entries.len();
+    if !all {
+        entries.retain(|(t, _)| t.as_deref().is_some_and(|t| tag_name_kind(t).is_none()));
+    }
+    let hidden = before - entries.len();
+    if let Some(l) = limit {
+        entries.truncate(l);
+    }
     let source = &source;
     let rows: Vec<Result<TagRow, TransferError>> = stream::iter(entries)
         .map(|(tag, content)| async move { summarize(source, tag, content).await })
         .buffered(LIST_CONCURRENCY)
         .collect()
         .await;
-    rows.into_iter().collect()
+    Ok(TagList {
+        tags: rows.into_iter().collect::<Result<_, _>>()?,
+        hidden,
+    })
 }
 
 async fn summarize(

@@ -22,12 +22,12 @@ use super::inspect::{age, human_size, table};
   rdctl ls --json 127.0.0.1:5000/zones/demo | jq -r '.tags[].tag'
 
 With only a host: the repositories of its catalog (every Link page; --limit caps them). With a
-repository or a layout: each tag with its digest (short; --wide for full), total size,
+repository or a layout: each tag (at most --limit) with its digest (short; --wide for full), total size,
 platform and age (from the config's created). cosign's sha256-<hex>.sig/.att/.sbom tags, the
 referrers tag schema's sha256-<hex> tags and a layout's untagged referrers are hidden unless
 --all, which shows them with their kind. --json: {\"registry\", \"repositories\": [...]} or
 {\"reference\", \"tags\": [{tag, kind, hidden, digest, media_type, size, platforms, created,
-artifact_type}]}. Exit status: 0 listed, 2 failed.")]
+artifact_type}], \"hidden\": N}. Exit status: 0 listed, 2 failed.")]
 pub struct LsArgs {
     /// `HOST[:PORT]`, `[docker://]HOST[:PORT]/REPO` or `oci:DIR`.
     pub target: String,
@@ -37,7 +37,7 @@ pub struct LsArgs {
     /// Full digests.
     #[arg(long)]
     pub wide: bool,
-    /// At most this many repositories (catalog listing).
+    /// At most this many repositories (with only a host) or tags.
     #[arg(long, value_name = "N")]
     pub limit: Option<usize>,
     #[command(flatten)]
@@ -114,10 +114,11 @@ pub fn ls(args: LsArgs) -> anyhow::Result<ExitCode> {
     let bare = args
         .target
         .strip_prefix("docker://")
-        .unwrap_or(&args.target);
+        .unwrap_or(&args.target)
+        .trim_end_matches('/');
     let mut w = std::io::stdout().lock();
     if !args.target.starts_with("oci:") && !bare.contains('/') {
-        let host = bare.trim_end_matches('/');
+        let host = bare;
         let repos = crate::runtime::block_on(client.catalog(
             host,
             registry_client::DEFAULT_PAGE_SIZE,
@@ -135,12 +136,19 @@ pub fn ls(args: LsArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let r = ImageRef::parse(&args.target)?;
-    let rows = crate::runtime::block_on(registry_client::manage::list_tags(&client, &r))?
-        .with_context(|| format!("cannot list {r}"))?;
-    let shown: Vec<&TagRow> = rows.iter().filter(|x| args.all || !x.hidden).collect();
+    let r = if args.target.starts_with("oci:") {
+        ImageRef::parse(&args.target)?
+    } else {
+        ImageRef::parse_registry(bare)?
+    };
+    let rows = crate::runtime::block_on(registry_client::manage::list_tags(
+        &client, &r, args.all, args.limit,
+    ))?
+    .with_context(|| format!("cannot list {r}"))?;
+    let hidden = rows.hidden;
+    let shown: Vec<&TagRow> = rows.tags.iter().collect();
     if args.json {
-        let doc = serde_json::json!({"reference": r.to_string(), "tags": shown});
+        let doc = serde_json::json!({"reference": r.to_string(), "tags": shown, "hidden": hidden});
         serde_json::to_writer_pretty(&mut w, &doc)?;
         writeln!(w)?;
         return Ok(ExitCode::SUCCESS);
@@ -178,7 +186,6 @@ pub fn ls(args: LsArgs) -> anyhow::Result<ExitCode> {
         headers.push("KIND");
     }
     table(&mut w, &headers, &table_rows)?;
-    let hidden = rows.len() - shown.len();
     if hidden > 0 {
         writeln!(
             w,
