@@ -597,6 +597,183 @@ pub async fn remove(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use validator::ImageLayout;
+
+    const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+
+    fn run<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    fn blob(layout: &ImageLayout, bytes: &[u8]) -> serde_json::Value {
+        let d = layout.write_document(bytes).unwrap();
+        serde_json::json!({"digest": d.to_string(), "size": bytes.len()})
+    }
+
+    /// An image of `layers` (each its own blob) with config `created`; returns its content.
+    fn image(layout: &ImageLayout, created: &str, layers: &[&[u8]]) -> Content {
+        let config = serde_json::json!({
+            "created": created, "os": "illumos", "architecture": "amd64",
+            "config": {"Labels": {STOP: "30"}},
+            "rootfs": {"type": "layers", "diff_ids": layers.iter().map(|l| Digest::sha256(l).to_string()).collect::<Vec<_>>()},
+            "history": layers.iter().enumerate().map(|(i, _)| serde_json::json!({"created_by": format!("rdctl build: pkg://p/pkg{i}@1.0")})).collect::<Vec<_>>(),
+        });
+        let mut c = blob(layout, &serde_json::to_vec(&config).unwrap());
+        c["mediaType"] = "application/vnd.oci.image.config.v1+json".into();
+        let layers: Vec<serde_json::Value> = layers
+            .iter()
+            .map(|l| {
+                let mut d = blob(layout, l);
+                d["mediaType"] = "application/vnd.oci.image.layer.v1.tar".into();
+                d
+            })
+            .collect();
+        let m = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2, "mediaType": MANIFEST, "config": c, "layers": layers,
+        }))
+        .unwrap();
+        let digest = layout.write_document(&m).unwrap();
+        Content {
+            digest,
+            size: m.len() as u64,
+            media_type: MANIFEST.into(),
+        }
+    }
+
+    const STOP: &str = crate::inspect::STOP_TIMEOUT_LABEL;
+
+    fn entry(c: &Content) -> IndexEntry {
+        IndexEntry::new(c.media_type.clone(), c.digest.clone(), c.size)
+    }
+
+    fn tags_of(layout: &ImageLayout) -> Vec<Option<String>> {
+        let index: serde_json::Value =
+            serde_json::from_slice(&layout.read_index_bytes().unwrap()).unwrap();
+        index["manifests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                e["annotations"][validator::REF_NAME_ANNOTATION]
+                    .as_str()
+                    .map(str::to_owned)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn layout_list_tag_inspect_and_remove_with_prune() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = ImageLayout::create(dir.path().join("l")).unwrap();
+        let a = image(&layout, "2024-01-01T00:00:00Z", &[b"shared", b"only a"]);
+        let b = image(&layout, "2024-02-01T00:00:00Z", &[b"shared", b"only b"]);
+        // A referrer of a: an SBOM-like artifact with one blob.
+        let sbom = blob(&layout, b"{\"spdxVersion\":\"SPDX-2.3\",\"packages\":[]}");
+        let empty = blob(&layout, b"{}");
+        let referrer = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2, "mediaType": MANIFEST,
+            "artifactType": "application/spdx+json",
+            "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": empty["digest"], "size": 2},
+            "layers": [{"mediaType": "application/spdx+json", "digest": sbom["digest"], "size": sbom["size"]}],
+            "subject": {"mediaType": MANIFEST, "digest": a.digest.to_string(), "size": a.size},
+        }))
+        .unwrap();
+        let r_digest = layout.write_document(&referrer).unwrap();
+        let r = Content {
+            digest: r_digest.clone(),
+            size: referrer.len() as u64,
+            media_type: MANIFEST.into(),
+        };
+        layout
+            .set_tag(&Tag::parse("a").unwrap(), entry(&a))
+            .unwrap();
+        layout
+            .set_tag(&Tag::parse("b").unwrap(), entry(&b))
+            .unwrap();
+        layout
+            .add_untagged(entry(&r), validator::Replaces::SameDigest)
+            .unwrap();
+        let client = Client::builder().build().unwrap();
+        let at = |tag: &str| {
+            ImageRef::parse(&format!("oci:{}:{tag}", dir.path().join("l").display())).unwrap()
+        };
+        let whole = ImageRef::parse(&format!("oci:{}", dir.path().join("l").display())).unwrap();
+
+        // ls: the two tags, the referrer hidden and counted; with all, shown as an artifact.
+        let list = run(list_tags(&client, &whole, false, None)).unwrap();
+        assert_eq!(list.hidden, 1);
+        let rows: Vec<(&str, &Digest)> = list
+            .tags
+            .iter()
+            .map(|t| (t.tag.as_deref().unwrap(), &t.digest))
+            .collect();
+        assert_eq!(rows, vec![("a", &a.digest), ("b", &b.digest)]);
+        assert_eq!(
+            list.tags[1].created.as_deref(),
+            Some("2024-02-01T00:00:00Z")
+        );
+        assert_eq!(list.tags[1].platforms, vec!["illumos/amd64"]);
+        let all = run(list_tags(&client, &whole, true, None)).unwrap();
+        assert_eq!(all.tags[2].kind, "artifact");
+        assert_eq!(
+            all.tags[2].artifact_type.as_deref(),
+            Some("application/spdx+json")
+        );
+
+        // inspect: packages per layer from the history, the stop timeout label, the referrer.
+        let i = run(crate::inspect::inspect(&client, &at("a"))).unwrap();
+        let image = i.image.as_ref().unwrap();
+        assert_eq!(image.config.stop_timeout, Some(30));
+        assert_eq!(image.layers[1].packages, vec!["pkg://p/pkg1@1.0"]);
+        assert_eq!(i.referrers.len(), 1);
+        assert_eq!(i.referrers[0].digest, r_digest);
+        assert_eq!(i.referrers[0].kind, "sbom");
+
+        // tag: a second name for b, platform and all.
+        let tagged = run(tag(&client, &at("b"), &Tag::parse("c").unwrap())).unwrap();
+        assert_eq!(tagged.digest, b.digest);
+        let plan = run(plan_removal(&client, &at("c"))).unwrap();
+        assert_eq!(plan.still_tagged, vec!["b"]);
+        assert!(plan.reclaimable.is_empty());
+
+        // rm a --prune: a, its config and own layer, the referrer and its blobs go; the
+        // shared layer stays.
+        let mut plan = run(plan_removal(&client, &at("a"))).unwrap();
+        let gone: BTreeSet<String> = plan
+            .reclaimable
+            .iter()
+            .map(|c| c.digest.to_string())
+            .collect();
+        let expected: BTreeSet<String> = [
+            a.digest.to_string(),
+            Digest::sha256(b"only a").to_string(),
+            r_digest.to_string(),
+            sbom["digest"].as_str().unwrap().to_owned(),
+            empty["digest"].as_str().unwrap().to_owned(),
+        ]
+        .into_iter()
+        .collect();
+        // a's config is the one other blob.
+        assert_eq!(gone.len(), expected.len() + 1, "{gone:?}");
+        assert!(gone.is_superset(&expected), "{gone:?}");
+        assert!(!gone.contains(&Digest::sha256(b"shared").to_string()));
+        assert_eq!(plan.referrers, vec![r_digest.clone()]);
+        run(remove(&client, &at("a"), &mut plan, true)).unwrap();
+        assert_eq!(plan.pruned.len(), gone.len());
+        assert_eq!(
+            tags_of(&layout),
+            vec![Some("b".to_owned()), Some("c".to_owned())]
+        );
+        assert!(!layout.has_blob(&a.digest));
+        assert!(layout.has_blob(&Digest::sha256(b"shared")));
+        assert!(layout.has_blob(&b.digest));
+        // A layout removal names a tag.
+        assert!(run(plan_removal(&client, &whole)).is_err());
+    }
 
     #[test]
     fn tag_names_that_are_not_images() {
