@@ -26,11 +26,13 @@ mod runtime;
   rdctl login -u alice registry.example:5000 && rdctl pull registry.example:5000/zones/hello:1.0 ./image
   rdctl worker run --once --config worker.toml
   rdctl validate --json ./image:1.0
+  rdctl inspect 127.0.0.1:5000/zones/hello:1.0 && rdctl ls 127.0.0.1:5000/zones/hello
 
 Exit status (every command): 0 success; 1 the checked content is invalid or part of the work
 failed (validate, ips list/info/contents/lint, worker run --once); 2 the command could not run
 (bad arguments, unreadable input, unreachable server), with `rdctl: what: why` on stderr.
---json (validate, build, lock, push, pull, copy, registry gc, worker run, worker status) prints
+--json (validate, build, lock, push, pull, copy, inspect, ls, tag, rm, sbom, registry gc,
+worker run, worker status) prints
 one JSON document on stdout instead of text (on failure {\"error\": {\"kind\", \"message\",
 \"exit_status\"}}); logs and messages stay on stderr."
 )]
@@ -53,6 +55,16 @@ enum Command {
     Pull(commands::transfer::PullArgs),
     /// Copy an image between layouts (oci:DIR[:TAG]) and registries.
     Copy(commands::transfer::CopyArgs),
+    /// Show what is inside an image: config, layers and their packages, referrers.
+    Inspect(commands::inspect::InspectArgs),
+    /// List a registry's repositories, or a repository's or layout's tags.
+    Ls(commands::manage::LsArgs),
+    /// Name an image by one more tag in the same repository or layout.
+    Tag(commands::manage::TagArgs),
+    /// Delete a tag or manifest and show what garbage collection can reclaim.
+    Rm(commands::manage::RmArgs),
+    /// List the IPS packages of an image from its SPDX SBOM.
+    Sbom(commands::inspect::SbomArgs),
     /// Check a registry credential and save it for every later command (docker config.json).
     Login(commands::login::LoginArgs),
     /// Remove a registry credential saved by login.
@@ -98,6 +110,11 @@ impl Command {
             Command::Push(a) => a.common.json,
             Command::Pull(a) => a.common.json,
             Command::Copy(a) => a.common.json,
+            Command::Inspect(a) => a.json,
+            Command::Ls(a) => a.json,
+            Command::Tag(a) => a.json,
+            Command::Rm(a) => a.json,
+            Command::Sbom(a) => a.json,
             Command::Registry(commands::registry::Command::Gc(a)) => a.json,
             Command::Worker(commands::worker::Command::Run(a)) => a.json,
             Command::Worker(commands::worker::Command::Status(a)) => a.json,
@@ -147,6 +164,11 @@ fn main() -> ExitCode {
         Command::Push(args) => commands::transfer::push(args),
         Command::Pull(args) => commands::transfer::pull(args),
         Command::Copy(args) => commands::transfer::copy(args),
+        Command::Inspect(args) => commands::inspect::inspect(args),
+        Command::Ls(args) => commands::manage::ls(args),
+        Command::Tag(args) => commands::manage::tag(args),
+        Command::Rm(args) => commands::manage::rm(args),
+        Command::Sbom(args) => commands::inspect::sbom(args),
         Command::Login(args) => commands::login::login(args),
         Command::Logout(args) => commands::login::logout(args),
         Command::Ips(cmd) => commands::ips::run(cmd),

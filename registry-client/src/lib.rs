@@ -22,6 +22,9 @@
 //!   and memory per request is bounded by the chunk size whatever the blob size.
 //! - Referrers ([`Client::referrers`], [`Client::push_referrer`]): the referrers API, with the
 //!   referrers tag schema ([`fallback_tag`]) read and maintained for registries without it.
+//! - Listing and deleting ([`Client::catalog`], [`Client::tags`], [`Client::delete_manifest`]),
+//!   and what `rdctl inspect|ls|tag|rm|sbom` show over registries and layouts alike
+//!   ([`inspect`], [`manage`]).
 //! - [`transfer`]: the one copy path between OCI layouts and registries, referrers included.
 //!
 //! Invariants: no server code (no axum) and no runtime of its own: every operation is async
@@ -30,11 +33,14 @@
 
 mod auth;
 mod blob;
+mod catalog;
 pub mod challenge;
 mod client;
 pub mod credentials;
 mod error;
+pub mod inspect;
 pub mod login;
+pub mod manage;
 mod manifest;
 mod reference;
 mod referrers;
@@ -43,6 +49,7 @@ pub mod transfer;
 mod transport;
 
 pub use blob::{BlobReader, PushOutcome};
+pub use catalog::{DEFAULT_PAGE_SIZE, DeleteRefusal};
 pub use client::Client;
 pub use credentials::{AuthFile, Credential, CredentialError, Env as AuthEnv, Keychain};
 pub use error::{ClientError, ErrorKind};

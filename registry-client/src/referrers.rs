@@ -345,7 +345,7 @@ async fn read_page(url: &reqwest::Url, resp: reqwest::Response) -> Result<Bytes,
 }
 
 /// The `Link: <…>; rel="next"` target, resolved against the page's URL; only on the same host.
-fn next_link(
+pub(crate) fn next_link(
     url: &reqwest::Url,
     headers: &reqwest::header::HeaderMap,
 ) -> Result<Option<reqwest::Url>, ClientError> {

@@ -2,9 +2,11 @@
 
 pub mod build;
 pub mod client;
+pub mod inspect;
 pub mod ips;
 pub mod lock;
 pub mod login;
+pub mod manage;
 pub mod meta;
 pub mod registry;
 pub mod transfer;

@@ -557,6 +557,13 @@ impl IndexEdit {
         self.manifests.push(entry.to_json());
     }
 
+    /// Keeps only the entries `keep` accepts (raw JSON); returns how many were removed.
+    pub fn retain(&mut self, mut keep: impl FnMut(&Value) -> bool) -> usize {
+        let before = self.manifests.len();
+        self.manifests.retain(|e| keep(e));
+        before - self.manifests.len()
+    }
+
     /// The entries as they stand (raw JSON, in order).
     pub fn entries(&self) -> &[Value] {
         &self.manifests

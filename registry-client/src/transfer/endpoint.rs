@@ -9,13 +9,13 @@ use validator::{
 use super::{Content, ImageRef, TransferError, content_of};
 use crate::{Client, ClientError, ErrorKind as ClientErrorKind, Reference, Referrer};
 
-pub(super) enum Source<'a> {
+pub(crate) enum Source<'a> {
     Layout(ImageLayout),
     Registry(&'a Client, Reference),
 }
 
 impl<'a> Source<'a> {
-    pub(super) fn open(client: &'a Client, r: &ImageRef) -> Result<Self, TransferError> {
+    pub(crate) fn open(client: &'a Client, r: &ImageRef) -> Result<Self, TransferError> {
         Ok(match r {
             ImageRef::Layout(l) => Source::Layout(ImageLayout::open(&l.dir).map_err(|source| {
                 TransferError::Layout {
@@ -27,7 +27,7 @@ impl<'a> Source<'a> {
         })
     }
 
-    pub(super) fn layout_err(
+    pub(crate) fn layout_err(
         layout: &ImageLayout,
     ) -> impl FnOnce(LayoutError) -> TransferError + '_ {
         move |source| TransferError::Layout {
@@ -37,7 +37,7 @@ impl<'a> Source<'a> {
     }
 
     /// The root descriptor and its verified bytes.
-    pub(super) async fn root(&self, r: &ImageRef) -> Result<(Content, Bytes), TransferError> {
+    pub(crate) async fn root(&self, r: &ImageRef) -> Result<(Content, Bytes), TransferError> {
         match self {
             Source::Layout(layout) => {
                 let tag = r.tag();
@@ -105,7 +105,7 @@ impl<'a> Source<'a> {
     }
 
     /// A manifest or index by descriptor, verified against digest and size.
-    pub(super) async fn document(&self, c: &Content) -> Result<Bytes, TransferError> {
+    pub(crate) async fn document(&self, c: &Content) -> Result<Bytes, TransferError> {
         match self {
             Source::Layout(layout) => layout
                 .read_document(&c.digest, c.size, MAX_MANIFEST_SIZE as u64)
@@ -141,7 +141,7 @@ impl<'a> Source<'a> {
 }
 
 /// The `subject` of the manifest or index a layout entry names, if it can be read and has one.
-pub(super) fn layout_subject(layout: &ImageLayout, c: &Content) -> Option<(Referrer, Digest)> {
+pub(crate) fn layout_subject(layout: &ImageLayout, c: &Content) -> Option<(Referrer, Digest)> {
     let bytes = layout
         .read_document(&c.digest, c.size, MAX_MANIFEST_SIZE as u64)
         .map_err(|e| tracing::debug!(digest = %c.digest, error = %validator::error_chain(&e), "unreadable index.json entry"))
@@ -261,7 +261,7 @@ impl Dest {
 }
 
 /// A layout's `index.json`, read and checked by the index rules.
-pub(super) fn layout_index(layout: &ImageLayout) -> Result<validator::Index, TransferError> {
+pub(crate) fn layout_index(layout: &ImageLayout) -> Result<validator::Index, TransferError> {
     let index_path = layout.root().join("index.json");
     let bytes = layout
         .read_index_bytes()

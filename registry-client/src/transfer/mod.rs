@@ -27,7 +27,7 @@
 //!   so a failed copy tags nothing. Referrers are written after their subject and before the
 //!   tag.
 
-mod endpoint;
+pub(crate) mod endpoint;
 mod referrers;
 mod stream;
 
@@ -125,7 +125,8 @@ impl ImageRef {
         })
     }
 
-    fn tag(&self) -> Option<&Tag> {
+    /// The tag it names, if any.
+    pub fn tag(&self) -> Option<&Tag> {
         match self {
             ImageRef::Layout(l) => l.tag.as_ref(),
             ImageRef::Registry(r) => r.tag(),
@@ -552,7 +553,7 @@ fn dst_digest(dst: &ImageRef) -> Option<&Digest> {
     }
 }
 
-fn content_of(d: &DocDescriptor) -> Content {
+pub(crate) fn content_of(d: &DocDescriptor) -> Content {
     Content {
         digest: d.digest.clone(),
         size: d.size,
@@ -561,7 +562,7 @@ fn content_of(d: &DocDescriptor) -> Content {
 }
 
 /// Runs the document rules; only a document that passes is returned.
-fn checked(c: &Content, bytes: &[u8]) -> Result<Document, TransferError> {
+pub(crate) fn checked(c: &Content, bytes: &[u8]) -> Result<Document, TransferError> {
     let declared = MediaType::parse(&c.media_type).ok();
     let (report, doc) = check_document(bytes, None, declared.as_ref(), c.digest.as_str());
     let invalid = |problems: String| TransferError::InvalidDocument {

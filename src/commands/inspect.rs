@@ -1,0 +1,365 @@
+//! `rdctl inspect` and `rdctl sbom`: what is inside an image, at a registry or in an OCI
+//! layout, from `registry_client::inspect`.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use registry_client::inspect::{ImageDetails, Inspection, Sbom};
+use registry_client::transfer::ImageRef;
+
+use super::client::ClientArgs;
+
+/// Arguments of `rdctl inspect`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:
+  rdctl inspect 127.0.0.1:5000/zones/demo:1.0
+  rdctl inspect oci:./image:1.0
+  rdctl inspect --json 127.0.0.1:5000/zones/demo@sha256:4f1c… | jq -r '.image.layers[].packages[]'
+
+Shows the digest, media type, platform(s) (an index lists its manifests), created, total size,
+the run configuration (entrypoint, cmd, env, user, working dir, stop signal, stop timeout,
+labels, ports, volumes), each layer with its size, media type and the IPS packages it holds
+(from the history rdctl build writes), and the referrers: SBOM, signatures and attestations
+found through the referrers API, the referrers tag (sha256-<hex>) or cosign's
+sha256-<hex>.sig/.att/.sbom tags. --json fields: reference, digest, media_type, size,
+total_size, created, platforms, annotations, image {config_digest, config_size, platform,
+created, config {entrypoint, cmd, env, user, working_dir, stop_signal, stop_timeout, labels,
+exposed_ports, volumes}, layers [{digest, media_type, size, diff_id, created_by, packages}]},
+manifests [{digest, media_type, size, platform, image}], referrers [{digest, media_type, size,
+artifact_type, kind, found_by, tag, created}]. Exit status: 0 shown, 2 failed.")]
+pub struct InspectArgs {
+    /// The image: `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]` or `oci:DIR[:TAG]`.
+    pub reference: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// Print the whole inspection as one JSON document.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `rdctl sbom`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:
+  rdctl sbom 127.0.0.1:5000/zones/demo:1.0
+  rdctl sbom --json oci:./image:1.0 | jq -r '.packages[].fmri'
+
+Reads the image's SPDX SBOM (the application/spdx+json referrer rdctl build attaches) and lists
+its IPS packages: name, publisher, version and FMRI. --json fields: subject, referrer, document,
+name, packages [{fmri, name, publisher, version}]. An image without an SBOM is an error.
+Exit status: 0 listed, 2 no SBOM or it could not be read.")]
+pub struct SbomArgs {
+    /// The image: `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]` or `oci:DIR[:TAG]`.
+    pub reference: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// Print the packages as one JSON document.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `rdctl inspect`.
+pub fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
+    let r = ImageRef::parse(&args.reference)?;
+    let client = args
+        .client
+        .builder()
+        .build()
+        .context("cannot build the registry client")?;
+    let i = crate::runtime::block_on(registry_client::inspect::inspect(&client, &r))?
+        .with_context(|| format!("cannot inspect {r}"))?;
+    let mut w = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut w, &i)?;
+        writeln!(w)?;
+    } else {
+        print_inspection(&mut w, &i)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `rdctl sbom`.
+pub fn sbom(args: SbomArgs) -> anyhow::Result<ExitCode> {
+    let r = ImageRef::parse(&args.reference)?;
+    let client = args
+        .client
+        .builder()
+        .build()
+        .context("cannot build the registry client")?;
+    let s = crate::runtime::block_on(registry_client::inspect::sbom(&client, &r))?
+        .with_context(|| format!("cannot read the SBOM of {r}"))?;
+    let mut w = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut w, &s)?;
+        writeln!(w)?;
+    } else {
+        print_sbom(&mut w, &s)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_sbom(w: &mut impl Write, s: &Sbom) -> std::io::Result<()> {
+    writeln!(
+        w,
+        "SBOM {} of {} ({} packages)",
+        s.referrer,
+        s.subject,
+        s.packages.len()
+    )?;
+    let rows: Vec<Vec<String>> = s
+        .packages
+        .iter()
+        .map(|p| {
+            vec![
+                p.name.clone(),
+                p.publisher.clone().unwrap_or_else(|| "-".into()),
+                p.version.clone().unwrap_or_else(|| "-".into()),
+                p.fmri.clone().unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    table(w, &["PACKAGE", "PUBLISHER", "VERSION", "FMRI"], &rows)
+}
+
+fn print_inspection(w: &mut impl Write, i: &Inspection) -> std::io::Result<()> {
+    let kv = |w: &mut dyn Write, k: &str, v: &str| writeln!(w, "{:<14}{v}", format!("{k}:"));
+    kv(w, "Reference", &i.reference)?;
+    kv(w, "Digest", i.digest.as_str())?;
+    kv(w, "Media type", &i.media_type)?;
+    kv(w, "Platform", &i.platforms.join(", "))?;
+    kv(w, "Created", i.created.as_deref().unwrap_or("-"))?;
+    kv(
+        w,
+        "Total size",
+        &format!("{} ({} bytes)", human_size(i.total_size), i.total_size),
+    )?;
+    if let Some(image) = &i.image {
+        print_image(w, image)?;
+    }
+    if !i.manifests.is_empty() {
+        writeln!(w, "\nManifests:")?;
+        let rows: Vec<Vec<String>> = i
+            .manifests
+            .iter()
+            .map(|m| {
+                vec![
+                    m.platform.clone().unwrap_or_else(|| "-".into()),
+                    m.digest.to_string(),
+                    human_size(m.size),
+                    m.image
+                        .as_ref()
+                        .and_then(|x| x.created.clone())
+                        .unwrap_or_else(|| "-".into()),
+                ]
+            })
+            .collect();
+        table(w, &["PLATFORM", "DIGEST", "SIZE", "CREATED"], &rows)?;
+    }
+    writeln!(w, "\nReferrers:")?;
+    if i.referrers.is_empty() {
+        writeln!(w, "  (none)")?;
+    } else {
+        let rows: Vec<Vec<String>> = i
+            .referrers
+            .iter()
+            .map(|r| {
+                vec![
+                    r.kind.clone(),
+                    r.digest.to_string(),
+                    r.artifact_type
+                        .clone()
+                        .or_else(|| r.tag.clone())
+                        .unwrap_or_else(|| "-".into()),
+                    r.found_by.clone(),
+                ]
+            })
+            .collect();
+        table(w, &["KIND", "DIGEST", "TYPE/TAG", "FOUND BY"], &rows)?;
+    }
+    Ok(())
+}
+
+fn print_image(w: &mut impl Write, image: &ImageDetails) -> std::io::Result<()> {
+    let c = &image.config;
+    writeln!(w, "\nConfig ({}):", image.config_digest)?;
+    let line = |w: &mut dyn Write, k: &str, v: String| {
+        if v.is_empty() {
+            Ok(())
+        } else {
+            writeln!(w, "  {:<14}{v}", format!("{k}:"))
+        }
+    };
+    line(w, "Entrypoint", json_words(&c.entrypoint))?;
+    line(w, "Cmd", json_words(&c.cmd))?;
+    line(w, "User", c.user.clone().unwrap_or_default())?;
+    line(w, "WorkingDir", c.working_dir.clone().unwrap_or_default())?;
+    line(w, "StopSignal", c.stop_signal.clone().unwrap_or_default())?;
+    line(
+        w,
+        "StopTimeout",
+        c.stop_timeout.map(|t| format!("{t}s")).unwrap_or_default(),
+    )?;
+    line(w, "Ports", c.exposed_ports.join(" "))?;
+    line(w, "Volumes", c.volumes.join(" "))?;
+    for e in &c.env {
+        line(w, "Env", e.clone())?;
+    }
+    for (k, v) in &c.labels {
+        line(w, "Label", format!("{k}={v}"))?;
+    }
+    writeln!(w, "\nLayers:")?;
+    let rows: Vec<Vec<String>> = image
+        .layers
+        .iter()
+        .enumerate()
+        .map(|(n, l)| {
+            let from = if l.packages.is_empty() {
+                l.created_by.clone().unwrap_or_else(|| "-".into())
+            } else {
+                l.packages.join(" ")
+            };
+            vec![
+                (n + 1).to_string(),
+                l.digest.to_string(),
+                human_size(l.size),
+                l.media_type.clone(),
+                from,
+            ]
+        })
+        .collect();
+    table(w, &["#", "DIGEST", "SIZE", "MEDIA TYPE", "CONTENTS"], &rows)
+}
+
+fn json_words(v: &[String]) -> String {
+    if v.is_empty() {
+        String::new()
+    } else {
+        serde_json::to_string(v).unwrap_or_default()
+    }
+}
+
+/// Prints rows under headers, columns padded to their widest cell (the last one unpadded).
+pub(crate) fn table(
+    w: &mut impl Write,
+    headers: &[&str],
+    rows: &[Vec<String>],
+) -> std::io::Result<()> {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (i, cell) in r.iter().enumerate() {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let mut line = |cells: Vec<&str>| -> std::io::Result<()> {
+        let last = cells.len() - 1;
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i == last {
+                s.push_str(c);
+            } else {
+                s.push_str(&format!("{c:<w$}  ", w = widths[i]));
+            }
+        }
+        writeln!(w, "{}", s.trim_end())
+    };
+    line(headers.to_vec())?;
+    for r in rows {
+        line(r.iter().map(String::as_str).collect())?;
+    }
+    Ok(())
+}
+
+/// `1.5 MiB`.
+pub(crate) fn human_size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// Seconds since the epoch of an RFC 3339 time (`2024-01-02T03:04:05Z`, fractions and offsets
+/// accepted).
+pub(crate) fn parse_rfc3339(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let mut rest = &s[19..];
+    if let Some(r) = rest.strip_prefix('.') {
+        rest = r.trim_start_matches(|c: char| c.is_ascii_digit());
+    }
+    let offset = match rest {
+        "Z" | "z" => 0,
+        _ => {
+            let sign = match rest.as_bytes().first()? {
+                b'+' => 1,
+                b'-' => -1,
+                _ => return None,
+            };
+            let oh: i64 = rest.get(1..3)?.parse().ok()?;
+            let om: i64 = rest.get(4..6)?.parse().ok()?;
+            sign * (oh * 3600 + om * 60)
+        }
+    };
+    // Days from civil (Howard Hinnant's algorithm).
+    let y2 = if mo <= 2 { y - 1 } else { y };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let mp = (mo + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + h * 3600 + mi * 60 + sec - offset)
+}
+
+/// `3 days ago`, from an RFC 3339 time and the current time.
+pub(crate) fn age(created: &str, now: i64) -> String {
+    let Some(t) = parse_rfc3339(created) else {
+        return "-".into();
+    };
+    let d = now - t;
+    if d < 0 {
+        return "in the future".into();
+    }
+    let (n, unit) = match d {
+        0..60 => (d, "second"),
+        60..3600 => (d / 60, "minute"),
+        3600..86_400 => (d / 3600, "hour"),
+        86_400..2_592_000 => (d / 86_400, "day"),
+        2_592_000..31_536_000 => (d / 2_592_000, "month"),
+        _ => (d / 31_536_000, "year"),
+    };
+    format!("{n} {unit}{} ago", if n == 1 { "" } else { "s" })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_and_age() {
+        assert_eq!(parse_rfc3339("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(parse_rfc3339("2024-01-02T03:04:05Z"), Some(1_704_164_645));
+        assert_eq!(
+            parse_rfc3339("2024-01-02T04:04:05.123+01:00"),
+            Some(1_704_164_645)
+        );
+        assert_eq!(parse_rfc3339("yesterday"), None);
+        assert_eq!(age("1970-01-01T00:00:00Z", 3 * 86_400), "3 days ago");
+        assert_eq!(age("1970-01-01T00:00:00Z", 59), "59 seconds ago");
+        assert_eq!(age("1970-01-01T00:00:00Z", 3600), "1 hour ago");
+        assert_eq!(human_size(512), "512 B");
+        assert_eq!(human_size(1536), "1.5 KiB");
+    }
+}

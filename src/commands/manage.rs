@@ -1,0 +1,369 @@
+//! `rdctl ls`, `rdctl tag`, `rdctl rm`: list, tag and remove images at a registry or in an
+//! OCI layout, with `registry_client::manage`.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::{Context as _, bail};
+use registry_client::manage::{RemovalPlan, TagRow};
+use registry_client::transfer::{ImageRef, TransferError};
+use registry_client::{ClientError, DeleteRefusal};
+use validator::Tag;
+
+use super::client::ClientArgs;
+use super::inspect::{age, human_size, table};
+
+/// Arguments of `rdctl ls`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:
+  rdctl ls 127.0.0.1:5000
+  rdctl ls 127.0.0.1:5000/zones/demo
+  rdctl ls --wide --all oci:./image
+  rdctl ls --json 127.0.0.1:5000/zones/demo | jq -r '.tags[].tag'
+
+With only a host: the repositories of its catalog (every Link page; --limit caps them). With a
+repository or a layout: each tag (at most --limit) with its digest (short; --wide for full), total size,
+platform and age (from the config's created). cosign's sha256-<hex>.sig/.att/.sbom tags, the
+referrers tag schema's sha256-<hex> tags and a layout's untagged referrers are hidden unless
+--all, which shows them with their kind. --json: {\"registry\", \"repositories\": [...]} or
+{\"reference\", \"tags\": [{tag, kind, hidden, digest, media_type, size, platforms, created,
+artifact_type}], \"hidden\": N}. Exit status: 0 listed, 2 failed.")]
+pub struct LsArgs {
+    /// `HOST[:PORT]`, `[docker://]HOST[:PORT]/REPO` or `oci:DIR`.
+    pub target: String,
+    /// Show hidden tags too (signatures, attestations, SBOM tags, referrers).
+    #[arg(long)]
+    pub all: bool,
+    /// Full digests.
+    #[arg(long)]
+    pub wide: bool,
+    /// At most this many repositories (with only a host) or tags.
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// Print one JSON document.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `rdctl tag`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:
+  rdctl tag 127.0.0.1:5000/zones/demo:1.0 stable
+  rdctl tag 127.0.0.1:5000/zones/demo@sha256:4f1c… 1.0.1
+  rdctl tag oci:./image:1.0 latest
+
+At a registry the manifest's exact bytes are put under the new tag with the same media type, so
+the digest stays; in a layout index.json gets an entry under the new tag. --json: {source,
+tag, digest, media_type, size}. Exit status: 0 tagged, 2 failed (a DST that is not a tag,
+[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}, is refused before anything is read).")]
+pub struct TagArgs {
+    /// The image: `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]` or `oci:DIR[:TAG]`.
+    pub source: String,
+    /// The new tag, in the same repository or layout.
+    pub tag: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// Print one JSON document.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `rdctl rm`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:
+  rdctl rm 127.0.0.1:5000/zones/demo:old
+  rdctl rm --dry-run 127.0.0.1:5000/zones/demo@sha256:4f1c…
+  rdctl rm --prune oci:./image:old
+
+REF with a tag deletes the tag; REF@digest deletes the manifest (and every tag naming it). rm
+prints what garbage collection can then reclaim: the manifest if no other tag names it, its
+referrers, and the blobs nothing else in the repository references (found by reading every
+other tag; over 200 tags the answer is an estimate). At our registry, rdctl registry gc
+--delete-untagged reclaims it. A registry that deletes only by digest (CNCF distribution 2.8)
+refuses a tag: delete REF@digest instead. In a layout the tag's index.json entry goes (and the
+untagged referrer entries of a manifest no tag names any more); --prune deletes the blob files
+nothing references. --json: {reference, tag, digest, media_type, still_tagged, tags_removed,
+referrers,
+reclaimable [{digest, size, kind}], reclaimable_bytes, tags_examined, tags_total, estimate,
+pruned, dry_run, removed}. Exit status: 0 removed (or planned with --dry-run), 2 failed.")]
+pub struct RmArgs {
+    /// `[docker://]HOST[:PORT]/REPO:TAG`, `…/REPO@DIGEST` or `oci:DIR:TAG`.
+    pub reference: String,
+    /// Only print what would be removed and reclaimed.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Layout only: delete the blob files nothing references any more.
+    #[arg(long)]
+    pub prune: bool,
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// Print one JSON document.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `rdctl ls`.
+pub fn ls(args: LsArgs) -> anyhow::Result<ExitCode> {
+    let client = args
+        .client
+        .builder()
+        .build()
+        .context("cannot build the registry client")?;
+    let bare = args
+        .target
+        .strip_prefix("docker://")
+        .unwrap_or(&args.target)
+        .trim_end_matches('/');
+    let mut w = std::io::stdout().lock();
+    if !args.target.starts_with("oci:") && !bare.contains('/') {
+        let host = bare;
+        let repos = crate::runtime::block_on(client.catalog(
+            host,
+            registry_client::DEFAULT_PAGE_SIZE,
+            args.limit,
+        ))?
+        .with_context(|| format!("cannot list the repositories of {host}"))?;
+        if args.json {
+            let doc = serde_json::json!({"registry": host, "repositories": repos});
+            serde_json::to_writer_pretty(&mut w, &doc)?;
+            writeln!(w)?;
+        } else {
+            for r in repos {
+                writeln!(w, "{r}")?;
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let r = if args.target.starts_with("oci:") {
+        ImageRef::parse(&args.target)?
+    } else {
+        ImageRef::parse_registry(bare)?
+    };
+    let rows = crate::runtime::block_on(registry_client::manage::list_tags(
+        &client, &r, args.all, args.limit,
+    ))?
+    .with_context(|| format!("cannot list {r}"))?;
+    let hidden = rows.hidden;
+    let shown: Vec<&TagRow> = rows.tags.iter().collect();
+    if args.json {
+        let doc = serde_json::json!({"reference": r.to_string(), "tags": shown, "hidden": hidden});
+        serde_json::to_writer_pretty(&mut w, &doc)?;
+        writeln!(w)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let table_rows: Vec<Vec<String>> = shown
+        .iter()
+        .map(|x| {
+            let digest = if args.wide {
+                x.digest.to_string()
+            } else {
+                x.digest.encoded().chars().take(12).collect()
+            };
+            let mut row = vec![
+                x.tag.clone().unwrap_or_else(|| "<none>".into()),
+                digest,
+                human_size(x.size),
+                if x.platforms.is_empty() {
+                    "-".into()
+                } else {
+                    x.platforms.join(",")
+                },
+                x.created.as_deref().map_or("-".into(), |c| age(c, now)),
+            ];
+            if args.all {
+                row.push(x.kind.clone());
+            }
+            row
+        })
+        .collect();
+    let mut headers = vec!["TAG", "DIGEST", "SIZE", "PLATFORM", "CREATED"];
+    if args.all {
+        headers.push("KIND");
+    }
+    table(&mut w, &headers, &table_rows)?;
+    if hidden > 0 {
+        writeln!(
+            w,
+            "({hidden} signature, attestation, SBOM or referrers tag(s) hidden; --all shows them)"
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `rdctl tag`.
+pub fn tag(args: TagArgs) -> anyhow::Result<ExitCode> {
+    let new = Tag::parse(&args.tag).map_err(|e| {
+        anyhow::anyhow!(
+            "{:?} is not a valid tag ({e}): a tag is 1 to 128 of A-Z a-z 0-9 _ . - and does not start with . or -; give only the tag, the repository is SRC's",
+            args.tag
+        )
+    })?;
+    let src = ImageRef::parse(&args.source)?;
+    let client = args
+        .client
+        .builder()
+        .build()
+        .context("cannot build the registry client")?;
+    let c = crate::runtime::block_on(registry_client::manage::tag(&client, &src, &new))?
+        .with_context(|| format!("cannot tag {src} as {new}"))?;
+    let mut w = std::io::stdout().lock();
+    if args.json {
+        let doc = serde_json::json!({
+            "source": src.to_string(),
+            "tag": new.as_str(),
+            "digest": c.digest.to_string(),
+            "media_type": c.media_type,
+            "size": c.size,
+        });
+        serde_json::to_writer_pretty(&mut w, &doc)?;
+        writeln!(w)?;
+    } else {
+        writeln!(w, "tagged {} ({}) as {new}", c.digest, c.media_type)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `rdctl rm`.
+pub fn rm(args: RmArgs) -> anyhow::Result<ExitCode> {
+    let r = ImageRef::parse(&args.reference)?;
+    if args.prune && !matches!(r, ImageRef::Layout(_)) {
+        bail!(
+            "--prune is for layouts (oci:DIR:TAG); a registry's garbage collection reclaims its blobs"
+        );
+    }
+    let client = args
+        .client
+        .builder()
+        .build()
+        .context("cannot build the registry client")?;
+    let dry_run = args.dry_run;
+    let prune = args.prune;
+    let plan = crate::runtime::block_on(async {
+        let mut plan = registry_client::manage::plan_removal(&client, &r).await?;
+        if !dry_run {
+            registry_client::manage::remove(&client, &r, &mut plan, prune).await?;
+        }
+        Ok::<_, TransferError>(plan)
+    })?
+    .map_err(|e| explain_delete(e, &r))
+    .with_context(|| format!("cannot remove {r}"))?;
+    let mut w = std::io::stdout().lock();
+    if args.json {
+        let mut doc = serde_json::to_value(&plan)?;
+        doc["dry_run"] = dry_run.into();
+        doc["removed"] = (!dry_run).into();
+        serde_json::to_writer_pretty(&mut w, &doc)?;
+        writeln!(w)?;
+    } else {
+        print_plan(&mut w, &plan, &r, dry_run)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A refused DELETE, said in the user's terms with what the registry answered.
+fn explain_delete(e: TransferError, r: &ImageRef) -> anyhow::Error {
+    let ImageRef::Registry(reference) = r else {
+        return e.into();
+    };
+    let by_tag = reference.digest().is_none();
+    let client_error = match &e {
+        TransferError::Registry { source, .. } => Some(source),
+        _ => None,
+    };
+    let refusal = client_error.and_then(|c| DeleteRefusal::of(c, by_tag));
+    let said = match client_error {
+        Some(ClientError::Registry {
+            status,
+            code,
+            message,
+            ..
+        }) => format!("{status} {code} {message}").trim().to_owned(),
+        _ => String::new(),
+    };
+    let hint = match refusal {
+        Some(DeleteRefusal::Disabled) => format!(
+            "deletes are disabled on {} (it answered {said})",
+            reference.registry()
+        ),
+        Some(DeleteRefusal::TagsNotDeletable) => format!(
+            "{} does not delete tags, only manifests by digest (it answered {said}): rdctl rm {}/{}@DIGEST deletes the manifest and every tag naming it (rdctl ls shows the digest)",
+            reference.registry(),
+            reference.registry(),
+            reference.name()
+        ),
+        _ => return e.into(),
+    };
+    anyhow::Error::new(e).context(hint)
+}
+
+fn print_plan(
+    w: &mut impl Write,
+    p: &RemovalPlan,
+    r: &ImageRef,
+    dry_run: bool,
+) -> std::io::Result<()> {
+    let verb = if dry_run { "would remove" } else { "removed" };
+    match &p.tag {
+        Some(t) => writeln!(w, "{verb} tag {t} ({} {})", p.media_type, p.digest)?,
+        None => writeln!(w, "{verb} manifest {} ({})", p.digest, p.media_type)?,
+    }
+    if !p.tags_removed.is_empty() {
+        writeln!(
+            w,
+            "with the tag(s) naming it: {}",
+            p.tags_removed.join(", ")
+        )?;
+    }
+    if !p.still_tagged.is_empty() {
+        writeln!(
+            w,
+            "{} stays: still tagged {}; nothing to reclaim",
+            p.digest,
+            p.still_tagged.join(", ")
+        )?;
+        return Ok(());
+    }
+    let how = match r {
+        ImageRef::Layout(_) if !p.pruned.is_empty() => "deleted (--prune)",
+        ImageRef::Layout(_) => "now unreferenced in the layout (--prune deletes them)",
+        _ => "reclaimable by garbage collection (rdctl registry gc --delete-untagged)",
+    };
+    writeln!(
+        w,
+        "{} item(s), {} ({} bytes) {how}{}:",
+        p.reclaimable.len(),
+        human_size(p.reclaimable_bytes),
+        p.reclaimable_bytes,
+        if p.estimate {
+            format!(
+                " (an estimate: {} of {} tags read)",
+                p.tags_examined, p.tags_total
+            )
+        } else {
+            String::new()
+        }
+    )?;
+    let rows: Vec<Vec<String>> = p
+        .reclaimable
+        .iter()
+        .map(|c| vec![c.kind.clone(), c.digest.to_string(), human_size(c.size)])
+        .collect();
+    table(w, &["KIND", "DIGEST", "SIZE"], &rows)?;
+    if !p.referrers.is_empty() {
+        writeln!(
+            w,
+            "referrers going with it: {}",
+            p.referrers
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )?;
+    }
+    Ok(())
+}
