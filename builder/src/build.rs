@@ -137,15 +137,17 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
                 .ok()
                 .and_then(|all| all.into_iter().find(|p| p.fmri == fmri))
                 .and_then(|p| p.manifest_sha1);
-            return Err(BuildError::ManifestMismatch {
-                lockfile: image.lockfile_path(),
-                image: image.path.clone(),
-                package: fmri.to_string(),
-                origin: source.origin_string(),
-                locked: locked.manifest_sha1.clone(),
-                served,
-                catalog,
-            });
+            return Err(BuildError::ManifestMismatch(Box::new(
+                crate::ManifestMismatch {
+                    lockfile: image.lockfile_path(),
+                    image: image.path.clone(),
+                    package: fmri.to_string(),
+                    origin: source.origin_string(),
+                    locked: locked.manifest_sha1.clone(),
+                    served,
+                    catalog,
+                },
+            )));
         }
         let manifest = Manifest::parse_bytes(&bytes).map_err(|e| BuildError::Lockfile {
             lockfile: image.lockfile_path(),

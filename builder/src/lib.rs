@@ -46,8 +46,8 @@ pub use imagefile::{
     lockfile_path,
 };
 pub use lock::{
-    LOCKFILE_VERSION, LockError, LockOptions, LockedPackage, Lockfile, image_checksum, lock,
-    lock_with,
+    LOCKFILE_VERSION, LockError, LockOptions, LockedPackage, Lockfile, PackageNotFound,
+    image_checksum, lock, lock_with,
 };
 pub use progress::Progress;
 pub use sbom::SBOM_ARTIFACT_TYPE;
@@ -75,29 +75,8 @@ pub enum BuildError {
     #[error(transparent)]
     Source(#[from] SourceError),
     /// A manifest differs from the one locked: the lockfile and the repository disagree.
-    #[error(
-        "{lockfile}: package {package}: the lockfile says manifest sha-1 {locked}, the repository ({origin}) serves {served}{catalog}; the package was republished or the lockfile was edited: run `rdctl lock {image}` to lock what the repository has now"
-    , catalog = match catalog {
-        Some(c) if c == served => " as its catalog lists".to_owned(),
-        Some(c) => format!(" and its catalog lists {c}"),
-        None => String::new(),
-    })]
-    ManifestMismatch {
-        /// The lockfile.
-        lockfile: PathBuf,
-        /// The image file.
-        image: PathBuf,
-        /// The package.
-        package: String,
-        /// The publisher's origin.
-        origin: String,
-        /// The lockfile's SHA-1.
-        locked: String,
-        /// The SHA-1 of the manifest the repository served.
-        served: String,
-        /// The SHA-1 the repository's catalog lists, when it lists one.
-        catalog: Option<String>,
-    },
+    #[error(transparent)]
+    ManifestMismatch(Box<ManifestMismatch>),
     /// The package set fails pkg's checks.
     #[error(transparent)]
     Checks(#[from] CheckError),
@@ -175,4 +154,30 @@ pub enum BuildError {
         /// The violations.
         violations: String,
     },
+}
+
+/// The lockfile and the repository disagree about a package's manifest.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{lockfile}: package {package}: the lockfile says manifest sha-1 {locked}, the repository ({origin}) serves {served}{catalog}; the package was republished or the lockfile was edited: run `rdctl lock {image}` to lock what the repository has now"
+, catalog = match catalog {
+    Some(c) if c == served => " as its catalog lists".to_owned(),
+    Some(c) => format!(" and its catalog lists {c}"),
+    None => String::new(),
+})]
+pub struct ManifestMismatch {
+    /// The lockfile.
+    pub lockfile: PathBuf,
+    /// The image file.
+    pub image: PathBuf,
+    /// The package.
+    pub package: String,
+    /// The publisher's origin.
+    pub origin: String,
+    /// The lockfile's SHA-1.
+    pub locked: String,
+    /// The SHA-1 of the manifest the repository served.
+    pub served: String,
+    /// The SHA-1 the repository's catalog lists, when it lists one.
+    pub catalog: Option<String>,
 }

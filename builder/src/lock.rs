@@ -54,6 +54,27 @@ pub struct LockedPackage {
     pub manifest_sha1: String,
 }
 
+/// A package the image file (or a package in the set) asks for is in no catalog.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{image}{line}: no package matches {pattern} (wanted by {wanted_by}) in publisher(s) {publishers}; {hint}",
+    line = line.map(|l| format!(":{l}")).unwrap_or_default(),
+)]
+pub struct PackageNotFound {
+    /// The image file.
+    pub image: PathBuf,
+    /// The image file's line that asked, when the image file asked directly.
+    pub line: Option<usize>,
+    /// The pattern.
+    pub pattern: String,
+    /// Who asked: `packages.include.N`, a manifest file, or a package's depend action.
+    pub wanted_by: String,
+    /// Publishers searched.
+    pub publishers: String,
+    /// What the catalogs do have: the versions of that name, or the closest names.
+    pub hint: String,
+}
+
 /// Why locking failed, or why a lockfile cannot be used.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -62,24 +83,8 @@ pub enum LockError {
     #[error(transparent)]
     Source(#[from] SourceError),
     /// Nothing in the catalogs matches a package the image file asks for.
-    #[error(
-        "{image}{line}: no package matches {pattern} (wanted by {wanted_by}) in publisher(s) {publishers}; {hint}",
-        line = line.map(|l| format!(":{l}")).unwrap_or_default(),
-    )]
-    NotFound {
-        /// The image file.
-        image: PathBuf,
-        /// The image file's line that asked, when the image file asked directly.
-        line: Option<usize>,
-        /// The pattern.
-        pattern: String,
-        /// Who asked: `packages.include.N`, a manifest file, or a package's depend action.
-        wanted_by: String,
-        /// Publishers searched.
-        publishers: String,
-        /// What the catalogs do have: the versions of that name, or the closest names.
-        hint: String,
-    },
+    #[error(transparent)]
+    NotFound(Box<PackageNotFound>),
     /// A manifest does not parse.
     #[error("package {fmri}: manifest does not parse")]
     Manifest {
@@ -363,7 +368,7 @@ pub(crate) fn resolve(image: &ImageFile, sources: &Sources) -> Result<Lockfile, 
             let candidates = publishers
                 .iter()
                 .flat_map(|p| catalogs.get(*p).map(Vec::as_slice).unwrap_or_default());
-            return Err(LockError::NotFound {
+            return Err(LockError::NotFound(Box::new(PackageNotFound {
                 image: image.path.clone(),
                 line,
                 pattern: crate::checks::wanted(&w.pattern),
@@ -380,7 +385,7 @@ pub(crate) fn resolve(image: &ImageFile, sources: &Sources) -> Result<Lockfile, 
                     ),
                     None => not_found_hint(w.pattern.stem(), candidates),
                 },
-            });
+            })));
         };
         let publisher = best.fmri.publisher().unwrap_or_default();
         let src = sources
