@@ -609,6 +609,36 @@ fn one_identity_whoever_pushes_the_layout() {
         (manifest.clone(), manifest_type.clone())
     );
 
+    // `--push HOST` alone: the repository is the image file's `name`, with the same identity.
+    let by_name = ok(rdctl().args(["build", s(&image), "--push", &host, "--quiet", "--json"]));
+    assert_eq!(
+        json(&by_name.stdout)["pushed"],
+        serde_json::json!([format!("{host}/zones/demo:1.0")])
+    );
+    assert_eq!(
+        tagged("zones/demo"),
+        (manifest.clone(), manifest_type.clone())
+    );
+    // Without a `name`, the error says what to give.
+    let nameless = work.join("nameless.toml");
+    fs::write(
+        &nameless,
+        image_file(&depot.url).replace("name = \"zones/demo\"\n", ""),
+    )
+    .unwrap();
+    let out = rdctl()
+        .args(["build", s(&nameless), "--push", &host])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "{host} is a registry host without a repository: give one (--push {host}/site/web) or set `name` in"
+        )),
+        "{err}"
+    );
+
     let src = format!("{}:1.0", s(&layout));
     ok(rdctl().args(["push", &src, &format!("{host}/id/push:1.0")]));
     ok(tool("skopeo").args([

@@ -491,6 +491,74 @@ fn lint_and_publish_refuse_what_pkg_would_refuse() {
 }
 
 #[test]
+fn a_failed_first_publish_leaves_no_repository_and_says_to_pass_proto() {
+    let tmp = tempdir();
+    let dir = tmp.path();
+    let repo = dir.join("repo");
+    write(&dir.join("base.p5m"), BASE);
+    let r = ips(&[
+        "publish",
+        "--repo",
+        s(&repo),
+        "--publisher",
+        "example.org",
+        s(&dir.join("base.p5m")),
+    ]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("no proto directory was given to read COPYING from (pass the directory that holds the package's files, `--proto DIR`)"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        !repo.exists(),
+        "the repository this publish created is gone"
+    );
+
+    // With a proto directory that lacks the file: the message names the directory. A
+    // directory that was there stays, as it was.
+    let proto = dir.join("proto");
+    write(&proto.join("other"), HELLO);
+    write(&repo.join("README"), "mine\n");
+    let r = ips(&[
+        "publish",
+        "--repo",
+        s(&repo),
+        "--publisher",
+        "example.org",
+        "--proto",
+        s(&proto),
+        s(&dir.join("base.p5m")),
+    ]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&format!(
+            "no payload: COPYING is not in the proto directory {}",
+            proto.display()
+        )),
+        "{}",
+        r.stderr
+    );
+    let left: Vec<_> = fs::read_dir(&repo)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["README"], "only what was there before stays");
+}
+
+#[test]
+fn ips_serve_listens_on_loopback_port_10000_by_default() {
+    let r = ips(&["serve", "--help"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("[default: 127.0.0.1:10000]"),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
 fn shipped_example_lints_clean() {
     let manifests = crate::util::root().join("examples/hello/manifests");
     for m in ["hello.p5m", "system-base.p5m"] {

@@ -440,3 +440,21 @@ fn sigterm_drains_in_flight_requests_within_the_bound() {
     assert!(TcpStream::connect(server.addr).is_err());
     drop(stuck);
 }
+
+/// `registry serve` on a port that is taken fails naming the address, and creates nothing in
+/// its data directory.
+#[test]
+fn serve_on_a_taken_port_fails_and_creates_nothing() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = tempdir();
+    let data = dir.path().join("data");
+    let out = crate::util::rdctl()
+        .args(["registry", "serve", "--listen", &addr, "--data", s(&data)])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", tail(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&addr), "{err}");
+    assert!(!data.exists(), "the data directory was created");
+}

@@ -346,12 +346,113 @@ fn a_tampered_blob_fails_the_push_naming_it_and_tags_nothing() {
         &format!("oci:{}:v1", s(&other)),
     ]);
     assert!(err.contains(&layer), "stderr:\n{err}");
-    assert_eq!(index_json(&other)["manifests"], serde_json::json!([]));
     assert!(
-        !blob_path(&other, &layer).exists(),
+        !other.exists(),
+        "a failed copy leaves no layout at its destination"
+    );
+    assert!(
+        !blob_path(&dir.path().join(".other.partial"), &layer).exists(),
         "the bad blob was published"
     );
     drop(server);
+}
+
+/// A pull into a new directory appears there only when it succeeded: a missing tag leaves
+/// nothing, a pull that fails half way keeps what it fetched in a hidden sibling that the
+/// rerun resumes from. A push of a layout missing a blob fails before the first upload, and
+/// the registry has no repository for it. A layout path given where a registry reference is
+/// expected gets the `oci:` spelling suggested.
+#[test]
+fn failed_pulls_and_pushes_leave_nothing_half_written() {
+    let dir = tempdir();
+    let data = tempdir();
+    let server = Server::start(data.path(), &[]);
+    let reg = server.host();
+    let img = umoci_image(dir.path(), &"half written\n".repeat(500));
+    let remote = format!("{reg}/edges/img:v1");
+    ok(rdctl().args(["push", &format!("{}:v1", s(&img)), &remote]));
+
+    // A tag that is not there: no layout, no sibling.
+    let pulled = dir.path().join("pulled");
+    let err = fails_with_2(&["pull", &format!("{reg}/edges/img:nope"), s(&pulled)]);
+    assert!(err.contains("not found"), "{err}");
+    assert!(!pulled.exists());
+    assert!(!dir.path().join(".pulled.partial").exists());
+
+    // The layer goes missing at the registry: the pull fails naming it and leaves no
+    // layout; once it is back, the rerun completes from what the first run fetched.
+    let manifest = blob_json(&img, &digest_of(&img, "v1"));
+    let layer = manifest["layers"][0]["digest"].as_str().unwrap().to_owned();
+    let config = manifest["config"]["digest"].as_str().unwrap().to_owned();
+    let hex = layer.trim_start_matches("sha256:");
+    let stored = data
+        .path()
+        .join("blobs/sha256")
+        .join(&hex[..2])
+        .join(hex)
+        .join("data");
+    assert!(
+        stored.is_file(),
+        "the fs store keeps blobs at {}",
+        stored.display()
+    );
+    let aside = data.path().join("aside");
+    std::fs::rename(&stored, &aside).unwrap();
+    let err = fails_with_2(&["pull", &remote, s(&pulled)]);
+    assert!(err.contains(&layer), "{err}");
+    assert!(!pulled.exists(), "a failed pull leaves no layout");
+    let staged = dir.path().join(".pulled.partial");
+    assert!(
+        blob_path(&staged, &config).is_file(),
+        "what the first run verified stays for the rerun"
+    );
+    std::fs::rename(&aside, &stored).unwrap();
+    let out = ok(rdctl().args(["pull", "--json", &remote, s(&pulled)]));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        report.to_string().contains(&config),
+        "the report names the config: {report}"
+    );
+    assert!(!staged.exists(), "the sibling became the layout");
+    assert_eq!(validate_json(&[&format!("{}:v1", s(&pulled))]).0, 0);
+
+    // A layout with a blob missing: refused before any upload, no repository created.
+    let broken = dir.path().join("broken");
+    ok(rdctl().args([
+        "copy",
+        &format!("oci:{}:v1", s(&img)),
+        &format!("oci:{}:v1", s(&broken)),
+    ]));
+    std::fs::remove_file(blob_path(&broken, &layer)).unwrap();
+    let err = fails_with_2(&[
+        "push",
+        &format!("{}:v1", s(&broken)),
+        &format!("{reg}/never/created:v1"),
+    ]);
+    assert!(
+        err.contains(&format!("blob {layer} named by"))
+            && err.contains("is missing from")
+            && err.contains("nothing was copied"),
+        "{err}"
+    );
+    let repos = stdout(&ok(rdctl().args(["ls", "--json", &reg])));
+    assert!(!repos.contains("never/created"), "{repos}");
+    assert!(repos.contains("edges/img"), "{repos}");
+
+    // `copy DIR:TAG REF`: the error says DIR is a layout and how to name it.
+    let err = fails_with_2(&[
+        "copy",
+        &format!("{}:v1", s(&img)),
+        &format!("{reg}/edges/other:v1"),
+    ]);
+    assert!(
+        err.contains(&format!(
+            "{} is an OCI image layout: write oci:{}:v1 to use it",
+            s(&img),
+            s(&img)
+        )),
+        "{err}"
+    );
 }
 
 /// A pull into a layout goes through the layout's ingest: a `.partial` left by an interrupted

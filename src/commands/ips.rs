@@ -165,8 +165,13 @@ fn publish(args: PublishArgs) -> anyhow::Result<ExitCode> {
     let manifest = Manifest::parse_bytes(&text)
         .with_context(|| format!("{}: invalid manifest", args.manifest.display()))?;
     // A repository this command creates is removed again when the publish fails, so a
-    // failed first publish leaves no empty repository behind.
-    let created = !args.repo.exists();
+    // failed first publish leaves no empty repository behind: the directory when it was not
+    // there, else only the entries it did not hold before.
+    let fresh = !args.repo.join("pkg5.repository").exists();
+    let existed = args.repo.exists();
+    let before: std::collections::BTreeSet<std::ffi::OsString> = std::fs::read_dir(&args.repo)
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.file_name())).collect())
+        .unwrap_or_default();
     let published = FileRepo::create(&args.repo, &args.publisher)
         .with_context(|| format!("cannot open or create {}", args.repo.display()))
         .and_then(|repo| {
@@ -182,8 +187,23 @@ fn publish(args: PublishArgs) -> anyhow::Result<ExitCode> {
     let fmri = match published {
         Ok(f) => f,
         Err(e) => {
-            if created {
+            if fresh && !existed {
                 let _ = std::fs::remove_dir_all(&args.repo);
+            } else if fresh {
+                for entry in std::fs::read_dir(&args.repo)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                {
+                    if !before.contains(&entry.file_name()) {
+                        let p = entry.path();
+                        let _ = if p.is_dir() {
+                            std::fs::remove_dir_all(&p)
+                        } else {
+                            std::fs::remove_file(&p)
+                        };
+                    }
+                }
             }
             return Err(e);
         }
