@@ -101,10 +101,17 @@ fn file_and_http_readers_agree_and_payloads_verify() {
         }
         r => panic!("{r:?}"),
     }
-    assert!(matches!(
-        client.catalog("other.org"),
-        Err(DepotError::NotFound { .. })
-    ));
+    // A publisher the depot does not serve: the error lists the ones it does.
+    match client.catalog("other.org") {
+        Err(e @ DepotError::UnknownPublisher { .. }) => assert_eq!(
+            e.to_string(),
+            format!(
+                "{}: the depot does not serve publisher other.org; it serves publisher example.org",
+                client.origin()
+            )
+        ),
+        r => panic!("{r:?}"),
+    }
     server.shutdown();
 }
 
