@@ -505,8 +505,9 @@ mod tests {
             ("sys*/c?re", "system/core", true),
             ("o/tool", "demo/tool", false),
             ("mo/tool", "demo/tool", false),
-            ("library/*ssl", "library/security/openssl", false),
-            ("library/**ssl", "library/security/openssl", true),
+            ("library/*ssl", "library/security/openssl", true),
+            ("*ssl", "library/security/openssl", true),
+            ("openssl", "library/security/openssl-11", false),
             ("security/openssl", "library/security/openssl", true),
         ] {
             assert_eq!(name_matches(p, n), want, "{p} vs {n}");
