@@ -426,6 +426,10 @@ pub async fn reindex(
             reason: e.to_string(),
         };
         for subject in subjects {
+            // A deleted image keeps its referrers index; nothing of it is recorded again.
+            if !linked(&repos, name, subject).await.map_err(fail)? {
+                continue;
+            }
             for r in repos.referrers(name, subject).await.map_err(fail)? {
                 if r.get("artifactType").and_then(Value::as_str) != Some(SPDX_ARTIFACT_TYPE) {
                     continue;
@@ -437,6 +441,9 @@ pub async fn reindex(
                 else {
                     continue;
                 };
+                if !linked(&repos, name, &sbom).await.map_err(fail)? {
+                    continue;
+                }
                 let layer = match store.get(&layout::blob_data(&sbom), MANIFEST_LIMIT).await {
                     Ok(b) => serde_json::from_slice::<Value>(&b.bytes)
                         .ok()

@@ -1,0 +1,307 @@
+//! The registry's package index end to end: images built by `rdctl build` from fixture
+//! packages (demo/tool 2.1 and 2.2 over system/core 1.0) pushed with `rdctl push`, found by
+//! `rdctl search` and `GET /v2/_rd/packages` with name globs and pkg(5) version constraints;
+//! the index survives a restart, forgets deleted manifests, is rebuilt by `rdctl registry
+//! reindex`, is shared by two S3 replicas on one bucket, and never shows a repository the caller
+//! may not pull.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use base64::Engine as _;
+use serde_json::Value;
+
+use crate::builder_e2e::{TOOL_BIN, image_file, publish_fixture};
+use crate::ips_cli::Depot;
+use crate::registry_e2e::http;
+use crate::util::{Server, ok, rdctl, s, tail, tempdir};
+
+const TOOL_21: &str = "pkg://example.org/demo/tool@2.1,5.11-2024.0:20240102T030405Z";
+const TOOL_22: &str = "pkg://example.org/demo/tool@2.2,5.11-2024.0:20240301T000000Z";
+const CORE: &str = "pkg://example.org/system/core@1.0,5.11-2024.0:20240101T000000Z";
+
+/// The second version of demo/tool, published after the first image was built.
+const TOOL_22_P5M: &str = "set name=pkg.fmri value=pkg:/demo/tool@2.2,5.11-2024.0:20240301T000000Z
+set name=pkg.summary value=\"A demo tool, again\"
+depend type=require fmri=system/core@1.0
+dir path=usr mode=0755 owner=root group=sys
+dir path=usr/bin mode=0755 owner=root group=bin
+file path=usr/bin/tool mode=0555 owner=root group=bin
+";
+
+/// Two built images (OCI layouts tagged 1.0) and their manifest digests.
+struct Images {
+    /// demo/tool 2.1 and system/core 1.0.
+    old: (PathBuf, String),
+    /// demo/tool 2.2 and system/core 1.0.
+    new: (PathBuf, String),
+}
+
+fn build_one(dir: &Path, origin: &str, work: &str) -> (PathBuf, String) {
+    let work = dir.join(work);
+    fs::create_dir_all(&work).unwrap();
+    let image = work.join("image.toml");
+    fs::write(&image, image_file(origin)).unwrap();
+    ok(rdctl().args(["lock", s(&image)]));
+    let out = work.join("out");
+    let built = ok(rdctl().args(["build", s(&image), "--output", s(&out), "--json"]));
+    let summary: Value = serde_json::from_slice(&built.stdout).unwrap();
+    (out, summary["manifest"].as_str().unwrap().to_owned())
+}
+
+/// Built once per test binary, in a directory kept until the process exits.
+fn images() -> &'static Images {
+    static IMAGES: OnceLock<Images> = OnceLock::new();
+    IMAGES.get_or_init(|| {
+        let dir = tempdir().keep();
+        let repo = publish_fixture(&dir, TOOL_BIN);
+        let depot = Depot::start(&repo, &dir);
+        let old = build_one(&dir, &depot.url, "old");
+        let proto = dir.join("proto");
+        fs::write(proto.join("tool22.p5m"), TOOL_22_P5M).unwrap();
+        ok(rdctl().args([
+            "ips",
+            "publish",
+            "--repo",
+            s(&repo),
+            "--publisher",
+            "example.org",
+            "--proto",
+            s(&proto),
+            s(&proto.join("tool22.p5m")),
+        ]));
+        let new = build_one(&dir, &depot.url, "new");
+        assert_ne!(old.1, new.1);
+        Images { old, new }
+    })
+}
+
+fn push(layout: &Path, target: &str, extra: &[&str]) {
+    ok(rdctl()
+        .args(["push", &format!("{}:1.0", s(layout)), target])
+        .args(extra));
+}
+
+/// `rdctl search --json`: (repository, tags, digest, FMRIs) of every image found.
+type Hit = (String, Vec<String>, String, Vec<String>);
+
+fn search(host: &str, package: &str, extra: &[&str]) -> BTreeSet<Hit> {
+    let out = ok(rdctl()
+        .args(["search", "--package", package, host, "--json"])
+        .args(extra));
+    let doc: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", tail(&out.stdout)));
+    hits(&doc["images"])
+}
+
+fn hits(images: &Value) -> BTreeSet<Hit> {
+    let strs = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_str().unwrap().to_owned())
+            .collect()
+    };
+    images
+        .as_array()
+        .unwrap_or_else(|| panic!("no image list: {images}"))
+        .iter()
+        .map(|i| {
+            // Sorted: an image's packages come in its SBOM's order.
+            let mut fmris: Vec<String> = i["packages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["fmri"].as_str().unwrap().to_owned())
+                .collect();
+            fmris.sort();
+            (
+                i["repository"].as_str().unwrap().to_owned(),
+                strs(&i["tags"]),
+                i["digest"].as_str().unwrap().to_owned(),
+                fmris,
+            )
+        })
+        .collect()
+}
+
+fn hit(repo: &str, tags: &[&str], digest: &str, fmris: &[&str]) -> Hit {
+    (
+        repo.to_owned(),
+        tags.iter().map(|t| t.to_string()).collect(),
+        digest.to_owned(),
+        fmris.iter().map(|t| t.to_string()).collect(),
+    )
+}
+
+/// A GET with optional Basic credentials: status and JSON body.
+fn get(server: &Server, path: &str, user: Option<(&str, &str)>) -> (u16, Value, String) {
+    let auth = user.map(|(u, p)| {
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
+        )
+    });
+    let mut headers = vec![];
+    if let Some(a) = &auth {
+        headers.push(("authorization", a.as_str()));
+    }
+    let (status, _, body) = http(server.addr, "GET", path, &headers, b"");
+    let text = String::from_utf8_lossy(&body).into_owned();
+    (
+        status,
+        serde_json::from_slice(&body).unwrap_or(Value::Null),
+        text,
+    )
+}
+
+#[test]
+fn search_by_name_and_version_survives_restart_forgets_deletes_and_reindexes() {
+    let imgs = images();
+    let (old, new) = (&imgs.old.1, &imgs.new.1);
+    let dir = tempdir();
+    let data = dir.path().join("data");
+    let reg = Server::start(&data, &[]);
+    let host = reg.host();
+    push(&imgs.old.0, &format!("{host}/zones/app:1.0"), &[]);
+    push(&imgs.new.0, &format!("{host}/zones/app:2.0"), &[]);
+    push(&imgs.new.0, &format!("{host}/other/app:latest"), &[]);
+
+    let all_tool = BTreeSet::from([
+        hit("other/app", &["latest"], new, &[TOOL_22]),
+        hit("zones/app", &["1.0"], old, &[TOOL_21]),
+        hit("zones/app", &["2.0"], new, &[TOOL_22]),
+    ]);
+    let check_all = |host: &str| {
+        assert_eq!(search(host, "demo/tool", &[]), all_tool);
+        // A name without its leading components, and globs.
+        assert_eq!(search(host, "tool", &[]), all_tool);
+        assert_eq!(search(host, "d?mo/t*", &[]), all_tool);
+        assert_eq!(
+            search(host, "tool@<2.2", &[]),
+            BTreeSet::from([hit("zones/app", &["1.0"], old, &[TOOL_21])])
+        );
+        assert_eq!(
+            search(host, "tool@<=2.1", &[]),
+            BTreeSet::from([hit("zones/app", &["1.0"], old, &[TOOL_21])])
+        );
+        assert_eq!(
+            search(host, "tool@=2.1", &[]),
+            BTreeSet::from([hit("zones/app", &["1.0"], old, &[TOOL_21])])
+        );
+        assert_eq!(
+            search(host, "tool@>=2.2", &[]),
+            BTreeSet::from([
+                hit("other/app", &["latest"], new, &[TOOL_22]),
+                hit("zones/app", &["2.0"], new, &[TOOL_22]),
+            ])
+        );
+        assert_eq!(search(host, "tool@>=2.1", &[]), all_tool);
+        assert_eq!(search(host, "tool@<5.2", &[]), all_tool);
+        assert_eq!(search(host, "tool@<2", &[]), BTreeSet::new());
+        // The branch is compared when given (after the release).
+        assert_eq!(search(host, "tool@=2.1-2024.1", &[]), BTreeSet::new());
+        assert_eq!(
+            search(host, "tool@>=2.1-2024.1", &[]),
+            BTreeSet::from([
+                hit("other/app", &["latest"], new, &[TOOL_22]),
+                hit("zones/app", &["2.0"], new, &[TOOL_22]),
+            ])
+        );
+        // Both packages of every image match a glob over everything.
+        assert_eq!(
+            search(host, "*", &[]),
+            BTreeSet::from([
+                hit("other/app", &["latest"], new, &[TOOL_22, CORE]),
+                hit("zones/app", &["1.0"], old, &[TOOL_21, CORE]),
+                hit("zones/app", &["2.0"], new, &[TOOL_22, CORE]),
+            ])
+        );
+        assert_eq!(search(host, "openssl", &[]), BTreeSet::new());
+        // --limit and the registry's pages (n): one image at a time, in repository@digest order.
+        let first = search(host, "tool", &["--limit", "1"]);
+        assert_eq!(first.len(), 1);
+        assert_eq!(first.iter().next().unwrap().0, "other/app");
+    };
+    check_all(&host);
+
+    // The text output: repository, tags, digest, FMRI.
+    let text = String::from_utf8(
+        ok(rdctl().args(["search", "--package", "tool@<2.2", &host])).stdout,
+    )
+    .unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(lines[0].starts_with("REPOSITORY"), "{text}");
+    let cols: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(cols, ["zones/app", "1.0", old.as_str(), TOOL_21], "{text}");
+
+    // One image's packages, by tag and by digest.
+    let (st, doc, body) = get(&reg, "/v2/zones/app/_rd/packages/1.0", None);
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(doc["digest"], old.as_str());
+    assert_eq!(doc["tags"], serde_json::json!(["1.0"]));
+    let fmris: BTreeSet<&str> = doc["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["fmri"].as_str().unwrap())
+        .collect();
+    assert_eq!(fmris, BTreeSet::from([TOOL_21, CORE]));
+    let (st, doc2, _) = get(&reg, &format!("/v2/zones/app/_rd/packages/{old}"), None);
+    assert_eq!(st, 200);
+    assert_eq!(doc2, doc);
+    assert_eq!(get(&reg, "/v2/zones/app/_rd/packages/9.9", None).0, 404);
+    // A bad query says what is wrong.
+    let (st, doc, _) = get(&reg, "/v2/_rd/packages?name=tool&version=~2", None);
+    assert_eq!(st, 400);
+    assert_eq!(doc["errors"][0]["code"], "QUERY_INVALID");
+    assert_eq!(get(&reg, "/v2/_rd/packages", None).0, 400);
+    // The registry's own page size: n=1 answers one image and where to go on.
+    let (st, page, _) = get(&reg, "/v2/_rd/packages?name=tool&n=1", None);
+    assert_eq!(st, 200);
+    assert_eq!(page["results"].as_array().unwrap().len(), 1);
+    assert_eq!(page["truncated"], true);
+    let next = page["next"].as_str().unwrap();
+    assert_eq!(next, format!("other/app@{new}"));
+
+    // Persisted: a restarted registry answers the same.
+    drop(reg);
+    let reg = Server::start(&data, &[]);
+    let host = reg.host();
+    check_all(&host);
+
+    // A deleted manifest disappears (with its tag).
+    ok(rdctl().args(["rm", &format!("{host}/zones/app@{new}")]));
+    assert_eq!(
+        search(&host, "tool", &[]),
+        BTreeSet::from([
+            hit("other/app", &["latest"], new, &[TOOL_22]),
+            hit("zones/app", &["1.0"], old, &[TOOL_21]),
+        ])
+    );
+    // Deleting a tag keeps the image, untagged.
+    ok(rdctl().args(["rm", &format!("{host}/other/app:latest")]));
+    assert_eq!(
+        search(&host, "tool@>=2.2", &[]),
+        BTreeSet::from([hit("other/app", &[], new, &[TOOL_22])])
+    );
+
+    // Content pushed before the index existed: remove the index, then reindex.
+    fs::remove_dir_all(data.join("_rd")).unwrap();
+    assert_eq!(search(&host, "tool", &[]), BTreeSet::new());
+    let out = ok(rdctl().args(["registry", "reindex", "--data", s(&data), "--json"]));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["sboms"], 2, "{report}");
+    assert_eq!(report["packages"], 4, "{report}");
+    assert_eq!(report["repositories"], 2, "{report}");
+    assert_eq!(
+        search(&host, "tool", &[]),
+        BTreeSet::from([
+            hit("other/app", &[], new, &[TOOL_22]),
+            hit("zones/app", &["1.0"], old, &[TOOL_21]),
+        ])
+    );
+}
