@@ -305,3 +305,172 @@ fn search_by_name_and_version_survives_restart_forgets_deletes_and_reindexes() {
         ])
     );
 }
+
+/// The ACL of the auth sweep: anyone may pull `public/**`, alice `team-x/**`, admin everything.
+fn auth_registry(dir: &Path) -> (Server, PathBuf, PathBuf) {
+    let users = dir.join("htpasswd");
+    let hash = |p: &str| bcrypt::hash(p, 4).unwrap();
+    fs::write(
+        &users,
+        format!("alice:{}\nadmin:{}\n", hash("alice-pw"), hash("admin-pw")),
+    )
+    .unwrap();
+    let config = dir.join("registry.toml");
+    fs::write(
+        &config,
+        format!(
+            "[auth]\nhtpasswd = {:?}\n\n\
+             [[auth.acl]]\nsubjects = [\"anonymous\"]\nrepositories = [\"public/**\"]\nactions = [\"pull\"]\n\n\
+             [[auth.acl]]\nsubjects = [\"alice\"]\nrepositories = [\"team-x/**\"]\nactions = [\"pull\"]\n\n\
+             [[auth.acl]]\nsubjects = [\"admin\"]\nrepositories = [\"**\"]\nactions = [\"*\"]\n",
+            s(&users)
+        ),
+    )
+    .unwrap();
+    let server = Server::start(&dir.join("data"), &["--config", s(&config)]);
+    let auth_file = |user: &str, pw: &str| {
+        let path = dir.join(format!("{user}.json"));
+        let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pw}"));
+        fs::write(
+            &path,
+            serde_json::json!({"auths": {server.host(): {"auth": auth}}}).to_string(),
+        )
+        .unwrap();
+        path
+    };
+    let (admin, alice) = (auth_file("admin", "admin-pw"), auth_file("alice", "alice-pw"));
+    (server, admin, alice)
+}
+
+#[test]
+fn search_answers_only_repositories_the_caller_may_pull() {
+    let imgs = images();
+    let dir = tempdir();
+    let (reg, admin, alice) = auth_registry(dir.path());
+    let host = reg.host();
+    for repo in ["team-x/app", "team-y/app", "public/app"] {
+        push(
+            &imgs.old.0,
+            &format!("{host}/{repo}:1.0"),
+            &["--auth-file", s(&admin)],
+        );
+    }
+    let repos_in = |doc: &Value| -> BTreeSet<String> {
+        doc["results"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{doc}"))
+            .iter()
+            .map(|r| r["repository"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let set = |r: &[&str]| -> BTreeSet<String> { r.iter().map(|x| x.to_string()).collect() };
+    let callers: [(Option<(&str, &str)>, &[&str]); 3] = [
+        (None, &["public/app"]),
+        (Some(("alice", "alice-pw")), &["public/app", "team-x/app"]),
+        (
+            Some(("admin", "admin-pw")),
+            &["public/app", "team-x/app", "team-y/app"],
+        ),
+    ];
+    for (user, want) in callers {
+        for query in [
+            "name=*",
+            "name=tool",
+            "name=core&version=%3C5.2",
+            "name=tool&version=%3E%3D2.1&n=1000",
+            "name=nothing",
+        ] {
+            let (st, doc, body) = get(&reg, &format!("/v2/_rd/packages?{query}"), user);
+            assert_eq!(st, 200, "{user:?} {query}: {body}");
+            let got = repos_in(&doc);
+            if query != "name=nothing" {
+                assert_eq!(got, set(want), "{user:?} {query}");
+            } else {
+                assert!(got.is_empty());
+            }
+            for other in ["team-x", "team-y", "public"] {
+                if !want.iter().any(|w| w.starts_with(other)) {
+                    assert!(!body.contains(other), "{user:?} {query} mentions {other}: {body}");
+                }
+            }
+        }
+        // One page at a time: the pages never count or name what the caller may not pull.
+        let (_, doc, body) = get(&reg, "/v2/_rd/packages?name=tool&n=1", user);
+        assert_eq!(doc["truncated"], want.len() > 1, "{user:?}: {body}");
+        // One image's packages: only with pull on its repository.
+        for repo in ["team-x/app", "team-y/app", "public/app"] {
+            let (st, _, body) = get(&reg, &format!("/v2/{repo}/_rd/packages/1.0"), user);
+            let expected = if want.contains(&repo) {
+                200
+            } else if user.is_none() {
+                401
+            } else {
+                403
+            };
+            assert_eq!(st, expected, "{user:?} {repo}: {body}");
+        }
+    }
+    // rdctl search with alice's credentials.
+    let found: BTreeSet<String> = search(&host, "tool", &["--auth-file", s(&alice)])
+        .into_iter()
+        .map(|h| h.0)
+        .collect();
+    assert_eq!(found, set(&["public/app", "team-x/app"]));
+    // Anonymous rdctl search: public only.
+    let found: BTreeSet<String> = search(&host, "tool", &["--auth-file", s(&dir.path().join("none.json"))])
+        .into_iter()
+        .map(|h| h.0)
+        .collect();
+    assert_eq!(found, set(&["public/app"]));
+}
+
+/// Two replicas on one SeaweedFS bucket: what one indexes the other answers, a delete on one
+/// is seen by the other, and `rdctl registry reindex` works on the bucket.
+#[test]
+fn two_s3_replicas_share_the_package_index() {
+    let imgs = images();
+    let sw = s3_fixtures::SeaweedFs::shared().unwrap_or_else(|e| panic!("{e}"));
+    let bucket = sw.bucket().unwrap_or_else(|e| panic!("{e}"));
+    let endpoint = sw.endpoint();
+    let s3 = [
+        "--s3-endpoint",
+        endpoint.as_str(),
+        "--s3-bucket",
+        bucket.as_str(),
+        "--s3-prefix",
+        "reg",
+    ];
+    let (da, db) = (tempdir(), tempdir());
+    let a = Server::start(da.path(), &s3);
+    let b = Server::start(db.path(), &s3);
+    push(&imgs.old.0, &format!("{}/zones/app:1.0", a.host()), &[]);
+    push(&imgs.new.0, &format!("{}/zones/app:2.0", a.host()), &[]);
+    let (old, new) = (&imgs.old.1, &imgs.new.1);
+    let both = BTreeSet::from([
+        hit("zones/app", &["1.0"], old, &[TOOL_21]),
+        hit("zones/app", &["2.0"], new, &[TOOL_22]),
+    ]);
+    assert_eq!(search(&b.host(), "tool", &[]), both);
+    assert_eq!(
+        search(&b.host(), "tool@<2.2", &[]),
+        BTreeSet::from([hit("zones/app", &["1.0"], old, &[TOOL_21])])
+    );
+    // Deleted through B, gone at A.
+    ok(rdctl().args(["rm", &format!("{}/zones/app@{new}", b.host())]));
+    assert_eq!(
+        search(&a.host(), "tool", &[]),
+        BTreeSet::from([hit("zones/app", &["1.0"], old, &[TOOL_21])])
+    );
+    let out = ok(rdctl()
+        .args(["registry", "reindex", "--json"])
+        .args(s3)
+        .arg("--data")
+        .arg(da.path()));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["sboms"], 1, "{report}");
+    assert_eq!(report["pruned"], 0, "{report}");
+    assert_eq!(
+        search(&b.host(), "tool", &[]),
+        BTreeSet::from([hit("zones/app", &["1.0"], old, &[TOOL_21])])
+    );
+}

@@ -55,6 +55,9 @@ impl Client {
             host: registry,
             repo: None,
         };
+        // The answer depends on who asks, and anonymous callers may ask too: no challenge
+        // would ever make the client send its credential.
+        self.offer_credentials(registry)?;
         let mut out = Vec::new();
         let mut last: Option<String> = None;
         for _ in 0..MAX_PAGES {
