@@ -304,6 +304,30 @@ fn search_by_name_and_version_survives_restart_forgets_deletes_and_reindexes() {
             hit("zones/app", &["1.0"], old, &[TOOL_21]),
         ])
     );
+
+    // Garbage collection of untagged manifests takes their index entries with them (not only
+    // hidden at query time: gone from the index document).
+    ok(rdctl().args([
+        "registry",
+        "gc",
+        "--data",
+        s(&data),
+        "--grace",
+        "0",
+        "--delete-untagged",
+    ]));
+    assert_eq!(
+        search(&host, "tool", &[]),
+        BTreeSet::from([hit("zones/app", &["1.0"], old, &[TOOL_21])])
+    );
+    let index = |repo: &str| -> Value {
+        let path = data.join(format!("_rd/pkgindex/{repo}/_index.json"));
+        serde_json::from_slice(&fs::read(&path).unwrap()).unwrap()
+    };
+    assert_eq!(index("other/app"), serde_json::json!({"images": {}}));
+    let zones = index("zones/app");
+    let subjects: Vec<&String> = zones["images"].as_object().unwrap().keys().collect();
+    assert_eq!(subjects, [old], "{zones}");
 }
 
 /// The ACL of the auth sweep: anyone may pull `public/**`, alice `team-x/**`, admin everything.
