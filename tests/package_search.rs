@@ -228,10 +228,9 @@ fn search_by_name_and_version_survives_restart_forgets_deletes_and_reindexes() {
     check_all(&host);
 
     // The text output: repository, tags, digest, FMRI.
-    let text = String::from_utf8(
-        ok(rdctl().args(["search", "--package", "tool@<2.2", &host])).stdout,
-    )
-    .unwrap();
+    let text =
+        String::from_utf8(ok(rdctl().args(["search", "--package", "tool@<2.2", &host])).stdout)
+            .unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 2, "{text}");
     assert!(lines[0].starts_with("REPOSITORY"), "{text}");
@@ -362,7 +361,10 @@ fn auth_registry(dir: &Path) -> (Server, PathBuf, PathBuf) {
         .unwrap();
         path
     };
-    let (admin, alice) = (auth_file("admin", "admin-pw"), auth_file("alice", "alice-pw"));
+    let (admin, alice) = (
+        auth_file("admin", "admin-pw"),
+        auth_file("alice", "alice-pw"),
+    );
     (server, admin, alice)
 }
 
@@ -414,7 +416,10 @@ fn search_answers_only_repositories_the_caller_may_pull() {
             }
             for other in ["team-x", "team-y", "public"] {
                 if !want.iter().any(|w| w.starts_with(other)) {
-                    assert!(!body.contains(other), "{user:?} {query} mentions {other}: {body}");
+                    assert!(
+                        !body.contains(other),
+                        "{user:?} {query} mentions {other}: {body}"
+                    );
                 }
             }
         }
@@ -441,10 +446,14 @@ fn search_answers_only_repositories_the_caller_may_pull() {
         .collect();
     assert_eq!(found, set(&["public/app", "team-x/app"]));
     // Anonymous rdctl search: public only.
-    let found: BTreeSet<String> = search(&host, "tool", &["--auth-file", s(&dir.path().join("none.json"))])
-        .into_iter()
-        .map(|h| h.0)
-        .collect();
+    let found: BTreeSet<String> = search(
+        &host,
+        "tool",
+        &["--auth-file", s(&dir.path().join("none.json"))],
+    )
+    .into_iter()
+    .map(|h| h.0)
+    .collect();
     assert_eq!(found, set(&["public/app"]));
 }
 

@@ -534,7 +534,8 @@ mod tests {
         no_subject.as_object_mut().unwrap().remove("subject");
         assert_eq!(spdx_layer(&no_subject), None);
         let mut other = m;
-        other["layers"] = serde_json::json!([{"mediaType": "application/x", "digest": "sha256:00"}]);
+        other["layers"] =
+            serde_json::json!([{"mediaType": "application/x", "digest": "sha256:00"}]);
         assert_eq!(spdx_layer(&other), None);
     }
 

@@ -109,7 +109,11 @@ impl Repos {
         &self.store
     }
 
-    pub(crate) async fn read<T: DeserializeOwned>(&self, key: &Key, limit: u64) -> ApiResult<Option<T>> {
+    pub(crate) async fn read<T: DeserializeOwned>(
+        &self,
+        key: &Key,
+        limit: u64,
+    ) -> ApiResult<Option<T>> {
         match self.store.get(key, limit).await {
             Ok(doc) => Ok(Some(
                 serde_json::from_slice(&doc.bytes).map_err(|e| corrupt(key, e))?,

@@ -20,7 +20,9 @@ pub(crate) async fn search(req: Req) -> ApiResult<Response> {
         .param("name")
         .map(str::trim)
         .filter(|n| !n.is_empty())
-        .ok_or_else(|| invalid("name=PATTERN is required (like name=openssl or name=*ssl*)".into()))?
+        .ok_or_else(|| {
+            invalid("name=PATTERN is required (like name=openssl or name=*ssl*)".into())
+        })?
         .to_owned();
     let version = match req.param("version").map(str::trim) {
         None | Some("") => None,
