@@ -390,7 +390,9 @@ fn search_answers_only_repositories_the_caller_may_pull() {
             .collect()
     };
     let set = |r: &[&str]| -> BTreeSet<String> { r.iter().map(|x| x.to_string()).collect() };
-    let callers: [(Option<(&str, &str)>, &[&str]); 3] = [
+    // (user and password, or anonymous; the repositories it may pull)
+    type Caller<'a> = (Option<(&'a str, &'a str)>, &'a [&'a str]);
+    let callers: [Caller; 3] = [
         (None, &["public/app"]),
         (Some(("alice", "alice-pw")), &["public/app", "team-x/app"]),
         (

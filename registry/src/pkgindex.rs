@@ -50,11 +50,14 @@ pub const MAX_RESULTS: usize = 1000;
 /// Repositories read at once by a search.
 const CONCURRENCY: usize = 16;
 
+/// SBOM manifest digest → its packages.
+type Sboms = BTreeMap<Digest, Vec<SpdxPackage>>;
+
 /// The index document of one repository.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct IndexDoc {
     /// Subject digest → SBOM manifest digest → its packages.
-    images: BTreeMap<Digest, BTreeMap<Digest, Vec<SpdxPackage>>>,
+    images: BTreeMap<Digest, Sboms>,
 }
 
 /// The SPDX layer of a pushed manifest: `Some` when it has a `subject` and a layer of media
@@ -221,7 +224,7 @@ async fn live_sboms<'a>(
     repos: &Repos,
     name: &Name,
     subject: &Digest,
-    sboms: &'a BTreeMap<Digest, Vec<SpdxPackage>>,
+    sboms: &'a Sboms,
 ) -> ApiResult<Vec<(&'a Digest, &'a Vec<SpdxPackage>)>> {
     if !linked(repos, name, subject).await? {
         return Ok(Vec::new());
@@ -270,12 +273,11 @@ pub(crate) async fn search(
         .collect()
         .await;
     // Candidates: (position, repository, subject, SBOM digests with a match).
-    let mut candidates: Vec<(String, Name, Digest, BTreeMap<Digest, Vec<SpdxPackage>>)> =
-        Vec::new();
+    let mut candidates: Vec<(String, Name, Digest, Sboms)> = Vec::new();
     for r in docs {
         let (name, doc) = r?;
         for (subject, sboms) in doc.images {
-            let matching: BTreeMap<Digest, Vec<SpdxPackage>> = sboms
+            let matching: Sboms = sboms
                 .into_iter()
                 .map(|(d, pkgs)| {
                     let m: Vec<SpdxPackage> = pkgs
