@@ -69,6 +69,12 @@ pub fn run(args: SearchArgs) -> anyhow::Result<ExitCode> {
         .strip_prefix("docker://")
         .unwrap_or(&args.host)
         .trim_end_matches('/');
+    if host.is_empty() || host.contains('/') || host.starts_with("oci:") {
+        anyhow::bail!(
+            "rdctl search takes a registry HOST[:PORT], not {:?}: it searches every repository there",
+            args.host
+        );
+    }
     let version = constraint.as_ref().map(ToString::to_string);
     let hits = crate::runtime::block_on(client.search_packages(
         host,
