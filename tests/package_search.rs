@@ -509,3 +509,165 @@ fn two_s3_replicas_share_the_package_index() {
         BTreeSet::from([hit("zones/app", &["1.0"], old, &[TOOL_21])])
     );
 }
+
+fn sha256(data: &[u8]) -> String {
+    validator::Digest::sha256(data).to_string()
+}
+
+/// Uploads `data` into `repo` in one POST; its digest.
+fn put_blob(server: &Server, repo: &str, data: &[u8]) -> String {
+    let d = sha256(data);
+    let (st, _, body) = http(
+        server.addr,
+        "POST",
+        &format!("/v2/{repo}/blobs/uploads/?digest={d}"),
+        &[("content-type", "application/octet-stream")],
+        data,
+    );
+    assert_eq!(st, 201, "{}", String::from_utf8_lossy(&body));
+    d
+}
+
+/// PUTs a manifest; its digest.
+fn put_manifest(server: &Server, repo: &str, reference: &str, m: &Value) -> String {
+    let bytes = serde_json::to_vec(m).unwrap();
+    let (st, _, body) = http(
+        server.addr,
+        "PUT",
+        &format!("/v2/{repo}/manifests/{reference}"),
+        &[("content-type", "application/vnd.oci.image.manifest.v1+json")],
+        &bytes,
+    );
+    assert_eq!(st, 201, "{}", String::from_utf8_lossy(&body));
+    sha256(&bytes)
+}
+
+/// An SBOM referrer of `subject` carrying `doc` as its SPDX layer; its digest.
+fn put_sbom(server: &Server, repo: &str, subject: &str, subject_size: usize, doc: &[u8]) -> String {
+    let empty = put_blob(server, repo, b"{}");
+    let layer = put_blob(server, repo, doc);
+    let m = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "artifactType": "application/spdx+json",
+        "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": empty, "size": 2},
+        "layers": [{"mediaType": "application/spdx+json", "digest": layer, "size": doc.len()}],
+        "subject": {"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                    "digest": subject, "size": subject_size},
+    });
+    let d = put_manifest(server, repo, &sha256(&serde_json::to_vec(&m).unwrap()), &m);
+    assert_eq!(d, sha256(&serde_json::to_vec(&m).unwrap()));
+    d
+}
+
+/// SBOMs from other tools: one that is not SPDX is left out and its push succeeds; a package
+/// without an FMRI or with a version pkg(5) cannot read is found by name, never by a version
+/// constraint; a second SBOM of the same image adds its packages to the image's entry.
+#[test]
+fn foreign_and_broken_sboms() {
+    let dir = tempdir();
+    let reg = Server::start(&dir.path().join("data"), &[]);
+    let repo = "misc/app";
+    let config_bytes: &[u8] =
+        br#"{"architecture":"amd64","os":"illumos","rootfs":{"type":"layers","diff_ids":[]}}"#;
+    let config = put_blob(&reg, repo, config_bytes);
+    let image = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config,
+                   "size": config_bytes.len()},
+        "layers": [],
+    });
+    let image_bytes = serde_json::to_vec(&image).unwrap();
+    let subject = put_manifest(&reg, repo, "1.0", &image);
+    let broken = put_sbom(&reg, repo, &subject, image_bytes.len(), b"this is not JSON");
+    let (st, doc, body) = get(&reg, &format!("/v2/{repo}/_rd/packages/1.0"), None);
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(doc["packages"], serde_json::json!([]), "{body}");
+    assert!(!body.contains(&broken), "{body}");
+
+    let spdx = serde_json::json!({
+        "spdxVersion": "SPDX-2.3", "name": "other tool",
+        "packages": [
+            {"name": "web/nginx", "versionInfo": "1.25.3", "supplier": "Organization: acme"},
+            {"name": "web/odd", "versionInfo": "v1-beta"},
+        ],
+    });
+    let sbom = put_sbom(
+        &reg,
+        repo,
+        &subject,
+        image_bytes.len(),
+        &serde_json::to_vec(&spdx).unwrap(),
+    );
+    let query = |q: &str| -> Value {
+        let (st, doc, body) = get(&reg, &format!("/v2/_rd/packages?{q}"), None);
+        assert_eq!(st, 200, "{q}: {body}");
+        doc
+    };
+    let doc = query("name=nginx");
+    assert_eq!(
+        doc["results"],
+        serde_json::json!([{
+            "repository": repo, "digest": subject, "tags": ["1.0"], "sboms": [sbom],
+            "packages": [{"fmri": null, "name": "web/nginx", "publisher": "acme",
+                          "version": "1.25.3"}],
+        }]),
+        "{doc}"
+    );
+    assert_eq!(doc["truncated"], false);
+    assert_eq!(
+        query("name=nginx&version=%3E%3D1.25")["results"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        query("name=nginx&version=%3C1.25")["results"],
+        serde_json::json!([])
+    );
+    assert_eq!(query("name=odd")["results"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        query("name=odd&version=%3E%3D0")["results"],
+        serde_json::json!([])
+    );
+
+    // A second SBOM of the image: both documents' packages, each once.
+    let more = serde_json::json!({"spdxVersion": "SPDX-2.3",
+        "packages": [{"name": "web/nginx", "versionInfo": "1.25.3", "supplier": "Organization: acme"},
+                     {"name": "lib/zlib", "versionInfo": "1.3"}]});
+    let sbom2 = put_sbom(
+        &reg,
+        repo,
+        &subject,
+        image_bytes.len(),
+        &serde_json::to_vec(&more).unwrap(),
+    );
+    let (_, doc, _) = get(&reg, &format!("/v2/{repo}/_rd/packages/{subject}"), None);
+    let names: Vec<&str> = doc["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    let mut sboms = vec![sbom.clone(), sbom2.clone()];
+    sboms.sort();
+    assert_eq!(doc["sboms"], serde_json::json!(sboms), "{doc}");
+    let mut names_sorted = names.clone();
+    names_sorted.sort();
+    assert_eq!(names_sorted, ["lib/zlib", "web/nginx", "web/odd"], "{doc}");
+    // Deleting one SBOM keeps the other's packages.
+    let (st, _, _) = http(
+        reg.addr,
+        "DELETE",
+        &format!("/v2/{repo}/manifests/{sbom}"),
+        &[],
+        b"",
+    );
+    assert_eq!(st, 202);
+    let (_, doc, _) = get(&reg, &format!("/v2/{repo}/_rd/packages/1.0"), None);
+    assert_eq!(doc["sboms"], serde_json::json!([sbom2]), "{doc}");
+    assert_eq!(query("name=odd")["results"], serde_json::json!([]));
+    assert_eq!(query("name=zlib")["results"].as_array().unwrap().len(), 1);
+}

@@ -71,7 +71,7 @@ pub fn run(args: SearchArgs) -> anyhow::Result<ExitCode> {
         .trim_end_matches('/');
     if host.is_empty() || host.contains('/') || host.starts_with("oci:") {
         anyhow::bail!(
-            "rdctl search takes a registry HOST[:PORT], not {:?}: it searches every repository there",
+            "search takes a registry HOST[:PORT], not {:?}: it searches every repository there",
             args.host
         );
     }
