@@ -5,7 +5,7 @@
 //! **Where it lives.** In the store, like every other registry state, so every replica answers
 //! the same: one document per repository, [`layout::package_index`]
 //! (`_rd/pkgindex/<name>/_index.json`), mapping subject digest → SBOM manifest digest → the
-//! SBOM's packages. It is replaced with a conditional write ([`Repos::update`]), so concurrent
+//! SBOM's packages. It is replaced with a conditional write (`Repos::update`), so concurrent
 //! pushes on any replica never lose an entry. One document per repository (not one object per
 //! image) because a query must find every entry without listing the store, which is for
 //! garbage collection only; a query reads the catalog and one document per repository the
@@ -14,13 +14,13 @@
 //! **Writing.** A manifest PUT with a `subject` and a layer of media type
 //! `application/spdx+json` (what `rdctl build` pushes) reads that layer (at most
 //! [`MAX_SBOM_BYTES`], only the package fields are built) and records its packages against the
-//! subject ([`index_referrer`]). An SBOM that does not parse is logged and left out; the push
+//! subject (`index_referrer`). An SBOM that does not parse is logged and left out; the push
 //! still succeeds. `rdctl registry reindex` ([`reindex`]) records the SBOMs pushed before the
 //! index existed, from the referrers indexes.
 //!
 //! **Forgetting.** Deleting a manifest (a DELETE or garbage collection, both through
 //! `Repos::delete_manifest`) removes it from the index as a subject and as an SBOM
-//! ([`forget`]). Queries also check that the subject and at least one of its SBOMs are still
+//! (`forget`). Queries also check that the subject and at least one of its SBOMs are still
 //! linked in the repository, so an entry left by a crash is never answered; `reindex` prunes
 //! such entries. The index holds no digests garbage collection follows: it neither keeps nor
 //! frees content.
