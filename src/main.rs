@@ -31,8 +31,8 @@ mod runtime;
 Exit status (every command): 0 success; 1 the checked content is invalid or part of the work
 failed (validate, ips list/info/contents/lint, worker run --once); 2 the command could not run
 (bad arguments, unreadable input, unreachable server), with `rdctl: what: why` on stderr.
---json (validate, build, lock, push, pull, copy, inspect, ls, tag, rm, sbom, registry gc,
-worker run, worker status) prints
+--json (validate, build, lock, push, pull, copy, inspect, ls, tag, rm, sbom, search,
+registry gc, registry reindex, worker run, worker status) prints
 one JSON document on stdout instead of text (on failure {\"error\": {\"kind\", \"message\",
 \"exit_status\"}}); logs and messages stay on stderr."
 )]
@@ -65,6 +65,8 @@ enum Command {
     Rm(commands::manage::RmArgs),
     /// List the IPS packages of an image from its SPDX SBOM.
     Sbom(commands::inspect::SbomArgs),
+    /// Find the images at a registry that hold a package (by name and pkg(5) version).
+    Search(commands::search::SearchArgs),
     /// Check a registry credential and save it for every later command (docker config.json).
     Login(commands::login::LoginArgs),
     /// Remove a registry credential saved by login.
@@ -78,7 +80,7 @@ enum Command {
   rdctl ips list http://127.0.0.1:10000/"
     )]
     Ips(commands::ips::Command),
-    /// Run the OCI registry.
+    /// Run the OCI registry, collect its garbage, rebuild its package index.
     #[command(
         subcommand,
         after_help = "Example:
@@ -115,7 +117,9 @@ impl Command {
             Command::Tag(a) => a.json,
             Command::Rm(a) => a.json,
             Command::Sbom(a) => a.json,
+            Command::Search(a) => a.json,
             Command::Registry(commands::registry::Command::Gc(a)) => a.json,
+            Command::Registry(commands::registry::Command::Reindex(a)) => a.json,
             Command::Worker(commands::worker::Command::Run(a)) => a.json,
             Command::Worker(commands::worker::Command::Status(a)) => a.json,
             _ => false,
@@ -169,6 +173,7 @@ fn main() -> ExitCode {
         Command::Tag(args) => commands::manage::tag(args),
         Command::Rm(args) => commands::manage::rm(args),
         Command::Sbom(args) => commands::inspect::sbom(args),
+        Command::Search(args) => commands::search::run(args),
         Command::Login(args) => commands::login::login(args),
         Command::Logout(args) => commands::login::logout(args),
         Command::Ips(cmd) => commands::ips::run(cmd),

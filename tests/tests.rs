@@ -11,6 +11,7 @@ mod docs;
 mod fault_proxy;
 mod inspect_cli;
 mod ips_cli;
+mod package_search;
 mod referrers;
 mod registry_client_auth;
 mod registry_credentials;

@@ -103,6 +103,16 @@ impl AuthState {
             .cloned()
     }
 
+    /// Takes `host` to want Basic credentials when it has not challenged yet (a registry that
+    /// lets anonymous callers in never does, yet answers a known user more).
+    pub(super) fn presume_basic(&self, host: &str) {
+        self.challenges
+            .lock()
+            .expect("auth lock")
+            .entry(host.to_owned())
+            .or_insert(Auth::Basic);
+    }
+
     /// Records the challenge of a 401 from `host`; `None` if it offered nothing usable.
     pub(super) fn record(
         &self,

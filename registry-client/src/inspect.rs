@@ -22,7 +22,7 @@ use crate::transfer::{Content, ImageRef, TransferError, checked, content_of};
 use crate::{Client, ErrorKind as ClientErrorKind, ReferrersFrom, fallback_tag};
 
 /// `artifactType` of the SPDX SBOM the builder attaches.
-pub const SPDX_ARTIFACT_TYPE: &str = "application/spdx+json";
+pub const SPDX_ARTIFACT_TYPE: &str = validator::SPDX_ARTIFACT_TYPE;
 
 /// The config label (and manifest annotation) the builder writes the stop timeout under.
 pub const STOP_TIMEOUT_LABEL: &str = "org.reddwarf.image.stop-timeout";
@@ -541,18 +541,8 @@ pub fn cosign_tags(subject: &Digest) -> Vec<String> {
         .collect()
 }
 
-/// One IPS package listed by an image's SBOM.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SbomPackage {
-    /// The full FMRI (`pkg://publisher/name@version`), from the `ips-fmri` external reference.
-    pub fmri: Option<String>,
-    /// The package name (stem).
-    pub name: String,
-    /// The publisher (the SPDX supplier organization).
-    pub publisher: Option<String>,
-    /// The version (`1.0,5.11-2024.0:20240101T000000Z`).
-    pub version: Option<String>,
-}
+/// One IPS package listed by an image's SBOM (`fmri`, `name`, `publisher`, `version`).
+pub use validator::SpdxPackage as SbomPackage;
 
 /// What `rdctl sbom` shows.
 #[derive(Debug, Clone, Serialize)]
@@ -624,57 +614,9 @@ pub async fn sbom(client: &Client, r: &ImageRef) -> Result<Sbom, TransferError> 
     })
 }
 
-/// The document name and packages of an SPDX 2.x JSON document.
+/// The document name and packages of an SPDX 2.x JSON document ([`validator::parse_spdx`]).
 pub fn parse_spdx(bytes: &[u8]) -> Result<(Option<String>, Vec<SbomPackage>), String> {
-    let v: serde_json::Value =
-        serde_json::from_slice(bytes).map_err(|e| format!("the SBOM is not JSON: {e}"))?;
-    if !v
-        .get("spdxVersion")
-        .and_then(|s| s.as_str())
-        .is_some_and(|s| s.starts_with("SPDX-"))
-    {
-        return Err("the SBOM has no spdxVersion: not an SPDX JSON document".to_owned());
-    }
-    let name = v.get("name").and_then(|n| n.as_str()).map(str::to_owned);
-    let packages = v
-        .get("packages")
-        .and_then(|p| p.as_array())
-        .map(|a| {
-            a.iter()
-                .map(|p| {
-                    let str_of = |k: &str| {
-                        p.get(k)
-                            .and_then(|s| s.as_str())
-                            .filter(|s| !s.is_empty() && *s != "NOASSERTION")
-                            .map(str::to_owned)
-                    };
-                    let fmri = p
-                        .get("externalRefs")
-                        .and_then(|r| r.as_array())
-                        .and_then(|refs| {
-                            refs.iter().find(|r| {
-                                r.get("referenceType").and_then(|t| t.as_str()) == Some("ips-fmri")
-                            })
-                        })
-                        .and_then(|r| r.get("referenceLocator"))
-                        .and_then(|l| l.as_str())
-                        .map(str::to_owned);
-                    let publisher = str_of("supplier").map(|s| {
-                        s.strip_prefix("Organization: ")
-                            .map(str::to_owned)
-                            .unwrap_or(s)
-                    });
-                    SbomPackage {
-                        fmri,
-                        name: str_of("name").unwrap_or_default(),
-                        publisher,
-                        version: str_of("versionInfo"),
-                    }
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    Ok((name, packages))
+    validator::parse_spdx(bytes).map(|d| (d.name, d.packages))
 }
 
 #[cfg(test)]

@@ -25,6 +25,8 @@
 //! - Listing and deleting ([`Client::catalog`], [`Client::tags`], [`Client::delete_manifest`]),
 //!   and what `rdctl inspect|ls|tag|rm|sbom` show over registries and layouts alike
 //!   ([`inspect`], [`manage`]).
+//! - The registry's package index extension ([`Client::search_packages`]): which images hold a
+//!   package, for `rdctl search`.
 //! - [`transfer`]: the one copy path between OCI layouts and registries, referrers included.
 //!
 //! Invariants: no server code (no axum) and no runtime of its own: every operation is async
@@ -42,6 +44,7 @@ pub mod inspect;
 pub mod login;
 pub mod manage;
 mod manifest;
+mod packages;
 mod reference;
 mod referrers;
 mod session;
@@ -55,6 +58,7 @@ pub use credentials::{AuthFile, Credential, CredentialError, Env as AuthEnv, Key
 pub use error::{ClientError, ErrorKind};
 pub use login::{LoginError, LoginOutcome, Stored};
 pub use manifest::{Descriptor, MAX_MANIFEST_BYTES};
+pub use packages::PackageHit;
 pub use reference::{Reference, ReferenceError, looks_like_host};
 pub use referrers::{
     MAX_REFERRERS, OCI_INDEX, Referrer, Referrers, ReferrersFrom, SubjectIndexed, fallback_tag,

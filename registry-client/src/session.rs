@@ -81,6 +81,23 @@ impl Client {
         }
     }
 
+    /// For requests whose answer depends on who asks but that anonymous callers may also make
+    /// (the package search, filtered by the caller's pull rights): sends the Basic credential
+    /// stored for `host` from the first request instead of waiting for a challenge that never
+    /// comes. A registry that wants tokens answers 401 with its challenge, which is then
+    /// followed as usual.
+    pub(crate) fn offer_credentials(&self, host: &str) -> Result<(), ClientError> {
+        if self.auth.challenge(host).is_none()
+            && matches!(
+                self.auth.credential(host)?,
+                Some((Credential::Basic { .. }, _))
+            )
+        {
+            self.auth.presume_basic(host);
+        }
+        Ok(())
+    }
+
     pub(crate) async fn token(
         &self,
         scope: &Scope<'_>,

@@ -17,6 +17,11 @@ pub(crate) enum Route {
     Tags { name: String },
     /// `/v2/<name>/referrers/<digest>`
     Referrers { name: String, digest: String },
+    /// `/v2/_rd/packages`: the package search (an extension; `_rd` can start no repository
+    /// name, whose components begin with `[a-z0-9]`).
+    PackageSearch,
+    /// `/v2/<name>/_rd/packages/<reference>`: the indexed packages of one image.
+    Packages { name: String, reference: String },
 }
 
 impl Route {
@@ -24,6 +29,9 @@ impl Route {
     pub fn parse(rest: &str) -> Option<Route> {
         if rest == "_catalog" {
             return Some(Route::Catalog);
+        }
+        if rest == "_rd/packages" {
+            return Some(Route::PackageSearch);
         }
         if let Some(name) = rest
             .strip_suffix("/blobs/uploads/")
@@ -53,6 +61,10 @@ impl Route {
             }),
             "tags" if last == "list" => Some(Route::Tags { name }),
             "referrers" => Some(Route::Referrers { name, digest: arg }),
+            "packages" => Some(Route::Packages {
+                name: head2.strip_suffix("/_rd")?.to_owned(),
+                reference: arg,
+            }),
             _ => None,
         }
     }
@@ -66,17 +78,20 @@ impl Route {
             Route::Manifest { .. } => "manifest",
             Route::Tags { .. } => "tags",
             Route::Referrers { .. } => "referrers",
+            Route::PackageSearch => "package_search",
+            Route::Packages { .. } => "packages",
         }
     }
 
     pub fn name(&self) -> Option<&str> {
         match self {
-            Route::Catalog => None,
+            Route::Catalog | Route::PackageSearch => None,
             Route::Blob { name, .. }
             | Route::Upload { name, .. }
             | Route::Manifest { name, .. }
             | Route::Tags { name }
-            | Route::Referrers { name, .. } => Some(name),
+            | Route::Referrers { name, .. }
+            | Route::Packages { name, .. } => Some(name),
         }
     }
 }
@@ -126,6 +141,15 @@ mod tests {
                     digest: s("sha256:x"),
                 }),
             ),
+            ("_rd/packages", Some(Route::PackageSearch)),
+            (
+                "zones/demo/_rd/packages/1.0",
+                Some(Route::Packages {
+                    name: s("zones/demo"),
+                    reference: s("1.0"),
+                }),
+            ),
+            ("zones/demo/packages/1.0", None),
             ("a/tags/other", None),
             ("a", None),
             ("a/unknown/x", None),

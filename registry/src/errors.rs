@@ -48,6 +48,9 @@ pub enum Code {
     RangeInvalid,
     /// Manifest above the size limit (413).
     ManifestTooLarge,
+    /// A query parameter of an extension endpoint (`/v2/_rd/...`) is missing or malformed
+    /// (400, no OCI code of its own).
+    QueryInvalid,
     /// Something failed inside the registry (500).
     Internal,
 }
@@ -73,6 +76,7 @@ impl Code {
             Code::PaginationNumberInvalid => "PAGINATION_NUMBER_INVALID",
             Code::RangeInvalid => "RANGE_INVALID",
             Code::ManifestTooLarge => "SIZE_INVALID",
+            Code::QueryInvalid => "QUERY_INVALID",
             Code::Internal => "UNKNOWN",
         }
     }
@@ -90,7 +94,8 @@ impl Code {
             | Code::ManifestInvalid
             | Code::NameInvalid
             | Code::SizeInvalid
-            | Code::PaginationNumberInvalid => StatusCode::BAD_REQUEST,
+            | Code::PaginationNumberInvalid
+            | Code::QueryInvalid => StatusCode::BAD_REQUEST,
             Code::Unauthorized => StatusCode::UNAUTHORIZED,
             Code::Denied => StatusCode::FORBIDDEN,
             Code::Unsupported => StatusCode::METHOD_NOT_ALLOWED,
@@ -123,6 +128,7 @@ impl Code {
             Code::PaginationNumberInvalid => "invalid number of results requested",
             Code::RangeInvalid => "requested range not satisfiable",
             Code::ManifestTooLarge => "manifest is larger than the registry accepts",
+            Code::QueryInvalid => "invalid query",
             Code::Internal => "internal server error",
         }
     }

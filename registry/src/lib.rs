@@ -24,6 +24,9 @@
 //!   file, environment) and the store it selects; [`serve`] (module [`server`]) runs the
 //!   router with TLS ([`tls`]), upload expiry, the [`gc`] schedule and graceful, bounded
 //!   shutdown, on the caller's runtime.
+//! - [`pkgindex`]: the package index (`/v2/_rd/packages`): the packages of each image's SPDX
+//!   SBOM referrer, recorded on push in one store document per repository, and
+//!   [`pkgindex::reindex`] behind `rdctl registry reindex`.
 //!
 //! Module dependencies point one way: `state` knows no routes; `handlers`, `auth` and
 //! `middleware` use `state` (and `api` for paths); only `router` uses the handlers, and only
@@ -43,6 +46,7 @@ pub mod gc;
 mod handlers;
 pub mod metrics;
 mod middleware;
+pub mod pkgindex;
 pub mod ratelimit;
 mod repo;
 pub mod router;

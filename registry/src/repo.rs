@@ -109,7 +109,11 @@ impl Repos {
         &self.store
     }
 
-    async fn read<T: DeserializeOwned>(&self, key: &Key, limit: u64) -> ApiResult<Option<T>> {
+    pub(crate) async fn read<T: DeserializeOwned>(
+        &self,
+        key: &Key,
+        limit: u64,
+    ) -> ApiResult<Option<T>> {
         match self.store.get(key, limit).await {
             Ok(doc) => Ok(Some(
                 serde_json::from_slice(&doc.bytes).map_err(|e| corrupt(key, e))?,
@@ -121,7 +125,7 @@ impl Repos {
 
     /// Read-modify-write of an index document with a conditional put; `f` returns false when
     /// nothing needs writing.
-    async fn update<T, F>(&self, key: &Key, mut f: F) -> ApiResult<T>
+    pub(crate) async fn update<T, F>(&self, key: &Key, mut f: F) -> ApiResult<T>
     where
         T: Default + Serialize + DeserializeOwned,
         F: FnMut(&mut T) -> bool,
@@ -342,6 +346,9 @@ impl Repos {
             })
             .await?;
         }
+        // The package index forgets the manifest as a subject and as an SBOM (queries also check
+        // liveness, so a crash between here and the unlink leaves nothing visible).
+        crate::pkgindex::forget(self, name, d).await?;
         match self.store.delete(&layout::manifest_link(name, d)).await {
             Ok(()) => Ok(true),
             Err(e) if e.is_not_found() => Ok(false),
@@ -365,6 +372,19 @@ impl Repos {
         let doc: Option<TagsDoc> = self.read(&layout::tags(name), INDEX_LIMIT).await?;
         Ok(doc
             .map(|d| d.tags.values().map(|e| e.digest().clone()).collect())
+            .unwrap_or_default())
+    }
+
+    /// Every tag of the repository with the digest it points at, in tag order.
+    pub async fn tag_map(&self, name: &Name) -> ApiResult<Vec<(String, Digest)>> {
+        let doc: Option<TagsDoc> = self.read(&layout::tags(name), INDEX_LIMIT).await?;
+        Ok(doc
+            .map(|d| {
+                d.tags
+                    .into_iter()
+                    .map(|(t, e)| (t, e.digest().clone()))
+                    .collect()
+            })
             .unwrap_or_default())
     }
 

@@ -115,6 +115,10 @@ async fn dispatch_inner(
         }
         (Tags { .. }, Method::GET) => handlers::tags::list(r).await,
         (Referrers { digest, .. }, Method::GET) => handlers::referrers::list(r, &digest).await,
+        (PackageSearch, Method::GET) => handlers::packages::search(r).await,
+        (Packages { reference, .. }, Method::GET) => {
+            handlers::packages::of_image(r, &reference).await
+        }
         (_, m) => Err(ApiError::new(
             Code::Unsupported,
             format!("method {m} is not supported on {path:?}"),

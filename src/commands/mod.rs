@@ -9,6 +9,7 @@ pub mod login;
 pub mod manage;
 pub mod meta;
 pub mod registry;
+pub mod search;
 pub mod transfer;
 pub mod validate;
 pub mod worker;

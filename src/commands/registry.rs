@@ -1,4 +1,4 @@
-//! `rdctl registry ...`: run the OCI registry and collect its garbage.
+//! `rdctl registry ...`: run the OCI registry, collect its garbage, rebuild its package index.
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -38,6 +38,43 @@ policy and, with gc.interval, a schedule inside rdctl registry serve. docs/opera
 Exit status: 0 collected (or reported, with --dry-run), 2 it failed: another collection holds
 the lease, the store failed, or a kept manifest could not be read (then before any deletion).")]
     Gc(GcArgs),
+    /// Rebuild the package index (what GET /v2/_rd/packages searches) from the SBOM referrers
+    /// already in the store: for content pushed before the index existed, or after restoring a
+    /// store without it. Safe while the registry serves.
+    #[command(after_help = "Examples:
+  rdctl registry reindex --data /var/lib/rdctl/registry
+  rdctl registry reindex --config /etc/rdctl/registry.toml --json
+  rdctl registry reindex --s3-endpoint http://127.0.0.1:8333 --s3-bucket registry
+
+Every SPDX SBOM referrer (artifactType application/spdx+json) found in the repositories'
+referrers indexes is recorded again, and index entries whose image or SBOM is gone are pruned.
+docs/api.md, \"Package index\".
+Exit status: 0 rebuilt, 2 it failed (the store failed or a repository's index could not be
+written).")]
+    Reindex(ReindexArgs),
+}
+
+/// Arguments of `rdctl registry reindex`: the store, as for `rdctl registry gc`.
+#[derive(Debug, clap::Args)]
+pub struct ReindexArgs {
+    /// TOML configuration file (the registry's).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Data directory of the filesystem store [default: ./registry-data].
+    #[arg(long, value_name = "DIR")]
+    data: Option<PathBuf>,
+    /// S3 endpoint of the store (needs --s3-bucket).
+    #[arg(long, value_name = "URL")]
+    s3_endpoint: Option<String>,
+    /// S3 bucket.
+    #[arg(long, value_name = "NAME")]
+    s3_bucket: Option<String>,
+    /// Key prefix inside the S3 bucket.
+    #[arg(long, value_name = "P")]
+    s3_prefix: Option<String>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `rdctl registry gc`. The store comes from the same config file, environment
@@ -109,7 +146,43 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     match cmd {
         Command::Serve(args) => serve(args),
         Command::Gc(args) => gc(args),
+        Command::Reindex(args) => reindex(args),
     }
+}
+
+fn reindex(args: ReindexArgs) -> anyhow::Result<ExitCode> {
+    let mut config = registry::ServeConfig::load(args.config.as_deref())
+        .context("loading the registry configuration")?;
+    if let Some(data) = args.data {
+        config.data = data;
+    }
+    if args.s3_endpoint.is_some() {
+        config.s3_endpoint = args.s3_endpoint;
+    }
+    if args.s3_bucket.is_some() {
+        config.s3_bucket = args.s3_bucket;
+    }
+    if args.s3_prefix.is_some() {
+        config.s3_prefix = args.s3_prefix;
+    }
+    let store = config.open_store().context("opening the registry store")?;
+    let where_ = match (&config.s3_endpoint, &config.s3_bucket) {
+        (Some(e), Some(b)) => format!("s3 bucket {b} at {e}"),
+        _ => format!("fs store {}", config.data.display()),
+    };
+    let report = crate::runtime::block_on(registry::pkgindex::reindex(store))?
+        .with_context(|| format!("rebuilding the package index of the {where_}"))?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+    } else {
+        writeln!(
+            out,
+            "package index of the {where_}: {} SBOMs ({} packages) recorded in {} repositories; {} SBOMs skipped (missing or not SPDX JSON); {} stale entries pruned",
+            report.sboms, report.packages, report.repositories, report.skipped, report.pruned
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {

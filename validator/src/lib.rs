@@ -21,6 +21,9 @@
 //!   [`error_chain`] (an error and its causes on one line), [`rfc3339`] (the one timestamp
 //!   formatter) and [`Histogram`] (the one Prometheus histogram of the registry's and the
 //!   worker's metrics).
+//! - What the registry and the client both read out of an image's SBOM: [`parse_spdx`] (the
+//!   packages of an SPDX JSON document) and [`Constraint`] over [`PkgVersion`] (pkg(5) version
+//!   ordering of version strings, for package searches; `ips-bridge` owns the full model).
 //!
 //! This crate does no network I/O and starts no async runtime; it touches the file system only
 //! in its image-layout and ingest modules. It re-exports [`oci_spec`] because those types are
@@ -38,8 +41,10 @@ mod layer;
 mod layout;
 mod media_type;
 mod names;
+mod pkg_version;
 mod platform;
 mod report;
+mod spdx;
 mod tarstream;
 mod timestamp;
 mod verify;
@@ -68,8 +73,10 @@ pub use layout::{
 pub use media_type::{Compression, MediaType, MediaTypeError};
 pub use names::{MAX_NAME_LEN, MAX_TAG_LEN, Name, NameError, Tag, TagError};
 pub use oci_spec;
+pub use pkg_version::{Constraint, PkgVersion, VersionOp};
 pub use platform::{KNOWN_ARCH, KNOWN_OS, Platform};
 pub use report::{Report, Rule, Severity, Violation};
+pub use spdx::{SPDX_ARTIFACT_TYPE, SpdxPackage, SpdxPackages, parse_spdx};
 pub use tarstream::{EntryKind, TarEntry, TarError, TarErrorKind, TarLimits, TarReader};
 pub use timestamp::rfc3339;
 pub use verify::{DigestingReader, DigestingWriter, VerifyError, VerifyingReader};

@@ -50,14 +50,17 @@ impl Need {
             _ => Action::Push,
         };
         let (name, action) = match route {
-            Route::Catalog => return Need::Catalog,
+            // The package search answers only repositories the caller may pull, as the catalog
+            // lists them, so it needs what the catalog needs.
+            Route::Catalog | Route::PackageSearch => return Need::Catalog,
             // Upload sessions belong to the push: reading their status or cancelling them
             // needs push too, as in distribution.
             Route::Upload { name, .. } => (name, Action::Push),
             Route::Blob { name, .. }
             | Route::Manifest { name, .. }
             | Route::Tags { name }
-            | Route::Referrers { name, .. } => (name, action),
+            | Route::Referrers { name, .. }
+            | Route::Packages { name, .. } => (name, action),
         };
         let mount_from = (action == Action::Push && *method == Method::POST)
             .then(|| {

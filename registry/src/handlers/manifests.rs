@@ -99,6 +99,8 @@ pub(crate) struct CheckedManifest {
     /// The `artifactType` a referrers listing reports.
     pub artifact_type: Option<String>,
     pub annotations: Option<Value>,
+    /// The SPDX document of an SBOM referrer (see `crate::pkgindex::spdx_layer`).
+    pub spdx_layer: Option<Digest>,
 }
 
 fn invalid(detail: impl Into<String>) -> ApiError {
@@ -180,6 +182,7 @@ pub(crate) fn check_document(
             .and_then(Value::as_str)
             .map(str::to_owned),
         annotations: obj.get("annotations").filter(|a| a.is_object()).cloned(),
+        spdx_layer: crate::pkgindex::spdx_layer(&doc),
     };
     if is_index {
         let list = obj
@@ -303,6 +306,9 @@ pub(crate) async fn put(mut req: Req, reference: &str) -> ApiResult<Response> {
             desc["annotations"] = a.clone();
         }
         repos.add_referrer(&name, subject, &digest, desc).await?;
+        if let Some(layer) = &checked.spdx_layer {
+            crate::pkgindex::index_referrer(&repos, &name, subject, &digest, layer).await?;
+        }
     }
     if let Reference::Tag(t) = &reference {
         repos.set_tag(&name, t, &digest, &link).await?;

@@ -5,6 +5,7 @@ pub(crate) mod base;
 pub(crate) mod blobs;
 pub(crate) mod catalog;
 pub(crate) mod manifests;
+pub(crate) mod packages;
 pub(crate) mod probes;
 pub(crate) mod referrers;
 pub(crate) mod tags;

@@ -22,6 +22,9 @@
 //! catalog                                      index document: {"repositories":[names]}
 //! uploads/<uuid>/data                          staging area of an upload (never readable as a blob)
 //! uploads/<uuid>/state                         upload state: repository, offset, hash states
+//! _rd/pkgindex/<name>/_index.json              package index of the repository: the packages
+//!                                              of each SBOM referrer by subject (`pkgindex`);
+//!                                              derived data, rebuilt by `registry reindex`
 //! ```
 //!
 //! Names and digests arrive here already checked ([`Name`], [`Digest`], [`Uuid`]), and every key
@@ -191,6 +194,11 @@ pub fn catalog() -> Key {
     key("catalog".to_owned())
 }
 
+/// The package index document of a repository (see `crate::pkgindex`).
+pub fn package_index(name: &Name) -> Key {
+    key(format!("_rd/pkgindex/{name}/_index.json"))
+}
+
 /// Prefix of every upload (for expiry).
 pub fn uploads_root() -> Key {
     key("uploads".to_owned())
@@ -223,6 +231,10 @@ mod tests {
             "repositories/conformance/repo1/_manifests/sha256/e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
         );
         assert_eq!(tags(&n).as_str(), "repositories/conformance/repo1/_tags");
+        assert_eq!(
+            package_index(&n).as_str(),
+            "_rd/pkgindex/conformance/repo1/_index.json"
+        );
         let id = Uuid::nil();
         assert_eq!(
             upload_state(&id).as_str(),

@@ -1,0 +1,78 @@
+//! The package index extension (`crate::pkgindex`): `GET /v2/_rd/packages?name=GLOB
+//! [&version=OP VERSION][&n=N][&last=REPO@DIGEST]` searches every repository the caller may
+//! pull; `GET /v2/<name>/_rd/packages/<tag-or-digest>` lists one image's packages.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use validator::{Constraint, Digest, Tag};
+
+use super::Req;
+use crate::errors::{ApiError, ApiResult, Code};
+use crate::pkgindex::{self, DEFAULT_RESULTS, MAX_RESULTS, Query};
+
+fn invalid(detail: String) -> ApiError {
+    ApiError::new(Code::QueryInvalid, detail)
+}
+
+/// Searches the package index.
+pub(crate) async fn search(req: Req) -> ApiResult<Response> {
+    let name = req
+        .param("name")
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| {
+            invalid("name=PATTERN is required (like name=openssl or name=*ssl*)".into())
+        })?
+        .to_owned();
+    let version = match req.param("version").map(str::trim) {
+        None | Some("") => None,
+        Some(v) => Some(Constraint::parse(v).map_err(invalid)?),
+    };
+    let n = match req.param("n") {
+        None | Some("") => DEFAULT_RESULTS,
+        Some(v) => v
+            .parse::<usize>()
+            .map_err(|_| {
+                ApiError::new(
+                    Code::PaginationNumberInvalid,
+                    format!("bad result count n={v:?}"),
+                )
+            })?
+            .min(MAX_RESULTS),
+    };
+    let q = Query {
+        name,
+        version,
+        n,
+        last: req.param("last").map(str::to_owned),
+    };
+    let found = pkgindex::search(&req.state.app().repos, req.access.as_ref(), &q).await?;
+    Ok((StatusCode::OK, axum::Json(found)).into_response())
+}
+
+/// The indexed packages of one image, by tag or digest.
+pub(crate) async fn of_image(req: Req, reference: &str) -> ApiResult<Response> {
+    let name = req.name().clone();
+    let repos = &req.state.app().repos;
+    let unknown = || {
+        ApiError::new(
+            Code::ManifestUnknown,
+            format!("manifest {reference} unknown in {name}"),
+        )
+    };
+    let digest = if reference.contains(':') {
+        let d = Digest::parse(reference)
+            .map_err(|e| ApiError::new(Code::DigestInvalid, e.to_string()))?;
+        repos.manifest_link(&name, &d).await?.ok_or_else(unknown)?;
+        d
+    } else {
+        let t = Tag::parse(reference).map_err(|_| unknown())?;
+        repos
+            .resolve_tag_target(&name, &t)
+            .await?
+            .ok_or_else(unknown)?
+            .digest
+    };
+    let found = pkgindex::packages_of(repos, &name, &digest).await?;
+    Ok((StatusCode::OK, axum::Json(found)).into_response())
+}

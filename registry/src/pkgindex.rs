@@ -1,0 +1,563 @@
+//! The package index: which IPS packages (name, publisher, version, FMRI) each image holds, read
+//! from the SPDX SBOM referrers pushed for it, so `GET /v2/_rd/packages` can answer "which
+//! images have `openssl` older than 3.0" without reading any SBOM.
+//!
+//! **Where it lives.** In the store, like every other registry state, so every replica answers
+//! the same: one document per repository, [`layout::package_index`]
+//! (`_rd/pkgindex/<name>/_index.json`), mapping subject digest → SBOM manifest digest → the
+//! SBOM's packages. It is replaced with a conditional write (`Repos::update`), so concurrent
+//! pushes on any replica never lose an entry. One document per repository (not one object per
+//! image) because a query must find every entry without listing the store, which is for
+//! garbage collection only; a query reads the catalog and one document per repository the
+//! caller may pull.
+//!
+//! **Writing.** A manifest PUT with a `subject` and a layer of media type
+//! `application/spdx+json` (what `rdctl build` pushes) reads that layer (at most
+//! [`MAX_SBOM_BYTES`], only the package fields are built) and records its packages against the
+//! subject (`index_referrer`). An SBOM that does not parse is logged and left out; the push
+//! still succeeds. `rdctl registry reindex` ([`reindex`]) records the SBOMs pushed before the
+//! index existed, from the referrers indexes.
+//!
+//! **Forgetting.** Deleting a manifest (a DELETE or garbage collection, both through
+//! `Repos::delete_manifest`) removes it from the index as a subject and as an SBOM
+//! (`forget`). Queries also check that the subject and at least one of its SBOMs are still
+//! linked in the repository, so an entry left by a crash is never answered; `reindex` prunes
+//! such entries. The index holds no digests garbage collection follows: it neither keeps nor
+//! frees content.
+
+use std::collections::BTreeMap;
+
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use validator::{Constraint, Digest, Name, SPDX_ARTIFACT_TYPE, SpdxPackage};
+
+use crate::auth::Access;
+use crate::errors::ApiResult;
+use crate::repo::Repos;
+use crate::storage::{StoreError, layout};
+
+/// Largest SBOM document read.
+pub const MAX_SBOM_BYTES: u64 = 64 << 20;
+/// Largest index document read.
+const INDEX_LIMIT: u64 = 64 << 20;
+/// Largest manifest read while reindexing.
+const MANIFEST_LIMIT: u64 = 16 << 20;
+/// Images a search answers when the request gives no `n`.
+pub const DEFAULT_RESULTS: usize = 100;
+/// Most images one search answers (a larger `n` is cut to it); `next` continues.
+pub const MAX_RESULTS: usize = 1000;
+/// Repositories read at once by a search.
+const CONCURRENCY: usize = 16;
+
+/// SBOM manifest digest → its packages.
+type Sboms = BTreeMap<Digest, Vec<SpdxPackage>>;
+
+/// The index document of one repository.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct IndexDoc {
+    /// Subject digest → SBOM manifest digest → its packages.
+    images: BTreeMap<Digest, Sboms>,
+}
+
+/// The SPDX layer of a pushed manifest: `Some` when it has a `subject` and a layer of media
+/// type `application/spdx+json` (the first such layer).
+pub(crate) fn spdx_layer(manifest: &Value) -> Option<Digest> {
+    manifest.get("subject")?;
+    manifest
+        .get("layers")?
+        .as_array()?
+        .iter()
+        .find(|l| l.get("mediaType").and_then(Value::as_str) == Some(SPDX_ARTIFACT_TYPE))
+        .and_then(|l| l.get("digest")?.as_str())
+        .and_then(|d| Digest::parse(d).ok())
+}
+
+/// Reads the SPDX document `layer` of SBOM manifest `sbom` and records its packages against
+/// `subject` in `name`. `Ok(None)` when the document is not SPDX JSON (logged, not recorded).
+pub(crate) async fn index_referrer(
+    repos: &Repos,
+    name: &Name,
+    subject: &Digest,
+    sbom: &Digest,
+    layer: &Digest,
+) -> ApiResult<Option<usize>> {
+    let doc = match repos
+        .store()
+        .get(&layout::blob_data(layer), MAX_SBOM_BYTES)
+        .await
+    {
+        Ok(d) => d,
+        Err(StoreError::TooLarge { .. }) => {
+            tracing::warn!(repository = %name, %sbom, %layer, limit = MAX_SBOM_BYTES, "SBOM too large to index");
+            return Ok(None);
+        }
+        Err(e) if e.is_not_found() => {
+            tracing::warn!(repository = %name, %sbom, %layer, "SBOM document missing: not indexed");
+            return Ok(None);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    // Parsing a large document is CPU work; keep it off the request threads.
+    let parsed = tokio::task::spawn_blocking(move || validator::parse_spdx(&doc.bytes))
+        .await
+        .map_err(crate::errors::ApiError::internal)?;
+    match parsed {
+        Ok(p) => {
+            let n = p.packages.len();
+            record(repos, name, subject, sbom, p.packages).await?;
+            Ok(Some(n))
+        }
+        Err(reason) => {
+            tracing::warn!(repository = %name, %sbom, %layer, %reason, "SBOM not indexed");
+            Ok(None)
+        }
+    }
+}
+
+/// Records the packages of SBOM `sbom` against `subject` in `name`.
+pub(crate) async fn record(
+    repos: &Repos,
+    name: &Name,
+    subject: &Digest,
+    sbom: &Digest,
+    packages: Vec<SpdxPackage>,
+) -> ApiResult<()> {
+    repos
+        .update::<IndexDoc, _>(&layout::package_index(name), |d| {
+            let e = d.images.entry(subject.clone()).or_default();
+            if e.get(sbom) == Some(&packages) {
+                return false;
+            }
+            e.insert(sbom.clone(), packages.clone());
+            true
+        })
+        .await?;
+    Ok(())
+}
+
+/// Removes manifest `d` of `name` from the index, as a subject and as an SBOM.
+pub(crate) async fn forget(repos: &Repos, name: &Name, d: &Digest) -> ApiResult<()> {
+    let key = layout::package_index(name);
+    // Most repositories that delete have no index; skip the conditional write then.
+    if repos.read::<IndexDoc>(&key, INDEX_LIMIT).await?.is_none() {
+        return Ok(());
+    }
+    repos
+        .update::<IndexDoc, _>(&key, |doc| {
+            let mut changed = doc.images.remove(d).is_some();
+            doc.images.retain(|_, sboms| {
+                changed |= sboms.remove(d).is_some();
+                !sboms.is_empty()
+            });
+            changed
+        })
+        .await?;
+    Ok(())
+}
+
+/// Matches a package name against a search pattern: `*` any run of characters (`/` included),
+/// `?` one character, anything else itself. The pattern matches the whole name or a part of it
+/// that starts after a `/` (as pkg(5) matches `tool` against `demo/tool`).
+pub fn name_matches(pattern: &str, name: &str) -> bool {
+    fn glob(p: &[u8], s: &[u8]) -> bool {
+        match p {
+            [] => s.is_empty(),
+            [b'*', rest @ ..] => (0..=s.len()).any(|i| glob(rest, &s[i..])),
+            [b'?', rest @ ..] => !s.is_empty() && glob(rest, &s[1..]),
+            [c, rest @ ..] => s.first() == Some(c) && glob(rest, &s[1..]),
+        }
+    }
+    let (p, n) = (pattern.as_bytes(), name.as_bytes());
+    glob(p, n)
+        || n.iter()
+            .enumerate()
+            .any(|(i, &c)| c == b'/' && glob(p, &n[i + 1..]))
+}
+
+/// A package search.
+#[derive(Debug, Clone)]
+pub(crate) struct Query {
+    /// The name pattern ([`name_matches`]).
+    pub name: String,
+    /// The version constraint, if any.
+    pub version: Option<Constraint>,
+    /// Most images answered.
+    pub n: usize,
+    /// Continue after this `repository@digest` (a previous answer's `next`).
+    pub last: Option<String>,
+}
+
+/// One image a search found, or the packages of one image.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ImagePackages {
+    pub repository: String,
+    pub digest: Digest,
+    /// Tags pointing at it, in tag order.
+    pub tags: Vec<String>,
+    /// The SBOM manifests the packages come from.
+    pub sboms: Vec<Digest>,
+    /// The matching packages (a search) or every package (an image), deduplicated.
+    pub packages: Vec<SpdxPackage>,
+}
+
+/// What a search answers.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct SearchResult {
+    pub results: Vec<ImagePackages>,
+    /// True when more images matched than `n`; `next` continues.
+    pub truncated: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+fn position(repository: &str, d: &Digest) -> String {
+    format!("{repository}@{d}")
+}
+
+async fn linked(repos: &Repos, name: &Name, d: &Digest) -> ApiResult<bool> {
+    Ok(repos.manifest_link(name, d).await?.is_some())
+}
+
+/// Keeps the SBOMs of `sboms` still linked in `name`, and only when `subject` is too.
+async fn live_sboms<'a>(
+    repos: &Repos,
+    name: &Name,
+    subject: &Digest,
+    sboms: &'a Sboms,
+) -> ApiResult<Vec<(&'a Digest, &'a Vec<SpdxPackage>)>> {
+    if !linked(repos, name, subject).await? {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for (d, p) in sboms {
+        if linked(repos, name, d).await? {
+            out.push((d, p));
+        }
+    }
+    Ok(out)
+}
+
+async fn read_index(repos: &Repos, name: &Name) -> ApiResult<IndexDoc> {
+    Ok(repos
+        .read::<IndexDoc>(&layout::package_index(name), INDEX_LIMIT)
+        .await?
+        .unwrap_or_default())
+}
+
+fn tags_of(tags: &[(String, Digest)], d: &Digest) -> Vec<String> {
+    tags.iter()
+        .filter(|(_, t)| t == d)
+        .map(|(t, _)| t.clone())
+        .collect()
+}
+
+/// Searches every repository the caller may pull (`access`; `None`: no access control) for
+/// images holding a package matching `q`, in `repository@digest` order.
+pub(crate) async fn search(
+    repos: &Repos,
+    access: Option<&Access>,
+    q: &Query,
+) -> ApiResult<SearchResult> {
+    let mut names: Vec<Name> = repos
+        .catalog()
+        .await?
+        .into_iter()
+        .filter(|r| access.is_none_or(|a| a.lists(r)))
+        .filter_map(|r| Name::parse(&r).ok())
+        .collect();
+    names.sort();
+    let docs: Vec<ApiResult<(Name, IndexDoc)>> = futures_util::stream::iter(names)
+        .map(|n| async move { read_index(repos, &n).await.map(|d| (n, d)) })
+        .buffered(CONCURRENCY)
+        .collect()
+        .await;
+    // Candidates: (position, repository, subject, SBOM digests with a match).
+    let mut candidates: Vec<(String, Name, Digest, Sboms)> = Vec::new();
+    for r in docs {
+        let (name, doc) = r?;
+        for (subject, sboms) in doc.images {
+            let matching: Sboms = sboms
+                .into_iter()
+                .map(|(d, pkgs)| {
+                    let m: Vec<SpdxPackage> = pkgs
+                        .into_iter()
+                        .filter(|p| {
+                            name_matches(&q.name, &p.name)
+                                && q.version.as_ref().is_none_or(|c| {
+                                    p.version.as_deref().is_some_and(|v| c.matches(v))
+                                })
+                        })
+                        .collect();
+                    (d, m)
+                })
+                .filter(|(_, m)| !m.is_empty())
+                .collect();
+            if !matching.is_empty() {
+                let pos = position(name.as_str(), &subject);
+                if q.last.as_ref().is_none_or(|l| pos.as_str() > l.as_str()) {
+                    candidates.push((pos, name.clone(), subject, matching));
+                }
+            }
+        }
+    }
+    candidates.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut results = Vec::new();
+    let mut truncated = false;
+    let mut tag_cache: BTreeMap<Name, Vec<(String, Digest)>> = BTreeMap::new();
+    for (_, name, subject, matching) in &candidates {
+        let live = live_sboms(repos, name, subject, matching).await?;
+        if live.is_empty() {
+            continue;
+        }
+        if results.len() == q.n {
+            truncated = true;
+            break;
+        }
+        if !tag_cache.contains_key(name) {
+            tag_cache.insert(name.clone(), repos.tag_map(name).await?);
+        }
+        results.push(image(name, subject, &live, &tag_cache[name]));
+    }
+    let next = truncated
+        .then(|| results.last().map(|r| position(&r.repository, &r.digest)))
+        .flatten();
+    Ok(SearchResult {
+        results,
+        truncated,
+        next,
+    })
+}
+
+fn image(
+    name: &Name,
+    subject: &Digest,
+    live: &[(&Digest, &Vec<SpdxPackage>)],
+    tags: &[(String, Digest)],
+) -> ImagePackages {
+    let mut packages: Vec<SpdxPackage> = Vec::new();
+    for (_, pkgs) in live {
+        for p in pkgs.iter() {
+            if !packages.contains(p) {
+                packages.push(p.clone());
+            }
+        }
+    }
+    ImagePackages {
+        repository: name.to_string(),
+        digest: subject.clone(),
+        tags: tags_of(tags, subject),
+        sboms: live.iter().map(|(d, _)| (*d).clone()).collect(),
+        packages,
+    }
+}
+
+/// The indexed packages of image `subject` in `name` (no SBOM indexed: none). The caller has
+/// checked that the manifest is in the repository.
+pub(crate) async fn packages_of(
+    repos: &Repos,
+    name: &Name,
+    subject: &Digest,
+) -> ApiResult<ImagePackages> {
+    let doc = read_index(repos, name).await?;
+    let empty = BTreeMap::new();
+    let sboms = doc.images.get(subject).unwrap_or(&empty);
+    let live = live_sboms(repos, name, subject, sboms).await?;
+    let tags = repos.tag_map(name).await?;
+    Ok(image(name, subject, &live, &tags))
+}
+
+/// What [`reindex`] did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ReindexReport {
+    /// Repositories looked at.
+    pub repositories: usize,
+    /// SBOM referrers recorded.
+    pub sboms: usize,
+    /// Packages recorded (summed over SBOMs).
+    pub packages: usize,
+    /// SBOM referrers skipped: their document is missing, too large or not SPDX JSON.
+    pub skipped: usize,
+    /// Index entries removed because their subject or SBOM is no longer in the repository.
+    pub pruned: usize,
+}
+
+/// Why a reindex stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReindexError {
+    /// A store operation failed.
+    #[error("reindex: store operation failed")]
+    Store(#[from] StoreError),
+    /// Reading or writing a repository's index failed.
+    #[error("reindex of repository {repository} failed: {reason}")]
+    Repository {
+        /// The repository.
+        repository: String,
+        /// The cause.
+        reason: String,
+    },
+}
+
+/// Rebuilds the package index from the referrers indexes of every repository in `store`: every
+/// SBOM referrer is recorded (again), and entries whose subject or SBOM is gone are pruned. Safe
+/// while the registry serves (every write is a conditional merge); it lists the store, so it
+/// is a maintenance command (`rdctl registry reindex`), never a request.
+pub async fn reindex(
+    store: std::sync::Arc<dyn crate::storage::Store>,
+) -> Result<ReindexReport, ReindexError> {
+    use crate::storage::layout::RepoPart;
+    let repos = Repos::new(store.clone());
+    let mut subjects: BTreeMap<Name, Vec<Digest>> = BTreeMap::new();
+    for k in store.list(&layout::repositories_root()).await? {
+        match layout::parse_repo_key(&k) {
+            Some((name, RepoPart::Referrers(d))) => subjects.entry(name).or_default().push(d),
+            Some((name, RepoPart::Marker)) => {
+                subjects.entry(name).or_default();
+            }
+            _ => {}
+        }
+    }
+    let mut report = ReindexReport {
+        repositories: subjects.len(),
+        ..ReindexReport::default()
+    };
+    for (name, subjects) in &subjects {
+        let fail = |e: crate::errors::ApiError| ReindexError::Repository {
+            repository: name.to_string(),
+            reason: e.to_string(),
+        };
+        for subject in subjects {
+            // A deleted image keeps its referrers index; nothing of it is recorded again.
+            if !linked(&repos, name, subject).await.map_err(fail)? {
+                continue;
+            }
+            for r in repos.referrers(name, subject).await.map_err(fail)? {
+                if r.get("artifactType").and_then(Value::as_str) != Some(SPDX_ARTIFACT_TYPE) {
+                    continue;
+                }
+                let Some(sbom) = r
+                    .get("digest")
+                    .and_then(Value::as_str)
+                    .and_then(|d| Digest::parse(d).ok())
+                else {
+                    continue;
+                };
+                if !linked(&repos, name, &sbom).await.map_err(fail)? {
+                    continue;
+                }
+                let layer = match store.get(&layout::blob_data(&sbom), MANIFEST_LIMIT).await {
+                    Ok(b) => serde_json::from_slice::<Value>(&b.bytes)
+                        .ok()
+                        .as_ref()
+                        .and_then(spdx_layer),
+                    Err(e) if e.is_not_found() => None,
+                    Err(e) => return Err(e.into()),
+                };
+                let indexed = match layer {
+                    Some(layer) => index_referrer(&repos, name, subject, &sbom, &layer)
+                        .await
+                        .map_err(fail)?,
+                    None => None,
+                };
+                match indexed {
+                    Some(n) => {
+                        report.sboms += 1;
+                        report.packages += n;
+                    }
+                    None => report.skipped += 1,
+                }
+            }
+        }
+        // Prune what is no longer linked.
+        let doc = read_index(&repos, name).await.map_err(fail)?;
+        for (subject, sboms) in &doc.images {
+            let subject_live = linked(&repos, name, subject).await.map_err(fail)?;
+            for sbom in sboms.keys() {
+                if !subject_live || !linked(&repos, name, sbom).await.map_err(fail)? {
+                    let (s, b) = (subject.clone(), sbom.clone());
+                    repos
+                        .update::<IndexDoc, _>(&layout::package_index(name), |d| {
+                            let Some(e) = d.images.get_mut(&s) else {
+                                return false;
+                            };
+                            let removed = e.remove(&b).is_some();
+                            if e.is_empty() {
+                                d.images.remove(&s);
+                            }
+                            removed
+                        })
+                        .await
+                        .map_err(fail)?;
+                    report.pruned += 1;
+                }
+            }
+        }
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn name_patterns() {
+        for (p, n, want) in [
+            ("demo/tool", "demo/tool", true),
+            ("tool", "demo/tool", true),
+            ("too", "demo/tool", false),
+            ("t*", "demo/tool", true),
+            ("*tool", "demo/tool", true),
+            ("demo/*", "demo/tool", true),
+            ("*", "system/core", true),
+            ("sys*/c?re", "system/core", true),
+            ("o/tool", "demo/tool", false),
+            ("mo/tool", "demo/tool", false),
+            ("library/*ssl", "library/security/openssl", true),
+            ("*ssl", "library/security/openssl", true),
+            ("openssl", "library/security/openssl-11", false),
+            ("security/openssl", "library/security/openssl", true),
+        ] {
+            assert_eq!(name_matches(p, n), want, "{p} vs {n}");
+        }
+    }
+
+    #[test]
+    fn spdx_layers_of_referrers() {
+        let d = Digest::sha256(b"doc");
+        let m = serde_json::json!({
+            "subject": {"digest": Digest::sha256(b"s").as_str()},
+            "layers": [{"mediaType": "application/x", "digest": Digest::sha256(b"x").as_str()},
+                       {"mediaType": SPDX_ARTIFACT_TYPE, "digest": d.as_str()}],
+        });
+        assert_eq!(spdx_layer(&m), Some(d));
+        let mut no_subject = m.clone();
+        no_subject.as_object_mut().unwrap().remove("subject");
+        assert_eq!(spdx_layer(&no_subject), None);
+        let mut other = m;
+        other["layers"] =
+            serde_json::json!([{"mediaType": "application/x", "digest": "sha256:00"}]);
+        assert_eq!(spdx_layer(&other), None);
+    }
+
+    #[test]
+    fn index_documents_round_trip() {
+        let (s, b) = (Digest::sha256(b"s"), Digest::sha256(b"b"));
+        let p = SpdxPackage {
+            fmri: Some("pkg://o/x@1.0".into()),
+            name: "x".into(),
+            publisher: Some("o".into()),
+            version: Some("1.0".into()),
+        };
+        let mut doc = IndexDoc::default();
+        doc.images
+            .entry(s.clone())
+            .or_default()
+            .insert(b.clone(), vec![p.clone()]);
+        let json = serde_json::to_string(&doc).unwrap();
+        assert!(json.contains(&format!("\"{s}\"")), "{json}");
+        let back: IndexDoc = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.images[&s][&b], vec![p]);
+    }
+}
