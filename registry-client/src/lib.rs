@@ -25,10 +25,12 @@
 //! - Listing and deleting ([`Client::catalog`], [`Client::tags`], [`Client::delete_manifest`]),
 //!   and what `rdctl inspect|ls|tag|rm|sbom` show over registries and layouts alike
 //!   ([`inspect`], [`manage`]).
+//! - [`signatures`]: cosign signatures and attestations pushed to and read from registries
+//!   and layouts, verified with the `trust` crate ([`signatures::fetch_evidence`]).
 //! - [`transfer`]: the one copy path between OCI layouts and registries, referrers included.
 //!
 //! Invariants: no server code (no axum) and no runtime of its own: every operation is async
-//! and runs on the caller's runtime. Among workspace crates it depends only on `validator`.
+//! and runs on the caller's runtime. Among workspace crates it depends only on `validator` and `trust` (pure, no I/O).
 #![deny(missing_docs)]
 
 mod auth;
@@ -45,6 +47,7 @@ mod manifest;
 mod reference;
 mod referrers;
 mod session;
+pub mod signatures;
 pub mod transfer;
 mod transport;
 

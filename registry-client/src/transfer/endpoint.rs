@@ -53,11 +53,19 @@ impl<'a> Source<'a> {
                         })?,
                     // Referrers (the builder's SBOM, what a copy wrote) are not images to
                     // choose between.
+                    // Nor are cosign's signature and attestation manifests, and cosign's
+                    // untagged entry of the image is the same image.
                     None => match index
                         .manifests
                         .iter()
+                        .filter(|d| !crate::signatures::is_cosign_entry(d))
                         .filter(|d| layout_subject(layout, &content_of(d)).is_none())
-                        .collect::<Vec<_>>()
+                        .fold(Vec::<&validator::Descriptor>::new(), |mut v, d| {
+                            if !v.iter().any(|e| e.digest == d.digest) {
+                                v.push(d);
+                            }
+                            v
+                        })
                         .as_slice()
                     {
                         [one] => *one,

@@ -268,6 +268,15 @@ pub enum TransferError {
         /// What is missing or wrong.
         what: String,
     },
+    /// A signature or attestation document could not be built or read.
+    #[error("{what}")]
+    Trust {
+        /// What was being read or built.
+        what: String,
+        /// The cause.
+        #[source]
+        source: trust::SignatureError,
+    },
     /// The layout's index.json could not be updated.
     #[error("{path}: cannot update the index")]
     Index {
@@ -303,7 +312,8 @@ impl TransferError {
             | TransferError::DigestMismatch { .. }
             | TransferError::TooLarge { .. }
             | TransferError::TooDeep { .. }
-            | TransferError::BrokenSource { .. } => ErrorKind::Invalid,
+            | TransferError::BrokenSource { .. }
+            | TransferError::Trust { .. } => ErrorKind::Invalid,
             TransferError::Layout {
                 source: LayoutError::Ingest(e),
                 ..
