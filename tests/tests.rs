@@ -12,6 +12,7 @@ mod fault_proxy;
 mod inspect_cli;
 mod ips_cli;
 mod referrers;
+mod signing;
 mod registry_client_auth;
 mod registry_credentials;
 mod registry_e2e;

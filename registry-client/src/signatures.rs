@@ -38,7 +38,7 @@ use validator::{Digest, ImageLayout, IndexEntry, Replaces, Tag};
 use crate::inspect::read_blob;
 use crate::transfer::endpoint::{Source, layout_index, layout_subject};
 use crate::transfer::{Content, ImageRef, TransferError, content_of};
-use crate::{Client, ErrorKind as ClientErrorKind, ReferrersFrom};
+use crate::{Client, ReferrersFrom};
 
 /// Largest signature payload or attestation envelope read.
 pub const MAX_PAYLOAD_BYTES: u64 = 4 << 20;
@@ -454,44 +454,7 @@ impl<'a> Store<'a> {
     }
 
     async fn tagged_content(&self, tag: &str) -> Result<Option<(Content, Bytes)>, TransferError> {
-        let t = Tag::parse(tag).map_err(|e| TransferError::BadReference {
-            input: tag.to_owned(),
-            reason: e.to_string(),
-        })?;
-        match &self.source {
-            Source::Layout(layout) => {
-                let index = layout_index(layout)?;
-                let Some(entry) = index
-                    .manifests
-                    .iter()
-                    .rev()
-                    .find(|d| d.ref_name() == Some(tag))
-                else {
-                    return Ok(None);
-                };
-                let c = content_of(entry);
-                let bytes = self.source.document(&c).await?;
-                Ok(Some((c, bytes)))
-            }
-            Source::Registry(client, reference) => {
-                let tagged = reference.with_tag(t);
-                match client.get_manifest(&tagged).await {
-                    Ok((d, bytes)) => Ok(Some((
-                        Content {
-                            digest: d.digest,
-                            size: d.size,
-                            media_type: d.media_type,
-                        },
-                        bytes,
-                    ))),
-                    Err(e) if e.kind() == ClientErrorKind::NotFound => Ok(None),
-                    Err(source) => Err(TransferError::Registry {
-                        reference: tagged.to_string(),
-                        source,
-                    }),
-                }
-            }
-        }
+        self.source.tagged(tag).await
     }
 
     /// The referrers of `subject` whose artifact type is cosign's signature type, or that are

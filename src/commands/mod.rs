@@ -10,5 +10,6 @@ pub mod manage;
 pub mod meta;
 pub mod registry;
 pub mod transfer;
+pub mod trust;
 pub mod validate;
 pub mod worker;
