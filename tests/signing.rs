@@ -89,12 +89,7 @@ fn cosign_verify_attestation(dir: &Path, key: &str, kind: &str, image: &str) {
 fn keys(dir: &Path) {
     ok(cosign(dir).arg("generate-key-pair"));
     ok(rd(dir).args(["key", "generate", "--output-key-prefix", "ours"]));
-    ok(rd(dir).args([
-        "key",
-        "generate",
-        "--output-key-prefix",
-        "stranger",
-    ]));
+    ok(rd(dir).args(["key", "generate", "--output-key-prefix", "stranger"]));
 }
 
 /// A small image pushed to `reference`; returns its manifest digest.
@@ -102,19 +97,19 @@ fn pushed_image(dir: &Path, motd: &str, reference: &str) -> String {
     let work = dir.join(format!("img-{}", motd.len()));
     fs::create_dir_all(&work).unwrap();
     let layout = umoci_image(&work, motd);
-    let out = ok(rdctl().args([
-        "push",
-        "--json",
-        &format!("{}:v1", s(&layout)),
-        reference,
-    ]));
+    let out = ok(rdctl().args(["push", "--json", &format!("{}:v1", s(&layout)), reference]));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     v["root"]["digest"].as_str().unwrap().to_owned()
 }
 
 /// `rdctl verify … --json`: (exit code, document, stderr).
 fn verify(dir: &Path, args: &[&str]) -> (i32, Value, String) {
-    let out = rd(dir).arg("verify").args(args).arg("--json").output().unwrap();
+    let out = rd(dir)
+        .arg("verify")
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
     let doc = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "rdctl verify {args:?} printed no JSON ({e}):\n{}",
@@ -178,7 +173,13 @@ fn our_registry_cosign_and_rdctl_both_ways() {
 
     // rdctl signs (with an annotation), cosign verifies; both signatures stay.
     let signed = ok(rd(d).args([
-        "sign", "--key", "ours.key", "-a", "team=zones", "--json", &tagged,
+        "sign",
+        "--key",
+        "ours.key",
+        "-a",
+        "team=zones",
+        "--json",
+        &tagged,
     ]));
     let signed: Value = serde_json::from_slice(&signed.stdout).unwrap();
     assert_eq!(signed["layers"], 2, "{signed}");
@@ -202,8 +203,8 @@ fn our_registry_cosign_and_rdctl_both_ways() {
         ids.contains(&key_id(d, "ours.pub")) && ids.contains(&key_id(d, "cosign.pub")),
         "{doc}"
     );
-    let text = String::from_utf8(ok(rd(d).args(["verify", "--key", "ours.pub", &tagged])).stdout)
-        .unwrap();
+    let text =
+        String::from_utf8(ok(rd(d).args(["verify", "--key", "ours.pub", &tagged])).stdout).unwrap();
     assert!(
         text.contains(&digest) && text.contains("team=zones"),
         "{text}"
@@ -292,7 +293,13 @@ fn our_registry_cosign_and_rdctl_both_ways() {
         ],
     );
     assert_eq!(code, 0, "{stderr}\n{doc}");
-    assert_eq!(doc["policy_evidence"]["attestations"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        doc["policy_evidence"]["attestations"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
 
     // --replace drops the earlier attestation of the same type.
     ok(rd(d).args([
@@ -349,7 +356,13 @@ fn distribution_tag_scheme_both_ways() {
     cosign_sign(d, "ours.key", &by_digest);
     let (code, doc, stderr) = verify(
         d,
-        &["--key", "ours.pub", "--key", "cosign.pub", &format!("{repo}:v1")],
+        &[
+            "--key",
+            "ours.pub",
+            "--key",
+            "cosign.pub",
+            &format!("{repo}:v1"),
+        ],
     );
     assert_eq!(code, 0, "{stderr}");
     let ids = key_ids(&doc);
@@ -374,11 +387,7 @@ fn refusals_name_their_reason() {
     ok(rd(d).args(["sign", "--key", "ours.key", &format!("{repo}:a")]));
     // A's signature manifest copied onto B's .sig tag: a valid signature, of another image.
     let sig_tag = |digest: &str| format!("{}.sig", digest.replace(':', "-"));
-    ok(rdctl().args([
-        "tag",
-        &format!("{repo}:{}", sig_tag(&a)),
-        &sig_tag(&b),
-    ]));
+    ok(rdctl().args(["tag", &format!("{repo}:{}", sig_tag(&a)), &sig_tag(&b)]));
     let (code, doc, stderr) = verify(d, &["--key", "ours.pub", &format!("{repo}:b")]);
     assert_eq!(code, 1, "{doc}");
     assert!(
@@ -387,7 +396,10 @@ fn refusals_name_their_reason() {
     );
     assert_eq!(doc["rejected"][0]["reason"], "digest_mismatch", "{doc}");
     let out = cosign_verify(d, "ours.pub", &format!("{repo}@{b}"));
-    assert!(!out.status.success(), "cosign accepted a replayed signature");
+    assert!(
+        !out.status.success(),
+        "cosign accepted a replayed signature"
+    );
 
     // In a layout: signed by rdctl, read by cosign --local-image; then the payload tampered.
     let work = d.join("layout");
@@ -407,7 +419,12 @@ fn refusals_name_their_reason() {
     // Without a tag the choice is still between umoci's two images (base and v1): cosign's
     // entries are not images to choose.
     let out = rd(d)
-        .args(["verify", "--key", "ours.pub", &format!("oci:{}", s(&layout))])
+        .args([
+            "verify",
+            "--key",
+            "ours.pub",
+            &format!("oci:{}", s(&layout)),
+        ])
         .output()
         .unwrap();
     assert!(
@@ -417,7 +434,9 @@ fn refusals_name_their_reason() {
     );
     let (_, doc, _) = verify(d, &["--key", "ours.pub", &reference]);
     let payload = doc["signatures"][0]["layer"].as_str().unwrap().to_owned();
-    let path = layout.join("blobs/sha256").join(payload.trim_start_matches("sha256:"));
+    let path = layout
+        .join("blobs/sha256")
+        .join(payload.trim_start_matches("sha256:"));
     let mut bytes = fs::read(&path).unwrap();
     let at = bytes.len() - 10;
     bytes[at] ^= 1;
@@ -480,11 +499,21 @@ fn copy_keeps_trust() {
         s(&pulled),
     ]));
     let again = format!("{}/through-layout/app", b.host());
-    ok(rdctl().args(["push", &format!("{}:v1", s(&pulled)), &format!("{again}:v1")]));
+    ok(rdctl().args([
+        "push",
+        &format!("{}:v1", s(&pulled)),
+        &format!("{again}:v1"),
+    ]));
     cosign_verify_ok(d, "cosign.pub", &format!("{again}@{digest}"));
     let (code, _, stderr) = verify(
         d,
-        &["--key", "ours.pub", "--attestation", "spdxjson", &format!("{again}:v1")],
+        &[
+            "--key",
+            "ours.pub",
+            "--attestation",
+            "spdxjson",
+            &format!("{again}:v1"),
+        ],
     );
     assert_eq!(code, 1, "only cosign.key signed; ours.key only attested");
     assert!(stderr.contains("by an unknown key"), "{stderr}");

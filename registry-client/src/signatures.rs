@@ -29,8 +29,8 @@ use serde::Serialize;
 use serde_json::Value;
 use trust::attestation::{self, VerifiedAttestation};
 use trust::cosign::{
-    self, ARTIFACT_SIG_CONFIG_MEDIA_TYPE, AttachedManifest, BlobDescriptor, OCI_MANIFEST_MEDIA_TYPE,
-    SignatureLayer, VerifiedSignature,
+    self, ARTIFACT_SIG_CONFIG_MEDIA_TYPE, AttachedManifest, BlobDescriptor,
+    OCI_MANIFEST_MEDIA_TYPE, SignatureLayer, VerifiedSignature,
 };
 use trust::{KeyId, SignatureError, VerifyingKey};
 use validator::{Digest, ImageLayout, IndexEntry, Replaces, Tag};
@@ -302,7 +302,10 @@ pub async fn fetch_evidence(
     };
     // (manifest bytes, origin)
     let mut manifests: Vec<(Bytes, Origin)> = Vec::new();
-    for tag in [cosign::signature_tag(digest), cosign::attestation_tag(digest)] {
+    for tag in [
+        cosign::signature_tag(digest),
+        cosign::attestation_tag(digest),
+    ] {
         if let Some((c, bytes)) = store.tagged_content(&tag).await? {
             manifests.push((
                 bytes,
@@ -369,7 +372,11 @@ pub async fn fetch_evidence(
                         kind,
                         layer: layer.payload.digest.clone(),
                         origin: origin.clone(),
-                        reason: if tampered { "payload_tampered" } else { "unreadable" },
+                        reason: if tampered {
+                            "payload_tampered"
+                        } else {
+                            "unreadable"
+                        },
                         message: if tampered {
                             format!(
                                 "payload blob does not match its layer digest {}: {}",
@@ -483,12 +490,13 @@ impl<'a> Store<'a> {
                 }
             }
             Source::Registry(client, reference) => {
-                let found = client.referrers(reference, subject).await.map_err(|source| {
-                    TransferError::Registry {
+                let found = client
+                    .referrers(reference, subject)
+                    .await
+                    .map_err(|source| TransferError::Registry {
                         reference: format!("{reference} (referrers of {subject})"),
                         source,
-                    }
-                })?;
+                    })?;
                 let by = match found.from {
                     ReferrersFrom::Api => "referrers-api",
                     _ => "referrers-tag",
@@ -621,7 +629,6 @@ impl<'a> Store<'a> {
     }
 }
 
-
 /// Names a cosign manifest in a layout's `index.json` as `cosign save` does: tagged `tag` with
 /// `kind` (`dev.cosignproject.cosign/sigs` or `/atts`), and, when the image is given, an
 /// untagged entry of the image with `kind: dev.cosignproject.cosign/image` (what `cosign
@@ -673,5 +680,5 @@ pub(crate) fn is_cosign_entry(d: &validator::Descriptor) -> bool {
         Some(KIND_SIGS | KIND_ATTS)
     ) || d
         .ref_name()
-            .is_some_and(|t| crate::manage::tag_name_kind(t).is_some())
+        .is_some_and(|t| crate::manage::tag_name_kind(t).is_some())
 }

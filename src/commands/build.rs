@@ -150,7 +150,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             },
             &summary,
         )
-        .with_context(|| format!("cannot sign the image built from {}", args.image_file.display()))?;
+        .with_context(|| {
+            format!(
+                "cannot sign the image built from {}",
+                args.image_file.display()
+            )
+        })?;
     }
     let mut pushed = Vec::new();
     if let Some(ImageRef::Registry(target)) = &push {

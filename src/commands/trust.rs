@@ -172,9 +172,7 @@ fn key_generate(args: KeyGenerateArgs) -> anyhow::Result<ExitCode> {
     let pair = trust::generate();
     let pem = match (args.format, &password) {
         (KeyFormat::Cosign, Some(pw)) => pair.signing.to_cosign_pem(pw)?,
-        (KeyFormat::Pkcs8, pw) => pair
-            .signing
-            .to_pkcs8_pem(pw.as_ref().map(|p| p.as_str()))?,
+        (KeyFormat::Pkcs8, pw) => pair.signing.to_pkcs8_pem(pw.as_ref().map(|p| p.as_str()))?,
         (KeyFormat::Cosign, None) => unreachable!("refused above"),
     };
     write_new(&key_path, pem.as_bytes(), 0o600)?;
@@ -423,8 +421,12 @@ pub struct AttestArgs {
 /// The predicate for a cosign `--type` from the file's bytes, as cosign builds it.
 fn predicate_for(type_name: &str, bytes: &[u8], file: &Path) -> anyhow::Result<serde_json::Value> {
     let json = || -> anyhow::Result<serde_json::Value> {
-        serde_json::from_slice(bytes)
-            .with_context(|| format!("{}: the --type {type_name} predicate is not JSON", file.display()))
+        serde_json::from_slice(bytes).with_context(|| {
+            format!(
+                "{}: the --type {type_name} predicate is not JSON",
+                file.display()
+            )
+        })
     };
     let text = || {
         std::str::from_utf8(bytes)
@@ -565,10 +567,7 @@ pub fn refusal(ev: &Evidence) -> String {
             "{n} with a tampered payload (its bytes do not match the layer digest)"
         ));
     }
-    let n = rejected.len()
-        - count("bad_signature")
-        - others.len()
-        - count("payload_tampered");
+    let n = rejected.len() - count("bad_signature") - others.len() - count("payload_tampered");
     if n > 0 {
         parts.push(format!("{n} unreadable or malformed"));
     }
@@ -611,7 +610,11 @@ pub fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             "no verified attestation of type {} by the given key(s)",
             missing
                 .iter()
-                .map(|(t, u)| if t == u { t.clone() } else { format!("{t} ({u})") })
+                .map(|(t, u)| if t == u {
+                    t.clone()
+                } else {
+                    format!("{t} ({u})")
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         ))
@@ -795,8 +798,11 @@ fn build_provenance(
         .iter()
         .map(|(n, u)| (n.as_str(), u.as_str()))
         .collect();
-    let packages: Vec<(&str, Option<&Digest>)> =
-        summary.packages.iter().map(|p| (p.as_str(), None)).collect();
+    let packages: Vec<(&str, Option<&Digest>)> = summary
+        .packages
+        .iter()
+        .map(|p| (p.as_str(), None))
+        .collect();
     let image_name = s.image_file.display().to_string();
     let lock_name = lock_path
         .file_name()

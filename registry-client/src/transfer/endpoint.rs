@@ -113,7 +113,10 @@ impl<'a> Source<'a> {
     }
 
     /// The manifest or index at `tag` (a registry tag, a layout `ref.name`), if there is one.
-    pub(crate) async fn tagged(&self, tag: &str) -> Result<Option<(Content, Bytes)>, TransferError> {
+    pub(crate) async fn tagged(
+        &self,
+        tag: &str,
+    ) -> Result<Option<(Content, Bytes)>, TransferError> {
         let t = Tag::parse(tag).map_err(|e| TransferError::BadReference {
             input: tag.to_owned(),
             reason: e.to_string(),

@@ -476,8 +476,7 @@ pub async fn copy(
     }
     if opts.referrers {
         referrers::copy_referrers(client, &source, &dest, &order, &mut done, &mut report).await?;
-        referrers::copy_cosign_tags(client, &source, &dest, &order, &mut done, &mut report)
-            .await?;
+        referrers::copy_cosign_tags(client, &source, &dest, &order, &mut done, &mut report).await?;
     }
     if let Some(t) = &tag {
         dest.put_manifest(client, &root, &order[order.len() - 1].bytes, Some(t))
