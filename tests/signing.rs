@@ -408,6 +408,8 @@ fn refusals_name_their_reason() {
     let reference = format!("oci:{}:v1", s(&layout));
     ok(rd(d).args(["sign", "--key", "ours.key", &reference]));
     ok(rd(d).args(["verify", "--key", "ours.pub", &reference]));
+    // The signed layout is still a valid layout as a whole: cosign's manifests are artifacts.
+    ok(rdctl().args(["validate", s(&layout)]));
     ok(cosign(d).args([
         "verify",
         "--key",

@@ -1224,6 +1224,34 @@ mod tests {
     }
 
     #[test]
+    fn cosign_payload_layers_pass_other_documents_do_not() {
+        let manifest = |layer_type: &str| {
+            serde_json::json!({
+                "schemaVersion": 2,
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "size": 2,
+                           "digest": EMPTY_DIGEST},
+                "layers": [{"mediaType": layer_type, "size": 2, "digest": EMPTY_DIGEST,
+                            "annotations": {"dev.cosignproject.cosign/signature": "MEUC"}}],
+            })
+            .to_string()
+        };
+        for ok in COSIGN_PAYLOAD_LAYER_TYPES {
+            let (report, _) = check_document(manifest(ok).as_bytes(), None, None, "sig");
+            assert!(report.is_ok(), "{ok}: {:?}", report.errors().collect::<Vec<_>>());
+        }
+        let (report, _) =
+            check_document(manifest("application/json").as_bytes(), None, None, "other");
+        assert!(
+            report
+                .errors()
+                .any(|e| e.to_string().contains("layer-media-type")),
+            "{:?}",
+            report.errors().collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
     fn working_dirs() {
         assert!(check_working_dir("/srv/app").is_ok());
         assert!(check_working_dir("/").is_ok());
