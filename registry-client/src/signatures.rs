@@ -682,3 +682,129 @@ pub(crate) fn is_cosign_entry(d: &validator::Descriptor) -> bool {
         .ref_name()
         .is_some_and(|t| crate::manage::tag_name_kind(t).is_some())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transfer::LayoutRef;
+    use trust::intoto::{PREDICATE_SPDX, Statement};
+
+    /// A layout with one small image tagged v1; returns its reference and the image.
+    fn layout(dir: &std::path::Path) -> (ImageRef, Content) {
+        let l = ImageLayout::create(dir.join("l")).unwrap();
+        let config =
+            br#"{"architecture":"amd64","os":"illumos","rootfs":{"type":"layers","diff_ids":[]}}"#;
+        let cd = l.write_document(config).unwrap();
+        let manifest = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST_MEDIA_TYPE,
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                       "size": config.len(), "digest": cd.as_str()},
+            "layers": [],
+        }))
+        .unwrap();
+        let md = l.write_document(&manifest).unwrap();
+        let image = Content {
+            digest: md,
+            size: manifest.len() as u64,
+            media_type: OCI_MANIFEST_MEDIA_TYPE.to_owned(),
+        };
+        let tag = Tag::parse("v1").unwrap();
+        l.set_tag(
+            &tag,
+            IndexEntry::new(image.media_type.clone(), image.digest.clone(), image.size),
+        )
+        .unwrap();
+        let r = ImageRef::Layout(LayoutRef {
+            dir: dir.join("l"),
+            tag: Some(tag),
+        });
+        (r, image)
+    }
+
+    async fn sign(
+        client: &Client,
+        r: &ImageRef,
+        image: &Content,
+        over: &Digest,
+        k: &trust::KeyPair,
+    ) {
+        let payload = cosign::SimpleSigning::new("example/app", over, None).to_bytes();
+        let sig = cosign::sign(&k.signing, &payload);
+        push_signature(client, r, image, &payload, &sig, k.verifying(), true)
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn layout_signatures_round_trip_with_reasons() {
+        let dir = tempfile::tempdir().unwrap();
+        let client = Client::builder().build().unwrap();
+        let (r, image) = layout(dir.path());
+        assert_eq!(resolve(&client, &r).await.unwrap(), image);
+        let (alice, bob) = (trust::generate(), trust::generate());
+
+        let ev = fetch_evidence(&client, &r, &image.digest, &[alice.verifying().clone()])
+            .await
+            .unwrap();
+        assert!(ev.signatures.is_empty() && ev.rejected.is_empty());
+
+        sign(&client, &r, &image, &image.digest, &alice).await;
+        // Signing twice with the same key adds nothing.
+        sign(&client, &r, &image, &image.digest, &alice).await;
+        let ev = fetch_evidence(&client, &r, &image.digest, &[alice.verifying().clone()])
+            .await
+            .unwrap();
+        assert_eq!(ev.signatures.len(), 1, "{ev:?}");
+        assert_eq!(&ev.signatures[0].key_id, alice.verifying().key_id());
+        assert_eq!(ev.signatures[0].origin.found_by, "cosign-tag");
+
+        // Bob's signature of another manifest, on this image's tag: a replay.
+        sign(&client, &r, &image, &Digest::sha256(b"other"), &bob).await;
+        let ev = fetch_evidence(&client, &r, &image.digest, &[bob.verifying().clone()])
+            .await
+            .unwrap();
+        assert!(ev.signatures.is_empty());
+        let reasons: Vec<&str> = ev.rejected.iter().map(|r| r.reason).collect();
+        assert_eq!(reasons, ["bad_signature", "digest_mismatch"], "{ev:?}");
+        assert_eq!(
+            ev.rejected[1].other_digest.as_deref(),
+            Some(Digest::sha256(b"other").as_str())
+        );
+
+        // An attestation, and the policy's view of it all.
+        let st = Statement::for_image(
+            "example/app",
+            &image.digest,
+            PREDICATE_SPDX,
+            serde_json::json!({"spdxVersion": "SPDX-2.3"}),
+        );
+        let env = trust::attestation::sign_statement(&alice.signing, &st);
+        push_attestation(&client, &r, &image, &env, PREDICATE_SPDX, false)
+            .await
+            .unwrap();
+        let ev = fetch_evidence(
+            &client,
+            &r,
+            &image.digest,
+            &[alice.verifying().clone(), bob.verifying().clone()],
+        )
+        .await
+        .unwrap();
+        let policy = ev.policy_evidence();
+        assert_eq!(policy.signatures, vec![alice.verifying().key_id().clone()]);
+        assert_eq!(
+            policy.attestations,
+            vec![(
+                alice.verifying().key_id().clone(),
+                PREDICATE_SPDX.to_owned()
+            )]
+        );
+        // The layout still resolves to the one image without a tag.
+        let untagged = ImageRef::Layout(LayoutRef {
+            dir: dir.path().join("l"),
+            tag: None,
+        });
+        assert_eq!(resolve(&client, &untagged).await.unwrap(), image);
+    }
+}

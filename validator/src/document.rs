@@ -1238,7 +1238,11 @@ mod tests {
         };
         for ok in COSIGN_PAYLOAD_LAYER_TYPES {
             let (report, _) = check_document(manifest(ok).as_bytes(), None, None, "sig");
-            assert!(report.is_ok(), "{ok}: {:?}", report.errors().collect::<Vec<_>>());
+            assert!(
+                report.is_ok(),
+                "{ok}: {:?}",
+                report.errors().collect::<Vec<_>>()
+            );
         }
         let (report, _) =
             check_document(manifest("application/json").as_bytes(), None, None, "other");
