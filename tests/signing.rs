@@ -183,6 +183,8 @@ fn our_registry_cosign_and_rdctl_both_ways() {
     ]));
     let signed: Value = serde_json::from_slice(&signed.stdout).unwrap();
     assert_eq!(signed["layers"], 2, "{signed}");
+    // Our registry has the referrers API: the signature went out as a referrer too.
+    assert!(signed["referrer"].is_string(), "{signed}");
     cosign_verify_ok(d, "ours.pub", &by_digest);
     cosign_verify_ok(d, "cosign.pub", &by_digest);
     let out = ok(cosign(d).args([
@@ -198,6 +200,8 @@ fn our_registry_cosign_and_rdctl_both_ways() {
     assert!(tail(&out.stdout).contains("team"), "{}", tail(&out.stdout));
     let (code, doc, _) = verify(d, &["--key", "ours.pub", "--key", "cosign.pub", &tagged]);
     assert_eq!(code, 0);
+    // Each signature once, though the referrer repeats the tag's layers.
+    assert_eq!(doc["signatures"].as_array().unwrap().len(), 2, "{doc}");
     let ids = key_ids(&doc);
     assert!(
         ids.contains(&key_id(d, "ours.pub")) && ids.contains(&key_id(d, "cosign.pub")),
