@@ -614,3 +614,117 @@ fn build_sign_key_attest_verifies_with_cosign() {
         s(&out),
     ]));
 }
+
+#[test]
+fn password_sources_and_key_formats() {
+    let dir = tempdir();
+    let d = dir.path();
+    let work = d.join("layout");
+    fs::create_dir_all(&work).unwrap();
+    let layout = umoci_image(&work, "keys\n");
+    let reference = format!("oci:{}:v1", s(&layout));
+    fs::write(d.join("pw.txt"), "from a file\n").unwrap();
+
+    // --password-file wins over the environment.
+    ok(rd(d).args([
+        "key",
+        "generate",
+        "--output-key-prefix",
+        "filekey",
+        "--password-file",
+        "pw.txt",
+    ]));
+    let pem = fs::read_to_string(d.join("filekey.key")).unwrap();
+    assert!(
+        pem.starts_with("-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----"),
+        "{pem}"
+    );
+    let out = ok(cosign(d).env("COSIGN_PASSWORD", "from a file").args([
+        "public-key",
+        "--key",
+        "filekey.key",
+    ]));
+    assert_eq!(out.stdout, fs::read(d.join("filekey.pub")).unwrap());
+    ok(rd(d).args([
+        "sign",
+        "--key",
+        "filekey.key",
+        "--password-file",
+        "pw.txt",
+        &reference,
+    ]));
+    // COSIGN_PASSWORD alone is the wrong password here; RDCTL_PASSWORD comes before it.
+    let out = rd(d)
+        .args(["sign", "--key", "filekey.key", &reference])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("filekey.key"),
+        "{}",
+        tail(&out.stderr)
+    );
+    ok(rd(d).env("RDCTL_PASSWORD", "from a file").args([
+        "sign",
+        "--key",
+        "filekey.key",
+        &reference,
+    ]));
+    ok(rd(d).args(["verify", "--key", "filekey.pub", &reference]));
+
+    // An unencrypted PKCS#8 key: no password asked, and cosign imports it.
+    let generated = ok(rd(d).args([
+        "key",
+        "generate",
+        "--format",
+        "pkcs8",
+        "--no-password",
+        "--output-key-prefix",
+        "plain",
+        "--json",
+    ]));
+    let doc: Value = serde_json::from_slice(&generated.stdout).unwrap();
+    assert_eq!(doc["encrypted"], false, "{doc}");
+    assert_eq!(doc["key_id"], key_id(d, "plain.pub"));
+    ok(rdctl()
+        .current_dir(d)
+        .env_remove("COSIGN_PASSWORD")
+        .env_remove("RDCTL_PASSWORD")
+        .args(["sign", "--key", "plain.key", &reference]));
+    ok(cosign(d).args([
+        "import-key-pair",
+        "--key",
+        "plain.key",
+        "--output-key-prefix",
+        "imported",
+        "--yes",
+    ]));
+    assert_eq!(
+        fs::read(d.join("imported.pub")).unwrap(),
+        fs::read(d.join("plain.pub")).unwrap()
+    );
+    let (code, doc, stderr) = verify(
+        d,
+        &["--key", "plain.pub", "--key", "filekey.pub", &reference],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(doc["signatures"].as_array().unwrap().len(), 2, "{doc}");
+    // cosign's format without a password is refused with the way out.
+    let out = rd(d)
+        .args([
+            "key",
+            "generate",
+            "--no-password",
+            "--output-key-prefix",
+            "x",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--format pkcs8"),
+        "{}",
+        tail(&out.stderr)
+    );
+    assert!(!d.join("x.key").exists());
+}

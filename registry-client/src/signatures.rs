@@ -21,6 +21,12 @@
 //! each layer, and returns what verified and what did not, with the reason
 //! ([`trust::SignatureError`]), so a caller can explain a refusal and build
 //! [`trust::policy::Evidence`] ([`Evidence::policy_evidence`]).
+//!
+//! An admission check (the worker's policy) is: [`resolve`] the reference once (or take the
+//! digest it already pinned), `fetch_evidence(client, &image_ref, &digest,
+//! policy.keys_for(name))`, then `policy.evaluate(name, pinned, &evidence.policy_evidence())`;
+//! [`Evidence::rejected`] says why a signature did not count. Read the image by the same
+//! digest afterwards, never by the tag again.
 
 use std::collections::{BTreeMap, HashSet};
 
