@@ -27,12 +27,15 @@ mod runtime;
   rdctl worker run --once --config worker.toml
   rdctl validate --json ./image:1.0
   rdctl inspect 127.0.0.1:5000/zones/hello:1.0 && rdctl ls 127.0.0.1:5000/zones/hello
+  rdctl key generate && rdctl sign --key cosign.key 127.0.0.1:5000/zones/hello:1.0
+  rdctl verify --key cosign.pub --attestation spdxjson 127.0.0.1:5000/zones/hello:1.0
 
 Exit status (every command): 0 success; 1 the checked content is invalid or part of the work
-failed (validate, ips list/info/contents/lint, worker run --once); 2 the command could not run
+failed (validate, verify, ips list/info/contents/lint, worker run --once); 2 the command could not run
 (bad arguments, unreadable input, unreachable server), with `rdctl: what: why` on stderr.
 --json (validate, build, lock, push, pull, copy, inspect, ls, tag, rm, sbom, search,
-registry gc, registry reindex, worker run, worker status) prints
+key generate, sign, verify, attest, registry gc, registry reindex, worker run, worker status)
+prints
 one JSON document on stdout instead of text (on failure {\"error\": {\"kind\", \"message\",
 \"exit_status\"}}); logs and messages stay on stderr."
 )]
@@ -67,6 +70,19 @@ enum Command {
     Sbom(commands::inspect::SbomArgs),
     /// Find the images at a registry that hold a package (by name and pkg(5) version).
     Search(commands::search::SearchArgs),
+    /// Generate a key pair for signing images (cosign-compatible).
+    #[command(
+        subcommand,
+        after_help = "Example:
+  rdctl key generate --output-key-prefix release"
+    )]
+    Key(commands::trust::KeyCommand),
+    /// Sign an image (cosign-compatible; at its sha256-<hex>.sig tag).
+    Sign(commands::trust::SignArgs),
+    /// Verify an image's signatures and attestations with public keys.
+    Verify(commands::trust::VerifyArgs),
+    /// Attach a signed in-toto attestation (SBOM, provenance) to an image.
+    Attest(commands::trust::AttestArgs),
     /// Check a registry credential and save it for every later command (docker config.json).
     Login(commands::login::LoginArgs),
     /// Remove a registry credential saved by login.
@@ -118,6 +134,10 @@ impl Command {
             Command::Rm(a) => a.json,
             Command::Sbom(a) => a.json,
             Command::Search(a) => a.json,
+            Command::Key(commands::trust::KeyCommand::Generate(a)) => a.json,
+            Command::Sign(a) => a.json,
+            Command::Verify(a) => a.json,
+            Command::Attest(a) => a.json,
             Command::Registry(commands::registry::Command::Gc(a)) => a.json,
             Command::Registry(commands::registry::Command::Reindex(a)) => a.json,
             Command::Worker(commands::worker::Command::Run(a)) => a.json,
@@ -174,6 +194,10 @@ fn main() -> ExitCode {
         Command::Rm(args) => commands::manage::rm(args),
         Command::Sbom(args) => commands::inspect::sbom(args),
         Command::Search(args) => commands::search::run(args),
+        Command::Key(cmd) => commands::trust::key(cmd),
+        Command::Sign(args) => commands::trust::sign(args),
+        Command::Verify(args) => commands::trust::verify(args),
+        Command::Attest(args) => commands::trust::attest(args),
         Command::Login(args) => commands::login::login(args),
         Command::Logout(args) => commands::login::logout(args),
         Command::Ips(cmd) => commands::ips::run(cmd),

@@ -19,6 +19,7 @@ mod registry_e2e;
 mod registry_gc;
 mod registry_s3;
 mod registry_tls;
+mod signing;
 mod smf;
 mod transfer;
 mod util;

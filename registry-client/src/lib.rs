@@ -27,10 +27,12 @@
 //!   ([`inspect`], [`manage`]).
 //! - The registry's package index extension ([`Client::search_packages`]): which images hold a
 //!   package, for `rdctl search`.
+//! - [`signatures`]: cosign signatures and attestations pushed to and read from registries
+//!   and layouts, verified with the `trust` crate ([`signatures::fetch_evidence`]).
 //! - [`transfer`]: the one copy path between OCI layouts and registries, referrers included.
 //!
 //! Invariants: no server code (no axum) and no runtime of its own: every operation is async
-//! and runs on the caller's runtime. Among workspace crates it depends only on `validator`.
+//! and runs on the caller's runtime. Among workspace crates it depends only on `validator` and `trust` (pure, no I/O).
 #![deny(missing_docs)]
 
 mod auth;
@@ -48,6 +50,7 @@ mod packages;
 mod reference;
 mod referrers;
 mod session;
+pub mod signatures;
 pub mod transfer;
 mod transport;
 

@@ -17,12 +17,20 @@ use validator::Tag;
   rdctl build image.toml --output ./image --push localhost:5000/zones/web:1.0 --json
   rdctl build image.toml --push reg.example:5443/zones/web --ca-file ./ca.pem
   rdctl build image.toml --push localhost:5000/zones/web --no-referrers
+  rdctl build image.toml --output ./image --push localhost:5000/zones/web --sign-key cosign.key --attest
   (--ca-file, --cert-dir and --insecure apply to https:// depots and the registry alike)
 
 The lockfile (image.lock.json beside the image file) must exist and match the image file.
 SOURCE_DATE_EPOCH, when set, is the mtime of files without a timestamp and the image's
 creation time; otherwise the newest package timestamp is. --push also pushes the SBOM (a
 referrer of the image manifest) unless --no-referrers is given.
+
+--sign-key signs the image in the layout right after the build (cosign's sha256-<hex>.sig tag;
+the payload names the --push repository, else the layout directory), and --attest also attaches
+the SPDX SBOM (spdxjson) and an SLSA v1 provenance (slsaprovenance1: image file and lockfile
+digests, publishers, packages, rdctl's version, SOURCE_DATE_EPOCH) as signed attestations;
+--push carries them along (skipped with --no-referrers). The key's password comes from
+--password-file, RDCTL_PASSWORD, COSIGN_PASSWORD or the terminal.
 
 Exit status: 0 built, 2 the build failed.")]
 pub struct Args {
@@ -54,6 +62,15 @@ pub struct Args {
     /// With --push, push only the image, not its SBOM referrer.
     #[arg(long)]
     pub no_referrers: bool,
+    /// Sign the built image with this private key (cosign's format or PKCS#8 PEM).
+    #[arg(long, value_name = "FILE")]
+    pub sign_key: Option<PathBuf>,
+    /// With --sign-key, also attach the SBOM and an SLSA v1 provenance as signed
+    /// attestations.
+    #[arg(long, requires = "sign_key")]
+    pub attest: bool,
+    #[command(flatten)]
+    pub password: super::trust::PasswordArgs,
     /// How to reach the registry for --push; the TLS flags also apply to https:// depots.
     #[command(flatten)]
     pub client: super::client::ClientArgs,
@@ -78,6 +95,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("SOURCE_DATE_EPOCH={s:?} is not a number of seconds"))?,
         ),
         Err(_) => None,
+    };
+    // The key is read (and its password asked for) before the build, not after it.
+    let sign_key = match &args.sign_key {
+        Some(k) => Some(super::trust::load_signing_key(k, &args.password)?),
+        None => None,
     };
     let tmp_out;
     let output = match &args.output {
@@ -111,6 +133,29 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot build {}", args.image_file.display()))?;
     for w in &summary.warnings {
         eprintln!("{w}");
+    }
+    let mut signed = Vec::new();
+    if let Some(key) = &sign_key {
+        let docker_reference = match &push {
+            Some(ImageRef::Registry(r)) => format!("{}/{}", r.registry(), r.name()),
+            _ => summary.output.display().to_string(),
+        };
+        signed = super::trust::sign_build(
+            &super::trust::BuildSigning {
+                key,
+                attest: args.attest,
+                docker_reference,
+                image_file: &args.image_file,
+                source_date_epoch,
+            },
+            &summary,
+        )
+        .with_context(|| {
+            format!(
+                "cannot sign the image built from {}",
+                args.image_file.display()
+            )
+        })?;
     }
     let mut pushed = Vec::new();
     if let Some(ImageRef::Registry(target)) = &push {
@@ -163,6 +208,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             doc["output"] = serde_json::Value::Null;
         }
         doc["pushed"] = serde_json::json!(pushed);
+        doc["signed"] = serde_json::to_value(&signed)?;
         serde_json::to_writer_pretty(&mut out, &doc)?;
         writeln!(out)?;
     } else {
@@ -174,6 +220,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 "layer    {} ({} bytes) {}",
                 l.digest, l.size, l.contents
             )?;
+        }
+        for p in &signed {
+            writeln!(out, "signed   {} ({} layer(s))", p.tag, p.layers)?;
         }
         for r in &pushed {
             writeln!(out, "pushed   {r}")?;

@@ -11,5 +11,6 @@ pub mod meta;
 pub mod registry;
 pub mod search;
 pub mod transfer;
+pub mod trust;
 pub mod validate;
 pub mod worker;

@@ -100,7 +100,8 @@ pub enum KeyError {
 
 /// A key's identity for display and for [`crate::policy`] evidence: `sha256:<hex>` of the
 /// public key's SubjectPublicKeyInfo DER.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(transparent)]
 pub struct KeyId(String);
 
 impl KeyId {

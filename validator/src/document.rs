@@ -18,6 +18,14 @@ use crate::report::{Report, Rule};
 /// Largest manifest or index accepted (the limit registries and containerd use).
 pub const MAX_MANIFEST_SIZE: usize = 4 * 1024 * 1024;
 
+/// Layer media types of cosign's signature and attestation manifests (simple-signing payloads
+/// and DSSE envelopes): accepted in a manifest with an image config, where any other non-tar
+/// layer is an error.
+pub const COSIGN_PAYLOAD_LAYER_TYPES: &[&str] = &[
+    "application/vnd.dev.cosign.simplesigning.v1+json",
+    "application/vnd.dsse.envelope.v1+json",
+];
+
 /// Largest image config accepted.
 pub const MAX_CONFIG_SIZE: usize = 8 * 1024 * 1024;
 
@@ -783,7 +791,13 @@ impl Ctx<'_> {
                 for (i, it) in items.iter().enumerate() {
                     let p = item("$.layers", i);
                     if let Some(d) = self.descriptor(it, &p, r) {
-                        if is_image && d.media_type.layer_compression().is_none() {
+                        // cosign's signature and attestation manifests (at the
+                        // sha256-<hex>.sig/.att tags) carry an image config and one payload
+                        // layer per signature: documents, not layers to apply.
+                        if is_image
+                            && d.media_type.layer_compression().is_none()
+                            && !COSIGN_PAYLOAD_LAYER_TYPES.contains(&d.media_type.as_str())
+                        {
                             r.error(Rule::LayerMediaType, self.at(&field(&p, "mediaType")), format!("{} is not a layer type a runtime can apply (tar, tar+gzip, tar+zstd, or their Docker equivalents)", d.media_type));
                         }
                         layers.push(d);
@@ -1207,6 +1221,38 @@ mod tests {
         ] {
             assert!(check_stop_signal(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn cosign_payload_layers_pass_other_documents_do_not() {
+        let manifest = |layer_type: &str| {
+            serde_json::json!({
+                "schemaVersion": 2,
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "size": 2,
+                           "digest": EMPTY_DIGEST},
+                "layers": [{"mediaType": layer_type, "size": 2, "digest": EMPTY_DIGEST,
+                            "annotations": {"dev.cosignproject.cosign/signature": "MEUC"}}],
+            })
+            .to_string()
+        };
+        for ok in COSIGN_PAYLOAD_LAYER_TYPES {
+            let (report, _) = check_document(manifest(ok).as_bytes(), None, None, "sig");
+            assert!(
+                report.is_ok(),
+                "{ok}: {:?}",
+                report.errors().collect::<Vec<_>>()
+            );
+        }
+        let (report, _) =
+            check_document(manifest("application/json").as_bytes(), None, None, "other");
+        assert!(
+            report
+                .errors()
+                .any(|e| e.to_string().contains("layer-media-type")),
+            "{:?}",
+            report.errors().collect::<Vec<_>>()
+        );
     }
 
     #[test]

@@ -53,11 +53,19 @@ impl<'a> Source<'a> {
                         })?,
                     // Referrers (the builder's SBOM, what a copy wrote) are not images to
                     // choose between.
+                    // Nor are cosign's signature and attestation manifests, and cosign's
+                    // untagged entry of the image is the same image.
                     None => match index
                         .manifests
                         .iter()
+                        .filter(|d| !crate::signatures::is_cosign_entry(d))
                         .filter(|d| layout_subject(layout, &content_of(d)).is_none())
-                        .collect::<Vec<_>>()
+                        .fold(Vec::<&validator::Descriptor>::new(), |mut v, d| {
+                            if !v.iter().any(|e| e.digest == d.digest) {
+                                v.push(d);
+                            }
+                            v
+                        })
                         .as_slice()
                     {
                         [one] => *one,
@@ -100,6 +108,51 @@ impl<'a> Source<'a> {
                     },
                     bytes,
                 ))
+            }
+        }
+    }
+
+    /// The manifest or index at `tag` (a registry tag, a layout `ref.name`), if there is one.
+    pub(crate) async fn tagged(
+        &self,
+        tag: &str,
+    ) -> Result<Option<(Content, Bytes)>, TransferError> {
+        let t = Tag::parse(tag).map_err(|e| TransferError::BadReference {
+            input: tag.to_owned(),
+            reason: e.to_string(),
+        })?;
+        match self {
+            Source::Layout(layout) => {
+                let index = layout_index(layout)?;
+                let Some(entry) = index
+                    .manifests
+                    .iter()
+                    .rev()
+                    .find(|d| d.ref_name() == Some(tag))
+                else {
+                    return Ok(None);
+                };
+                let c = content_of(entry);
+                let bytes = self.document(&c).await?;
+                Ok(Some((c, bytes)))
+            }
+            Source::Registry(client, reference) => {
+                let tagged = reference.with_tag(t);
+                match client.get_manifest(&tagged).await {
+                    Ok((d, bytes)) => Ok(Some((
+                        Content {
+                            digest: d.digest,
+                            size: d.size,
+                            media_type: d.media_type,
+                        },
+                        bytes,
+                    ))),
+                    Err(e) if e.kind() == ClientErrorKind::NotFound => Ok(None),
+                    Err(source) => Err(TransferError::Registry {
+                        reference: tagged.to_string(),
+                        source,
+                    }),
+                }
             }
         }
     }
@@ -226,6 +279,31 @@ impl Dest {
                     })?;
                 Ok(())
             }
+        }
+    }
+
+    /// Writes one of cosign's manifests byte-exact under its tag (`sha256-<hex>.sig`, `.att`,
+    /// `.sbom`): a registry tag, or in a layout a tagged `index.json` entry with cosign's
+    /// `kind` annotation (and cosign's untagged entry of `image`), as `cosign save` writes.
+    pub(super) async fn put_cosign_tag(
+        &self,
+        client: &Client,
+        c: &Content,
+        bytes: &Bytes,
+        tag: &Tag,
+        image: &Content,
+    ) -> Result<(), TransferError> {
+        match self {
+            Dest::Layout(layout) => {
+                self.put_manifest(client, c, bytes, None).await?;
+                let kind = match crate::manage::tag_name_kind(tag.as_str()) {
+                    Some("signature") => crate::signatures::KIND_SIGS,
+                    Some("attestation") => crate::signatures::KIND_ATTS,
+                    _ => return update_index(layout, c, Some(tag), None),
+                };
+                crate::signatures::write_cosign_entries(layout, tag, kind, c, Some(image))
+            }
+            Dest::Registry(_) => self.put_manifest(client, c, bytes, Some(tag)).await,
         }
     }
 

@@ -13,7 +13,9 @@
 //! at most [`MAX_REFERRER_DEPTH`] levels deep. At a registry destination they are pushed by
 //! digest with [`Client::push_referrer`], which keeps the tag schema index where the registry
 //! has no API; at a layout destination each gets an untagged `index.json` entry with its
-//! `artifactType`, as oras writes one.
+//! `artifactType`, as oras writes one. cosign's `sha256-<hex>.sig|.att|.sbom` tags of the
+//! image's documents travel the same way, under the same tags (in a layout: tagged entries
+//! with cosign's `kind` annotation, which `cosign verify --local-image` reads).
 //!
 //! Guarantees:
 //! - Every manifest and index is read verified against its digest and passes
@@ -268,6 +270,15 @@ pub enum TransferError {
         /// What is missing or wrong.
         what: String,
     },
+    /// A signature or attestation document could not be built or read.
+    #[error("{what}")]
+    Trust {
+        /// What was being read or built.
+        what: String,
+        /// The cause.
+        #[source]
+        source: trust::SignatureError,
+    },
     /// The layout's index.json could not be updated.
     #[error("{path}: cannot update the index")]
     Index {
@@ -303,7 +314,8 @@ impl TransferError {
             | TransferError::DigestMismatch { .. }
             | TransferError::TooLarge { .. }
             | TransferError::TooDeep { .. }
-            | TransferError::BrokenSource { .. } => ErrorKind::Invalid,
+            | TransferError::BrokenSource { .. }
+            | TransferError::Trust { .. } => ErrorKind::Invalid,
             TransferError::Layout {
                 source: LayoutError::Ingest(e),
                 ..
@@ -341,8 +353,8 @@ fn blob_error_kind(e: &(dyn std::error::Error + 'static)) -> ErrorKind {
 pub struct CopyOptions {
     /// Copy only the manifest for this platform out of an index; it becomes the root.
     pub platform: Option<Platform>,
-    /// Copy the referrers of every manifest and index of the image too, recursively (default
-    /// true).
+    /// Copy the referrers of every manifest and index of the image too, recursively, and
+    /// cosign's `.sig`/`.att`/`.sbom` tags of them (default true).
     pub referrers: bool,
 }
 
@@ -464,6 +476,7 @@ pub async fn copy(
     }
     if opts.referrers {
         referrers::copy_referrers(client, &source, &dest, &order, &mut done, &mut report).await?;
+        referrers::copy_cosign_tags(client, &source, &dest, &order, &mut done, &mut report).await?;
     }
     if let Some(t) = &tag {
         dest.put_manifest(client, &root, &order[order.len() - 1].bytes, Some(t))

@@ -1,9 +1,11 @@
 //! Copying referrers: after an image graph is at the destination, the manifests whose `subject`
-//! names one of its documents follow, each with its own graph, then their referrers in turn.
+//! names one of its documents follow, each with its own graph, then their referrers in turn;
+//! and cosign's `sha256-<hex>.sig|.att|.sbom` tags of every document of the image, so
+//! signatures made in cosign's default (tag) mode travel with the image.
 
 use std::collections::{HashMap, HashSet};
 
-use validator::{Digest, Document};
+use validator::{Digest, Document, Tag};
 
 use super::endpoint::{Dest, Source, layout_index, layout_subject};
 use super::{Content, CopyReport, MAX_DOCUMENTS, Node, TransferError, checked, copy_blobs, walk};
@@ -162,6 +164,41 @@ pub(super) async fn copy_referrers(
             }
         }
         level = next;
+    }
+    Ok(())
+}
+
+/// Copies cosign's tags (`sha256-<hex>.sig`, `.att`, `.sbom`) of every document in `graph`
+/// that the source has: each tagged manifest's graph is checked, its blobs copied, and the
+/// manifest written under the same tag at the destination (after the image, before its tag).
+pub(super) async fn copy_cosign_tags(
+    client: &Client,
+    source: &Source<'_>,
+    dest: &Dest,
+    graph: &[Node],
+    done: &mut HashSet<Digest>,
+    report: &mut CopyReport,
+) -> Result<(), TransferError> {
+    for node in graph {
+        for tag in crate::inspect::cosign_tags(&node.content.digest) {
+            let Some((c, bytes)) = source.tagged(&tag).await? else {
+                continue;
+            };
+            let tag = Tag::parse(&tag).expect("a cosign tag is a valid tag");
+            let doc = checked(&c, &bytes)?;
+            let nodes = walk(source, c.clone(), bytes, doc).await?;
+            for n in &nodes {
+                copy_blobs(client, source, dest, n, done, report).await?;
+                if n.content.digest == c.digest {
+                    dest.put_cosign_tag(client, &n.content, &n.bytes, &tag, &node.content)
+                        .await?;
+                } else {
+                    dest.put_manifest(client, &n.content, &n.bytes, None)
+                        .await?;
+                }
+                report.referrers.push(n.content.clone());
+            }
+        }
     }
     Ok(())
 }
