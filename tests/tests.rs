@@ -19,6 +19,7 @@ mod registry_gc;
 mod registry_s3;
 mod registry_tls;
 mod smf;
+mod splice_e2e;
 mod transfer;
 mod util;
 mod validate_cli;
