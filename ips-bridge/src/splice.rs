@@ -11,6 +11,7 @@
 //! `pkg.csize`) and ignored.
 
 use std::io::{self, Read};
+use std::sync::mpsc::sync_channel;
 
 use flate2::{Crc, Decompress, FlushDecompress, Status};
 
@@ -33,6 +34,10 @@ pub trait GzipSink {
 }
 
 const BUF: usize = 64 * 1024;
+/// Content size (`pkg.size`) from which the content hash runs on a thread of its own.
+const HASH_THREAD_MIN: u64 = 256 * 1024;
+/// Content chunks queued for the hashing thread.
+const HASH_QUEUE: usize = 8;
 
 /// Gzip header flags (RFC 1952 §2.3.1).
 const FHCRC: u8 = 0x02;
@@ -119,19 +124,55 @@ impl PayloadHashes {
             pos: 0,
             end: 0,
         };
-        let mut content = self.uncompressed.alg.hasher();
-        let size = self
-            .walk_members(&mut input, &mut content, sink)
-            .map_err(|source| {
-                if source.kind() == io::ErrorKind::InvalidData {
-                    PayloadError::Gzip {
-                        name: self.name.clone(),
-                        source,
-                    }
-                } else {
-                    self.io(source)
+        let alg = self.uncompressed.alg;
+        // A large payload's content is hashed on a second thread while this one inflates it
+        // (the content hash is about as much work as the inflate); chunks are copied into
+        // recycled buffers, at most `HASH_QUEUE` of them waiting.
+        let threaded = self.size.is_some_and(|n| n >= HASH_THREAD_MIN);
+        let (walked, content) = std::thread::scope(|scope| {
+            if !threaded {
+                let mut h = alg.hasher();
+                let r = self.walk_members(&mut input, &mut |c| h.update(c), sink);
+                return (r, h);
+            }
+            let (tx, rx) = sync_channel::<Vec<u8>>(HASH_QUEUE);
+            let (free_tx, free_rx) = sync_channel::<Vec<u8>>(HASH_QUEUE + 2);
+            let hashing = scope.spawn(move || {
+                let mut h = alg.hasher();
+                for chunk in rx {
+                    h.update(&chunk);
+                    let _ = free_tx.try_send(chunk);
                 }
-            })?;
+                h
+            });
+            let r = self.walk_members(
+                &mut input,
+                &mut |c| {
+                    let mut v = free_rx.try_recv().unwrap_or_default();
+                    v.clear();
+                    v.extend_from_slice(c);
+                    // The thread only ends once `tx` is dropped.
+                    let _ = tx.send(v);
+                },
+                sink,
+            );
+            drop(tx);
+            let h = match hashing.join() {
+                Ok(h) => h,
+                Err(panic) => std::panic::resume_unwind(panic),
+            };
+            (r, h)
+        });
+        let size = walked.map_err(|source| {
+            if source.kind() == io::ErrorKind::InvalidData {
+                PayloadError::Gzip {
+                    name: self.name.clone(),
+                    source,
+                }
+            } else {
+                self.io(source)
+            }
+        })?;
         // What follows the last member is read for the stored hash and size, and ignored.
         io::copy(&mut input.inner, &mut io::sink()).map_err(|source| self.io(source))?;
         let stored = input.inner;
@@ -164,7 +205,7 @@ impl PayloadHashes {
     fn walk_members<R: Read>(
         &self,
         input: &mut Input<R>,
-        content: &mut crate::payload::Hasher,
+        content: &mut dyn FnMut(&[u8]),
         sink: &mut dyn GzipSink,
     ) -> io::Result<u64> {
         let mut out = vec![0u8; BUF];
@@ -191,7 +232,7 @@ impl PayloadHashes {
                 if produced > 0 {
                     let o = &out[..produced];
                     crc.update(o);
-                    content.update(o);
+                    content(o);
                     sink.content(o)?;
                     total += produced as u64;
                 }
