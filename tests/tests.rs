@@ -21,6 +21,7 @@ mod registry_s3;
 mod registry_tls;
 mod signing;
 mod smf;
+mod splice_e2e;
 mod transfer;
 mod util;
 mod validate_cli;

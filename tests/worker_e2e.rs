@@ -159,7 +159,7 @@ const ENTRYPOINT_MANIFEST: &str = "var/svc/manifest/site/rdctl-entrypoint.xml";
 /// are not compared (Linux has no lchmod, and umoci does not set symlink times). The
 /// provisioner's SMF manifest, and the directories made for it, are the only extra paths
 /// allowed in ours; the mtime of the image directory they were made in is not compared.
-fn assert_same_tree(what: &str, ours: &Path, theirs: &Path, owners: bool) {
+pub(crate) fn assert_same_tree(what: &str, ours: &Path, theirs: &Path, owners: bool) {
     let (mut a, ga) = tree(ours);
     let (mut b, gb) = tree(theirs);
     let smf = Path::new(ENTRYPOINT_MANIFEST);

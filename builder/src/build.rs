@@ -15,7 +15,7 @@ use validator::{
 
 use crate::BuildError;
 use crate::checks::check_set;
-use crate::compose::{Content, LimitWriter, Package, Tree, compose, parse_timestamp};
+use crate::compose::{Content, Package, Tree, compose, parse_timestamp};
 use crate::imagefile::{CompressionAlg, ImageFile, Layering};
 use crate::layercache::{LayerCache, layer_key};
 use crate::lock::Lockfile;
@@ -695,10 +695,11 @@ fn write_layer(
 }
 
 /// Streams one payload file into the tar: header from `pkg.size`, then the payload as the
-/// repository verifies it (gunzip → hash check), then padding. Without `pkg.size` the
-/// content is first spooled to a temporary file to learn its size.
+/// repository verifies it (gunzip → hash check, its stored deflate data spliced into a gzip
+/// layer, see [`Splice`]), then padding. Without `pkg.size` the content is first spooled to
+/// a temporary file to learn its size, and deflated again.
 fn write_file<W: Write>(
-    tar: &mut TarWriter<W>,
+    tar: &mut TarWriter<Reporting<'_, LayerStream<W>>>,
     path: &str,
     node: &crate::compose::Node,
     packages: &[Package<'_>],
@@ -732,13 +733,14 @@ fn write_file<W: Write>(
         Some(size) => {
             tar.header(path, Kind::File { size }, &node.meta)
                 .map_err(io_err)?;
-            let mut w = LimitWriter {
-                inner: tar.inner(),
+            let mut sink = Splice {
+                out: tar.inner(),
                 left: size,
+                spliced: false,
             };
             let n = pkg
                 .source
-                .payload(&pkg.fmri, action, &mut w)
+                .splice_payload(&pkg.fmri, action, &mut sink)
                 .map_err(payload_err)?;
             if n != size {
                 return Err(BuildError::PayloadSize {
@@ -765,6 +767,63 @@ fn write_file<W: Write>(
         }
     }
     Ok(())
+}
+
+/// Where a payload's gzip members go: the first one is spliced into a gzip layer as it is
+/// stored (only its content is hashed, for the DiffID); the content of any further member,
+/// and all content of a zstd layer, is written to the layer like any other bytes and
+/// compressed by rdctl (the fallback). No more than `pkg.size` bytes of content go into the
+/// tar entry (the payload's check then fails the build).
+struct Splice<'a, 'p, W: Write> {
+    out: &'a mut Reporting<'p, LayerStream<W>>,
+    left: u64,
+    spliced: bool,
+}
+
+impl<W: Write> Splice<'_, '_, W> {
+    fn take(&mut self, len: usize) -> std::io::Result<()> {
+        self.left = self
+            .left
+            .checked_sub(len as u64)
+            .ok_or_else(|| std::io::Error::other("payload content is longer than its pkg.size"))?;
+        Ok(())
+    }
+}
+
+impl<W: Write> ips_bridge::GzipSink for Splice<'_, '_, W> {
+    fn begin_member(&mut self, index: u64) -> std::io::Result<()> {
+        self.spliced = index == 0 && self.out.inner.begin_spliced()?;
+        Ok(())
+    }
+
+    fn deflated(&mut self, data: &[u8]) -> std::io::Result<()> {
+        if self.spliced {
+            self.out.inner.spliced_deflated(data)?;
+        }
+        Ok(())
+    }
+
+    fn content(&mut self, data: &[u8]) -> std::io::Result<()> {
+        self.take(data.len())?;
+        if self.spliced {
+            self.out.inner.spliced_content(data);
+            if let Some(p) = self.out.progress {
+                p.layer_bytes(data.len() as u64);
+            }
+            Ok(())
+        } else {
+            // Counted for the progress as `Reporting` writes them.
+            self.out.write_all(data)
+        }
+    }
+
+    fn end_member(&mut self, trailer: [u8; 8]) -> std::io::Result<()> {
+        if self.spliced {
+            self.out.inner.end_spliced(trailer)?;
+            self.spliced = false;
+        }
+        Ok(())
+    }
 }
 
 fn config_json(image: &ImageFile, layers: &[BuiltLayer], created: &str) -> Vec<u8> {

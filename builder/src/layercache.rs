@@ -29,7 +29,7 @@ use crate::tarball::LayerDigests;
 
 /// Bumped whenever the bytes of a layer change for the same inputs (tar header layout,
 /// compression scheme, ...).
-const FORMAT: &str = "rdctl-layer-cache-v1 pargz-128k";
+const FORMAT: &str = "rdctl-layer-cache-v2 pargz-128k spliced-payloads";
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Entry {

@@ -5,7 +5,8 @@ use std::io::Write;
 use std::path::Path;
 
 use ips_bridge::{
-    Action, DepotClient, FileRepo, Fmri, PackageRef, PackageRepository, PayloadCache, TlsSettings,
+    Action, DepotClient, FileRepo, Fmri, GzipSink, PackageRef, PackageRepository, PayloadCache,
+    TlsSettings,
 };
 
 use crate::imagefile::Origin;
@@ -77,6 +78,24 @@ impl Source {
         match &self.repo {
             Repo::File(r) => r.payload(package, action, out).map_err(|e| self.err(e)),
             Repo::Depot(d) => d.payload(package, action, out).map_err(|e| self.err(e)),
+        }
+    }
+
+    /// Streams the payload of `action` member by member into `sink`: raw deflate data and
+    /// verified content (see [`ips_bridge::GzipSink`]).
+    pub(crate) fn splice_payload(
+        &self,
+        package: &Fmri,
+        action: &Action,
+        sink: &mut dyn GzipSink,
+    ) -> Result<u64, SourceError> {
+        match &self.repo {
+            Repo::File(r) => r
+                .splice_payload(package, action, sink)
+                .map_err(|e| self.err(e)),
+            Repo::Depot(d) => d
+                .splice_payload(package, action, sink)
+                .map_err(|e| self.err(e)),
         }
     }
 }

@@ -8,7 +8,7 @@
 
 use std::io::{self, Write};
 
-use validator::{Algorithm, Digest, DigestingWriter};
+use validator::{Algorithm, Digest, Digester};
 
 use crate::imagefile::{Compression, CompressionAlg};
 use crate::pargz::ParGzEncoder;
@@ -262,9 +262,30 @@ impl<W: Write> Write for Encoder<W> {
 /// The stack behind a layer's tar stream: DiffID hashing, then compression into `W`. The
 /// compressed bytes are hashed by whoever stores them (a layout's
 /// [`validator::BlobWriter`]), so they are hashed once.
+///
+/// A gzip layer is a sequence of gzip members (RFC 1952 §2.2: "a gzip file consists of a
+/// series of members"). Bytes written with `Write` (tar headers, padding, generated files,
+/// payload content that cannot be spliced) are deflated into members of our own
+/// ([`ParGzEncoder`]); a payload's stored gzip member is spliced in as a member of its own
+/// ([`LayerStream::begin_spliced`]): a fixed header, the payload's raw deflate data as
+/// published, and its trailer, whose CRC-32 and ISIZE stay valid because the content is the
+/// same. Why members and not one deflate stream (zlib's `gzjoin`): joining raw deflate data
+/// into one stream means finding the payload's last block, clearing its final bit and
+/// realigning every following bit (or closing each piece with an empty stored block), which
+/// needs the payload inflated at the bit level on the way through; separate members need
+/// nothing but the byte offsets of the deflate data, which the verifying inflate hands out
+/// anyway, and every gzip reader we ship to reads them (flate2's `MultiGzDecoder`, Go's
+/// `compress/gzip` and klauspost's `pgzip` in multistream mode, their default; GNU gzip). The
+/// price is 18 bytes of header and trailer per member and a fresh window for each run of
+/// tar headers.
 pub(crate) struct LayerStream<W: Write> {
-    inner: DigestingWriter<Encoder<W>>,
+    enc: Encoder<W>,
+    diff_id: Digester,
 }
+
+/// The header of every spliced member: deflate, no flags, mtime 0, no extra flags, OS
+/// "unknown", whatever the payload's own header said (name, time, OS of the publisher).
+const SPLICED_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255];
 
 /// A layer's digests: what a finished layer stream and its blob produced.
 #[derive(Debug, Clone)]
@@ -297,32 +318,69 @@ impl<W: Write> LayerStream<W> {
             }
         };
         Ok(LayerStream {
-            inner: DigestingWriter::new(enc, Algorithm::Sha256),
+            enc,
+            diff_id: Digester::new(Algorithm::Sha256),
         })
+    }
+
+    /// Starts a spliced gzip member: ends our own member and writes the fixed header. Returns
+    /// `false` (and does nothing) when the layer is not gzip: the content then goes through
+    /// `Write` as usual. Between this and [`LayerStream::end_spliced`], only
+    /// [`LayerStream::spliced_deflated`] and [`LayerStream::spliced_content`] may be called.
+    pub(crate) fn begin_spliced(&mut self) -> io::Result<bool> {
+        match &mut self.enc {
+            Encoder::Gzip(e) => {
+                e.write_raw(&SPLICED_HEADER)?;
+                Ok(true)
+            }
+            Encoder::Zstd(_) => Ok(false),
+        }
+    }
+
+    /// Raw deflate data of the spliced member, written as it is.
+    pub(crate) fn spliced_deflated(&mut self, data: &[u8]) -> io::Result<()> {
+        match &mut self.enc {
+            Encoder::Gzip(e) => e.write_raw(data),
+            Encoder::Zstd(_) => Err(io::Error::other("no spliced member in a zstd layer")),
+        }
+    }
+
+    /// The spliced member's content: part of the tar stream, so it counts for the DiffID,
+    /// but it is not compressed again.
+    pub(crate) fn spliced_content(&mut self, data: &[u8]) {
+        self.diff_id.update(data);
+    }
+
+    /// Ends the spliced member with its trailer (CRC-32 and ISIZE of its content).
+    pub(crate) fn end_spliced(&mut self, trailer: [u8; 8]) -> io::Result<()> {
+        self.spliced_deflated(&trailer)
     }
 
     /// Flushes the compressor and returns the DiffID and the underlying writer.
     pub(crate) fn finish(self) -> io::Result<(Digest, W)> {
-        let (enc, diff_id, _) = self.inner.finish();
-        let out = match enc {
+        let out = match self.enc {
             Encoder::Gzip(e) => e.finish()?,
             Encoder::Zstd(e) => e.finish()?,
         };
-        Ok((diff_id, out))
+        Ok((self.diff_id.finish(), out))
     }
 }
 
 impl<W: Write> Write for LayerStream<W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.inner.write(buf)
+        let n = self.enc.write(buf)?;
+        self.diff_id.update(&buf[..n]);
+        Ok(n)
     }
     fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
+        self.enc.flush()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::io::Read;
+
     use super::*;
 
     fn meta() -> Meta {
@@ -438,6 +496,94 @@ mod tests {
         );
         assert!(report.is_ok(), "{report:?}");
         assert_eq!(summary.entries, 6);
+    }
+
+    /// A payload stored the way pkg stores it: one gzip member at level 9.
+    fn stored_payload(content: &[u8]) -> Vec<u8> {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        e.write_all(content).unwrap();
+        e.finish().unwrap()
+    }
+
+    /// Writes `files` as a tar into a gzip layer, splicing each payload's deflate data.
+    fn spliced_layer(files: &[(&str, Vec<u8>)], threads: u32) -> (Digest, Vec<u8>, Vec<u8>) {
+        let mut tar = TarWriter::new(
+            LayerStream::new(
+                Vec::new(),
+                Compression {
+                    algorithm: CompressionAlg::Gzip,
+                    level: 6,
+                },
+                threads,
+            )
+            .unwrap(),
+        );
+        let mut plain = TarWriter::new(Vec::new());
+        for (path, content) in files {
+            let size = content.len() as u64;
+            tar.header(path, Kind::File { size }, &meta()).unwrap();
+            plain.header(path, Kind::File { size }, &meta()).unwrap();
+            plain.inner().write_all(content).unwrap();
+            // What the build's sink does with a payload's one member.
+            let stored = stored_payload(content);
+            let s = tar.inner();
+            assert!(s.begin_spliced().unwrap());
+            s.spliced_deflated(&stored[10..stored.len() - 8]).unwrap();
+            s.spliced_content(content);
+            s.end_spliced(stored[stored.len() - 8..].try_into().unwrap())
+                .unwrap();
+            tar.pad(size).unwrap();
+            plain.pad(size).unwrap();
+        }
+        let (diff_id, bytes) = tar.finish().unwrap().finish().unwrap();
+        (diff_id, bytes, plain.finish().unwrap())
+    }
+
+    #[test]
+    fn spliced_payloads_make_a_valid_reproducible_layer() {
+        let text: Vec<u8> = (0..200_000u32)
+            .flat_map(|i| format!("{}\n", i % 4099).into_bytes())
+            .collect();
+        let files = vec![
+            ("a/empty", Vec::new()),
+            ("a/text", text.clone()),
+            ("a/short", b"hello".to_vec()),
+        ];
+        let (diff_id, bytes, tar) = spliced_layer(&files, 1);
+        let (_, four, _) = spliced_layer(&files, 4);
+        assert!(bytes == four, "output independent of threads");
+        assert_eq!(diff_id, Digest::sha256(&tar));
+        // The payloads' deflate data is in the layer as it was stored.
+        let body = stored_payload(&text);
+        let body = &body[10..body.len() - 8];
+        assert!(bytes.windows(body.len()).any(|w| w == body));
+        let mut got = Vec::new();
+        flate2::read::MultiGzDecoder::new(&bytes[..])
+            .read_to_end(&mut got)
+            .unwrap();
+        assert!(got == tar);
+        // Our validator reads every member and agrees on the DiffID.
+        let desc = validator::Descriptor {
+            media_type: validator::MediaType::OciLayerGzip,
+            digest: Digest::sha256(&bytes),
+            size: bytes.len() as u64,
+            platform: None,
+            annotations: Default::default(),
+            artifact_type: None,
+            data: None,
+            urls: Vec::new(),
+        };
+        let mut report = validator::Report::new();
+        let summary = validator::check_layer(
+            &bytes[..],
+            &desc,
+            Some(&diff_id),
+            &validator::LayerLimits::default(),
+            "layer",
+            &mut report,
+        );
+        assert!(report.is_ok(), "{report:?}");
+        assert_eq!(summary.entries, 3);
     }
 
     #[test]

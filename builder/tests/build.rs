@@ -152,7 +152,7 @@ struct Entry {
 
 fn read_layer(layout: &Path, digest: &Digest) -> BTreeMap<String, Entry> {
     let f = fs::File::open(layout.join("blobs/sha256").join(digest.encoded())).unwrap();
-    let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(f));
+    let mut ar = tar::Archive::new(flate2::read::MultiGzDecoder::new(f));
     let mut out = BTreeMap::new();
     let mut order = Vec::new();
     for e in ar.entries().unwrap() {
@@ -1129,7 +1129,7 @@ fn progress_follows_every_layer_and_counts_its_bytes() {
                 .unwrap()
                 .blob_path(&layer.digest);
             let mut raw = Vec::new();
-            flate2::read::GzDecoder::new(fs::File::open(blob).unwrap())
+            flate2::read::MultiGzDecoder::new(fs::File::open(blob).unwrap())
                 .read_to_end(&mut raw)
                 .unwrap();
             raw.len() as u64

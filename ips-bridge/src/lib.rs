@@ -76,6 +76,7 @@ mod manifest;
 mod mediator;
 mod payload;
 mod repo;
+mod splice;
 mod variant;
 mod version;
 
@@ -109,5 +110,6 @@ pub use payload::{
     VerifyingReader, compress, hash_hex,
 };
 pub use repo::{FileRepo, MAX_METADATA_BYTES, PackageRef, PackageRepository, RepoError};
+pub use splice::GzipSink;
 pub use variant::ImageFilter;
 pub use version::{DEFAULT_BUILD, DotSequence, Timestamp, Version, VersionError};

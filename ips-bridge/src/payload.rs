@@ -375,7 +375,7 @@ impl PayloadHashes {
         }
     }
 
-    fn compare(&self, e: &ExpectedHash, actual: String) -> Result<(), PayloadError> {
+    pub(crate) fn compare(&self, e: &ExpectedHash, actual: String) -> Result<(), PayloadError> {
         if actual == e.hex {
             Ok(())
         } else {
@@ -388,7 +388,7 @@ impl PayloadHashes {
         }
     }
 
-    fn io(&self, source: io::Error) -> PayloadError {
+    pub(crate) fn io(&self, source: io::Error) -> PayloadError {
         PayloadError::Io {
             name: self.name.clone(),
             source,
@@ -401,11 +401,11 @@ fn checked_hex(h: &str, alg: HashAlg) -> Option<String> {
         .then(|| h.to_ascii_lowercase())
 }
 
-struct HashingReader<R> {
-    inner: R,
+pub(crate) struct HashingReader<R> {
+    pub(crate) inner: R,
     /// The compressed hash being checked, if any, and its running hash.
-    hasher: Option<(ExpectedHash, Hasher)>,
-    count: u64,
+    pub(crate) hasher: Option<(ExpectedHash, Hasher)>,
+    pub(crate) count: u64,
 }
 
 impl<R: Read> Read for HashingReader<R> {

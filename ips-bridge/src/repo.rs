@@ -499,6 +499,26 @@ impl FileRepo {
         self.read_payload(package, action, Check::Content, out)
     }
 
+    /// [`FileRepo::fetch_payload`] member by member: the stored gzip members' raw deflate data
+    /// and the verified content go to `sink` (see [`PayloadHashes::splice_checked`]). On
+    /// error, whatever `sink` received must be discarded.
+    pub fn splice_payload(
+        &self,
+        package: &Fmri,
+        action: &Action,
+        sink: &mut dyn crate::GzipSink,
+    ) -> Result<u64, RepoError> {
+        let (hashes, path, file) = self.open_payload(package, action)?;
+        hashes
+            .splice_checked(Check::Content, BufReader::new(file), sink)
+            .map_err(|source| RepoError::Payload {
+                fmri: package.to_string(),
+                action: action_name(action),
+                path,
+                source: Box::new(source),
+            })
+    }
+
     fn read_payload<W: Write>(
         &self,
         package: &Fmri,

@@ -635,6 +635,43 @@ impl DepotClient {
         })
     }
 
+    /// The payload of `action` member by member into `sink` (see
+    /// [`PayloadHashes::splice_checked`]): through the cache when there is one (content
+    /// checked), else straight from the depot (every hash checked). On error, whatever `sink`
+    /// received must be discarded.
+    pub fn splice_payload(
+        &self,
+        package: &Fmri,
+        action: &Action,
+        sink: &mut dyn crate::GzipSink,
+    ) -> Result<u64, DepotError> {
+        let what = format!("{} {}", action.kind(), action.key().unwrap_or("?"));
+        let payload_err = |source: Box<dyn std::error::Error + Send + Sync>| DepotError::Payload {
+            fmri: package.to_string(),
+            action: what.clone(),
+            source,
+        };
+        let hashes = PayloadHashes::from_action(action).map_err(|e| payload_err(Box::new(e)))?;
+        match &self.cache {
+            Some(cache) => {
+                let path = self.fetch_payload(cache, package, action)?;
+                let file = File::open(&path).map_err(|e| payload_err(Box::new(e)))?;
+                hashes
+                    .splice_checked(Check::Content, io::BufReader::new(file), sink)
+                    .map_err(|e| payload_err(Box::new(e)))
+            }
+            None => {
+                let v = self.negotiate("file", &[0, 1])?;
+                let url = self.op_url(package.publisher(), "file", v, &quote(&hashes.name));
+                let resp = self.request(&url, false)?;
+                let reader = resp.into_body().into_with_config().reader();
+                hashes
+                    .splice_checked(Check::Stored, io::BufReader::new(reader), sink)
+                    .map_err(|e| payload_err(Box::new(e)))
+            }
+        }
+    }
+
     /// Fetches every payload a manifest needs (file and license actions) into the cache.
     pub fn fetch_all(
         &self,
