@@ -57,21 +57,8 @@ written).")]
 /// Arguments of `rdctl registry reindex`: the store, as for `rdctl registry gc`.
 #[derive(Debug, clap::Args)]
 pub struct ReindexArgs {
-    /// TOML configuration file (the registry's).
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
-    /// Data directory of the filesystem store [default: ./registry-data].
-    #[arg(long, value_name = "DIR")]
-    data: Option<PathBuf>,
-    /// S3 endpoint of the store (needs --s3-bucket).
-    #[arg(long, value_name = "URL")]
-    s3_endpoint: Option<String>,
-    /// S3 bucket.
-    #[arg(long, value_name = "NAME")]
-    s3_bucket: Option<String>,
-    /// Key prefix inside the S3 bucket.
-    #[arg(long, value_name = "P")]
-    s3_prefix: Option<String>,
+    #[command(flatten)]
+    store: StoreArgs,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -81,21 +68,8 @@ pub struct ReindexArgs {
 /// and flags as `rdctl registry serve`; the policy defaults come from the file's `[gc]` table.
 #[derive(Debug, clap::Args)]
 pub struct GcArgs {
-    /// TOML configuration file (the registry's).
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
-    /// Data directory of the filesystem store [default: ./registry-data].
-    #[arg(long, value_name = "DIR")]
-    data: Option<PathBuf>,
-    /// S3 endpoint of the store (needs --s3-bucket).
-    #[arg(long, value_name = "URL")]
-    s3_endpoint: Option<String>,
-    /// S3 bucket.
-    #[arg(long, value_name = "NAME")]
-    s3_bucket: Option<String>,
-    /// Key prefix inside the S3 bucket.
-    #[arg(long, value_name = "P")]
-    s3_prefix: Option<String>,
+    #[command(flatten)]
+    store: StoreArgs,
     /// Report what would be deleted; delete and write nothing.
     #[arg(long)]
     dry_run: bool,
@@ -118,12 +92,26 @@ pub struct ServeArgs {
     /// Address to listen on [default: 127.0.0.1:5000].
     #[arg(long, value_name = "ADDR:PORT")]
     listen: Option<SocketAddr>,
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Refuse DELETE of manifests, tags and blobs (405 UNSUPPORTED).
+    #[arg(long)]
+    disable_delete: bool,
+    /// Log as JSON lines instead of text.
+    #[arg(long)]
+    log_json: bool,
+}
+
+/// Where the registry's configuration and store are: the same flags for `serve`, `gc` and
+/// `reindex`, overriding the config file and `RDCTL_REGISTRY_*` environment variables.
+#[derive(Debug, clap::Args)]
+pub struct StoreArgs {
+    /// TOML configuration file (the registry's).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// Data directory of the filesystem store [default: ./registry-data].
     #[arg(long, value_name = "DIR")]
     data: Option<PathBuf>,
-    /// TOML configuration file.
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
     /// Store everything in this S3 endpoint instead of a directory (needs --s3-bucket).
     #[arg(long, value_name = "URL")]
     s3_endpoint: Option<String>,
@@ -133,12 +121,27 @@ pub struct ServeArgs {
     /// Key prefix inside the S3 bucket.
     #[arg(long, value_name = "P")]
     s3_prefix: Option<String>,
-    /// Refuse DELETE of manifests, tags and blobs (405 UNSUPPORTED).
-    #[arg(long)]
-    disable_delete: bool,
-    /// Log as JSON lines instead of text.
-    #[arg(long)]
-    log_json: bool,
+}
+
+impl StoreArgs {
+    /// The configuration file (or defaults and environment) with these flags applied.
+    fn load(self) -> anyhow::Result<registry::ServeConfig> {
+        let mut config = registry::ServeConfig::load(self.config.as_deref())
+            .context("loading the registry configuration")?;
+        if let Some(data) = self.data {
+            config.data = data;
+        }
+        if self.s3_endpoint.is_some() {
+            config.s3_endpoint = self.s3_endpoint;
+        }
+        if self.s3_bucket.is_some() {
+            config.s3_bucket = self.s3_bucket;
+        }
+        if self.s3_prefix.is_some() {
+            config.s3_prefix = self.s3_prefix;
+        }
+        Ok(config)
+    }
 }
 
 /// Runs a registry subcommand.
@@ -151,20 +154,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
 }
 
 fn reindex(args: ReindexArgs) -> anyhow::Result<ExitCode> {
-    let mut config = registry::ServeConfig::load(args.config.as_deref())
-        .context("loading the registry configuration")?;
-    if let Some(data) = args.data {
-        config.data = data;
-    }
-    if args.s3_endpoint.is_some() {
-        config.s3_endpoint = args.s3_endpoint;
-    }
-    if args.s3_bucket.is_some() {
-        config.s3_bucket = args.s3_bucket;
-    }
-    if args.s3_prefix.is_some() {
-        config.s3_prefix = args.s3_prefix;
-    }
+    let config = args.store.load()?;
     let store = config.open_store().context("opening the registry store")?;
     let where_ = match (&config.s3_endpoint, &config.s3_bucket) {
         (Some(e), Some(b)) => format!("s3 bucket {b} at {e}"),
@@ -186,20 +176,7 @@ fn reindex(args: ReindexArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
-    let mut config = registry::ServeConfig::load(args.config.as_deref())
-        .context("loading the registry configuration")?;
-    if let Some(data) = args.data {
-        config.data = data;
-    }
-    if args.s3_endpoint.is_some() {
-        config.s3_endpoint = args.s3_endpoint;
-    }
-    if args.s3_bucket.is_some() {
-        config.s3_bucket = args.s3_bucket;
-    }
-    if args.s3_prefix.is_some() {
-        config.s3_prefix = args.s3_prefix;
-    }
+    let config = args.store.load()?;
     let mut opts = config.gc.options.clone();
     if let Some(g) = args.grace {
         opts.grace = g;
@@ -280,22 +257,9 @@ fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
 
 fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     crate::logging::init(args.log_json);
-    let mut config = registry::ServeConfig::load(args.config.as_deref())
-        .context("loading the registry configuration")?;
+    let mut config = args.store.load()?;
     if let Some(listen) = args.listen {
         config.listen = listen;
-    }
-    if let Some(data) = args.data {
-        config.data = data;
-    }
-    if args.s3_endpoint.is_some() {
-        config.s3_endpoint = args.s3_endpoint;
-    }
-    if args.s3_bucket.is_some() {
-        config.s3_bucket = args.s3_bucket;
-    }
-    if args.s3_prefix.is_some() {
-        config.s3_prefix = args.s3_prefix;
     }
     if args.disable_delete {
         config.delete_enabled = false;
