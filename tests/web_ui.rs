@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 
+use crate::builder_e2e::{TOOL_BIN, image_file, publish_fixture};
+use crate::ips_cli::Depot;
 use crate::package_search::{CORE, TOOL_21, TOOL_22, images, push, put_blob, put_manifest};
 use crate::registry_e2e::http;
 use crate::util::{Server, ok, rdctl, root, s, tail, tempdir};
@@ -145,6 +147,25 @@ fn hostile_image(reg: &Server, repo: &str) -> String {
     put_manifest(reg, repo, "1.0", &m)
 }
 
+/// demo/tool 2.1 over system/core built with one layer per package (the config history names
+/// each layer's package); the OCI layout, tagged 1.0.
+fn per_package_image(dir: &Path) -> PathBuf {
+    let repo = publish_fixture(dir, TOOL_BIN);
+    let depot = Depot::start(&repo, dir);
+    let work = dir.join("layered");
+    fs::create_dir_all(&work).unwrap();
+    let image = work.join("image.toml");
+    let text = format!(
+        "{}\n[layering]\nstrategy = \"per-package\"\n",
+        image_file(&depot.url)
+    );
+    fs::write(&image, text).unwrap();
+    ok(rdctl().args(["lock", s(&image)]));
+    let out = work.join("out");
+    ok(rdctl().args(["build", s(&image), "--output", s(&out)]));
+    out
+}
+
 #[test]
 fn pages_in_a_browser_follow_catalog_repository_image_search() {
     chromium();
@@ -176,6 +197,11 @@ fn pages_in_a_browser_follow_catalog_repository_image_search() {
         &format!("{host}/zones/app:2.0"),
     ]));
     let hostile = hostile_image(&reg, "xss/app");
+    push(
+        &per_package_image(d),
+        &format!("{host}/zones/layered:1.0"),
+        &[],
+    );
 
     // `/` redirects to the repositories.
     let (dom, took) = dump_dom(&profile, &format!("{base}/"));
@@ -255,6 +281,26 @@ fn pages_in_a_browser_follow_catalog_repository_image_search() {
     screenshot(&profile, &image_url, "image", 1200, 1400);
     let phone = screenshot(&profile, &image_url, "image-phone", 390, 1600);
 
+    // Layers built one per package: each layer's row names its package, linked to the search.
+    let (dom, _) = dump_dom(&profile, &format!("{base}/ui/r/zones/layered:1.0"));
+    let layers = &dom[dom.find("<h2>Layers</h2>").expect("a layers table")..];
+    let layers = &layers[..layers.find("</table>").unwrap()];
+    assert_eq!(layers.matches("<tr><td>").count(), 3, "{layers}");
+    for want in [TOOL_21, CORE, "files the build generated"] {
+        assert!(layers.contains(want), "{want}: {layers}");
+    }
+    assert!(
+        layers.contains("href=\"/ui/search?name=system%2Fcore\""),
+        "{layers}"
+    );
+    screenshot(
+        &profile,
+        &format!("{base}/ui/r/zones/layered:1.0"),
+        "image-layers",
+        1200,
+        1400,
+    );
+
     // Image → package search (the package's link) → the other image.
     let search = link(&dom, "/ui/search?name=demo%2Ftool");
     let (dom, took) = dump_dom(&profile, &format!("{base}{search}"));
@@ -311,8 +357,8 @@ fn pages_in_a_browser_follow_catalog_repository_image_search() {
         assert_eq!(get(&reg, p, None).0, 404, "{p}");
     }
 
-    // The phone screenshot is the one docs/getting-started.md shows (docs/img/registry-ui.png
-    // is copied from it by hand when the pages change).
+    // docs/getting-started.md shows image-layers.png (docs/img/registry-ui.png is copied from
+    // it by hand when the pages change).
     assert!(fs::metadata(phone).unwrap().len() > 1000);
 }
 
@@ -335,16 +381,26 @@ fn a_thousand_tags_render_in_under_a_second() {
         assert_eq!(st, 200);
         body
     };
-    for i in 0..1000 {
-        let (st, _, body) = http(
-            reg.addr,
-            "PUT",
-            &format!("/v2/{repo}/manifests/t{i:04}"),
-            &[("content-type", "application/vnd.oci.image.manifest.v1+json")],
-            &m,
-        );
-        assert_eq!(st, 201, "{}", String::from_utf8_lossy(&body));
-    }
+    // Eight clients at once (the tag index takes concurrent conditional writes).
+    let start = Instant::now();
+    std::thread::scope(|scope| {
+        for w in 0..8 {
+            let (m, addr) = (&m, reg.addr);
+            scope.spawn(move || {
+                for i in (w..1000).step_by(8) {
+                    let (st, _, body) = http(
+                        addr,
+                        "PUT",
+                        &format!("/v2/{repo}/manifests/t{i:04}"),
+                        &[("content-type", "application/vnd.oci.image.manifest.v1+json")],
+                        m,
+                    );
+                    assert_eq!(st, 201, "{}", String::from_utf8_lossy(&body));
+                }
+            });
+        }
+    });
+    println!("1,000 tags pushed in {:?}", start.elapsed());
     let path = format!("/v2/{repo}/tags/list");
     let (_, _, body) = get(&reg, &path, None);
     let tags: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -516,6 +572,10 @@ fn pages_show_only_what_the_caller_may_pull() {
     let (st, h, _) = get(&reg, "/ui/login", Some(&alice));
     assert_eq!(st, 303);
     assert_eq!(header(&h, "location"), Some("/ui/"));
+    let (st, h, _) = get(&reg, "/ui/login?next=/ui/search", Some(&alice));
+    assert_eq!((st, header(&h, "location")), (303, Some("/ui/search")));
+    let (st, h, _) = get(&reg, "/ui/login?next=//evil.example/", Some(&alice));
+    assert_eq!((st, header(&h, "location")), (303, Some("/ui/")));
     let (st, h, _) = get(&reg, "/ui/", Some(&basic("alice", "wrong")));
     assert_eq!(st, 401);
     assert!(
@@ -540,6 +600,7 @@ fn pages_show_only_what_the_caller_may_pull() {
 /// credentials; an ACL with no anonymous rule makes every page ask for them.
 #[test]
 fn with_token_auth_pages_take_basic_credentials() {
+    chromium();
     let imgs = images();
     let dir = tempdir();
     let d = dir.path();
@@ -581,6 +642,23 @@ fn with_token_auth_pages_take_basic_credentials() {
     );
     assert_eq!(get(&reg, "/ui/r/team-y/app", Some(&alice)).0, 404);
     assert_eq!(get(&reg, "/ui/r/team-x/app:1.0", Some(&alice)).0, 200);
+
+    // In the browser: Chromium answers the Basic challenge with the URL's credentials, and
+    // alice sees team-x, never team-y, on the repositories and the search.
+    let profile = d.join("chromium");
+    let (dom, _) = dump_dom(&profile, &format!("http://alice:alice-pw@{host}/ui/"));
+    assert!(dom.contains("Signed in as <strong>alice</strong>"), "{dom}");
+    assert!(
+        dom.contains("/ui/r/team-x/app") && !dom.contains("team-y"),
+        "{dom}"
+    );
+    let (dom, _) = dump_dom(
+        &profile,
+        &format!("http://alice:alice-pw@{host}/ui/search?name=tool"),
+    );
+    let old = &imgs.old.1;
+    assert!(dom.contains(&format!("/ui/r/team-x/app@{old}")), "{dom}");
+    assert!(!dom.contains("team-y"), "{dom}");
 }
 
 #[test]

@@ -90,6 +90,7 @@ table{border-collapse:collapse;width:100%}
 th,td{text-align:left;padding:.35rem .6rem;border-bottom:1px solid #d0d7de;vertical-align:top}
 th{background:#f6f8fa;white-space:nowrap}
 td{overflow-wrap:anywhere}
+td ul{margin:0;padding-left:1.1rem}
 code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.9em}
 form{display:flex;flex-wrap:wrap;gap:.5rem;align-items:end;margin:0 0 1rem}
 label{display:flex;flex-direction:column;font-size:.9rem}

@@ -175,14 +175,23 @@ async fn catalog(
     )
 }
 
-/// `GET /ui/login`: a 401 Basic challenge until the browser sends credentials, then back to
-/// the repositories.
-async fn login(State(state): State<AppState>, headers: HeaderMap) -> Response {
+/// `GET /ui/login[?next=/ui/...]`: a 401 Basic challenge until the browser sends
+/// credentials, then on to `next` (a page of this UI only) or the repositories.
+async fn login(
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let p = params(query.as_deref());
+    // Only a path of these pages: never another host (`//host`, `/\host`).
+    let next = param(&p, "next")
+        .filter(|n| n.starts_with("/ui/") && !n.contains("//") && !n.contains('\\'))
+        .unwrap_or("/ui/");
     match Viewer::of(&state, &headers).await {
         Ok(v) if matches!(v.who(), Who::Anonymous) => {
             crate::auth::http::ui_login_challenge(&state).unwrap_or_else(|| not_found(&v))
         }
-        Ok(_) => Redirect::to("/ui/").into_response(),
+        Ok(_) => Redirect::to(next).into_response(),
         Err(r) => r,
     }
 }
@@ -327,8 +336,8 @@ async fn read_manifest(repos: &Repos, limit: u64, d: &Digest) -> ApiResult<Optio
 }
 
 fn platform_of(v: &Value) -> Option<String> {
-    let os = v.get("os")?.as_str()?;
-    let arch = v.get("architecture")?.as_str()?;
+    let os = v.get("os")?.as_str().filter(|s| !s.is_empty())?;
+    let arch = v.get("architecture")?.as_str().filter(|s| !s.is_empty())?;
     Some(match v.get("variant").and_then(Value::as_str) {
         Some(var) => format!("{os}/{arch}/{var}"),
         None => format!("{os}/{arch}"),
@@ -430,6 +439,20 @@ fn is_signature(artifact_type: &str) -> bool {
         || artifact_type.contains("notary")
 }
 
+/// Whether `t` is one of cosign's tags (`sha256-<64 hex>.sig`, `.att`, `.sbom`).
+fn is_cosign_tag(t: &str) -> bool {
+    let Some((base, suffix)) = t.rsplit_once('.') else {
+        return false;
+    };
+    matches!(suffix, "sig" | "att" | "sbom")
+        && base.strip_prefix("sha256-").is_some_and(|hex| {
+            hex.len() == 64
+                && hex
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        })
+}
+
 /// cosign's tag for a subject's signatures: `sha256-<hex>.sig`.
 fn cosign_tag(d: &Digest, suffix: &str) -> String {
     format!("{}-{}.{suffix}", d.algorithm().as_str(), d.encoded())
@@ -452,14 +475,17 @@ async fn repository(
     if !repos.exists(name).await? {
         return Ok(None);
     }
-    let all = repos.tag_map(name).await?;
-    let tag_names: BTreeSet<&str> = all.iter().map(|(t, _)| t.as_str()).collect();
+    let everything = repos.tag_map(name).await?;
+    let tag_names: BTreeSet<&str> = everything.iter().map(|(t, _)| t.as_str()).collect();
+    // cosign's signature, attestation and SBOM tags are listed with their image (on its page,
+    // as referrers), not as tags of their own.
+    let (cosign, all): (Vec<_>, Vec<_>) = everything.iter().partition(|(t, _)| is_cosign_tag(t));
     let start = last.map_or(0, |l| all.partition_point(|(t, _)| t.as_str() <= l));
     let rows = &all[start..];
     let more = rows.len() > PAGE;
     let rows = &rows[..rows.len().min(PAGE)];
     // Each distinct manifest of the page is read once, however many tags point at it.
-    let digests: BTreeSet<Digest> = rows.iter().map(|(_, d)| d.clone()).collect();
+    let digests: BTreeSet<Digest> = rows.iter().map(|(_, d)| (*d).clone()).collect();
     let tag_names = &tag_names;
     let facts: Vec<ApiResult<(Digest, Option<Summary>, bool)>> =
         futures_util::stream::iter(digests)
@@ -497,7 +523,7 @@ async fn repository(
         .collect();
     Ok(Some((
         name.to_string(),
-        pages::repository(name, all.len(), &rows, more, now()),
+        pages::repository(name, all.len(), cosign.len(), &rows, more, now()),
     )))
 }
 
@@ -693,6 +719,10 @@ mod tests {
     fn cosign_tags_and_kinds() {
         let d = Digest::sha256(b"x");
         assert_eq!(cosign_tag(&d, "sig"), format!("sha256-{}.sig", d.encoded()));
+        assert!(is_cosign_tag(&cosign_tag(&d, "sig")));
+        assert!(is_cosign_tag(&cosign_tag(&d, "att")));
+        assert!(!is_cosign_tag("sha256-abc.sig"));
+        assert!(!is_cosign_tag("1.0"));
         assert_eq!(
             kind_of("application/vnd.dev.cosign.artifact.sig.v1+json"),
             "signature"

@@ -84,6 +84,7 @@ pub(crate) fn catalog(q: &str, rows: &[String], more: bool) -> String {
 pub(crate) fn repository(
     name: &Name,
     total: usize,
+    cosign: usize,
     rows: &[TagRow],
     more: bool,
     now: u64,
@@ -91,8 +92,13 @@ pub(crate) fn repository(
     let mut h = Html::default();
     let _ = write!(
         h,
-        "<p class=\"muted\">{total} tag{}. Pull with <code>rdctl pull HOST/{}:TAG</code>.</p>",
+        "<p class=\"muted\">{total} tag{}{}. Pull with <code>rdctl pull HOST/{}:TAG</code>.</p>",
         if total == 1 { "" } else { "s" },
+        match cosign {
+            0 => String::new(),
+            1 => " (and 1 cosign tag, shown with its image)".to_owned(),
+            n => format!(" (and {n} cosign tags, shown with their images)"),
+        },
         Esc(name.as_str())
     );
     if rows.is_empty() {
@@ -427,7 +433,13 @@ fn layers(h: &mut Html, v: &ImageView<'_>) {
             .filter(|w| w.starts_with("pkg:/"))
             .collect();
         if fmris.is_empty() {
-            h.text(if contents.is_empty() { "—" } else { contents });
+            // The builder's words for a layer that is not one package's.
+            h.text(match contents {
+                "" => "—",
+                "image" => "the whole image: every package below",
+                "generated" => "files the build generated (no package owns them)",
+                other => other,
+            });
         } else {
             h.raw("<ul>");
             for f in fmris {
