@@ -102,6 +102,8 @@ dl{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem;margin:0}
 dt{font-weight:600}
 dd{margin:0;overflow-wrap:anywhere}
 nav.pages{margin:1rem 0}
+.skip{position:absolute;left:-100vw;top:0;background:#fff;color:#0b57a4;padding:.5rem}
+.skip:focus{left:0;z-index:1}
 @media (max-width:40rem){dl{grid-template-columns:1fr}dd{margin-bottom:.4rem}}
 ";
 
@@ -126,7 +128,7 @@ pub(crate) fn page(title: &str, who: Who<'_>, body: &str) -> String {
             let _ = write!(h, "<span>Signed in as <strong>{}</strong></span>", Esc(u));
         }
     }
-    h.raw("</header><main><h1>");
+    h.raw("</header><main id=\"main\"><h1>");
     h.text(title).raw("</h1>");
     let _ = h.write_str(body);
     h.raw("</main></body></html>\n");
