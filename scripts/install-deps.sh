@@ -23,7 +23,8 @@
 #                               only when its stamp differs from the pin or its binary is gone
 #   .cache/go, .cache/pip       Go module/build caches and pip cache, reused across runs
 # Debian packages (skopeo, umoci 0.4.7, zstd, pigz, docker-registry = CNCF distribution 2.8.2,
-# openssl: the client auth tests make their CA, certificates and token-signing certificate)
+# openssl: the client auth tests make their CA, certificates and token-signing certificate;
+# chromium: tests/web_ui.rs loads the registry's web pages in headless Chromium)
 # are installed with apt only when one is missing; apt-get update runs only then.
 set -euo pipefail
 
@@ -34,7 +35,7 @@ STAMPS="$TOOLS/stamps"
 CACHE="$ROOT/.cache"
 
 # ---- pins (keep in sync with the design's "Real peers used in tests") --------------------
-APT_PKGS=(skopeo umoci zstd pigz docker-registry openssl)
+APT_PKGS=(skopeo umoci zstd pigz docker-registry openssl chromium)
 CRANE_PKG=github.com/google/go-containerregistry/cmd/crane
 CRANE_VER=v0.22.1
 ORAS_PKG=oras.land/oras/cmd/oras
@@ -206,6 +207,7 @@ check skopeo skopeo --version
 check umoci umoci --version
 check zstd zstd --version
 check pigz pigz --version
+check chromium chromium --version
 check crane sh -c "'$BIN/crane' version"
 want_mod "$BIN/crane" github.com/google/go-containerregistry "$CRANE_VER"
 check oras sh -c "'$BIN/oras' version | grep -i '^version' || '$BIN/oras' version"

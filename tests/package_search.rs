@@ -18,9 +18,9 @@ use crate::ips_cli::Depot;
 use crate::registry_e2e::http;
 use crate::util::{Server, ok, rdctl, s, tail, tempdir};
 
-const TOOL_21: &str = "pkg://example.org/demo/tool@2.1,5.11-2024.0:20240102T030405Z";
-const TOOL_22: &str = "pkg://example.org/demo/tool@2.2,5.11-2024.0:20240301T000000Z";
-const CORE: &str = "pkg://example.org/system/core@1.0,5.11-2024.0:20240101T000000Z";
+pub(crate) const TOOL_21: &str = "pkg://example.org/demo/tool@2.1,5.11-2024.0:20240102T030405Z";
+pub(crate) const TOOL_22: &str = "pkg://example.org/demo/tool@2.2,5.11-2024.0:20240301T000000Z";
+pub(crate) const CORE: &str = "pkg://example.org/system/core@1.0,5.11-2024.0:20240101T000000Z";
 
 /// The second version of demo/tool, published after the first image was built.
 const TOOL_22_P5M: &str = "set name=pkg.fmri value=pkg:/demo/tool@2.2,5.11-2024.0:20240301T000000Z
@@ -32,11 +32,11 @@ file path=usr/bin/tool mode=0555 owner=root group=bin
 ";
 
 /// Two built images (OCI layouts tagged 1.0) and their manifest digests.
-struct Images {
+pub(crate) struct Images {
     /// demo/tool 2.1 and system/core 1.0.
-    old: (PathBuf, String),
+    pub old: (PathBuf, String),
     /// demo/tool 2.2 and system/core 1.0.
-    new: (PathBuf, String),
+    pub new: (PathBuf, String),
 }
 
 fn build_one(dir: &Path, origin: &str, work: &str) -> (PathBuf, String) {
@@ -52,7 +52,7 @@ fn build_one(dir: &Path, origin: &str, work: &str) -> (PathBuf, String) {
 }
 
 /// Built once per test binary, in a directory kept until the process exits.
-fn images() -> &'static Images {
+pub(crate) fn images() -> &'static Images {
     static IMAGES: OnceLock<Images> = OnceLock::new();
     IMAGES.get_or_init(|| {
         let dir = tempdir().keep();
@@ -78,7 +78,7 @@ fn images() -> &'static Images {
     })
 }
 
-fn push(layout: &Path, target: &str, extra: &[&str]) {
+pub(crate) fn push(layout: &Path, target: &str, extra: &[&str]) {
     ok(rdctl()
         .args(["push", &format!("{}:1.0", s(layout)), target])
         .args(extra));
@@ -515,7 +515,7 @@ fn sha256(data: &[u8]) -> String {
 }
 
 /// Uploads `data` into `repo` in one POST; its digest.
-fn put_blob(server: &Server, repo: &str, data: &[u8]) -> String {
+pub(crate) fn put_blob(server: &Server, repo: &str, data: &[u8]) -> String {
     let d = sha256(data);
     let (st, _, body) = http(
         server.addr,
@@ -529,7 +529,7 @@ fn put_blob(server: &Server, repo: &str, data: &[u8]) -> String {
 }
 
 /// PUTs a manifest; its digest.
-fn put_manifest(server: &Server, repo: &str, reference: &str, m: &Value) -> String {
+pub(crate) fn put_manifest(server: &Server, repo: &str, reference: &str, m: &Value) -> String {
     let bytes = serde_json::to_vec(m).unwrap();
     let (st, _, body) = http(
         server.addr,

@@ -26,4 +26,5 @@ mod transfer;
 mod util;
 mod validate_cli;
 mod validate_tools;
+mod web_ui;
 mod worker_e2e;

@@ -31,6 +31,8 @@ pub struct RegistryConfig {
     pub https: bool,
     /// Per-client rate limit (429 `TOOMANYREQUESTS` above it); none by default.
     pub rate_limit: Option<RateLimit>,
+    /// Whether the web pages (`/` and `/ui/`) are served (`[ui] enabled`, default true).
+    pub ui_enabled: bool,
 }
 
 impl Default for RegistryConfig {
@@ -41,6 +43,7 @@ impl Default for RegistryConfig {
             auth: None,
             https: false,
             rate_limit: None,
+            ui_enabled: true,
         }
     }
 }
@@ -145,6 +148,8 @@ pub struct ServeConfig {
     pub tls: Option<TlsSettings>,
     /// Per-client rate limit (`[rate_limit]`; default: none).
     pub rate_limit: Option<RateLimit>,
+    /// Serve the web pages at `/` and `/ui/` (`[ui] enabled`; default true).
+    pub ui_enabled: bool,
 }
 
 /// The `[gc]` table: when the serving process collects garbage and how. Its policy is also the
@@ -176,6 +181,7 @@ impl Default for ServeConfig {
             auth: None,
             tls: None,
             rate_limit: None,
+            ui_enabled: true,
         }
     }
 }
@@ -204,6 +210,14 @@ struct FileConfig {
     auth: Option<FileAuth>,
     tls: Option<FileTls>,
     rate_limit: Option<FileRateLimit>,
+    ui: Option<FileUi>,
+}
+
+/// The `[ui]` table of the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileUi {
+    enabled: Option<bool>,
 }
 
 /// The `[tls]` table of the TOML file.
@@ -287,6 +301,9 @@ impl ServeConfig {
             }
             if let Some(r) = f.rate_limit.take() {
                 c.apply_rate_limit(r, path)?;
+            }
+            if let Some(enabled) = f.ui.take().and_then(|u| u.enabled) {
+                c.ui_enabled = enabled;
             }
             c.apply(f);
         }

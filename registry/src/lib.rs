@@ -27,9 +27,11 @@
 //! - [`pkgindex`]: the package index (`/v2/_rd/packages`): the packages of each image's SPDX
 //!   SBOM referrer, recorded on push in one store document per repository, and
 //!   [`pkgindex::reindex`] behind `rdctl registry reindex`.
+//! - `ui`: the web pages at `/ui/` (`[ui] enabled`): repositories, tags, images and the
+//!   package search as server-rendered HTML, showing only what the caller may pull.
 //!
 //! Module dependencies point one way: `state` knows no routes; `handlers`, `auth` and
-//! `middleware` use `state` (and `api` for paths); only `router` uses the handlers, and only
+//! `middleware` use `state` (and `api` for paths); only `router` uses the handlers and `ui`, and only
 //! `server` uses `router`.
 //!
 //! Invariants: a blob key holds only bytes whose digest equals the key; nothing can be read
@@ -54,6 +56,7 @@ pub mod server;
 pub mod state;
 pub mod storage;
 pub mod tls;
+mod ui;
 mod upload;
 
 pub use config::{ConfigError, GcSchedule, RegistryConfig, ServeConfig};

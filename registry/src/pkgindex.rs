@@ -188,6 +188,50 @@ pub(crate) struct Query {
     pub last: Option<String>,
 }
 
+impl Query {
+    /// A query from request parameters (`name`, `version`, `n`, `last`), as the API and the
+    /// web page's search form send them; a bad one is `QUERY_INVALID` or
+    /// `PAGINATION_NUMBER_INVALID` (400) naming what is wrong.
+    pub(crate) fn from_params(
+        name: Option<&str>,
+        version: Option<&str>,
+        n: Option<&str>,
+        last: Option<&str>,
+    ) -> ApiResult<Query> {
+        use crate::errors::{ApiError, Code};
+        let invalid = |detail: String| ApiError::new(Code::QueryInvalid, detail);
+        let name = name
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| {
+                invalid("name=PATTERN is required (like name=openssl or name=*ssl*)".into())
+            })?
+            .to_owned();
+        let version = match version.map(str::trim) {
+            None | Some("") => None,
+            Some(v) => Some(Constraint::parse(v).map_err(invalid)?),
+        };
+        let n = match n {
+            None | Some("") => DEFAULT_RESULTS,
+            Some(v) => v
+                .parse::<usize>()
+                .map_err(|_| {
+                    ApiError::new(
+                        Code::PaginationNumberInvalid,
+                        format!("bad result count n={v:?}"),
+                    )
+                })?
+                .min(MAX_RESULTS),
+        };
+        Ok(Query {
+            name,
+            version,
+            n,
+            last: last.filter(|l| !l.is_empty()).map(str::to_owned),
+        })
+    }
+}
+
 /// One image a search found, or the packages of one image.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct ImagePackages {

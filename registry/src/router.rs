@@ -41,6 +41,9 @@ pub fn router(state: AppState) -> Router {
             get(auth::http::token_get).post(auth::http::token_post),
         );
     }
+    if state.app().config.ui_enabled {
+        r = r.merge(crate::ui::routes());
+    }
     let r = r
         .route("/healthz", get(handlers::probes::healthz))
         .route("/readyz", get(handlers::probes::readyz))

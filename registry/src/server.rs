@@ -162,6 +162,7 @@ pub async fn serve(
             // The default token realm names the scheme clients used.
             https: config.tls.is_some(),
             rate_limit: config.rate_limit,
+            ui_enabled: config.ui_enabled,
         },
     );
     let addr = listener.local_addr().map_err(ServeError::Serve)?;

@@ -336,6 +336,47 @@ pub(crate) async fn middleware(
     }
 }
 
+/// The caller of a web page (`/ui/`): None without `[auth]` (everything is visible), else the
+/// authenticated caller, whose pages show only repositories it may pull. Browsers speak Basic,
+/// so the pages challenge with Basic even when the API challenges with Bearer: the user name
+/// and password are checked against the same htpasswd file the token endpoint uses, and a
+/// bearer token (from a script) is accepted as on the API. 401 with a Basic challenge for bad
+/// credentials, and for anonymous callers when the ACL grants anonymous callers nothing.
+pub(crate) async fn ui_caller(
+    state: &AppState,
+    headers: &HeaderMap,
+) -> Result<Option<Access>, Response> {
+    let Some(auth) = state.app().config.auth.clone() else {
+        return Ok(None);
+    };
+    let refuse = |auth: &Auth, detail: &str| {
+        ApiError::new(Code::Unauthorized, detail)
+            .with_header(header::WWW_AUTHENTICATE, basic_challenge(auth))
+            .into_response()
+    };
+    let caller = match authenticate(&auth, headers).await {
+        Ok(c) => c,
+        Err(reason) => {
+            tracing::info!(%reason, "web page credentials refused");
+            return Err(refuse(&auth, &reason));
+        }
+    };
+    if matches!(caller, Caller::Anonymous) && !auth.acl.anonymous_allowed() {
+        return Err(refuse(&auth, "log in to see this registry"));
+    }
+    Ok(Some(Access { auth, caller }))
+}
+
+/// The Basic challenge the web pages' login link answers with.
+pub(crate) fn ui_login_challenge(state: &AppState) -> Option<Response> {
+    let auth = state.app().config.auth.clone()?;
+    Some(
+        ApiError::new(Code::Unauthorized, "log in to see this registry")
+            .with_header(header::WWW_AUTHENTICATE, basic_challenge(&auth))
+            .into_response(),
+    )
+}
+
 /// The token answer of both token endpoints.
 fn token_answer(token: String, expires_in: u64, issued_at: u64, scope: Option<String>) -> Response {
     let mut body = serde_json::json!({

@@ -411,6 +411,17 @@ impl Access {
         }
     }
 
+    /// The user name the caller authenticated as (a token's subject); None when anonymous.
+    pub(crate) fn user(&self) -> Option<&str> {
+        match &self.caller {
+            Caller::Anonymous => None,
+            Caller::User(u) => Some(u),
+            Caller::Token(t) => Some(&t.claims.sub)
+                .filter(|s| !s.is_empty())
+                .map(|s| s.as_str()),
+        }
+    }
+
     /// Whether the caller may do `a` on `repo`.
     pub(crate) fn may(&self, repo: &str, a: Action) -> bool {
         self.actions(repo).contains(a)

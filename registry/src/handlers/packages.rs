@@ -4,48 +4,20 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use validator::{Constraint, Digest, Tag};
+use validator::{Digest, Tag};
 
 use super::Req;
 use crate::errors::{ApiError, ApiResult, Code};
-use crate::pkgindex::{self, DEFAULT_RESULTS, MAX_RESULTS, Query};
-
-fn invalid(detail: String) -> ApiError {
-    ApiError::new(Code::QueryInvalid, detail)
-}
+use crate::pkgindex::{self, Query};
 
 /// Searches the package index.
 pub(crate) async fn search(req: Req) -> ApiResult<Response> {
-    let name = req
-        .param("name")
-        .map(str::trim)
-        .filter(|n| !n.is_empty())
-        .ok_or_else(|| {
-            invalid("name=PATTERN is required (like name=openssl or name=*ssl*)".into())
-        })?
-        .to_owned();
-    let version = match req.param("version").map(str::trim) {
-        None | Some("") => None,
-        Some(v) => Some(Constraint::parse(v).map_err(invalid)?),
-    };
-    let n = match req.param("n") {
-        None | Some("") => DEFAULT_RESULTS,
-        Some(v) => v
-            .parse::<usize>()
-            .map_err(|_| {
-                ApiError::new(
-                    Code::PaginationNumberInvalid,
-                    format!("bad result count n={v:?}"),
-                )
-            })?
-            .min(MAX_RESULTS),
-    };
-    let q = Query {
-        name,
-        version,
-        n,
-        last: req.param("last").map(str::to_owned),
-    };
+    let q = Query::from_params(
+        req.param("name"),
+        req.param("version"),
+        req.param("n"),
+        req.param("last"),
+    )?;
     let found = pkgindex::search(&req.state.app().repos, req.access.as_ref(), &q).await?;
     Ok((StatusCode::OK, axum::Json(found)).into_response())
 }

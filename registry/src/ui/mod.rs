@@ -1,0 +1,734 @@
+//! The registry's web pages (`[ui] enabled`, on by default): server-rendered HTML with no
+//! JavaScript and no outside fetches, for people who want to see inside the registry.
+//!
+//! - `/` and `/ui` redirect to `/ui/`, the repositories (a `?q=` filter, pages of
+//!   [`PAGE`]).
+//! - `/ui/r/<name>`: a repository's tags (digest, size, platform, age, signed), pages of
+//!   [`PAGE`] tags.
+//! - `/ui/r/<name>@<digest>` and `/ui/r/<name>:<tag>`: an image (its config, layers with the
+//!   packages each came from, the SBOM's packages from the package index, its referrers), or
+//!   an index with its platforms.
+//! - `/ui/search?name=&version=`: the package search, through the same query parser and
+//!   [`pkgindex::search`] as `GET /v2/_rd/packages`.
+//! - `/ui/login`: asks a browser for Basic credentials.
+//!
+//! **Access.** With `[auth]`, every page authenticates the caller as the API does (Basic
+//! against the htpasswd file, also when the API speaks Bearer tokens; or a bearer token), and
+//! answers 401 with a Basic challenge when anonymous callers may see nothing. Pages show only
+//! repositories the caller may pull (what the catalog lists), and a repository or image the
+//! caller may not pull is 404, as one that does not exist, so no page tells which names exist.
+//! Markup and escaping are in `html`; the data come from [`Repos`] and [`pkgindex`].
+
+mod html;
+mod pages;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::get;
+use futures_util::StreamExt;
+use serde_json::Value;
+use validator::{Digest, Name, Tag};
+
+use crate::auth::Access;
+use crate::errors::{ApiError, ApiResult, Code};
+use crate::pkgindex::{self, Query};
+use crate::repo::Repos;
+use crate::state::AppState;
+use crate::storage::layout;
+use html::Who;
+
+/// Rows per page of the repository list and of a repository's tags.
+pub(crate) const PAGE: usize = 100;
+/// Manifests and configs read at once for a tag page.
+const CONCURRENCY: usize = 16;
+/// The config label the builder writes the stop timeout under.
+const STOP_TIMEOUT_LABEL: &str = "org.reddwarf.image.stop-timeout";
+
+/// The web page routes (merged by [`crate::router`] when the UI is on).
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/", get(|| async { Redirect::to("/ui/") }))
+        .route("/ui", get(|| async { Redirect::to("/ui/") }))
+        .route("/ui/", get(catalog))
+        .route("/ui/search", get(search))
+        .route("/ui/login", get(login))
+        .route("/ui/r/{*rest}", get(repository_or_image))
+        .route("/ui/{*rest}", get(unknown))
+}
+
+/// Who is looking: no `[auth]` (None) or an authenticated caller.
+struct Viewer(Option<Access>);
+
+impl Viewer {
+    async fn of(state: &AppState, headers: &HeaderMap) -> Result<Viewer, Response> {
+        crate::auth::http::ui_caller(state, headers)
+            .await
+            .map(Viewer)
+    }
+
+    /// Whether the caller may see `repo` (pull it).
+    fn sees(&self, repo: &str) -> bool {
+        self.0.as_ref().is_none_or(|a| a.lists(repo))
+    }
+
+    fn who(&self) -> Who<'_> {
+        match &self.0 {
+            None => Who::Open,
+            Some(a) => a.user().map_or(Who::Anonymous, Who::User),
+        }
+    }
+}
+
+/// An HTML answer. Pages are never cached: they depend on the caller and change with pushes.
+fn answer(status: StatusCode, html: String) -> Response {
+    let mut r = (status, html).into_response();
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    // Defence in depth behind the escaping: no scripts, nothing from elsewhere.
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
+        ),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    r
+}
+
+/// The same 404 for what does not exist and what the caller may not see.
+fn not_found(v: &Viewer) -> Response {
+    answer(
+        StatusCode::NOT_FOUND,
+        html::page(
+            "Not found",
+            v.who(),
+            "<p>There is no such page, or it is not yours to see.</p><p><a href=\"/ui/\">All repositories</a></p>",
+        ),
+    )
+}
+
+/// A store failure: logged in full, answered as a generic 500 page.
+fn failed(v: &Viewer, e: ApiError) -> Response {
+    tracing::error!(error = %e, "web page failed");
+    answer(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        html::page(
+            "Something went wrong",
+            v.who(),
+            "<p>The registry could not read what this page shows; the registry's log says why.</p>",
+        ),
+    )
+}
+
+fn params(query: Option<&str>) -> Vec<(String, String)> {
+    query
+        .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+        .unwrap_or_default()
+}
+
+fn param<'a>(p: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    p.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// `GET /ui/`: the repositories the caller may pull, filtered by `q` (a part of the name).
+async fn catalog(
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let v = match Viewer::of(&state, &headers).await {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let p = params(query.as_deref());
+    let q = param(&p, "q").unwrap_or("").trim().to_lowercase();
+    let all = match state.app().repos.catalog().await {
+        Ok(a) => a,
+        Err(e) => return failed(&v, e),
+    };
+    let shown: Vec<String> = all
+        .into_iter()
+        .filter(|r| v.sees(r) && (q.is_empty() || r.contains(&q)))
+        .collect();
+    let (rows, more) = crate::handlers::page(shown, Some(PAGE), param(&p, "last"));
+    answer(
+        StatusCode::OK,
+        html::page("Repositories", v.who(), &pages::catalog(&q, &rows, more)),
+    )
+}
+
+/// `GET /ui/login[?next=/ui/...]`: a 401 Basic challenge until the browser sends
+/// credentials, then on to `next` (a page of this UI only) or the repositories.
+async fn login(
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let p = params(query.as_deref());
+    // Only a path of these pages: never another host (`//host`, `/\host`).
+    let next = param(&p, "next")
+        .filter(|n| n.starts_with("/ui/") && !n.contains("//") && !n.contains('\\'))
+        .unwrap_or("/ui/");
+    match Viewer::of(&state, &headers).await {
+        Ok(v) if matches!(v.who(), Who::Anonymous) => {
+            crate::auth::http::ui_login_challenge(&state).unwrap_or_else(|| not_found(&v))
+        }
+        Ok(_) => Redirect::to(next).into_response(),
+        Err(r) => r,
+    }
+}
+
+async fn unknown(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    match Viewer::of(&state, &headers).await {
+        Ok(v) => not_found(&v),
+        Err(r) => r,
+    }
+}
+
+/// What `/ui/r/<rest>` names.
+#[derive(Debug, PartialEq)]
+enum Target {
+    Repository(String),
+    ByDigest(String, String),
+    ByTag(String, String),
+}
+
+impl Target {
+    /// `name`, `name@digest` or `name:tag` (names hold neither `@` nor `:`).
+    fn parse(rest: &str) -> Target {
+        let rest = rest.trim_end_matches('/');
+        if let Some((n, d)) = rest.split_once('@') {
+            return Target::ByDigest(n.to_owned(), d.to_owned());
+        }
+        let last = rest.rsplit('/').next().unwrap_or(rest);
+        if let Some((_, t)) = last.split_once(':') {
+            let n = &rest[..rest.len() - t.len() - 1];
+            return Target::ByTag(n.to_owned(), t.to_owned());
+        }
+        Target::Repository(rest.to_owned())
+    }
+
+    fn name(&self) -> &str {
+        match self {
+            Target::Repository(n) | Target::ByDigest(n, _) | Target::ByTag(n, _) => n,
+        }
+    }
+}
+
+async fn repository_or_image(
+    State(state): State<AppState>,
+    Path(rest): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let v = match Viewer::of(&state, &headers).await {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let target = Target::parse(&rest);
+    // Checked before anything is read: a name the caller may not pull is 404 like a missing one.
+    let Some(name) = Name::parse(target.name())
+        .ok()
+        .filter(|n| v.sees(n.as_str()))
+    else {
+        return not_found(&v);
+    };
+    let repos = &state.app().repos;
+    let r = match target {
+        Target::Repository(_) => {
+            let p = params(query.as_deref());
+            repository(repos, &name, param(&p, "last")).await
+        }
+        Target::ByDigest(_, d) => match Digest::parse(&d) {
+            Ok(d) => image(&state, &name, d).await,
+            Err(_) => Ok(None),
+        },
+        Target::ByTag(_, t) => match Tag::parse(&t) {
+            Ok(t) => match repos.resolve_tag_target(&name, &t).await {
+                Ok(Some(target)) => image(&state, &name, target.digest).await,
+                Ok(None) => Ok(None),
+                Err(e) => Err(e),
+            },
+            Err(_) => Ok(None),
+        },
+    };
+    match r {
+        Ok(Some((title, body))) => answer(StatusCode::OK, html::page(&title, v.who(), &body)),
+        Ok(None) => not_found(&v),
+        Err(e) => failed(&v, e),
+    }
+}
+
+/// One tag page's facts about a manifest.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Summary {
+    pub size: u64,
+    pub platforms: Vec<String>,
+    /// `created` of the config (or the index's annotation), in seconds since 1970.
+    pub created: Option<u64>,
+    pub index: bool,
+}
+
+/// A manifest or index, parsed, with its config when it is an image.
+struct Manifest {
+    doc: Value,
+    bytes: u64,
+    config: Option<Value>,
+}
+
+fn is_index(doc: &Value) -> bool {
+    doc.get("manifests").is_some()
+}
+
+async fn read_manifest(repos: &Repos, limit: u64, d: &Digest) -> ApiResult<Option<Manifest>> {
+    let bytes = match repos.manifest_bytes(d, limit).await {
+        Ok(b) => b,
+        Err(e) if e.code == Code::Internal => return Err(e),
+        Err(_) => return Ok(None),
+    };
+    let Ok(doc) = serde_json::from_slice::<Value>(&bytes) else {
+        return Ok(None);
+    };
+    let config = match doc
+        .get("config")
+        .and_then(|c| c.get("digest"))
+        .and_then(Value::as_str)
+        .and_then(|d| Digest::parse(d).ok())
+    {
+        Some(c) if !is_index(&doc) => {
+            match repos
+                .store()
+                .get(&layout::blob_data(&c), validator::MAX_CONFIG_SIZE as u64)
+                .await
+            {
+                Ok(b) => serde_json::from_slice::<Value>(&b.bytes).ok(),
+                Err(e) if e.is_not_found() => None,
+                // A config larger than configs may be (a foreign artifact) is shown without it.
+                Err(crate::storage::StoreError::TooLarge { .. }) => None,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        _ => None,
+    };
+    Ok(Some(Manifest {
+        bytes: bytes.len() as u64,
+        doc,
+        config,
+    }))
+}
+
+fn platform_of(v: &Value) -> Option<String> {
+    let os = v.get("os")?.as_str().filter(|s| !s.is_empty())?;
+    let arch = v.get("architecture")?.as_str().filter(|s| !s.is_empty())?;
+    Some(match v.get("variant").and_then(Value::as_str) {
+        Some(var) => format!("{os}/{arch}/{var}"),
+        None => format!("{os}/{arch}"),
+    })
+}
+
+fn summary(m: &Manifest) -> Summary {
+    let sizes = |key: &str| -> u64 {
+        m.doc
+            .get(key)
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(|l| l.get("size")?.as_u64()).sum())
+            .unwrap_or(0)
+    };
+    if is_index(&m.doc) {
+        let platforms = m.doc["manifests"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| platform_of(x.get("platform")?))
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
+                    .collect()
+            })
+            .unwrap_or_default();
+        let created = m
+            .doc
+            .get("annotations")
+            .and_then(|a| a.get("org.opencontainers.image.created"))
+            .and_then(Value::as_str)
+            .and_then(parse_time);
+        return Summary {
+            size: m.bytes + sizes("manifests"),
+            platforms,
+            created,
+            index: true,
+        };
+    }
+    let config_size = m
+        .doc
+        .get("config")
+        .and_then(|c| c.get("size"))
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    Summary {
+        size: config_size + sizes("layers"),
+        platforms: m
+            .config
+            .as_ref()
+            .and_then(platform_of)
+            .into_iter()
+            .collect(),
+        created: m
+            .config
+            .as_ref()
+            .and_then(|c| c.get("created")?.as_str())
+            .and_then(parse_time),
+        index: false,
+    }
+}
+
+/// Seconds since 1970 of an RFC 3339 time (`2024-01-02T03:04:05Z`, fractions and offsets
+/// allowed).
+fn parse_time(t: &str) -> Option<u64> {
+    let b = t.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
+        return None;
+    }
+    let n = |r: std::ops::Range<usize>| t.get(r)?.parse::<i64>().ok();
+    let (y, mo, d) = (n(0..4)?, n(5..7)?, n(8..10)?);
+    let (h, mi, s) = (n(11..13)?, n(14..16)?, n(17..19)?);
+    let mut rest = &t[19..];
+    if let Some(frac) = rest.strip_prefix('.') {
+        rest = frac.trim_start_matches(|c: char| c.is_ascii_digit());
+    }
+    let offset = match rest {
+        "Z" | "z" => 0,
+        o if o.len() == 6 => {
+            let sign = if o.starts_with('-') { -1 } else { 1 };
+            sign * (o[1..3].parse::<i64>().ok()? * 3600 + o[4..6].parse::<i64>().ok()? * 60)
+        }
+        _ => return None,
+    };
+    // Days from civil (Howard Hinnant's algorithm), the inverse of validator::rfc3339.
+    let y = if mo <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (mo + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 86_400 + h * 3600 + mi * 60 + s - offset).ok()
+}
+
+/// Whether a referrer's artifact type is a signature's (cosign, Notary).
+fn is_signature(artifact_type: &str) -> bool {
+    artifact_type.starts_with("application/vnd.dev.cosign.artifact.sig")
+        || artifact_type.contains("signature")
+        || artifact_type.contains("notary")
+}
+
+/// Whether `t` is one of cosign's tags (`sha256-<64 hex>.sig`, `.att`, `.sbom`).
+fn is_cosign_tag(t: &str) -> bool {
+    let Some((base, suffix)) = t.rsplit_once('.') else {
+        return false;
+    };
+    matches!(suffix, "sig" | "att" | "sbom")
+        && base.strip_prefix("sha256-").is_some_and(|hex| {
+            hex.len() == 64
+                && hex
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        })
+}
+
+/// cosign's tag for a subject's signatures: `sha256-<hex>.sig`.
+fn cosign_tag(d: &Digest, suffix: &str) -> String {
+    format!("{}-{}.{suffix}", d.algorithm().as_str(), d.encoded())
+}
+
+/// One row of a tag page.
+pub(crate) struct TagRow {
+    pub tag: String,
+    pub digest: Digest,
+    pub summary: Option<Summary>,
+    pub signed: bool,
+}
+
+/// A repository's tags, one page after `last`; None when the repository does not exist.
+async fn repository(
+    repos: &Repos,
+    name: &Name,
+    last: Option<&str>,
+) -> ApiResult<Option<(String, String)>> {
+    if !repos.exists(name).await? {
+        return Ok(None);
+    }
+    let everything = repos.tag_map(name).await?;
+    let tag_names: BTreeSet<&str> = everything.iter().map(|(t, _)| t.as_str()).collect();
+    // cosign's signature, attestation and SBOM tags are listed with their image (on its page,
+    // as referrers), not as tags of their own.
+    let (cosign, all): (Vec<_>, Vec<_>) = everything.iter().partition(|(t, _)| is_cosign_tag(t));
+    let start = last.map_or(0, |l| all.partition_point(|(t, _)| t.as_str() <= l));
+    let rows = &all[start..];
+    let more = rows.len() > PAGE;
+    let rows = &rows[..rows.len().min(PAGE)];
+    // Each distinct manifest of the page is read once, however many tags point at it.
+    let digests: BTreeSet<Digest> = rows.iter().map(|(_, d)| (*d).clone()).collect();
+    let tag_names = &tag_names;
+    let facts: Vec<ApiResult<(Digest, Option<Summary>, bool)>> =
+        futures_util::stream::iter(digests)
+            .map(|d| async move {
+                let s = read_manifest(repos, 16 << 20, &d)
+                    .await?
+                    .map(|m| summary(&m));
+                let signed = tag_names.contains(cosign_tag(&d, "sig").as_str())
+                    || repos.referrers(name, &d).await?.iter().any(|r| {
+                        r.get("artifactType")
+                            .and_then(Value::as_str)
+                            .is_some_and(is_signature)
+                    });
+                Ok((d, s, signed))
+            })
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+    let mut by_digest = BTreeMap::new();
+    for f in facts {
+        let (d, s, signed) = f?;
+        by_digest.insert(d, (s, signed));
+    }
+    let rows: Vec<TagRow> = rows
+        .iter()
+        .map(|(t, d)| {
+            let (s, signed) = by_digest.get(d).cloned().unwrap_or((None, false));
+            TagRow {
+                tag: t.clone(),
+                digest: d.clone(),
+                summary: s,
+                signed,
+            }
+        })
+        .collect();
+    Ok(Some((
+        name.to_string(),
+        pages::repository(name, all.len(), cosign.len(), &rows, more, now()),
+    )))
+}
+
+/// One referrer of an image.
+pub(crate) struct Referrer {
+    pub kind: &'static str,
+    pub artifact_type: String,
+    pub digest: Digest,
+    pub found_by: &'static str,
+}
+
+/// Everything the image page shows.
+pub(crate) struct ImageView<'a> {
+    pub name: &'a Name,
+    pub digest: &'a Digest,
+    pub media_type: String,
+    pub doc: &'a Value,
+    pub config: Option<&'a Value>,
+    pub summary: Summary,
+    pub tags: Vec<String>,
+    pub packages: Vec<validator::SpdxPackage>,
+    pub referrers: Vec<Referrer>,
+    pub now: u64,
+}
+
+fn kind_of(artifact_type: &str) -> &'static str {
+    let t = artifact_type;
+    if is_signature(t) {
+        "signature"
+    } else if t.contains("spdx") || t.contains("cyclonedx") || t.contains("sbom") {
+        "sbom"
+    } else if t.contains("in-toto") || t.contains("attestation") || t.contains("dsse") {
+        "attestation"
+    } else {
+        "other"
+    }
+}
+
+/// An image (or index) of `name`; None when the repository does not hold it.
+async fn image(
+    state: &AppState,
+    name: &Name,
+    digest: Digest,
+) -> ApiResult<Option<(String, String)>> {
+    let repos = &state.app().repos;
+    let Some(link) = repos.manifest_link(name, &digest).await? else {
+        return Ok(None);
+    };
+    let limit = state.app().config.max_manifest_bytes.max(4 << 20);
+    let Some(m) = read_manifest(repos, limit, &digest).await? else {
+        return Ok(None);
+    };
+    let tag_map = repos.tag_map(name).await?;
+    let tags: Vec<String> = tag_map
+        .iter()
+        .filter(|(_, d)| *d == digest)
+        .map(|(t, _)| t.clone())
+        .collect();
+    let mut referrers: Vec<Referrer> = repos
+        .referrers(name, &digest)
+        .await?
+        .iter()
+        .filter_map(|r| {
+            let d = Digest::parse(r.get("digest")?.as_str()?).ok()?;
+            let t = r
+                .get("artifactType")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            Some(Referrer {
+                kind: kind_of(&t),
+                artifact_type: t,
+                digest: d,
+                found_by: "referrers API",
+            })
+        })
+        .collect();
+    for (suffix, kind) in [
+        ("sig", "signature"),
+        ("att", "attestation"),
+        ("sbom", "sbom"),
+    ] {
+        let tag = cosign_tag(&digest, suffix);
+        if let Some((_, d)) = tag_map.iter().find(|(t, _)| *t == tag)
+            && !referrers.iter().any(|r| r.digest == *d)
+        {
+            referrers.push(Referrer {
+                kind,
+                artifact_type: String::new(),
+                digest: d.clone(),
+                found_by: "cosign tag",
+            });
+        }
+    }
+    let packages = pkgindex::packages_of(repos, name, &digest).await?.packages;
+    let view = ImageView {
+        name,
+        digest: &digest,
+        media_type: link.media_type,
+        doc: &m.doc,
+        config: m.config.as_ref(),
+        summary: summary(&m),
+        tags,
+        packages,
+        referrers,
+        now: now(),
+    };
+    Ok(Some((
+        format!("{}@{}", name, short(&digest)),
+        pages::image(&view),
+    )))
+}
+
+/// The first 12 hex digits of a digest.
+pub(crate) fn short(d: &Digest) -> &str {
+    let e = d.encoded();
+    &e[..e.len().min(12)]
+}
+
+/// `GET /ui/search?name=&version=&last=`: the package search form and its results.
+async fn search(
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let v = match Viewer::of(&state, &headers).await {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let p = params(query.as_deref());
+    let (name, version) = (
+        param(&p, "name").unwrap_or(""),
+        param(&p, "version").unwrap_or(""),
+    );
+    if name.trim().is_empty() {
+        let body = pages::search(name, version, None);
+        return answer(StatusCode::OK, html::page("Package search", v.who(), &body));
+    }
+    // The API's own parser and search: the page finds what `/v2/_rd/packages` finds.
+    let q: Query = match Query::from_params(Some(name), Some(version), None, param(&p, "last")) {
+        Ok(q) => q,
+        Err(e) => {
+            let body = pages::search(name, version, Some(Err(&e.detail)));
+            return answer(
+                StatusCode::BAD_REQUEST,
+                html::page("Package search", v.who(), &body),
+            );
+        }
+    };
+    match pkgindex::search(&state.app().repos, v.0.as_ref(), &q).await {
+        Ok(found) => {
+            let body = pages::search(name, version, Some(Ok(&found)));
+            answer(StatusCode::OK, html::page("Package search", v.who(), &body))
+        }
+        Err(e) => failed(&v, e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets() {
+        assert_eq!(
+            Target::parse("zones/app"),
+            Target::Repository("zones/app".into())
+        );
+        assert_eq!(
+            Target::parse("zones/app:1.0"),
+            Target::ByTag("zones/app".into(), "1.0".into())
+        );
+        assert_eq!(
+            Target::parse("zones/app@sha256:ab"),
+            Target::ByDigest("zones/app".into(), "sha256:ab".into())
+        );
+        assert_eq!(Target::parse("app/"), Target::Repository("app".into()));
+    }
+
+    #[test]
+    fn times() {
+        assert_eq!(parse_time("2024-01-02T03:04:05Z"), Some(1_704_164_645));
+        assert_eq!(parse_time("2024-01-02T03:04:05.123Z"), Some(1_704_164_645));
+        assert_eq!(parse_time("2024-01-02T05:04:05+02:00"), Some(1_704_164_645));
+        assert_eq!(parse_time("2000-02-29T23:59:59Z"), Some(951_868_799));
+        assert_eq!(parse_time("yesterday"), None);
+        for secs in [0, 951_782_400, 1_767_225_599, 4_107_542_400] {
+            assert_eq!(parse_time(&validator::rfc3339(secs)), Some(secs));
+        }
+    }
+
+    #[test]
+    fn cosign_tags_and_kinds() {
+        let d = Digest::sha256(b"x");
+        assert_eq!(cosign_tag(&d, "sig"), format!("sha256-{}.sig", d.encoded()));
+        assert!(is_cosign_tag(&cosign_tag(&d, "sig")));
+        assert!(is_cosign_tag(&cosign_tag(&d, "att")));
+        assert!(!is_cosign_tag("sha256-abc.sig"));
+        assert!(!is_cosign_tag("1.0"));
+        assert_eq!(
+            kind_of("application/vnd.dev.cosign.artifact.sig.v1+json"),
+            "signature"
+        );
+        assert_eq!(kind_of("application/spdx+json"), "sbom");
+        assert_eq!(kind_of("application/vnd.in-toto+json"), "attestation");
+        assert_eq!(kind_of("application/x"), "other");
+    }
+}
