@@ -460,6 +460,79 @@ fn worker_roots_equal_umoci_unpack_of_built_and_umoci_images() {
         "replacing a hardlinked path unlinks it, the other link keeps the old content"
     );
 
+    // `worker status --packages`: what each zone runs, from the node's own store.
+    let out = ok(rdctl().args([
+        "worker",
+        "status",
+        "--packages",
+        "--json",
+        "--config",
+        s(&node.config()),
+    ]));
+    let zones: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let by_zone = |z: &str| {
+        zones
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["zone"] == z)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {z} in {zones:#}"))
+    };
+    let built_pkgs = by_zone("built");
+    let pkgs: Vec<&str> = built_pkgs["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    assert!(
+        !pkgs.is_empty() && pkgs.iter().all(|p| p.starts_with("pkg://example.org/")),
+        "{built_pkgs:#}"
+    );
+    assert!(
+        pkgs.iter().any(|p| p.contains("/demo/tool@")),
+        "{built_pkgs:#}"
+    );
+    assert_eq!(built_pkgs["error"], serde_json::Value::Null);
+    let umoci_pkgs = by_zone("umoci");
+    assert_eq!(umoci_pkgs["packages"], serde_json::json!([]));
+    assert!(
+        umoci_pkgs["error"]
+            .as_str()
+            .unwrap()
+            .contains("no package history"),
+        "{umoci_pkgs:#}"
+    );
+    let table = String::from_utf8(
+        ok(rdctl().args([
+            "worker",
+            "status",
+            "--packages",
+            "--config",
+            s(&node.config()),
+        ]))
+        .stdout,
+    )
+    .unwrap();
+    let mut lines = table.lines();
+    assert_eq!(
+        lines.next().unwrap().split_whitespace().collect::<Vec<_>>(),
+        ["ZONE", "DIGEST", "PACKAGE"]
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("built ") && l.contains("/demo/tool@")),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("umoci ") && l.contains("no package history")),
+        "{table}"
+    );
+
     // The zone descriptions carry the images' stop semantics.
     let d = node.description("built");
     assert_eq!(d["stop_signal"], "SIGUSR2");

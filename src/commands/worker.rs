@@ -64,6 +64,10 @@ pub struct StatusArgs {
     /// Full digests and whole error texts in the table.
     #[arg(long)]
     wide: bool,
+    /// List the IPS packages each zone runs (from its image's build history in the
+    /// worker's content store; no network) instead of the status table.
+    #[arg(long)]
+    packages: bool,
 }
 
 /// Runs a worker subcommand.
@@ -133,6 +137,9 @@ fn run_worker(args: RunArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
+    if args.packages {
+        return packages(&args);
+    }
     let rows = worker_runtime::status(&args.config)
         .with_context(|| format!("worker status with {}", args.config.display()))?;
     let mut out = std::io::stdout().lock();
@@ -167,6 +174,36 @@ fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `worker status --packages`: one line per zone and package (zones whose packages cannot be
+/// read say why), or the whole list as JSON.
+fn packages(args: &StatusArgs) -> anyhow::Result<ExitCode> {
+    let zones = worker_runtime::zone_packages(&args.config)
+        .with_context(|| format!("worker status --packages with {}", args.config.display()))?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &zones)?;
+        writeln!(out)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut rows: Vec<[String; 3]> = Vec::new();
+    for z in &zones {
+        let digest = digest_cell(z.digest.as_ref(), args.wide);
+        if z.packages.is_empty() {
+            let why = match (&z.digest, &z.error) {
+                (None, _) => "- (not running an image yet)".to_owned(),
+                (Some(_), Some(e)) => format!("- ({})", error_cell(Some(e), args.wide)),
+                (Some(_), None) => "-".to_owned(),
+            };
+            rows.push([z.zone.clone(), digest.clone(), why]);
+        }
+        for p in &z.packages {
+            rows.push([z.zone.clone(), digest.clone(), p.clone()]);
+        }
+    }
+    write_table(&mut out, &["ZONE", "DIGEST", "PACKAGE"], &rows)?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// A digest as docker and crictl show it (`sha256:` and 12 hex digits), or whole with `--wide`.
 fn digest_cell(d: Option<&validator::Digest>, wide: bool) -> String {
     match d {
@@ -197,10 +234,10 @@ fn error_cell(e: Option<&str>, wide: bool) -> String {
 }
 
 /// Columns padded to their widest cell, two spaces apart; the last column is not padded.
-fn write_table(
+fn write_table<const N: usize>(
     out: &mut impl std::io::Write,
-    header: &[&str; 6],
-    rows: &[[String; 6]],
+    header: &[&str; N],
+    rows: &[[String; N]],
 ) -> std::io::Result<()> {
     let mut widths = header.map(|h| h.chars().count());
     for r in rows {

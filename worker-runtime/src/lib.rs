@@ -28,6 +28,7 @@
 mod config;
 pub mod metrics;
 pub mod owner;
+mod packages;
 pub mod provision;
 mod pull;
 mod readahead;
@@ -41,6 +42,7 @@ pub use config::{
     ConfigError, ProvisionerConfig, PullPolicy, ResourceLimits, WorkerConfig, ZoneLoadError,
     ZoneSpec, load_zone, load_zones, valid_name,
 };
+pub use packages::{ZonePackages, zone_packages};
 pub use provision::{
     CommandRunner, DirProvisioner, IllumosProvisioner, ProvisionError, Provisioner, SystemRunner,
     ZoneDescription,
