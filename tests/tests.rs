@@ -12,6 +12,7 @@ mod fault_proxy;
 mod inspect_cli;
 mod ips_cli;
 mod package_search;
+mod pkg_version_agreement;
 mod referrers;
 mod registry_client_auth;
 mod registry_credentials;
