@@ -19,7 +19,7 @@ use std::fmt;
 use std::io::{self, Read, Write};
 
 use flate2::Compression;
-use flate2::read::GzDecoder;
+use flate2::read::MultiGzDecoder;
 use flate2::write::GzEncoder;
 use sha1::Sha1;
 use sha2::{Digest, Sha256, Sha512_256};
@@ -363,7 +363,7 @@ impl PayloadHashes {
     pub fn reader_checked<R: Read>(&self, check: Check, stored: R) -> VerifyingReader<R> {
         VerifyingReader {
             hashes: self.clone(),
-            decoder: GzDecoder::new(HashingReader {
+            decoder: MultiGzDecoder::new(HashingReader {
                 inner: stored,
                 hasher: self.stored_hash(check).map(|e| (e.clone(), e.alg.hasher())),
                 count: 0,
@@ -423,7 +423,7 @@ impl<R: Read> Read for HashingReader<R> {
 /// [`PayloadHashes::reader`].
 pub struct VerifyingReader<R> {
     hashes: PayloadHashes,
-    decoder: GzDecoder<HashingReader<R>>,
+    decoder: MultiGzDecoder<HashingReader<R>>,
     hasher: Option<Hasher>,
     count: u64,
     error: Option<PayloadError>,
@@ -706,6 +706,27 @@ mod tests {
         let (gz, info) = stored(&content);
         let h = PayloadHashes::from_action(&action_for(&info)).unwrap();
         h.verify_stored(&gz[..]).unwrap();
+        let mut out = Vec::new();
+        assert_eq!(h.verify(&gz[..], &mut out).unwrap(), content.len() as u64);
+        assert_eq!(out, content);
+    }
+
+    #[test]
+    fn a_payload_of_several_gzip_members_is_read_whole() {
+        // pkg reads every member (Python's gzip does); so does the builder's splice. A reader
+        // that stopped after the first would fail the content hash of a valid payload.
+        let (first, _) = stored(b"first member\n");
+        let (second, _) = stored(b"second member\n");
+        let gz = [first, second].concat();
+        let content = b"first member\nsecond member\n";
+        let a = Action::parse(&format!(
+            "file {} pkg.content-hash=file:sha512t_256:{} pkg.size={} path=x",
+            hash_hex(HashAlg::Sha1, content),
+            hash_hex(HashAlg::Sha512t256, content),
+            content.len()
+        ))
+        .unwrap();
+        let h = PayloadHashes::from_action(&a).unwrap();
         let mut out = Vec::new();
         assert_eq!(h.verify(&gz[..], &mut out).unwrap(), content.len() as u64);
         assert_eq!(out, content);
