@@ -107,15 +107,7 @@ pub(crate) fn parse_timestamp(t: &str) -> Option<u64> {
     let num = |r: std::ops::Range<usize>| t.get(r)?.parse::<i64>().ok();
     let (y, mo, d) = (num(0..4)?, num(4..6)?, num(6..8)?);
     let (h, mi, s) = (num(9..11)?, num(11..13)?, num(13..15)?);
-    // Days from civil (Howard Hinnant's algorithm).
-    let y2 = if mo <= 2 { y - 1 } else { y };
-    let era = y2.div_euclid(400);
-    let yoe = y2 - era * 400;
-    let mp = (mo + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    u64::try_from(days * 86_400 + h * 3600 + mi * 60 + s).ok()
+    u64::try_from(validator::unix_from_civil(y, mo, d, h, mi, s)).ok()
 }
 
 struct Accounts {

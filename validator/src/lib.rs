@@ -78,5 +78,5 @@ pub use platform::{KNOWN_ARCH, KNOWN_OS, Platform};
 pub use report::{Report, Rule, Severity, Violation};
 pub use spdx::{SPDX_ARTIFACT_TYPE, SpdxPackage, SpdxPackages, parse_spdx};
 pub use tarstream::{EntryKind, TarEntry, TarError, TarErrorKind, TarLimits, TarReader};
-pub use timestamp::rfc3339;
+pub use timestamp::{age, parse_rfc3339, rfc3339, unix_from_civil};
 pub use verify::{DigestingReader, DigestingWriter, VerifyError, VerifyingReader};

@@ -399,37 +399,9 @@ fn summary(m: &Manifest) -> Summary {
     }
 }
 
-/// Seconds since 1970 of an RFC 3339 time (`2024-01-02T03:04:05Z`, fractions and offsets
-/// allowed).
+/// Seconds since 1970 of an RFC 3339 time (before 1970 is no time for an image's age).
 fn parse_time(t: &str) -> Option<u64> {
-    let b = t.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
-        return None;
-    }
-    let n = |r: std::ops::Range<usize>| t.get(r)?.parse::<i64>().ok();
-    let (y, mo, d) = (n(0..4)?, n(5..7)?, n(8..10)?);
-    let (h, mi, s) = (n(11..13)?, n(14..16)?, n(17..19)?);
-    let mut rest = &t[19..];
-    if let Some(frac) = rest.strip_prefix('.') {
-        rest = frac.trim_start_matches(|c: char| c.is_ascii_digit());
-    }
-    let offset = match rest {
-        "Z" | "z" => 0,
-        o if o.len() == 6 => {
-            let sign = if o.starts_with('-') { -1 } else { 1 };
-            sign * (o[1..3].parse::<i64>().ok()? * 3600 + o[4..6].parse::<i64>().ok()? * 60)
-        }
-        _ => return None,
-    };
-    // Days from civil (Howard Hinnant's algorithm), the inverse of validator::rfc3339.
-    let y = if mo <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (mo + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    u64::try_from(days * 86_400 + h * 3600 + mi * 60 + s - offset).ok()
+    validator::parse_rfc3339(t).and_then(|s| u64::try_from(s).ok())
 }
 
 /// Whether a referrer's artifact type is a signature's (cosign, Notary).
