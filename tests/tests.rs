@@ -26,3 +26,4 @@ mod util;
 mod validate_cli;
 mod validate_tools;
 mod worker_e2e;
+mod worker_policy;

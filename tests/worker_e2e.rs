@@ -607,7 +607,7 @@ impl RawImage {
 }
 
 /// Where `rdctl registry serve --data DATA` (fs store) keeps a blob's bytes.
-fn stored_blob(data: &Path, digest: &str) -> PathBuf {
+pub(crate) fn stored_blob(data: &Path, digest: &str) -> PathBuf {
     let hex = digest.trim_start_matches("sha256:");
     data.join(format!("blobs/sha256/{}/{hex}/data", &hex[..2]))
 }

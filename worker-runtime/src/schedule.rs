@@ -304,7 +304,8 @@ impl Worker {
             Err(_) => (None, true),
         };
         self.metrics.admission(denied, error, t.elapsed());
-        tracing::debug!(zone = %spec.name, %digest, took_ms = t.elapsed().as_secs_f64() * 1e3, "admission check");
+        let took_ms = t.elapsed().as_secs_f64() * 1e3;
+        tracing::info!(zone = %spec.name, %digest, took_ms, admitted = r.is_ok(), "admission check");
         r.map(Some)
     }
 
@@ -544,8 +545,11 @@ impl Worker {
         self.admit(spec, &desired)
             .await
             .map_err(|e| fail(e.into()))?;
+        let t = std::time::Instant::now();
         let image = pull(&self.client, &self.store, &spec.image, &desired, &self.host).await;
         self.metrics.pull(image.is_ok());
+        let took_ms = t.elapsed().as_secs_f64() * 1e3;
+        tracing::info!(zone = %spec.name, %desired, took_ms, ok = image.is_ok(), "pull done");
         let image = image.map_err(|e| fail(e.into()))?;
         let me = Arc::clone(self);
         let name = spec.name.clone();
