@@ -299,7 +299,7 @@ fn gnu_tar(root: &Path, out: &Path) {
 
 /// An illumos image made with umoci 0.6 from two GNU tar layers: the second replaces a
 /// hardlinked file, whites out a file and makes a directory opaque.
-fn umoci_image(dir: &Path) -> PathBuf {
+pub(crate) fn umoci_image(dir: &Path) -> PathBuf {
     let img = dir.join("umoci-img");
     let umoci = |args: &[&str]| ok(tool("umoci-0.6").args(args));
     umoci(&["init", "--layout", s(&img)]);

@@ -14,7 +14,18 @@ use serde_json::Value;
 
 use crate::signing::{key_id, pushed_image, rd, verify};
 use crate::util::{Server, ok, rdctl, s, tail, tempdir};
-use crate::worker_e2e::{Node, stored_blob};
+use crate::worker_e2e::{Node, stored_blob, umoci_image};
+
+/// An illumos image (worker_e2e's umoci image, which a `dir` zone can run) made in
+/// `dir/<name>` and pushed to `reference`; returns its manifest digest.
+fn illumos_image(dir: &Path, name: &str, reference: &str) -> String {
+    let work = dir.join(name);
+    fs::create_dir_all(&work).unwrap();
+    let layout = umoci_image(&work);
+    let out = ok(rdctl().args(["push", "--json", &format!("{}:l2", s(&layout)), reference]));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["root"]["digest"].as_str().unwrap().to_owned()
+}
 
 /// A node whose worker.toml names `policy` (relative to the node directory).
 fn policy_node(dir: &Path, policy: &str, extra: &str) -> Node {
@@ -98,7 +109,7 @@ fn every_refusal_names_its_rule_and_reason_and_creates_nothing() {
     pushed_image(d, "eeeeeee\n", &format!("{p}/two:v1"));
     ok(rd(d).args(["sign", "--key", "ours.key", &format!("{p}/two:v1")]));
     // A digest pin required: by tag refused, by digest admitted.
-    let pin = pushed_image(d, "ffffffff\n", &format!("{p}/pin:v1"));
+    let pin = illumos_image(d, "pin", &format!("{p}/pin:v1"));
     pushed_image(d, "ggggggggg\n", &format!("{p}/no:v1"));
     pushed_image(
         d,
@@ -353,7 +364,7 @@ fn a_signed_build_is_admitted_and_a_tag_moved_to_an_unsigned_image_is_refused() 
 
     // The tag moves to an unsigned image: refused, the zone keeps running the admitted one.
     let description = fs::read(node.zonepath("app").join("zone.json")).unwrap();
-    let moved = pushed_image(d, "moved, unsigned\n", &format!("{repo}:1.0"));
+    let moved = illumos_image(d, "moved", &format!("{repo}:1.0"));
     assert_ne!(moved, digest);
     let out = node.run_once();
     assert_eq!(out.status.code(), Some(1), "{}", tail(&out.stderr));
@@ -426,7 +437,7 @@ fn sighup_reloads_the_policy_and_a_broken_file_keeps_the_old_one() {
     let data = tempdir();
     let reg = Server::start(data.path(), &[]);
     let image = format!("{}/hup/app:v1", reg.host());
-    pushed_image(d, "reloaded\n", &image);
+    illumos_image(d, "img", &image);
     let policy = d.join("policy.toml");
     let reject = "[[rule]]\nmatch = \"**/hup/*\"\naction = \"reject\"\n";
     fs::write(&policy, reject).unwrap();
