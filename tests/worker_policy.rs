@@ -81,13 +81,22 @@ fn every_refusal_names_its_rule_and_reason_and_creates_nothing() {
     // One image per case (the motd lengths differ: pushed_image works in img-<len>).
     let unsigned = pushed_image(d, "u\n", &format!("{p}/sig-unsigned:v1"));
     let other = pushed_image(d, "ok\n", &format!("{p}/sig-otherkey:v1"));
-    ok(rd(d).args(["sign", "--key", "stranger.key", &format!("{p}/sig-otherkey:v1")]));
+    ok(rd(d).args([
+        "sign",
+        "--key",
+        "stranger.key",
+        &format!("{p}/sig-otherkey:v1"),
+    ]));
     // A's signature manifest copied onto B's .sig tag: valid, but over another digest.
     let a = pushed_image(d, "aaa\n", &format!("{p}/sig-replay:a"));
     let b = pushed_image(d, "bbbb\n", &format!("{p}/sig-replay:b"));
     ok(rd(d).args(["sign", "--key", "ours.key", &format!("{p}/sig-replay:a")]));
     let sig_tag = |digest: &str| format!("{}.sig", digest.replace(':', "-"));
-    ok(rdctl().args(["tag", &format!("{p}/sig-replay:{}", sig_tag(&a)), &sig_tag(&b)]));
+    ok(rdctl().args([
+        "tag",
+        &format!("{p}/sig-replay:{}", sig_tag(&a)),
+        &sig_tag(&b),
+    ]));
     // Signed by the right key, then the payload blob corrupted in the registry's store.
     let tampered = pushed_image(d, "ccccc\n", &format!("{p}/sig-tampered:v1"));
     ok(rd(d).args(["sign", "--key", "ours.key", &format!("{p}/sig-tampered:v1")]));
@@ -233,7 +242,12 @@ action = "reject"
             Some(rule(5, "**/p/no")),
             "rejected by rule".to_owned(),
         ),
-        ("nomatch", "no_rule_matches", None, "no rule matches".to_owned()),
+        (
+            "nomatch",
+            "no_rule_matches",
+            None,
+            "no rule matches".to_owned(),
+        ),
     ] {
         let z = &st[zone];
         assert_eq!(z["phase"], "Denied", "{zone}: {z:#}");
@@ -276,7 +290,10 @@ action = "reject"
 
     // The table shows the phase and the reason first.
     let table = status_text(&node, &[]);
-    assert!(table.lines().next().unwrap().contains("ADMITTED BY"), "{table}");
+    assert!(
+        table.lines().next().unwrap().contains("ADMITTED BY"),
+        "{table}"
+    );
     let l = line(&table, "otherkey");
     assert!(
         l.contains("Denied") && l.contains("signed, but by a key the rule does not list"),
@@ -371,7 +388,11 @@ fn a_signed_build_is_admitted_and_a_tag_moved_to_an_unsigned_image_is_refused() 
     let st = node.status();
     let z = &st["app"];
     assert_eq!(z["phase"], "Denied", "{z:#}");
-    assert_eq!(z["current_digest"], digest.as_str(), "still the admitted image");
+    assert_eq!(
+        z["current_digest"],
+        digest.as_str(),
+        "still the admitted image"
+    );
     assert_eq!(z["desired_digest"], moved.as_str());
     assert_eq!(z["denial"]["reason"], "unsigned", "{z:#}");
     assert_eq!(z["denial"]["digest"], moved.as_str());
@@ -441,9 +462,15 @@ fn sighup_reloads_the_policy_and_a_broken_file_keeps_the_old_one() {
     let policy = d.join("policy.toml");
     let reject = "[[rule]]\nmatch = \"**/hup/*\"\naction = \"reject\"\n";
     fs::write(&policy, reject).unwrap();
-    let node = policy_node(&d.join("node"), "../policy.toml", "poll_interval_secs = 1\n");
+    let node = policy_node(
+        &d.join("node"),
+        "../policy.toml",
+        "poll_interval_secs = 1\n",
+    );
     node.zone("app", &image);
 
+    // Errors name the file as worker.toml names it, made absolute.
+    let named = d.join("node").join("../policy.toml");
     // A broken policy at start is a startup error naming the file, the line and the field.
     fs::write(
         &policy,
@@ -454,10 +481,16 @@ fn sighup_reloads_the_policy_and_a_broken_file_keeps_the_old_one() {
     assert_eq!(out.status.code(), Some(2), "{}", tail(&out.stderr));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains(&format!("{}:4: rule.0.keys: action = \"signed\" needs at least one key", s(&policy))),
+        stderr.contains(&format!(
+            "policy: {}:4: rule.0.keys: action = \"signed\" needs at least one key",
+            s(&named)
+        )),
         "{stderr}"
     );
-    assert!(!d.join("node/state").exists(), "a startup error leaves no state");
+    assert!(
+        !d.join("node/state").exists(),
+        "a startup error leaves no state"
+    );
     fs::write(&policy, reject).unwrap();
 
     let log = d.join("worker.log");
@@ -477,7 +510,11 @@ fn sighup_reloads_the_policy_and_a_broken_file_keeps_the_old_one() {
     assert_eq!(node.status()["app"]["denial"]["reason"], "rejected_by_rule");
 
     // A broken file: the log says why, the reject policy stays in force.
-    fs::write(&policy, "[[rule]]\nmatch = \"**/hup/*\"\naction = \"sometimes\"\n").unwrap();
+    fs::write(
+        &policy,
+        "[[rule]]\nmatch = \"**/hup/*\"\naction = \"sometimes\"\n",
+    )
+    .unwrap();
     w.signal("-HUP");
     wait_for(&w, "the failed reload in the log", || {
         w.log().contains("policy reload failed")
@@ -488,7 +525,7 @@ fn sighup_reloads_the_policy_and_a_broken_file_keeps_the_old_one() {
         .find(|l| l.contains("policy reload failed"))
         .unwrap();
     assert!(
-        failed.contains(&format!("{}:3: rule.0.action", s(&policy)))
+        failed.contains(&format!("{}:3: rule.0.action", s(&named)))
             && failed.contains("previous policy stays in force"),
         "{logged}"
     );
@@ -502,11 +539,20 @@ fn sighup_reloads_the_policy_and_a_broken_file_keeps_the_old_one() {
     assert!(!node.zonepath("app").exists());
 
     // Now accept: the next pass admits.
-    fs::write(&policy, "[[rule]]\nmatch = \"**/hup/*\"\naction = \"accept\"\n").unwrap();
+    fs::write(
+        &policy,
+        "[[rule]]\nmatch = \"**/hup/*\"\naction = \"accept\"\n",
+    )
+    .unwrap();
     w.signal("-HUP");
-    wait_for(&w, "the zone to be admitted", || phase() == Some("Ready".into()));
+    wait_for(&w, "the zone to be admitted", || {
+        phase() == Some("Ready".into())
+    });
     let z = &node.status()["app"];
-    assert_eq!(z["admission"]["rule"], "rule 1 (match = \"**/hup/*\")", "{z:#}");
+    assert_eq!(
+        z["admission"]["rule"], "rule 1 (match = \"**/hup/*\")",
+        "{z:#}"
+    );
     assert!(z.get("denial").is_none(), "{z:#}");
     assert!(node.root("app").is_dir());
     assert!(w.log().contains("policy reloaded"), "{}", w.log());

@@ -83,7 +83,7 @@ pub enum AdmissionError {
         digest: Digest,
         /// The cause.
         #[source]
-        source: TransferError,
+        source: Box<TransferError>,
     },
 }
 
@@ -105,7 +105,7 @@ pub async fn check(
                     .map_err(|source| AdmissionError::Evidence {
                         reference: name.clone(),
                         digest: digest.clone(),
-                        source,
+                        source: Box::new(source),
                     })?,
             )
         }
@@ -177,7 +177,12 @@ fn explain(reason: &DenyReason, rejected: &[&Rejection]) -> (&'static str, Strin
             short(r.layer.as_str()),
             r.message
         ),
-        _ => format!("{} signature {}: {}", r.reason, short(r.layer.as_str()), r.message),
+        _ => format!(
+            "{} signature {}: {}",
+            r.reason,
+            short(r.layer.as_str()),
+            r.message
+        ),
     };
     let class_of = |r: &Rejection| match r.reason {
         "bad_signature" => "unknown_key",
@@ -269,7 +274,10 @@ mod tests {
         };
         let n = denial(&r, None);
         assert_eq!(n.reason, "not_pinned");
-        assert_eq!(n.rule.as_deref(), Some("rule 1 (match = \"reg.example/prod/*\")"));
+        assert_eq!(
+            n.rule.as_deref(),
+            Some("rule 1 (match = \"reg.example/prod/*\")")
+        );
         assert!(n.to_string().starts_with(&format!(
             "policy refused reg.example/prod/app:1 ({d}): rule 1 (match = \"reg.example/prod/*\"): not pinned"
         )));
@@ -283,11 +291,18 @@ mod tests {
         let other = Reference::parse("reg.example/else/app:1").unwrap();
         let n = denial(&other, None);
         assert_eq!(n.reason, "no_rule_matches");
-        assert!(n.to_string().contains(": no rule matches: no rule matches"), "{n}");
+        assert!(
+            n.to_string().contains(": no rule matches: no rule matches"),
+            "{n}"
+        );
 
         // Unsigned, told apart by what was rejected.
         for (rej, class, words) in [
-            (vec![], "unsigned", "unsigned: no signature found".to_owned()),
+            (
+                vec![],
+                "unsigned",
+                "unsigned: no signature found".to_owned(),
+            ),
             (
                 vec![rejection("bad_signature", None)],
                 "unknown_key",
@@ -308,9 +323,6 @@ mod tests {
             assert_eq!(c, class);
             assert!(m.contains(&words), "{m}");
         }
-        assert_eq!(
-            Admission::default().summary(),
-            "no rule (default accept)"
-        );
+        assert_eq!(Admission::default().summary(), "no rule (default accept)");
     }
 }

@@ -345,8 +345,7 @@ fn blob_error_kind(e: &(dyn std::error::Error + 'static)) -> ErrorKind {
             Some(i) if i.verify_error().is_some() => ErrorKind::Invalid,
             // Bytes read through a verifying reader that did not match the descriptor.
             _ if e.downcast_ref::<validator::VerifyError>().is_some()
-                || e
-                    .downcast_ref::<std::io::Error>()
+                || e.downcast_ref::<std::io::Error>()
                     .and_then(validator::VerifyError::from_io)
                     .is_some() =>
             {
