@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::registry_e2e::http;
 use crate::signing::{key_id, pushed_image, rd, verify};
 use crate::util::{Server, ok, rdctl, s, tail, tempdir};
 use crate::worker_e2e::{Node, stored_blob, umoci_image};
@@ -465,7 +466,7 @@ fn sighup_reloads_the_policy_and_a_broken_file_keeps_the_old_one() {
     let node = policy_node(
         &d.join("node"),
         "../policy.toml",
-        "poll_interval_secs = 1\n",
+        "poll_interval_secs = 1\nmetrics_listen = \"127.0.0.1:0\"\n",
     );
     node.zone("app", &image);
 
@@ -508,6 +509,29 @@ fn sighup_reloads_the_policy_and_a_broken_file_keeps_the_old_one() {
         phase() == Some("Denied".into())
     });
     assert_eq!(node.status()["app"]["denial"]["reason"], "rejected_by_rule");
+    let addr: std::net::SocketAddr = w
+        .log()
+        .lines()
+        .find_map(|l| l.split("metrics listening on ").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .expect("the worker logs its metrics address")
+        .parse()
+        .unwrap();
+    let metrics = || {
+        let (st, _, body) = http(addr, "GET", "/metrics", &[], b"");
+        assert_eq!(st, 200);
+        String::from_utf8(body).unwrap()
+    };
+    let has = |text: &str, line: &str| text.lines().any(|l| l == line);
+    let m = metrics();
+    assert!(
+        has(
+            &m,
+            "rdctl_worker_admission_denials_total{reason=\"rejected_by_rule\"} 1"
+        ) && has(&m, "rdctl_worker_admissions_total 0")
+            && has(&m, "rdctl_worker_policy_reload_failed 0"),
+        "{m}"
+    );
 
     // A broken file: the log says why, the reject policy stays in force.
     fs::write(
@@ -537,6 +561,12 @@ fn sighup_reloads_the_policy_and_a_broken_file_keeps_the_old_one() {
     });
     assert_eq!(node.status()["app"]["phase"], "Denied");
     assert!(!node.zonepath("app").exists());
+    let m = metrics();
+    assert!(
+        has(&m, "rdctl_worker_policy_reload_failed 1")
+            && has(&m, "rdctl_worker_policy_reloads_total{result=\"error\"} 1"),
+        "{m}"
+    );
 
     // Now accept: the next pass admits.
     fs::write(
@@ -556,5 +586,12 @@ fn sighup_reloads_the_policy_and_a_broken_file_keeps_the_old_one() {
     assert!(z.get("denial").is_none(), "{z:#}");
     assert!(node.root("app").is_dir());
     assert!(w.log().contains("policy reloaded"), "{}", w.log());
+    let m = metrics();
+    assert!(
+        has(&m, "rdctl_worker_policy_reload_failed 0")
+            && has(&m, "rdctl_worker_policy_reloads_total{result=\"ok\"} 1")
+            && has(&m, "rdctl_worker_admissions_total 2"),
+        "{m}"
+    );
     w.signal("-TERM");
 }
