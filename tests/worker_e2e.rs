@@ -505,7 +505,7 @@ fn running_as_root() -> bool {
 
 /// A hand-made image (for the broken variants real tools refuse to make): gzip layers built
 /// with the tar crate, an illumos/amd64 config and a manifest.
-struct RawImage {
+pub(crate) struct RawImage {
     /// (gzip blob, DiffID) per layer.
     layers: Vec<(Vec<u8>, String)>,
     /// `rootfs.diff_ids` as written in the config (the real ones unless a test changes them).
@@ -541,7 +541,7 @@ fn raw_layer(files: &[(&str, &[u8])]) -> (Vec<u8>, String) {
 impl RawImage {
     /// Two layers whose bytes are unique to `name` (so altering one in the registry's storage
     /// touches only this image).
-    fn new(name: &str) -> RawImage {
+    pub(crate) fn new(name: &str) -> RawImage {
         let layers = vec![
             raw_layer(&[("etc-name", name.as_bytes())]),
             raw_layer(&[("release", format!("{name} release\n").as_bytes())]),
@@ -554,12 +554,12 @@ impl RawImage {
         }
     }
 
-    fn layer_digest(&self, i: usize) -> String {
+    pub(crate) fn layer_digest(&self, i: usize) -> String {
         sha256_digest(&self.layers[i].0)
     }
 
     /// Pushes blobs (monolithic POST) and the manifest under `repo:tag` over plain HTTP.
-    fn push(&self, addr: std::net::SocketAddr, repo: &str, tag: &str) {
+    pub(crate) fn push(&self, addr: std::net::SocketAddr, repo: &str, tag: &str) {
         let config = serde_json::to_vec(&serde_json::json!({
             "architecture": "amd64",
             "os": "illumos",

@@ -595,3 +595,72 @@ fn sighup_reloads_the_policy_and_a_broken_file_keeps_the_old_one() {
     );
     w.signal("-TERM");
 }
+
+#[test]
+fn a_signature_removed_while_the_layers_download_refuses_the_image() {
+    use crate::fault_proxy::{Fault, FaultProxy, Rule};
+    use crate::worker_e2e::RawImage;
+    let dir = tempdir();
+    let d = dir.path();
+    ok(rd(d).args(["key", "generate", "--output-key-prefix", "ours"]));
+    let data = tempdir();
+    let reg = Server::start(data.path(), &[]);
+    let img = RawImage::new("signature removed");
+    img.push(reg.addr, "gone/app", "1");
+    let direct = format!("{}/gone/app:1", reg.host());
+    // Only the .sig tag (no referrer), so removing the tag removes the signature.
+    ok(rd(d).args(["sign", "--key", "ours.key", "--no-referrer", &direct]));
+    let (code, doc, stderr) = verify(d, &["--key", "ours.pub", &direct]);
+    assert_eq!(code, 0, "{stderr}");
+    let digest = doc["digest"].as_str().unwrap().to_owned();
+    // The worker reaches the registry through a proxy that holds the first layer's body.
+    let proxy = FaultProxy::start(
+        reg.addr,
+        vec![Rule {
+            method: "GET",
+            path: img.layer_digest(0),
+            times: 1,
+            fault: Fault::Hold(0),
+        }],
+    );
+    fs::write(
+        d.join("policy.toml"),
+        "[[rule]]\nmatch = \"**/gone/*\"\naction = \"signed\"\nkeys = [\"ours.pub\"]\n",
+    )
+    .unwrap();
+    let node = policy_node(&d.join("node"), "../policy.toml", "");
+    node.zone("app", &format!("{}/gone/app:1", proxy.host()));
+    let log = d.join("worker.log");
+    let child = rdctl()
+        .args(["worker", "run", "--once", "--config", s(&node.config())])
+        .env("RDCTL_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut w = Running { child, log };
+    // Admitted before the pull; the layer download is held: the signature goes meanwhile.
+    proxy.wait_for(Duration::from_secs(60), "the held layer GET", |seen| {
+        seen.iter().any(|s| s.fault == Some(Fault::Hold(0)))
+    });
+    assert!(w.log().contains("admitted=true"), "{}", w.log());
+    let sig_tag = format!("{}.sig", digest.replace(':', "-"));
+    ok(rdctl().args(["rm", &format!("{}/gone/app:{sig_tag}", reg.host())]));
+    proxy.release();
+    let status = w.child.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "{}", w.log());
+    let z = &node.status()["app"];
+    assert_eq!(z["phase"], "Denied", "{z:#}");
+    assert_eq!(z["denial"]["reason"], "unsigned", "{z:#}");
+    assert!(z["current_digest"].is_null(), "{z:#}");
+    assert!(
+        !node.zonepath("app").exists(),
+        "no zone after the second check refused"
+    );
+    // The verified root built meanwhile was removed with the refusal.
+    let staging: Vec<_> = fs::read_dir(d.join("node/roots/.staging"))
+        .map(|r| r.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(staging.is_empty(), "left in staging: {staging:?}");
+}
