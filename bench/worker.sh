@@ -10,8 +10,12 @@
 # Runs A/B interleaved, prints min/median/max seconds, the ratio of medians (goal: the worker
 # at ≤ 0.5× the peer's time) and each side's peak RSS (/usr/bin/time -v), and appends the table
 # to docs/benchmarks.md.
-#   bench/worker.sh [--quick] [--runs N] [--no-docs]       (RDCTL_BIN=PATH: use that rdctl)
+#   bench/worker.sh [--quick] [--runs N] [--no-docs] [--policy]   (RDCTL_BIN=PATH: that rdctl)
 #     --quick    about 30 MiB in 500 files, 3 runs (a smoke run: seconds, not minutes)
+#     --policy   also sign the image and give the worker an admission policy (a `signed` rule,
+#                one key, two required attestations); reports the time of each admission
+#                check (fetch the signatures and attestations, verify, evaluate; two per
+#                pull) against the pull, from the worker's log
 #     --runs N   runs per side (default 5)
 #     --no-docs  print the table only (bench/out/worker.md), do not append to docs
 # Needs: cargo, python3, GNU tar, skopeo, .tools/bin/umoci-0.6, /usr/bin/time (Debian `time`).
@@ -20,12 +24,14 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 QUICK=0
 RUNS=5
 DOCS=1
+POLICY=0
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--quick) QUICK=1; RUNS=3 ;;
 	--runs) RUNS="$2"; shift ;;
 	--no-docs) DOCS=0 ;;
-	-h | --help) sed -n '2,18p' "$0"; exit 0 ;;
+	--policy) POLICY=1 ;;
+	-h | --help) sed -n '2,22p' "$0"; exit 0 ;;
 	*) echo "unknown option $1" >&2; exit 2 ;;
 	esac
 	shift
@@ -116,6 +122,17 @@ kind = "dir"
 base = "roots"
 EOF
 printf 'name = "bench"\nimage = "%s"\npull_policy = "Always"\n' "$REF" >"$OUT/node/zones/bench.toml"
+if [ "$POLICY" = 1 ]; then
+	rm -f "$OUT/node/bench.key" "$OUT/node/bench.pub"
+	(cd "$OUT/node" && "$RDCTL" key generate --format pkcs8 --no-password --output-key-prefix bench >/dev/null)
+	printf '{"spdxVersion":"SPDX-2.3","SPDXID":"SPDXRef-DOCUMENT","name":"bench","packages":[]}' >"$OUT/node/sbom.json"
+	printf '{"buildDefinition":{"buildType":"https://example.invalid/bench"},"runDetails":{"builder":{"id":"https://example.invalid/bench"}}}' >"$OUT/node/prov.json"
+	"$RDCTL" sign --key "$OUT/node/bench.key" "$REF" >/dev/null
+	"$RDCTL" attest --key "$OUT/node/bench.key" --type spdxjson --predicate "$OUT/node/sbom.json" "$REF" >/dev/null
+	"$RDCTL" attest --key "$OUT/node/bench.key" --type slsaprovenance1 --predicate "$OUT/node/prov.json" "$REF" >/dev/null
+	printf '[[rule]]\nmatch = "**/bench/*"\naction = "signed"\nkeys = ["bench.pub"]\nrequire_attestations = ["spdxjson", "slsaprovenance1"]\n' >"$OUT/node/policy.toml"
+	sed -i '1i policy = "policy.toml"' "$OUT/node/worker.toml"
+fi
 
 timed() { # "seconds peak_rss_kib" of a command (its largest process, for pipelines)
 	local log="$OUT/time.log"
@@ -132,7 +149,7 @@ stats() { # list of numbers -> "min median max"
 max() { printf '%s\n' "$@" | sort -g | tail -1; }
 
 peer="mkdir -p $OUT/peer && skopeo --insecure-policy copy -q --src-tls-verify=false docker://$REF oci:$OUT/peer/image:1 && $UMOCI raw unpack ${ROOTLESS[*]} --image $OUT/peer/image:1 $OUT/peer/root"
-a_t=() a_r=() b_t=() b_r=()
+a_t=() a_r=() b_t=() b_r=() c_t=() p_t=()
 TRASH=$(mktemp -d "$OUT/trash.XXXXXX")
 for i in $(seq "$RUNS"); do
 	# The previous run's trees are moved aside, not deleted: ext4 skips recently deleted inodes
@@ -142,8 +159,14 @@ for i in $(seq "$RUNS"); do
 	[ ! -e "$OUT/node/state" ] || mv "$OUT/node/state" "$TRASH/state-$i"
 	[ ! -e "$OUT/node/roots" ] || mv "$OUT/node/roots" "$TRASH/roots-$i"
 	sync
-	read -r t r < <(timed "$RDCTL" worker run --once --config "$OUT/node/worker.toml")
+	read -r t r < <(RDCTL_LOG=info NO_COLOR=1 timed "$RDCTL" worker run --once --config "$OUT/node/worker.toml")
 	a_t+=("$t") a_r+=("$r")
+	if [ "$POLICY" = 1 ]; then
+		# took_ms of the two admission checks and of the pull, from the worker's log.
+		grep -q 'admitted=true' "$OUT/cmd.err" || { echo "the policy did not admit the image:" >&2; cat "$OUT/cmd.err" >&2; exit 1; }
+		for ms in $(grep 'admission check' "$OUT/cmd.err" | grep -o 'took_ms=[0-9.]*' | cut -d= -f2); do c_t+=("$ms"); done
+		p_t+=("$(grep 'pull done' "$OUT/cmd.err" | grep -o 'took_ms=[0-9.]*' | cut -d= -f2)")
+	fi
 	[ ! -e "$OUT/peer" ] || mv "$OUT/peer" "$TRASH/peer-$i"
 	sync
 	read -r t r < <(timed sh -c "$peer")
@@ -172,7 +195,18 @@ TABLE="$OUT/../worker.md"
 	echo "|---|---|---|---|---|---|"
 	echo "| ${ratio}× | ${speedup}× | $amin / $amed / $amax | $bmin / $bmed / $bmax | $(($(max "${a_r[@]}") / 1024)) MiB | $(($(max "${b_r[@]}") / 1024)) MiB |"
 	echo
-	echo "Reproduce: \`bench/worker.sh$([ "$QUICK" = 1 ] && echo ' --quick') --runs $RUNS\`"
+	if [ "$POLICY" = 1 ]; then
+		read -r cmin cmed cmax <<<"$(stats "${c_t[@]}")"
+		read -r pmin pmed pmax <<<"$(stats "${p_t[@]}")"
+		echo
+		echo "With an admission policy (one \`signed\` rule, one key, two required attestations; the worker times above include it):"
+		echo
+		echo "| admission check ms (min/median/max, ${#c_t[@]} checks, 2 per pull) | pull ms (min/median/max) | both checks / pull (median) |"
+		echo "|---|---|---|"
+		echo "| $cmin / $cmed / $cmax | $pmin / $pmed / $pmax | $(awk -v c="$cmed" -v p="$pmed" 'BEGIN { printf "%.2f %%", 200 * c / p }') |"
+	fi
+	echo
+	echo "Reproduce: \`bench/worker.sh$([ "$QUICK" = 1 ] && echo ' --quick')$([ "$POLICY" = 1 ] && echo ' --policy') --runs $RUNS\`"
 } >"$TABLE"
 cat "$TABLE"
 if [ "$DOCS" = 1 ]; then

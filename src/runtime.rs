@@ -23,6 +23,30 @@ pub fn block_on<F: Future>(f: F) -> anyhow::Result<F::Output> {
     Ok(out)
 }
 
+/// A channel that receives one message per SIGHUP (what `rdctl worker run` reloads its
+/// policy on); `None`, with a warning, when the signal cannot be listened for. Call it on the
+/// runtime.
+pub fn hangups() -> Option<tokio::sync::mpsc::Receiver<()>> {
+    let mut hup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGHUP: no policy reloads");
+            return None;
+        }
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            tracing::info!("SIGHUP received, reloading the policy");
+            // One pending reload is enough: more SIGHUPs before it is handled coalesce.
+            if let Err(tokio::sync::mpsc::error::TrySendError::Closed(())) = tx.try_send(()) {
+                return;
+            }
+        }
+    });
+    Some(rx)
+}
+
 /// Resolves on SIGTERM or SIGINT (ctrl-c): what the daemons (`registry serve`, `worker run`)
 /// stop on.
 pub async fn shutdown_signal() {

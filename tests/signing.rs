@@ -29,7 +29,7 @@ fn cosign(dir: &Path) -> Command {
 }
 
 /// rdctl in `dir` with the key password in cosign's variable.
-fn rd(dir: &Path) -> Command {
+pub(crate) fn rd(dir: &Path) -> Command {
     let mut c = rdctl();
     c.current_dir(dir)
         .env("COSIGN_PASSWORD", PASSWORD)
@@ -93,7 +93,7 @@ fn keys(dir: &Path) {
 }
 
 /// A small image pushed to `reference`; returns its manifest digest.
-fn pushed_image(dir: &Path, motd: &str, reference: &str) -> String {
+pub(crate) fn pushed_image(dir: &Path, motd: &str, reference: &str) -> String {
     let work = dir.join(format!("img-{}", motd.len()));
     fs::create_dir_all(&work).unwrap();
     let layout = umoci_image(&work, motd);
@@ -103,7 +103,7 @@ fn pushed_image(dir: &Path, motd: &str, reference: &str) -> String {
 }
 
 /// `rdctl verify … --json`: (exit code, document, stderr).
-fn verify(dir: &Path, args: &[&str]) -> (i32, Value, String) {
+pub(crate) fn verify(dir: &Path, args: &[&str]) -> (i32, Value, String) {
     let out = rd(dir)
         .arg("verify")
         .args(args)
@@ -132,7 +132,7 @@ fn key_ids(doc: &Value) -> Vec<String> {
         .collect()
 }
 
-fn key_id(dir: &Path, public: &str) -> String {
+pub(crate) fn key_id(dir: &Path, public: &str) -> String {
     let pem = fs::read(dir.join(public)).unwrap();
     trust::VerifyingKey::from_pem(&pem, public)
         .unwrap()

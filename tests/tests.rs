@@ -29,3 +29,4 @@ mod validate_cli;
 mod validate_tools;
 mod web_ui;
 mod worker_e2e;
+mod worker_policy;

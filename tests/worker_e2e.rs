@@ -299,7 +299,7 @@ fn gnu_tar(root: &Path, out: &Path) {
 
 /// An illumos image made with umoci 0.6 from two GNU tar layers: the second replaces a
 /// hardlinked file, whites out a file and makes a directory opaque.
-fn umoci_image(dir: &Path) -> PathBuf {
+pub(crate) fn umoci_image(dir: &Path) -> PathBuf {
     let img = dir.join("umoci-img");
     let umoci = |args: &[&str]| ok(tool("umoci-0.6").args(args));
     umoci(&["init", "--layout", s(&img)]);
@@ -578,7 +578,7 @@ fn running_as_root() -> bool {
 
 /// A hand-made image (for the broken variants real tools refuse to make): gzip layers built
 /// with the tar crate, an illumos/amd64 config and a manifest.
-struct RawImage {
+pub(crate) struct RawImage {
     /// (gzip blob, DiffID) per layer.
     layers: Vec<(Vec<u8>, String)>,
     /// `rootfs.diff_ids` as written in the config (the real ones unless a test changes them).
@@ -614,7 +614,7 @@ fn raw_layer(files: &[(&str, &[u8])]) -> (Vec<u8>, String) {
 impl RawImage {
     /// Two layers whose bytes are unique to `name` (so altering one in the registry's storage
     /// touches only this image).
-    fn new(name: &str) -> RawImage {
+    pub(crate) fn new(name: &str) -> RawImage {
         let layers = vec![
             raw_layer(&[("etc-name", name.as_bytes())]),
             raw_layer(&[("release", format!("{name} release\n").as_bytes())]),
@@ -627,12 +627,12 @@ impl RawImage {
         }
     }
 
-    fn layer_digest(&self, i: usize) -> String {
+    pub(crate) fn layer_digest(&self, i: usize) -> String {
         sha256_digest(&self.layers[i].0)
     }
 
     /// Pushes blobs (monolithic POST) and the manifest under `repo:tag` over plain HTTP.
-    fn push(&self, addr: std::net::SocketAddr, repo: &str, tag: &str) {
+    pub(crate) fn push(&self, addr: std::net::SocketAddr, repo: &str, tag: &str) {
         let config = serde_json::to_vec(&serde_json::json!({
             "architecture": "amd64",
             "os": "illumos",
@@ -680,7 +680,7 @@ impl RawImage {
 }
 
 /// Where `rdctl registry serve --data DATA` (fs store) keeps a blob's bytes.
-fn stored_blob(data: &Path, digest: &str) -> PathBuf {
+pub(crate) fn stored_blob(data: &Path, digest: &str) -> PathBuf {
     let hex = digest.trim_start_matches("sha256:");
     data.join(format!("blobs/sha256/{}/{hex}/data", &hex[..2]))
 }

@@ -9,7 +9,8 @@ use anyhow::Context as _;
 /// Worker subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
-    /// Reconcile zones with their images on a schedule until SIGTERM (or once with --once).
+    /// Reconcile zones with their images on a schedule until SIGTERM (or once with --once);
+    /// SIGHUP reloads the admission policy.
     #[command(after_help = "Examples:
   rdctl worker run                                   /etc/rdctl/worker.toml, until SIGTERM
   rdctl worker run --once --config ./worker.toml     one pass over every zone
@@ -17,11 +18,14 @@ pub enum Command {
   rdctl worker run --once --config ./worker.toml --auth-file ./auth.json --ca-file ./ca.pem
 
 Prints what the pass did (provisioned, unchanged, failed, backing off, removed zones).
-docs/operations.md lists every key of worker.toml and of the zone manifests.
+docs/operations.md lists every key of worker.toml, of the policy file and of the zone manifests.
+SIGHUP reloads the policy file (a file that does not load keeps the policy in force; the log
+says why) and starts a pass at once.
 Exit status: 0 stopped by SIGTERM, or a --once pass where every zone is ready; 1 a --once pass
 where a zone failed; 2 the configuration could not be loaded.")]
     Run(RunArgs),
-    /// Show every zone's desired and current image digest, phase and last error.
+    /// Show every zone's desired and current image digest, phase, what admitted it and the
+    /// last error.
     #[command(after_help = "Examples:
   rdctl worker status
   rdctl worker status --json --config ./worker.toml | jq '.[].phase'
@@ -58,10 +62,10 @@ pub struct StatusArgs {
     /// The worker configuration.
     #[arg(long, value_name = "FILE", default_value = "/etc/rdctl/worker.toml")]
     config: PathBuf,
-    /// Print JSON instead of a table (full digests and error texts).
+    /// Print JSON instead of a table (full digests, error texts, `admission` and `denial`).
     #[arg(long, conflicts_with = "wide")]
     pub json: bool,
-    /// Full digests and whole error texts in the table.
+    /// Full digests, admission key ids and whole error texts in the table.
     #[arg(long)]
     wide: bool,
     /// List the IPS packages each zone runs (from its image's build history in the
@@ -100,11 +104,15 @@ fn run_worker(args: RunArgs) -> anyhow::Result<ExitCode> {
         );
     }
     super::client::warn_insecure(c.insecure);
-    let summary = crate::runtime::block_on(worker_runtime::run(
-        config,
-        args.once,
-        crate::runtime::shutdown_signal(),
-    ))?
+    let once = args.once;
+    let summary = crate::runtime::block_on(async move {
+        let reload = if once {
+            None
+        } else {
+            crate::runtime::hangups()
+        };
+        worker_runtime::run(config, once, crate::runtime::shutdown_signal(), reload).await
+    })?
     .with_context(|| format!("worker run with {}", args.config.display()))?;
     let mut out = std::io::stdout().lock();
     if args.json {
@@ -148,7 +156,7 @@ fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
         writeln!(out)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let rows: Vec<[String; 6]> = rows
+    let rows: Vec<[String; 7]> = rows
         .iter()
         .map(|r| {
             let s = &r.status;
@@ -156,21 +164,27 @@ fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
             if !r.in_manifests {
                 phase.push_str(" (no manifest)");
             }
+            // A refusal reads reason first: the reference and digest are in other columns.
+            let error = match &s.denial {
+                Some(d) => Some(format!(
+                    "{} [{}]",
+                    d.message,
+                    d.rule.as_deref().unwrap_or("no rule matches")
+                )),
+                None => s.last_error.clone(),
+            };
             [
                 s.zone.clone(),
                 phase,
                 digest_cell(s.desired_digest.as_ref(), args.wide),
                 digest_cell(s.current_digest.as_ref(), args.wide),
+                admission_cell(s.admission.as_ref(), args.wide),
                 s.image.clone(),
-                error_cell(s.last_error.as_deref(), args.wide),
+                error_cell(error.as_deref(), args.wide),
             ]
         })
         .collect();
-    write_table(
-        &mut out,
-        &["ZONE", "PHASE", "DESIRED", "CURRENT", "IMAGE", "LAST ERROR"],
-        &rows,
-    )?;
+    write_table(&mut out, &HEADER, &rows)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -202,6 +216,46 @@ fn packages(args: &StatusArgs) -> anyhow::Result<ExitCode> {
     }
     write_table(&mut out, &["ZONE", "DIGEST", "PACKAGE"], &rows)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The status table's columns.
+const HEADER: [&str; 7] = [
+    "ZONE",
+    "PHASE",
+    "DESIRED",
+    "CURRENT",
+    "ADMITTED BY",
+    "IMAGE",
+    "LAST ERROR",
+];
+
+/// What admitted the running image: `-` without a policy; `rule N` and how many keys and
+/// attestations (with `--wide`: the rule's pattern, the key ids and the predicate types).
+fn admission_cell(a: Option<&worker_runtime::Admission>, wide: bool) -> String {
+    let Some(a) = a else {
+        return "-".to_owned();
+    };
+    let Some(rule) = &a.rule else {
+        return "default".to_owned();
+    };
+    if wide {
+        let mut s = rule.clone();
+        if !a.keys.is_empty() {
+            s.push_str(&format!(" keys={}", a.keys.join(",")));
+        }
+        if !a.attestations.is_empty() {
+            s.push_str(&format!(" attestations={}", a.attestations.join(",")));
+        }
+        return s;
+    }
+    let mut s = rule.split(" (").next().unwrap_or(rule).replace(' ', "-");
+    if !a.keys.is_empty() {
+        s.push_str(&format!(",{}key", a.keys.len()));
+    }
+    if !a.attestations.is_empty() {
+        s.push_str(&format!(",{}att", a.attestations.len()));
+    }
+    s
 }
 
 /// A digest as docker and crictl show it (`sha256:` and 12 hex digits), or whole with `--wide`.

@@ -20,6 +20,8 @@
 //! insecure = false                   # TLS without verifying certificates (warned at start)
 //! gc_grace_secs = 3600               # unused blobs older than this are removed after a pass
 //! metrics_listen = "127.0.0.1:9101"  # optional: Prometheus text on GET /metrics
+//! policy = "policy.toml"             # optional: admission policy (trust's format); without
+//!                                    # it every image whose digests verify is accepted
 //!
 //! [provisioner]
 //! kind = "dir"                       # or "illumos" (only on illumos)
@@ -73,6 +75,9 @@ pub struct WorkerConfig {
     pub gc_grace: Duration,
     /// Where `rdctl worker run` serves `GET /metrics`, if anywhere.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// The admission policy file (`trust::Policy`), if any; loaded by [`crate::Worker::new`]
+    /// and again on [`crate::Worker::reload_policy`].
+    pub policy: Option<PathBuf>,
 }
 
 /// Which provisioner the worker uses.
@@ -193,6 +198,7 @@ struct FileConfig {
     insecure: Option<bool>,
     gc_grace_secs: Option<u64>,
     metrics_listen: Option<String>,
+    policy: Option<PathBuf>,
     provisioner: FileProvisioner,
 }
 
@@ -311,6 +317,7 @@ impl WorkerConfig {
         };
         Ok(WorkerConfig {
             metrics_listen,
+            policy: f.policy.map(abs),
             zones_dir: abs(f.zones_dir),
             state_dir: abs(f.state_dir),
             worker_id,

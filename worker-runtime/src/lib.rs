@@ -17,14 +17,19 @@
 //!   public constructor.
 //! - [`Provisioner`]: [`DirProvisioner`] and [`IllumosProvisioner`] (zonecfg/zoneadm through
 //!   a [`CommandRunner`]); the command and SMF text lives in [`provision::illumos`].
+//! - The admission policy ([`check_admission`], `policy` in worker.toml, `trust::Policy`):
+//!   checked on the resolved digest before any layer is fetched and again right before the
+//!   zone changes; a refusal ([`Denial`], phase `Denied`) leaves a running zone on its
+//!   admitted image, and [`Admission`] records what admitted it.
 //! - Ownership marks ([`owner`]) on every directory the worker creates, checked before any
 //!   change or deletion.
 //!
 //! **Invariants:** no zone is created unless every digest and DiffID was checked; unpack never
 //! writes outside the root; the worker never changes or removes a directory without its mark.
-//! It depends on `validator` and `registry` (client only) among workspace crates.
+//! It depends on `validator`, `trust` and `registry-client` among workspace crates.
 #![deny(missing_docs)]
 
+mod admission;
 mod config;
 pub mod metrics;
 pub mod owner;
@@ -38,6 +43,7 @@ mod store;
 mod unpack;
 mod verify;
 
+pub use admission::{Admission, AdmissionError, Denial, check as check_admission};
 pub use config::{
     ConfigError, ProvisionerConfig, PullPolicy, ResourceLimits, WorkerConfig, ZoneLoadError,
     ZoneSpec, load_zone, load_zones, valid_name,

@@ -12,7 +12,14 @@
 //! | `rdctl_worker_zone_failures_total` | counter | zone reconcile attempts that failed |
 //! | `rdctl_worker_reconcile_duration_seconds` | histogram | one whole pass |
 //! | `rdctl_worker_zone_reconcile_duration_seconds` | histogram | one zone's reconcile |
+//! | `rdctl_worker_admissions_total` | counter | images the admission policy admitted (each check) |
+//! | `rdctl_worker_admission_denials_total{reason}` | counter | refusals by class (`unsigned`, `unknown_key`, `replayed`, `tampered`, `threshold`, `missing_attestation`, `not_pinned`, `rejected_by_rule`, `no_rule_matches`) |
+//! | `rdctl_worker_admission_errors_total` | counter | checks that could not read the signatures |
+//! | `rdctl_worker_admission_duration_seconds` | histogram | one admission check (signature fetch and evaluation) |
+//! | `rdctl_worker_policy_reloads_total{result}` | counter | policy reloads on SIGHUP, `ok` or `error` |
+//! | `rdctl_worker_policy_reload_failed` | gauge | 1 while the last reload failed (the previous policy is in force) |
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -48,8 +55,15 @@ pub struct Metrics {
     verify_diff_id: AtomicU64,
     zone_creations: AtomicU64,
     zone_failures: AtomicU64,
+    admits: AtomicU64,
+    denials: Mutex<BTreeMap<String, u64>>,
+    admission_errors: AtomicU64,
+    reloads_ok: AtomicU64,
+    reloads_error: AtomicU64,
+    reload_failed: AtomicU64,
     pass: Mutex<Histogram>,
     zone: Mutex<Histogram>,
+    admission: Mutex<Histogram>,
 }
 
 impl Default for Metrics {
@@ -63,8 +77,15 @@ impl Default for Metrics {
             verify_diff_id: AtomicU64::default(),
             zone_creations: AtomicU64::default(),
             zone_failures: AtomicU64::default(),
+            admits: AtomicU64::default(),
+            denials: Mutex::new(BTreeMap::new()),
+            admission_errors: AtomicU64::default(),
+            reloads_ok: AtomicU64::default(),
+            reloads_error: AtomicU64::default(),
+            reload_failed: AtomicU64::default(),
             pass: Mutex::new(Histogram::new(BUCKETS)),
             zone: Mutex::new(Histogram::new(BUCKETS)),
+            admission: Mutex::new(Histogram::new(BUCKETS)),
         }
     }
 }
@@ -109,6 +130,36 @@ impl Metrics {
             .observe(took);
     }
 
+    /// Counts one admission check: admitted, refused (with its class) or failed.
+    pub fn admission(&self, denied: Option<&str>, error: bool, took: Duration) {
+        if error {
+            self.admission_errors.fetch_add(1, Ordering::Relaxed);
+        } else if let Some(reason) = denied {
+            *self
+                .denials
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(reason.to_owned())
+                .or_default() += 1;
+        } else {
+            self.admits.fetch_add(1, Ordering::Relaxed);
+        }
+        self.admission
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .observe(took);
+    }
+
+    /// Counts a policy reload.
+    pub fn policy_reload(&self, ok: bool) {
+        if ok {
+            self.reloads_ok.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.reloads_error.fetch_add(1, Ordering::Relaxed);
+        }
+        self.reload_failed.store(u64::from(!ok), Ordering::Relaxed);
+    }
+
     /// Records one whole pass.
     pub fn pass(&self, took: Duration) {
         self.pass
@@ -149,6 +200,16 @@ impl Metrics {
                 "Zone reconcile attempts that failed.",
                 get(&self.zone_failures),
             ),
+            (
+                "rdctl_worker_admissions_total",
+                "Images the admission policy admitted.",
+                get(&self.admits),
+            ),
+            (
+                "rdctl_worker_admission_errors_total",
+                "Admission checks that could not read the signatures.",
+                get(&self.admission_errors),
+            ),
         ] {
             let _ = writeln!(
                 out,
@@ -164,6 +225,35 @@ impl Metrics {
             get(&self.verify_blob),
             get(&self.verify_diff_id)
         );
+        let _ = writeln!(
+            out,
+            "# HELP rdctl_worker_admission_denials_total Images the admission policy refused, by reason.\n\
+             # TYPE rdctl_worker_admission_denials_total counter"
+        );
+        for (reason, n) in self
+            .denials
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            let _ = writeln!(
+                out,
+                "rdctl_worker_admission_denials_total{{reason=\"{reason}\"}} {n}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP rdctl_worker_policy_reloads_total Policy reloads (SIGHUP) by result.\n\
+             # TYPE rdctl_worker_policy_reloads_total counter\n\
+             rdctl_worker_policy_reloads_total{{result=\"ok\"}} {}\n\
+             rdctl_worker_policy_reloads_total{{result=\"error\"}} {}\n\
+             # HELP rdctl_worker_policy_reload_failed 1 while the last policy reload failed and the previous policy is in force.\n\
+             # TYPE rdctl_worker_policy_reload_failed gauge\n\
+             rdctl_worker_policy_reload_failed {}",
+            get(&self.reloads_ok),
+            get(&self.reloads_error),
+            get(&self.reload_failed)
+        );
         for (h, name, help) in [
             (
                 &self.pass,
@@ -174,6 +264,11 @@ impl Metrics {
                 &self.zone,
                 "rdctl_worker_zone_reconcile_duration_seconds",
                 "Duration of one zone's reconcile.",
+            ),
+            (
+                &self.admission,
+                "rdctl_worker_admission_duration_seconds",
+                "Duration of one admission check (signature fetch and policy evaluation).",
             ),
         ] {
             let _ = writeln!(out, "# HELP {name} {help}");
@@ -224,6 +319,10 @@ mod tests {
         m.verification_failure(VerifyStage::DiffId);
         m.zone(true, false, Duration::from_millis(30));
         m.pass(Duration::from_secs(3));
+        m.admission(None, false, Duration::from_millis(3));
+        m.admission(Some("unsigned"), false, Duration::from_millis(3));
+        m.admission(Some("unsigned"), false, Duration::from_millis(3));
+        m.policy_reload(false);
         let t = m.render();
         for line in [
             "rdctl_worker_pulls_total{result=\"ok\"} 1",
@@ -238,6 +337,11 @@ mod tests {
             "rdctl_worker_reconcile_duration_seconds_bucket{le=\"2.5\"} 0",
             "rdctl_worker_reconcile_duration_seconds_bucket{le=\"5\"} 1",
             "rdctl_worker_reconcile_duration_seconds_count 1",
+            "rdctl_worker_admissions_total 1",
+            "rdctl_worker_admission_denials_total{reason=\"unsigned\"} 2",
+            "rdctl_worker_admission_duration_seconds_count 3",
+            "rdctl_worker_policy_reloads_total{result=\"error\"} 1",
+            "rdctl_worker_policy_reload_failed 1",
         ] {
             assert!(t.lines().any(|l| l == line), "{line} missing:\n{t}");
         }

@@ -7,7 +7,10 @@ use std::sync::Arc;
 
 use registry_client::{Client, ClientError};
 use tokio::task::JoinSet;
+use trust::{Policy, PolicyError};
 use validator::{Digest, error_chain};
+
+use crate::admission::{Admission, AdmissionError};
 
 use crate::config::{
     ConfigError, ProvisionerConfig, PullPolicy, WorkerConfig, ZoneSpec, load_zones,
@@ -48,6 +51,9 @@ pub enum WorkerError {
         /// What is wrong.
         reason: String,
     },
+    /// The admission policy file named by `policy` could not be loaded.
+    #[error("policy")]
+    Policy(#[from] PolicyError),
     /// The metrics address could not be bound.
     #[error("metrics_listen {addr}: cannot listen")]
     Metrics {
@@ -69,6 +75,9 @@ pub enum ZoneError {
     /// Unpacking and verifying the root.
     #[error("verify")]
     Root(#[from] RootError),
+    /// The admission policy refused the image, or its signatures could not be read.
+    #[error(transparent)]
+    Admission(#[from] AdmissionError),
     /// Creating the zone.
     #[error("provision")]
     Provision(#[from] ProvisionError),
@@ -131,6 +140,8 @@ pub struct Worker {
     host: HostPlatform,
     unpack: UnpackOptions,
     metrics: Arc<Metrics>,
+    /// The admission policy in force (replaced whole by [`Worker::reload_policy`]).
+    policy: std::sync::RwLock<Arc<Policy>>,
     _lock: std::fs::File,
 }
 
@@ -146,6 +157,10 @@ enum Outcome {
     Provisioned,
     Unchanged,
 }
+
+/// What a successful reconcile did: the outcome, the resolved digest and, when the zone was
+/// (re)created under a policy, what admitted it.
+type Reconciled = (Outcome, Digest, Option<Admission>);
 
 static STAGING_COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -180,6 +195,10 @@ impl Worker {
         if let ProvisionerConfig::Illumos { .. } = &config.provisioner {
             return Err(ProvisionError::Unsupported("illumos").into());
         }
+        let policy = match &config.policy {
+            Some(path) => Policy::load(path)?,
+            None => Policy::accept_all(),
+        };
         let client = config
             .client
             .builder(&registry_client::AuthEnv::current())
@@ -213,6 +232,7 @@ impl Worker {
             provisioner,
             unpack: UnpackOptions::default(),
             metrics,
+            policy: std::sync::RwLock::new(Arc::new(policy)),
             config,
             _lock: lock,
         })
@@ -227,6 +247,66 @@ impl Worker {
     /// The configuration.
     pub fn config(&self) -> &WorkerConfig {
         &self.config
+    }
+
+    /// The admission policy in force.
+    pub fn policy(&self) -> Arc<Policy> {
+        self.policy
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Loads the policy file again (SIGHUP). A file that does not load leaves the policy in
+    /// force unchanged and is returned as the error. `Ok(false)`: no policy file configured.
+    pub fn reload_policy(&self) -> Result<bool, PolicyError> {
+        let Some(path) = &self.config.policy else {
+            return Ok(false);
+        };
+        let loaded = Policy::load(path);
+        self.metrics.policy_reload(loaded.is_ok());
+        let policy = loaded?;
+        *self.policy.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(policy);
+        Ok(true)
+    }
+
+    /// [`Worker::reload_policy`], logged: what `rdctl worker run` does on SIGHUP.
+    fn reload_policy_logged(&self) {
+        match self.reload_policy() {
+            Ok(true) => tracing::info!(
+                policy = %self.config.policy.as_deref().unwrap_or(std::path::Path::new("")).display(),
+                "policy reloaded"
+            ),
+            Ok(false) => tracing::info!("reload asked for, but worker.toml names no policy file"),
+            Err(e) => tracing::warn!(
+                error = %error_chain(&e),
+                "policy reload failed; the previous policy stays in force"
+            ),
+        }
+    }
+
+    /// The admission check on `digest`, timed and counted. `None` without a policy file
+    /// (today's behaviour: digests and DiffIDs are the only checks).
+    async fn admit(
+        &self,
+        spec: &ZoneSpec,
+        digest: &Digest,
+    ) -> Result<Option<Admission>, AdmissionError> {
+        if self.config.policy.is_none() {
+            return Ok(None);
+        }
+        let policy = self.policy();
+        let t = std::time::Instant::now();
+        let r = crate::admission::check(&self.client, &policy, &spec.image, digest).await;
+        let (denied, error) = match &r {
+            Ok(_) => (None, false),
+            Err(AdmissionError::Denied(d)) => (Some(d.reason.as_str()), false),
+            Err(_) => (None, true),
+        };
+        self.metrics.admission(denied, error, t.elapsed());
+        let took_ms = t.elapsed().as_secs_f64() * 1e3;
+        tracing::info!(zone = %spec.name, %digest, took_ms, admitted = r.is_ok(), "admission check");
+        r.map(Some)
     }
 
     /// The worker's metrics (what `/metrics` serves).
@@ -255,7 +335,7 @@ impl Worker {
         for spec in specs {
             let prev = self.state.load(&spec.name).unwrap_or_default();
             if !ignore_backoff
-                && prev.phase == Phase::Failed
+                && matches!(prev.phase, Phase::Failed | Phase::Denied)
                 && prev.next_attempt_unix.is_some_and(|t| t > now_unix())
             {
                 summary.backing_off.push(spec.name.clone());
@@ -268,7 +348,7 @@ impl Worker {
                     let t = std::time::Instant::now();
                     let result = me.reconcile(&spec, &prev).await;
                     me.metrics.zone(
-                        matches!(result, Ok((Outcome::Provisioned, _))),
+                        matches!(result, Ok((Outcome::Provisioned, _, _))),
                         result.is_err(),
                         t.elapsed(),
                     );
@@ -304,14 +384,18 @@ impl Worker {
                 image: spec.image.to_string(),
                 current_digest: prev.current_digest.clone(),
                 desired_digest: prev.desired_digest.clone(),
+                admission: prev.admission.clone(),
                 updated_unix: now_unix(),
                 ..ZoneStatus::default()
             };
             match result {
-                Ok((outcome, desired)) => {
+                Ok((outcome, desired, admission)) => {
                     st.phase = Phase::Ready;
                     st.desired_digest = Some(desired.clone());
                     st.current_digest = Some(desired);
+                    if matches!(outcome, Outcome::Provisioned) {
+                        st.admission = admission;
+                    }
                     match outcome {
                         Outcome::Provisioned => summary.provisioned.push(spec.name.clone()),
                         Outcome::Unchanged => summary.unchanged.push(spec.name.clone()),
@@ -320,6 +404,10 @@ impl Worker {
                 Err((e, desired)) => {
                     tracing::warn!(zone = %spec.name, error = %error_chain(&e), "zone reconcile failed");
                     st.phase = Phase::Failed;
+                    if let ZoneError::Admission(AdmissionError::Denied(d)) = &e {
+                        st.phase = Phase::Denied;
+                        st.denial = Some((**d).clone());
+                    }
                     if desired.is_some() {
                         st.desired_digest = desired;
                     }
@@ -433,7 +521,7 @@ impl Worker {
         self: &Arc<Self>,
         spec: &ZoneSpec,
         prev: &ZoneStatus,
-    ) -> Result<(Outcome, Digest), (ZoneError, Option<Digest>)> {
+    ) -> Result<Reconciled, (ZoneError, Option<Digest>)> {
         let current = self
             .provisioner
             .current(&spec.name)
@@ -442,7 +530,7 @@ impl Worker {
             && current.is_some()
             && let Some(d) = &prev.current_digest
         {
-            return Ok((Outcome::Unchanged, d.clone()));
+            return Ok((Outcome::Unchanged, d.clone(), None));
         }
         // A reference that does not resolve is a failed pull too.
         let desired = resolve(&self.client, &spec.image).await.map_err(|e| {
@@ -450,52 +538,80 @@ impl Worker {
             (e.into(), None)
         })?;
         if current.is_some() && prev.current_digest.as_ref() == Some(&desired) {
-            return Ok((Outcome::Unchanged, desired));
+            return Ok((Outcome::Unchanged, desired, None));
         }
         let fail = |e: ZoneError| (e, Some(desired.clone()));
+        // The policy decides on the resolved digest before any layer is fetched.
+        self.admit(spec, &desired)
+            .await
+            .map_err(|e| fail(e.into()))?;
+        let t = std::time::Instant::now();
         let image = pull(&self.client, &self.store, &spec.image, &desired, &self.host).await;
         self.metrics.pull(image.is_ok());
+        let took_ms = t.elapsed().as_secs_f64() * 1e3;
+        tracing::info!(zone = %spec.name, %desired, took_ms, ok = image.is_ok(), "pull done");
         let image = image.map_err(|e| fail(e.into()))?;
         let me = Arc::clone(self);
-        let spec2 = spec.clone();
-        let done = tokio::task::spawn_blocking(move || -> Result<(), ZoneError> {
+        let name = spec.name.clone();
+        let root = tokio::task::spawn_blocking(move || -> Result<_, ZoneError> {
             let staging = me.provisioner.staging_dir().join(format!(
                 "{}.{}.{}",
-                spec2.name,
+                name,
                 std::process::id(),
                 STAGING_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             ));
-            let root = build_root(
+            Ok(build_root(
                 &me.store,
                 &staging,
                 &me.config.worker_id,
                 &image,
                 &me.unpack,
-            )?;
-            me.provisioner.provision(&spec2, root)?;
-            Ok(())
+            )?)
         })
         .await
-        .map_err(|e| fail(ZoneError::Task(e.to_string())))?;
-        done.map_err(fail)?;
-        Ok((Outcome::Provisioned, desired))
+        .map_err(|e| fail(ZoneError::Task(e.to_string())))?
+        .map_err(fail)?;
+        // Checked again right before the zone changes: a signature removed (or a policy
+        // reloaded) while the layers were fetched refuses the image.
+        let admission = match self.admit(spec, &desired).await {
+            Ok(a) => a,
+            Err(e) => {
+                // Dropping the unused root removes its staging tree: off the async threads.
+                let _ = tokio::task::spawn_blocking(move || drop(root)).await;
+                return Err(fail(e.into()));
+            }
+        };
+        let me = Arc::clone(self);
+        let spec2 = spec.clone();
+        tokio::task::spawn_blocking(move || me.provisioner.provision(&spec2, root))
+            .await
+            .map_err(|e| fail(ZoneError::Task(e.to_string())))?
+            .map_err(|e| fail(e.into()))?;
+        Ok((Outcome::Provisioned, desired, admission))
     }
 
     /// Runs passes until `shutdown` resolves, sleeping the jittered poll interval between
     /// them. With `once`, runs one pass (ignoring backoff) and returns its summary.
+    ///
+    /// Each message on `reload` (SIGHUP for `rdctl worker run`) reloads the policy file
+    /// ([`Worker::reload_policy`]; a bad file keeps the policy in force) and starts a pass at
+    /// once, ignoring backoff, so zones the old policy refused are tried again. A message that
+    /// arrives during a pass is handled when the pass ends.
     pub async fn run(
         self: Arc<Self>,
         once: bool,
         shutdown: impl std::future::Future<Output = ()>,
+        mut reload: Option<tokio::sync::mpsc::Receiver<()>>,
     ) -> Result<PassSummary, WorkerError> {
         if once {
             return self.pass(true).await;
         }
         tokio::pin!(shutdown);
         let mut last = PassSummary::default();
+        let mut ignore_backoff = false;
         loop {
             tokio::select! {
-                r = self.pass(false) => {
+                r = self.pass(std::mem::take(&mut ignore_backoff)) => {
                     last = r?;
                     tracing::info!(?last, "reconcile pass done");
                 }
@@ -504,9 +620,21 @@ impl Worker {
             let sleep = self.config.jittered_interval(unit_random());
             tokio::select! {
                 () = tokio::time::sleep(sleep) => {}
+                Some(()) = next_reload(&mut reload) => {
+                    self.reload_policy_logged();
+                    ignore_backoff = true;
+                }
                 () = &mut shutdown => return Ok(last),
             }
         }
+    }
+}
+
+/// The next reload request; never resolves without a channel.
+async fn next_reload(reload: &mut Option<tokio::sync::mpsc::Receiver<()>>) -> Option<()> {
+    match reload {
+        Some(r) => r.recv().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -521,7 +649,8 @@ impl Drop for AbortOnDrop {
 
 /// `rdctl worker run`: runs passes with a configuration already loaded (and adjusted:
 /// `rdctl worker run`'s client flags override the file's) until `shutdown` resolves, or one
-/// pass with `once`; serves `/metrics` meanwhile when configured. Runs on the caller's
+/// pass with `once`; reloads the policy on each `reload` message (see [`Worker::run`]);
+/// serves `/metrics` meanwhile when configured. Runs on the caller's
 /// runtime; the caller gives blocking unpack tasks of an interrupted pass a bounded time to
 /// end when it shuts the runtime down (what they leave in staging is removed on the next
 /// start).
@@ -529,6 +658,7 @@ pub async fn run(
     config: WorkerConfig,
     once: bool,
     shutdown: impl Future<Output = ()>,
+    reload: Option<tokio::sync::mpsc::Receiver<()>>,
 ) -> Result<PassSummary, WorkerError> {
     let worker = Arc::new(Worker::new(config)?);
     let _metrics = match worker.config.metrics_listen {
@@ -547,7 +677,7 @@ pub async fn run(
         }
         None => None,
     };
-    worker.run(once, shutdown).await
+    worker.run(once, shutdown, reload).await
 }
 
 /// One row of `rdctl worker status`.

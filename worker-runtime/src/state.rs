@@ -14,6 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use validator::Digest;
 
+use crate::admission::{Admission, Denial};
 use crate::owner::{self, OwnerMark, OwnershipError, write_atomic};
 
 /// Where a zone stands.
@@ -28,6 +29,9 @@ pub enum Phase {
     Failed,
     /// The zone manifest is unusable.
     Invalid,
+    /// The admission policy refused the desired image; the zone (if any) still runs its
+    /// previous, admitted image. `denial` says which rule and why.
+    Denied,
 }
 
 impl std::fmt::Display for Phase {
@@ -37,6 +41,7 @@ impl std::fmt::Display for Phase {
             Phase::Ready => "Ready",
             Phase::Failed => "Failed",
             Phase::Invalid => "Invalid",
+            Phase::Denied => "Denied",
         })
     }
 }
@@ -67,6 +72,12 @@ pub struct ZoneStatus {
     /// Since when the zone exists without a manifest.
     #[serde(default)]
     pub orphaned_since_unix: Option<u64>,
+    /// What admitted the image the zone runs (rule, signing keys, attestations).
+    #[serde(default)]
+    pub admission: Option<Admission>,
+    /// Why the policy refused the desired image on the last attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denial: Option<Denial>,
 }
 
 /// A state-directory operation failed.

@@ -343,6 +343,14 @@ fn blob_error_kind(e: &(dyn std::error::Error + 'static)) -> ErrorKind {
         Some(LayoutError::BlobMissing { .. }) => ErrorKind::NotFound,
         _ => match e.downcast_ref::<validator::IngestError>() {
             Some(i) if i.verify_error().is_some() => ErrorKind::Invalid,
+            // Bytes read through a verifying reader that did not match the descriptor.
+            _ if e.downcast_ref::<validator::VerifyError>().is_some()
+                || e.downcast_ref::<std::io::Error>()
+                    .and_then(validator::VerifyError::from_io)
+                    .is_some() =>
+            {
+                ErrorKind::Invalid
+            }
             _ => ErrorKind::Other,
         },
     }
