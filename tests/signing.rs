@@ -17,7 +17,7 @@ use crate::util::{Distribution, Server, ok, rdctl, s, tail, tempdir, tool};
 const PASSWORD: &str = "correct horse";
 
 /// cosign in `dir`, offline-minded: the key password in the environment, a private HOME.
-fn cosign(dir: &Path) -> Command {
+pub(crate) fn cosign(dir: &Path) -> Command {
     let mut c = tool("cosign");
     c.current_dir(dir)
         .env("COSIGN_PASSWORD", PASSWORD)
@@ -37,7 +37,7 @@ pub(crate) fn rd(dir: &Path) -> Command {
     c
 }
 
-fn cosign_sign(dir: &Path, key: &str, image: &str) {
+pub(crate) fn cosign_sign(dir: &Path, key: &str, image: &str) {
     ok(cosign(dir).args([
         "sign",
         "--yes",

@@ -664,3 +664,39 @@ fn a_signature_removed_while_the_layers_download_refuses_the_image() {
         .unwrap_or_default();
     assert!(staging.is_empty(), "left in staging: {staging:?}");
 }
+
+/// The worker admits what operators sign with cosign itself: a key pair from
+/// `cosign generate-key-pair`, `cosign sign` at our registry, a policy naming cosign.pub.
+/// The same image unsigned, in the same pass, is refused.
+#[test]
+fn an_image_signed_by_cosign_is_admitted() {
+    let dir = tempdir();
+    let d = dir.path();
+    ok(crate::signing::cosign(d).args(["generate-key-pair"]));
+    let data = tempdir();
+    let reg = Server::start(data.path(), &[]);
+    let signed = format!("{}/prod/signed:1", reg.host());
+    let unsigned = format!("{}/prod/unsigned:1", reg.host());
+    let digest = illumos_image(d, "signed", &signed);
+    illumos_image(d, "unsigned", &unsigned);
+    crate::signing::cosign_sign(d, "cosign.key", &format!("{signed}@{digest}"));
+    fs::write(
+        d.join("policy.toml"),
+        "[[rule]]\nmatch = \"**/prod/*\"\naction = \"signed\"\nkeys = [\"cosign.pub\"]\n",
+    )
+    .unwrap();
+    let node = policy_node(&d.join("node"), "../policy.toml", "");
+    node.zone("signed", &signed);
+    node.zone("unsigned", &unsigned);
+    let out = node.run_once();
+    assert!(!out.status.success(), "the unsigned zone fails the pass");
+    let st = node.status();
+    assert_eq!(st["signed"]["phase"], "Ready", "{:#}", st["signed"]);
+    assert_eq!(st["signed"]["current_digest"], digest.as_str());
+    let admitted = st["signed"]["admission"].to_string();
+    let pub_id = key_id(d, "cosign.pub");
+    assert!(admitted.contains(short(&pub_id)), "{admitted}");
+    assert!(node.root("signed").is_dir(), "the signed zone exists");
+    assert_eq!(st["unsigned"]["phase"], "Denied", "{:#}", st["unsigned"]);
+    assert!(!node.root("unsigned").exists());
+}
