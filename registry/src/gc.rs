@@ -1117,6 +1117,45 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 mod tests {
     use super::*;
 
+    /// A live holder renews its lease past its time to live; one that is gone (its run
+    /// dropped) lets it turn stale; a broken lease makes the holder stop at its next renewal.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn lease_renews_and_expires() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(crate::storage::FsStore::open(dir.path()).unwrap());
+        let ttl = Duration::from_secs(2);
+        let lease = Lease::acquire(store.clone(), ttl).await.unwrap();
+        assert!(matches!(
+            Lease::acquire(store.clone(), ttl).await,
+            Err(GcError::Locked { .. })
+        ));
+        tokio::time::sleep(Duration::from_millis(3300)).await;
+        let info = read_lease(store.as_ref()).await.unwrap().unwrap();
+        assert!(!info.is_stale(), "{info:?}");
+        assert!(info.renewal.unwrap() >= 4, "{info:?}");
+        assert_eq!(info.run.as_deref(), Some(lease.run.as_str()));
+        assert!(!lease.lost());
+        // The holder dies.
+        drop(lease);
+        tokio::time::sleep(Duration::from_millis(3300)).await;
+        assert!(
+            read_lease(store.as_ref())
+                .await
+                .unwrap()
+                .unwrap()
+                .is_stale()
+        );
+        // Taken over; then broken under the new holder, which notices.
+        let lease = Lease::acquire(store.clone(), ttl).await.unwrap();
+        assert!(break_lease(store.as_ref(), false).await.is_err());
+        assert!(break_lease(store.as_ref(), true).await.unwrap().is_some());
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        assert!(lease.lost());
+        assert!(matches!(lease.check(), Err(GcError::LeaseLost { .. })));
+        lease.release().await;
+        assert!(read_lease(store.as_ref()).await.unwrap().is_none());
+    }
+
     #[test]
     fn durations() {
         assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
