@@ -3,8 +3,9 @@
 //!
 //! [`collect`] runs one pass over any [`Store`]:
 //!
-//! 1. **Lease.** It takes `gc/lock` (create-only, renewed while it runs), so one collector runs
-//!    at a time; the lease document's modification time is the run's start `t0` on the store's
+//! 1. **Lease.** It takes `gc/lock` (create-only, renewed every quarter of its time to live
+//!    [`GcOptions::lease_ttl`], taken over by another run once stale; the run stops when it
+//!    cannot renew), so one collector runs at a time; the lease document's modification time is the run's start `t0` on the store's
 //!    own clock, and `cutoff = t0 - grace`.
 //! 2. **Snapshot.** It lists `repositories/` and `blobs/` once. Anything written later is not a
 //!    candidate.
@@ -23,7 +24,9 @@
 //! (a manifest PUT's blobs, children and own bytes; a mount; an upload whose bytes were already
 //! there) a request rewrites the hold record, *then* waits while a tombstone exists, then checks
 //! the content. Either the collector's read sees the hold, or the request's read sees the
-//! tombstone and waits for the verdict. The invariant and the race analysis are written out in
+//! tombstone and waits for the verdict. A tombstone whose run holds no live lease was left by a
+//! collector that died: the request releases it (a conditional replace) and holds again
+//! ([`read_lease`], [`break_lease`] for operators; `docs/gc.md`). The invariant and the race analysis are written out in
 //! `docs/architecture.md`, "Garbage collection".
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
