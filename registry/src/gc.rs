@@ -631,6 +631,7 @@ impl Sweep<'_> {
         if held || lease_ok.is_err() {
             self.remove_tombstone(&tombstone).await;
             lease_ok?;
+            out.held = true;
             return Ok(out);
         }
         let r = self
@@ -1063,8 +1064,10 @@ impl Lease {
         Bytes::from(serde_json::json!({"run": self.run}).to_string())
     }
 
-    async fn release(self) {
+    async fn release(mut self) {
         self.renewer.abort();
+        // Wait out a renewal in flight, so it cannot land after the lease is gone.
+        let _ = (&mut self.renewer).await;
         if self.lost.load(Ordering::SeqCst) {
             return;
         }

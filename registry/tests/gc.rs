@@ -9,7 +9,8 @@
 //! - a collector that died (its lease and tombstones left as a killed process leaves them,
 //!   with a short time to live) blocks nothing once its lease is stale: pushes release its
 //!   tombstones, what it deleted is uploaded again, the next run completes; while its lease is
-//!   live, pushes touching its tombstones wait, and `break_lease` refuses without `force`.
+//!   live, pushes touching its tombstones wait, and `break_lease` refuses without `force`;
+//! - a digest a request held during the run is kept and counted (`kept_held`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -844,6 +845,48 @@ async fn broken_and_missing_leases(store: (Arc<dyn Store>, Option<tempfile::Temp
             .unwrap()
             .is_none()
     );
+}
+
+/// A digest a request held after the cutoff is kept, its tombstone removed, and the run
+/// reports it under `kept_held`.
+async fn held_digest_is_kept(store: (Arc<dyn Store>, Option<tempfile::TempDir>)) {
+    let s = serve(store).await;
+    let blob = bytes("held blob", 700);
+    let d = s.push_blob("gc/held", &blob).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(3100)).await;
+    // What `Repos::hold` writes.
+    s.store
+        .put(
+            &layout::blob_used(&d),
+            Bytes::from_static(br#"{"at":1}"#),
+            PutMode::Overwrite,
+        )
+        .await
+        .unwrap();
+    let opts = GcOptions {
+        grace: Duration::from_secs(1),
+        ..GcOptions::default()
+    };
+    let report = s.state.collect_garbage(&opts).await.unwrap();
+    assert_eq!(report.kept_held, 1, "{report:?}");
+    assert_eq!(report.deleted_blobs, 0, "{report:?}");
+    s.assert_blob("gc/held", &blob).await;
+    assert!(
+        s.store
+            .stat(&blob_key(&d, "gc"))
+            .await
+            .is_err_and(|e| e.is_not_found())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_held_digest_is_kept() {
+    held_digest_is_kept(fs_store().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3_held_digest_is_kept() {
+    held_digest_is_kept(s3_store().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
