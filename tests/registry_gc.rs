@@ -222,3 +222,90 @@ fn gc_into_a_closed_pipe_exits_quietly() {
         assert_eq!(out.status.code(), Some(0), "json={json}: {stderr}");
     }
 }
+
+/// Writes `gc/lock` as a collector from pid 4242 on host "ghost" leaves it, last renewed `ago`.
+fn write_lease(data: &Path, ttl_secs: u64, ago: Duration) {
+    let path = data.join("gc/lock");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let body = serde_json::json!({
+        "run": "dead-run", "renewal": 3, "pid": 4242, "host": "ghost",
+        "started": 1_700_000_000u64, "ttl_secs": ttl_secs,
+    });
+    std::fs::write(&path, body.to_string()).unwrap();
+    let f = std::fs::File::options().write(true).open(&path).unwrap();
+    f.set_modified(std::time::SystemTime::now() - ago).unwrap();
+}
+
+/// `rdctl registry gc --break-lease`: nothing to break; a live lease refused (naming its holder)
+/// unless forced; a stale one broken, printing who held it and since when; then a run completes.
+#[test]
+fn gc_break_lease() {
+    let data = tempdir();
+    let break_lease = |extra: &[&str]| {
+        rdctl()
+            .args(["registry", "gc", "--data", s(data.path()), "--break-lease"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = break_lease(&[]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no garbage collection lease"));
+
+    // Live: the run and a plain break are refused.
+    write_lease(data.path(), 3600, Duration::ZERO);
+    let run = rdctl()
+        .args(["registry", "gc", "--data", s(data.path())])
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("--break-lease"));
+    let out = break_lease(&[]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("is live")
+            && stderr.contains("pid 4242 on ghost")
+            && stderr.contains("--force"),
+        "{stderr}"
+    );
+    assert!(data.path().join("gc/lock").exists());
+    let out = ok(rdctl().args([
+        "registry",
+        "gc",
+        "--data",
+        s(data.path()),
+        "--break-lease",
+        "--force",
+    ]));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("held by pid 4242 on ghost (run dead-run) since 2023-11-14T22:13:20Z")
+            && stdout.contains("live, forced"),
+        "{stdout}"
+    );
+    assert!(!data.path().join("gc/lock").exists());
+
+    // Stale: broken without --force, as JSON.
+    write_lease(data.path(), 60, Duration::from_secs(600));
+    let out = ok(rdctl().args([
+        "registry",
+        "gc",
+        "--data",
+        s(data.path()),
+        "--break-lease",
+        "--json",
+    ]));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["host"], "ghost", "{v}");
+    assert!(v["age_secs"].as_u64().unwrap() >= 600, "{v}");
+    assert!(!data.path().join("gc/lock").exists());
+    gc_json(data.path(), &["--grace", "0s"]);
+
+    // --force alone is a usage error.
+    let out = rdctl()
+        .args(["registry", "gc", "--data", s(data.path()), "--force"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

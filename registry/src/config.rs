@@ -245,6 +245,7 @@ struct FileGc {
     grace: Option<String>,
     delete_untagged: Option<bool>,
     keep_referrers: Option<bool>,
+    lease_ttl: Option<String>,
 }
 
 fn env_parse<T: std::str::FromStr>(
@@ -361,6 +362,16 @@ impl ServeConfig {
         }
         if let Some(v) = g.keep_referrers {
             self.gc.options.keep_referrers = v;
+        }
+        if let Some(v) = g.lease_ttl {
+            let d = gc::parse_duration(&v).map_err(|r| bad("gc.lease_ttl", r))?;
+            if d < gc::MIN_LEASE_TTL {
+                return Err(bad(
+                    "gc.lease_ttl",
+                    format!("{v:?} is shorter than {:?}", gc::MIN_LEASE_TTL),
+                ));
+            }
+            self.gc.options.lease_ttl = d;
         }
         Ok(())
     }
@@ -550,6 +561,7 @@ mod tests {
         for bad in [
             "[gc]\ngrace = \"1s\"\n",
             "[gc]\ninterval = \"0\"\n",
+            "[gc]\nlease_ttl = \"1s\"\n",
             "[gc]\ninterval = \"soon\"\n",
         ] {
             std::fs::write(&file, bad).unwrap();

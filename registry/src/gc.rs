@@ -3,8 +3,9 @@
 //!
 //! [`collect`] runs one pass over any [`Store`]:
 //!
-//! 1. **Lease.** It takes `gc/lock` (create-only, renewed while it runs), so one collector runs
-//!    at a time; the lease document's modification time is the run's start `t0` on the store's
+//! 1. **Lease.** It takes `gc/lock` (create-only, renewed every quarter of its time to live
+//!    [`GcOptions::lease_ttl`], taken over by another run once stale; the run stops when it
+//!    cannot renew), so one collector runs at a time; the lease document's modification time is the run's start `t0` on the store's
 //!    own clock, and `cutoff = t0 - grace`.
 //! 2. **Snapshot.** It lists `repositories/` and `blobs/` once. Anything written later is not a
 //!    candidate.
@@ -23,7 +24,9 @@
 //! (a manifest PUT's blobs, children and own bytes; a mount; an upload whose bytes were already
 //! there) a request rewrites the hold record, *then* waits while a tombstone exists, then checks
 //! the content. Either the collector's read sees the hold, or the request's read sees the
-//! tombstone and waits for the verdict. The invariant and the race analysis are written out in
+//! tombstone and waits for the verdict. A tombstone whose run holds no live lease was left by a
+//! collector that died: the request releases it (a conditional replace) and holds again
+//! ([`read_lease`], [`break_lease`] for operators; `docs/gc.md`). The invariant and the race analysis are written out in
 //! `docs/architecture.md`, "Garbage collection".
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -44,10 +47,16 @@ use validator::Name;
 
 /// Default grace window: content written or held within it is never collected.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(3600);
-/// A lease not renewed for this long belongs to a collector that died; another may take it.
-const LEASE_STALE: Duration = Duration::from_secs(15 * 60);
-/// How often a running collector renews its lease.
-const LEASE_RENEW: Duration = Duration::from_secs(60);
+/// Default lease time to live: a lease not renewed for this long belongs to a collector that
+/// died; another collector may take it over, and requests release its tombstones.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
+/// The time to live of a lease that does not state one (written by a collector from before
+/// leases carried `ttl_secs`, which renewed every minute).
+const LEGACY_LEASE_TTL: Duration = Duration::from_secs(15 * 60);
+/// Shortest lease time to live (store timestamps may have whole seconds).
+pub const MIN_LEASE_TTL: Duration = Duration::from_secs(2);
+/// Largest lease or tombstone document read.
+const LEASE_LIMIT: u64 = 64 << 10;
 /// Largest manifest read while marking.
 const MANIFEST_LIMIT: u64 = 16 << 20;
 /// Largest index document (tags, referrers) read while marking.
@@ -72,6 +81,10 @@ pub struct GcOptions {
     pub dry_run: bool,
     /// Digests swept at once (default 16).
     pub concurrency: usize,
+    /// How long the lease lives without renewal (default 60 s, at least 2 s). The collector
+    /// renews it every quarter of this and stops when it could not renew for half of it, so a
+    /// collector that dies blocks nothing for longer than this.
+    pub lease_ttl: Duration,
 }
 
 impl Default for GcOptions {
@@ -82,6 +95,7 @@ impl Default for GcOptions {
             keep_referrers: true,
             dry_run: false,
             concurrency: 16,
+            lease_ttl: DEFAULT_LEASE_TTL,
         }
     }
 }
@@ -154,7 +168,7 @@ pub enum GcError {
     Store(#[from] StoreError),
     /// Another collector holds the lease.
     #[error(
-        "another garbage collection is running ({key} was renewed {age_secs} s ago; it is stale after {stale_secs} s)"
+        "another garbage collection is running ({key} was renewed {age_secs} s ago; it is stale after {stale_secs} s; rdctl registry gc --break-lease)"
     )]
     Locked {
         /// The lease key.
@@ -184,11 +198,26 @@ pub enum GcError {
         /// The cause.
         reason: String,
     },
-    /// The lease was taken over (the run was presumed dead); the sweep stopped.
-    #[error("garbage collection lost its lease {key}; it stopped sweeping")]
+    /// The lease was taken over, broken or could not be renewed in time (the run may be
+    /// presumed dead); the run stopped.
+    #[error("garbage collection lost its lease {key}; it stopped")]
     LeaseLost {
         /// The lease key.
         key: Key,
+    },
+    /// `break_lease` found a live lease and was not forced.
+    #[error(
+        "the garbage collection lease {key} is live (held by {holder}, renewed {age_secs} s ago, stale after {ttl_secs} s); use --force to break it"
+    )]
+    LeaseLive {
+        /// The lease key.
+        key: Key,
+        /// Who holds it.
+        holder: String,
+        /// Seconds since it was renewed.
+        age_secs: u64,
+        /// Its time to live.
+        ttl_secs: u64,
     },
 }
 
@@ -240,7 +269,7 @@ pub async fn collect(store: Arc<dyn Store>, opts: &GcOptions) -> Result<GcReport
     let lease = if opts.dry_run {
         None
     } else {
-        Some(Lease::acquire(store.clone()).await?)
+        Some(Lease::acquire(store.clone(), opts.lease_ttl).await?)
     };
     let result = run(store.clone(), opts, lease.as_ref()).await;
     if let Some(lease) = lease {
@@ -314,6 +343,9 @@ async fn run(
         .collect();
     let mut marks = futures_util::stream::iter(futures).buffer_unordered(opts.concurrency.max(1));
     while let Some((name, m)) = marks.next().await {
+        if let Some(lease) = lease {
+            lease.check()?;
+        }
         let m = m?;
         report.marked_manifests += m.manifests.len();
         report.marked_blobs += m.blobs.len();
@@ -375,6 +407,9 @@ async fn run(
 
     // Tombstones found now were left by a run that died (the lease makes this run the only
     // one); requests waiting on them may go on.
+    if let Some(lease) = lease {
+        lease.check()?;
+    }
     if !opts.dry_run {
         for d in stale_tombstones {
             match store.delete(&layout::blob_tombstone(&d)).await {
@@ -575,14 +610,10 @@ impl Sweep<'_> {
         }
 
         let tombstone = layout::blob_tombstone(&d);
-        if !self.dry_run {
-            if self.lease.is_some_and(Lease::lost) {
-                return Err(GcError::LeaseLost {
-                    key: layout::gc_lock(),
-                });
-            }
+        if let (false, Some(lease)) = (self.dry_run, self.lease) {
+            lease.check()?;
             self.store
-                .put(&tombstone, Bytes::from_static(b"{}"), PutMode::Overwrite)
+                .put(&tombstone, lease.tombstone_body(), PutMode::Overwrite)
                 .await?;
         }
         // Tombstone first, then the hold record: a request that held the digest after the
@@ -595,9 +626,12 @@ impl Sweep<'_> {
                 return Err(e);
             }
         };
-        if held {
-            out.held = true;
+        // Deleting needs a live lease: requests release the tombstones of a stale one.
+        let lease_ok = self.lease.map_or(Ok(()), Lease::check);
+        if held || lease_ok.is_err() {
             self.remove_tombstone(&tombstone).await;
+            lease_ok?;
+            out.held = true;
             return Ok(out);
         }
         let r = self
@@ -630,6 +664,9 @@ impl Sweep<'_> {
             bytes,
         };
         for name in manifest_links {
+            if let (false, Some(lease)) = (self.dry_run, self.lease) {
+                lease.check()?;
+            }
             if !self.dry_run {
                 // Also drops the manifest from its subject's referrers. No tag can point at it:
                 // one set after the mark came from a PUT that held the digest.
@@ -681,6 +718,9 @@ impl Sweep<'_> {
     }
 
     async fn delete(&self, key: &Key) -> Result<(), GcError> {
+        if let Some(lease) = self.lease {
+            lease.check()?;
+        }
         match self.store.delete(key).await {
             Ok(()) => Ok(()),
             Err(e) if e.is_not_found() => Ok(()),
@@ -692,51 +732,240 @@ impl Sweep<'_> {
         if self.dry_run {
             return;
         }
-        if let Err(e) = self.delete(key).await {
-            // Requests on this digest wait for it, then fail with 429, until the next run
-            // removes it.
+        if let Err(e) = self.store.delete(key).await
+            && !e.is_not_found()
+        {
+            // Requests on this digest wait for it while this run's lease lives, then release it;
+            // the next run removes it.
             tracing::warn!(key = %key, error = %e, "garbage collection could not remove a tombstone");
         }
+    }
+}
+
+/// The lease document `gc/lock` as read from the store: who holds it, since when, and whether
+/// it is still live.
+#[derive(Debug, Clone, Serialize)]
+pub struct LeaseInfo {
+    /// The holder's run id (each run has its own; tombstones carry it).
+    pub run: Option<String>,
+    /// The holder's host name, when it recorded one.
+    pub host: Option<String>,
+    /// The holder's process id.
+    pub pid: Option<u64>,
+    /// When the run started, in seconds since the Unix epoch (holder's clock).
+    pub started_unix: Option<u64>,
+    /// Renewals so far.
+    pub renewal: Option<u64>,
+    /// Seconds since the last renewal (store clock against ours).
+    pub age_secs: u64,
+    /// The time to live, in seconds.
+    pub ttl_secs: u64,
+    #[serde(skip)]
+    etag: Etag,
+}
+
+impl LeaseInfo {
+    /// True when the holder did not renew within the time to live: it is presumed dead.
+    pub fn is_stale(&self) -> bool {
+        self.age_secs > self.ttl_secs
+    }
+
+    /// `pid P on HOST (run R)`, as far as the lease tells.
+    pub fn holder(&self) -> String {
+        format!(
+            "pid {} on {} (run {})",
+            self.pid.map_or_else(|| "?".to_owned(), |p| p.to_string()),
+            self.host.as_deref().unwrap_or("an unknown host"),
+            self.run.as_deref().unwrap_or("?")
+        )
+    }
+}
+
+/// Reads the lease; `None` when no collector holds one.
+pub async fn read_lease(store: &dyn Store) -> Result<Option<LeaseInfo>, GcError> {
+    let key = layout::gc_lock();
+    let doc = match store.get(&key, LEASE_LIMIT).await {
+        Ok(doc) => doc,
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let meta = match store.stat(&key).await {
+        Ok(m) => m,
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let v: Value = serde_json::from_slice(&doc.bytes).unwrap_or(Value::Null);
+    let age = SystemTime::now()
+        .duration_since(meta.modified)
+        .unwrap_or_default();
+    Ok(Some(LeaseInfo {
+        run: v.get("run").and_then(Value::as_str).map(str::to_owned),
+        host: v.get("host").and_then(Value::as_str).map(str::to_owned),
+        pid: v.get("pid").and_then(Value::as_u64),
+        started_unix: v.get("started").and_then(Value::as_u64),
+        renewal: v.get("renewal").and_then(Value::as_u64),
+        age_secs: age.as_secs(),
+        ttl_secs: v
+            .get("ttl_secs")
+            .and_then(Value::as_u64)
+            .unwrap_or(LEGACY_LEASE_TTL.as_secs()),
+        etag: doc.etag,
+    }))
+}
+
+/// Removes the lease of a collector that died, so the next run need not wait for it to turn
+/// stale. A live lease is refused ([`GcError::LeaseLive`]) unless `force`; a forced break makes
+/// the running holder stop at its next renewal. Returns the lease removed (`None`: there was
+/// none). Tombstones the holder left are released by the requests that meet them and removed
+/// by the next run.
+pub async fn break_lease(store: &dyn Store, force: bool) -> Result<Option<LeaseInfo>, GcError> {
+    let key = layout::gc_lock();
+    let Some(info) = read_lease(store).await? else {
+        return Ok(None);
+    };
+    if !info.is_stale() && !force {
+        return Err(GcError::LeaseLive {
+            key,
+            holder: info.holder(),
+            age_secs: info.age_secs,
+            ttl_secs: info.ttl_secs,
+        });
+    }
+    // Replace it with an expired lease of no run first (conditional: a lease renewed or taken
+    // over meanwhile is not ours to break), then delete that.
+    let broken = Bytes::from(
+        serde_json::json!({"run": null, "broken": uuid::Uuid::new_v4().to_string(), "ttl_secs": 0})
+            .to_string(),
+    );
+    match store
+        .put(&key, broken, PutMode::Replace(info.etag.clone()))
+        .await
+    {
+        Ok(_) => {}
+        Err(StoreError::PreconditionFailed { .. }) => {
+            return Err(GcError::Locked {
+                key,
+                age_secs: 0,
+                stale_secs: info.ttl_secs,
+            });
+        }
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    match store.delete(&key).await {
+        Ok(()) => {}
+        Err(e) if e.is_not_found() => {}
+        Err(e) => return Err(e.into()),
+    }
+    tracing::warn!(key = %key, holder = %info.holder(), age_secs = info.age_secs, "garbage collection lease broken");
+    Ok(Some(info))
+}
+
+/// What a tombstone `blobs/…/gc` says: the run that wrote it, or that a request released it.
+#[derive(Debug, Default)]
+pub(crate) struct Tombstone {
+    run: Option<String>,
+    released: bool,
+}
+
+impl Tombstone {
+    pub(crate) fn parse(bytes: &[u8]) -> Tombstone {
+        let v: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
+        Tombstone {
+            run: v.get("run").and_then(Value::as_str).map(str::to_owned),
+            released: v.get("released").is_some(),
+        }
+    }
+
+    /// True when it no longer stops requests (a request released it).
+    pub(crate) fn released(&self) -> bool {
+        self.released
+    }
+
+    /// True when the collector that wrote it still holds a live lease: requests wait for its
+    /// verdict. False when there is no lease, it is stale, or it belongs to another run.
+    pub(crate) async fn live(&self, store: &dyn Store) -> Result<bool, GcError> {
+        Ok(match read_lease(store).await? {
+            None => false,
+            Some(l) if l.is_stale() => false,
+            // A tombstone of a collector from before tombstones named their run.
+            Some(l) => self.run.is_none() || self.run == l.run,
+        })
+    }
+
+    /// The body a request replaces a dead collector's tombstone with (unique, so its version
+    /// differs from every other).
+    pub(crate) fn released_body() -> Bytes {
+        Bytes::from(serde_json::json!({"released": uuid::Uuid::new_v4().to_string()}).to_string())
     }
 }
 
 /// The collector's lease on `gc/lock`, renewed in the background while a run lasts.
 struct Lease {
     store: Arc<dyn Store>,
+    run: String,
     started: SystemTime,
+    ttl: Duration,
     etag: Arc<std::sync::Mutex<Etag>>,
+    /// When the last renewal (or the acquisition) was sent and succeeded.
+    renewed: Arc<std::sync::Mutex<Instant>>,
     lost: Arc<AtomicBool>,
     renewer: tokio::task::JoinHandle<()>,
 }
 
-fn lease_body(run: &str, n: u64) -> Bytes {
+fn host_name() -> Option<String> {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+}
+
+fn lease_body(run: &str, n: u64, started: u64, ttl: Duration) -> Bytes {
     Bytes::from(
-        serde_json::json!({"run": run, "renewal": n, "pid": std::process::id()}).to_string(),
+        serde_json::json!({
+            "run": run,
+            "renewal": n,
+            "pid": std::process::id(),
+            "host": host_name(),
+            "started": started,
+            "ttl_secs": ttl.as_secs(),
+        })
+        .to_string(),
     )
 }
 
 impl Lease {
-    async fn acquire(store: Arc<dyn Store>) -> Result<Lease, GcError> {
+    async fn acquire(store: Arc<dyn Store>, ttl: Duration) -> Result<Lease, GcError> {
+        let ttl = ttl.max(MIN_LEASE_TTL);
         let key = layout::gc_lock();
         let run = uuid::Uuid::new_v4().to_string();
-        let etag = match store.put(&key, lease_body(&run, 0), PutMode::Create).await {
+        let started_unix = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let body = || lease_body(&run, 0, started_unix, ttl);
+        let sent = Instant::now();
+        let etag = match store.put(&key, body(), PutMode::Create).await {
             Ok(etag) => etag,
             Err(StoreError::AlreadyExists { .. }) => {
-                let doc = store.get(&key, 64 << 10).await?;
-                let meta = store.stat(&key).await?;
-                let age = SystemTime::now()
-                    .duration_since(meta.modified)
-                    .unwrap_or_default();
-                if age < LEASE_STALE {
+                let Some(held) = read_lease(store.as_ref()).await? else {
                     return Err(GcError::Locked {
                         key,
-                        age_secs: age.as_secs(),
-                        stale_secs: LEASE_STALE.as_secs(),
+                        age_secs: 0,
+                        stale_secs: ttl.as_secs(),
+                    });
+                };
+                if !held.is_stale() {
+                    return Err(GcError::Locked {
+                        key,
+                        age_secs: held.age_secs,
+                        stale_secs: held.ttl_secs,
                     });
                 }
-                tracing::warn!(key = %key, age = ?age, "taking over a stale garbage collection lease");
+                tracing::warn!(key = %key, holder = %held.holder(), age_secs = held.age_secs, "taking over a stale garbage collection lease");
                 match store
-                    .put(&key, lease_body(&run, 0), PutMode::Replace(doc.etag))
+                    .put(&key, body(), PutMode::Replace(held.etag.clone()))
                     .await
                 {
                     Ok(etag) => etag,
@@ -744,7 +973,7 @@ impl Lease {
                         return Err(GcError::Locked {
                             key,
                             age_secs: 0,
-                            stale_secs: LEASE_STALE.as_secs(),
+                            stale_secs: held.ttl_secs,
                         });
                     }
                     Err(e) => return Err(e.into()),
@@ -756,19 +985,35 @@ impl Lease {
         // every modification time the sweep compares with comes from.
         let started = store.stat(&key).await?.modified;
         let etag = Arc::new(std::sync::Mutex::new(etag));
+        let renewed = Arc::new(std::sync::Mutex::new(sent));
         let lost = Arc::new(AtomicBool::new(false));
         let renewer = {
-            let (store, etag, lost) = (store.clone(), etag.clone(), lost.clone());
+            let (store, etag, renewed, lost, run) = (
+                store.clone(),
+                etag.clone(),
+                renewed.clone(),
+                lost.clone(),
+                run.clone(),
+            );
             tokio::spawn(async move {
                 for n in 1.. {
-                    tokio::time::sleep(LEASE_RENEW).await;
+                    tokio::time::sleep(ttl / 4).await;
                     let current = etag.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    let sent = Instant::now();
                     match store
-                        .put(&key, lease_body(&run, n), PutMode::Replace(current))
+                        .put(
+                            &key,
+                            lease_body(&run, n, started_unix, ttl),
+                            PutMode::Replace(current),
+                        )
                         .await
                     {
-                        Ok(new) => *etag.lock().unwrap_or_else(|e| e.into_inner()) = new,
+                        Ok(new) => {
+                            *etag.lock().unwrap_or_else(|e| e.into_inner()) = new;
+                            *renewed.lock().unwrap_or_else(|e| e.into_inner()) = sent;
+                        }
                         Err(StoreError::PreconditionFailed { .. }) => {
+                            tracing::warn!(key = %key, "garbage collection lease was taken over or broken");
                             lost.store(true, Ordering::SeqCst);
                             return;
                         }
@@ -781,41 +1026,70 @@ impl Lease {
         };
         Ok(Lease {
             store,
+            run,
             started,
+            ttl,
             etag,
+            renewed,
             lost,
             renewer,
         })
     }
 
+    /// True when the run must stop: the lease was taken over or broken, or it was not renewed
+    /// for half its time to live (others judge it stale after all of it, so what the run does
+    /// next still happens under a live lease).
     fn lost(&self) -> bool {
         self.lost.load(Ordering::SeqCst)
+            || self
+                .renewed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .elapsed()
+                > self.ttl / 2
     }
 
-    async fn release(self) {
-        let Lease {
-            store,
-            etag,
-            lost,
-            renewer,
-            ..
-        } = self;
-        renewer.abort();
-        let _ = renewer.await;
-        if lost.load(Ordering::SeqCst) {
+    /// `Err(LeaseLost)` when [`Lease::lost`].
+    fn check(&self) -> Result<(), GcError> {
+        if self.lost() {
+            return Err(GcError::LeaseLost {
+                key: layout::gc_lock(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The body of this run's tombstones.
+    fn tombstone_body(&self) -> Bytes {
+        Bytes::from(serde_json::json!({"run": self.run}).to_string())
+    }
+
+    async fn release(mut self) {
+        self.renewer.abort();
+        // Wait out a renewal in flight, so it cannot land after the lease is gone.
+        let _ = (&mut self.renewer).await;
+        if self.lost.load(Ordering::SeqCst) {
             return;
         }
         let key = layout::gc_lock();
-        let ours = etag.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let ours = self.etag.lock().unwrap_or_else(|e| e.into_inner()).clone();
         // Delete only our own lease (a taken-over one belongs to another run).
-        match store.get(&key, 64 << 10).await {
+        match self.store.get(&key, LEASE_LIMIT).await {
             Ok(doc) if doc.etag == ours => {
-                if let Err(e) = store.delete(&key).await {
+                if let Err(e) = self.store.delete(&key).await {
                     tracing::warn!(error = %e, "garbage collection could not release its lease");
                 }
             }
             _ => {}
         }
+    }
+}
+
+impl Drop for Lease {
+    /// A run dropped before it finished (its task cancelled) stops renewing, so its lease
+    /// turns stale like a dead process's.
+    fn drop(&mut self) {
+        self.renewer.abort();
     }
 }
 
@@ -848,6 +1122,45 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A live holder renews its lease past its time to live; one that is gone (its run
+    /// dropped) lets it turn stale; a broken lease makes the holder stop at its next renewal.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn lease_renews_and_expires() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(crate::storage::FsStore::open(dir.path()).unwrap());
+        let ttl = Duration::from_secs(2);
+        let lease = Lease::acquire(store.clone(), ttl).await.unwrap();
+        assert!(matches!(
+            Lease::acquire(store.clone(), ttl).await,
+            Err(GcError::Locked { .. })
+        ));
+        tokio::time::sleep(Duration::from_millis(3300)).await;
+        let info = read_lease(store.as_ref()).await.unwrap().unwrap();
+        assert!(!info.is_stale(), "{info:?}");
+        assert!(info.renewal.unwrap() >= 4, "{info:?}");
+        assert_eq!(info.run.as_deref(), Some(lease.run.as_str()));
+        assert!(!lease.lost());
+        // The holder dies.
+        drop(lease);
+        tokio::time::sleep(Duration::from_millis(3300)).await;
+        assert!(
+            read_lease(store.as_ref())
+                .await
+                .unwrap()
+                .unwrap()
+                .is_stale()
+        );
+        // Taken over; then broken under the new holder, which notices.
+        let lease = Lease::acquire(store.clone(), ttl).await.unwrap();
+        assert!(break_lease(store.as_ref(), false).await.is_err());
+        assert!(break_lease(store.as_ref(), true).await.unwrap().is_some());
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        assert!(lease.lost());
+        assert!(matches!(lease.check(), Err(GcError::LeaseLost { .. })));
+        lease.release().await;
+        assert!(read_lease(store.as_ref()).await.unwrap().is_none());
+    }
 
     #[test]
     fn durations() {

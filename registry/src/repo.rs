@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use validator::Digest;
 
 use crate::errors::{ApiError, ApiResult};
+use crate::gc::Tombstone;
 use crate::storage::{Key, ObjectMeta, PutMode, Store, StoreError, layout};
 use validator::{Name, Tag};
 
@@ -165,41 +166,74 @@ impl Repos {
     /// call. The write-then-read order against the collector's tombstone-then-read order is what
     /// makes this safe without locks (see `crate::gc`).
     pub async fn hold(&self, d: &Digest) -> ApiResult<bool> {
-        let at = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|t| t.as_nanos())
-            .unwrap_or(0);
-        // The stamp changes the bytes, so the version (an S3 ETag) changes with every hold.
-        let stamp = format!("{{\"at\":{at}}}");
-        self.store
-            .put(
-                &layout::blob_used(d),
-                Bytes::from(stamp),
-                PutMode::Overwrite,
-            )
-            .await?;
-        self.wait_for_collector(d).await?;
+        loop {
+            let at = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|t| t.as_nanos())
+                .unwrap_or(0);
+            // The stamp changes the bytes, so the version (an S3 ETag) changes with every hold.
+            let stamp = format!("{{\"at\":{at}}}");
+            self.store
+                .put(
+                    &layout::blob_used(d),
+                    Bytes::from(stamp),
+                    PutMode::Overwrite,
+                )
+                .await?;
+            // Released a dead collector's tombstone: hold again, so a collector that tombstones
+            // the digest from now on sees this request.
+            if self.wait_for_collector(d).await? {
+                break;
+            }
+        }
         Ok(self.blob_stat(d).await?.is_some())
     }
 
-    /// Waits until no collector holds a tombstone on `d`.
-    async fn wait_for_collector(&self, d: &Digest) -> ApiResult<()> {
+    /// Waits until no live collector holds a tombstone on `d`. True: there is none. False: the
+    /// tombstone belonged to a collector whose lease is gone or stale (it died), and this call
+    /// released it (a conditional replace, so a live collector's newer tombstone is never
+    /// touched); what that collector deleted is gone, the rest stays.
+    async fn wait_for_collector(&self, d: &Digest) -> ApiResult<bool> {
         let key = layout::blob_tombstone(d);
         let started = Instant::now();
         loop {
-            match self.store.stat(&key).await {
-                Err(e) if e.is_not_found() => return Ok(()),
+            let doc = match self.store.get(&key, LINK_LIMIT).await {
+                Err(e) if e.is_not_found() => return Ok(true),
                 Err(e) => return Err(e.into()),
-                Ok(_) if started.elapsed() > TOMBSTONE_WAIT => {
-                    // A collector that died mid-decision leaves its tombstone until the next run
-                    // removes it; guessing would risk data, so the client retries later.
-                    return Err(ApiError::new(
-                        crate::errors::Code::TooManyRequests,
-                        format!("{d} is held by a garbage collection ({key}); retry later"),
-                    ));
-                }
-                Ok(_) => tokio::time::sleep(TOMBSTONE_POLL).await,
+                Ok(doc) => doc,
+            };
+            let tombstone = Tombstone::parse(&doc.bytes);
+            if tombstone.released() {
+                return Ok(true);
             }
+            let live = tombstone
+                .live(self.store.as_ref())
+                .await
+                .map_err(|e| ApiError::internal(format!("reading the collector's lease: {e}")))?;
+            if !live {
+                match self
+                    .store
+                    .put(&key, Tombstone::released_body(), PutMode::Replace(doc.etag))
+                    .await
+                {
+                    Ok(_) => {
+                        tracing::warn!(key = %key, "released the tombstone of a garbage collection that died");
+                        return Ok(false);
+                    }
+                    // Rewritten or removed meanwhile: look again.
+                    Err(StoreError::PreconditionFailed { .. }) => continue,
+                    Err(e) if e.is_not_found() => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            if started.elapsed() > TOMBSTONE_WAIT {
+                // The collector is alive and still deciding; the client retries later.
+                return Err(ApiError::new(
+                    crate::errors::Code::TooManyRequests,
+                    format!("{d} is held by a garbage collection ({key}); retry later"),
+                ));
+            }
+            tokio::time::sleep(TOMBSTONE_POLL).await;
         }
     }
 

@@ -5,7 +5,12 @@
 //! - what is reachable (tags, index children, referrers, layers shared across repositories)
 //!   is kept and what is not is removed once older than the grace window; a dry run deletes
 //!   nothing; a deleted manifest is `MANIFEST_UNKNOWN` afterwards;
-//! - collections running back to back during 50 concurrent pushes lose nothing acknowledged.
+//! - collections running back to back during 50 concurrent pushes lose nothing acknowledged;
+//! - a collector that died (its lease and tombstones left as a killed process leaves them,
+//!   with a short time to live) blocks nothing once its lease is stale: pushes release its
+//!   tombstones, what it deleted is uploaded again, the next run completes; while its lease is
+//!   live, pushes touching its tombstones wait, and `break_lease` refuses without `force`;
+//! - a digest a request held during the run is kept and counted (`kept_held`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -14,8 +19,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use registry::gc::{GcOptions, GcReport, ObjectKind};
-use registry::storage::{FsStore, Key, S3Config, S3Store, Store};
+use registry::gc::{self, GcOptions, GcReport, ObjectKind};
+use registry::storage::{FsStore, Key, PutMode, S3Config, S3Store, Store, layout};
 use registry::{AppState, RegistryConfig, router};
 use registry_client::{Client, Reference};
 use tokio::io::AsyncReadExt;
@@ -596,6 +601,322 @@ async fn loses_nothing_under_concurrent_pushes(store: (Arc<dyn Store>, Option<te
         "the collector deleted nothing while pushes ran"
     );
     assert!(runs >= 2);
+}
+
+fn blob_key(d: &Digest, part: &str) -> Key {
+    Key::new(format!(
+        "blobs/sha256/{}/{}/{part}",
+        &d.encoded()[..2],
+        d.encoded()
+    ))
+    .unwrap()
+}
+
+/// Writes the lease a collector of run `run` leaves when killed: renewed just now, with a time
+/// to live of `ttl_secs`.
+async fn dead_lease(store: &dyn Store, run: &str, ttl_secs: u64) {
+    let body = serde_json::json!({
+        "run": run, "renewal": 7, "pid": 4242, "host": "ghost", "started": 1_700_000_000u64,
+        "ttl_secs": ttl_secs,
+    });
+    store
+        .put(
+            &layout::gc_lock(),
+            Bytes::from(body.to_string()),
+            PutMode::Overwrite,
+        )
+        .await
+        .unwrap();
+}
+
+/// Until the lease written now is stale: its age in whole seconds must exceed `ttl_secs`.
+async fn until_stale(ttl_secs: u64) {
+    tokio::time::sleep(Duration::from_millis((ttl_secs + 1) * 1000 + 200)).await;
+}
+
+/// A collector killed after taking its lease (or while marking) leaves only the lease: pushes
+/// go on, the next run is refused while the lease is live and completes once it is stale.
+async fn dead_collector_before_sweep(store: (Arc<dyn Store>, Option<tempfile::TempDir>)) {
+    let s = serve(store).await;
+    let img = Image::new(bytes("dead config 0", 30), vec![bytes("dead 0", 900)], None);
+    dead_lease(s.store.as_ref(), "killed-while-marking", 1).await;
+    let started = Instant::now();
+    s.push_image("gc/dead0", "v1", &img).await.unwrap();
+    let gc = |s: &Served| {
+        let opts = GcOptions {
+            grace: Duration::ZERO,
+            ..GcOptions::default()
+        };
+        let state = s.state.clone();
+        async move { state.collect_garbage(&opts).await }
+    };
+    let refused = gc(&s).await.unwrap_err().to_string();
+    assert!(
+        refused.contains("another garbage collection is running"),
+        "{refused}"
+    );
+    let held = gc::read_lease(s.store.as_ref()).await.unwrap().unwrap();
+    assert_eq!(held.run.as_deref(), Some("killed-while-marking"));
+    assert!(!held.is_stale());
+    assert!(
+        gc::break_lease(s.store.as_ref(), false)
+            .await
+            .unwrap_err()
+            .to_string()
+            .contains("is live")
+    );
+    until_stale(1).await;
+    let report = gc(&s).await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert_eq!(report.deleted_blobs, 0);
+    assert!(gc::read_lease(s.store.as_ref()).await.unwrap().is_none());
+    s.assert_image("gc/dead0", "v1", &img).await;
+}
+
+/// A collector killed mid-sweep leaves its lease and tombstones on three unreferenced blobs, one
+/// of which it had already deleted. While its lease is live a manifest PUT using them waits;
+/// once it is stale the PUT goes on: the deleted blob is unknown, uploaded again, and the
+/// image is whole. The next run completes and removes the released tombstones.
+async fn dead_collector_mid_sweep(store: (Arc<dyn Store>, Option<tempfile::TempDir>)) {
+    let s = serve(store).await;
+    let img = Image::new(
+        bytes("dead config 1", 30),
+        vec![bytes("dead kept", 1000), bytes("dead gone", 1100)],
+        None,
+    );
+    let name = Name::parse("gc/dead1").unwrap();
+    for b in img.blobs() {
+        s.push_blob("gc/dead1", b).await.unwrap();
+    }
+    let gone = Digest::sha256(&img.layers[1]);
+    // The dead run: lease, tombstones, then the deletions it got through.
+    dead_lease(s.store.as_ref(), "killed-while-sweeping", 2).await;
+    let tombstone = Bytes::from_static(br#"{"run":"killed-while-sweeping"}"#);
+    for b in img.blobs() {
+        s.store
+            .put(
+                &layout::blob_tombstone(&Digest::sha256(b)),
+                tombstone.clone(),
+                PutMode::Overwrite,
+            )
+            .await
+            .unwrap();
+    }
+    s.store
+        .delete(&layout::blob_link(&name, &gone))
+        .await
+        .unwrap();
+    s.store.delete(&layout::blob_data(&gone)).await.unwrap();
+
+    // Live lease: the PUT waits (it neither fails nor succeeds).
+    let started = Instant::now();
+    let put = tokio::spawn({
+        let (client, reference, bytes) = (
+            s.client.clone(),
+            s.reference("gc/dead1", "v1"),
+            img.manifest.clone(),
+        );
+        async move {
+            client
+                .push_manifest(&reference, MANIFEST, bytes)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(
+        !put.is_finished(),
+        "a PUT went past a live lease's tombstones"
+    );
+    // Stale lease: the PUT goes on within the time to live, and finds the deleted blob missing.
+    let err = tokio::time::timeout(Duration::from_secs(10), put)
+        .await
+        .expect("the PUT still waits after the lease turned stale")
+        .unwrap()
+        .unwrap_err();
+    assert!(err.contains("MANIFEST_BLOB_UNKNOWN"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    for b in img.blobs() {
+        let t = s
+            .store
+            .get(&layout::blob_tombstone(&Digest::sha256(b)), 1 << 10)
+            .await;
+        // Released (or never reached: the PUT stops at the first missing blob).
+        if let Ok(t) = t {
+            let v: serde_json::Value = serde_json::from_slice(&t.bytes).unwrap();
+            assert!(
+                v.get("released").is_some() || v["run"] == "killed-while-sweeping",
+                "{v}"
+            );
+        }
+    }
+    // The client uploads what is missing and pushes again.
+    s.push_image("gc/dead1", "v1", &img).await.unwrap();
+    s.assert_image("gc/dead1", "v1", &img).await;
+    assert!(started.elapsed() < Duration::from_secs(15));
+
+    // The next run takes over the stale lease and removes every tombstone left.
+    let opts = GcOptions {
+        grace: Duration::ZERO,
+        ..GcOptions::default()
+    };
+    let report = s.state.collect_garbage(&opts).await.unwrap();
+    assert_eq!(report.deleted_blobs, 0);
+    for b in img.blobs() {
+        assert!(
+            s.store
+                .stat(&blob_key(&Digest::sha256(b), "gc"))
+                .await
+                .is_err_and(|e| e.is_not_found())
+        );
+    }
+    assert!(gc::read_lease(s.store.as_ref()).await.unwrap().is_none());
+    s.assert_image("gc/dead1", "v1", &img).await;
+}
+
+/// A live lease holds pushes on its tombstones until an operator breaks it (forced); a
+/// tombstone with no lease at all is released at once.
+async fn broken_and_missing_leases(store: (Arc<dyn Store>, Option<tempfile::TempDir>)) {
+    let s = serve(store).await;
+    let img = Image::new(bytes("dead config 2", 30), vec![bytes("dead 2", 800)], None);
+    for b in img.blobs() {
+        s.push_blob("gc/dead2", b).await.unwrap();
+    }
+    let layer = Digest::sha256(&img.layers[0]);
+    let config = Digest::sha256(&img.config);
+    // No lease at all: released at once.
+    s.store
+        .put(
+            &layout::blob_tombstone(&config),
+            Bytes::from_static(br#"{"run":"long-gone"}"#),
+            PutMode::Overwrite,
+        )
+        .await
+        .unwrap();
+    // A live lease of an hour, with its tombstone on the layer.
+    dead_lease(s.store.as_ref(), "alive", 3600).await;
+    s.store
+        .put(
+            &layout::blob_tombstone(&layer),
+            Bytes::from_static(br#"{"run":"alive"}"#),
+            PutMode::Overwrite,
+        )
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let put = tokio::spawn({
+        let (client, reference, bytes) = (
+            s.client.clone(),
+            s.reference("gc/dead2", "v1"),
+            img.manifest.clone(),
+        );
+        async move { client.push_manifest(&reference, MANIFEST, bytes).await }
+    });
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(
+        !put.is_finished(),
+        "a PUT went past a live lease's tombstone"
+    );
+    assert!(
+        gc::break_lease(s.store.as_ref(), false)
+            .await
+            .unwrap_err()
+            .to_string()
+            .contains("is live")
+    );
+    let broken = gc::break_lease(s.store.as_ref(), true)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(broken.run.as_deref(), Some("alive"));
+    assert_eq!(broken.host.as_deref(), Some("ghost"));
+    assert_eq!(broken.pid, Some(4242));
+    tokio::time::timeout(Duration::from_secs(5), put)
+        .await
+        .expect("the PUT still waits after the lease was broken")
+        .unwrap()
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10));
+    s.assert_image("gc/dead2", "v1", &img).await;
+    assert!(
+        gc::break_lease(s.store.as_ref(), false)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+/// A digest a request held after the cutoff is kept, its tombstone removed, and the run
+/// reports it under `kept_held`.
+async fn held_digest_is_kept(store: (Arc<dyn Store>, Option<tempfile::TempDir>)) {
+    let s = serve(store).await;
+    let blob = bytes("held blob", 700);
+    let d = s.push_blob("gc/held", &blob).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(3100)).await;
+    // What `Repos::hold` writes.
+    s.store
+        .put(
+            &layout::blob_used(&d),
+            Bytes::from_static(br#"{"at":1}"#),
+            PutMode::Overwrite,
+        )
+        .await
+        .unwrap();
+    let opts = GcOptions {
+        grace: Duration::from_secs(1),
+        ..GcOptions::default()
+    };
+    let report = s.state.collect_garbage(&opts).await.unwrap();
+    assert_eq!(report.kept_held, 1, "{report:?}");
+    assert_eq!(report.deleted_blobs, 0, "{report:?}");
+    s.assert_blob("gc/held", &blob).await;
+    assert!(
+        s.store
+            .stat(&blob_key(&d, "gc"))
+            .await
+            .is_err_and(|e| e.is_not_found())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_held_digest_is_kept() {
+    held_digest_is_kept(fs_store().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3_held_digest_is_kept() {
+    held_digest_is_kept(s3_store().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_dead_collector_before_sweep() {
+    dead_collector_before_sweep(fs_store().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_dead_collector_mid_sweep() {
+    dead_collector_mid_sweep(fs_store().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_broken_and_missing_leases() {
+    broken_and_missing_leases(fs_store().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3_dead_collector_before_sweep() {
+    dead_collector_before_sweep(s3_store().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3_dead_collector_mid_sweep() {
+    dead_collector_mid_sweep(s3_store().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3_broken_and_missing_leases() {
+    broken_and_missing_leases(s3_store().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

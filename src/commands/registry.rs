@@ -31,12 +31,16 @@ Exit status: 0 stopped by SIGTERM or ctrl-c after draining, 2 it could not start
   rdctl registry gc --config /etc/rdctl/registry.toml             collect, grace 1h
   rdctl registry gc --data /var/lib/rdctl/registry --grace 2h --delete-untagged --json
   rdctl registry gc --s3-endpoint http://127.0.0.1:8333 --s3-bucket registry --dry-run
+  rdctl registry gc --config /etc/rdctl/registry.toml --break-lease  after a collector died
 
 One collection runs at a time (lease gc/lock in the store); `[gc]` in the config file sets the
-policy and, with gc.interval, a schedule inside rdctl registry serve. docs/operations.md,
-\"Garbage collection\".
-Exit status: 0 collected (or reported, with --dry-run), 2 it failed: another collection holds
-the lease, the store failed, or a kept manifest could not be read (then before any deletion).")]
+policy and, with gc.interval, a schedule inside rdctl registry serve. A collector renews its
+lease every gc.lease_ttl/4 (60 s by default) and the lease turns stale after gc.lease_ttl
+without renewal; --break-lease removes a dead collector's lease at once (a live one only with
+--force). docs/gc.md.
+Exit status: 0 collected (or reported, with --dry-run; or the lease broken or absent), 2 it
+failed: another collection holds the lease, the store failed, or a kept manifest could not be
+read (then before any deletion).")]
     Gc(GcArgs),
     /// Rebuild the package index (what GET /v2/_rd/packages searches) from the SBOM referrers
     /// already in the store: for content pushed before the index existed, or after restoring a
@@ -83,6 +87,14 @@ pub struct GcArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Collect nothing: remove the lease (gc/lock) a collector that died left behind, so the
+    /// next run need not wait for it to turn stale. Prints who held it and since when.
+    #[arg(long)]
+    break_lease: bool,
+    /// With --break-lease: break the lease even though its holder renewed it within its time
+    /// to live (the holder stops at its next renewal).
+    #[arg(long, requires = "break_lease")]
+    force: bool,
 }
 
 /// Arguments of `rdctl registry serve`. Flags override the config file and
@@ -177,6 +189,9 @@ fn reindex(args: ReindexArgs) -> anyhow::Result<ExitCode> {
 
 fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
     let config = args.store.load()?;
+    if args.break_lease {
+        return break_lease(&config, args.force, args.json);
+    }
     let mut opts = config.gc.options.clone();
     if let Some(g) = args.grace {
         opts.grace = g;
@@ -252,6 +267,48 @@ fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
         }
     }
     writeln!(out, "took {:.2} s", report.elapsed_secs)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn break_lease(
+    config: &registry::ServeConfig,
+    force: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let store = config.open_store().context("opening the registry store")?;
+    let where_ = match (&config.s3_endpoint, &config.s3_bucket) {
+        (Some(e), Some(b)) => format!("s3 bucket {b} at {e}"),
+        _ => format!("fs store {}", config.data.display()),
+    };
+    let broken =
+        crate::runtime::block_on(async move { registry::gc::break_lease(&*store, force).await })?
+            .with_context(|| format!("breaking the garbage collection lease of the {where_}"))?;
+    let mut out = std::io::stdout().lock();
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&broken)?)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    match broken {
+        None => writeln!(out, "no garbage collection lease in the {where_}")?,
+        Some(l) => {
+            let started = l
+                .started_unix
+                .map(validator::rfc3339)
+                .unwrap_or_else(|| "an unknown time".to_owned());
+            writeln!(
+                out,
+                "broke the garbage collection lease of the {where_}: held by {} since {started}, last renewed {} s ago ({}; time to live {} s)",
+                l.holder(),
+                l.age_secs,
+                if l.is_stale() {
+                    "stale"
+                } else {
+                    "live, forced"
+                },
+                l.ttl_secs
+            )?;
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 
