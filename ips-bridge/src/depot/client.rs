@@ -645,6 +645,22 @@ impl DepotClient {
         action: &Action,
         sink: &mut dyn crate::GzipSink,
     ) -> Result<u64, DepotError> {
+        self.payload_stream(package, action, |hashes, check, stored| {
+            hashes.splice_checked(check, stored, sink)
+        })
+    }
+
+    /// Opens the stored payload of `action` and hands it to `consume` with the hashes to
+    /// check: from the payload cache when there is one (every hash was checked when the
+    /// download entered the cache; reading it back checks the content that is used, see
+    /// [`Check`]), else straight from the depot (bytes from the network: every hash, as when
+    /// they enter the cache). Errors name the package and action.
+    fn payload_stream<T>(
+        &self,
+        package: &Fmri,
+        action: &Action,
+        consume: impl FnOnce(&PayloadHashes, Check, &mut dyn Read) -> Result<T, crate::PayloadError>,
+    ) -> Result<T, DepotError> {
         let what = format!("{} {}", action.kind(), action.key().unwrap_or("?"));
         let payload_err = |source: Box<dyn std::error::Error + Send + Sync>| DepotError::Payload {
             fmri: package.to_string(),
@@ -656,8 +672,7 @@ impl DepotClient {
             Some(cache) => {
                 let path = self.fetch_payload(cache, package, action)?;
                 let file = File::open(&path).map_err(|e| payload_err(Box::new(e)))?;
-                hashes
-                    .splice_checked(Check::Content, io::BufReader::new(file), sink)
+                consume(&hashes, Check::Content, &mut io::BufReader::new(file))
                     .map_err(|e| payload_err(Box::new(e)))
             }
             None => {
@@ -665,8 +680,7 @@ impl DepotClient {
                 let url = self.op_url(package.publisher(), "file", v, &quote(&hashes.name));
                 let resp = self.request(&url, false)?;
                 let reader = resp.into_body().into_with_config().reader();
-                hashes
-                    .splice_checked(Check::Stored, io::BufReader::new(reader), sink)
+                consume(&hashes, Check::Stored, &mut io::BufReader::new(reader))
                     .map_err(|e| payload_err(Box::new(e)))
             }
         }
@@ -750,33 +764,8 @@ impl PackageRepository for DepotClient {
         action: &Action,
         out: &mut dyn Write,
     ) -> Result<u64, DepotError> {
-        let what = format!("{} {}", action.kind(), action.key().unwrap_or("?"));
-        let payload_err = |source: Box<dyn std::error::Error + Send + Sync>| DepotError::Payload {
-            fmri: package.to_string(),
-            action: what.clone(),
-            source,
-        };
-        let hashes = PayloadHashes::from_action(action).map_err(|e| payload_err(Box::new(e)))?;
-        match &self.cache {
-            Some(cache) => {
-                let path = self.fetch_payload(cache, package, action)?;
-                let file = File::open(&path).map_err(|e| payload_err(Box::new(e)))?;
-                // Every hash was checked when the download entered the cache; reading it
-                // back checks the content that is used (see `Check`).
-                hashes
-                    .verify_checked(Check::Content, io::BufReader::new(file), out)
-                    .map_err(|e| payload_err(Box::new(e)))
-            }
-            None => {
-                let v = self.negotiate("file", &[0, 1])?;
-                let url = self.op_url(package.publisher(), "file", v, &quote(&hashes.name));
-                let resp = self.request(&url, false)?;
-                // Bytes straight from the network: every hash, as when they enter the cache.
-                let reader = resp.into_body().into_with_config().reader();
-                hashes
-                    .verify(io::BufReader::new(reader), out)
-                    .map_err(|e| payload_err(Box::new(e)))
-            }
-        }
+        self.payload_stream(package, action, |hashes, check, stored| {
+            hashes.verify_checked(check, stored, out)
+        })
     }
 }
