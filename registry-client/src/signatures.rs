@@ -42,7 +42,7 @@ use trust::{KeyId, SignatureError, VerifyingKey};
 use validator::{Digest, ImageLayout, IndexEntry, Replaces, Tag};
 
 use crate::inspect::read_blob;
-use crate::transfer::endpoint::{Source, layout_index, layout_subject};
+use crate::transfer::endpoint::{Dest, Source, layout_index, layout_subject};
 use crate::transfer::{Content, ImageRef, TransferError, content_of};
 use crate::{Client, ReferrersFrom};
 
@@ -580,37 +580,19 @@ impl<'a> Store<'a> {
     ) -> Result<(), TransferError> {
         self.put_blob(&m.config).await?;
         let t = Tag::parse(tag).expect("a cosign tag is a valid tag");
+        let content = manifest_content(m);
         match &self.source {
             Source::Layout(layout) => {
                 layout
                     .write_document(&m.manifest)
                     .map_err(Source::layout_err(layout))?;
-                write_cosign_entries(
-                    layout,
-                    &t,
-                    kind,
-                    &Content {
-                        digest: m.manifest_digest.clone(),
-                        size: m.manifest.len() as u64,
-                        media_type: OCI_MANIFEST_MEDIA_TYPE.to_owned(),
-                    },
-                    Some(subject),
-                )
+                write_cosign_entries(layout, &t, kind, &content, Some(subject))
             }
+            // The copy path's registry writer: the manifest byte-exact under the tag.
             Source::Registry(client, r) => {
-                let target = r.with_tag(t);
-                client
-                    .push_manifest(
-                        &target,
-                        OCI_MANIFEST_MEDIA_TYPE,
-                        Bytes::from(m.manifest.clone()),
-                    )
+                Dest::Registry(r.clone())
+                    .put_manifest(client, &content, &Bytes::from(m.manifest.clone()), Some(&t))
                     .await
-                    .map_err(|source| TransferError::Registry {
-                        reference: target.to_string(),
-                        source,
-                    })?;
-                Ok(())
             }
         }
     }
@@ -618,20 +600,26 @@ impl<'a> Store<'a> {
     async fn put_referrer(&self, m: &AttachedManifest) -> Result<(), TransferError> {
         self.put_blob(&m.config).await?;
         if let Source::Registry(client, r) = &self.source {
-            let target = r.with_digest(m.manifest_digest.clone());
-            client
-                .push_referrer(
-                    &target,
-                    OCI_MANIFEST_MEDIA_TYPE,
-                    Bytes::from(m.manifest.clone()),
+            // The copy path's referrer writer (the API, or the tag schema the client keeps).
+            Dest::Registry(r.clone())
+                .put_referrer(
+                    client,
+                    &manifest_content(m),
+                    &Bytes::from(m.manifest.clone()),
+                    None,
                 )
-                .await
-                .map_err(|source| TransferError::Registry {
-                    reference: target.to_string(),
-                    source,
-                })?;
+                .await?;
         }
         Ok(())
+    }
+}
+
+/// The descriptor of a cosign manifest built by `trust`.
+fn manifest_content(m: &AttachedManifest) -> Content {
+    Content {
+        digest: m.manifest_digest.clone(),
+        size: m.manifest.len() as u64,
+        media_type: OCI_MANIFEST_MEDIA_TYPE.to_owned(),
     }
 }
 

@@ -84,6 +84,14 @@ impl ClientArgs {
         warn_insecure(self.tls.insecure);
         self.options().builder(&AuthEnv::current())
     }
+
+    /// The registry client these flags describe ([`ClientArgs::builder`], built).
+    pub fn client(&self) -> anyhow::Result<registry_client::Client> {
+        use anyhow::Context as _;
+        self.builder()
+            .build()
+            .context("cannot build the registry client")
+    }
 }
 
 /// The warning for unverified TLS (flag or worker.toml).

@@ -61,11 +61,7 @@ pub struct SbomArgs {
 /// Runs `rdctl inspect`.
 pub fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
     let r = ImageRef::parse(&args.reference)?;
-    let client = args
-        .client
-        .builder()
-        .build()
-        .context("cannot build the registry client")?;
+    let client = args.client.client()?;
     let i = crate::runtime::block_on(registry_client::inspect::inspect(&client, &r))?
         .with_context(|| format!("cannot inspect {r}"))?;
     let mut w = std::io::stdout().lock();
@@ -81,11 +77,7 @@ pub fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
 /// Runs `rdctl sbom`.
 pub fn sbom(args: SbomArgs) -> anyhow::Result<ExitCode> {
     let r = ImageRef::parse(&args.reference)?;
-    let client = args
-        .client
-        .builder()
-        .build()
-        .context("cannot build the registry client")?;
+    let client = args.client.client()?;
     let s = crate::runtime::block_on(registry_client::inspect::sbom(&client, &r))?
         .with_context(|| format!("cannot read the SBOM of {r}"))?;
     let mut w = std::io::stdout().lock();

@@ -106,11 +106,7 @@ pub struct RmArgs {
 
 /// Runs `rdctl ls`.
 pub fn ls(args: LsArgs) -> anyhow::Result<ExitCode> {
-    let client = args
-        .client
-        .builder()
-        .build()
-        .context("cannot build the registry client")?;
+    let client = args.client.client()?;
     let bare = args
         .target
         .strip_prefix("docker://")
@@ -204,11 +200,7 @@ pub fn tag(args: TagArgs) -> anyhow::Result<ExitCode> {
         )
     })?;
     let src = ImageRef::parse(&args.source)?;
-    let client = args
-        .client
-        .builder()
-        .build()
-        .context("cannot build the registry client")?;
+    let client = args.client.client()?;
     let c = crate::runtime::block_on(registry_client::manage::tag(&client, &src, &new))?
         .with_context(|| format!("cannot tag {src} as {new}"))?;
     let mut w = std::io::stdout().lock();
@@ -236,11 +228,7 @@ pub fn rm(args: RmArgs) -> anyhow::Result<ExitCode> {
             "--prune is for layouts (oci:DIR:TAG); a registry's garbage collection reclaims its blobs"
         );
     }
-    let client = args
-        .client
-        .builder()
-        .build()
-        .context("cannot build the registry client")?;
+    let client = args.client.client()?;
     let dry_run = args.dry_run;
     let prune = args.prune;
     let plan = crate::runtime::block_on(async {

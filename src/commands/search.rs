@@ -59,11 +59,7 @@ fn split_package(s: &str) -> anyhow::Result<(&str, Option<validator::Constraint>
 /// Runs `rdctl search`.
 pub fn run(args: SearchArgs) -> anyhow::Result<ExitCode> {
     let (name, constraint) = split_package(&args.package)?;
-    let client = args
-        .client
-        .builder()
-        .build()
-        .context("cannot build the registry client")?;
+    let client = args.client.client()?;
     let host = args
         .host
         .strip_prefix("docker://")

@@ -118,11 +118,7 @@ fn run(verb: &str, src: &ImageRef, dst: &ImageRef, common: &Common) -> anyhow::R
         ),
         None => None,
     };
-    let client = common
-        .client
-        .builder()
-        .build()
-        .context("cannot build the registry client")?;
+    let client = common.client.client()?;
     let report = crate::runtime::block_on(registry_client::transfer::copy(
         &client,
         src,

@@ -268,12 +268,6 @@ fn parse_annotations(list: &[String]) -> anyhow::Result<Option<BTreeMap<String, 
     Ok(Some(out))
 }
 
-fn client(args: &ClientArgs) -> anyhow::Result<Client> {
-    args.builder()
-        .build()
-        .context("cannot build the registry client")
-}
-
 /// Signs the image `subject` at `target` and pushes the signature.
 pub async fn sign_image(
     client: &Client,
@@ -360,7 +354,7 @@ pub fn sign(args: SignArgs) -> anyhow::Result<ExitCode> {
     let target = ImageRef::parse(&args.reference)?;
     let annotations = parse_annotations(&args.annotations)?;
     let key = load_signing_key(&args.key, &args.password)?;
-    let client = client(&args.client)?;
+    let client = args.client.client()?;
     let pushed = crate::runtime::block_on(async {
         let subject = signatures::resolve(&client, &target)
             .await
@@ -482,7 +476,7 @@ pub fn attest(args: AttestArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot read {}", args.predicate.display()))?;
     let predicate = predicate_for(&args.predicate_type, &bytes, &args.predicate)?;
     let key = load_signing_key(&args.key, &args.password)?;
-    let client = client(&args.client)?;
+    let client = args.client.client()?;
     let pushed = crate::runtime::block_on(async {
         let subject = signatures::resolve(&client, &target)
             .await
@@ -589,7 +583,7 @@ pub fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         };
         wanted.push((t.clone(), uri.to_owned()));
     }
-    let client = client(&args.client)?;
+    let client = args.client.client()?;
     let (subject, ev) = crate::runtime::block_on(async {
         let subject = signatures::resolve(&client, &target)
             .await

@@ -204,7 +204,7 @@ pub(crate) fn layout_subject(layout: &ImageLayout, c: &Content) -> Option<(Refer
     Some((referrer, subject))
 }
 
-pub(super) enum Dest {
+pub(crate) enum Dest {
     Layout(ImageLayout),
     Registry(Reference),
 }
@@ -248,7 +248,7 @@ impl Dest {
     }
 
     /// Writes a manifest byte-exact: by digest, or under `tag` when given.
-    pub(super) async fn put_manifest(
+    pub(crate) async fn put_manifest(
         &self,
         client: &Client,
         c: &Content,
@@ -310,7 +310,7 @@ impl Dest {
     /// Writes a referrer manifest byte-exact by digest so it can be found again from its
     /// subject: at a registry through [`Client::push_referrer`] (the API, or the tag schema the
     /// client keeps), in a layout as an untagged `index.json` entry with its `artifactType`.
-    pub(super) async fn put_referrer(
+    pub(crate) async fn put_referrer(
         &self,
         client: &Client,
         c: &Content,
