@@ -207,7 +207,7 @@ check skopeo skopeo --version
 check umoci umoci --version
 check zstd zstd --version
 check pigz pigz --version
-check chromium chromium --version
+check chromium sh -c "chromium --version 2>/dev/null"
 check crane sh -c "'$BIN/crane' version"
 want_mod "$BIN/crane" github.com/google/go-containerregistry "$CRANE_VER"
 check oras sh -c "'$BIN/oras' version | grep -i '^version' || '$BIN/oras' version"

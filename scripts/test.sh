@@ -4,7 +4,7 @@
 # first failing step.
 #
 # The tools the tests use are in .tools/bin, put first on PATH here (see
-# scripts/install-deps.sh): crane, oras, umoci-0.6 (Go umoci v0.6.0; plain `umoci` stays
+# scripts/install-deps.sh): crane, oras, cosign, umoci-0.6 (Go umoci v0.6.0; plain `umoci` stays
 # Debian's 0.4.7), conformance, conformance.test, weed.
 set -euo pipefail
 
