@@ -294,6 +294,41 @@ fn inspect_ls_tag_rm_sbom_on_a_layout_and_our_registry_then_gc_frees_what_rm_sai
         );
         assert!(text(&["inspect", &target]).contains(&format!("illumos/amd64  {manifest}")));
     }
+    // By digest in a layout: an index.json entry, or a manifest an index lists; removing the
+    // index by digest takes its tag along and leaves the image it lists (still tagged 1.0).
+    let by_digest = |d: &str| format!("oci:{}@{d}", s(&copy));
+    assert_eq!(
+        json(&["inspect", &by_digest(&index_digest)])["digest"],
+        index_digest.as_str()
+    );
+    let x = json(&["inspect", &by_digest(&manifest)]);
+    assert_eq!(x["digest"], manifest);
+    assert_eq!(x["image"]["config"]["stop_timeout"], 45, "{x:#}");
+    let gone = json(&["rm", &by_digest(&index_digest)]);
+    assert_eq!(
+        gone["tags_removed"],
+        serde_json::json!(["multi"]),
+        "{gone:#}"
+    );
+    let reclaimed: Vec<&str> = gone["reclaimable"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["digest"].as_str().unwrap())
+        .collect();
+    assert_eq!(reclaimed, [index_digest.as_str()], "{gone:#}");
+    let layout_tags = json(&["ls", &format!("oci:{}", s(&copy))]);
+    assert_eq!(
+        layout_tags["tags"].as_array().unwrap().len(),
+        1,
+        "{layout_tags:#}"
+    );
+    let missing = fails(&["inspect", &by_digest(&format!("sha256:{}", "0".repeat(64)))]);
+    assert!(
+        tail(&missing.stderr).contains("not found"),
+        "{}",
+        tail(&missing.stderr)
+    );
     let multi = json(&["ls", &format!("{host}/other/app")]);
     assert!(
         multi["tags"]

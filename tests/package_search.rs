@@ -671,3 +671,303 @@ fn foreign_and_broken_sboms() {
     assert_eq!(query("name=odd")["results"], serde_json::json!([]));
     assert_eq!(query("name=zlib")["results"].as_array().unwrap().len(), 1);
 }
+
+/// Copies a directory tree (the example's image file, manifests and payloads).
+fn copy_tree(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for entry in fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let dest = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &dest);
+        } else {
+            fs::copy(entry.path(), &dest).unwrap();
+        }
+    }
+}
+
+/// `rdctl lock` and `rdctl build` of an image file: the layout and its manifest digest.
+fn lock_and_build(image: &Path) -> (PathBuf, String) {
+    ok(rdctl().args(["lock", s(image)]));
+    let out = image.parent().unwrap().join("out");
+    let built = ok(rdctl().args(["build", s(image), "--output", s(&out), "--json"]));
+    let summary: Value = serde_json::from_slice(&built.stdout).unwrap();
+    (out, summary["manifest"].as_str().unwrap().to_owned())
+}
+
+/// The FMRIs a lockfile pinned, as the SBOM and the search name them.
+fn locked_fmris(image: &Path) -> Vec<String> {
+    let lock: Value =
+        serde_json::from_slice(&fs::read(image.with_file_name("image.lock.json")).unwrap())
+            .unwrap();
+    let mut out: Vec<String> = lock["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["fmri"].as_str().unwrap().to_owned())
+        .collect();
+    out.sort();
+    out
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// The shipped example (examples/hello, built as its README says) and images of the real
+/// OpenIndiana packages in the shared 2016 catalog (`userland` publisher, their catalogued
+/// versions, plus an older libmatemixer published beside them) are found by name, glob and
+/// pkg(5) version constraint; a restarted registry and a second replica on the same
+/// filesystem store answer the same.
+#[test]
+fn search_finds_the_example_and_the_2016_catalog_packages() {
+    let dir = tempdir();
+
+    // The example, exactly as examples/hello/README.md builds it.
+    let hello = dir.path().join("hello");
+    copy_tree(&crate::util::root().join("examples/hello"), &hello);
+    for m in ["system-base.p5m", "hello.p5m"] {
+        ok(rdctl().current_dir(&hello).args([
+            "ips",
+            "publish",
+            "--repo",
+            "repo",
+            "--publisher",
+            "example.org",
+            "--proto",
+            "proto",
+            &format!("manifests/{m}"),
+        ]));
+    }
+    let hello_image = hello.join("image.toml");
+    let (hello_out, hello_digest) = lock_and_build(&hello_image);
+    let hello_fmris = locked_fmris(&hello_image);
+    assert_eq!(hello_fmris.len(), 2, "{hello_fmris:?}");
+
+    // The catalog's packages at their catalogued versions.
+    let catalog = crate::util::root().join("ips-bridge/tests/data/catalog-2016/catalog.base.C");
+    let doc: Value = serde_json::from_slice(&fs::read(&catalog).unwrap()).unwrap();
+    let mut catalogued: Vec<(String, String)> = doc["userland"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(stem, entries)| (stem.clone(), entries[0]["version"].as_str().unwrap().into()))
+        .collect();
+    catalogued.sort();
+    let older = (
+        "library/desktop/mate/libmatemixer".to_owned(),
+        "1.14.1,5.11-2016.0.1.0:20160601T120000Z".to_owned(),
+    );
+    let mate = dir.path().join("mate");
+    let proto = mate.join("proto");
+    fs::create_dir_all(&proto).unwrap();
+    for (i, (stem, version)) in catalogued.iter().chain([&older]).enumerate() {
+        let p5m = proto.join(format!("{i}.p5m"));
+        fs::write(
+            &p5m,
+            format!(
+                "set name=pkg.fmri value=pkg:/{stem}@{version}\n\
+                 set name=pkg.summary value=\"{stem} from the 2016 catalog\"\n\
+                 dir path=usr mode=0755 owner=root group=sys\n\
+                 dir path=usr/share mode=0755 owner=root group=sys\n"
+            ),
+        )
+        .unwrap();
+        ok(rdctl().args([
+            "ips",
+            "publish",
+            "--repo",
+            s(&mate.join("repo")),
+            "--publisher",
+            "userland",
+            "--proto",
+            s(&proto),
+            s(&p5m),
+        ]));
+    }
+    let mate_image = |name: &str, includes: &[&str]| -> (PathBuf, String, Vec<String>) {
+        let work = mate.join(name);
+        fs::create_dir_all(&work).unwrap();
+        let image = work.join("image.toml");
+        let includes: Vec<String> = includes.iter().map(|i| format!("{i:?}")).collect();
+        fs::write(
+            &image,
+            format!(
+                "name = \"mate/desktop\"\ntags = [\"1.0\"]\nplatform = \"illumos/amd64\"\n\n\
+                 [publishers]\n\"userland\" = {:?}\n\n[packages]\ninclude = [{}]\n",
+                s(&mate.join("repo")),
+                includes.join(", ")
+            ),
+        )
+        .unwrap();
+        let (out, digest) = lock_and_build(&image);
+        (out, digest, locked_fmris(&image))
+    };
+    let new = mate_image(
+        "new",
+        &[
+            "library/desktop/mate/libmatemixer",
+            "library/desktop/mate/mate-common",
+        ],
+    );
+    let old = mate_image(
+        "old",
+        &[
+            "library/desktop/mate/libmatemixer@1.14",
+            "library/desktop/mate/mate-common",
+        ],
+    );
+    // The newest catalogued version was picked, the older one where pinned.
+    let fmri = |stem: &str, version: &str| format!("pkg://userland/{stem}@{version}");
+    let expect_new: Vec<String> = catalogued.iter().map(|(s, v)| fmri(s, v)).collect();
+    assert_eq!(new.2, expect_new);
+    let mut expect_old = vec![fmri(&older.0, &older.1), expect_new[1].clone()];
+    expect_old.sort();
+    assert_eq!(old.2, expect_old);
+
+    let data = dir.path().join("data");
+    let reg = Server::start(&data, &[]);
+    push(&hello_out, &format!("{}/demo/hello:1.0", reg.host()), &[]);
+    push(&new.0, &format!("{}/mate/desktop:2016.1", reg.host()), &[]);
+    push(&old.0, &format!("{}/mate/desktop:2016.0", reg.host()), &[]);
+
+    let h_hello = |fmris: &[&str]| hit("demo/hello", &["1.0"], &hello_digest, fmris);
+    let h_new = |fmris: &[&str]| hit("mate/desktop", &["2016.1"], &new.1, fmris);
+    let h_old = |fmris: &[&str]| hit("mate/desktop", &["2016.0"], &old.1, fmris);
+    let (mixer_new, common) = (expect_new[0].as_str(), expect_new[1].as_str());
+    let mixer_old = fmri(&older.0, &older.1);
+    let check = |host: &str| {
+        // Everything, by a glob over every name.
+        assert_eq!(
+            search(host, "*", &[]),
+            BTreeSet::from([
+                h_hello(&strs(&hello_fmris)),
+                h_new(&strs(&new.2)),
+                h_old(&strs(&old.2)),
+            ])
+        );
+        // The example's packages by their names.
+        assert_eq!(
+            search(host, "hello", &[]),
+            BTreeSet::from([h_hello(&[&hello_fmris[0]])])
+        );
+        assert_eq!(
+            search(host, "system/base@=1.0", &[]),
+            BTreeSet::from([h_hello(&[&hello_fmris[1]])])
+        );
+        assert_eq!(search(host, "system/base@<1.0", &[]), BTreeSet::new());
+        // The catalog's, by glob and version.
+        assert_eq!(
+            search(host, "library/desktop/mate/*", &[]),
+            BTreeSet::from([h_new(&strs(&new.2)), h_old(&strs(&old.2))])
+        );
+        assert_eq!(
+            search(host, "mate-common@=1.16.0", &[]),
+            BTreeSet::from([h_new(&[common]), h_old(&[common])])
+        );
+        assert_eq!(
+            search(host, "libmatemixer@<1.16", &[]),
+            BTreeSet::from([h_old(&[&mixer_old])])
+        );
+        assert_eq!(
+            search(host, "libmatemixer@>=1.16.0", &[]),
+            BTreeSet::from([h_new(&[mixer_new])])
+        );
+        assert_eq!(
+            search(host, "libmatemixer@<=1.16.0-2016.1.1.0", &[]),
+            BTreeSet::from([h_new(&[mixer_new]), h_old(&[&mixer_old])])
+        );
+        assert_eq!(
+            search(host, "libmatemixer@>=1.16.0-2016.1.2", &[]),
+            BTreeSet::new()
+        );
+        assert_eq!(search(host, "mate/*@>=1.17", &[]), BTreeSet::new());
+    };
+    check(&reg.host());
+
+    // A second replica on the same store answers the same while the first runs, and the
+    // first answers the same after a restart.
+    let second = Server::start(&data, &[]);
+    check(&second.host());
+    drop(reg);
+    let reg = Server::start(&data, &[]);
+    check(&reg.host());
+}
+
+/// With bearer tokens (`[auth.token]`): `rdctl search` gets a token like any client and sees
+/// only what its user may pull; `rdctl rm` needs the delete right.
+#[test]
+fn search_and_rm_with_token_auth() {
+    let imgs = images();
+    let dir = tempdir();
+    let config = crate::web_ui::auth_config(dir.path(), true);
+    let mut toml = fs::read_to_string(&config).unwrap();
+    toml.push_str(
+        "\n[[auth.acl]]\nsubjects = [\"anonymous\"]\nrepositories = [\"public/**\"]\nactions = [\"pull\"]\n",
+    );
+    fs::write(&config, toml).unwrap();
+    let reg = Server::start(&dir.path().join("data"), &["--config", s(&config)]);
+    let host = reg.host();
+    let admin = crate::web_ui::admin_auth_file(dir.path(), &host);
+    for repo in ["team-x/app", "team-y/app", "public/app"] {
+        push(
+            &imgs.old.0,
+            &format!("{host}/{repo}:1.0"),
+            &["--auth-file", s(&admin)],
+        );
+    }
+    let alice = dir.path().join("alice.json");
+    let auth = base64::engine::general_purpose::STANDARD.encode("alice:alice-pw");
+    fs::write(
+        &alice,
+        serde_json::json!({"auths": {&host: {"auth": auth}}}).to_string(),
+    )
+    .unwrap();
+    let repos = |auth: &Path| -> BTreeSet<String> {
+        search(&host, "tool", &["--auth-file", s(auth)])
+            .into_iter()
+            .map(|h| h.0)
+            .collect()
+    };
+    let set = |r: &[&str]| -> BTreeSet<String> { r.iter().map(|x| x.to_string()).collect() };
+    assert_eq!(
+        repos(&admin),
+        set(&["public/app", "team-x/app", "team-y/app"])
+    );
+    assert_eq!(repos(&alice), set(&["public/app", "team-x/app"]));
+    // Without credentials: an anonymous token, and what anonymous may pull.
+    assert_eq!(repos(&dir.path().join("none.json")), set(&["public/app"]));
+
+    // alice may pull team-x but not delete there; admin may.
+    let denied = rdctl()
+        .args([
+            "rm",
+            &format!("{host}/team-x/app:1.0"),
+            "--auth-file",
+            s(&alice),
+        ])
+        .output()
+        .unwrap();
+    assert!(!denied.status.success());
+    let err = tail(&denied.stderr);
+    assert!(err.contains("DENIED") || err.contains("denied"), "{err}");
+    ok(rdctl().args([
+        "rm",
+        &format!("{host}/team-x/app:1.0"),
+        "--auth-file",
+        s(&admin),
+    ]));
+    assert_eq!(
+        repos(&admin),
+        set(&["public/app", "team-x/app", "team-y/app"])
+    );
+    let (_, tags, _) = get(
+        &reg,
+        "/v2/team-x/app/tags/list",
+        Some(("admin", "admin-pw")),
+    );
+    assert!(
+        tags["tags"].as_array().is_none_or(|t| t.is_empty()),
+        "{tags}"
+    );
+}

@@ -301,6 +301,57 @@ fn pages_in_a_browser_follow_catalog_repository_image_search() {
         1400,
     );
 
+    // An index over both images: its page lists the manifests by platform, each linked to
+    // its image page.
+    let entry = |digest: &str, arch: &str| {
+        serde_json::json!({
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": digest,
+            "size": get(&reg, &format!("/v2/zones/app/manifests/{digest}"), None).2.len(),
+            "platform": {"os": "illumos", "architecture": arch},
+        })
+    };
+    let index = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [entry(old, "amd64"), entry(new, "sparc64")],
+    }))
+    .unwrap();
+    let (st, _, body) = crate::registry_e2e::http(
+        reg.addr,
+        "PUT",
+        "/v2/zones/app/manifests/multi",
+        &[("content-type", "application/vnd.oci.image.index.v1+json")],
+        &index,
+    );
+    assert_eq!(st, 201, "{}", String::from_utf8_lossy(&body));
+    let (idom, _) = dump_dom(&profile, &format!("{base}/ui/r/zones/app:multi"));
+    let manifests = &idom[idom.find("<h2>Manifests</h2>").expect("a manifests table")..];
+    let manifests = &manifests[..manifests.find("</table>").unwrap()];
+    assert_eq!(manifests.matches("<tr><td>").count(), 2, "{manifests}");
+    for want in ["illumos/amd64", "illumos/sparc64"] {
+        assert!(manifests.contains(want), "{want}: {manifests}");
+    }
+    assert!(idom.contains("illumos/amd64, illumos/sparc64"), "{idom}");
+    let (pdom, _) = dump_dom(
+        &profile,
+        &format!(
+            "{base}{}",
+            link(manifests, &format!("/ui/r/zones/app@{old}"))
+        ),
+    );
+    assert!(
+        pdom.contains("<h2>Layers</h2>") && pdom.contains(TOOL_21),
+        "{pdom}"
+    );
+    screenshot(
+        &profile,
+        &format!("{base}/ui/r/zones/app:multi"),
+        "index",
+        1200,
+        900,
+    );
+
     // Image → package search (the package's link) → the other image.
     let search = link(&dom, "/ui/search?name=demo%2Ftool");
     let (dom, took) = dump_dom(&profile, &format!("{base}{search}"));
@@ -451,7 +502,7 @@ fn a_thousand_tags_render_in_under_a_second() {
 /// Users and ACL as in the package search's sweep: anyone may pull `public/**`, alice
 /// `team-x/**`, admin everything. With `token`, the API speaks Bearer tokens (and the ACL
 /// grants anonymous callers nothing).
-fn auth_config(dir: &Path, token: bool) -> PathBuf {
+pub(crate) fn auth_config(dir: &Path, token: bool) -> PathBuf {
     let users = dir.join("htpasswd");
     let hash = |p: &str| bcrypt::hash(p, 4).unwrap();
     fs::write(
@@ -483,7 +534,7 @@ fn auth_config(dir: &Path, token: bool) -> PathBuf {
     config
 }
 
-fn admin_auth_file(dir: &Path, host: &str) -> PathBuf {
+pub(crate) fn admin_auth_file(dir: &Path, host: &str) -> PathBuf {
     let path = dir.join("admin.json");
     let auth = base64::engine::general_purpose::STANDARD.encode("admin:admin-pw");
     fs::write(

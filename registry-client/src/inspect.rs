@@ -36,7 +36,7 @@ pub const MAX_SBOM_SIZE: u64 = 64 << 20;
 /// What `rdctl inspect` shows.
 #[derive(Debug, Clone, Serialize)]
 pub struct Inspection {
-    /// The reference as given (`oci:DIR[:TAG]` or `docker://HOST/REPO[:TAG|@DIGEST]`).
+    /// The reference as given (`oci:DIR[:TAG|@DIGEST]` or `docker://HOST/REPO[:TAG|@DIGEST]`).
     pub reference: String,
     /// The root's digest.
     pub digest: Digest,

@@ -361,16 +361,17 @@ async fn closure(
     Ok(())
 }
 
-/// Works out what removing `r` (a tag, or at a registry `@digest`) does, without changing
+/// Works out what removing `r` (a tag, or a manifest by `@digest`) does, without changing
 /// anything.
 pub async fn plan_removal(client: &Client, r: &ImageRef) -> Result<RemovalPlan, TransferError> {
     let source = Source::open(client, r)?;
     let tag = r.tag().map(|t| t.as_str().to_owned());
-    if let (ImageRef::Layout(l), None) = (r, &tag) {
+    if let (ImageRef::Layout(l), None, None) = (r, &tag, r.digest()) {
         return Err(TransferError::BadReference {
             input: r.to_string(),
             reason: format!(
-                "name the tag to remove: oci:{}:TAG (rdctl ls oci:{} lists them)",
+                "name the tag or manifest to remove: oci:{}:TAG or oci:{}@DIGEST (rdctl ls oci:{} lists them)",
+                l.dir.display(),
                 l.dir.display(),
                 l.dir.display()
             ),
@@ -439,8 +440,16 @@ pub async fn plan_removal(client: &Client, r: &ImageRef) -> Result<RemovalPlan, 
                 .iter()
                 .filter(|d| d.ref_name().is_some())
                 .count();
+            // A manifest removed by digest takes every entry naming it along, tags included.
+            let by_digest = r.digest().is_some();
             for d in &index.manifests {
                 let c = content_of(d);
+                if by_digest && c.digest == root.digest {
+                    if let Some(t) = d.ref_name() {
+                        plan.tags_removed.push(t.to_owned());
+                    }
+                    continue;
+                }
                 match d.ref_name() {
                     Some(t) if Some(t) == tag.as_deref() => {}
                     Some(t) => stay.push((Some(t.to_owned()), c)),
@@ -552,6 +561,8 @@ pub async fn remove(
                     source,
                 })?;
             let tag = plan.tag.clone().unwrap_or_default();
+            // By digest: every entry naming the manifest goes.
+            let by_digest = l.digest.as_ref().map(|_| plan.digest.to_string());
             let referrers: BTreeSet<String> = if plan.still_tagged.is_empty() {
                 plan.referrers.iter().map(|d| d.to_string()).collect()
             } else {
@@ -566,6 +577,7 @@ pub async fn remove(
                             .and_then(|n| n.as_str());
                         let digest = v.get("digest").and_then(|d| d.as_str()).unwrap_or("");
                         name != Some(tag.as_str())
+                            && by_digest.as_deref() != Some(digest)
                             && !(name.is_none() && referrers.contains(digest))
                     });
                 })

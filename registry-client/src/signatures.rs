@@ -712,6 +712,7 @@ mod tests {
         let r = ImageRef::Layout(LayoutRef {
             dir: dir.join("l"),
             tag: Some(tag),
+            digest: None,
         });
         (r, image)
     }
@@ -798,6 +799,7 @@ mod tests {
         let untagged = ImageRef::Layout(LayoutRef {
             dir: dir.path().join("l"),
             tag: None,
+            digest: None,
         });
         assert_eq!(resolve(&client, &untagged).await.unwrap(), image);
     }

@@ -179,6 +179,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let src = ImageRef::Layout(LayoutRef {
                 dir: summary.output.clone(),
                 tag: Some(Tag::parse(&summary.tags[0]).context("the image file's first tag")?),
+                digest: None,
             });
             let tagged = target.with_tag(tag);
             if !args.quiet {

@@ -59,7 +59,7 @@ the digest stays; in a layout index.json gets an entry under the new tag. --json
 tag, digest, media_type, size}. Exit status: 0 tagged, 2 failed (a DST that is not a tag,
 [A-Za-z0-9_][A-Za-z0-9_.-]{0,127}, is refused before anything is read).")]
 pub struct TagArgs {
-    /// The image: `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]` or `oci:DIR[:TAG]`.
+    /// The image: `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]` or `oci:DIR[:TAG|@DIGEST]`.
     pub source: String,
     /// The new tag, in the same repository or layout.
     pub tag: String,
@@ -89,7 +89,7 @@ referrers,
 reclaimable [{digest, size, kind}], reclaimable_bytes, tags_examined, tags_total, estimate,
 pruned, dry_run, removed}. Exit status: 0 removed (or planned with --dry-run), 2 failed.")]
 pub struct RmArgs {
-    /// `[docker://]HOST[:PORT]/REPO:TAG`, `…/REPO@DIGEST` or `oci:DIR:TAG`.
+    /// `[docker://]HOST[:PORT]/REPO:TAG`, `…/REPO@DIGEST`, `oci:DIR:TAG` or `oci:DIR@DIGEST` (every index.json entry naming it).
     pub reference: String,
     /// Only print what would be removed and reclaimed.
     #[arg(long)]

@@ -81,7 +81,7 @@ pub struct PullArgs {
 
 Referrers are copied too (recursively) unless --no-referrers is given. Exit status: 0 copied, 2 failed.")]
 pub struct CopyArgs {
-    /// The source: `oci:DIR[:TAG]` or `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]`.
+    /// The source: `oci:DIR[:TAG|@DIGEST]` or `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]`.
     pub source: String,
     /// The destination, in the same forms.
     pub destination: String,

@@ -230,7 +230,7 @@ out, so `cosign verify --local-image DIR` reads it, and rdctl push carries it al
 
 Exit status: 0 signed, 2 failed.")]
 pub struct SignArgs {
-    /// The image: `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]` or `oci:DIR[:TAG]`.
+    /// The image: `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]` or `oci:DIR[:TAG|@DIGEST]`.
     pub reference: String,
     /// The private key (cosign's format or PKCS#8 PEM).
     #[arg(long, value_name = "FILE")]
@@ -389,7 +389,7 @@ attestations of the same predicate type. `cosign verify-attestation --type TYPE`
 
 Exit status: 0 attached, 2 failed.")]
 pub struct AttestArgs {
-    /// The image: `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]` or `oci:DIR[:TAG]`.
+    /// The image: `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]` or `oci:DIR[:TAG|@DIGEST]`.
     pub reference: String,
     /// The private key (cosign's format or PKCS#8 PEM).
     #[arg(long, value_name = "FILE")]
@@ -512,7 +512,7 @@ Exit status: 0 at least one signature by a given key verified and every --attest
 has a verified attestation; 1 not (the reason on stderr, and in --json); 2 the image or keys
 could not be read.")]
 pub struct VerifyArgs {
-    /// The image: `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]` or `oci:DIR[:TAG]`.
+    /// The image: `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]` or `oci:DIR[:TAG|@DIGEST]`.
     pub reference: String,
     /// A public key (PUBLIC KEY PEM, as `cosign public-key` prints); repeatable.
     #[arg(long, value_name = "FILE", required = true)]
@@ -698,6 +698,7 @@ pub fn sign_build(
     let target = ImageRef::Layout(registry_client::transfer::LayoutRef {
         dir: summary.output.clone(),
         tag,
+        digest: None,
     });
     let statements = if s.attest {
         vec![

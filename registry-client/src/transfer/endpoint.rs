@@ -42,6 +42,11 @@ impl<'a> Source<'a> {
             Source::Layout(layout) => {
                 let tag = r.tag();
                 let index = layout_index(layout)?;
+                if let Some(digest) = r.digest() {
+                    let c = self.layout_by_digest(layout, &index, digest).await?;
+                    let bytes = self.document(&c).await?;
+                    return Ok((c, bytes));
+                }
                 let entry = match tag {
                     Some(t) => index
                         .manifests
@@ -110,6 +115,34 @@ impl<'a> Source<'a> {
                 ))
             }
         }
+    }
+
+    /// A manifest or index named by digest in a layout: an `index.json` entry, or a manifest
+    /// one of the indexes there lists (a platform's manifest).
+    async fn layout_by_digest(
+        &self,
+        layout: &ImageLayout,
+        index: &validator::Index,
+        digest: &Digest,
+    ) -> Result<Content, TransferError> {
+        if let Some(d) = index.manifests.iter().find(|d| &d.digest == digest) {
+            return Ok(content_of(d));
+        }
+        for d in &index.manifests {
+            let c = content_of(d);
+            let bytes = self.document(&c).await?;
+            if let Ok(Document::Index(i)) = super::checked(&c, &bytes)
+                && let Some(m) = i.manifests.iter().find(|m| &m.digest == digest)
+            {
+                return Ok(content_of(m));
+            }
+        }
+        Err(TransferError::NotFound {
+            what: format!(
+                "manifest {digest} in layout {} (neither an index.json entry nor listed by one)",
+                layout.root().display()
+            ),
+        })
     }
 
     /// The manifest or index at `tag` (a registry tag, a layout `ref.name`), if there is one.

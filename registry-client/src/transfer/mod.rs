@@ -1,7 +1,7 @@
 //! Copying images between OCI image layouts and registries: what `rdctl push`, `rdctl pull` and
 //! `rdctl copy` run.
 //!
-//! [`ImageRef`] names either end (`oci:DIR[:TAG]` or `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]`)
+//! [`ImageRef`] names either end (`oci:DIR[:TAG|@DIGEST]` or `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]`)
 //! and is parsed once at the edge. [`copy`] walks the whole graph from the source's root: an
 //! index and every manifest under it (or, with [`CopyOptions::platform`], only the matching
 //! manifest, which then becomes the root), each manifest's config and layers.
@@ -59,19 +59,22 @@ pub struct LayoutRef {
     pub dir: PathBuf,
     /// The `org.opencontainers.image.ref.name` to read or write.
     pub tag: Option<Tag>,
+    /// A manifest or index in the layout named by digest (`oci:DIR@DIGEST`): an `index.json`
+    /// entry, tagged or not, or a manifest an index entry lists (one platform of an image).
+    pub digest: Option<Digest>,
 }
 
 /// One end of a copy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ImageRef {
-    /// `oci:DIR[:TAG]`.
+    /// `oci:DIR[:TAG|@DIGEST]`.
     Layout(LayoutRef),
     /// `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]`.
     Registry(Reference),
 }
 
 impl ImageRef {
-    /// Parses `oci:DIR[:TAG]` as a layout and anything else (with or without `docker://`) as
+    /// Parses `oci:DIR[:TAG|@DIGEST]` as a layout and anything else (with or without `docker://`) as
     /// a registry reference.
     pub fn parse(input: &str) -> Result<ImageRef, TransferError> {
         if let Some(rest) = input.strip_prefix("oci:") {
@@ -81,13 +84,28 @@ impl ImageRef {
         }
     }
 
-    /// Parses `[oci:]DIR[:TAG]`: a `:` after the last `/` starts the tag.
+    /// Parses `[oci:]DIR[:TAG|@DIGEST]`: an `@` after the last `/` followed by a digest
+    /// names a manifest by digest, otherwise a `:` after the last `/` starts the tag.
     pub fn parse_layout(input: &str) -> Result<ImageRef, TransferError> {
         let s = input.strip_prefix("oci:").unwrap_or(input);
         let bad = |reason: String| TransferError::BadReference {
             input: input.chars().take(300).collect(),
             reason,
         };
+        if let Some((dir, d)) = s.rsplit_once('@')
+            && !d.contains('/')
+            && d.contains(':')
+        {
+            let digest = Digest::parse(d).map_err(|e| bad(e.to_string()))?;
+            if dir.is_empty() {
+                return Err(bad("no layout directory".to_owned()));
+            }
+            return Ok(ImageRef::Layout(LayoutRef {
+                dir: PathBuf::from(dir),
+                tag: None,
+                digest: Some(digest),
+            }));
+        }
         let (dir, tag) = match s.rsplit_once(':') {
             Some((d, t)) if !t.contains('/') => {
                 let tag = Tag::parse(t).map_err(|e| bad(e.to_string()))?;
@@ -101,6 +119,7 @@ impl ImageRef {
         Ok(ImageRef::Layout(LayoutRef {
             dir: PathBuf::from(dir),
             tag,
+            digest: None,
         }))
     }
 
@@ -134,6 +153,14 @@ impl ImageRef {
             ImageRef::Registry(r) => r.tag(),
         }
     }
+
+    /// The digest it names, if any.
+    pub fn digest(&self) -> Option<&Digest> {
+        match self {
+            ImageRef::Layout(l) => l.digest.as_ref(),
+            ImageRef::Registry(r) => r.digest(),
+        }
+    }
 }
 
 impl fmt::Display for ImageRef {
@@ -143,6 +170,9 @@ impl fmt::Display for ImageRef {
                 write!(f, "oci:{}", l.dir.display())?;
                 if let Some(t) = &l.tag {
                     write!(f, ":{t}")?;
+                }
+                if let Some(d) = &l.digest {
+                    write!(f, "@{d}")?;
                 }
                 Ok(())
             }
@@ -426,6 +456,16 @@ pub async fn copy(
     dst: &ImageRef,
     opts: &CopyOptions,
 ) -> Result<CopyReport, TransferError> {
+    if let ImageRef::Layout(l) = dst
+        && l.digest.is_some()
+    {
+        return Err(TransferError::BadReference {
+            input: dst.to_string(),
+            reason: "a layout destination takes a tag (oci:DIR:TAG) or none, not a digest: \
+                     the copy keeps every digest as it is"
+                .to_owned(),
+        });
+    }
     let source = Source::open(client, src)?;
     let tag = dst.tag().or(src.tag()).cloned();
 
@@ -679,7 +719,8 @@ mod tests {
             r,
             ImageRef::Layout(LayoutRef {
                 dir: "/tmp/img".into(),
-                tag: Some(Tag::parse("v1").unwrap())
+                tag: Some(Tag::parse("v1").unwrap()),
+                digest: None,
             })
         );
         assert_eq!(r.to_string(), "oci:/tmp/img:v1");
@@ -702,7 +743,25 @@ mod tests {
             ImageRef::parse_layout("img:v1").unwrap(),
             ImageRef::parse("oci:img:v1").unwrap()
         );
-        for bad in ["oci:", "oci:img:-bad", "noslash", "docker://reg/UPPER"] {
+        let d = format!("sha256:{}", "ab".repeat(32));
+        let r = ImageRef::parse(&format!("oci:/tmp/img@{d}")).unwrap();
+        assert!(
+            matches!(&r, ImageRef::Layout(l) if l.tag.is_none() && l.dir == Path::new("/tmp/img")
+                && l.digest.as_ref().map(|d| d.to_string()) == Some(d.clone()))
+        );
+        assert_eq!(r.to_string(), format!("oci:/tmp/img@{d}"));
+        assert_eq!(r.digest().map(|d| d.to_string()), Some(d.clone()));
+        // An @ in a directory name is not a digest.
+        let r = ImageRef::parse("oci:/tmp/a@b/img:v1").unwrap();
+        assert!(matches!(&r, ImageRef::Layout(l) if l.dir == Path::new("/tmp/a@b/img")));
+        for bad in [
+            "oci:",
+            "oci:img:-bad",
+            "noslash",
+            "docker://reg/UPPER",
+            "oci:img@sha256:short",
+            "oci:@sha256:0000000000000000000000000000000000000000000000000000000000000000",
+        ] {
             let e = ImageRef::parse(bad).unwrap_err();
             assert!(
                 matches!(e, TransferError::BadReference { .. }),
