@@ -34,7 +34,7 @@
 //!
 //! # Pull times
 //!
-//! A manifest GET or HEAD records its digest in memory ([`PullRecorder`]); every
+//! A manifest GET (not a HEAD, which tools use to check a digest) records its digest in memory ([`PullRecorder`]); every
 //! `pulls.flush_interval` each replica merges what it saw into one document per repository
 //! (the later time wins, in a conditional write), so a pull costs no store write. Pulls a
 //! replica saw but has not flushed yet are not visible to a retention run elsewhere: keep

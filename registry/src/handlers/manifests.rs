@@ -73,12 +73,14 @@ pub(crate) async fn get(req: Req, reference: &str) -> ApiResult<Response> {
     else {
         return Err(unknown());
     };
-    if req
-        .state
-        .app()
-        .config
-        .governance
-        .records_pulls(name.as_str())
+    // A GET is a pull; a HEAD (an existence or digest check) is not.
+    if !req.head
+        && req
+            .state
+            .app()
+            .config
+            .governance
+            .records_pulls(name.as_str())
     {
         req.state.app().pulls.record(&name, &d);
     }
