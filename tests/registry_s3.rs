@@ -110,6 +110,35 @@ fn two_s3_replicas_behind_a_round_robin_pass_the_conformance_suite() {
     };
     eprintln!("round robin: {na} requests to replica A, {nb} to replica B");
     assert!(na > 200 && na.abs_diff(nb) <= 1, "{na} vs {nb}");
+    // The governance code ran: pushes counted against the quota, retention ran on the
+    // schedule and kept everything.
+    let metrics = |s: &Server| {
+        let (status, _, body) = crate::registry_e2e::http(s.addr, "GET", "/metrics", &[], b"");
+        assert_eq!(status, 200);
+        String::from_utf8(body).unwrap()
+    };
+    let (ma, mb) = (metrics(&a), metrics(&b));
+    let value = |text: &str, name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    };
+    for m in [&ma, &mb] {
+        assert!(
+            m.contains("registry_quota_usage_manifests{repository=\"conformance/repo1\"}"),
+            "{m}"
+        );
+        assert_eq!(value(m, "registry_quota_denied_total"), 0);
+        assert_eq!(
+            value(m, "registry_retention_removed_total{kind=\"tag\"}"),
+            0
+        );
+    }
+    assert!(
+        value(&ma, "registry_retention_runs_total") + value(&mb, "registry_retention_runs_total")
+            > 0,
+        "retention never ran during the suite"
+    );
 }
 
 /// A SeaweedFS whose S3 gateway knows one identity: unsigned requests and a wrong secret stop
