@@ -35,7 +35,13 @@ fn push_blob(server: &Server, repo: &str, data: &[u8]) -> String {
 }
 
 /// Pushes config and layer, then a manifest under `reference`; returns the manifest's digest.
-fn push_image(server: &Server, repo: &str, reference: &str, config: &[u8], layer: &[u8]) -> String {
+pub(crate) fn push_image(
+    server: &Server,
+    repo: &str,
+    reference: &str,
+    config: &[u8],
+    layer: &[u8],
+) -> String {
     let c = push_blob(server, repo, config);
     let l = push_blob(server, repo, layer);
     let m = serde_json::to_vec(&serde_json::json!({
@@ -55,7 +61,7 @@ fn push_image(server: &Server, repo: &str, reference: &str, config: &[u8], layer
     digest(&m)
 }
 
-fn get(server: &Server, path: &str) -> u16 {
+pub(crate) fn get(server: &Server, path: &str) -> u16 {
     http(server.addr, "GET", path, &[("accept", MANIFEST)], b"").0
 }
 

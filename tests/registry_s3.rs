@@ -47,15 +47,45 @@ fn s3_store_passes_the_oci_conformance_suite() {
     );
 }
 
+/// Governance configured on every repository with permissive rules, so the conformance run
+/// below goes through each feature's code on every request: an immutable tag pattern the
+/// suite never moves, a quota far above what it pushes (every manifest PUT and DELETE updates
+/// the usage documents from both replicas), pull times flushed every second, and a retention
+/// policy that keeps everything, applied with garbage collection every 5 s during the run.
+const PERMISSIVE_GOVERNANCE: &str = r#"
+[gc]
+interval = "5s"
+
+[pulls]
+flush_interval = "1s"
+
+[[immutable]]
+repositories = ["**"]
+tags = ["immutable-*"]
+
+[[quota]]
+repositories = ["**"]
+max_bytes = 1000000000000
+max_manifests = 1000000
+
+[[retention]]
+repositories = ["**"]
+keep_newest = 1000000
+keep_pulled_within = "1d"
+"#;
+
 /// Two replicas on one bucket behind a balancer that sends each request to the other replica
 /// than the one before: every upload continues on the other process, every read follows a
-/// write made by the other one.
+/// write made by the other one. Both run with [`PERMISSIVE_GOVERNANCE`].
 #[test]
 fn two_s3_replicas_behind_a_round_robin_pass_the_conformance_suite() {
     let bucket = seaweed().bucket().unwrap_or_else(|e| panic!("{e}"));
     let (da, db) = (tempdir(), tempdir());
-    let a = s3_server(da.path(), &bucket, &[]);
-    let b = s3_server(db.path(), &bucket, &[]);
+    let config = da.path().join("registry.toml");
+    std::fs::write(&config, PERMISSIVE_GOVERNANCE).unwrap();
+    let config = config.to_str().unwrap().to_owned();
+    let a = s3_server(da.path(), &bucket, &["--config", &config]);
+    let b = s3_server(db.path(), &bucket, &["--config", &config]);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -80,6 +110,35 @@ fn two_s3_replicas_behind_a_round_robin_pass_the_conformance_suite() {
     };
     eprintln!("round robin: {na} requests to replica A, {nb} to replica B");
     assert!(na > 200 && na.abs_diff(nb) <= 1, "{na} vs {nb}");
+    // The governance code ran: pushes counted against the quota, retention ran on the
+    // schedule and kept everything.
+    let metrics = |s: &Server| {
+        let (status, _, body) = crate::registry_e2e::http(s.addr, "GET", "/metrics", &[], b"");
+        assert_eq!(status, 200);
+        String::from_utf8(body).unwrap()
+    };
+    let (ma, mb) = (metrics(&a), metrics(&b));
+    let value = |text: &str, name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    };
+    for m in [&ma, &mb] {
+        assert!(
+            m.contains("registry_quota_usage_manifests{repository=\"conformance/repo1\"}"),
+            "{m}"
+        );
+        assert_eq!(value(m, "registry_quota_denied_total"), 0);
+        assert_eq!(
+            value(m, "registry_retention_removed_total{kind=\"tag\"}"),
+            0
+        );
+    }
+    assert!(
+        value(&ma, "registry_retention_runs_total") + value(&mb, "registry_retention_runs_total")
+            > 0,
+        "retention never ran during the suite"
+    );
 }
 
 /// A SeaweedFS whose S3 gateway knows one identity: unsigned requests and a wrong secret stop

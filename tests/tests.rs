@@ -18,6 +18,7 @@ mod registry_client_auth;
 mod registry_credentials;
 mod registry_e2e;
 mod registry_gc;
+mod registry_governance;
 mod registry_s3;
 mod registry_tls;
 mod signing;

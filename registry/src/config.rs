@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use crate::auth::{Auth, AuthConfig, AuthError, FileAuth};
 use crate::gc::{self, GcOptions};
+use crate::governance::{FileGovernance, Governance, RuleError};
 use crate::ratelimit::RateLimit;
 use crate::storage::{
     FsStore, S3Config, S3CredentialSettings, S3Store, Store, resolve_s3_credentials,
@@ -33,6 +34,9 @@ pub struct RegistryConfig {
     pub rate_limit: Option<RateLimit>,
     /// Whether the web pages (`/` and `/ui/`) are served (`[ui] enabled`, default true).
     pub ui_enabled: bool,
+    /// Immutable tags, quotas and retention (`[[immutable]]`, `[[quota]]`, `[[retention]]`);
+    /// empty by default.
+    pub governance: Arc<Governance>,
 }
 
 impl Default for RegistryConfig {
@@ -44,6 +48,7 @@ impl Default for RegistryConfig {
             https: false,
             rate_limit: None,
             ui_enabled: true,
+            governance: Arc::default(),
         }
     }
 }
@@ -103,6 +108,15 @@ pub enum ConfigError {
         /// What is missing.
         reason: String,
     },
+    /// An `[[immutable]]`, `[[quota]]` or `[[retention]]` entry is bad.
+    #[error("invalid governance rule in {path}")]
+    Governance {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, naming the key (`quota[1].repositories[0]`).
+        #[source]
+        source: RuleError,
+    },
     /// The `[auth]` table has a bad entry.
     #[error("invalid [auth] settings in {path}")]
     AuthConfig {
@@ -150,6 +164,11 @@ pub struct ServeConfig {
     pub rate_limit: Option<RateLimit>,
     /// Serve the web pages at `/` and `/ui/` (`[ui] enabled`; default true).
     pub ui_enabled: bool,
+    /// `[[immutable]]`, `[[quota]]` and `[[retention]]` rules (default: none).
+    pub governance: Governance,
+    /// How often a replica writes the pull times it recorded (`pulls.flush_interval`;
+    /// default 60 s).
+    pub pull_flush_interval: Duration,
 }
 
 /// The `[gc]` table: when the serving process collects garbage and how. Its policy is also the
@@ -182,6 +201,8 @@ impl Default for ServeConfig {
             tls: None,
             rate_limit: None,
             ui_enabled: true,
+            governance: Governance::default(),
+            pull_flush_interval: Duration::from_secs(60),
         }
     }
 }
@@ -211,6 +232,20 @@ struct FileConfig {
     tls: Option<FileTls>,
     rate_limit: Option<FileRateLimit>,
     ui: Option<FileUi>,
+    #[serde(default)]
+    immutable: Vec<crate::governance::immutable::FileImmutable>,
+    #[serde(default)]
+    quota: Vec<crate::governance::quota::FileQuota>,
+    #[serde(default)]
+    retention: Vec<crate::governance::retention::FileRetention>,
+    pulls: Option<FilePulls>,
+}
+
+/// The `[pulls]` table of the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilePulls {
+    flush_interval: Option<String>,
 }
 
 /// The `[ui]` table of the TOML file.
@@ -305,6 +340,30 @@ impl ServeConfig {
             }
             if let Some(enabled) = f.ui.take().and_then(|u| u.enabled) {
                 c.ui_enabled = enabled;
+            }
+            c.governance = Governance::from_file(FileGovernance {
+                immutable: std::mem::take(&mut f.immutable),
+                quota: std::mem::take(&mut f.quota),
+                retention: std::mem::take(&mut f.retention),
+            })
+            .map_err(|source| ConfigError::Governance {
+                path: path.to_owned(),
+                source,
+            })?;
+            if let Some(v) = f.pulls.take().and_then(|p| p.flush_interval) {
+                let d = gc::parse_duration(&v).map_err(|reason| ConfigError::Setting {
+                    path: path.to_owned(),
+                    key: "pulls.flush_interval",
+                    reason,
+                })?;
+                if d.is_zero() {
+                    return Err(ConfigError::Setting {
+                        path: path.to_owned(),
+                        key: "pulls.flush_interval",
+                        reason: "must be longer than 0".to_owned(),
+                    });
+                }
+                c.pull_flush_interval = d;
             }
             c.apply(f);
         }

@@ -45,6 +45,7 @@ pub mod auth;
 pub mod config;
 pub mod errors;
 pub mod gc;
+pub mod governance;
 mod handlers;
 pub mod metrics;
 mod middleware;

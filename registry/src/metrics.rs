@@ -29,6 +29,9 @@ pub struct Metrics {
     upload: Mutex<Histogram>,
     commit: Mutex<Histogram>,
     gc: Mutex<GcCounters>,
+    /// Quota usage and refusals (`crate::governance::quota`).
+    pub(crate) quota: crate::governance::quota::QuotaMetrics,
+    retention: Mutex<(u64, u64, u64)>,
 }
 
 impl Default for Metrics {
@@ -41,6 +44,8 @@ impl Default for Metrics {
             upload: Mutex::new(Histogram::new(BUCKETS)),
             commit: Mutex::new(Histogram::new(BUCKETS)),
             gc: Mutex::default(),
+            quota: Default::default(),
+            retention: Mutex::default(),
         }
     }
 }
@@ -108,6 +113,16 @@ impl Metrics {
         g.deleted_bytes += r.deleted_bytes;
         g.kept_held += r.kept_held;
         g.last_duration = r.elapsed_secs;
+    }
+
+    /// Records a finished retention run (`None`: it failed): runs, tags and manifests removed.
+    pub fn retention_run(&self, plan: Option<&crate::governance::RetentionPlan>) {
+        let mut r = self.retention.lock().expect("metrics lock");
+        r.0 += 1;
+        if let Some(p) = plan.filter(|p| !p.dry_run) {
+            r.1 += p.tags.len() as u64;
+            r.2 += p.manifests.len() as u64;
+        }
     }
 
     /// Counts one store operation on `store`, and whether it failed (not-found answers count
@@ -178,6 +193,15 @@ impl Metrics {
                 out,
                 "# TYPE registry_gc_last_duration_seconds gauge\nregistry_gc_last_duration_seconds {}",
                 g.last_duration
+            );
+        }
+        self.quota.render(&mut out);
+        {
+            let r = self.retention.lock().expect("metrics lock");
+            let _ = writeln!(
+                out,
+                "# TYPE registry_retention_runs_total counter\nregistry_retention_runs_total {}\n# TYPE registry_retention_removed_total counter\nregistry_retention_removed_total{{kind=\"tag\"}} {}\nregistry_retention_removed_total{{kind=\"manifest\"}} {}",
+                r.0, r.1, r.2
             );
         }
         out.push_str("# TYPE registry_store_operations_total counter\n");

@@ -383,6 +383,8 @@ impl Repos {
         // The package index forgets the manifest as a subject and as an SBOM (queries also check
         // liveness, so a crash between here and the unlink leaves nothing visible).
         crate::pkgindex::forget(self, name, d).await?;
+        // Before the unlink, so a crash in between over-counts (safe) rather than under-counts.
+        crate::governance::quota::forget(self, name, d).await?;
         match self.store.delete(&layout::manifest_link(name, d)).await {
             Ok(()) => Ok(true),
             Err(e) if e.is_not_found() => Ok(false),
@@ -437,26 +439,44 @@ impl Repos {
     }
 
     /// Points a tag at the manifest `link` describes (linked into the repository first).
+    /// With an `immutable` rule, a tag that already points at another digest is left alone and
+    /// the call answers `DENIED` naming the rule; the check runs inside the conditional write,
+    /// so a racing writer on another replica cannot slip in between (see
+    /// `crate::governance::immutable`).
     pub async fn set_tag(
         &self,
         name: &Name,
         tag: &Tag,
         d: &Digest,
         link: &ManifestLink,
+        immutable: Option<&crate::governance::ImmutableRule>,
     ) -> ApiResult<()> {
         let entry = TagEntry::Target(TagTarget {
             digest: d.clone(),
             media_type: link.media_type.clone(),
             size: link.size,
         });
+        let mut taken_by = None;
         self.update::<TagsDoc, _>(&layout::tags(name), |t| {
+            taken_by = None;
+            if let (Some(_), Some(old)) = (immutable, t.tags.get(tag.as_str())) {
+                if old.digest() != d {
+                    taken_by = Some(old.digest().clone());
+                    return false;
+                }
+            }
             t.tags
                 .insert(tag.as_str().to_owned(), entry.clone())
                 .as_ref()
                 != Some(&entry)
         })
         .await?;
-        Ok(())
+        match (immutable, taken_by) {
+            (Some(rule), Some(old)) => Err(crate::governance::immutable::refusal(
+                rule, name, tag, &old, d,
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Removes a tag; false when it did not exist.
@@ -464,6 +484,21 @@ impl Repos {
         let mut removed = false;
         self.update::<TagsDoc, _>(&layout::tags(name), |t| {
             removed = t.tags.remove(tag.as_str()).is_some();
+            removed
+        })
+        .await?;
+        Ok(removed)
+    }
+
+    /// Removes a tag only while it still points at `d` (retention's conditional removal);
+    /// false when it is gone or points elsewhere.
+    pub async fn delete_tag_if(&self, name: &Name, tag: &Tag, d: &Digest) -> ApiResult<bool> {
+        let mut removed = false;
+        self.update::<TagsDoc, _>(&layout::tags(name), |t| {
+            removed = t.tags.get(tag.as_str()).is_some_and(|e| e.digest() == d);
+            if removed {
+                t.tags.remove(tag.as_str());
+            }
             removed
         })
         .await?;

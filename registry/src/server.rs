@@ -163,6 +163,7 @@ pub async fn serve(
             https: config.tls.is_some(),
             rate_limit: config.rate_limit,
             ui_enabled: config.ui_enabled,
+            governance: Arc::new(config.governance.clone()),
         },
     );
     let addr = listener.local_addr().map_err(ServeError::Serve)?;
@@ -185,12 +186,38 @@ pub async fn serve(
         })
     };
 
+    let pull_flusher = {
+        let state = state.clone();
+        let every = config.pull_flush_interval;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                if let Err(e) = state.flush_pulls().await {
+                    tracing::warn!(error = %e, "writing pull times failed; kept for the next flush");
+                }
+            }
+        })
+    };
+
+    let retention = !config.governance.retention.is_empty();
     let collector = config.gc.interval.map(|every| {
         let state = state.clone();
         let opts = config.gc.options.clone();
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(every).await;
+                // Retention first, so the collection right after reclaims what it removed.
+                if retention {
+                    match state.apply_retention(false).await {
+                        Ok(p) => tracing::info!(
+                            tags = p.tags.len(),
+                            manifests = p.manifests.len(),
+                            skipped = p.skipped,
+                            "retention finished"
+                        ),
+                        Err(e) => tracing::warn!(error = %e, "retention failed"),
+                    }
+                }
                 match state.collect_garbage(&opts).await {
                     Ok(r) => tracing::info!(
                         deleted_blobs = r.deleted_blobs,
@@ -213,7 +240,7 @@ pub async fn serve(
     });
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let app = router(state).into_make_service_with_connect_info::<PeerAddr>();
+    let app = router(state.clone()).into_make_service_with_connect_info::<PeerAddr>();
     let stop = async move {
         let _ = stop_rx.await;
     };
@@ -245,6 +272,10 @@ pub async fn serve(
     };
     expiry.abort();
     reloader.abort();
+    pull_flusher.abort();
+    if let Err(e) = state.flush_pulls().await {
+        tracing::warn!(error = %e, "writing pull times at shutdown failed");
+    }
     if let Some(c) = collector {
         c.abort();
     }

@@ -23,6 +23,8 @@ pub(crate) struct App {
     pub metrics: Arc<Metrics>,
     /// The per-client rate limiter, when `[rate_limit]` is set.
     pub limiter: Option<Limiter>,
+    /// Pull times not yet written to the store (retention's `keep_pulled_within`).
+    pub pulls: crate::governance::retention::PullRecorder,
 }
 
 impl AppState {
@@ -33,6 +35,7 @@ impl AppState {
         AppState(Arc::new(App {
             repos: Repos::new(store),
             limiter: config.rate_limit.map(Limiter::new),
+            pulls: Default::default(),
             config,
             metrics,
         }))
@@ -60,5 +63,29 @@ impl AppState {
     /// Removes uploads untouched for `max_age`; returns how many objects went.
     pub async fn expire_uploads(&self, max_age: std::time::Duration) -> Result<usize, ApiError> {
         self.0.repos.expire_uploads(max_age).await
+    }
+
+    /// Writes the pull times this replica recorded to the store (see
+    /// `crate::governance::retention`); returns how many repositories were written.
+    pub async fn flush_pulls(&self) -> Result<usize, ApiError> {
+        self.0.pulls.flush(&self.0.repos).await
+    }
+
+    /// Runs the `[[retention]]` policies: plans, and unless `dry_run` carries the plan out.
+    /// This replica's recorded pull times are written first, so they count.
+    pub async fn apply_retention(
+        &self,
+        dry_run: bool,
+    ) -> Result<crate::governance::RetentionPlan, ApiError> {
+        use crate::governance::retention;
+        self.flush_pulls().await?;
+        let plan = retention::plan(&self.0.repos, &self.0.config.governance).await?;
+        let r = if dry_run {
+            Ok(plan)
+        } else {
+            retention::apply(&self.0.repos, plan).await
+        };
+        self.0.metrics.retention_run(r.as_ref().ok());
+        r
     }
 }

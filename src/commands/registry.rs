@@ -56,6 +56,55 @@ docs/api.md, \"Package index\".
 Exit status: 0 rebuilt, 2 it failed (the store failed or a repository's index could not be
 written).")]
     Reindex(ReindexArgs),
+    /// Apply the [[retention]] policies of the configuration: remove the tags no policy keeps
+    /// and delete the manifests that lose their last tag; the next garbage collection reclaims
+    /// their bytes. Safe while the registry serves.
+    #[command(after_help = "Examples:
+  rdctl registry retention --config /etc/rdctl/registry.toml --dry-run   print what would go and why
+  rdctl registry retention --config /etc/rdctl/registry.toml             remove it
+  rdctl registry retention --config /etc/rdctl/registry.toml --json
+
+A tag goes only when every policy matching its repository removes it, and never when an
+[[immutable]] rule covers it. The server runs retention before each scheduled collection
+(gc.interval). docs/operations.md, \"Retention\".
+Exit status: 0 applied (or reported, with --dry-run), 2 it failed (the store failed).")]
+    Retention(RetentionArgs),
+    /// Print each repository's usage (unique bytes, manifests) and its [[quota]] limits.
+    #[command(after_help = "Examples:
+  rdctl registry usage --config /etc/rdctl/registry.toml
+  rdctl registry usage --config /etc/rdctl/registry.toml --recount --json
+
+Repositories a [[quota]] rule matches are read from their usage document (what pushes are
+checked against); --recount rebuilds those documents from the store first. Other repositories
+are counted from the store. docs/operations.md, \"Quotas\".
+Exit status: 0 printed, 2 it failed (the store failed).")]
+    Usage(UsageArgs),
+}
+
+/// Arguments of `rdctl registry retention`.
+#[derive(Debug, clap::Args)]
+pub struct RetentionArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Print what would be removed and why; remove nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `rdctl registry usage`.
+#[derive(Debug, clap::Args)]
+pub struct UsageArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Rebuild the usage documents of repositories with a quota from the store first.
+    #[arg(long)]
+    recount: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `rdctl registry reindex`: the store, as for `rdctl registry gc`.
@@ -162,7 +211,111 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => serve(args),
         Command::Gc(args) => gc(args),
         Command::Reindex(args) => reindex(args),
+        Command::Retention(args) => retention(args),
+        Command::Usage(args) => usage(args),
     }
+}
+
+fn store_name(config: &registry::ServeConfig) -> String {
+    match (&config.s3_endpoint, &config.s3_bucket) {
+        (Some(e), Some(b)) => format!("s3 bucket {b} at {e}"),
+        _ => format!("fs store {}", config.data.display()),
+    }
+}
+
+fn retention(args: RetentionArgs) -> anyhow::Result<ExitCode> {
+    let config = args.store.load()?;
+    let store = config.open_store().context("opening the registry store")?;
+    let where_ = store_name(&config);
+    if config.governance.retention.is_empty() {
+        anyhow::bail!("the configuration has no [[retention]] policy; nothing to apply");
+    }
+    let state = registry::AppState::new(
+        store,
+        registry::RegistryConfig {
+            governance: std::sync::Arc::new(config.governance.clone()),
+            ..registry::RegistryConfig::default()
+        },
+    );
+    let plan = crate::runtime::block_on(async move { state.apply_retention(args.dry_run).await })?
+        .with_context(|| format!("applying retention to the {where_}"))?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&plan)?)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let verb = if plan.dry_run {
+        "would remove"
+    } else {
+        "removed"
+    };
+    writeln!(
+        out,
+        "retention of the {where_}{}: {} tags in {} repositories looked at; {verb} {} tags and {} manifests{}",
+        if plan.dry_run {
+            " (dry run: nothing removed)"
+        } else {
+            ""
+        },
+        plan.tags_seen,
+        plan.repositories,
+        plan.tags.len(),
+        plan.manifests.len(),
+        if plan.skipped > 0 {
+            format!("; {} skipped (changed since planned)", plan.skipped)
+        } else {
+            String::new()
+        },
+    )?;
+    for t in &plan.tags {
+        writeln!(
+            out,
+            "  tag {}:{} {} ({})",
+            t.repository, t.tag, t.digest, t.reason
+        )?;
+    }
+    for m in &plan.manifests {
+        writeln!(
+            out,
+            "  manifest {}@{} (lost its last tag)",
+            m.repository, m.digest
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn usage(args: UsageArgs) -> anyhow::Result<ExitCode> {
+    let config = args.store.load()?;
+    let store = config.open_store().context("opening the registry store")?;
+    let where_ = store_name(&config);
+    let governance = config.governance.clone();
+    let report = crate::runtime::block_on(async move {
+        registry::governance::quota::report(store, &governance, args.recount).await
+    })?
+    .with_context(|| format!("reading repository usage in the {where_}"))?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let limit = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "-".to_owned());
+    writeln!(
+        out,
+        "REPOSITORY\tBYTES\tMAX_BYTES\tMANIFESTS\tMAX_MANIFESTS\tRULE"
+    )?;
+    for u in &report {
+        writeln!(
+            out,
+            "{}\t{}\t{}\t{}\t{}\t{}",
+            u.repository,
+            u.bytes,
+            limit(u.max_bytes),
+            u.manifests,
+            limit(u.max_manifests),
+            u.rule.as_deref().unwrap_or("-"),
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn reindex(args: ReindexArgs) -> anyhow::Result<ExitCode> {

@@ -163,7 +163,7 @@ impl Pattern {
     }
 }
 
-fn glob(p: &[u8], s: &[u8]) -> bool {
+pub(crate) fn glob(p: &[u8], s: &[u8]) -> bool {
     match p {
         [] => s.is_empty(),
         [b'*', b'*', rest @ ..] => (0..=s.len()).any(|i| glob(rest, &s[i..])),

@@ -73,6 +73,17 @@ pub(crate) async fn get(req: Req, reference: &str) -> ApiResult<Response> {
     else {
         return Err(unknown());
     };
+    // A GET is a pull; a HEAD (an existence or digest check) is not.
+    if !req.head
+        && req
+            .state
+            .app()
+            .config
+            .governance
+            .records_pulls(name.as_str())
+    {
+        req.state.app().pulls.record(&name, &d);
+    }
     let b = Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, hv(&media_type))
@@ -282,6 +293,27 @@ pub(crate) async fn put(mut req: Req, reference: &str) -> ApiResult<Response> {
     }
     let checked = check_document(&bytes, content_type.as_deref())?;
     let size = bytes.len() as u64;
+    let governance = req.state.app().config.governance.clone();
+    // Immutable tags: refuse before writing anything; `set_tag` checks again atomically.
+    let mut tags: Vec<&Tag> = extra_tags.iter().collect();
+    if let Reference::Tag(t) = &reference {
+        tags.insert(0, t);
+    }
+    for t in &tags {
+        if let Some(rule) = governance.immutable_rule(name.as_str(), t.as_str()) {
+            if let Some(old) = repos.resolve_tag_target(&name, t).await? {
+                if old.digest != digest {
+                    return Err(crate::governance::immutable::refusal(
+                        rule,
+                        &name,
+                        t,
+                        &old.digest,
+                        &digest,
+                    ));
+                }
+            }
+        }
+    }
     repos.put_manifest_bytes(&digest, bytes.clone()).await?;
     // Hold everything the manifest relies on before publishing it, and again after publishing
     // when that took longer than the collector's grace window is sure to cover.
@@ -292,6 +324,19 @@ pub(crate) async fn put(mut req: Req, reference: &str) -> ApiResult<Response> {
         size,
         subject: checked.subject.clone(),
     };
+    // Quota: reserved before the link, so a refused PUT is never acknowledged.
+    if let Some(rule) = governance.quota_rule(name.as_str()) {
+        crate::governance::quota::reserve(
+            &repos,
+            &req.state.app().metrics.quota,
+            &name,
+            rule,
+            &digest,
+            size,
+            &checked.blobs,
+        )
+        .await?;
+    }
     repos.link_manifest(&name, &digest, &link).await?;
     if let Some(subject) = &checked.subject {
         let mut desc = serde_json::json!({
@@ -310,11 +355,9 @@ pub(crate) async fn put(mut req: Req, reference: &str) -> ApiResult<Response> {
             crate::pkgindex::index_referrer(&repos, &name, subject, &digest, layer).await?;
         }
     }
-    if let Reference::Tag(t) = &reference {
-        repos.set_tag(&name, t, &digest, &link).await?;
-    }
-    for t in &extra_tags {
-        repos.set_tag(&name, t, &digest, &link).await?;
+    for t in &tags {
+        let rule = governance.immutable_rule(name.as_str(), t.as_str());
+        repos.set_tag(&name, t, &digest, &link, rule).await?;
     }
     if started.elapsed() > REFERENCE_WINDOW {
         hold_references(&repos, &name, &checked, &digest, &bytes).await?;
@@ -378,6 +421,33 @@ pub(crate) async fn delete(req: Req, reference: &str) -> ApiResult<Response> {
     let name = req.name().clone();
     let reference = parse_lookup(reference)?;
     let repos = &req.state.app().repos;
+    let governance = &req.state.app().config.governance;
+    if !governance.immutable.is_empty() {
+        let caller = req
+            .access
+            .as_ref()
+            .and_then(|a| a.user())
+            .unwrap_or("anonymous");
+        let tags: Vec<(String, Digest)> = match &reference {
+            Reference::Tag(t) => repos
+                .resolve_tag_target(&name, t)
+                .await?
+                .map(|target| (t.as_str().to_owned(), target.digest))
+                .into_iter()
+                .collect(),
+            Reference::Digest(d) => repos
+                .tag_map(&name)
+                .await?
+                .into_iter()
+                .filter(|(_, td)| td == d)
+                .collect(),
+        };
+        for (tag, d) in tags {
+            if let Some(rule) = governance.immutable_rule(name.as_str(), &tag) {
+                tracing::warn!(repository = %name, tag, digest = %d, caller, rule = %rule, "deleting an immutable tag");
+            }
+        }
+    }
     let found = match &reference {
         Reference::Tag(t) => repos.delete_tag(&name, t).await?,
         Reference::Digest(d) => repos.delete_manifest(&name, d).await?,

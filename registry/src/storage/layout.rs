@@ -25,6 +25,11 @@
 //! _rd/pkgindex/<name>/_index.json              package index of the repository: the packages
 //!                                              of each SBOM referrer by subject (`pkgindex`);
 //!                                              derived data, rebuilt by `registry reindex`
+//! _rd/usage/<name>/_usage.json                 quota usage of the repository: its manifests with
+//!                                              their sizes and blobs, and the totals; replaced
+//!                                              with a conditional write (`governance::quota`)
+//! _rd/pulls/<name>/_pulls.json                 last pull time of each manifest, merged in
+//!                                              batches by every replica (`governance::retention`)
 //! ```
 //!
 //! Names and digests arrive here already checked ([`Name`], [`Digest`], [`Uuid`]), and every key
@@ -197,6 +202,16 @@ pub fn catalog() -> Key {
 /// The package index document of a repository (see `crate::pkgindex`).
 pub fn package_index(name: &Name) -> Key {
     key(format!("_rd/pkgindex/{name}/_index.json"))
+}
+
+/// The quota usage document of a repository (see `crate::governance::quota`).
+pub fn repository_usage(name: &Name) -> Key {
+    key(format!("_rd/usage/{name}/_usage.json"))
+}
+
+/// The pull-time document of a repository (see `crate::governance::retention`).
+pub fn repository_pulls(name: &Name) -> Key {
+    key(format!("_rd/pulls/{name}/_pulls.json"))
 }
 
 /// Prefix of every upload (for expiry).
