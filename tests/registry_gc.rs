@@ -13,7 +13,7 @@ use crate::util::{Server, ok, rdctl, s, tempdir};
 
 const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 
-fn digest(data: &[u8]) -> String {
+pub(crate) fn digest(data: &[u8]) -> String {
     let hex: String = Sha256::digest(data)
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -21,7 +21,7 @@ fn digest(data: &[u8]) -> String {
     format!("sha256:{hex}")
 }
 
-fn push_blob(server: &Server, repo: &str, data: &[u8]) -> String {
+pub(crate) fn push_blob(server: &Server, repo: &str, data: &[u8]) -> String {
     let d = digest(data);
     let (status, _, body) = http(
         server.addr,
@@ -35,7 +35,13 @@ fn push_blob(server: &Server, repo: &str, data: &[u8]) -> String {
 }
 
 /// Pushes config and layer, then a manifest under `reference`; returns the manifest's digest.
-fn push_image(server: &Server, repo: &str, reference: &str, config: &[u8], layer: &[u8]) -> String {
+pub(crate) fn push_image(
+    server: &Server,
+    repo: &str,
+    reference: &str,
+    config: &[u8],
+    layer: &[u8],
+) -> String {
     let c = push_blob(server, repo, config);
     let l = push_blob(server, repo, layer);
     let m = serde_json::to_vec(&serde_json::json!({

@@ -17,6 +17,7 @@ mod referrers;
 mod registry_client_auth;
 mod registry_credentials;
 mod registry_e2e;
+mod registry_events;
 mod registry_gc;
 mod registry_s3;
 mod registry_tls;

@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::auth::{Auth, AuthConfig, AuthError, FileAuth};
+use crate::events::{FileNotifications, NotificationsConfig};
 use crate::gc::{self, GcOptions};
 use crate::ratelimit::RateLimit;
 use crate::storage::{
@@ -33,6 +34,8 @@ pub struct RegistryConfig {
     pub rate_limit: Option<RateLimit>,
     /// Whether the web pages (`/` and `/ui/`) are served (`[ui] enabled`, default true).
     pub ui_enabled: bool,
+    /// Event webhooks (`[notifications]`; default: no endpoints, no events).
+    pub notifications: NotificationsConfig,
 }
 
 impl Default for RegistryConfig {
@@ -44,6 +47,7 @@ impl Default for RegistryConfig {
             https: false,
             rate_limit: None,
             ui_enabled: true,
+            notifications: NotificationsConfig::default(),
         }
     }
 }
@@ -150,6 +154,8 @@ pub struct ServeConfig {
     pub rate_limit: Option<RateLimit>,
     /// Serve the web pages at `/` and `/ui/` (`[ui] enabled`; default true).
     pub ui_enabled: bool,
+    /// Event webhooks (`[notifications]`, `[[notifications.endpoints]]`; default none).
+    pub notifications: NotificationsConfig,
 }
 
 /// The `[gc]` table: when the serving process collects garbage and how. Its policy is also the
@@ -182,6 +188,7 @@ impl Default for ServeConfig {
             tls: None,
             rate_limit: None,
             ui_enabled: true,
+            notifications: NotificationsConfig::default(),
         }
     }
 }
@@ -211,6 +218,7 @@ struct FileConfig {
     tls: Option<FileTls>,
     rate_limit: Option<FileRateLimit>,
     ui: Option<FileUi>,
+    notifications: Option<FileNotifications>,
 }
 
 /// The `[ui]` table of the TOML file.
@@ -302,6 +310,13 @@ impl ServeConfig {
             }
             if let Some(r) = f.rate_limit.take() {
                 c.apply_rate_limit(r, path)?;
+            }
+            if let Some(n) = f.notifications.take() {
+                c.notifications = n.check().map_err(|(key, reason)| ConfigError::Setting {
+                    path: path.to_owned(),
+                    key,
+                    reason,
+                })?;
             }
             if let Some(enabled) = f.ui.take().and_then(|u| u.enabled) {
                 c.ui_enabled = enabled;

@@ -27,6 +27,8 @@
 //! - [`pkgindex`]: the package index (`/v2/_rd/packages`): the packages of each image's SPDX
 //!   SBOM referrer, recorded on push in one store document per repository, and
 //!   [`pkgindex::reindex`] behind `rdctl registry reindex`.
+//! - [`events`]: push, mount, delete and pull webhooks in distribution's envelope, written to
+//!   an outbox in the store before the request is answered and delivered by every replica.
 //! - `ui`: the web pages at `/ui/` (`[ui] enabled`): repositories, tags, images and the
 //!   package search as server-rendered HTML, showing only what the caller may pull.
 //!
@@ -44,6 +46,7 @@ mod api;
 pub mod auth;
 pub mod config;
 pub mod errors;
+pub mod events;
 pub mod gc;
 mod handlers;
 pub mod metrics;

@@ -29,6 +29,7 @@ pub struct Metrics {
     upload: Mutex<Histogram>,
     commit: Mutex<Histogram>,
     gc: Mutex<GcCounters>,
+    events: Mutex<EventCounters>,
 }
 
 impl Default for Metrics {
@@ -41,6 +42,7 @@ impl Default for Metrics {
             upload: Mutex::new(Histogram::new(BUCKETS)),
             commit: Mutex::new(Histogram::new(BUCKETS)),
             gc: Mutex::default(),
+            events: Mutex::default(),
         }
     }
 }
@@ -56,7 +58,46 @@ struct GcCounters {
     last_duration: f64,
 }
 
+/// Event outbox counters per endpoint: (recorded, delivered, failed attempts, dead) and the
+/// pending gauge of the last delivery pass.
+#[derive(Debug, Default)]
+struct EventCounters {
+    totals: BTreeMap<String, [u64; 4]>,
+    pending: BTreeMap<String, u64>,
+}
+
 impl Metrics {
+    fn event_count(&self, endpoint: &str, i: usize) {
+        let mut e = self.events.lock().expect("metrics lock");
+        e.totals.entry(endpoint.to_owned()).or_default()[i] += 1;
+    }
+
+    /// Counts an event written to `endpoint`'s outbox.
+    pub fn event_recorded(&self, endpoint: &str) {
+        self.event_count(endpoint, 0);
+    }
+
+    /// Counts an event delivered to `endpoint`.
+    pub fn event_delivered(&self, endpoint: &str) {
+        self.event_count(endpoint, 1);
+    }
+
+    /// Counts a failed delivery attempt to `endpoint`.
+    pub fn event_failed(&self, endpoint: &str) {
+        self.event_count(endpoint, 2);
+    }
+
+    /// Counts an event given up after `endpoint`'s `max_age`.
+    pub fn event_dead(&self, endpoint: &str) {
+        self.event_count(endpoint, 3);
+    }
+
+    /// Sets how many events wait in `endpoint`'s outbox (seen by the last delivery pass).
+    pub fn events_pending(&self, endpoint: &str, n: u64) {
+        let mut e = self.events.lock().expect("metrics lock");
+        e.pending.insert(endpoint.to_owned(), n);
+    }
+
     /// Counts one answered request.
     pub fn request(
         &self,
@@ -179,6 +220,27 @@ impl Metrics {
                 "# TYPE registry_gc_last_duration_seconds gauge\nregistry_gc_last_duration_seconds {}",
                 g.last_duration
             );
+        }
+        {
+            let e = self.events.lock().expect("metrics lock");
+            out.push_str("# TYPE registry_events_pending gauge\n");
+            for (ep, n) in &e.pending {
+                let _ = writeln!(out, "registry_events_pending{{endpoint=\"{ep}\"}} {n}");
+            }
+            for (i, name) in [
+                "registry_events_recorded_total",
+                "registry_events_delivered_total",
+                "registry_events_failed_total",
+                "registry_events_dead_total",
+            ]
+            .iter()
+            .enumerate()
+            {
+                let _ = writeln!(out, "# TYPE {name} counter");
+                for (ep, t) in &e.totals {
+                    let _ = writeln!(out, "{name}{{endpoint=\"{ep}\"}} {}", t[i]);
+                }
+            }
         }
         out.push_str("# TYPE registry_store_operations_total counter\n");
         let ops = self.store_ops.lock().expect("metrics lock");

@@ -153,6 +153,11 @@ pub async fn serve(
         None => config.fs_store()?,
     };
     let store_name = store.name();
+    let mut notifications = config.notifications.clone();
+    notifications.source_addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
     let state = AppState::new(
         store,
         RegistryConfig {
@@ -163,6 +168,7 @@ pub async fn serve(
             https: config.tls.is_some(),
             rate_limit: config.rate_limit,
             ui_enabled: config.ui_enabled,
+            notifications,
         },
     );
     let addr = listener.local_addr().map_err(ServeError::Serve)?;
@@ -212,6 +218,10 @@ pub async fn serve(
         })
     });
 
+    // Every replica delivers from the shared outbox; claims keep them from sending twice.
+    let delivery = (!config.notifications.endpoints.is_empty())
+        .then(|| tokio::spawn(state.events().clone().deliver_forever()));
+
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let app = router(state).into_make_service_with_connect_info::<PeerAddr>();
     let stop = async move {
@@ -247,6 +257,9 @@ pub async fn serve(
     reloader.abort();
     if let Some(c) = collector {
         c.abort();
+    }
+    if let Some(d) = delivery {
+        d.abort();
     }
     tracing::info!("registry stopped");
     match result {

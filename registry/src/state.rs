@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::config::RegistryConfig;
 use crate::errors::ApiError;
+use crate::events::Notifier;
 use crate::metrics::Metrics;
 use crate::ratelimit::Limiter;
 use crate::repo::Repos;
@@ -23,6 +24,8 @@ pub(crate) struct App {
     pub metrics: Arc<Metrics>,
     /// The per-client rate limiter, when `[rate_limit]` is set.
     pub limiter: Option<Limiter>,
+    /// Event outbox and delivery (`[notifications]`).
+    pub events: Arc<Notifier>,
 }
 
 impl AppState {
@@ -30,8 +33,15 @@ impl AppState {
     pub fn new(store: Arc<dyn Store>, config: RegistryConfig) -> AppState {
         let metrics = Arc::new(Metrics::default());
         let store: Arc<dyn Store> = Arc::new(Instrumented::new(store, metrics.clone()));
+        let events = Arc::new(Notifier::new(
+            config.notifications.clone(),
+            store.clone(),
+            metrics.clone(),
+            config.notifications.source_addr.clone(),
+        ));
         AppState(Arc::new(App {
             repos: Repos::new(store),
+            events,
             limiter: config.rate_limit.map(Limiter::new),
             config,
             metrics,
@@ -41,6 +51,12 @@ impl AppState {
     /// The registry's metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.0.metrics
+    }
+
+    /// The event notifier (its delivery loop runs in `serve`; tests call
+    /// [`Notifier::deliver_once`]).
+    pub fn events(&self) -> &Arc<Notifier> {
+        &self.0.events
     }
 
     pub(crate) fn app(&self) -> &App {

@@ -6,7 +6,9 @@ use axum::response::Response;
 
 use super::{Req, hv, parse_digest};
 use crate::errors::{ApiError, ApiResult, Code};
+use crate::events::{Action, Target};
 use crate::storage::layout;
+use validator::{Digest, Name};
 
 /// A satisfiable byte range `start..=end`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,7 +99,26 @@ pub(crate) async fn get(req: Req, digest: &str) -> ApiResult<Response> {
         .store()
         .read_chunks(&layout::blob_data(&d), start, len)
         .await?;
+    req.notify(
+        Action::Pull,
+        "GET",
+        blob_target(&req, &name, &d, Some(size)),
+    )
+    .await?;
     b.body(Body::from_stream(body)).map_err(ApiError::internal)
+}
+
+/// The event target of a blob (distribution gives blobs `application/octet-stream`).
+pub(crate) fn blob_target(req: &Req, name: &Name, d: &Digest, size: Option<u64>) -> Target {
+    Target {
+        media_type: Some("application/octet-stream".to_owned()),
+        digest: Some(d.to_string()),
+        size,
+        length: size,
+        repository: name.to_string(),
+        url: req.target_url(&format!("/v2/{name}/blobs/{d}")),
+        tag: None,
+    }
 }
 
 /// DELETE a blob from the repository (its bytes stay until garbage collection).
@@ -111,6 +132,12 @@ pub(crate) async fn delete(req: Req, digest: &str) -> ApiResult<Response> {
             format!("blob {d} is not in {name}"),
         ));
     }
+    let target = Target {
+        repository: name.to_string(),
+        digest: Some(d.to_string()),
+        ..Target::default()
+    };
+    req.notify(Action::Delete, "DELETE", target).await?;
     Response::builder()
         .status(StatusCode::ACCEPTED)
         .header(header::CONTENT_LENGTH, 0)

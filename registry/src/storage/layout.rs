@@ -25,6 +25,8 @@
 //! _rd/pkgindex/<name>/_index.json              package index of the repository: the packages
 //!                                              of each SBOM referrer by subject (`pkgindex`);
 //!                                              derived data, rebuilt by `registry reindex`
+//! _rd/events/<endpoint>/<ms>-<event id>        outbox entry: an event not yet delivered to the
+//!                                              endpoint, with its claim and retry state (`events`)
 //! ```
 //!
 //! Names and digests arrive here already checked ([`Name`], [`Digest`], [`Uuid`]), and every key
@@ -197,6 +199,17 @@ pub fn catalog() -> Key {
 /// The package index document of a repository (see `crate::pkgindex`).
 pub fn package_index(name: &Name) -> Key {
     key(format!("_rd/pkgindex/{name}/_index.json"))
+}
+
+/// The outbox of a notification endpoint (its name is checked as a key segment when the
+/// configuration is read).
+pub fn event_outbox(endpoint: &str) -> Key {
+    key(format!("_rd/events/{endpoint}"))
+}
+
+/// One outbox entry of a notification endpoint.
+pub fn event_entry(endpoint: &str, entry: &str) -> Key {
+    key(format!("_rd/events/{endpoint}/{entry}"))
 }
 
 /// Prefix of every upload (for expiry).
