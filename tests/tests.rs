@@ -20,6 +20,7 @@ mod registry_e2e;
 mod registry_events;
 mod registry_gc;
 mod registry_s3;
+mod registry_scrub;
 mod registry_tls;
 mod signing;
 mod smf;

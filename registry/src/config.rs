@@ -14,6 +14,7 @@ use crate::auth::{Auth, AuthConfig, AuthError, FileAuth};
 use crate::events::{FileNotifications, NotificationsConfig};
 use crate::gc::{self, GcOptions};
 use crate::ratelimit::RateLimit;
+use crate::scrub::ScrubOptions;
 use crate::storage::{
     FsStore, S3Config, S3CredentialSettings, S3Store, Store, resolve_s3_credentials,
 };
@@ -156,6 +157,21 @@ pub struct ServeConfig {
     pub ui_enabled: bool,
     /// Event webhooks (`[notifications]`, `[[notifications.endpoints]]`; default none).
     pub notifications: NotificationsConfig,
+    /// Scrub: the schedule in the serving process and its rate (`[scrub]`).
+    pub scrub: ScrubSchedule,
+}
+
+/// The `[scrub]` table: when the serving process scrubs and how fast. Its rate is also the
+/// default of `rdctl registry scrub` with the same configuration file.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ScrubSchedule {
+    /// Scrub every this long (`scrub.interval`; default: never, run `rdctl registry scrub`).
+    /// With several replicas one of them scrubs per interval.
+    pub interval: Option<Duration>,
+    /// Blob bytes read per second (`scrub.rate`; default: unlimited).
+    pub options: ScrubOptions,
+    /// Write each scheduled run's JSON report to this file (`scrub.report`; default none).
+    pub report: Option<PathBuf>,
 }
 
 /// The `[gc]` table: when the serving process collects garbage and how. Its policy is also the
@@ -189,8 +205,18 @@ impl Default for ServeConfig {
             rate_limit: None,
             ui_enabled: true,
             notifications: NotificationsConfig::default(),
+            scrub: ScrubSchedule::default(),
         }
     }
+}
+
+/// The `[scrub]` table of the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileScrub {
+    interval: Option<String>,
+    rate: Option<u64>,
+    report: Option<PathBuf>,
 }
 
 /// The TOML file: every key optional.
@@ -219,6 +245,7 @@ struct FileConfig {
     rate_limit: Option<FileRateLimit>,
     ui: Option<FileUi>,
     notifications: Option<FileNotifications>,
+    scrub: Option<FileScrub>,
 }
 
 /// The `[ui]` table of the TOML file.
@@ -310,6 +337,33 @@ impl ServeConfig {
             }
             if let Some(r) = f.rate_limit.take() {
                 c.apply_rate_limit(r, path)?;
+            }
+            if let Some(sc) = f.scrub.take() {
+                if let Some(v) = sc.interval {
+                    let d = gc::parse_duration(&v).map_err(|reason| ConfigError::Setting {
+                        path: path.to_owned(),
+                        key: "scrub.interval",
+                        reason,
+                    })?;
+                    if d.is_zero() {
+                        return Err(ConfigError::Setting {
+                            path: path.to_owned(),
+                            key: "scrub.interval",
+                            reason: "must be longer than 0".to_owned(),
+                        });
+                    }
+                    c.scrub.interval = Some(d);
+                }
+                if sc.rate == Some(0) {
+                    return Err(ConfigError::Setting {
+                        path: path.to_owned(),
+                        key: "scrub.rate",
+                        reason: "must be at least 1 byte per second (leave it out for no limit)"
+                            .to_owned(),
+                    });
+                }
+                c.scrub.options.rate = sc.rate;
+                c.scrub.report = sc.report;
             }
             if let Some(n) = f.notifications.take() {
                 c.notifications = n.check().map_err(|(key, reason)| ConfigError::Setting {

@@ -29,6 +29,8 @@
 //!   [`pkgindex::reindex`] behind `rdctl registry reindex`.
 //! - [`events`]: push, mount, delete and pull webhooks in distribution's envelope, written to
 //!   an outbox in the store before the request is answered and delivered by every replica.
+//! - [`scrub`]: re-hash every blob (rate-limited), check every manifest, quarantine corrupt
+//!   blobs so they are never served (a re-push heals them); `rdctl registry scrub`, `[scrub]`.
 //! - `ui`: the web pages at `/ui/` (`[ui] enabled`): repositories, tags, images and the
 //!   package search as server-rendered HTML, showing only what the caller may pull.
 //!
@@ -55,6 +57,7 @@ pub mod pkgindex;
 pub mod ratelimit;
 mod repo;
 pub mod router;
+pub mod scrub;
 pub mod server;
 pub mod state;
 pub mod storage;

@@ -30,6 +30,7 @@ pub struct Metrics {
     commit: Mutex<Histogram>,
     gc: Mutex<GcCounters>,
     events: Mutex<EventCounters>,
+    scrub: Mutex<ScrubCounters>,
 }
 
 impl Default for Metrics {
@@ -43,6 +44,7 @@ impl Default for Metrics {
             commit: Mutex::new(Histogram::new(BUCKETS)),
             gc: Mutex::default(),
             events: Mutex::default(),
+            scrub: Mutex::default(),
         }
     }
 }
@@ -66,7 +68,32 @@ struct EventCounters {
     pending: BTreeMap<String, u64>,
 }
 
+/// Scrub totals.
+#[derive(Debug, Default)]
+struct ScrubCounters {
+    runs_ok: u64,
+    runs_failed: u64,
+    bytes: u64,
+    corrupt: u64,
+    manifest_problems: u64,
+    last_problems: u64,
+}
+
 impl Metrics {
+    /// Records a finished scrub (`None`: it failed).
+    pub fn scrub_run(&self, report: Option<&crate::scrub::ScrubReport>) {
+        let mut s = self.scrub.lock().expect("metrics lock");
+        let Some(r) = report else {
+            s.runs_failed += 1;
+            return;
+        };
+        s.runs_ok += 1;
+        s.bytes += r.bytes_read;
+        s.corrupt += r.corrupt_blobs.len() as u64;
+        s.manifest_problems += r.manifest_problems.len() as u64;
+        s.last_problems = (r.corrupt_blobs.len() + r.manifest_problems.len()) as u64;
+    }
+
     fn event_count(&self, endpoint: &str, i: usize) {
         let mut e = self.events.lock().expect("metrics lock");
         e.totals.entry(endpoint.to_owned()).or_default()[i] += 1;
@@ -220,6 +247,26 @@ impl Metrics {
                 "# TYPE registry_gc_last_duration_seconds gauge\nregistry_gc_last_duration_seconds {}",
                 g.last_duration
             );
+        }
+        {
+            let s = self.scrub.lock().expect("metrics lock");
+            let _ = writeln!(
+                out,
+                "# TYPE registry_scrub_runs_total counter\nregistry_scrub_runs_total{{result=\"ok\"}} {}\nregistry_scrub_runs_total{{result=\"failed\"}} {}",
+                s.runs_ok, s.runs_failed
+            );
+            for (name, kind, v) in [
+                ("registry_scrub_bytes_total", "counter", s.bytes),
+                ("registry_scrub_corrupt_blobs_total", "counter", s.corrupt),
+                (
+                    "registry_scrub_manifest_problems_total",
+                    "counter",
+                    s.manifest_problems,
+                ),
+                ("registry_scrub_last_problems", "gauge", s.last_problems),
+            ] {
+                let _ = writeln!(out, "# TYPE {name} {kind}\n{name} {v}");
+            }
         }
         {
             let e = self.events.lock().expect("metrics lock");

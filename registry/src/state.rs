@@ -73,6 +73,16 @@ impl AppState {
         r
     }
 
+    /// Runs one scrub over this registry's store and records it in the metrics.
+    pub async fn scrub(
+        &self,
+        opts: &crate::scrub::ScrubOptions,
+    ) -> Result<crate::scrub::ScrubReport, crate::scrub::ScrubError> {
+        let r = crate::scrub::scrub(self.0.repos.store().clone(), opts).await;
+        self.0.metrics.scrub_run(r.as_ref().ok());
+        r
+    }
+
     /// Removes uploads untouched for `max_age`; returns how many objects went.
     pub async fn expire_uploads(&self, max_age: std::time::Duration) -> Result<usize, ApiError> {
         self.0.repos.expire_uploads(max_age).await

@@ -60,12 +60,18 @@ pub(crate) async fn get(req: Req, digest: &str) -> ApiResult<Response> {
     let name = req.name().clone();
     let repos = &req.state.app().repos;
     let unknown = || ApiError::new(Code::BlobUnknown, format!("blob {d} is not in {name}"));
-    if repos.blob_linked(&name, &d).await?.is_none() {
+    let Some(linked_size) = repos.blob_linked(&name, &d).await? else {
         return Err(unknown());
-    }
+    };
     let Some(meta) = repos.blob_stat(&d).await? else {
         return Err(unknown());
     };
+    // Free to check (both were read anyway): bytes of another size than was pushed are
+    // corrupt, and are never served. Same-size damage is scrub's to find (see `crate::scrub`).
+    if meta.size != linked_size {
+        tracing::error!(digest = %d, repository = %name, stored = meta.size, pushed = linked_size, "blob bytes have another size than was pushed; not served (run rdctl registry scrub)");
+        return Err(unknown());
+    }
     let size = meta.size;
     let range = match req.header("range") {
         None => None,

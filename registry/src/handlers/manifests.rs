@@ -82,9 +82,16 @@ pub(crate) async fn get(req: Req, reference: &str) -> ApiResult<Response> {
     if req.head {
         return b.body(Body::empty()).map_err(ApiError::internal);
     }
-    let bytes = repos
+    // Bytes a scrub quarantined are unknown until a push heals them, never a 500.
+    let bytes = match repos
         .manifest_bytes(&d, req.state.app().config.max_manifest_bytes.max(size))
-        .await?;
+        .await
+    {
+        Err(e) if e.code == Code::Internal && repos.blob_stat(&d).await?.is_none() => {
+            return Err(unknown());
+        }
+        r => r?,
+    };
     let tag = match &reference {
         Reference::Tag(t) => Some(t.as_str().to_owned()),
         Reference::Digest(_) => None,

@@ -25,6 +25,10 @@
 //! _rd/pkgindex/<name>/_index.json              package index of the repository: the packages
 //!                                              of each SBOM referrer by subject (`pkgindex`);
 //!                                              derived data, rebuilt by `registry reindex`
+//! _rd/quarantine/<alg>/<hex>/data             bytes a scrub found corrupt, moved aside (`scrub`)
+//! _rd/quarantine/<alg>/<hex>/record           what the scrub found: expected and found digest
+//! _rd/quarantine/<alg>/<hex>/staging          staging area of the copy aside
+//! _rd/scrub/last                               start time of the last scheduled scrub
 //! _rd/events/<endpoint>/<ms>-<event id>        outbox entry: an event not yet delivered to the
 //!                                              endpoint, with its claim and retry state (`events`)
 //! ```
@@ -199,6 +203,38 @@ pub fn catalog() -> Key {
 /// The package index document of a repository (see `crate::pkgindex`).
 pub fn package_index(name: &Name) -> Key {
     key(format!("_rd/pkgindex/{name}/_index.json"))
+}
+
+/// Where a scrub keeps the bytes of a corrupt blob.
+pub fn quarantine_data(d: &Digest) -> Key {
+    key(format!(
+        "_rd/quarantine/{}/{}/data",
+        d.algorithm(),
+        d.encoded()
+    ))
+}
+
+/// The staging area of a quarantine copy.
+pub fn quarantine_staging(d: &Digest) -> Key {
+    key(format!(
+        "_rd/quarantine/{}/{}/staging",
+        d.algorithm(),
+        d.encoded()
+    ))
+}
+
+/// What a scrub recorded about a quarantined blob.
+pub fn quarantine_record(d: &Digest) -> Key {
+    key(format!(
+        "_rd/quarantine/{}/{}/record",
+        d.algorithm(),
+        d.encoded()
+    ))
+}
+
+/// The start time of the last scheduled scrub (replicas take turns through it).
+pub fn scrub_last() -> Key {
+    key("_rd/scrub/last".to_owned())
 }
 
 /// The outbox of a notification endpoint (its name is checked as a key segment when the
