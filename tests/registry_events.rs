@@ -20,12 +20,15 @@ use crate::util::{Server, tempdir};
 
 const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 
+/// What the receiver keeps of one accepted event: path, event, authorization, content type.
+type Seen = (String, Value, String, String);
+
 /// A webhook receiver: answers 503 until told to accept, then records every event it gets.
 struct Receiver {
     server: Arc<tiny_http::Server>,
     accept: Arc<AtomicBool>,
     /// (path, event, authorization header, content type) of every accepted event.
-    seen: Arc<Mutex<Vec<(String, Value, String, String)>>>,
+    seen: Arc<Mutex<Vec<Seen>>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -310,4 +313,108 @@ fn events_s3_survive_kill9_and_reach_the_receiver_once() {
     let bucket = seaweed().bucket().unwrap_or_else(|e| panic!("{e}"));
     let data = tempdir();
     kill9_then_deliver(&|extra| s3_server(data.path(), &bucket, extra));
+}
+
+/// A receiver that never answers 2xx: each poll costs one failed attempt (counted), and after
+/// the endpoint's `max_age` the event is given up, counted dead, and leaves the outbox.
+#[test]
+fn events_undeliverable_are_retried_then_dead_lettered() {
+    let rx = Receiver::start(); // refuses everything with 503
+    let dir = tempdir();
+    let cfg = dir.path().join("registry.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[notifications]\npoll_interval = \"50ms\"\n[[notifications.endpoints]]\nname = \"down\"\nurl = \"{}\"\ntimeout = \"1s\"\nbackoff = \"50ms\"\nmax_backoff = \"100ms\"\nmax_age = \"1500ms\"\n",
+            rx.url("/down")
+        ),
+    )
+    .unwrap();
+    let data = tempdir();
+    let server = Server::start(data.path(), &["--config", cfg.to_str().unwrap()]);
+    push_image(&server, "team/app", "v1", b"{\"c\":1}", b"layer");
+    let start = Instant::now();
+    loop {
+        let dead = metric(&server, "registry_events_dead_total{endpoint=\"down\"}");
+        let pending = metric(&server, "registry_events_pending{endpoint=\"down\"}");
+        // Blob pushes count too: two blobs and the manifest.
+        if dead == Some(3) && pending == Some(0) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "dead {dead:?}, pending {pending:?}; log:\n{}",
+            server.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let failed = metric(&server, "registry_events_failed_total{endpoint=\"down\"}").unwrap();
+    assert!(failed >= 3, "failed attempts {failed}");
+    assert_eq!(
+        metric(&server, "registry_events_recorded_total{endpoint=\"down\"}"),
+        Some(3)
+    );
+    assert!(rx.events("/down").is_empty());
+    assert!(
+        server.log_tail().contains("given up"),
+        "{}",
+        server.log_tail()
+    );
+    let left = std::fs::read_dir(data.path().join("_rd/events/down"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(left, 0, "outbox entries left");
+}
+
+/// The OCI conformance suite passes with events (every action, pulls too) and a scrub
+/// schedule configured, the receiver gets each event once, and the scheduled scrub finds
+/// nothing wrong in what the suite left.
+#[test]
+fn conformance_passes_with_events_and_scrub_configured() {
+    let rx = Receiver::start();
+    rx.accept.store(true, Ordering::SeqCst);
+    let dir = tempdir();
+    let cfg = dir.path().join("registry.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[scrub]\ninterval = \"1s\"\n[notifications]\npoll_interval = \"50ms\"\n[[notifications.endpoints]]\nname = \"all\"\nurl = \"{}\"\nactions = [\"push\", \"mount\", \"delete\", \"pull\"]\n",
+            rx.url("/all")
+        ),
+    )
+    .unwrap();
+    let data = tempdir();
+    let server = Server::start(data.path(), &["--config", cfg.to_str().unwrap()]);
+    crate::registry_e2e::conformance(&server.host(), "conformance-results-events", &|| {
+        server.log_tail()
+    });
+    let start = Instant::now();
+    while metric(&server, "registry_events_pending{endpoint=\"all\"}") != Some(0)
+        || metric(&server, "registry_scrub_runs_total{result=\"ok\"}").unwrap_or(0) == 0
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "outbox not drained or no scrub; log:\n{}",
+            server.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let events = rx.events("/all");
+    let counts = ids(&events);
+    assert!(counts.values().all(|&n| n == 1), "each event once");
+    for action in ["push", "mount", "delete", "pull"] {
+        assert!(
+            events.iter().any(|e| e["action"] == action),
+            "no {action} event among {}",
+            events.len()
+        );
+    }
+    assert_eq!(
+        metric(&server, "registry_events_recorded_total{endpoint=\"all\"}"),
+        Some(events.len() as u64)
+    );
+    assert_eq!(
+        metric(&server, "registry_scrub_corrupt_blobs_total"),
+        Some(0)
+    );
 }
