@@ -140,6 +140,7 @@ impl Command {
             Command::Attest(a) => a.json,
             Command::Registry(commands::registry::Command::Gc(a)) => a.json,
             Command::Registry(commands::registry::Command::Reindex(a)) => a.json,
+            Command::Registry(commands::registry::Command::Scrub(a)) => a.json,
             Command::Worker(commands::worker::Command::Run(a)) => a.json,
             Command::Worker(commands::worker::Command::Status(a)) => a.json,
             _ => false,

@@ -4,7 +4,8 @@
 //!
 //! The code's keys come from the loaders themselves: every config struct refuses unknown
 //! fields, and serde's refusal lists the struct's field names ("unknown field `x`, expected one
-//! of `a`, `b`"). Probing each key with a table value finds the nested structs, so a key added
+//! of `a`, `b`"). Probing each key with a table value (or an array of tables) finds the nested
+//! structs, so a key added
 //! to any config struct shows up here without a list to keep in step.
 
 use std::collections::BTreeSet;
@@ -41,12 +42,18 @@ fn toml_keys(load: &dyn Fn(&str) -> Option<String>) -> BTreeSet<String> {
         path: &[String],
         out: &mut BTreeSet<String>,
     ) -> bool {
-        let doc = if path.is_empty() {
-            format!("{PROBE} = 1\n")
-        } else {
-            format!("[{}]\n{PROBE} = 1\n", path.join("."))
+        let probe = |header: &str| {
+            let doc = if path.is_empty() {
+                format!("{PROBE} = 1\n")
+            } else {
+                format!("{header}\n{PROBE} = 1\n")
+            };
+            load(&doc).as_deref().and_then(expected_fields)
         };
-        let Some(fields) = load(&doc).as_deref().and_then(expected_fields) else {
+        // A table (`[a.b]`), or else an array of tables (`[[a.b]]`, keys listed as `a.b.key`).
+        let Some(fields) = probe(&format!("[{}]", path.join(".")))
+            .or_else(|| probe(&format!("[[{}]]", path.join("."))))
+        else {
             return false;
         };
         for f in fields {

@@ -10,12 +10,12 @@ use crate::registry_e2e::conformance;
 use crate::util::{Server, tempdir};
 
 /// One SeaweedFS per test binary (started on first use), a fresh bucket per test.
-fn seaweed() -> &'static SeaweedFs {
+pub(crate) fn seaweed() -> &'static SeaweedFs {
     SeaweedFs::shared().unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// `rdctl registry serve` on `bucket`; `data` must exist but stays unused.
-fn s3_server(data: &Path, bucket: &str, extra: &[&str]) -> Server {
+pub(crate) fn s3_server(data: &Path, bucket: &str, extra: &[&str]) -> Server {
     let endpoint = seaweed().endpoint();
     let mut args = vec![
         "--s3-endpoint",

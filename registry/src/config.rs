@@ -11,9 +11,11 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::auth::{Auth, AuthConfig, AuthError, FileAuth};
+use crate::events::{FileNotifications, NotificationsConfig};
 use crate::gc::{self, GcOptions};
 use crate::governance::{FileGovernance, Governance, RuleError};
 use crate::ratelimit::RateLimit;
+use crate::scrub::ScrubOptions;
 use crate::storage::{
     FsStore, S3Config, S3CredentialSettings, S3Store, Store, resolve_s3_credentials,
 };
@@ -37,6 +39,8 @@ pub struct RegistryConfig {
     /// Immutable tags, quotas and retention (`[[immutable]]`, `[[quota]]`, `[[retention]]`);
     /// empty by default.
     pub governance: Arc<Governance>,
+    /// Event webhooks (`[notifications]`; default: no endpoints, no events).
+    pub notifications: NotificationsConfig,
 }
 
 impl Default for RegistryConfig {
@@ -49,6 +53,7 @@ impl Default for RegistryConfig {
             rate_limit: None,
             ui_enabled: true,
             governance: Arc::default(),
+            notifications: NotificationsConfig::default(),
         }
     }
 }
@@ -169,6 +174,23 @@ pub struct ServeConfig {
     /// How often a replica writes the pull times it recorded (`pulls.flush_interval`;
     /// default 60 s).
     pub pull_flush_interval: Duration,
+    /// Event webhooks (`[notifications]`, `[[notifications.endpoints]]`; default none).
+    pub notifications: NotificationsConfig,
+    /// Scrub: the schedule in the serving process and its rate (`[scrub]`).
+    pub scrub: ScrubSchedule,
+}
+
+/// The `[scrub]` table: when the serving process scrubs and how fast. Its rate is also the
+/// default of `rdctl registry scrub` with the same configuration file.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ScrubSchedule {
+    /// Scrub every this long (`scrub.interval`; default: never, run `rdctl registry scrub`).
+    /// With several replicas one of them scrubs per interval.
+    pub interval: Option<Duration>,
+    /// Blob bytes read per second (`scrub.rate`; default: unlimited).
+    pub options: ScrubOptions,
+    /// Write each scheduled run's JSON report to this file (`scrub.report`; default none).
+    pub report: Option<PathBuf>,
 }
 
 /// The `[gc]` table: when the serving process collects garbage and how. Its policy is also the
@@ -203,8 +225,19 @@ impl Default for ServeConfig {
             ui_enabled: true,
             governance: Governance::default(),
             pull_flush_interval: Duration::from_secs(60),
+            notifications: NotificationsConfig::default(),
+            scrub: ScrubSchedule::default(),
         }
     }
+}
+
+/// The `[scrub]` table of the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileScrub {
+    interval: Option<String>,
+    rate: Option<u64>,
+    report: Option<PathBuf>,
 }
 
 /// The TOML file: every key optional.
@@ -232,6 +265,8 @@ struct FileConfig {
     tls: Option<FileTls>,
     rate_limit: Option<FileRateLimit>,
     ui: Option<FileUi>,
+    notifications: Option<FileNotifications>,
+    scrub: Option<FileScrub>,
     #[serde(default)]
     immutable: Vec<crate::governance::immutable::FileImmutable>,
     #[serde(default)]
@@ -337,6 +372,40 @@ impl ServeConfig {
             }
             if let Some(r) = f.rate_limit.take() {
                 c.apply_rate_limit(r, path)?;
+            }
+            if let Some(sc) = f.scrub.take() {
+                if let Some(v) = sc.interval {
+                    let d = gc::parse_duration(&v).map_err(|reason| ConfigError::Setting {
+                        path: path.to_owned(),
+                        key: "scrub.interval",
+                        reason,
+                    })?;
+                    if d.is_zero() {
+                        return Err(ConfigError::Setting {
+                            path: path.to_owned(),
+                            key: "scrub.interval",
+                            reason: "must be longer than 0".to_owned(),
+                        });
+                    }
+                    c.scrub.interval = Some(d);
+                }
+                if sc.rate == Some(0) {
+                    return Err(ConfigError::Setting {
+                        path: path.to_owned(),
+                        key: "scrub.rate",
+                        reason: "must be at least 1 byte per second (leave it out for no limit)"
+                            .to_owned(),
+                    });
+                }
+                c.scrub.options.rate = sc.rate;
+                c.scrub.report = sc.report;
+            }
+            if let Some(n) = f.notifications.take() {
+                c.notifications = n.check().map_err(|(key, reason)| ConfigError::Setting {
+                    path: path.to_owned(),
+                    key,
+                    reason,
+                })?;
             }
             if let Some(enabled) = f.ui.take().and_then(|u| u.enabled) {
                 c.ui_enabled = enabled;

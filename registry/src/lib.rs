@@ -27,6 +27,10 @@
 //! - [`pkgindex`]: the package index (`/v2/_rd/packages`): the packages of each image's SPDX
 //!   SBOM referrer, recorded on push in one store document per repository, and
 //!   [`pkgindex::reindex`] behind `rdctl registry reindex`.
+//! - [`events`]: push, mount, delete and pull webhooks in distribution's envelope, written to
+//!   an outbox in the store before the request is answered and delivered by every replica.
+//! - [`scrub`]: re-hash every blob (rate-limited), check every manifest, quarantine corrupt
+//!   blobs so they are never served (a re-push heals them); `rdctl registry scrub`, `[scrub]`.
 //! - `ui`: the web pages at `/ui/` (`[ui] enabled`): repositories, tags, images and the
 //!   package search as server-rendered HTML, showing only what the caller may pull.
 //!
@@ -44,6 +48,7 @@ mod api;
 pub mod auth;
 pub mod config;
 pub mod errors;
+pub mod events;
 pub mod gc;
 pub mod governance;
 mod handlers;
@@ -53,6 +58,7 @@ pub mod pkgindex;
 pub mod ratelimit;
 mod repo;
 pub mod router;
+pub mod scrub;
 pub mod server;
 pub mod state;
 pub mod storage;

@@ -32,6 +32,8 @@ pub struct Metrics {
     /// Quota usage and refusals (`crate::governance::quota`).
     pub(crate) quota: crate::governance::quota::QuotaMetrics,
     retention: Mutex<(u64, u64, u64)>,
+    events: Mutex<EventCounters>,
+    scrub: Mutex<ScrubCounters>,
 }
 
 impl Default for Metrics {
@@ -46,6 +48,8 @@ impl Default for Metrics {
             gc: Mutex::default(),
             quota: Default::default(),
             retention: Mutex::default(),
+            events: Mutex::default(),
+            scrub: Mutex::default(),
         }
     }
 }
@@ -61,7 +65,71 @@ struct GcCounters {
     last_duration: f64,
 }
 
+/// Event outbox counters per endpoint: (recorded, delivered, failed attempts, dead) and the
+/// pending gauge of the last delivery pass.
+#[derive(Debug, Default)]
+struct EventCounters {
+    totals: BTreeMap<String, [u64; 4]>,
+    pending: BTreeMap<String, u64>,
+}
+
+/// Scrub totals.
+#[derive(Debug, Default)]
+struct ScrubCounters {
+    runs_ok: u64,
+    runs_failed: u64,
+    bytes: u64,
+    corrupt: u64,
+    manifest_problems: u64,
+    last_problems: u64,
+}
+
 impl Metrics {
+    /// Records a finished scrub (`None`: it failed).
+    pub fn scrub_run(&self, report: Option<&crate::scrub::ScrubReport>) {
+        let mut s = self.scrub.lock().expect("metrics lock");
+        let Some(r) = report else {
+            s.runs_failed += 1;
+            return;
+        };
+        s.runs_ok += 1;
+        s.bytes += r.bytes_read;
+        s.corrupt += r.corrupt_blobs.len() as u64;
+        s.manifest_problems += r.manifest_problems.len() as u64;
+        s.last_problems = (r.corrupt_blobs.len() + r.manifest_problems.len()) as u64;
+    }
+
+    fn event_count(&self, endpoint: &str, i: usize) {
+        let mut e = self.events.lock().expect("metrics lock");
+        e.totals.entry(endpoint.to_owned()).or_default()[i] += 1;
+    }
+
+    /// Counts an event written to `endpoint`'s outbox.
+    pub fn event_recorded(&self, endpoint: &str) {
+        self.event_count(endpoint, 0);
+    }
+
+    /// Counts an event delivered to `endpoint`.
+    pub fn event_delivered(&self, endpoint: &str) {
+        self.event_count(endpoint, 1);
+    }
+
+    /// Counts a failed delivery attempt to `endpoint`.
+    pub fn event_failed(&self, endpoint: &str) {
+        self.event_count(endpoint, 2);
+    }
+
+    /// Counts an event given up after `endpoint`'s `max_age`.
+    pub fn event_dead(&self, endpoint: &str) {
+        self.event_count(endpoint, 3);
+    }
+
+    /// Sets how many events wait in `endpoint`'s outbox (seen by the last delivery pass).
+    pub fn events_pending(&self, endpoint: &str, n: u64) {
+        let mut e = self.events.lock().expect("metrics lock");
+        e.pending.insert(endpoint.to_owned(), n);
+    }
+
     /// Counts one answered request.
     pub fn request(
         &self,
@@ -203,6 +271,47 @@ impl Metrics {
                 "# TYPE registry_retention_runs_total counter\nregistry_retention_runs_total {}\n# TYPE registry_retention_removed_total counter\nregistry_retention_removed_total{{kind=\"tag\"}} {}\nregistry_retention_removed_total{{kind=\"manifest\"}} {}",
                 r.0, r.1, r.2
             );
+        }
+        {
+            let s = self.scrub.lock().expect("metrics lock");
+            let _ = writeln!(
+                out,
+                "# TYPE registry_scrub_runs_total counter\nregistry_scrub_runs_total{{result=\"ok\"}} {}\nregistry_scrub_runs_total{{result=\"failed\"}} {}",
+                s.runs_ok, s.runs_failed
+            );
+            for (name, kind, v) in [
+                ("registry_scrub_bytes_total", "counter", s.bytes),
+                ("registry_scrub_corrupt_blobs_total", "counter", s.corrupt),
+                (
+                    "registry_scrub_manifest_problems_total",
+                    "counter",
+                    s.manifest_problems,
+                ),
+                ("registry_scrub_last_problems", "gauge", s.last_problems),
+            ] {
+                let _ = writeln!(out, "# TYPE {name} {kind}\n{name} {v}");
+            }
+        }
+        {
+            let e = self.events.lock().expect("metrics lock");
+            out.push_str("# TYPE registry_events_pending gauge\n");
+            for (ep, n) in &e.pending {
+                let _ = writeln!(out, "registry_events_pending{{endpoint=\"{ep}\"}} {n}");
+            }
+            for (i, name) in [
+                "registry_events_recorded_total",
+                "registry_events_delivered_total",
+                "registry_events_failed_total",
+                "registry_events_dead_total",
+            ]
+            .iter()
+            .enumerate()
+            {
+                let _ = writeln!(out, "# TYPE {name} counter");
+                for (ep, t) in &e.totals {
+                    let _ = writeln!(out, "{name}{{endpoint=\"{ep}\"}} {}", t[i]);
+                }
+            }
         }
         out.push_str("# TYPE registry_store_operations_total counter\n");
         let ops = self.store_ops.lock().expect("metrics lock");

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::auth::{Auth, AuthError};
-use crate::config::{ConfigError, RegistryConfig, ServeConfig};
+use crate::config::{ConfigError, RegistryConfig, ScrubSchedule, ServeConfig};
 use crate::gc::GcError;
 use crate::ratelimit::PeerAddr;
 use crate::router::router;
@@ -125,6 +125,42 @@ fn reload_on_sighup(
     }
 }
 
+/// One scheduled scrub, when this replica takes the period's turn: logs the outcome and
+/// writes the JSON report when `scrub.report` names a file.
+async fn run_scheduled_scrub(state: &AppState, schedule: &ScrubSchedule, every: Duration) {
+    match crate::scrub::claim_scheduled_run(state.app().repos.store().as_ref(), every).await {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::debug!("scrub skipped: another replica scrubbed this period");
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(error = %validator::error_chain(&e), "scrub skipped: cannot read its schedule record");
+            return;
+        }
+    }
+    match state.scrub(&schedule.options).await {
+        Ok(r) => {
+            tracing::info!(
+                blobs = r.blobs_checked,
+                bytes = r.bytes_read,
+                corrupt_blobs = r.corrupt_blobs.len(),
+                manifests = r.manifests_checked,
+                manifest_problems = r.manifest_problems.len(),
+                elapsed_secs = r.elapsed_secs,
+                "scrub finished"
+            );
+            if let Some(path) = &schedule.report {
+                let json = serde_json::to_vec_pretty(&r).expect("reports serialize");
+                if let Err(e) = crate::scrub::write_report(path, &json) {
+                    tracing::warn!(report = %path.display(), error = %e, "cannot write the scrub report");
+                }
+            }
+        }
+        Err(e) => tracing::warn!(error = %validator::error_chain(&e), "scrub failed"),
+    }
+}
+
 /// Opens the store, binds, and serves until `shutdown` resolves; then stops accepting, lets
 /// in-flight requests finish for at most the configured timeout, and returns.
 pub async fn serve(
@@ -153,6 +189,11 @@ pub async fn serve(
         None => config.fs_store()?,
     };
     let store_name = store.name();
+    let mut notifications = config.notifications.clone();
+    notifications.source_addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
     let state = AppState::new(
         store,
         RegistryConfig {
@@ -164,6 +205,7 @@ pub async fn serve(
             rate_limit: config.rate_limit,
             ui_enabled: config.ui_enabled,
             governance: Arc::new(config.governance.clone()),
+            notifications,
         },
     );
     let addr = listener.local_addr().map_err(ServeError::Serve)?;
@@ -239,6 +281,21 @@ pub async fn serve(
         })
     });
 
+    let scrubber = config.scrub.interval.map(|every| {
+        let state = state.clone();
+        let schedule = config.scrub.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                run_scheduled_scrub(&state, &schedule, every).await;
+            }
+        })
+    });
+
+    // Every replica delivers from the shared outbox; claims keep them from sending twice.
+    let delivery = (!config.notifications.endpoints.is_empty())
+        .then(|| tokio::spawn(state.events().clone().deliver_forever()));
+
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let app = router(state.clone()).into_make_service_with_connect_info::<PeerAddr>();
     let stop = async move {
@@ -278,6 +335,12 @@ pub async fn serve(
     }
     if let Some(c) = collector {
         c.abort();
+    }
+    if let Some(d) = delivery {
+        d.abort();
+    }
+    if let Some(s) = scrubber {
+        s.abort();
     }
     tracing::info!("registry stopped");
     match result {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::config::RegistryConfig;
 use crate::errors::ApiError;
+use crate::events::Notifier;
 use crate::metrics::Metrics;
 use crate::ratelimit::Limiter;
 use crate::repo::Repos;
@@ -25,6 +26,8 @@ pub(crate) struct App {
     pub limiter: Option<Limiter>,
     /// Pull times not yet written to the store (retention's `keep_pulled_within`).
     pub pulls: crate::governance::retention::PullRecorder,
+    /// Event outbox and delivery (`[notifications]`).
+    pub events: Arc<Notifier>,
 }
 
 impl AppState {
@@ -32,8 +35,15 @@ impl AppState {
     pub fn new(store: Arc<dyn Store>, config: RegistryConfig) -> AppState {
         let metrics = Arc::new(Metrics::default());
         let store: Arc<dyn Store> = Arc::new(Instrumented::new(store, metrics.clone()));
+        let events = Arc::new(Notifier::new(
+            config.notifications.clone(),
+            store.clone(),
+            metrics.clone(),
+            config.notifications.source_addr.clone(),
+        ));
         AppState(Arc::new(App {
             repos: Repos::new(store),
+            events,
             limiter: config.rate_limit.map(Limiter::new),
             pulls: Default::default(),
             config,
@@ -44,6 +54,12 @@ impl AppState {
     /// The registry's metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.0.metrics
+    }
+
+    /// The event notifier (its delivery loop runs in `serve`; tests call
+    /// [`Notifier::deliver_once`]).
+    pub fn events(&self) -> &Arc<Notifier> {
+        &self.0.events
     }
 
     pub(crate) fn app(&self) -> &App {
@@ -57,6 +73,16 @@ impl AppState {
     ) -> Result<crate::gc::GcReport, crate::gc::GcError> {
         let r = crate::gc::collect(self.0.repos.store().clone(), opts).await;
         self.0.metrics.gc_run(r.as_ref().ok());
+        r
+    }
+
+    /// Runs one scrub over this registry's store and records it in the metrics.
+    pub async fn scrub(
+        &self,
+        opts: &crate::scrub::ScrubOptions,
+    ) -> Result<crate::scrub::ScrubReport, crate::scrub::ScrubError> {
+        let r = crate::scrub::scrub(self.0.repos.store().clone(), opts).await;
+        self.0.metrics.scrub_run(r.as_ref().ok());
         r
     }
 

@@ -6,7 +6,9 @@ use axum::response::Response;
 
 use super::{Req, hv, parse_digest};
 use crate::errors::{ApiError, ApiResult, Code};
+use crate::events::{Action, Target};
 use crate::storage::layout;
+use validator::{Digest, Name};
 
 /// A satisfiable byte range `start..=end`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,12 +60,18 @@ pub(crate) async fn get(req: Req, digest: &str) -> ApiResult<Response> {
     let name = req.name().clone();
     let repos = &req.state.app().repos;
     let unknown = || ApiError::new(Code::BlobUnknown, format!("blob {d} is not in {name}"));
-    if repos.blob_linked(&name, &d).await?.is_none() {
+    let Some(linked_size) = repos.blob_linked(&name, &d).await? else {
         return Err(unknown());
-    }
+    };
     let Some(meta) = repos.blob_stat(&d).await? else {
         return Err(unknown());
     };
+    // Free to check (both were read anyway): bytes of another size than was pushed are
+    // corrupt, and are never served. Same-size damage is scrub's to find (see `crate::scrub`).
+    if meta.size != linked_size {
+        tracing::error!(digest = %d, repository = %name, stored = meta.size, pushed = linked_size, "blob bytes have another size than was pushed; not served (run rdctl registry scrub)");
+        return Err(unknown());
+    }
     let size = meta.size;
     let range = match req.header("range") {
         None => None,
@@ -97,7 +105,26 @@ pub(crate) async fn get(req: Req, digest: &str) -> ApiResult<Response> {
         .store()
         .read_chunks(&layout::blob_data(&d), start, len)
         .await?;
+    req.notify(
+        Action::Pull,
+        "GET",
+        blob_target(&req, &name, &d, Some(size)),
+    )
+    .await?;
     b.body(Body::from_stream(body)).map_err(ApiError::internal)
+}
+
+/// The event target of a blob (distribution gives blobs `application/octet-stream`).
+pub(crate) fn blob_target(req: &Req, name: &Name, d: &Digest, size: Option<u64>) -> Target {
+    Target {
+        media_type: Some("application/octet-stream".to_owned()),
+        digest: Some(d.to_string()),
+        size,
+        length: size,
+        repository: name.to_string(),
+        url: req.target_url(&format!("/v2/{name}/blobs/{d}")),
+        tag: None,
+    }
 }
 
 /// DELETE a blob from the repository (its bytes stay until garbage collection).
@@ -111,6 +138,12 @@ pub(crate) async fn delete(req: Req, digest: &str) -> ApiResult<Response> {
             format!("blob {d} is not in {name}"),
         ));
     }
+    let target = Target {
+        repository: name.to_string(),
+        digest: Some(d.to_string()),
+        ..Target::default()
+    };
+    req.notify(Action::Delete, "DELETE", target).await?;
     Response::builder()
         .status(StatusCode::ACCEPTED)
         .header(header::CONTENT_LENGTH, 0)

@@ -12,6 +12,7 @@ use validator::{Algorithm, Digest};
 
 use super::{Req, hv};
 use crate::errors::{ApiError, ApiResult, Code};
+use crate::events::{Action, Target};
 use crate::repo::{ManifestLink, REFERENCE_WINDOW, Repos, TagTarget};
 use validator::{Name, Tag};
 
@@ -92,9 +93,26 @@ pub(crate) async fn get(req: Req, reference: &str) -> ApiResult<Response> {
     if req.head {
         return b.body(Body::empty()).map_err(ApiError::internal);
     }
-    let bytes = repos
+    // Bytes a scrub quarantined are unknown until a push heals them, never a 500.
+    let bytes = match repos
         .manifest_bytes(&d, req.state.app().config.max_manifest_bytes.max(size))
-        .await?;
+        .await
+    {
+        Err(e) if e.code == Code::Internal && repos.blob_stat(&d).await?.is_none() => {
+            return Err(unknown());
+        }
+        r => r?,
+    };
+    let tag = match &reference {
+        Reference::Tag(t) => Some(t.as_str().to_owned()),
+        Reference::Digest(_) => None,
+    };
+    req.notify(
+        Action::Pull,
+        "GET",
+        manifest_target(&req, &name, &d, &media_type, size, tag),
+    )
+    .await?;
     b.body(Body::from(bytes)).map_err(ApiError::internal)
 }
 
@@ -251,7 +269,7 @@ pub(crate) async fn put(mut req: Req, reference: &str) -> ApiResult<Response> {
         .filter(|c| !c.is_empty());
     let repos = req.state.app().repos.clone();
     let query = std::mem::take(&mut req.query);
-    let mut stream = req.body.into_data_stream();
+    let mut stream = std::mem::take(&mut req.body).into_data_stream();
     let mut buf = BytesMut::new();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| {
@@ -362,6 +380,20 @@ pub(crate) async fn put(mut req: Req, reference: &str) -> ApiResult<Response> {
     if started.elapsed() > REFERENCE_WINDOW {
         hold_references(&repos, &name, &checked, &digest, &bytes).await?;
     }
+    // One push event per tag the request set (one without a tag for a bare digest push).
+    let mut event_tags: Vec<Option<String>> = extra_tags
+        .iter()
+        .map(|t| Some(t.as_str().to_owned()))
+        .collect();
+    match &reference {
+        Reference::Tag(t) => event_tags.insert(0, Some(t.as_str().to_owned())),
+        Reference::Digest(_) if event_tags.is_empty() => event_tags.push(None),
+        Reference::Digest(_) => {}
+    }
+    for tag in event_tags {
+        let target = manifest_target(&req, &name, &digest, &checked.media_type, size, tag);
+        req.notify(Action::Push, "PUT", target).await?;
+    }
     let mut b = Response::builder()
         .status(StatusCode::CREATED)
         .header(header::LOCATION, format!("/v2/{name}/manifests/{digest}"))
@@ -374,6 +406,26 @@ pub(crate) async fn put(mut req: Req, reference: &str) -> ApiResult<Response> {
         b = b.header("oci-tag", hv(t.as_str()));
     }
     b.body(Body::empty()).map_err(ApiError::internal)
+}
+
+/// The event target of a manifest.
+fn manifest_target(
+    req: &Req,
+    name: &Name,
+    d: &Digest,
+    media_type: &str,
+    size: u64,
+    tag: Option<String>,
+) -> Target {
+    Target {
+        media_type: Some(media_type.to_owned()),
+        digest: Some(d.to_string()),
+        size: Some(size),
+        length: Some(size),
+        repository: name.to_string(),
+        url: req.target_url(&format!("/v2/{name}/manifests/{d}")),
+        tag,
+    }
 }
 
 /// Holds (see [`Repos::hold`]) every blob and child manifest `checked` refers to and the
@@ -458,6 +510,20 @@ pub(crate) async fn delete(req: Req, reference: &str) -> ApiResult<Response> {
             format!("manifest unknown in {name}"),
         ));
     }
+    // Distribution's delete events: the digest for a manifest, the tag for a tag.
+    let target = match &reference {
+        Reference::Tag(t) => Target {
+            repository: name.to_string(),
+            tag: Some(t.as_str().to_owned()),
+            ..Target::default()
+        },
+        Reference::Digest(d) => Target {
+            repository: name.to_string(),
+            digest: Some(d.to_string()),
+            ..Target::default()
+        },
+    };
+    req.notify(Action::Delete, "DELETE", target).await?;
     Response::builder()
         .status(StatusCode::ACCEPTED)
         .header(header::CONTENT_LENGTH, 0)

@@ -59,6 +59,54 @@ impl Req {
         }
     }
 
+    /// The request part of an event this request causes.
+    pub fn event_request(&self, method: &str) -> crate::events::RequestInfo {
+        crate::events::RequestInfo {
+            id: uuid::Uuid::new_v4().to_string(),
+            host: self.header("host").map(str::to_owned),
+            method: method.to_owned(),
+            useragent: self.header("user-agent").unwrap_or_default().to_owned(),
+        }
+    }
+
+    /// Records an event of this request in the outbox (a no-op when no endpoint wants it);
+    /// awaited before the response is built, so an acknowledged request has its event stored.
+    pub fn notify(
+        &self,
+        action: crate::events::Action,
+        method: &str,
+        target: crate::events::Target,
+    ) -> impl std::future::Future<Output = ApiResult<()>> + Send + 'static {
+        self.event(action, method).send(target)
+    }
+
+    /// An event of this request, to send once its target is known. It borrows nothing from
+    /// the request (whose body is not `Sync`), so it can be held across awaits.
+    pub fn event(&self, action: crate::events::Action, method: &str) -> PendingEvent {
+        let events = self.state.app().events.clone();
+        PendingEvent {
+            wanted: events.wants(action),
+            events,
+            action,
+            request: self.event_request(method),
+            actor: self
+                .access
+                .as_ref()
+                .and_then(|a| a.user())
+                .map(str::to_owned),
+        }
+    }
+
+    /// The `url` of an event target: this registry as the client reached it.
+    pub fn target_url(&self, path: &str) -> Option<String> {
+        let scheme = if self.state.app().config.https {
+            "https"
+        } else {
+            "http"
+        };
+        self.header("host").map(|h| format!("{scheme}://{h}{path}"))
+    }
+
     pub fn deletes_allowed(&self) -> ApiResult<()> {
         if self.state.app().config.delete_enabled {
             Ok(())
@@ -68,6 +116,32 @@ impl Req {
                 "deletes are disabled on this registry",
             ))
         }
+    }
+}
+
+/// An event a request will record: see [`Req::event`].
+pub(crate) struct PendingEvent {
+    events: std::sync::Arc<crate::events::Notifier>,
+    wanted: bool,
+    action: crate::events::Action,
+    request: crate::events::RequestInfo,
+    actor: Option<String>,
+}
+
+impl PendingEvent {
+    /// Whether any endpoint takes this action (else [`PendingEvent::send`] does nothing).
+    pub fn wanted(&self) -> bool {
+        self.wanted
+    }
+
+    /// Writes the event into the outbox of every endpoint that wants it.
+    pub async fn send(self, target: crate::events::Target) -> ApiResult<()> {
+        if !self.wanted {
+            return Ok(());
+        }
+        self.events
+            .record(self.action, target, &self.request, self.actor.as_deref())
+            .await
     }
 }
 

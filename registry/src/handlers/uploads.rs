@@ -11,6 +11,7 @@ use validator::Algorithm;
 use super::{Req, hv, parse_digest};
 use crate::auth::acl::Action;
 use crate::errors::{ApiError, ApiResult, Code};
+use crate::events::Action as EventAction;
 use crate::upload::{ChunkRange, Upload, range_header};
 use validator::Name;
 
@@ -50,6 +51,27 @@ fn created(name: &Name, digest: &validator::Digest) -> ApiResult<Response> {
         .map_err(ApiError::internal)
 }
 
+/// Records the push event of a blob just committed into `name`.
+fn notify_push(
+    req: &Req,
+    name: &Name,
+    d: &validator::Digest,
+) -> impl std::future::Future<Output = ApiResult<()>> + Send + 'static {
+    let event = req.event(EventAction::Push, "PUT");
+    let repos = req.state.app().repos.clone();
+    let mut target = super::blobs::blob_target(req, name, d, None);
+    let (name, d) = (name.clone(), d.clone());
+    async move {
+        if !event.wanted() {
+            return Ok(());
+        }
+        // The size is the link's: read only when an endpoint takes pushes.
+        target.size = repos.blob_linked(&name, &d).await?;
+        target.length = target.size;
+        event.send(target).await
+    }
+}
+
 /// `Content-Range: <start>-<end>` of a chunk (a `bytes ` prefix is tolerated).
 fn chunk_range(req: &Req) -> ApiResult<Option<ChunkRange>> {
     let Some(v) = req.header("content-range") else {
@@ -73,7 +95,7 @@ fn chunk_range(req: &Req) -> ApiResult<Option<ChunkRange>> {
 }
 
 /// POST: start an upload, upload in one request (`?digest=`), or mount (`?mount=&from=`).
-pub(crate) async fn start(req: Req) -> ApiResult<Response> {
+pub(crate) async fn start(mut req: Req) -> ApiResult<Response> {
     let name = req.name().clone();
     let repos = req.state.app().repos.clone();
     // With access control, a mount needs pull on its source; without that right (or without
@@ -103,6 +125,12 @@ pub(crate) async fn start(req: Req) -> ApiResult<Response> {
         };
         if let Some(size) = size {
             repos.link_blob(&name, &d, size).await?;
+            req.notify(
+                EventAction::Mount,
+                "POST",
+                super::blobs::blob_target(&req, &name, &d, Some(size)),
+            )
+            .await?;
             return created(&name, &d);
         }
     }
@@ -119,7 +147,7 @@ pub(crate) async fn start(req: Req) -> ApiResult<Response> {
         let upload = repos.start_upload(&name, Some(d.algorithm())).await?;
         let id = upload.id;
         let started = Instant::now();
-        let body = req.body.into_data_stream();
+        let body = std::mem::take(&mut req.body).into_data_stream();
         if let Err(e) = repos
             .finish_upload(&name, upload, body, None, len, &d)
             .await
@@ -130,6 +158,7 @@ pub(crate) async fn start(req: Req) -> ApiResult<Response> {
             return Err(e);
         }
         req.state.app().metrics.commit_duration(started.elapsed());
+        notify_push(&req, &name, &d).await?;
         return created(&name, &d);
     }
     let upload = repos.start_upload(&name, algorithm).await?;
@@ -161,7 +190,7 @@ pub(crate) async fn patch(req: Req, id: &str) -> ApiResult<Response> {
 }
 
 /// PUT: close the upload with its digest, optionally carrying the last chunk.
-pub(crate) async fn finish(req: Req, id: &str) -> ApiResult<Response> {
+pub(crate) async fn finish(mut req: Req, id: &str) -> ApiResult<Response> {
     let name = req.name().clone();
     let repos = req.state.app().repos.clone();
     let upload = repos.load_upload(&name, id).await?;
@@ -175,11 +204,12 @@ pub(crate) async fn finish(req: Req, id: &str) -> ApiResult<Response> {
     let range = chunk_range(&req)?;
     let len = req.content_length()?;
     let started = Instant::now();
-    let body = req.body.into_data_stream();
+    let body = std::mem::take(&mut req.body).into_data_stream();
     repos
         .finish_upload(&name, upload, body, range, len, &d)
         .await?;
     req.state.app().metrics.commit_duration(started.elapsed());
+    notify_push(&req, &name, &d).await?;
     created(&name, &d)
 }
 

@@ -30,6 +30,12 @@
 //!                                              with a conditional write (`governance::quota`)
 //! _rd/pulls/<name>/_pulls.json                 last pull time of each manifest, merged in
 //!                                              batches by every replica (`governance::retention`)
+//! _rd/quarantine/<alg>/<hex>/data             bytes a scrub found corrupt, moved aside (`scrub`)
+//! _rd/quarantine/<alg>/<hex>/record           what the scrub found: expected and found digest
+//! _rd/quarantine/<alg>/<hex>/staging          staging area of the copy aside
+//! _rd/scrub/last                               start time of the last scheduled scrub
+//! _rd/events/<endpoint>/<ms>-<event id>        outbox entry: an event not yet delivered to the
+//!                                              endpoint, with its claim and retry state (`events`)
 //! ```
 //!
 //! Names and digests arrive here already checked ([`Name`], [`Digest`], [`Uuid`]), and every key
@@ -212,6 +218,49 @@ pub fn repository_usage(name: &Name) -> Key {
 /// The pull-time document of a repository (see `crate::governance::retention`).
 pub fn repository_pulls(name: &Name) -> Key {
     key(format!("_rd/pulls/{name}/_pulls.json"))
+}
+
+/// Where a scrub keeps the bytes of a corrupt blob.
+pub fn quarantine_data(d: &Digest) -> Key {
+    key(format!(
+        "_rd/quarantine/{}/{}/data",
+        d.algorithm(),
+        d.encoded()
+    ))
+}
+
+/// The staging area of a quarantine copy.
+pub fn quarantine_staging(d: &Digest) -> Key {
+    key(format!(
+        "_rd/quarantine/{}/{}/staging",
+        d.algorithm(),
+        d.encoded()
+    ))
+}
+
+/// What a scrub recorded about a quarantined blob.
+pub fn quarantine_record(d: &Digest) -> Key {
+    key(format!(
+        "_rd/quarantine/{}/{}/record",
+        d.algorithm(),
+        d.encoded()
+    ))
+}
+
+/// The start time of the last scheduled scrub (replicas take turns through it).
+pub fn scrub_last() -> Key {
+    key("_rd/scrub/last".to_owned())
+}
+
+/// The outbox of a notification endpoint (its name is checked as a key segment when the
+/// configuration is read).
+pub fn event_outbox(endpoint: &str) -> Key {
+    key(format!("_rd/events/{endpoint}"))
+}
+
+/// One outbox entry of a notification endpoint.
+pub fn event_entry(endpoint: &str, entry: &str) -> Key {
+    key(format!("_rd/events/{endpoint}/{entry}"))
 }
 
 /// Prefix of every upload (for expiry).

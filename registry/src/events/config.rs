@@ -1,0 +1,378 @@
+//! The `[notifications]` table: delivery settings and the `[[notifications.endpoints]]` list,
+//! parsed once into [`NotificationsConfig`] with every duration, pattern and name checked.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::auth::acl::Pattern;
+use crate::gc::parse_duration;
+
+/// What an event reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Action {
+    /// A manifest or blob was pushed.
+    Push,
+    /// A blob was mounted from another repository.
+    Mount,
+    /// A manifest, tag or blob was deleted.
+    Delete,
+    /// A manifest or blob was pulled (GET, not HEAD); off unless an endpoint lists it.
+    Pull,
+}
+
+impl Action {
+    /// The name in the envelope and in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Push => "push",
+            Action::Mount => "mount",
+            Action::Delete => "delete",
+            Action::Pull => "pull",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Action> {
+        [Action::Push, Action::Mount, Action::Delete, Action::Pull]
+            .into_iter()
+            .find(|a| a.as_str() == s)
+    }
+}
+
+/// One webhook receiver with its filters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Endpoint {
+    /// Its name: names its outbox in the store, so `[A-Za-z0-9._-]`, not starting with `.`.
+    pub name: String,
+    /// Where events are POSTed.
+    pub url: String,
+    /// Extra request headers (a name may repeat).
+    pub headers: Vec<(String, String)>,
+    /// The whole request's time limit.
+    pub timeout: Duration,
+    /// The wait before the first retry; it doubles with every failure up to `max_backoff`.
+    pub backoff: Duration,
+    /// The longest wait between retries.
+    pub max_backoff: Duration,
+    /// An event still undelivered this long after it happened is given up (dead-lettered).
+    pub max_age: Duration,
+    /// The actions sent (default push, mount, delete).
+    pub actions: Vec<Action>,
+    /// Target media types sent; empty: all (tag deletes carry none and always pass).
+    pub media_types: Vec<String>,
+    /// Repository globs sent (`*` one component, `**` any depth); empty: all.
+    pub repositories: Vec<Pattern>,
+}
+
+impl Endpoint {
+    /// Whether an event passes this endpoint's filters.
+    pub fn wants(&self, action: Action, repository: &str, media_type: Option<&str>) -> bool {
+        self.actions.contains(&action)
+            && (self.repositories.is_empty()
+                || self.repositories.iter().any(|p| p.matches(repository)))
+            && match media_type {
+                Some(m) if !self.media_types.is_empty() => self.media_types.iter().any(|t| t == m),
+                _ => true,
+            }
+    }
+
+    /// The wait after `attempts` failed deliveries.
+    pub fn retry_after(&self, attempts: u32) -> Duration {
+        let factor = 1u32
+            .checked_shl(attempts.saturating_sub(1))
+            .unwrap_or(u32::MAX);
+        self.backoff
+            .checked_mul(factor)
+            .unwrap_or(self.max_backoff)
+            .min(self.max_backoff)
+    }
+}
+
+/// The `[notifications]` table after checking.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NotificationsConfig {
+    /// The receivers; none: events are neither recorded nor sent.
+    pub endpoints: Vec<Endpoint>,
+    /// How often each replica looks at the outbox (default 1 s).
+    pub poll_interval: Duration,
+    /// How long a replica's claim on an entry lasts before another replica may deliver it
+    /// (default 30 s; longer than any endpoint's timeout).
+    pub lease: Duration,
+    /// The `source.addr` of recorded events: set by `serve` to the address it listens on.
+    pub source_addr: String,
+}
+
+impl Default for NotificationsConfig {
+    fn default() -> Self {
+        NotificationsConfig {
+            endpoints: Vec::new(),
+            poll_interval: Duration::from_secs(1),
+            lease: Duration::from_secs(30),
+            source_addr: String::new(),
+        }
+    }
+}
+
+/// The `[notifications]` table of the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileNotifications {
+    poll_interval: Option<String>,
+    lease: Option<String>,
+    #[serde(default)]
+    endpoints: Vec<FileEndpoint>,
+}
+
+/// A header value: one string or a list (distribution writes lists).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum HeaderValues {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileEndpoint {
+    name: String,
+    url: String,
+    #[serde(default)]
+    disabled: bool,
+    #[serde(default)]
+    headers: BTreeMap<String, HeaderValues>,
+    timeout: Option<String>,
+    backoff: Option<String>,
+    max_backoff: Option<String>,
+    max_age: Option<String>,
+    actions: Option<Vec<String>>,
+    #[serde(default)]
+    media_types: Vec<String>,
+    #[serde(default)]
+    repositories: Vec<String>,
+}
+
+/// A bad entry: the key (`notifications.endpoints.url`) and what is wrong (naming the
+/// endpoint).
+pub(crate) type SettingError = (&'static str, String);
+
+fn duration(
+    key: &'static str,
+    v: Option<String>,
+    default: Duration,
+) -> Result<Duration, SettingError> {
+    match v {
+        None => Ok(default),
+        Some(v) => match parse_duration(&v) {
+            Ok(d) if d.is_zero() => Err((key, "must be longer than 0".to_owned())),
+            Ok(d) => Ok(d),
+            Err(r) => Err((key, r)),
+        },
+    }
+}
+
+impl FileNotifications {
+    /// Checks the table.
+    pub(crate) fn check(self) -> Result<NotificationsConfig, SettingError> {
+        let d = NotificationsConfig::default();
+        let poll_interval = duration(
+            "notifications.poll_interval",
+            self.poll_interval,
+            d.poll_interval,
+        )?;
+        let lease = duration("notifications.lease", self.lease, d.lease)?;
+        let mut endpoints: Vec<Endpoint> = Vec::new();
+        for (i, e) in self.endpoints.into_iter().enumerate() {
+            if e.disabled {
+                continue;
+            }
+            let name = e.name.clone();
+            let at = |r: String| format!("endpoint {i} ({name:?}): {r}");
+            let d = |key, v, default| duration(key, v, default).map_err(|(k, r)| (k, at(r)));
+            if crate::storage::Key::new(&e.name).is_err() || e.name.contains('/') {
+                return Err((
+                    "notifications.endpoints.name",
+                    at(
+                        "must be letters, digits, '.', '_' or '-', not starting with '.'"
+                            .to_owned(),
+                    ),
+                ));
+            }
+            if endpoints.iter().any(|x| x.name == e.name) {
+                return Err((
+                    "notifications.endpoints.name",
+                    at("is used twice".to_owned()),
+                ));
+            }
+            if !(e.url.starts_with("http://") || e.url.starts_with("https://")) {
+                return Err((
+                    "notifications.endpoints.url",
+                    at(format!("{:?} is not an http(s) URL", e.url)),
+                ));
+            }
+            let mut headers = Vec::new();
+            for (hname, values) in e.headers {
+                let values = match values {
+                    HeaderValues::One(v) => vec![v],
+                    HeaderValues::Many(v) => v,
+                };
+                for v in values {
+                    if axum::http::HeaderName::try_from(hname.as_str()).is_err()
+                        || axum::http::HeaderValue::try_from(v.as_str()).is_err()
+                    {
+                        return Err((
+                            "notifications.endpoints.headers",
+                            at(format!("{hname:?} is not a valid header")),
+                        ));
+                    }
+                    headers.push((hname.clone(), v));
+                }
+            }
+            let actions = match e.actions {
+                None => vec![Action::Push, Action::Mount, Action::Delete],
+                Some(list) => list
+                    .iter()
+                    .map(|a| {
+                        Action::parse(a).ok_or_else(|| {
+                            (
+                                "notifications.endpoints.actions",
+                                at(format!("{a:?} is not one of push, mount, delete, pull")),
+                            )
+                        })
+                    })
+                    .collect::<Result<_, _>>()?,
+            };
+            let repositories = e
+                .repositories
+                .iter()
+                .map(|p| {
+                    Pattern::parse(p).map_err(|r| ("notifications.endpoints.repositories", at(r)))
+                })
+                .collect::<Result<_, _>>()?;
+            let timeout = d(
+                "notifications.endpoints.timeout",
+                e.timeout,
+                Duration::from_secs(5),
+            )?;
+            if timeout >= lease {
+                return Err((
+                    "notifications.endpoints.timeout",
+                    at(format!(
+                        "{timeout:?} must be shorter than notifications.lease ({lease:?})"
+                    )),
+                ));
+            }
+            let backoff = d(
+                "notifications.endpoints.backoff",
+                e.backoff,
+                Duration::from_secs(1),
+            )?;
+            let max_backoff = d(
+                "notifications.endpoints.max_backoff",
+                e.max_backoff,
+                Duration::from_secs(300),
+            )?;
+            endpoints.push(Endpoint {
+                name: e.name,
+                url: e.url,
+                headers,
+                timeout,
+                backoff,
+                max_backoff: max_backoff.max(backoff),
+                max_age: d(
+                    "notifications.endpoints.max_age",
+                    e.max_age,
+                    Duration::from_secs(24 * 3600),
+                )?,
+                actions,
+                media_types: e.media_types,
+                repositories,
+            });
+        }
+        Ok(NotificationsConfig {
+            endpoints,
+            poll_interval,
+            lease,
+            source_addr: String::new(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(toml_text: &str) -> Result<NotificationsConfig, SettingError> {
+        toml::from_str::<FileNotifications>(toml_text)
+            .expect("toml")
+            .check()
+    }
+
+    #[test]
+    fn endpoints_parse_with_defaults_and_filters() {
+        let c = parse(
+            r#"
+            poll_interval = "200ms"
+            [[endpoints]]
+            name = "hook"
+            url = "http://127.0.0.1:9/events"
+            headers = { Authorization = ["Bearer x"], X-One = "1" }
+            actions = ["push", "pull"]
+            media_types = ["application/vnd.oci.image.manifest.v1+json"]
+            repositories = ["team/**"]
+            [[endpoints]]
+            name = "off"
+            url = "http://127.0.0.1:9/"
+            disabled = true
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.poll_interval, Duration::from_millis(200));
+        assert_eq!(c.endpoints.len(), 1);
+        let e = &c.endpoints[0];
+        assert_eq!(e.headers.len(), 2);
+        let m = Some("application/vnd.oci.image.manifest.v1+json");
+        assert!(e.wants(Action::Push, "team/a/b", m));
+        assert!(e.wants(Action::Pull, "team/a", None));
+        assert!(!e.wants(Action::Delete, "team/a", m));
+        assert!(!e.wants(Action::Push, "other/a", m));
+        assert!(!e.wants(Action::Push, "team/a", Some("application/octet-stream")));
+        assert_eq!(e.retry_after(1), Duration::from_secs(1));
+        assert_eq!(e.retry_after(4), Duration::from_secs(8));
+        assert_eq!(e.retry_after(40), Duration::from_secs(300));
+
+        let d = parse("[[endpoints]]\nname = \"a\"\nurl = \"https://h/\"\n").unwrap();
+        assert_eq!(
+            d.endpoints[0].actions,
+            [Action::Push, Action::Mount, Action::Delete]
+        );
+        assert!(!d.endpoints[0].wants(Action::Pull, "x", None));
+
+        for (bad, key) in [
+            (
+                "[[endpoints]]\nname = \"a/b\"\nurl = \"http://h/\"\n",
+                "name",
+            ),
+            ("[[endpoints]]\nname = \"a\"\nurl = \"ftp://h/\"\n", "url"),
+            (
+                "[[endpoints]]\nname = \"a\"\nurl = \"http://h/\"\nactions = [\"poke\"]\n",
+                "actions",
+            ),
+            (
+                "[[endpoints]]\nname = \"a\"\nurl = \"http://h/\"\ntimeout = \"1m\"\n",
+                "timeout",
+            ),
+            (
+                "[[endpoints]]\nname = \"a\"\nurl = \"http://h/\"\nrepositories = [\"A\"]\n",
+                "repositories",
+            ),
+            (
+                "[[endpoints]]\nname = \"a\"\nurl = \"http://h/\"\n[[endpoints]]\nname = \"a\"\nurl = \"http://h/\"\n",
+                "name",
+            ),
+        ] {
+            let (k, _) = parse(bad).unwrap_err();
+            assert!(k.ends_with(key), "{bad}: {k}");
+        }
+    }
+}

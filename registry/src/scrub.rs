@@ -1,0 +1,445 @@
+//! Scrub: re-read every blob, recompute its digest, check every manifest, quarantine what is
+//! corrupt. Behind `rdctl registry scrub` and the `[scrub]` schedule of `rdctl registry serve`.
+//!
+//! [`scrub`] runs one pass over any [`Store`]:
+//!
+//! 1. **Blobs.** Every `blobs/<alg>/…/data` is streamed through a [`validator::Digester`],
+//!    paced to [`ScrubOptions::rate`] bytes per second. A blob whose bytes do not hash to its
+//!    key is *quarantined*: its bytes are copied to `_rd/quarantine/<alg>/<hex>/data` with a
+//!    record beside them (`…/record`: expected and found digest, size, time), then the blob key
+//!    is deleted. From then on a GET answers `BLOB_UNKNOWN` (a manifest GET
+//!    `MANIFEST_UNKNOWN`), never the wrong bytes, and the next push of the same digest commits
+//!    fresh bytes under the key (commits are create-only, so it succeeds): that heals it.
+//! 2. **Manifests.** Every manifest link of every repository: its bytes must exist, pass the
+//!    registry's push checks (`check_document`), and every blob and child manifest it names must
+//!    be in the repository with its bytes present. Problems are reported, nothing is changed.
+//!
+//! A blob GET does not hash what it serves: the filesystem store hands out mapped file windows
+//! so pulls run at `sendfile` speed, and a full hash per GET would halve that. It does compare
+//! the stored size with the size recorded at push (free: both are read anyway), and clients
+//! verify digests. Scrub is the check for silent corruption.
+//!
+//! A re-push that lands between the moment a scrub finds a blob corrupt and the moment it
+//! deletes it is lost with the corrupt bytes; the client's manifest PUT then answers
+//! `MANIFEST_BLOB_UNKNOWN` and the client pushes the blob again.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use validator::{Digest, Name};
+
+use crate::storage::layout::{self, BlobPart, RepoPart};
+use crate::storage::{Key, PutMode, Store, StoreError};
+
+/// Bytes read per step of a blob.
+const CHUNK: usize = 256 << 10;
+/// Largest manifest checked.
+const MANIFEST_LIMIT: u64 = 16 << 20;
+/// Largest link document read.
+const LINK_LIMIT: u64 = 64 << 10;
+
+/// What a scrub may do.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScrubOptions {
+    /// Read at most this many blob bytes per second (None: as fast as the store goes).
+    pub rate: Option<u64>,
+    /// Report only: quarantine nothing.
+    pub dry_run: bool,
+}
+
+/// A blob whose bytes do not match its digest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CorruptBlob {
+    /// The key's digest.
+    pub digest: String,
+    /// What the bytes hash to.
+    pub found: String,
+    /// Their size.
+    pub size: u64,
+    /// Whether it was quarantined (false in a dry run).
+    pub quarantined: bool,
+}
+
+/// A manifest that does not hold up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ManifestProblem {
+    /// The repository.
+    pub repository: String,
+    /// The manifest.
+    pub digest: String,
+    /// What is wrong.
+    pub problem: String,
+}
+
+/// What a scrub found. Serialised as the JSON report.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ScrubReport {
+    /// Blobs re-hashed.
+    pub blobs_checked: u64,
+    /// Bytes read.
+    pub bytes_read: u64,
+    /// Blobs whose bytes are wrong.
+    pub corrupt_blobs: Vec<CorruptBlob>,
+    /// Manifest links checked.
+    pub manifests_checked: u64,
+    /// Manifests that are unreadable, invalid or reference missing content.
+    pub manifest_problems: Vec<ManifestProblem>,
+    /// Report only, nothing quarantined.
+    pub dry_run: bool,
+    /// Wall time.
+    pub elapsed_secs: f64,
+}
+
+impl ScrubReport {
+    /// True when nothing was found.
+    pub fn clean(&self) -> bool {
+        self.corrupt_blobs.is_empty() && self.manifest_problems.is_empty()
+    }
+}
+
+/// Why a scrub stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScrubError {
+    /// The store failed on a key.
+    #[error("scrub: store operation failed")]
+    Store(#[from] StoreError),
+}
+
+/// Keeps reads at `rate` bytes per second on average.
+struct Pace {
+    rate: Option<u64>,
+    started: Instant,
+    bytes: u64,
+}
+
+impl Pace {
+    async fn took(&mut self, n: usize) {
+        self.bytes += n as u64;
+        if let Some(rate) = self.rate.filter(|r| *r > 0) {
+            let due = Duration::from_secs_f64(self.bytes as f64 / rate as f64);
+            let elapsed = self.started.elapsed();
+            if due > elapsed {
+                tokio::time::sleep(due - elapsed).await;
+            }
+        }
+    }
+}
+
+/// Takes the scheduled scrub of this period: true on the one replica whose conditional write
+/// of `_rd/scrub/last` (the start time of the last scheduled scrub) succeeded after `every`
+/// has passed since that time. The other replicas skip the period.
+pub async fn claim_scheduled_run(store: &dyn Store, every: Duration) -> Result<bool, StoreError> {
+    let key = layout::scrub_last();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|t| t.as_millis() as u64)
+        .unwrap_or(0);
+    let mode = match store.get(&key, LINK_LIMIT).await {
+        Ok(doc) => {
+            let last = serde_json::from_slice::<serde_json::Value>(&doc.bytes)
+                .ok()
+                .and_then(|v| v.get("started_ms")?.as_u64())
+                .unwrap_or(0);
+            // A little slack, so replicas whose timers drift still take turns each period.
+            if now.saturating_sub(last) < (every.as_millis() as u64) * 9 / 10 {
+                return Ok(false);
+            }
+            PutMode::Replace(doc.etag)
+        }
+        Err(e) if e.is_not_found() => PutMode::Create,
+        Err(e) => return Err(e),
+    };
+    let body = Bytes::from(format!("{{\"started_ms\":{now}}}"));
+    match store.put(&key, body, mode).await {
+        Ok(_) => Ok(true),
+        Err(StoreError::PreconditionFailed { .. } | StoreError::AlreadyExists { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes a report file atomically (a temporary file beside it, then a rename).
+pub fn write_report(path: &std::path::Path, json: &[u8]) -> std::io::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    std::io::Write::write_all(&mut tmp, json)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// One scrub pass (see the module docs).
+pub async fn scrub(store: Arc<dyn Store>, opts: &ScrubOptions) -> Result<ScrubReport, ScrubError> {
+    let started = Instant::now();
+    let mut report = ScrubReport {
+        dry_run: opts.dry_run,
+        ..ScrubReport::default()
+    };
+    let mut pace = Pace {
+        rate: opts.rate,
+        started,
+        bytes: 0,
+    };
+    let mut present = BTreeSet::new();
+    let mut quarantined = BTreeSet::new();
+    for key in store.list(&layout::blobs_root()).await? {
+        let Some((d, BlobPart::Data)) = layout::parse_blob_key(&key) else {
+            continue;
+        };
+        let Some((found, size)) = hash(store.as_ref(), &key, &d, &mut pace).await? else {
+            continue; // deleted since the listing
+        };
+        report.blobs_checked += 1;
+        report.bytes_read += size;
+        if found == d {
+            present.insert(d);
+            continue;
+        }
+        tracing::error!(digest = %d, found = %found, size, key = %key, quarantine = !opts.dry_run, "scrub: blob bytes do not match their digest");
+        if !opts.dry_run {
+            quarantine(store.as_ref(), &key, &d, &found, size).await?;
+            quarantined.insert(d.clone());
+        }
+        report.corrupt_blobs.push(CorruptBlob {
+            digest: d.to_string(),
+            found: found.to_string(),
+            size,
+            quarantined: !opts.dry_run,
+        });
+    }
+    let content = Content {
+        store: store.as_ref(),
+        present,
+        quarantined,
+    };
+    check_manifests(&content, &mut report).await?;
+    report.elapsed_secs = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// The digest of the bytes under `key` and their size; None when the key is gone.
+async fn hash(
+    store: &dyn Store,
+    key: &Key,
+    d: &Digest,
+    pace: &mut Pace,
+) -> Result<Option<(Digest, u64)>, StoreError> {
+    let mut reader = match store.read(key, 0).await {
+        Ok((_, r)) => r,
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut digester = d.algorithm().digester();
+    let mut buf = vec![0u8; CHUNK];
+    let mut size = 0u64;
+    loop {
+        let n = reader
+            .read(&mut buf)
+            .await
+            .map_err(|source| backend(store, key, source))?;
+        if n == 0 {
+            break;
+        }
+        digester.update(&buf[..n]);
+        size += n as u64;
+        pace.took(n).await;
+    }
+    Ok(Some((digester.finish(), size)))
+}
+
+fn backend(store: &dyn Store, key: &Key, source: std::io::Error) -> StoreError {
+    StoreError::Backend {
+        store: store.name(),
+        key: key.to_string(),
+        source,
+    }
+}
+
+#[derive(Serialize)]
+struct QuarantineRecord<'a> {
+    digest: &'a str,
+    found: &'a str,
+    size: u64,
+    at: String,
+    bytes_kept: bool,
+}
+
+/// Copies the bytes aside (best effort), writes the record, and removes the blob key.
+async fn quarantine(
+    store: &dyn Store,
+    key: &Key,
+    d: &Digest,
+    found: &Digest,
+    size: u64,
+) -> Result<(), StoreError> {
+    let kept = match copy_aside(store, key, d).await {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(digest = %d, error = %validator::error_chain(&e), "scrub: cannot keep a copy of the corrupt bytes; removing them anyway");
+            false
+        }
+    };
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|t| t.as_secs())
+        .unwrap_or(0);
+    let record = QuarantineRecord {
+        digest: d.as_str(),
+        found: found.as_str(),
+        size,
+        at: validator::rfc3339(now),
+        bytes_kept: kept,
+    };
+    let body = Bytes::from(serde_json::to_vec(&record).expect("records serialize"));
+    store
+        .put(&layout::quarantine_record(d), body, PutMode::Overwrite)
+        .await?;
+    match store.delete(key).await {
+        Ok(()) => Ok(()),
+        Err(e) if e.is_not_found() => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+async fn copy_aside(store: &dyn Store, key: &Key, d: &Digest) -> Result<(), StoreError> {
+    let dest = layout::quarantine_data(d);
+    match store.delete(&dest).await {
+        Ok(()) => {}
+        Err(e) if e.is_not_found() => {}
+        Err(e) => return Err(e),
+    }
+    let (_, mut reader) = store.read(key, 0).await?;
+    let staging = layout::quarantine_staging(d);
+    let mut w = store.writer(&staging, None).await?;
+    let copied = tokio::io::copy(&mut reader, &mut w).await;
+    let flushed = match copied {
+        Ok(_) => w.flush().await,
+        Err(e) => Err(e),
+    };
+    if let Err(source) = flushed {
+        let _ = w.cancel().await;
+        return Err(backend(store, &staging, source));
+    }
+    w.commit(dest).await?;
+    Ok(())
+}
+
+/// Which blob bytes exist: verified by this pass, or written since its listing.
+struct Content<'a> {
+    store: &'a dyn Store,
+    present: BTreeSet<Digest>,
+    quarantined: BTreeSet<Digest>,
+}
+
+impl Content<'_> {
+    async fn exists(&self, d: &Digest) -> Result<bool, StoreError> {
+        if self.quarantined.contains(d) {
+            return Ok(false);
+        }
+        if self.present.contains(d) {
+            return Ok(true);
+        }
+        match self.store.stat(&layout::blob_data(d)).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.is_not_found() => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Checks every manifest link against the blob bytes and the repository's links.
+async fn check_manifests(
+    content: &Content<'_>,
+    report: &mut ScrubReport,
+) -> Result<(), ScrubError> {
+    let store = content.store;
+    let mut blob_links: BTreeSet<(Name, Digest)> = BTreeSet::new();
+    let mut manifest_links: Vec<(Name, Digest)> = Vec::new();
+    for key in store.list(&layout::repositories_root()).await? {
+        match layout::parse_repo_key(&key) {
+            Some((n, RepoPart::BlobLink(d))) => {
+                blob_links.insert((n, d));
+            }
+            Some((n, RepoPart::ManifestLink(d))) => manifest_links.push((n, d)),
+            _ => {}
+        }
+    }
+    let linked: BTreeSet<(Name, Digest)> = manifest_links.iter().cloned().collect();
+    for (name, d) in &manifest_links {
+        report.manifests_checked += 1;
+        let mut problems = Vec::new();
+        if !content.exists(d).await? {
+            problems.push("its bytes are missing or were quarantined".to_owned());
+        } else {
+            check_manifest(content, name, d, &blob_links, &linked, &mut problems).await?;
+        }
+        for p in problems {
+            tracing::error!(repository = %name, digest = %d, problem = %p, "scrub: manifest problem");
+            report.manifest_problems.push(ManifestProblem {
+                repository: name.to_string(),
+                digest: d.to_string(),
+                problem: p,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The problems of one manifest whose bytes exist.
+async fn check_manifest(
+    content: &Content<'_>,
+    name: &Name,
+    d: &Digest,
+    blob_links: &BTreeSet<(Name, Digest)>,
+    linked: &BTreeSet<(Name, Digest)>,
+    problems: &mut Vec<String>,
+) -> Result<(), ScrubError> {
+    let store = content.store;
+    let mut problem = |p: String| problems.push(p);
+    let media_type = match store.get(&layout::manifest_link(name, d), LINK_LIMIT).await {
+        Ok(doc) => serde_json::from_slice::<serde_json::Value>(&doc.bytes)
+            .ok()
+            .and_then(|v| v.get("mediaType")?.as_str().map(str::to_owned)),
+        Err(e) if e.is_not_found() => return Ok(()), // deleted since the listing
+        Err(e) => return Err(e.into()),
+    };
+    let bytes = match store.get(&layout::blob_data(d), MANIFEST_LIMIT).await {
+        Ok(doc) => doc.bytes,
+        Err(e) if e.is_not_found() => {
+            problem("its bytes are missing".to_owned());
+            return Ok(());
+        }
+        Err(StoreError::TooLarge { limit, .. }) => {
+            problem(format!("larger than {limit} bytes"));
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let checked = match crate::handlers::manifests::check_document(&bytes, media_type.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            problem(format!("does not parse: {}", e.detail));
+            return Ok(());
+        }
+    };
+    for b in &checked.blobs {
+        if !blob_links.contains(&(name.clone(), b.clone())) {
+            problem(format!("blob {b} is not linked in the repository"));
+        } else if !content.exists(b).await? {
+            problem(format!("blob {b} is missing or was quarantined"));
+        }
+    }
+    for m in &checked.manifests {
+        if !linked.contains(&(name.clone(), m.clone())) {
+            problem(format!("child manifest {m} is not in the repository"));
+        }
+    }
+    Ok(())
+}

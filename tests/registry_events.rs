@@ -1,0 +1,420 @@
+//! Event webhooks end to end, on a filesystem store and on SeaweedFS, with two `rdctl registry
+//! serve` replicas sharing the store and a receiver in the test that counts event ids: an
+//! event acknowledged by a replica that is then killed with SIGKILL is delivered by the other
+//! one; events from both replicas arrive once each; endpoint filters (actions, media types,
+//! repository globs) and headers apply; pull events only reach an endpoint that asks.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::registry_e2e::http;
+use crate::registry_gc::push_image;
+use crate::registry_s3::{s3_server, seaweed};
+use crate::util::{Server, tempdir};
+
+const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+
+/// What the receiver keeps of one accepted event: path, event, authorization, content type.
+type Seen = (String, Value, String, String);
+
+/// A webhook receiver: answers 503 until told to accept, then records every event it gets.
+struct Receiver {
+    server: Arc<tiny_http::Server>,
+    accept: Arc<AtomicBool>,
+    /// (path, event, authorization header, content type) of every accepted event.
+    seen: Arc<Mutex<Vec<Seen>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Receiver {
+    fn start() -> Receiver {
+        let server = Arc::new(tiny_http::Server::http("127.0.0.1:0").expect("bind receiver"));
+        let accept = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (srv, acc, s) = (server.clone(), accept.clone(), seen.clone());
+        let thread = std::thread::spawn(move || {
+            for mut req in srv.incoming_requests() {
+                let header = |name: &'static str| {
+                    req.headers()
+                        .iter()
+                        .find(|h| h.field.equiv(name))
+                        .map(|h| h.value.as_str().to_owned())
+                        .unwrap_or_default()
+                };
+                let (auth, ctype) = (header("Authorization"), header("Content-Type"));
+                let path = req.url().to_owned();
+                let mut body = Vec::new();
+                let _ = req.as_reader().read_to_end(&mut body);
+                if !acc.load(Ordering::SeqCst) {
+                    let _ = req.respond(tiny_http::Response::empty(503));
+                    continue;
+                }
+                let envelope: Value = serde_json::from_slice(&body).expect("an envelope");
+                for e in envelope["events"].as_array().expect("events") {
+                    s.lock()
+                        .unwrap()
+                        .push((path.clone(), e.clone(), auth.clone(), ctype.clone()));
+                }
+                let _ = req.respond(tiny_http::Response::empty(200));
+            }
+        });
+        Receiver {
+            server,
+            accept,
+            seen,
+            thread: Some(thread),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.server.server_addr())
+    }
+
+    /// Events received on `path`.
+    fn events(&self, path: &str) -> Vec<Value> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(p, ..)| p == path)
+            .map(|(_, e, ..)| e.clone())
+            .collect()
+    }
+
+    /// Waits until `path` received `n` events.
+    fn wait_for(&self, path: &str, n: usize, servers: &[&Server]) -> Vec<Value> {
+        let start = Instant::now();
+        loop {
+            let got = self.events(path);
+            if got.len() >= n {
+                return got;
+            }
+            if start.elapsed() > Duration::from_secs(20) {
+                let logs: Vec<String> = servers.iter().map(|s| s.log_tail()).collect();
+                panic!(
+                    "{path}: {} of {n} events after 20 s: {got:#?}\nlogs:\n{}",
+                    got.len(),
+                    logs.join("\n---\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.server.unblock();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Counts per event id.
+fn ids(events: &[Value]) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for e in events {
+        *m.entry(e["id"].as_str().expect("an id").to_owned())
+            .or_default() += 1;
+    }
+    m
+}
+
+fn config(dir: &Path, rx: &Receiver) -> String {
+    let path = dir.join("registry.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"
+[notifications]
+poll_interval = "50ms"
+lease = "2s"
+
+[[notifications.endpoints]]
+name = "hook"
+url = "{hook}"
+timeout = "1s"
+backoff = "100ms"
+max_backoff = "200ms"
+headers = {{ Authorization = ["Bearer s3cret"] }}
+actions = ["push", "delete"]
+media_types = ["{MANIFEST}"]
+
+[[notifications.endpoints]]
+name = "pulls"
+url = "{pulls}"
+timeout = "1s"
+backoff = "100ms"
+actions = ["pull"]
+repositories = ["team/*"]
+"#,
+            hook = rx.url("/hook"),
+            pulls = rx.url("/pulls"),
+        ),
+    )
+    .unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+fn metric(server: &Server, line_start: &str) -> Option<u64> {
+    let (_, _, body) = http(server.addr, "GET", "/metrics", &[], b"");
+    String::from_utf8_lossy(&body)
+        .lines()
+        .find(|l| l.starts_with(line_start))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// The scenario on one store; `start` launches a replica with the extra flags.
+fn kill9_then_deliver(start: &dyn Fn(&[&str]) -> Server) {
+    let rx = Receiver::start();
+    let dir = tempdir();
+    let cfg = config(dir.path(), &rx);
+    let mut a = start(&["--config", &cfg]);
+    let b = start(&["--config", &cfg]);
+
+    // The receiver refuses everything, so no replica can deliver before `a` dies.
+    let m1 = push_image(&a, "team/app", "v1", b"{\"c\":1}", b"layer one");
+    a.signal("-9");
+    a.wait(Duration::from_secs(10)).expect("replica a exits");
+    rx.accept.store(true, Ordering::SeqCst);
+
+    let got = rx.wait_for("/hook", 1, &[&b]);
+    assert_eq!(got.len(), 1, "blob pushes are filtered out by media type");
+    let e = &got[0];
+    assert_eq!(e["action"], "push");
+    assert_eq!(e["target"]["digest"], m1.as_str());
+    assert_eq!(e["target"]["tag"], "v1");
+    assert_eq!(e["target"]["repository"], "team/app");
+    assert_eq!(e["target"]["mediaType"], MANIFEST);
+    assert!(e["target"]["size"].as_u64().unwrap() > 0);
+    assert_eq!(e["request"]["method"], "PUT");
+    assert!(
+        e["source"]["instanceID"]
+            .as_str()
+            .is_some_and(|s| !s.is_empty())
+    );
+    assert_eq!(
+        e["source"]["addr"],
+        a.host().as_str(),
+        "recorded by the killed replica"
+    );
+    {
+        let seen = rx.seen.lock().unwrap();
+        let (_, _, auth, ctype) = &seen[0];
+        assert_eq!(auth, "Bearer s3cret");
+        assert_eq!(ctype, "application/vnd.docker.distribution.events.v2+json");
+    }
+
+    // Two live replicas: pushes and a delete through both arrive once each.
+    let a = start(&["--config", &cfg]);
+    let mut pushed = vec![m1.clone()];
+    for i in 0..6 {
+        let via = if i % 2 == 0 { &a } else { &b };
+        let layer = format!("layer {i}");
+        pushed.push(push_image(
+            via,
+            "team/app",
+            &format!("t{i}"),
+            b"{\"c\":2}",
+            layer.as_bytes(),
+        ));
+    }
+    let (status, _, _) = http(b.addr, "DELETE", "/v2/team/app/manifests/t0", &[], b"");
+    assert_eq!(status, 202);
+    let got = rx.wait_for("/hook", 8, &[&a, &b]);
+    let counts = ids(&got);
+    assert_eq!(counts.len(), 8, "{got:#?}");
+    assert!(
+        counts.values().all(|&n| n == 1),
+        "each event once: {counts:?}"
+    );
+    let delete = got
+        .iter()
+        .find(|e| e["action"] == "delete")
+        .expect("a delete");
+    assert_eq!(delete["target"]["tag"], "t0");
+    for d in &pushed {
+        assert!(
+            got.iter().any(|e| e["target"]["digest"] == d.as_str()),
+            "{d}"
+        );
+    }
+
+    // Pulls: only the endpoint that asks, only for matching repositories, not for HEAD.
+    assert!(rx.events("/pulls").is_empty(), "pushes are not pulls");
+    let path = format!("/v2/team/app/manifests/{}", pushed[1]);
+    let accept = [("accept", MANIFEST)];
+    assert_eq!(http(a.addr, "HEAD", &path, &accept, b"").0, 200);
+    assert_eq!(http(a.addr, "GET", &path, &accept, b"").0, 200);
+    push_image(&a, "team/app/deeper", "x", b"{\"c\":3}", b"other");
+    assert_eq!(
+        http(
+            a.addr,
+            "GET",
+            "/v2/team/app/deeper/manifests/x",
+            &accept,
+            b""
+        )
+        .0,
+        200
+    );
+    let pulls = rx.wait_for("/pulls", 1, &[&a, &b]);
+    let hook_total = rx.wait_for("/hook", 9, &[&a, &b]).len();
+    std::thread::sleep(Duration::from_millis(300));
+    let pulls_after = rx.events("/pulls");
+    assert_eq!(pulls_after.len(), 1, "{pulls_after:#?}");
+    assert_eq!(pulls[0]["action"], "pull");
+    assert_eq!(pulls[0]["target"]["digest"], pushed[1].as_str());
+    assert_eq!(
+        rx.events("/hook").len(),
+        hook_total,
+        "no pull reaches /hook"
+    );
+
+    // Both outboxes drain, and the metrics say so.
+    let start_wait = Instant::now();
+    while [&a, &b].iter().any(|s| {
+        metric(s, "registry_events_pending{endpoint=\"hook\"}") != Some(0)
+            || metric(s, "registry_events_pending{endpoint=\"pulls\"}") != Some(0)
+    }) {
+        assert!(
+            start_wait.elapsed() < Duration::from_secs(10),
+            "outbox not drained"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let delivered: u64 = [&a, &b]
+        .iter()
+        .filter_map(|s| metric(s, "registry_events_delivered_total{endpoint=\"hook\"}"))
+        .sum();
+    assert!(delivered >= 8, "delivered {delivered}");
+}
+
+#[test]
+fn events_fs_survive_kill9_and_reach_the_receiver_once() {
+    let data = tempdir();
+    kill9_then_deliver(&|extra| Server::start(data.path(), extra));
+    let outbox = data.path().join("_rd/events/hook");
+    let left: Vec<_> = std::fs::read_dir(&outbox)
+        .map(|d| d.filter_map(Result::ok).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "outbox entries left: {left:?}");
+}
+
+#[test]
+fn events_s3_survive_kill9_and_reach_the_receiver_once() {
+    let bucket = seaweed().bucket().unwrap_or_else(|e| panic!("{e}"));
+    let data = tempdir();
+    kill9_then_deliver(&|extra| s3_server(data.path(), &bucket, extra));
+}
+
+/// A receiver that never answers 2xx: each poll costs one failed attempt (counted), and after
+/// the endpoint's `max_age` the event is given up, counted dead, and leaves the outbox.
+#[test]
+fn events_undeliverable_are_retried_then_dead_lettered() {
+    let rx = Receiver::start(); // refuses everything with 503
+    let dir = tempdir();
+    let cfg = dir.path().join("registry.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[notifications]\npoll_interval = \"50ms\"\n[[notifications.endpoints]]\nname = \"down\"\nurl = \"{}\"\ntimeout = \"1s\"\nbackoff = \"50ms\"\nmax_backoff = \"100ms\"\nmax_age = \"1500ms\"\n",
+            rx.url("/down")
+        ),
+    )
+    .unwrap();
+    let data = tempdir();
+    let server = Server::start(data.path(), &["--config", cfg.to_str().unwrap()]);
+    push_image(&server, "team/app", "v1", b"{\"c\":1}", b"layer");
+    let start = Instant::now();
+    loop {
+        let dead = metric(&server, "registry_events_dead_total{endpoint=\"down\"}");
+        let pending = metric(&server, "registry_events_pending{endpoint=\"down\"}");
+        // Blob pushes count too: two blobs and the manifest.
+        if dead == Some(3) && pending == Some(0) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "dead {dead:?}, pending {pending:?}; log:\n{}",
+            server.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let failed = metric(&server, "registry_events_failed_total{endpoint=\"down\"}").unwrap();
+    assert!(failed >= 3, "failed attempts {failed}");
+    assert_eq!(
+        metric(&server, "registry_events_recorded_total{endpoint=\"down\"}"),
+        Some(3)
+    );
+    assert!(rx.events("/down").is_empty());
+    assert!(
+        server.log_tail().contains("given up"),
+        "{}",
+        server.log_tail()
+    );
+    let left = std::fs::read_dir(data.path().join("_rd/events/down"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(left, 0, "outbox entries left");
+}
+
+/// The OCI conformance suite passes with events (every action, pulls too) and a scrub
+/// schedule configured, the receiver gets each event once, and the scheduled scrub finds
+/// nothing wrong in what the suite left.
+#[test]
+fn conformance_passes_with_events_and_scrub_configured() {
+    let rx = Receiver::start();
+    rx.accept.store(true, Ordering::SeqCst);
+    let dir = tempdir();
+    let cfg = dir.path().join("registry.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[scrub]\ninterval = \"1s\"\n[notifications]\npoll_interval = \"50ms\"\n[[notifications.endpoints]]\nname = \"all\"\nurl = \"{}\"\nactions = [\"push\", \"mount\", \"delete\", \"pull\"]\n",
+            rx.url("/all")
+        ),
+    )
+    .unwrap();
+    let data = tempdir();
+    let server = Server::start(data.path(), &["--config", cfg.to_str().unwrap()]);
+    crate::registry_e2e::conformance(&server.host(), "conformance-results-events", &|| {
+        server.log_tail()
+    });
+    let start = Instant::now();
+    while metric(&server, "registry_events_pending{endpoint=\"all\"}") != Some(0)
+        || metric(&server, "registry_scrub_runs_total{result=\"ok\"}").unwrap_or(0) == 0
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "outbox not drained or no scrub; log:\n{}",
+            server.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let events = rx.events("/all");
+    let counts = ids(&events);
+    assert!(counts.values().all(|&n| n == 1), "each event once");
+    for action in ["push", "mount", "delete", "pull"] {
+        assert!(
+            events.iter().any(|e| e["action"] == action),
+            "no {action} event among {}",
+            events.len()
+        );
+    }
+    assert_eq!(
+        metric(&server, "registry_events_recorded_total{endpoint=\"all\"}"),
+        Some(events.len() as u64)
+    );
+    assert_eq!(
+        metric(&server, "registry_scrub_corrupt_blobs_total"),
+        Some(0)
+    );
+}
