@@ -173,7 +173,11 @@ struct Answer {
 
 impl Cluster {
     fn replica(&self, i: usize) -> &Replica {
-        if i % 2 == 0 { &self.a } else { &self.b }
+        if i.is_multiple_of(2) {
+            &self.a
+        } else {
+            &self.b
+        }
     }
 
     async fn push_blobs(&self, r: &Replica, repo: &str, img: &Image) {
