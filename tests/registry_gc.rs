@@ -13,7 +13,7 @@ use crate::util::{Server, ok, rdctl, s, tempdir};
 
 const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 
-fn digest(data: &[u8]) -> String {
+pub(crate) fn digest(data: &[u8]) -> String {
     let hex: String = Sha256::digest(data)
         .iter()
         .map(|b| format!("{b:02x}"))
