@@ -27,6 +27,9 @@
 //! - [`pkgindex`]: the package index (`/v2/_rd/packages`): the packages of each image's SPDX
 //!   SBOM referrer, recorded on push in one store document per repository, and
 //!   [`pkgindex::reindex`] behind `rdctl registry reindex`.
+//! - [`governance`]: `[[immutable]]` tags, `[[quota]]` limits (usage documents in the store,
+//!   [`governance::quota::report`] behind `rdctl registry usage`) and `[[retention]]` policies
+//!   ([`AppState::apply_retention`] behind `rdctl registry retention` and the gc schedule).
 //! - `ui`: the web pages at `/ui/` (`[ui] enabled`): repositories, tags, images and the
 //!   package search as server-rendered HTML, showing only what the caller may pull.
 //!
