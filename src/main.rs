@@ -34,7 +34,8 @@ Exit status (every command): 0 success; 1 the checked content is invalid or part
 failed (validate, verify, ips list/info/contents/lint, worker run --once); 2 the command could not run
 (bad arguments, unreadable input, unreachable server), with `rdctl: what: why` on stderr.
 --json (validate, build, lock, push, pull, copy, inspect, ls, tag, rm, sbom, search,
-key generate, sign, verify, attest, registry gc, registry reindex, worker run, worker status)
+key generate, sign, verify, attest, registry gc, registry reindex, registry retention, registry usage,
+worker run, worker status)
 prints
 one JSON document on stdout instead of text (on failure {\"error\": {\"kind\", \"message\",
 \"exit_status\"}}); logs and messages stay on stderr."
@@ -141,6 +142,8 @@ impl Command {
             Command::Registry(commands::registry::Command::Gc(a)) => a.json,
             Command::Registry(commands::registry::Command::Reindex(a)) => a.json,
             Command::Registry(commands::registry::Command::Scrub(a)) => a.json,
+            Command::Registry(commands::registry::Command::Retention(a)) => a.json,
+            Command::Registry(commands::registry::Command::Usage(a)) => a.json,
             Command::Worker(commands::worker::Command::Run(a)) => a.json,
             Command::Worker(commands::worker::Command::Status(a)) => a.json,
             _ => false,

@@ -1,9 +1,12 @@
 //! `rdctl registry retention` and `rdctl registry usage` end to end on a filesystem store, next
 //! to a serving `rdctl registry serve` with the same configuration: the dry run prints what
 //! would go and why and changes nothing, the real run removes exactly that, and usage reports
-//! what the pushes counted, with the quota's limits.
+//! what the pushes counted, with the quota's limits; and the server applies retention on its
+//! garbage collection schedule, after which the collection reclaims the bytes.
 
-use crate::registry_gc::{get, push_image};
+use std::time::{Duration, Instant};
+
+use crate::registry_gc::{digest, get, push_image};
 use crate::util::{Server, ok, rdctl, s, tempdir};
 
 const CONFIG: &str = r#"
@@ -123,4 +126,49 @@ fn retention_dry_run_lists_what_the_real_run_removes_and_usage_counts_pushes() {
     // The deleted manifests left the usage document; a recount agrees.
     let usage = json(&[&["registry", "usage", "--json", "--recount"][..], &store].concat());
     assert_eq!(usage[0]["manifests"], 2, "{usage:#}");
+}
+
+/// The server applies retention on its `gc.interval` schedule, right before each collection,
+/// and the collection then reclaims the removed image's bytes.
+#[test]
+fn the_server_applies_retention_before_each_scheduled_collection() {
+    let dir = tempdir();
+    let data = dir.path().join("data");
+    let config = dir.path().join("registry.toml");
+    std::fs::write(
+        &config,
+        "[gc]\ninterval = \"1s\"\ngrace = \"3s\"\n\n\
+         [[retention]]\nrepositories = [\"sched/**\"]\nkeep_newest = 1\n",
+    )
+    .unwrap();
+    let server = Server::start(&data, &["--config", s(&config)]);
+    let repo = "sched/app";
+    let old = push_image(&server, repo, "old", b"{\"s\":1}", b"scheduled old layer");
+    push_image(&server, repo, "new", b"{\"s\":2}", b"scheduled new layer");
+    let layer = digest(b"scheduled old layer");
+    let layer_file = data
+        .join("blobs/sha256")
+        .join(&layer[7..9])
+        .join(&layer[7..])
+        .join("data");
+    assert!(layer_file.exists(), "{}", layer_file.display());
+    // Retention removes the old tag and manifest at the first tick; the collection reclaims
+    // the bytes once they are older than the 3 s grace window.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while layer_file.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the old layer was not reclaimed; log:\n{}",
+            server.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(get(&server, &format!("/v2/{repo}/manifests/old")), 404);
+    assert_eq!(get(&server, &format!("/v2/{repo}/manifests/{old}")), 404);
+    assert_eq!(get(&server, &format!("/v2/{repo}/manifests/new")), 200);
+    assert!(
+        server.log_tail().contains("retention finished"),
+        "{}",
+        server.log_tail()
+    );
 }

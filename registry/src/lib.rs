@@ -31,6 +31,9 @@
 //!   an outbox in the store before the request is answered and delivered by every replica.
 //! - [`scrub`]: re-hash every blob (rate-limited), check every manifest, quarantine corrupt
 //!   blobs so they are never served (a re-push heals them); `rdctl registry scrub`, `[scrub]`.
+//! - [`governance`]: `[[immutable]]` tags, `[[quota]]` limits (usage documents in the store,
+//!   [`governance::quota::report`] behind `rdctl registry usage`) and `[[retention]]` policies
+//!   ([`AppState::apply_retention`] behind `rdctl registry retention` and the gc schedule).
 //! - `ui`: the web pages at `/ui/` (`[ui] enabled`): repositories, tags, images and the
 //!   package search as server-rendered HTML, showing only what the caller may pull.
 //!

@@ -459,11 +459,11 @@ impl Repos {
         let mut taken_by = None;
         self.update::<TagsDoc, _>(&layout::tags(name), |t| {
             taken_by = None;
-            if let (Some(_), Some(old)) = (immutable, t.tags.get(tag.as_str())) {
-                if old.digest() != d {
-                    taken_by = Some(old.digest().clone());
-                    return false;
-                }
+            if let (Some(_), Some(old)) = (immutable, t.tags.get(tag.as_str()))
+                && old.digest() != d
+            {
+                taken_by = Some(old.digest().clone());
+                return false;
             }
             t.tags
                 .insert(tag.as_str().to_owned(), entry.clone())

@@ -4,7 +4,7 @@
 //!
 //! - immutable tags: moving a `[[immutable]]` tag is `DENIED` naming the rule, re-pushing the
 //!   same digest succeeds, and of 8 racing pushes to one new immutable tag through both
-//!   replicas exactly one wins;
+//!   replicas exactly one wins; with `[auth]`, deleting one needs the delete right;
 //! - quotas: 8 concurrent pushes through both replicas never pass `max_manifests`, a byte
 //!   limit refuses a push with `DENIED` before it is acknowledged, deletes and garbage
 //!   collection give the room back, and a recount equals the document the pushes kept;
@@ -173,7 +173,11 @@ struct Answer {
 
 impl Cluster {
     fn replica(&self, i: usize) -> &Replica {
-        if i % 2 == 0 { &self.a } else { &self.b }
+        if i.is_multiple_of(2) {
+            &self.a
+        } else {
+            &self.b
+        }
     }
 
     async fn push_blobs(&self, r: &Replica, repo: &str, img: &Image) {
@@ -777,6 +781,114 @@ async fn fs_retention() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn s3_retention() {
     retention(s3_stores()).await;
+}
+
+/// With `[auth]`, deleting an immutable tag needs the delete right: a caller with push only is
+/// refused and the tag stays; one with delete removes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_an_immutable_tag_needs_the_delete_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("htpasswd");
+    let mut htpasswd = String::new();
+    for u in ["pusher", "admin"] {
+        htpasswd.push_str(&format!(
+            "{u}:{}\n",
+            bcrypt::hash(format!("{u}-pw"), 4).unwrap()
+        ));
+    }
+    std::fs::write(&users, htpasswd).unwrap();
+    let file = dir.path().join("registry.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[auth]\nrealm = \"test\"\nhtpasswd = \"{}\"\n\n\
+             [[auth.acl]]\nsubjects = [\"pusher\"]\nrepositories = [\"prod/*\"]\nactions = [\"pull\", \"push\"]\n\n\
+             [[auth.acl]]\nsubjects = [\"admin\"]\nrepositories = [\"prod/*\"]\nactions = [\"*\"]\n\n\
+             [[immutable]]\nrepositories = [\"prod/*\"]\ntags = [\"v*\"]\n",
+            users.display()
+        ),
+    )
+    .unwrap();
+    let config = ServeConfig::load_with_env(Some(&file), &|_| None).unwrap();
+    let auth = registry::auth::Auth::load(config.auth.as_ref().unwrap()).unwrap();
+    let data = dir.path().join("data");
+    let state = AppState::new(
+        Arc::new(FsStore::open(&data).unwrap()),
+        RegistryConfig {
+            auth: Some(Arc::new(auth)),
+            governance: Arc::new(config.governance.clone()),
+            ..RegistryConfig::default()
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = router(state);
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    let http = reqwest::Client::new();
+    let call =
+        |method: reqwest::Method, who: &str, path: String, ct: Option<&str>, body: Vec<u8>| {
+            let mut req = http
+                .request(method, format!("http://{addr}{path}"))
+                .basic_auth(who, Some(format!("{who}-pw")))
+                .body(body);
+            if let Some(ct) = ct {
+                req = req.header("content-type", ct);
+            }
+            async move { req.send().await.unwrap().status().as_u16() }
+        };
+    let img = Image::unique("guarded");
+    for b in &img.blobs {
+        let d = Digest::sha256(b);
+        let st = call(
+            reqwest::Method::POST,
+            "pusher",
+            format!("/v2/prod/app/blobs/uploads/?digest={d}"),
+            Some("application/octet-stream"),
+            b.clone(),
+        )
+        .await;
+        assert_eq!(st, 201);
+    }
+    let put = |who| {
+        call(
+            reqwest::Method::PUT,
+            who,
+            "/v2/prod/app/manifests/v1".to_owned(),
+            Some(MANIFEST),
+            img.manifest.to_vec(),
+        )
+    };
+    assert_eq!(put("pusher").await, 201);
+    let get = |who| {
+        call(
+            reqwest::Method::GET,
+            who,
+            "/v2/prod/app/manifests/v1".to_owned(),
+            None,
+            vec![],
+        )
+    };
+    let delete = |who| {
+        call(
+            reqwest::Method::DELETE,
+            who,
+            "/v2/prod/app/manifests/v1".to_owned(),
+            None,
+            vec![],
+        )
+    };
+    let refused = delete("pusher").await;
+    assert!(refused == 401 || refused == 403, "{refused}");
+    assert_eq!(
+        get("pusher").await,
+        200,
+        "the tag survived a delete without the right"
+    );
+    assert_eq!(delete("admin").await, 202);
+    assert_eq!(get("pusher").await, 404);
+    task.abort();
 }
 
 #[test]

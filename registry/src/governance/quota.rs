@@ -370,10 +370,13 @@ pub async fn report(
     Ok(out)
 }
 
+/// Bytes, manifests and the two limits of one repository.
+type Seen = (u64, u64, Option<u64>, Option<u64>);
+
 /// Quota metrics: the last usage this replica saw per repository, and refusals.
 #[derive(Debug, Default)]
 pub struct QuotaMetrics {
-    usage: Mutex<BTreeMap<String, (u64, u64, Option<u64>, Option<u64>)>>,
+    usage: Mutex<BTreeMap<String, Seen>>,
     denied: AtomicU64,
 }
 

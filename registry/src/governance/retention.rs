@@ -131,10 +131,10 @@ impl RetentionRule {
         if self.keep_newest.is_some_and(|n| rank < n) {
             return None;
         }
-        if let (Some(w), Some(p)) = (self.keep_pulled_within, t.pulled) {
-            if now.duration_since(p).unwrap_or_default() < w {
-                return None;
-            }
+        if let (Some(w), Some(p)) = (self.keep_pulled_within, t.pulled)
+            && now.duration_since(p).unwrap_or_default() < w
+        {
+            return None;
         }
         if self.keep_referenced && t.referenced {
             return None;

@@ -318,18 +318,19 @@ pub(crate) async fn put(mut req: Req, reference: &str) -> ApiResult<Response> {
         tags.insert(0, t);
     }
     for t in &tags {
-        if let Some(rule) = governance.immutable_rule(name.as_str(), t.as_str()) {
-            if let Some(old) = repos.resolve_tag_target(&name, t).await? {
-                if old.digest != digest {
-                    return Err(crate::governance::immutable::refusal(
-                        rule,
-                        &name,
-                        t,
-                        &old.digest,
-                        &digest,
-                    ));
-                }
-            }
+        let Some(rule) = governance.immutable_rule(name.as_str(), t.as_str()) else {
+            continue;
+        };
+        if let Some(old) = repos.resolve_tag_target(&name, t).await?
+            && old.digest != digest
+        {
+            return Err(crate::governance::immutable::refusal(
+                rule,
+                &name,
+                t,
+                &old.digest,
+                &digest,
+            ));
         }
     }
     repos.put_manifest_bytes(&digest, bytes.clone()).await?;
