@@ -443,3 +443,107 @@ async fn check_manifest(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::FsStore;
+
+    async fn store_with(blobs: &[&[u8]]) -> (tempfile::TempDir, Arc<dyn Store>) {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path()).unwrap());
+        for b in blobs {
+            let key = layout::blob_data(&Digest::sha256(b));
+            store
+                .put(&key, Bytes::copy_from_slice(b), PutMode::Create)
+                .await
+                .unwrap();
+        }
+        (dir, store)
+    }
+
+    #[tokio::test]
+    async fn the_rate_bounds_the_read_speed() {
+        let blob = vec![7u8; 96 << 10];
+        let (_dir, store) = store_with(&[&blob]).await;
+        let opts = ScrubOptions {
+            rate: Some(256 << 10),
+            dry_run: false,
+        };
+        let started = Instant::now();
+        let r = scrub(store, &opts).await.unwrap();
+        assert!(r.clean(), "{r:?}");
+        assert_eq!((r.blobs_checked, r.bytes_read), (1, 96 << 10));
+        // 96 KiB at 256 KiB/s: at least 375 ms.
+        assert!(
+            started.elapsed() >= Duration::from_millis(370),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_dry_run_reports_and_keeps_the_corrupt_blob() {
+        let (dir, store) = store_with(&[b"good"]).await;
+        // Bytes under another digest's key: what a flipped byte looks like.
+        let claimed = Digest::sha256(b"what was pushed");
+        store
+            .put(
+                &layout::blob_data(&claimed),
+                Bytes::from_static(b"what is stored"),
+                PutMode::Create,
+            )
+            .await
+            .unwrap();
+        let dry = ScrubOptions {
+            rate: None,
+            dry_run: true,
+        };
+        let r = scrub(store.clone(), &dry).await.unwrap();
+        assert_eq!(r.corrupt_blobs.len(), 1);
+        assert_eq!(r.corrupt_blobs[0].digest, claimed.to_string());
+        assert_eq!(
+            r.corrupt_blobs[0].found,
+            Digest::sha256(b"what is stored").to_string()
+        );
+        assert!(!r.corrupt_blobs[0].quarantined);
+        assert!(store.stat(&layout::blob_data(&claimed)).await.is_ok());
+
+        let r = scrub(store.clone(), &ScrubOptions::default())
+            .await
+            .unwrap();
+        assert!(r.corrupt_blobs[0].quarantined);
+        assert!(store.stat(&layout::blob_data(&claimed)).await.is_err());
+        let kept =
+            std::fs::read(dir.path().join(layout::quarantine_data(&claimed).as_str())).unwrap();
+        assert_eq!(kept, b"what is stored");
+        let record = store
+            .get(&layout::quarantine_record(&claimed), 1 << 10)
+            .await
+            .unwrap();
+        let record: serde_json::Value = serde_json::from_slice(&record.bytes).unwrap();
+        assert_eq!(record["bytes_kept"], true);
+        // Quarantined again after a later corruption: the old copy is replaced.
+        store
+            .put(
+                &layout::blob_data(&claimed),
+                Bytes::from_static(b"rotted again"),
+                PutMode::Create,
+            )
+            .await
+            .unwrap();
+        let r = scrub(store.clone(), &ScrubOptions::default())
+            .await
+            .unwrap();
+        assert_eq!((r.blobs_checked, r.corrupt_blobs.len()), (2, 1));
+        let kept =
+            std::fs::read(dir.path().join(layout::quarantine_data(&claimed).as_str())).unwrap();
+        assert_eq!(kept, b"rotted again");
+        assert!(
+            scrub(store, &ScrubOptions::default())
+                .await
+                .unwrap()
+                .clean()
+        );
+    }
+}

@@ -1,4 +1,5 @@
-//! `rdctl registry ...`: run the OCI registry, collect its garbage, rebuild its package index.
+//! `rdctl registry ...`: run the OCI registry, collect its garbage, rebuild its package index,
+//! scrub its blobs and manifests.
 
 use std::io::Write as _;
 use std::net::SocketAddr;

@@ -105,12 +105,10 @@ pub(crate) async fn get(req: Req, digest: &str) -> ApiResult<Response> {
         .store()
         .read_chunks(&layout::blob_data(&d), start, len)
         .await?;
-    req.notify(
-        Action::Pull,
-        "GET",
-        blob_target(&req, &name, &d, Some(size)),
-    )
-    .await?;
+    let event = req.event(Action::Pull, "GET");
+    if event.wanted() {
+        event.send(blob_target(&req, &name, &d, Some(size))).await?;
+    }
     b.body(Body::from_stream(body)).map_err(ApiError::internal)
 }
 

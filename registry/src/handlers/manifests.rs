@@ -107,12 +107,12 @@ pub(crate) async fn get(req: Req, reference: &str) -> ApiResult<Response> {
         Reference::Tag(t) => Some(t.as_str().to_owned()),
         Reference::Digest(_) => None,
     };
-    req.notify(
-        Action::Pull,
-        "GET",
-        manifest_target(&req, &name, &d, &media_type, size, tag),
-    )
-    .await?;
+    let event = req.event(Action::Pull, "GET");
+    if event.wanted() {
+        event
+            .send(manifest_target(&req, &name, &d, &media_type, size, tag))
+            .await?;
+    }
     b.body(Body::from(bytes)).map_err(ApiError::internal)
 }
 

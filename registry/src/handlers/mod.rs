@@ -84,16 +84,19 @@ impl Req {
     /// the request (whose body is not `Sync`), so it can be held across awaits.
     pub fn event(&self, action: crate::events::Action, method: &str) -> PendingEvent {
         let events = self.state.app().events.clone();
-        PendingEvent {
-            wanted: events.wants(action),
-            events,
-            action,
-            request: self.event_request(method),
-            actor: self
+        // Nothing is built when no endpoint takes the action (the common case, on every GET).
+        let request = events.wants(action).then(|| {
+            let actor = self
                 .access
                 .as_ref()
                 .and_then(|a| a.user())
-                .map(str::to_owned),
+                .map(str::to_owned);
+            (self.event_request(method), actor)
+        });
+        PendingEvent {
+            events,
+            action,
+            request,
         }
     }
 
@@ -122,25 +125,24 @@ impl Req {
 /// An event a request will record: see [`Req::event`].
 pub(crate) struct PendingEvent {
     events: std::sync::Arc<crate::events::Notifier>,
-    wanted: bool,
     action: crate::events::Action,
-    request: crate::events::RequestInfo,
-    actor: Option<String>,
+    /// The request and the actor; None when no endpoint takes the action.
+    request: Option<(crate::events::RequestInfo, Option<String>)>,
 }
 
 impl PendingEvent {
     /// Whether any endpoint takes this action (else [`PendingEvent::send`] does nothing).
     pub fn wanted(&self) -> bool {
-        self.wanted
+        self.request.is_some()
     }
 
     /// Writes the event into the outbox of every endpoint that wants it.
     pub async fn send(self, target: crate::events::Target) -> ApiResult<()> {
-        if !self.wanted {
+        let Some((request, actor)) = &self.request else {
             return Ok(());
-        }
+        };
         self.events
-            .record(self.action, target, &self.request, self.actor.as_deref())
+            .record(self.action, target, request, actor.as_deref())
             .await
     }
 }
