@@ -23,6 +23,7 @@ mod registry_tls;
 mod signing;
 mod smf;
 mod splice_e2e;
+mod sync;
 mod transfer;
 mod util;
 mod validate_cli;
