@@ -20,6 +20,7 @@ mod registry_e2e;
 mod registry_gc;
 mod registry_s3;
 mod registry_tls;
+mod pull_through;
 mod signing;
 mod smf;
 mod splice_e2e;

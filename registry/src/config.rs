@@ -33,6 +33,8 @@ pub struct RegistryConfig {
     pub rate_limit: Option<RateLimit>,
     /// Whether the web pages (`/` and `/ui/`) are served (`[ui] enabled`, default true).
     pub ui_enabled: bool,
+    /// Pull-through rules (`[[proxy]]`); none by default.
+    pub proxy: Vec<crate::proxy::ProxyRule>,
 }
 
 impl Default for RegistryConfig {
@@ -44,6 +46,7 @@ impl Default for RegistryConfig {
             https: false,
             rate_limit: None,
             ui_enabled: true,
+            proxy: Vec::new(),
         }
     }
 }
@@ -150,6 +153,8 @@ pub struct ServeConfig {
     pub rate_limit: Option<RateLimit>,
     /// Serve the web pages at `/` and `/ui/` (`[ui] enabled`; default true).
     pub ui_enabled: bool,
+    /// Pull-through rules (`[[proxy]]`; default: none).
+    pub proxy: Vec<crate::proxy::ProxyRule>,
 }
 
 /// The `[gc]` table: when the serving process collects garbage and how. Its policy is also the
@@ -182,6 +187,7 @@ impl Default for ServeConfig {
             tls: None,
             rate_limit: None,
             ui_enabled: true,
+            proxy: Vec::new(),
         }
     }
 }
@@ -211,6 +217,16 @@ struct FileConfig {
     tls: Option<FileTls>,
     rate_limit: Option<FileRateLimit>,
     ui: Option<FileUi>,
+    proxy: Option<Vec<FileProxy>>,
+}
+
+/// A `[[proxy]]` table of the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileProxy {
+    prefix: Option<String>,
+    upstreams: Option<Vec<String>>,
+    tag_ttl_secs: Option<u64>,
 }
 
 /// The `[ui]` table of the TOML file.
@@ -303,6 +319,9 @@ impl ServeConfig {
             if let Some(r) = f.rate_limit.take() {
                 c.apply_rate_limit(r, path)?;
             }
+            if let Some(p) = f.proxy.take() {
+                c.apply_proxy(p, path)?;
+            }
             if let Some(enabled) = f.ui.take().and_then(|u| u.enabled) {
                 c.ui_enabled = enabled;
             }
@@ -387,6 +406,49 @@ impl ServeConfig {
             key: t.key.ok_or_else(|| missing("tls.key"))?,
             client_ca: t.client_ca,
         });
+        Ok(())
+    }
+
+    fn apply_proxy(&mut self, rules: Vec<FileProxy>, path: &Path) -> Result<(), ConfigError> {
+        let bad = |key, reason: String| ConfigError::Setting {
+            path: path.to_owned(),
+            key,
+            reason,
+        };
+        for (i, r) in rules.into_iter().enumerate() {
+            let prefix = r
+                .prefix
+                .ok_or_else(|| bad("proxy.prefix", format!("[[proxy]] {i} needs a prefix")))?;
+            let prefix = prefix.trim_matches('/').to_owned();
+            validator::Name::parse(&prefix)
+                .map_err(|e| bad("proxy.prefix", format!("{prefix:?}: {e}")))?;
+            if self.proxy.iter().any(|p| {
+                p.prefix == prefix
+                    || p.prefix.starts_with(&format!("{prefix}/"))
+                    || prefix.starts_with(&format!("{}/", p.prefix))
+            }) {
+                return Err(bad(
+                    "proxy.prefix",
+                    format!("{prefix:?} overlaps another [[proxy]] prefix"),
+                ));
+            }
+            let upstreams = r.upstreams.unwrap_or_default();
+            if upstreams.is_empty() {
+                return Err(bad(
+                    "proxy.upstreams",
+                    format!("[[proxy]] {prefix:?} needs at least one upstream"),
+                ));
+            }
+            let upstreams = upstreams
+                .iter()
+                .map(|u| crate::proxy::Upstream::parse(u).map_err(|e| bad("proxy.upstreams", e)))
+                .collect::<Result<Vec<_>, _>>()?;
+            self.proxy.push(crate::proxy::ProxyRule {
+                prefix,
+                upstreams,
+                tag_ttl: Duration::from_secs(r.tag_ttl_secs.unwrap_or(300)),
+            });
+        }
         Ok(())
     }
 

@@ -27,6 +27,9 @@
 //! - [`pkgindex`]: the package index (`/v2/_rd/packages`): the packages of each image's SPDX
 //!   SBOM referrer, recorded on push in one store document per repository, and
 //!   [`pkgindex::reindex`] behind `rdctl registry reindex`.
+//! - [`proxy`]: pull-through caching (`[[proxy]]`): repositories under a prefix filled on
+//!   demand from upstreams tried in order, every byte verified before it becomes visible, one
+//!   upstream fetch per blob however many requests wait for it.
 //! - `ui`: the web pages at `/ui/` (`[ui] enabled`): repositories, tags, images and the
 //!   package search as server-rendered HTML, showing only what the caller may pull.
 //!
@@ -36,7 +39,8 @@
 //!
 //! Invariants: a blob key holds only bytes whose digest equals the key; nothing can be read
 //! before commit; all registry state lives in the store (the rate limiter's buckets are a
-//! limit, not state); with `[auth]`, no handler runs before the caller was authorised. It
+//! limit, not state; the pull-through's revalidation times and in-flight fetches only decide
+//! when to ask an upstream); with `[auth]`, no handler runs before the caller was authorised. It
 //! depends only on `validator` among workspace crates.
 #![deny(missing_docs)]
 
@@ -49,6 +53,7 @@ mod handlers;
 pub mod metrics;
 mod middleware;
 pub mod pkgindex;
+pub mod proxy;
 pub mod ratelimit;
 mod repo;
 pub mod router;

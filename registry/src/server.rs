@@ -163,6 +163,7 @@ pub async fn serve(
             https: config.tls.is_some(),
             rate_limit: config.rate_limit,
             ui_enabled: config.ui_enabled,
+            proxy: config.proxy.clone(),
         },
     );
     let addr = listener.local_addr().map_err(ServeError::Serve)?;

@@ -23,6 +23,8 @@ pub(crate) struct App {
     pub metrics: Arc<Metrics>,
     /// The per-client rate limiter, when `[rate_limit]` is set.
     pub limiter: Option<Limiter>,
+    /// The pull-through cache, when `[[proxy]]` rules are set.
+    pub proxy: Option<Arc<crate::proxy::Proxy>>,
 }
 
 impl AppState {
@@ -33,6 +35,7 @@ impl AppState {
         AppState(Arc::new(App {
             repos: Repos::new(store),
             limiter: config.rate_limit.map(Limiter::new),
+            proxy: crate::proxy::Proxy::new(config.proxy.clone()),
             config,
             metrics,
         }))

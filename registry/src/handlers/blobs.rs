@@ -59,7 +59,17 @@ pub(crate) async fn get(req: Req, digest: &str) -> ApiResult<Response> {
     let repos = &req.state.app().repos;
     let unknown = || ApiError::new(Code::BlobUnknown, format!("blob {d} is not in {name}"));
     if repos.blob_linked(&name, &d).await?.is_none() {
-        return Err(unknown());
+        let Some(proxy) = &req.state.app().proxy else {
+            return Err(unknown());
+        };
+        // A proxied repository fetches it: the first whole GET streams it, the rest wait.
+        let whole_get = !req.head && req.header("range").is_none();
+        if let Some(r) = proxy.blob(repos, &name, &d, whole_get).await? {
+            return Ok(r);
+        }
+        if repos.blob_linked(&name, &d).await?.is_none() {
+            return Err(unknown());
+        }
     }
     let Some(meta) = repos.blob_stat(&d).await? else {
         return Err(unknown());
