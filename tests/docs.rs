@@ -139,6 +139,20 @@ fn registry_toml_keys_match_operations_md() {
     let mut listed = documented(&doc, "### `registry.toml`");
     listed.extend(delegated(&doc, &listed, &code));
     assert_same("docs/operations.md registry.toml", listed, code);
+    let proxy = array_table_keys(
+        &|doc| {
+            let p = write(dir.path(), "registry.toml", doc);
+            registry::ServeConfig::load_with_env(Some(&p), &|_| None)
+                .err()
+                .map(|e| validator::error_chain(&e))
+        },
+        "proxy",
+    );
+    assert_same(
+        "docs/operations.md [[proxy]]",
+        documented(&doc, "### Pull-through cache (`[[proxy]]`)"),
+        proxy,
+    );
 }
 
 /// Keys of nested tables (`auth`, `tls.cert`, ...) that another document under docs/ covers:

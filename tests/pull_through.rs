@@ -172,7 +172,8 @@ fn pull_through_serves_skopeo_rdctl_and_the_worker_then_the_cache_when_the_upstr
     assert!(run.status.success(), "{}", tail(&run.stderr));
     assert_eq!(node.status()["web"]["phase"], "Ready");
     assert!(
-        reg.log_tail().contains("upstreams unavailable; serving the cache"),
+        reg.log_tail()
+            .contains("upstreams unavailable; serving the cache"),
         "{}",
         reg.log_tail()
     );
@@ -233,7 +234,13 @@ fn wrong_bytes_from_the_upstream_never_enter_the_cache() {
 /// Pushes `blob` to distribution: POST an upload, PUT it whole with the digest.
 fn push_blob(addr: SocketAddr, repo: &str, blob: &[u8]) -> String {
     let digest = sha256(blob);
-    let (st, h, _) = http(addr, "POST", &format!("/v2/{repo}/blobs/uploads/"), &[], b"");
+    let (st, h, _) = http(
+        addr,
+        "POST",
+        &format!("/v2/{repo}/blobs/uploads/"),
+        &[],
+        b"",
+    );
     assert_eq!(st, 202);
     let loc = crate::registry_e2e::header(&h, "location").to_owned();
     let path = match loc.find("/v2/") {

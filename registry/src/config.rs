@@ -590,6 +590,45 @@ mod tests {
     use super::*;
 
     #[test]
+    fn proxy_rules_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let load = |text: &str| {
+            let p = dir.path().join("registry.toml");
+            std::fs::write(&p, text).unwrap();
+            ServeConfig::load_with_env(Some(&p), &|_| None)
+        };
+        let c = load(
+            "[[proxy]]\nprefix = \"central/\"\nupstreams = [\"http://127.0.0.1:5000/zones\", \"https://b.example\"]\n",
+        )
+        .unwrap();
+        assert_eq!(c.proxy.len(), 1);
+        assert_eq!(c.proxy[0].prefix, "central");
+        assert_eq!(c.proxy[0].upstreams.len(), 2);
+        assert_eq!(c.proxy[0].tag_ttl, Duration::from_secs(300));
+        for (text, key) in [
+            (
+                "[[proxy]]\nupstreams = [\"http://a.example\"]\n",
+                "proxy.prefix",
+            ),
+            ("[[proxy]]\nprefix = \"c\"\n", "proxy.upstreams"),
+            (
+                "[[proxy]]\nprefix = \"c\"\nupstreams = [\"a.example\"]\n",
+                "proxy.upstreams",
+            ),
+            (
+                "[[proxy]]\nprefix = \"c\"\nupstreams = [\"http://a.example\"]\n[[proxy]]\nprefix = \"c/d\"\nupstreams = [\"http://b.example\"]\n",
+                "proxy.prefix",
+            ),
+        ] {
+            let e = load(text).unwrap_err();
+            assert!(
+                matches!(&e, ConfigError::Setting { key: k, .. } if *k == key),
+                "{text}: {e:?}"
+            );
+        }
+    }
+
+    #[test]
     fn config_layers_file_then_env() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("r.toml");

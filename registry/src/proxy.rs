@@ -186,13 +186,8 @@ impl Proxy {
         }
         let h = resp.headers();
         let text = |k: &str| h.get(k).and_then(|v| v.to_str().ok()).map(str::to_owned);
-        let content_type = text("content-type").map(|c| {
-            c.split(';')
-                .next()
-                .unwrap_or_default()
-                .trim()
-                .to_owned()
-        });
+        let content_type =
+            text("content-type").map(|c| c.split(';').next().unwrap_or_default().trim().to_owned());
         let digest_header = text("docker-content-digest");
         let mut body = resp.bytes_stream();
         let mut buf = Vec::new();
@@ -247,9 +242,7 @@ impl Proxy {
             }
             Some(t)
         };
-        let fetched = self
-            .fetch_manifest(rule, &remote, reference, limit)
-            .await;
+        let fetched = self.fetch_manifest(rule, &remote, reference, limit).await;
         let (bytes, content_type, digest_header) = match fetched {
             Ok(Fetched::Found {
                 bytes,
@@ -297,8 +290,7 @@ impl Proxy {
                 got
             }
         };
-        let checked =
-            crate::handlers::manifests::check_document(&bytes, content_type.as_deref())?;
+        let checked = crate::handlers::manifests::check_document(&bytes, content_type.as_deref())?;
         repos.put_manifest_bytes(&digest, bytes.clone()).await?;
         let link = ManifestLink {
             media_type: checked.media_type.clone(),
@@ -380,9 +372,7 @@ impl Proxy {
         let me = Arc::clone(self);
         let (repos, name2, d2) = (repos.clone(), name.clone(), d.clone());
         tokio::spawn(async move {
-            let r = me
-                .store_blob(&repos, &name2, &d2, &url, resp, client)
-                .await;
+            let r = me.store_blob(&repos, &name2, &d2, &url, resp, client).await;
             me.finish(&d2, &done, r);
         });
         if !stream_to_caller || size.is_none() {
@@ -473,7 +463,9 @@ impl Proxy {
         }
         match &r {
             Ok(()) => tracing::info!(repository = %name, digest = %d, "blob cached from upstream"),
-            Err(e) => tracing::warn!(repository = %name, digest = %d, error = %e, "blob from upstream refused; not cached"),
+            Err(e) => {
+                tracing::warn!(repository = %name, digest = %d, error = %e, "blob from upstream refused; not cached")
+            }
         }
         r
     }
@@ -495,10 +487,7 @@ mod tests {
         let u = Upstream::parse("http://127.0.0.1:5000/zones/").unwrap();
         assert_eq!(u.base, "http://127.0.0.1:5000");
         assert_eq!(u.repository("apps/web"), "zones/apps/web");
-        assert_eq!(
-            Upstream::parse("https://reg.example").unwrap().prefix,
-            None
-        );
+        assert_eq!(Upstream::parse("https://reg.example").unwrap().prefix, None);
         for bad in ["reg.example", "ftp://x", "http://", "http://h/UPPER"] {
             assert!(Upstream::parse(bad).is_err(), "{bad}");
         }
