@@ -95,6 +95,9 @@ pub struct ProxyRule {
     pub tag_ttl: Duration,
 }
 
+/// How a blob fetch ended: `None` while it runs, then `Ok` or why it failed.
+type FetchEnd = Option<Result<(), String>>;
+
 /// The pull-through cache of one registry process.
 #[derive(Debug)]
 pub(crate) struct Proxy {
@@ -104,7 +107,7 @@ pub(crate) struct Proxy {
     checked: Mutex<HashMap<(String, String), Instant>>,
     /// Blob fetches under way, by digest: a receiver that turns `Some` when the fetch ended
     /// (`Ok` or the reason it failed).
-    inflight: Mutex<HashMap<Digest, tokio::sync::watch::Receiver<Option<Result<(), String>>>>>,
+    inflight: Mutex<HashMap<Digest, tokio::sync::watch::Receiver<FetchEnd>>>,
 }
 
 /// What an upstream answered for a manifest.
@@ -402,7 +405,7 @@ impl Proxy {
     fn finish(
         &self,
         d: &Digest,
-        done: &tokio::sync::watch::Sender<Option<Result<(), String>>>,
+        done: &tokio::sync::watch::Sender<FetchEnd>,
         r: Result<(), String>,
     ) {
         self.inflight.lock().expect("proxy fetches").remove(d);
