@@ -301,6 +301,21 @@ impl Proxy {
             subject: checked.subject.clone(),
         };
         repos.link_manifest(name, &digest, &link).await?;
+        if let Some(subject) = &checked.subject {
+            // Listed under its subject as a pushed referrer is.
+            let mut desc = serde_json::json!({
+                "mediaType": checked.media_type,
+                "digest": digest.as_str(),
+                "size": bytes.len(),
+            });
+            if let Some(t) = &checked.artifact_type {
+                desc["artifactType"] = serde_json::Value::String(t.clone());
+            }
+            if let Some(a) = &checked.annotations {
+                desc["annotations"] = a.clone();
+            }
+            repos.add_referrer(name, subject, &digest, desc).await?;
+        }
         if let Some(t) = &tag {
             repos.set_tag(name, t, &digest, &link).await?;
             self.checked.lock().expect("proxy tag checks").insert(
