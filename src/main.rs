@@ -23,6 +23,7 @@ mod runtime;
   rdctl lock image.toml && rdctl build image.toml --output ./image
   rdctl registry serve --listen 127.0.0.1:5000 --data ./registry-data
   rdctl push ./image:1.0 127.0.0.1:5000/zones/hello:1.0
+  rdctl sync central.example:5000/zones bundle:/media/usb/zones
   rdctl login -u alice registry.example:5000 && rdctl pull registry.example:5000/zones/hello:1.0 ./image
   rdctl worker run --once --config worker.toml
   rdctl validate --json ./image:1.0
@@ -31,11 +32,11 @@ mod runtime;
   rdctl verify --key cosign.pub --attestation spdxjson 127.0.0.1:5000/zones/hello:1.0
 
 Exit status (every command): 0 success; 1 the checked content is invalid or part of the work
-failed (validate, verify, ips list/info/contents/lint, worker run --once); 2 the command could not run
+failed (validate, verify, sync, ips list/info/contents/lint, worker run --once); 2 the command could not run
 (bad arguments, unreadable input, unreachable server), with `rdctl: what: why` on stderr.
---json (validate, build, lock, push, pull, copy, inspect, ls, tag, rm, sbom, search,
+--json (validate, build, lock, push, pull, copy, sync, inspect, ls, tag, rm, sbom, search,
 key generate, sign, verify, attest, registry gc, registry reindex, registry retention, registry usage,
-worker run, worker status)
+registry scrub, worker run, worker status)
 prints
 one JSON document on stdout instead of text (on failure {\"error\": {\"kind\", \"message\",
 \"exit_status\"}}); logs and messages stay on stderr."
@@ -59,6 +60,8 @@ enum Command {
     Pull(commands::transfer::PullArgs),
     /// Copy an image between layouts (oci:DIR[:TAG]) and registries.
     Copy(commands::transfer::CopyArgs),
+    /// Copy many images between registries and air-gap bundles (bundle:DIR).
+    Sync(commands::sync::SyncArgs),
     /// Show what is inside an image: config, layers and their packages, referrers.
     Inspect(commands::inspect::InspectArgs),
     /// List a registry's repositories, or a repository's or layout's tags.
@@ -129,6 +132,7 @@ impl Command {
             Command::Push(a) => a.common.json,
             Command::Pull(a) => a.common.json,
             Command::Copy(a) => a.common.json,
+            Command::Sync(a) => a.json,
             Command::Inspect(a) => a.json,
             Command::Ls(a) => a.json,
             Command::Tag(a) => a.json,
@@ -192,6 +196,7 @@ fn main() -> ExitCode {
         Command::Push(args) => commands::transfer::push(args),
         Command::Pull(args) => commands::transfer::pull(args),
         Command::Copy(args) => commands::transfer::copy(args),
+        Command::Sync(args) => commands::sync::run(args),
         Command::Inspect(args) => commands::inspect::inspect(args),
         Command::Ls(args) => commands::manage::ls(args),
         Command::Tag(args) => commands::manage::tag(args),

@@ -146,6 +146,20 @@ fn registry_toml_keys_match_operations_md() {
     let mut listed = documented(&doc, "### `registry.toml`");
     listed.extend(delegated(&doc, &listed, &code));
     assert_same("docs/operations.md registry.toml", listed, code);
+    let proxy = array_table_keys(
+        &|doc| {
+            let p = write(dir.path(), "registry.toml", doc);
+            registry::ServeConfig::load_with_env(Some(&p), &|_| None)
+                .err()
+                .map(|e| validator::error_chain(&e))
+        },
+        "proxy",
+    );
+    assert_same(
+        "docs/operations.md [[proxy]]",
+        documented(&doc, "### Pull-through cache (`[[proxy]]`)"),
+        proxy,
+    );
 }
 
 /// Keys of nested tables (`auth`, `tls.cert`, ...) that another document under docs/ covers:
@@ -234,7 +248,27 @@ fn worker_toml_and_zone_keys_match_operations_md() {
             .err()
             .map(|e| validator::error_chain(&e))
     });
+    let mirror_keys = array_table_keys(
+        &|doc| {
+            let p = write(
+                dir.path(),
+                "worker.toml",
+                &format!(
+                    "zones_dir = \"z\"\nstate_dir = \"s\"\n[provisioner]\nkind = \"dir\"\nbase = \"b\"\n{doc}"
+                ),
+            );
+            worker_runtime::WorkerConfig::load(&p)
+                .err()
+                .map(|e| validator::error_chain(&e))
+        },
+        "mirrors",
+    );
     let doc = read_doc("operations.md");
+    assert_same(
+        "docs/operations.md [[mirrors]]",
+        documented(&doc, "### Registry mirrors (`[[mirrors]]`)"),
+        mirror_keys,
+    );
     assert_same(
         "docs/operations.md worker.toml",
         documented(&doc, "### `worker.toml`"),
@@ -244,6 +278,36 @@ fn worker_toml_and_zone_keys_match_operations_md() {
         "docs/operations.md zone manifests",
         documented(&doc, "### Zone manifests (`<zones_dir>/<name>.toml`)"),
         zone,
+    );
+}
+
+/// The keys of the `[[name]]` tables a loader accepts, found by probing one such table.
+fn array_table_keys(load: &dyn Fn(&str) -> Option<String>, name: &str) -> BTreeSet<String> {
+    let fields = load(&format!("[[{name}]]\n{PROBE} = 1\n"))
+        .as_deref()
+        .and_then(expected_fields)
+        .unwrap_or_else(|| panic!("the loader did not refuse an unknown key in [[{name}]]"));
+    fields.into_iter().collect()
+}
+
+#[test]
+fn sync_file_keys_match_operations_md() {
+    let load = |doc: &str| {
+        config_toml::from_str::<registry_client::sync::SyncFile>(doc, &[])
+            .err()
+            .map(|e| e.to_string())
+    };
+    let mut keys = toml_keys(&load);
+    keys.extend(
+        array_table_keys(&load, "sync")
+            .into_iter()
+            .map(|k| format!("sync.{k}")),
+    );
+    let doc = read_doc("operations.md");
+    assert_same(
+        "docs/operations.md sync file",
+        documented(&doc, "### Sync file (`rdctl sync --config FILE`)"),
+        keys,
     );
 }
 

@@ -1,7 +1,7 @@
 //! A real TCP proxy in front of a registry that injects faults per request: an error status,
 //! a connection reset (RST, before the answer or in the middle of the body), a body cut
-//! short (clean close before Content-Length bytes), or a body held after N bytes until the
-//! test releases it. Every request is logged with its method, path, Range header and the
+//! short (clean close before Content-Length bytes), a body held after N bytes until the
+//! test releases it, or a body of the right length with every byte wrong. Every request is logged with its method, path, Range header and the
 //! body bytes passed on. One request per connection (`Connection: close` both ways), which
 //! is all a fault needs.
 
@@ -21,6 +21,9 @@ pub enum Fault {
     Truncate(u64),
     /// Pass this many body bytes, then wait until [`FaultProxy::release`].
     Hold(u64),
+    /// Pass the whole body with every byte changed (same length, wrong bytes: a lying
+    /// mirror or upstream).
+    Corrupt,
 }
 
 /// A fault for the requests whose path contains `path`, applied `times` times.
@@ -261,6 +264,11 @@ fn serve(
         }
         let room = usize::try_from(limit - sent).unwrap_or(usize::MAX);
         let n = pending.len().min(room);
+        if fault == Some(Fault::Corrupt) {
+            for b in &mut pending[..n] {
+                *b ^= 0x5a;
+            }
+        }
         client.write_all(&pending[..n])?;
         sent += n as u64;
         pending.drain(..n);

@@ -17,11 +17,11 @@ const SBOM_TYPE: &str = "application/spdx+json";
 const SIG_TYPE: &str = "application/vnd.example.signature.v1";
 
 /// The digests of an image with an SBOM referrer and a signature of the SBOM.
-struct Assembled {
-    layout: PathBuf,
-    image: String,
-    sbom: String,
-    signature: String,
+pub(crate) struct Assembled {
+    pub(crate) layout: PathBuf,
+    pub(crate) image: String,
+    pub(crate) sbom: String,
+    pub(crate) signature: String,
 }
 
 /// Writes an artifact manifest (empty config, one layer) with `subject` into the layout and
@@ -71,7 +71,7 @@ fn size_of(layout: &Path, digest: &str) -> usize {
         .len() as usize
 }
 
-fn assemble(dir: &Path) -> Assembled {
+pub(crate) fn assemble(dir: &Path) -> Assembled {
     let layout = umoci_image(dir, "has an sbom\n");
     let index: serde_json::Value =
         serde_json::from_slice(&fs::read(layout.join("index.json")).unwrap()).unwrap();
@@ -106,7 +106,7 @@ fn assemble(dir: &Path) -> Assembled {
 }
 
 /// Every referrer digest `oras discover` reports at all depths (JSON format).
-fn discover(target: &[&str]) -> Vec<(String, String)> {
+pub(crate) fn discover(target: &[&str]) -> Vec<(String, String)> {
     let out = ok(tool("oras")
         .args(["discover", "--format", "json"])
         .args(target));
@@ -129,7 +129,7 @@ fn discover(target: &[&str]) -> Vec<(String, String)> {
     found
 }
 
-fn expected(a: &Assembled) -> Vec<(String, String)> {
+pub(crate) fn expected(a: &Assembled) -> Vec<(String, String)> {
     let mut v = vec![
         (a.sbom.clone(), SBOM_TYPE.to_owned()),
         (a.signature.clone(), SIG_TYPE.to_owned()),

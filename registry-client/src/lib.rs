@@ -30,6 +30,8 @@
 //! - [`signatures`]: cosign signatures and attestations pushed to and read from registries
 //!   and layouts, verified with the `trust` crate ([`signatures::fetch_evidence`]).
 //! - [`transfer`]: the one copy path between OCI layouts and registries, referrers included.
+//! - [`sync`]: many images at once over that copy path (`rdctl sync`): registry to registry,
+//!   to and from air-gap bundles, with repository and tag globs.
 //!
 //! Invariants: no server code (no axum) and no runtime of its own: every operation is async
 //! and runs on the caller's runtime. Among workspace crates it depends only on `validator` and `trust` (pure, no I/O).
@@ -51,6 +53,7 @@ mod reference;
 mod referrers;
 mod session;
 pub mod signatures;
+pub mod sync;
 pub mod transfer;
 mod transport;
 

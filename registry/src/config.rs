@@ -41,6 +41,8 @@ pub struct RegistryConfig {
     pub governance: Arc<Governance>,
     /// Event webhooks (`[notifications]`; default: no endpoints, no events).
     pub notifications: NotificationsConfig,
+    /// Pull-through rules (`[[proxy]]`); none by default.
+    pub proxy: Vec<crate::proxy::ProxyRule>,
 }
 
 impl Default for RegistryConfig {
@@ -54,6 +56,7 @@ impl Default for RegistryConfig {
             ui_enabled: true,
             governance: Arc::default(),
             notifications: NotificationsConfig::default(),
+            proxy: Vec::new(),
         }
     }
 }
@@ -178,6 +181,8 @@ pub struct ServeConfig {
     pub notifications: NotificationsConfig,
     /// Scrub: the schedule in the serving process and its rate (`[scrub]`).
     pub scrub: ScrubSchedule,
+    /// Pull-through rules (`[[proxy]]`; default: none).
+    pub proxy: Vec<crate::proxy::ProxyRule>,
 }
 
 /// The `[scrub]` table: when the serving process scrubs and how fast. Its rate is also the
@@ -227,6 +232,7 @@ impl Default for ServeConfig {
             pull_flush_interval: Duration::from_secs(60),
             notifications: NotificationsConfig::default(),
             scrub: ScrubSchedule::default(),
+            proxy: Vec::new(),
         }
     }
 }
@@ -274,6 +280,7 @@ struct FileConfig {
     #[serde(default)]
     retention: Vec<crate::governance::retention::FileRetention>,
     pulls: Option<FilePulls>,
+    proxy: Option<Vec<FileProxy>>,
 }
 
 /// The `[pulls]` table of the TOML file.
@@ -281,6 +288,15 @@ struct FileConfig {
 #[serde(deny_unknown_fields)]
 struct FilePulls {
     flush_interval: Option<String>,
+}
+
+/// A `[[proxy]]` table of the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileProxy {
+    prefix: Option<String>,
+    upstreams: Option<Vec<String>>,
+    tag_ttl_secs: Option<u64>,
 }
 
 /// The `[ui]` table of the TOML file.
@@ -407,6 +423,9 @@ impl ServeConfig {
                     reason,
                 })?;
             }
+            if let Some(p) = f.proxy.take() {
+                c.apply_proxy(p, path)?;
+            }
             if let Some(enabled) = f.ui.take().and_then(|u| u.enabled) {
                 c.ui_enabled = enabled;
             }
@@ -515,6 +534,49 @@ impl ServeConfig {
             key: t.key.ok_or_else(|| missing("tls.key"))?,
             client_ca: t.client_ca,
         });
+        Ok(())
+    }
+
+    fn apply_proxy(&mut self, rules: Vec<FileProxy>, path: &Path) -> Result<(), ConfigError> {
+        let bad = |key, reason: String| ConfigError::Setting {
+            path: path.to_owned(),
+            key,
+            reason,
+        };
+        for (i, r) in rules.into_iter().enumerate() {
+            let prefix = r
+                .prefix
+                .ok_or_else(|| bad("proxy.prefix", format!("[[proxy]] {i} needs a prefix")))?;
+            let prefix = prefix.trim_matches('/').to_owned();
+            validator::Name::parse(&prefix)
+                .map_err(|e| bad("proxy.prefix", format!("{prefix:?}: {e}")))?;
+            if self.proxy.iter().any(|p| {
+                p.prefix == prefix
+                    || p.prefix.starts_with(&format!("{prefix}/"))
+                    || prefix.starts_with(&format!("{}/", p.prefix))
+            }) {
+                return Err(bad(
+                    "proxy.prefix",
+                    format!("{prefix:?} overlaps another [[proxy]] prefix"),
+                ));
+            }
+            let upstreams = r.upstreams.unwrap_or_default();
+            if upstreams.is_empty() {
+                return Err(bad(
+                    "proxy.upstreams",
+                    format!("[[proxy]] {prefix:?} needs at least one upstream"),
+                ));
+            }
+            let upstreams = upstreams
+                .iter()
+                .map(|u| crate::proxy::Upstream::parse(u).map_err(|e| bad("proxy.upstreams", e)))
+                .collect::<Result<Vec<_>, _>>()?;
+            self.proxy.push(crate::proxy::ProxyRule {
+                prefix,
+                upstreams,
+                tag_ttl: Duration::from_secs(r.tag_ttl_secs.unwrap_or(300)),
+            });
+        }
         Ok(())
     }
 
@@ -654,6 +716,45 @@ impl ServeConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn proxy_rules_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let load = |text: &str| {
+            let p = dir.path().join("registry.toml");
+            std::fs::write(&p, text).unwrap();
+            ServeConfig::load_with_env(Some(&p), &|_| None)
+        };
+        let c = load(
+            "[[proxy]]\nprefix = \"central/\"\nupstreams = [\"http://127.0.0.1:5000/zones\", \"https://b.example\"]\n",
+        )
+        .unwrap();
+        assert_eq!(c.proxy.len(), 1);
+        assert_eq!(c.proxy[0].prefix, "central");
+        assert_eq!(c.proxy[0].upstreams.len(), 2);
+        assert_eq!(c.proxy[0].tag_ttl, Duration::from_secs(300));
+        for (text, key) in [
+            (
+                "[[proxy]]\nupstreams = [\"http://a.example\"]\n",
+                "proxy.prefix",
+            ),
+            ("[[proxy]]\nprefix = \"c\"\n", "proxy.upstreams"),
+            (
+                "[[proxy]]\nprefix = \"c\"\nupstreams = [\"a.example\"]\n",
+                "proxy.upstreams",
+            ),
+            (
+                "[[proxy]]\nprefix = \"c\"\nupstreams = [\"http://a.example\"]\n[[proxy]]\nprefix = \"c/d\"\nupstreams = [\"http://b.example\"]\n",
+                "proxy.prefix",
+            ),
+        ] {
+            let e = load(text).unwrap_err();
+            assert!(
+                matches!(&e, ConfigError::Setting { key: k, .. } if *k == key),
+                "{text}: {e:?}"
+            );
+        }
+    }
 
     #[test]
     fn config_layers_file_then_env() {

@@ -34,6 +34,9 @@
 //! - [`governance`]: `[[immutable]]` tags, `[[quota]]` limits (usage documents in the store,
 //!   [`governance::quota::report`] behind `rdctl registry usage`) and `[[retention]]` policies
 //!   ([`AppState::apply_retention`] behind `rdctl registry retention` and the gc schedule).
+//! - [`proxy`]: pull-through caching (`[[proxy]]`): repositories under a prefix filled on
+//!   demand from upstreams tried in order, every byte verified before it becomes visible, one
+//!   upstream fetch per blob however many requests wait for it.
 //! - `ui`: the web pages at `/ui/` (`[ui] enabled`): repositories, tags, images and the
 //!   package search as server-rendered HTML, showing only what the caller may pull.
 //!
@@ -43,7 +46,8 @@
 //!
 //! Invariants: a blob key holds only bytes whose digest equals the key; nothing can be read
 //! before commit; all registry state lives in the store (the rate limiter's buckets are a
-//! limit, not state); with `[auth]`, no handler runs before the caller was authorised. It
+//! limit, not state; the pull-through's revalidation times and in-flight fetches only decide
+//! when to ask an upstream); with `[auth]`, no handler runs before the caller was authorised. It
 //! depends only on `validator` among workspace crates.
 #![deny(missing_docs)]
 
@@ -58,6 +62,7 @@ mod handlers;
 pub mod metrics;
 mod middleware;
 pub mod pkgindex;
+pub mod proxy;
 pub mod ratelimit;
 mod repo;
 pub mod router;

@@ -206,6 +206,7 @@ pub async fn serve(
             ui_enabled: config.ui_enabled,
             governance: Arc::new(config.governance.clone()),
             notifications,
+            proxy: config.proxy.clone(),
         },
     );
     let addr = listener.local_addr().map_err(ServeError::Serve)?;

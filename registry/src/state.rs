@@ -28,6 +28,8 @@ pub(crate) struct App {
     pub pulls: crate::governance::retention::PullRecorder,
     /// Event outbox and delivery (`[notifications]`).
     pub events: Arc<Notifier>,
+    /// The pull-through cache, when `[[proxy]]` rules are set.
+    pub proxy: Option<Arc<crate::proxy::Proxy>>,
 }
 
 impl AppState {
@@ -46,6 +48,7 @@ impl AppState {
             events,
             limiter: config.rate_limit.map(Limiter::new),
             pulls: Default::default(),
+            proxy: crate::proxy::Proxy::new(config.proxy.clone()),
             config,
             metrics,
         }))

@@ -10,6 +10,7 @@ pub mod manage;
 pub mod meta;
 pub mod registry;
 pub mod search;
+pub mod sync;
 pub mod transfer;
 pub mod trust;
 pub mod validate;

@@ -23,6 +23,11 @@
 //! policy = "policy.toml"             # optional: admission policy (trust's format); without
 //!                                    # it every image whose digests verify is accepted
 //!
+//! [[mirrors]]                        # optional, repeatable: registries tried before an origin
+//! registry = "central.example:5000"  # the origin host, as zone manifests write it
+//! endpoints = ["site.example:5000/central", "backup.example:5000"]  # HOST[:PORT][/PREFIX], in order
+//! resolve_tags = true                # mirrors may resolve tags (default); false: tags at the origin
+//!
 //! [provisioner]
 //! kind = "dir"                       # or "illumos" (only on illumos)
 //! base = "/var/lib/rdctl/zones"      # zonepaths go here
@@ -75,6 +80,8 @@ pub struct WorkerConfig {
     pub gc_grace: Duration,
     /// Where `rdctl worker run` serves `GET /metrics`, if anywhere.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Registry mirrors, tried in order before each origin.
+    pub mirrors: crate::mirrors::Mirrors,
     /// The admission policy file (`trust::Policy`), if any; loaded by [`crate::Worker::new`]
     /// and again on [`crate::Worker::reload_policy`].
     pub policy: Option<PathBuf>,
@@ -199,7 +206,17 @@ struct FileConfig {
     gc_grace_secs: Option<u64>,
     metrics_listen: Option<String>,
     policy: Option<PathBuf>,
+    #[serde(default)]
+    mirrors: Vec<FileMirror>,
     provisioner: FileProvisioner,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileMirror {
+    registry: String,
+    endpoints: Vec<String>,
+    resolve_tags: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -315,7 +332,43 @@ impl WorkerConfig {
                 )
             })?),
         };
+        let mut mirrors = Vec::new();
+        for (i, m) in f.mirrors.into_iter().enumerate() {
+            if m.registry.starts_with('.') || !registry_client::looks_like_host(&m.registry) {
+                return Err(value(
+                    "mirrors.registry",
+                    format!(
+                        "mirrors[{i}]: {:?} is not a registry host (HOST[:PORT])",
+                        m.registry
+                    ),
+                ));
+            }
+            if m.endpoints.is_empty() {
+                return Err(value(
+                    "mirrors.endpoints",
+                    format!("mirrors[{i}] ({}): no endpoints", m.registry),
+                ));
+            }
+            let endpoints = m
+                .endpoints
+                .iter()
+                .map(|e| {
+                    crate::mirrors::MirrorEndpoint::parse(e).map_err(|reason| {
+                        value(
+                            "mirrors.endpoints",
+                            format!("mirrors[{i}] ({}): {reason}", m.registry),
+                        )
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            mirrors.push(crate::mirrors::Mirror {
+                registry: m.registry,
+                endpoints,
+                resolve_tags: m.resolve_tags.unwrap_or(true),
+            });
+        }
         Ok(WorkerConfig {
+            mirrors: crate::mirrors::Mirrors(mirrors),
             metrics_listen,
             policy: f.policy.map(abs),
             zones_dir: abs(f.zones_dir),

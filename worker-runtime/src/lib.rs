@@ -11,7 +11,8 @@
 //! - [`ContentStore`]: content-addressed blobs shared by all zones; a blob becomes visible
 //!   only after its size and digest verified (temporary file, then rename).
 //! - [`pull()`]: reference → manifest (from an index by platform and `os.version`) → config →
-//!   layers, through `registry_client`.
+//!   layers, through `registry_client`; [`Mirrors`] (`[[mirrors]]` in worker.toml) are tried
+//!   in order before the origin, every byte verified whichever registry served it.
 //! - [`build_root`] and [`VerifiedRoot`]: layers applied with [`apply_layer`] (in-root path
 //!   resolution, whiteouts, limits) into staging, every DiffID compared; `VerifiedRoot` has no
 //!   public constructor.
@@ -32,6 +33,7 @@
 mod admission;
 mod config;
 pub mod metrics;
+mod mirrors;
 pub mod owner;
 mod packages;
 pub mod provision;
@@ -47,6 +49,9 @@ pub use admission::{Admission, AdmissionError, Denial, check as check_admission}
 pub use config::{
     ConfigError, ProvisionerConfig, PullPolicy, ResourceLimits, WorkerConfig, ZoneLoadError,
     ZoneSpec, load_zone, load_zones, valid_name,
+};
+pub use mirrors::{
+    Mirror, MirrorEndpoint, Mirrors, Source as MirrorSource, Sources as PullSources,
 };
 pub use packages::{ZonePackages, zone_packages};
 pub use provision::{

@@ -1,5 +1,10 @@
 //! Pull: reference → manifest (picked from an index by platform) → config → layer blobs, all
 //! into the content store, each verified by digest and size before anything parses it.
+//!
+//! Every request goes to the reference's [`Mirrors`] first, in order, then to the origin: a
+//! source that fails (down, missing, wrong bytes) is logged and the next one tried, and the
+//! origin's error is the one returned when every source failed. A mirror that was down or
+//! served bytes that did not verify is not asked again during the same pull.
 
 use registry_client::{Client, ClientError, Reference};
 use validator::{
@@ -7,6 +12,7 @@ use validator::{
     check_document,
 };
 
+use crate::mirrors::Sources;
 use crate::store::{ContentStore, StoreError};
 use crate::verify::PulledImage;
 
@@ -157,32 +163,75 @@ fn findings(report: &validator::Report) -> String {
         .join("; ")
 }
 
-/// Resolves a reference to the digest of what it names (an index or a manifest).
-pub async fn resolve(client: &Client, reference: &Reference) -> Result<Digest, PullError> {
+/// Resolves a reference to the digest of what it names (an index or a manifest): at the
+/// first mirror allowed to resolve tags that answers, else at the origin.
+pub async fn resolve(
+    client: &Client,
+    sources: &Sources,
+    reference: &Reference,
+) -> Result<Digest, PullError> {
     if let Some(d) = reference.digest() {
         return Ok(d.clone());
     }
-    let desc = client
-        .resolve(reference)
-        .await
-        .map_err(registry_err(reference.to_string()))?;
-    Ok(desc.digest)
+    let mut last = None;
+    for (i, source) in sources.usable().filter(|(_, s)| s.resolves_tags) {
+        match client.resolve(&source.reference).await {
+            Ok(desc) => {
+                if source.mirror {
+                    tracing::debug!(%reference, mirror = %source.reference, digest = %desc.digest, "tag resolved at a mirror");
+                }
+                return Ok(desc.digest);
+            }
+            Err(e) => {
+                if source.mirror {
+                    tracing::warn!(%reference, mirror = %source.reference, error = %validator::error_chain(&e), "mirror could not resolve the tag; trying the next source");
+                    if e.kind() == registry_client::ErrorKind::Transient {
+                        sources.set_aside(i);
+                    }
+                }
+                last = Some(registry_err(source.reference.to_string())(e));
+            }
+        }
+    }
+    Err(last.expect("the origin is always a source"))
 }
 
-/// Fetches the document `digest` names and checks it; stores it verified.
+/// Fetches the document `digest` names from the first source that serves it verified, and
+/// checks it; stores it verified.
 async fn document(
     client: &Client,
     store: &ContentStore,
-    reference: &Reference,
+    sources: &Sources,
     digest: &Digest,
     kind: Option<DocumentKind>,
     declared_size: Option<u64>,
 ) -> Result<Document, PullError> {
-    let r = reference.with_digest(digest.clone());
-    let (desc, bytes) = client
-        .get_manifest(&r)
-        .await
-        .map_err(registry_err(r.to_string()))?;
+    let mut last = None;
+    let mut fetched = None;
+    for (i, source) in sources.usable() {
+        let r = source.reference.with_digest(digest.clone());
+        match client.get_manifest(&r).await {
+            Ok(v) => {
+                fetched = Some((r, v));
+                break;
+            }
+            Err(e) => {
+                if source.mirror {
+                    tracing::warn!(manifest = %r, error = %validator::error_chain(&e), "mirror failed; trying the next source");
+                    if matches!(
+                        e.kind(),
+                        registry_client::ErrorKind::Transient | registry_client::ErrorKind::Verify
+                    ) {
+                        sources.set_aside(i);
+                    }
+                }
+                last = Some(registry_err(r.to_string())(e));
+            }
+        }
+    }
+    let Some((r, (desc, bytes))) = fetched else {
+        return Err(last.expect("the origin is always a source"));
+    };
     if let Some(size) = declared_size
         && size != bytes.len() as u64
     {
@@ -203,17 +252,54 @@ async fn document(
     })
 }
 
+/// Fetches a blob into the store from the first source that serves it verified. A download
+/// cut short keeps its partial file, which the next source continues; if that continuation
+/// then fails verification (the cut source may have sent wrong bytes), the next source is
+/// asked once more from the start.
+async fn fetch_blob(
+    client: &Client,
+    store: &ContentStore,
+    sources: &Sources,
+    digest: &Digest,
+    size: u64,
+) -> Result<(), PullError> {
+    let mut last = None;
+    let mut partial_left = false;
+    for (i, source) in sources.usable() {
+        let (registry, name) = (source.reference.registry(), source.reference.name());
+        let mut result = store.fetch(client, registry, name, digest, size).await;
+        if partial_left && matches!(result, Err(StoreError::Verify { .. })) {
+            result = store.fetch(client, registry, name, digest, size).await;
+        }
+        match result {
+            Ok(_) => return Ok(()),
+            Err(e) => {
+                partial_left = matches!(e, StoreError::Download { .. });
+                if source.mirror {
+                    tracing::warn!(%digest, mirror = %source.reference, error = %validator::error_chain(&e), "mirror failed; trying the next source");
+                    let not_found = matches!(&e, StoreError::Fetch { source, .. } if source.kind() == registry_client::ErrorKind::NotFound);
+                    if !not_found {
+                        sources.set_aside(i);
+                    }
+                }
+                last = Some(e);
+            }
+        }
+    }
+    Err(last.expect("the origin is always a source").into())
+}
+
 /// Pulls the image `digest` (an index or a manifest) into the store: picks this host's
 /// manifest from an index, then fetches and checks the config and fetches every layer.
 pub async fn pull(
     client: &Client,
     store: &ContentStore,
-    reference: &Reference,
+    sources: &Sources,
     digest: &Digest,
     host: &HostPlatform,
 ) -> Result<PulledImage, PullError> {
     let (manifest_digest, manifest) =
-        match document(client, store, reference, digest, None, None).await? {
+        match document(client, store, sources, digest, None, None).await? {
             Document::Manifest(m) => (digest.clone(), *m),
             Document::Index(index) => {
                 let pick = index
@@ -233,7 +319,7 @@ pub async fn pull(
                 match document(
                     client,
                     store,
-                    reference,
+                    sources,
                     &pick.digest,
                     Some(DocumentKind::Manifest),
                     Some(pick.size),
@@ -261,11 +347,8 @@ pub async fn pull(
             });
         }
     }
-    let (registry, name) = (reference.registry(), reference.name());
     let cfg = manifest.config.clone();
-    store
-        .fetch(client, registry, name, &cfg.digest, cfg.size)
-        .await?;
+    fetch_blob(client, store, sources, &cfg.digest, cfg.size).await?;
     let bytes = store.read_small(&cfg.digest, MAX_CONFIG_SIZE as u64)?;
     let (report, config) = check_config(
         &bytes,
@@ -286,9 +369,7 @@ pub async fn pull(
     }
     // Layers never come from descriptor `urls` (CVE-2020-15157): only from the registry.
     for layer in &manifest.layers {
-        store
-            .fetch(client, registry, name, &layer.digest, layer.size)
-            .await?;
+        fetch_blob(client, store, sources, &layer.digest, layer.size).await?;
     }
     Ok(PulledImage {
         manifest_digest,

@@ -532,11 +532,14 @@ impl Worker {
         {
             return Ok((Outcome::Unchanged, d.clone(), None));
         }
+        let sources = self.config.mirrors.for_pull(&spec.image);
         // A reference that does not resolve is a failed pull too.
-        let desired = resolve(&self.client, &spec.image).await.map_err(|e| {
-            self.metrics.pull(false);
-            (e.into(), None)
-        })?;
+        let desired = resolve(&self.client, &sources, &spec.image)
+            .await
+            .map_err(|e| {
+                self.metrics.pull(false);
+                (e.into(), None)
+            })?;
         if current.is_some() && prev.current_digest.as_ref() == Some(&desired) {
             return Ok((Outcome::Unchanged, desired, None));
         }
@@ -546,7 +549,7 @@ impl Worker {
             .await
             .map_err(|e| fail(e.into()))?;
         let t = std::time::Instant::now();
-        let image = pull(&self.client, &self.store, &spec.image, &desired, &self.host).await;
+        let image = pull(&self.client, &self.store, &sources, &desired, &self.host).await;
         self.metrics.pull(image.is_ok());
         let took_ms = t.elapsed().as_secs_f64() * 1e3;
         tracing::info!(zone = %spec.name, %desired, took_ms, ok = image.is_ok(), "pull done");

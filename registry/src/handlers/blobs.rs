@@ -60,8 +60,22 @@ pub(crate) async fn get(req: Req, digest: &str) -> ApiResult<Response> {
     let name = req.name().clone();
     let repos = &req.state.app().repos;
     let unknown = || ApiError::new(Code::BlobUnknown, format!("blob {d} is not in {name}"));
-    let Some(linked_size) = repos.blob_linked(&name, &d).await? else {
-        return Err(unknown());
+    let linked_size = match repos.blob_linked(&name, &d).await? {
+        Some(size) => size,
+        None => {
+            let Some(proxy) = &req.state.app().proxy else {
+                return Err(unknown());
+            };
+            // A proxied repository fetches it: the first whole GET streams it, the rest wait.
+            let whole_get = !req.head && req.header("range").is_none();
+            if let Some(r) = proxy.blob(repos, &name, &d, whole_get).await? {
+                return Ok(r);
+            }
+            match repos.blob_linked(&name, &d).await? {
+                Some(size) => size,
+                None => return Err(unknown()),
+            }
+        }
     };
     let Some(meta) = repos.blob_stat(&d).await? else {
         return Err(unknown());

@@ -53,8 +53,13 @@ fn parse_reference(s: &str) -> ApiResult<Reference> {
 /// GET or HEAD a manifest by tag or digest.
 pub(crate) async fn get(req: Req, reference: &str) -> ApiResult<Response> {
     let name = req.name().clone();
+    let raw = reference;
     let reference = parse_lookup(reference)?;
     let repos = &req.state.app().repos;
+    if let Some(proxy) = &req.state.app().proxy {
+        let limit = req.state.app().config.max_manifest_bytes;
+        proxy.ensure_manifest(repos, &name, raw, limit).await?;
+    }
     let unknown = || ApiError::new(Code::ManifestUnknown, format!("manifest unknown in {name}"));
     // Two store reads for a GET either way: the tag index (which carries the media type and
     // size) or the manifest link, then the bytes.

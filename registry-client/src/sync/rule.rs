@@ -1,0 +1,276 @@
+//! What a sync selects: endpoints, rules (from the command line or a sync file) and globs.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use validator::{Platform, Tag};
+
+use super::SyncError;
+use super::bundle::bundle_layout_dir;
+use crate::Reference;
+use crate::transfer::{ImageRef, LayoutRef};
+
+/// One side of a sync.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// A registry, maybe narrowed to the repositories under a prefix: `HOST[:PORT][/PREFIX]`.
+    Registry {
+        /// `HOST[:PORT]`.
+        host: String,
+        /// Repository path prefix (no leading or trailing `/`), if any.
+        prefix: Option<String>,
+    },
+    /// An air-gap bundle directory: `bundle:DIR`.
+    Bundle(PathBuf),
+}
+
+impl Endpoint {
+    /// Parses `bundle:DIR` or `[docker://]HOST[:PORT][/PREFIX]`.
+    pub fn parse(input: &str) -> Result<Endpoint, SyncError> {
+        let bad = |reason: &str| SyncError::BadEndpoint {
+            input: input.chars().take(300).collect(),
+            reason: reason.to_owned(),
+        };
+        if let Some(dir) = input.strip_prefix("bundle:") {
+            if dir.is_empty() {
+                return Err(bad("no bundle directory after bundle:"));
+            }
+            return Ok(Endpoint::Bundle(PathBuf::from(dir)));
+        }
+        let s = input.strip_prefix("docker://").unwrap_or(input);
+        let s = s.trim_end_matches('/');
+        let (host, prefix) = match s.split_once('/') {
+            Some((h, p)) => (h, Some(p)),
+            None => (s, None),
+        };
+        if host.starts_with('.') || !crate::looks_like_host(host) {
+            return Err(bad(&format!(
+                "{host:?} is not a registry host (a host has a '.' or a ':port', or is localhost); a bundle is written bundle:DIR"
+            )));
+        }
+        if let Some(p) = prefix {
+            validator::Name::parse(p).map_err(|e| bad(&format!("prefix {p:?}: {e}")))?;
+        }
+        Ok(Endpoint::Registry {
+            host: host.to_owned(),
+            prefix: prefix.map(str::to_owned),
+        })
+    }
+
+    /// The full repository name of `relative` at this endpoint.
+    pub(super) fn repository(&self, relative: &str) -> String {
+        match self {
+            Endpoint::Registry {
+                prefix: Some(p), ..
+            } => format!("{p}/{relative}"),
+            _ => relative.to_owned(),
+        }
+    }
+
+    /// Where the image `repository:tag` (a full name at this endpoint) is, for the copy path.
+    pub(super) fn image(&self, repository: &str, tag: &Tag) -> Result<ImageRef, SyncError> {
+        match self {
+            Endpoint::Registry { host, .. } => {
+                let r = Reference::parse(&format!("{host}/{repository}:{tag}")).map_err(|e| {
+                    SyncError::BadEndpoint {
+                        input: format!("{host}/{repository}"),
+                        reason: e.reason,
+                    }
+                })?;
+                Ok(ImageRef::Registry(r))
+            }
+            Endpoint::Bundle(dir) => Ok(ImageRef::Layout(LayoutRef {
+                dir: bundle_layout_dir(dir, repository),
+                tag: Some(tag.clone()),
+                digest: None,
+            })),
+        }
+    }
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Endpoint::Registry { host, prefix } => {
+                write!(f, "{host}")?;
+                if let Some(p) = prefix {
+                    write!(f, "/{p}")?;
+                }
+                Ok(())
+            }
+            Endpoint::Bundle(d) => write!(f, "bundle:{}", d.display()),
+        }
+    }
+}
+
+/// What to copy from one source to one destination: one `[[sync]]` table of a sync file, or
+/// the arguments of `rdctl sync SRC DST`.
+#[derive(Debug, Clone)]
+pub struct SyncRule {
+    /// Where the images are.
+    pub from: Endpoint,
+    /// Where they go; a repository keeps its name relative to `from`'s prefix, under `to`'s.
+    pub to: Endpoint,
+    /// Repository globs relative to `from`'s prefix (empty: every repository).
+    pub repositories: Vec<String>,
+    /// Tag globs (empty: every tag).
+    pub tags: Vec<String>,
+    /// Copy only this platform's manifest out of an index.
+    pub platform: Option<Platform>,
+    /// Copy referrers and cosign's tags too.
+    pub referrers: bool,
+}
+
+/// The sync file: `[[sync]]` tables (see the crate's docs/operations.md for every key).
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SyncFile {
+    /// Images copied at once (default [`DEFAULT_CONCURRENCY`]).
+    #[serde(default)]
+    pub concurrency: Option<usize>,
+    /// The rules.
+    #[serde(default)]
+    pub sync: Vec<SyncFileRule>,
+}
+
+/// One `[[sync]]` table as written.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SyncFileRule {
+    /// The source endpoint (`HOST[:PORT][/PREFIX]` or `bundle:DIR`).
+    pub from: String,
+    /// The destination endpoint.
+    pub to: String,
+    /// Repository globs.
+    #[serde(default)]
+    pub repositories: Vec<String>,
+    /// Tag globs.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// `os/arch[/variant]`.
+    #[serde(default)]
+    pub platform: Option<String>,
+    /// Copy referrers (default true).
+    #[serde(default = "yes")]
+    pub referrers: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl SyncFileRule {
+    /// The checked rule; errors name the `[[sync]]` entry's field.
+    pub fn rule(&self) -> Result<SyncRule, SyncError> {
+        let platform = match &self.platform {
+            Some(p) => Some(Platform::parse(p).ok_or_else(|| SyncError::BadRule {
+                field: "platform",
+                reason: format!("{p:?} is not os/arch[/variant]"),
+            })?),
+            None => None,
+        };
+        SyncRule::new(
+            Endpoint::parse(&self.from)?,
+            Endpoint::parse(&self.to)?,
+            self.repositories.clone(),
+            self.tags.clone(),
+            platform,
+            self.referrers,
+        )
+    }
+}
+
+impl SyncRule {
+    /// Checks a rule: the globs parse, a bundle is not copied to itself.
+    pub fn new(
+        from: Endpoint,
+        to: Endpoint,
+        repositories: Vec<String>,
+        tags: Vec<String>,
+        platform: Option<Platform>,
+        referrers: bool,
+    ) -> Result<SyncRule, SyncError> {
+        for r in &repositories {
+            check_glob(r, "repositories")?;
+        }
+        for t in &tags {
+            check_glob(t, "tags")?;
+        }
+        if from == to {
+            return Err(SyncError::BadRule {
+                field: "to",
+                reason: format!("{to} is also the source"),
+            });
+        }
+        Ok(SyncRule {
+            from,
+            to,
+            repositories,
+            tags,
+            platform,
+            referrers,
+        })
+    }
+
+    pub(super) fn wants_repository(&self, relative: &str) -> bool {
+        self.repositories.is_empty()
+            || self
+                .repositories
+                .iter()
+                .any(|g| glob_match(g.as_bytes(), relative.as_bytes(), true))
+    }
+
+    pub(super) fn wants_tag(&self, tag: &str) -> bool {
+        crate::manage::tag_name_kind(tag).is_none()
+            && (self.tags.is_empty()
+                || self
+                    .tags
+                    .iter()
+                    .any(|g| glob_match(g.as_bytes(), tag.as_bytes(), false)))
+    }
+}
+
+fn check_glob(g: &str, field: &'static str) -> Result<(), SyncError> {
+    if g.is_empty() || g.starts_with('/') || g.ends_with('/') || g.contains(char::is_whitespace) {
+        return Err(SyncError::BadRule {
+            field,
+            reason: format!("{g:?} is not a glob (no spaces, no leading or trailing '/')"),
+        });
+    }
+    Ok(())
+}
+
+/// Matches a glob: `?` one byte, `*` any run; with `segments`, `*` and `?` never match `/`
+/// and `**` matches any run including `/` (and `**/` also matches nothing).
+pub fn glob_match(pat: &[u8], text: &[u8], segments: bool) -> bool {
+    match pat.first() {
+        None => text.is_empty(),
+        Some(b'*') if segments && pat.get(1) == Some(&b'*') => {
+            let rest = &pat[2..];
+            if let Some(after) = rest.strip_prefix(b"/")
+                && glob_match(after, text, segments)
+            {
+                return true;
+            }
+            (0..=text.len()).any(|i| glob_match(rest, &text[i..], segments))
+        }
+        Some(b'*') => {
+            let rest = &pat[1..];
+            for i in 0..=text.len() {
+                if glob_match(rest, &text[i..], segments) {
+                    return true;
+                }
+                if segments && text.get(i) == Some(&b'/') {
+                    return false;
+                }
+            }
+            false
+        }
+        Some(b'?') => match text.first() {
+            Some(b'/') if segments => false,
+            Some(_) => glob_match(&pat[1..], &text[1..], segments),
+            None => false,
+        },
+        Some(c) => text.first() == Some(c) && glob_match(&pat[1..], &text[1..], segments),
+    }
+}

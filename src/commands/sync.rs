@@ -1,0 +1,288 @@
+//! `rdctl sync`: copy many images between registries and air-gap bundles with
+//! `registry_client::sync::run`.
+
+use std::io::{IsTerminal as _, Write as _};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use registry_client::sync::{
+    DEFAULT_CONCURRENCY, Endpoint, Event, SyncFile, SyncOptions, SyncReport, SyncRule,
+};
+use validator::Platform;
+
+use super::client::ClientArgs;
+
+/// Arguments of `rdctl sync`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:
+  rdctl sync central.example:5000/zones site.example:5000/zones
+  rdctl sync --repo 'base' --repo 'tools/*' --tag '1.*' central.example:5000 bundle:/media/usb/zones
+  rdctl sync bundle:/media/usb/zones 127.0.0.1:5000/mirror
+  rdctl sync --config sync.toml --dry-run --json
+
+SRC and DST are registries, HOST[:PORT][/PREFIX] (repositories under PREFIX, named relative to
+it; the destination puts them under its own PREFIX), or air-gap bundles, bundle:DIR (one OCI
+layout per repository under DIR/repos, and DIR/bundle.json listing every image with its digest
+and referrers). Repository globs: * and ? within one path segment, ** across; without --repo
+every repository of the catalog under the prefix. Tag globs: * and ?; without --tag every tag.
+Referrer tags (sha256-<hex>, cosign's .sig/.att/.sbom) travel with their image. Every document
+and blob is verified; blobs the destination has are skipped, so a rerun copies only what is
+missing. Exit status: 0 everything copied, 1 some images or rules failed (listed), 2 could not
+run.")]
+pub struct SyncArgs {
+    /// The source: `HOST[:PORT][/PREFIX]` or `bundle:DIR` (not with --config).
+    #[arg(required_unless_present = "config", requires = "destination")]
+    pub source: Option<String>,
+    /// The destination, in the same forms.
+    #[arg(conflicts_with = "config")]
+    pub destination: Option<String>,
+    /// A TOML file of [[sync]] tables (from, to, repositories, tags, platform, referrers) and
+    /// an optional top-level concurrency.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Repository glob relative to the source prefix (repeatable).
+    #[arg(long = "repo", value_name = "GLOB", conflicts_with = "config")]
+    pub repos: Vec<String>,
+    /// Tag glob (repeatable).
+    #[arg(long = "tag", value_name = "GLOB", conflicts_with = "config")]
+    pub tags: Vec<String>,
+    /// Copy only this platform's manifest out of an index (`os/arch[/variant]`).
+    #[arg(long, value_name = "OS/ARCH", conflicts_with = "config")]
+    pub platform: Option<String>,
+    /// Copy only the images, not their referrers (SBOMs, signatures, attestations).
+    #[arg(long, conflicts_with = "config")]
+    pub no_referrers: bool,
+    /// Images copied at once (default 4, or the file's concurrency).
+    #[arg(long, value_name = "N")]
+    pub concurrency: Option<usize>,
+    /// List what would be copied (and what is already up to date); write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// Print a JSON summary: every image with its source, destination, digest and what was
+    /// copied, and the errors.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `rdctl sync`.
+pub fn run(args: SyncArgs) -> anyhow::Result<ExitCode> {
+    let (rules, file_concurrency) = rules(&args)?;
+    let concurrency = args
+        .concurrency
+        .or(file_concurrency)
+        .unwrap_or(DEFAULT_CONCURRENCY);
+    anyhow::ensure!(concurrency >= 1, "--concurrency must be at least 1");
+    let client = args.client.client()?;
+    let terminal = std::io::stderr().is_terminal();
+    let progress = move |e: Event<'_>| {
+        if !terminal {
+            return;
+        }
+        match e {
+            Event::Planned { from, images } => eprintln!("{from}: {images} image(s) selected"),
+            Event::Finished {
+                outcome,
+                done,
+                total,
+            } => {
+                let status = match &outcome.result {
+                    Some(Ok(r)) => format!(
+                        "{} blob(s) copied ({} bytes), {} skipped",
+                        r.blobs_copied.len(),
+                        r.bytes_copied(),
+                        r.blobs_skipped.len()
+                    ),
+                    Some(Err(e)) => format!("FAILED: {}", validator::error_chain(e)),
+                    None => String::new(),
+                };
+                eprintln!(
+                    "[{done}/{total}] {} -> {}: {status}",
+                    outcome.item.source, outcome.item.destination
+                );
+            }
+        }
+    };
+    let report = crate::runtime::block_on(registry_client::sync::run(
+        &client,
+        &rules,
+        &SyncOptions {
+            concurrency,
+            dry_run: args.dry_run,
+        },
+        &progress,
+    ))?;
+    if args.json {
+        print_json(&report, args.dry_run)?;
+    } else {
+        print(&report, args.dry_run)?;
+    }
+    Ok(if report.failed() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn rules(args: &SyncArgs) -> anyhow::Result<(Vec<SyncRule>, Option<usize>)> {
+    if let Some(path) = &args.config {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let file: SyncFile = config_toml::from_str(
+            &text,
+            &[
+                ("concurrency", "images copied at once, a whole number"),
+                (
+                    "sync",
+                    "[[sync]] tables with from, to, repositories, tags, platform, referrers",
+                ),
+            ],
+        )
+        .with_context(|| format!("{}", path.display()))?;
+        anyhow::ensure!(
+            !file.sync.is_empty(),
+            "{}: no [[sync]] tables",
+            path.display()
+        );
+        let rules = file
+            .sync
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                r.rule()
+                    .with_context(|| format!("{}: sync.{i}", path.display()))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        return Ok((rules, file.concurrency));
+    }
+    let (Some(src), Some(dst)) = (&args.source, &args.destination) else {
+        anyhow::bail!("give SRC and DST, or --config FILE");
+    };
+    let platform = match &args.platform {
+        Some(s) => Some(
+            Platform::parse(s)
+                .with_context(|| format!("--platform {s:?}: expected os/arch[/variant]"))?,
+        ),
+        None => None,
+    };
+    let rule = SyncRule::new(
+        Endpoint::parse(src)?,
+        Endpoint::parse(dst)?,
+        args.repos.clone(),
+        args.tags.clone(),
+        platform,
+        !args.no_referrers,
+    )
+    .context("bad sync arguments")?;
+    Ok((vec![rule], None))
+}
+
+fn print_json(report: &SyncReport, dry_run: bool) -> anyhow::Result<()> {
+    let content = |c: &registry_client::transfer::Content| c.digest.to_string();
+    let images: Vec<serde_json::Value> = report
+        .images
+        .iter()
+        .map(|o| {
+            let mut v = serde_json::json!({
+                "source": o.item.source.to_string(),
+                "destination": o.item.destination.to_string(),
+                "repository": o.item.destination_repository,
+                "tag": o.item.tag.as_str(),
+                "digest": o.item.digest.to_string(),
+                "up_to_date": o.item.up_to_date,
+            });
+            match &o.result {
+                Some(Ok(r)) => {
+                    v["status"] = "copied".into();
+                    v["root"] = r.root.digest.to_string().into();
+                    v["manifests"] = r.manifests.iter().map(content).collect();
+                    v["referrers"] = r.referrers.iter().map(content).collect();
+                    v["blobs_copied"] = r.blobs_copied.len().into();
+                    v["bytes_copied"] = r.bytes_copied().into();
+                    v["blobs_skipped"] = r.blobs_skipped.len().into();
+                    v["bytes_skipped"] = r.bytes_skipped().into();
+                }
+                Some(Err(e)) => {
+                    v["status"] = "failed".into();
+                    v["error"] = validator::error_chain(e).into();
+                }
+                None => v["status"] = "planned".into(),
+            }
+            v
+        })
+        .collect();
+    let ok = |o: &&registry_client::sync::ItemOutcome| matches!(o.result, Some(Ok(_)));
+    let copied = report.images.iter().filter(ok);
+    let doc = serde_json::json!({
+        "dry_run": dry_run,
+        "images": images,
+        "errors": report.rule_errors.iter().map(|(from, e)| serde_json::json!({
+            "from": from, "error": validator::error_chain(e),
+        })).collect::<Vec<_>>(),
+        "totals": {
+            "images": report.images.len(),
+            "copied": report.images.iter().filter(ok).count(),
+            "failed": report.images.iter().filter(|o| matches!(o.result, Some(Err(_)))).count(),
+            "up_to_date": report.images.iter().filter(|o| o.item.up_to_date).count(),
+            "blobs_copied": copied.clone().map(|o| match &o.result { Some(Ok(r)) => r.blobs_copied.len(), _ => 0 }).sum::<usize>(),
+            "bytes_copied": copied.clone().map(|o| match &o.result { Some(Ok(r)) => r.bytes_copied(), _ => 0 }).sum::<u64>(),
+            "blobs_skipped": copied.map(|o| match &o.result { Some(Ok(r)) => r.blobs_skipped.len(), _ => 0 }).sum::<usize>(),
+        },
+    });
+    let mut w = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut w, &doc)?;
+    writeln!(w)?;
+    Ok(())
+}
+
+fn print(report: &SyncReport, dry_run: bool) -> anyhow::Result<()> {
+    let mut w = std::io::stdout().lock();
+    let (mut copied, mut failed, mut blobs, mut bytes) = (0, 0, 0, 0u64);
+    for o in &report.images {
+        let (src, dst) = (&o.item.source, &o.item.destination);
+        match &o.result {
+            None => writeln!(
+                w,
+                "{} {src} -> {dst} ({})",
+                if o.item.up_to_date {
+                    "up to date"
+                } else {
+                    "would copy"
+                },
+                o.item.digest
+            )?,
+            Some(Ok(r)) => {
+                copied += 1;
+                blobs += r.blobs_copied.len();
+                bytes += r.bytes_copied();
+                writeln!(
+                    w,
+                    "copied {src} -> {dst} ({}): {} blob(s) copied ({} bytes), {} skipped, {} referrer manifest(s)",
+                    r.root.digest,
+                    r.blobs_copied.len(),
+                    r.bytes_copied(),
+                    r.blobs_skipped.len(),
+                    r.referrers.len()
+                )?;
+            }
+            Some(Err(e)) => {
+                failed += 1;
+                writeln!(w, "FAILED {src} -> {dst}: {}", validator::error_chain(e))?;
+            }
+        }
+    }
+    for (from, e) in &report.rule_errors {
+        writeln!(w, "FAILED {from}: {}", validator::error_chain(e))?;
+    }
+    if dry_run {
+        writeln!(w, "dry run: {} image(s) selected", report.images.len())?;
+    } else {
+        writeln!(
+            w,
+            "{copied} image(s) synced, {failed} failed; {blobs} blob(s) copied ({bytes} bytes)"
+        )?;
+    }
+    Ok(())
+}

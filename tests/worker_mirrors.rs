@@ -1,0 +1,124 @@
+//! Worker mirrors (`[[mirrors]]` in worker.toml): with the origin registry stopped, the worker
+//! pulls through its mirrors in order, past one that is down and one that serves wrong bytes
+//! for every blob (the fault proxy), from a site registry filled by `rdctl sync`; the zone's
+//! root holds the image's bytes. With `resolve_tags = false` a tag needs the origin, while a
+//! digest reference still comes from the mirrors.
+
+use std::net::TcpListener;
+
+use crate::fault_proxy::{Fault, FaultProxy, Rule};
+use crate::registry_e2e::http;
+use crate::util::{Server, ok, rdctl, tail, tempdir};
+use crate::worker_e2e::{Node, RawImage};
+
+fn mirrors_toml(origin: &str, endpoints: &[String], resolve_tags: bool) -> String {
+    let list: Vec<String> = endpoints.iter().map(|e| format!("\"{e}\"")).collect();
+    format!(
+        "\n[[mirrors]]\nregistry = \"{origin}\"\nendpoints = [{}]\nresolve_tags = {resolve_tags}\n",
+        list.join(", ")
+    )
+}
+
+#[test]
+fn worker_pulls_through_mirrors_past_a_down_one_and_a_lying_one_while_the_origin_is_down() {
+    let dir = tempdir();
+    let (d_origin, d_site) = (tempdir(), tempdir());
+    let origin = Server::start(d_origin.path(), &[]);
+    let site = Server::start(d_site.path(), &[]);
+    let img = RawImage::new("mirrored");
+    img.push(origin.addr, "apps/web", "1");
+    let origin_host = origin.host();
+    let (st, headers, _) = http(
+        origin.addr,
+        "HEAD",
+        "/v2/apps/web/manifests/1",
+        &[("Accept", "application/vnd.oci.image.manifest.v1+json")],
+        b"",
+    );
+    assert_eq!(st, 200);
+    let digest = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("docker-content-digest"))
+        .unwrap()
+        .1
+        .clone();
+    // The site holds the origin's repositories under central/.
+    ok(rdctl().args(["sync", &origin_host, &format!("{}/central", site.host())]));
+    let liar = FaultProxy::start(
+        site.addr,
+        vec![Rule {
+            method: "GET",
+            path: "/blobs/".into(),
+            times: u32::MAX,
+            fault: Fault::Corrupt,
+        }],
+    );
+    let down = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    drop(origin);
+
+    let node = Node::new(&dir.path().join("node"));
+    let mut config = std::fs::read_to_string(node.config()).unwrap();
+    let endpoints = [
+        format!("{down}/central"),
+        format!("{}/central", liar.host()),
+        format!("{}/central", site.host()),
+    ];
+    config.push_str(&mirrors_toml(&origin_host, &endpoints, true));
+    std::fs::write(node.config(), &config).unwrap();
+    node.zone("web", &format!("{origin_host}/apps/web:1"));
+    let out = node.run_once();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "worker failed:\n{}",
+        tail(&out.stderr)
+    );
+    let st = node.status();
+    assert_eq!(st["web"]["phase"], "Ready", "{:#}", st["web"]);
+    assert_eq!(st["web"]["current_digest"], digest.as_str());
+    assert_eq!(
+        std::fs::read(node.root("web").join("etc-name")).unwrap(),
+        b"mirrored"
+    );
+    // The liar was asked for one blob, its bytes refused, and it was not asked again.
+    let lied: Vec<_> = liar
+        .seen_for("/blobs/")
+        .into_iter()
+        .filter(|s| s.method == "GET")
+        .collect();
+    assert_eq!(lied.len(), 1, "{lied:#?}");
+    assert_eq!(lied[0].fault, Some(Fault::Corrupt));
+    assert!(
+        log.contains("mirror failed") && log.contains(&liar.host()),
+        "no mirror failure logged:\n{log}"
+    );
+
+    // Tags only at the origin (down): the tag fails, a digest reference is served by mirrors.
+    let mut config = std::fs::read_to_string(node.config()).unwrap();
+    config = config.replace("resolve_tags = true", "resolve_tags = false");
+    std::fs::write(node.config(), &config).unwrap();
+    std::fs::remove_file(dir.path().join("node/zones/web.toml")).unwrap();
+    node.zone("tagged", &format!("{origin_host}/apps/web:1"));
+    node.zone("pinned", &format!("{origin_host}/apps/web@{digest}"));
+    let out = node.run_once();
+    let st = node.status();
+    assert_eq!(st["pinned"]["phase"], "Ready", "{:#}", st["pinned"]);
+    assert_eq!(
+        st["tagged"]["phase"],
+        "Failed",
+        "{:#}\n{}",
+        st["tagged"],
+        tail(&out.stderr)
+    );
+    assert!(
+        st["tagged"]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains(&origin_host)),
+        "the failure names the origin: {:#}",
+        st["tagged"]
+    );
+    drop((site, liar));
+}
