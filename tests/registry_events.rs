@@ -389,7 +389,11 @@ fn conformance_passes_with_events_and_scrub_configured() {
         server.log_tail()
     });
     let start = Instant::now();
+    // Pending is what the last delivery pass saw, which may predate the last recorded events:
+    // wait until every recorded event was delivered.
     while metric(&server, "registry_events_pending{endpoint=\"all\"}") != Some(0)
+        || metric(&server, "registry_events_delivered_total{endpoint=\"all\"}")
+            != metric(&server, "registry_events_recorded_total{endpoint=\"all\"}")
         || metric(&server, "registry_scrub_runs_total{result=\"ok\"}").unwrap_or(0) == 0
     {
         assert!(
