@@ -50,8 +50,8 @@ pub use config::{
 };
 pub use packages::{ZonePackages, zone_packages};
 pub use provision::{
-    CommandRunner, DirProvisioner, IllumosProvisioner, ProvisionError, Provisioner, SystemRunner,
-    ZoneDescription,
+    Capabilities, CommandRunner, DirProvisioner, IllumosProvisioner, ProvisionError, Provisioner,
+    StepHook, SystemRunner, ZoneDescription,
 };
 pub use pull::{HostPlatform, PullError, pull, resolve};
 pub use schedule::{PassSummary, StatusRow, Worker, WorkerError, ZoneError, run, status};
