@@ -505,7 +505,7 @@ fn htpasswd_over_tls_login_push_pull_copy_build_worker_logout() {
         .args(["worker", "status", "--json", "--config", s(&worker_toml)])
         .output()
         .unwrap();
-    let last_error = json(&status)[0]["last_error"].as_str().unwrap().to_owned();
+    let last_error = json(&status)["zones"][0]["last_error"].as_str().unwrap().to_owned();
     assert!(last_error.contains("401"), "{last_error}");
     write_worker("auth_file = \"auth.json\"\nca_file = \"ca.pem\"\n");
     let out = rd(&worker_home)
@@ -525,7 +525,7 @@ fn htpasswd_over_tls_login_push_pull_copy_build_worker_logout() {
         .args(["worker", "status", "--json", "--config", s(&worker_toml)])
         .output()
         .unwrap();
-    assert_eq!(json(&status)[0]["current_digest"], root_digest.as_str());
+    assert_eq!(json(&status)["zones"][0]["current_digest"], root_digest.as_str());
     assert_ne!(manifest, "", "build printed its manifest digest");
 
     // logout removes the entry; then the 401 comes back.

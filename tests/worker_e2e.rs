@@ -74,7 +74,8 @@ impl Node {
     /// `rdctl worker status --json`, by zone name.
     pub fn status(&self) -> BTreeMap<String, serde_json::Value> {
         let out = ok(rdctl().args(["worker", "status", "--json", "--config", s(&self.config())]));
-        let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let rows = doc["zones"].as_array().cloned().unwrap_or_default();
         rows.into_iter()
             .map(|r| (r["zone"].as_str().unwrap().to_owned(), r))
             .collect()

@@ -26,6 +26,11 @@
 //! [provisioner]
 //! kind = "dir"                       # or "illumos" (only on illumos)
 //! base = "/var/lib/rdctl/zones"      # zonepaths go here
+//!
+//! [allocatable]                      # optional: what zones may be given (kubelet's
+//! cpus = 6.0                         # allocatable); each key unset means no limit
+//! memory = "24G"
+//! zones = 20                         # kubelet's maxPods
 //! ```
 //!
 //! ```toml
@@ -78,6 +83,8 @@ pub struct WorkerConfig {
     /// The admission policy file (`trust::Policy`), if any; loaded by [`crate::Worker::new`]
     /// and again on [`crate::Worker::reload_policy`].
     pub policy: Option<PathBuf>,
+    /// What zones may be given (`[allocatable]`); `None` fields are unlimited.
+    pub allocatable: crate::capacity::Resources,
 }
 
 /// Which provisioner the worker uses.
@@ -200,6 +207,16 @@ struct FileConfig {
     metrics_listen: Option<String>,
     policy: Option<PathBuf>,
     provisioner: FileProvisioner,
+    #[serde(default)]
+    allocatable: FileAllocatable,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileAllocatable {
+    cpus: Option<f64>,
+    memory: Option<String>,
+    zones: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -234,6 +251,9 @@ const HINTS: config_toml::Hints<'static> = &[
     ("stop_timeout_secs", "seconds, a whole number such as 30"),
     ("limits.cpus", "a number of CPUs such as 1.5"),
     ("limits.memory", "a size in quotes such as \"2G\""),
+    ("allocatable.cpus", "a number of CPUs such as 6.0"),
+    ("allocatable.memory", "a size in quotes such as \"24G\""),
+    ("allocatable.zones", "a whole number of zones such as 20"),
 ];
 
 fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
@@ -315,7 +335,26 @@ impl WorkerConfig {
                 )
             })?),
         };
+        if let Some(c) = f.allocatable.cpus
+            && !(c >= 0.0 && c.is_finite())
+        {
+            return Err(value("allocatable.cpus", format!("{c} is not a number of CPUs")));
+        }
+        let allocatable_memory = match &f.allocatable.memory {
+            None => None,
+            Some(m) => Some(crate::capacity::size_bytes(m).ok_or_else(|| {
+                value(
+                    "allocatable.memory",
+                    format!("{m:?} is not a size like 512m or 24G"),
+                )
+            })?),
+        };
         Ok(WorkerConfig {
+            allocatable: crate::capacity::Resources {
+                cpus: f.allocatable.cpus,
+                memory_bytes: allocatable_memory,
+                zones: f.allocatable.zones,
+            },
             metrics_listen,
             policy: f.policy.map(abs),
             zones_dir: abs(f.zones_dir),
@@ -442,7 +481,7 @@ pub fn load_zone(path: &Path) -> Result<ZoneSpec, ConfigError> {
         return Err(value("limits.cpus", format!("{c} is not in (0, 1024]")));
     }
     if let Some(m) = &f.limits.memory
-        && !valid_size(m)
+        && crate::capacity::size_bytes(m).is_none()
     {
         return Err(value(
             "limits.memory",
@@ -460,10 +499,6 @@ pub fn load_zone(path: &Path) -> Result<ZoneSpec, ConfigError> {
     })
 }
 
-fn valid_size(s: &str) -> bool {
-    let digits = s.trim_end_matches(['k', 'm', 'g', 't', 'K', 'M', 'G', 'T']);
-    !digits.is_empty() && digits.len() + 1 >= s.len() && digits.bytes().all(|b| b.is_ascii_digit())
-}
 
 #[cfg(test)]
 mod tests {

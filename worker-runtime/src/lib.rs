@@ -21,6 +21,8 @@
 //!   checked on the resolved digest before any layer is fetched and again right before the
 //!   zone changes; a refusal ([`Denial`], phase `Denied`) leaves a running zone on its
 //!   admitted image, and [`Admission`] records what admitted it.
+//! - Capacity ([`capacity`]): the node's capacity, `[allocatable]` in worker.toml and what
+//!   admitted zones hold; a zone that asks for more is `Unschedulable`.
 //! - Ownership marks ([`owner`]) on every directory the worker creates, checked before any
 //!   change or deletion.
 //!
@@ -30,6 +32,7 @@
 #![deny(missing_docs)]
 
 mod admission;
+pub mod capacity;
 mod config;
 pub mod metrics;
 pub mod owner;
@@ -54,7 +57,11 @@ pub use provision::{
     StepHook, SystemRunner, ZoneDescription,
 };
 pub use pull::{HostPlatform, PullError, pull, resolve};
-pub use schedule::{PassSummary, StatusRow, Worker, WorkerError, ZoneError, run, status};
+pub use capacity::{Allocated, NodeStatus, Resources};
+pub use schedule::{
+    PassSummary, StatusReport, StatusRow, Worker, WorkerError, ZoneError, run, status,
+    status_report,
+};
 pub use state::{Phase, StateDir, StateError, ZoneStatus};
 pub use store::{ContentStore, FetchStats, StoreError};
 pub use unpack::{LayerStats, RootDir, UnpackError, UnpackOptions, apply_layer, apply_stream};

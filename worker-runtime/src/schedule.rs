@@ -128,6 +128,8 @@ pub struct PassSummary {
     pub backing_off: Vec<String>,
     /// Zones removed because their manifest is gone (after the grace period).
     pub removed: Vec<String>,
+    /// Zones not admitted: the node cannot give what they ask for (phase `Unschedulable`).
+    pub unschedulable: Vec<String>,
 }
 
 /// A worker ready to run passes. Cheap to share (`Arc`).
@@ -332,6 +334,7 @@ impl Worker {
         let mut tasks = JoinSet::new();
         let mut names = HashMap::new();
         let wanted: HashSet<String> = specs.iter().map(|s| s.name.clone()).collect();
+        let specs = self.admit_by_resources(specs, &mut summary)?;
         for spec in specs {
             let prev = self.state.load(&spec.name).unwrap_or_default();
             if !ignore_backoff
@@ -442,7 +445,64 @@ impl Worker {
         summary.failed.sort();
         summary.backing_off.sort();
         summary.removed.sort();
+        summary.unschedulable.sort();
         Ok(summary)
+    }
+
+    /// The zones the node can give what they ask for, in order: zones that exist keep their
+    /// place, then new ones by name. The others are recorded `Unschedulable` with the reason;
+    /// the node's capacity, allocatable and allocated resources are written for status.
+    fn admit_by_resources(
+        &self,
+        specs: Vec<ZoneSpec>,
+        summary: &mut PassSummary,
+    ) -> Result<Vec<ZoneSpec>, WorkerError> {
+        let caps = self.provisioner.capabilities();
+        let existing: HashSet<String> = match self.provisioner.zones() {
+            Ok(z) => z.into_iter().collect(),
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "listing zones for admission failed");
+                HashSet::new()
+            }
+        };
+        let mut specs = specs;
+        specs.sort_by(|a, b| {
+            (!existing.contains(&a.name), &a.name).cmp(&(!existing.contains(&b.name), &b.name))
+        });
+        let mut allocated = crate::capacity::Allocated::default();
+        let mut admitted = Vec::new();
+        for spec in specs {
+            match crate::capacity::fit(&caps, &self.config.allocatable, &allocated, &spec) {
+                Ok(r) => {
+                    allocated.add(r);
+                    admitted.push(spec);
+                }
+                Err(reason) => {
+                    tracing::warn!(zone = %spec.name, %reason, "zone not admitted");
+                    let prev = self.state.load(&spec.name).unwrap_or_default();
+                    self.state.save(&ZoneStatus {
+                        zone: spec.name.clone(),
+                        image: spec.image.to_string(),
+                        current_digest: prev.current_digest,
+                        desired_digest: prev.desired_digest,
+                        admission: prev.admission,
+                        phase: Phase::Unschedulable,
+                        last_error: Some(reason),
+                        updated_unix: now_unix(),
+                        ..ZoneStatus::default()
+                    })?;
+                    summary.unschedulable.push(spec.name);
+                }
+            }
+        }
+        self.state.save_node(&crate::capacity::NodeStatus {
+            capacity: crate::capacity::host_capacity(),
+            allocatable: self.config.allocatable.clone(),
+            allocated,
+            capabilities: Some(caps),
+            updated_unix: now_unix(),
+        })?;
+        Ok(admitted)
     }
 
     /// Zones of ours whose manifest is gone are removed once they have been orphaned for the
@@ -690,8 +750,30 @@ pub struct StatusRow {
     pub in_manifests: bool,
 }
 
-/// `rdctl worker status`: every zone's desired and current digest, phase and last error, from
-/// the manifests directory and the state records (reads only; works while a worker runs).
+/// What `rdctl worker status` shows: the node (as the worker last wrote it) and every zone.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct StatusReport {
+    /// Capacity, allocatable and allocated resources and the provisioner's capabilities;
+    /// `None` before the first pass.
+    pub node: Option<crate::capacity::NodeStatus>,
+    /// One row per zone.
+    pub zones: Vec<StatusRow>,
+}
+
+/// `rdctl worker status`: the node's resources and every zone's desired and current digest,
+/// phase and last error, from the manifests directory and the state records (reads only;
+/// works while a worker runs).
+pub fn status_report(config_path: &std::path::Path) -> Result<StatusReport, WorkerError> {
+    let config = WorkerConfig::load(config_path)?;
+    let node = StateDir::read_only(&config.state_dir).load_node();
+    Ok(StatusReport {
+        node,
+        zones: status(config_path)?,
+    })
+}
+
+/// Every zone's desired and current digest, phase and last error, from the manifests directory
+/// and the state records (reads only; works while a worker runs).
 pub fn status(config_path: &std::path::Path) -> Result<Vec<StatusRow>, WorkerError> {
     let config = WorkerConfig::load(config_path)?;
     let state = StateDir::read_only(&config.state_dir);

@@ -561,3 +561,83 @@ async fn status_lists_invalid_manifests_and_pending_zones() {
             .contains("not a valid zone name")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zones_asking_for_more_than_is_allocatable_are_unschedulable() {
+    let reg = registry().await;
+    let c = client();
+    let r = Reference::parse(&format!("{}/apps/web:v1", reg.addr)).unwrap();
+    good_image("v1").push(&c, &r).await;
+    let node = Node::new();
+    let cfg = node.config_path();
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        format!("{text}[allocatable]\ncpus = 2.0\nmemory = \"1G\"\nzones = 3\n"),
+    )
+    .unwrap();
+    let zone = |name: &str, limits: &str| {
+        std::fs::write(
+            node.t.path().join("zones").join(format!("{name}.toml")),
+            format!("name = \"{name}\"\nimage = \"{r}\"\npull_policy = \"Always\"\n{limits}"),
+        )
+        .unwrap();
+    };
+    zone("alpha", "[limits]\ncpus = 1.5\nmemory = \"512m\"\n");
+    zone("bravo", "[limits]\ncpus = 1.0\n");
+    zone("charlie", "[limits]\ncpus = 4.0\n");
+    zone("delta", "[limits]\nmemory = \"2g\"\n");
+    zone("echo", "");
+    zone("foxtrot", "");
+    zone("golf", "");
+    let w = node.worker();
+    let s = w.pass(true).await.unwrap();
+    assert_eq!(s.provisioned, ["alpha", "echo", "foxtrot"]);
+    assert_eq!(s.unschedulable, ["bravo", "charlie", "delta", "golf"]);
+    for (z, reason) in [
+        ("bravo", "OutOfcpu: asks for 1 cpus; 1.5 of 2 allocatable are in use"),
+        ("charlie", "OutOfcpu: asks for 4 cpus; the node has 2 allocatable"),
+        (
+            "delta",
+            "OutOfmemory: asks for 2.00 GiB; the node has 1.00 GiB allocatable",
+        ),
+        ("golf", "OutOfzones: 3 of 3 allocatable zones are in use"),
+    ] {
+        let st = node.status(z);
+        assert_eq!(st.phase, Phase::Unschedulable, "{z}");
+        assert_eq!(st.last_error.as_deref(), Some(reason), "{z}");
+        // Nothing was made for a zone that was not admitted.
+        assert!(!node.roots().join(z).exists(), "{z}");
+    }
+    let report = worker_runtime::status_report(&cfg).unwrap();
+    let n = report.node.expect("the pass wrote the node status");
+    assert_eq!(
+        n.allocatable,
+        worker_runtime::Resources {
+            cpus: Some(2.0),
+            memory_bytes: Some(1 << 30),
+            zones: Some(3),
+        }
+    );
+    assert_eq!(
+        n.allocated,
+        worker_runtime::Allocated {
+            cpus: 1.5,
+            memory_bytes: 512 << 20,
+            zones: 3,
+        }
+    );
+    assert!(n.capacity.cpus.is_some_and(|c| c >= 1.0), "{:?}", n.capacity);
+    let json = serde_json::to_value(&worker_runtime::status_report(&cfg).unwrap()).unwrap();
+    assert_eq!(json["node"]["allocated"]["zones"], 3, "{json}");
+    assert_eq!(json["zones"][1]["phase"], "Unschedulable", "{json}");
+
+    // Room is made: the next pass admits what now fits, zones that exist keeping their place.
+    std::fs::remove_file(node.t.path().join("zones/alpha.toml")).unwrap();
+    let s = w.pass(true).await.unwrap();
+    assert_eq!(s.removed, ["alpha"]);
+    assert_eq!(s.provisioned, ["bravo"]);
+    assert_eq!(s.unchanged, ["echo", "foxtrot"]);
+    assert_eq!(s.unschedulable, ["charlie", "delta", "golf"]);
+    assert_eq!(node.status("bravo").phase, Phase::Ready);
+}
