@@ -23,6 +23,14 @@
 //! policy = "policy.toml"             # optional: admission policy (trust's format); without
 //!                                    # it every image whose digests verify is accepted
 //!
+//! max_parallel_pulls = 2            # kubelet maxParallelImagePulls (default: no cap)
+//! registry_pull_qps = 5.0            # kubelet registryPullQPS, per registry (0: no limit)
+//! registry_burst = 10                # kubelet registryBurst
+//! image_pull_progress_deadline_secs = 60   # kubelet --image-pull-progress-deadline
+//! image_gc_high_percent = 85         # kubelet imageGCHighThresholdPercent
+//! image_gc_low_percent = 80          # kubelet imageGCLowThresholdPercent
+//! image_minimum_gc_age_secs = 120    # kubelet imageMinimumGCAge
+//!
 //! [provisioner]
 //! kind = "dir"                       # or "illumos" (only on illumos)
 //! base = "/var/lib/rdctl/zones"      # zonepaths go here
@@ -85,6 +93,20 @@ pub struct WorkerConfig {
     pub policy: Option<PathBuf>,
     /// What zones may be given (`[allocatable]`); `None` fields are unlimited.
     pub allocatable: crate::capacity::Resources,
+    /// Image pulls in flight at most (`None`: no cap).
+    pub max_parallel_pulls: Option<usize>,
+    /// Image pulls per second per registry (0: no limit).
+    pub registry_pull_qps: f64,
+    /// Pulls a registry may take at once before `registry_pull_qps` applies.
+    pub registry_burst: u32,
+    /// A download that receives no bytes for this long is cancelled and retried with backoff.
+    pub image_pull_progress_deadline: Duration,
+    /// Disk usage (percent) of the content store's file system at which image GC runs.
+    pub image_gc_high_percent: u8,
+    /// Disk usage (percent) image GC frees down to.
+    pub image_gc_low_percent: u8,
+    /// Unused blobs younger than this are never removed by image GC.
+    pub image_minimum_gc_age: Duration,
 }
 
 /// Which provisioner the worker uses.
@@ -209,6 +231,13 @@ struct FileConfig {
     provisioner: FileProvisioner,
     #[serde(default)]
     allocatable: FileAllocatable,
+    max_parallel_pulls: Option<usize>,
+    registry_pull_qps: Option<f64>,
+    registry_burst: Option<u32>,
+    image_pull_progress_deadline_secs: Option<u64>,
+    image_gc_high_percent: Option<u8>,
+    image_gc_low_percent: Option<u8>,
+    image_minimum_gc_age_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -254,6 +283,16 @@ const HINTS: config_toml::Hints<'static> = &[
     ("allocatable.cpus", "a number of CPUs such as 6.0"),
     ("allocatable.memory", "a size in quotes such as \"24G\""),
     ("allocatable.zones", "a whole number of zones such as 20"),
+    ("max_parallel_pulls", "a whole number of pulls such as 2"),
+    ("registry_pull_qps", "pulls per second such as 5.0"),
+    ("registry_burst", "a whole number of pulls such as 10"),
+    (
+        "image_pull_progress_deadline_secs",
+        "seconds, a whole number such as 60",
+    ),
+    ("image_gc_high_percent", "a percentage such as 85"),
+    ("image_gc_low_percent", "a percentage such as 80"),
+    ("image_minimum_gc_age_secs", "seconds, a whole number such as 120"),
 ];
 
 fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
@@ -349,7 +388,47 @@ impl WorkerConfig {
                 )
             })?),
         };
+        if f.max_parallel_pulls == Some(0) {
+            return Err(value("max_parallel_pulls", "must be at least 1".into()));
+        }
+        let qps = f.registry_pull_qps.unwrap_or(0.0);
+        if !(qps >= 0.0 && qps.is_finite()) {
+            return Err(value(
+                "registry_pull_qps",
+                format!("{qps} is not a number of pulls per second"),
+            ));
+        }
+        let deadline = f.image_pull_progress_deadline_secs.unwrap_or(60);
+        if deadline == 0 {
+            return Err(value(
+                "image_pull_progress_deadline_secs",
+                "must be at least 1".into(),
+            ));
+        }
+        let (high, low) = (
+            f.image_gc_high_percent.unwrap_or(85),
+            f.image_gc_low_percent.unwrap_or(80),
+        );
+        if high > 100 {
+            return Err(value(
+                "image_gc_high_percent",
+                format!("{high} is more than 100"),
+            ));
+        }
+        if low > high {
+            return Err(value(
+                "image_gc_low_percent",
+                format!("{low} is above image_gc_high_percent ({high})"),
+            ));
+        }
         Ok(WorkerConfig {
+            max_parallel_pulls: f.max_parallel_pulls,
+            registry_pull_qps: qps,
+            registry_burst: f.registry_burst.unwrap_or(10).max(1),
+            image_pull_progress_deadline: Duration::from_secs(deadline),
+            image_gc_high_percent: high,
+            image_gc_low_percent: low,
+            image_minimum_gc_age: Duration::from_secs(f.image_minimum_gc_age_secs.unwrap_or(120)),
             allocatable: crate::capacity::Resources {
                 cpus: f.allocatable.cpus,
                 memory_bytes: allocatable_memory,

@@ -23,6 +23,8 @@
 //!   admitted image, and [`Admission`] records what admitted it.
 //! - Capacity ([`capacity`]): the node's capacity, `[allocatable]` in worker.toml and what
 //!   admitted zones hold; a zone that asks for more is `Unschedulable`.
+//! - Pull controls ([`throttle`]): `max_parallel_pulls`, per-registry QPS and burst, the
+//!   progress deadline, pull progress, and image GC by disk usage.
 //! - Ownership marks ([`owner`]) on every directory the worker creates, checked before any
 //!   change or deletion.
 //!
@@ -43,6 +45,7 @@ mod readahead;
 mod schedule;
 mod state;
 mod store;
+pub mod throttle;
 mod unpack;
 mod verify;
 
@@ -64,5 +67,6 @@ pub use schedule::{
 };
 pub use state::{Phase, StateDir, StateError, ZoneStatus};
 pub use store::{ContentStore, FetchStats, StoreError};
+pub use throttle::{DiskSpace, DiskUsage, PullBytes, Statvfs};
 pub use unpack::{LayerStats, RootDir, UnpackError, UnpackOptions, apply_layer, apply_stream};
 pub use verify::{PulledImage, RootError, VerifiedImage, VerifiedRoot, build_root};

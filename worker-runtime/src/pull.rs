@@ -211,6 +211,7 @@ pub async fn pull(
     reference: &Reference,
     digest: &Digest,
     host: &HostPlatform,
+    progress: Option<&crate::throttle::PullProgress>,
 ) -> Result<PulledImage, PullError> {
     let (manifest_digest, manifest) =
         match document(client, store, reference, digest, None, None).await? {
@@ -263,8 +264,15 @@ pub async fn pull(
     }
     let (registry, name) = (reference.registry(), reference.name());
     let cfg = manifest.config.clone();
+    if let Some(p) = progress {
+        let total = manifest
+            .layers
+            .iter()
+            .fold(cfg.size, |t, l| t.saturating_add(l.size));
+        p.set_total(total);
+    }
     store
-        .fetch(client, registry, name, &cfg.digest, cfg.size)
+        .fetch(client, registry, name, &cfg.digest, cfg.size, progress)
         .await?;
     let bytes = store.read_small(&cfg.digest, MAX_CONFIG_SIZE as u64)?;
     let (report, config) = check_config(
@@ -287,7 +295,7 @@ pub async fn pull(
     // Layers never come from descriptor `urls` (CVE-2020-15157): only from the registry.
     for layer in &manifest.layers {
         store
-            .fetch(client, registry, name, &layer.digest, layer.size)
+            .fetch(client, registry, name, &layer.digest, layer.size, progress)
             .await?;
     }
     Ok(PulledImage {

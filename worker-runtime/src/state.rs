@@ -84,6 +84,13 @@ pub struct ZoneStatus {
     /// Why the policy refused the desired image on the last attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub denial: Option<Denial>,
+    /// Bytes of the last (or running) pull: done of total; updated while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull: Option<crate::throttle::PullBytes>,
+    /// How long the last replacement kept the zone down: from stopping the old zone to the
+    /// new one booted (milliseconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replace_downtime_ms: Option<u64>,
 }
 
 /// A state-directory operation failed.
