@@ -30,6 +30,16 @@
 //! image_gc_high_percent = 85         # kubelet imageGCHighThresholdPercent
 //! image_gc_low_percent = 80          # kubelet imageGCLowThresholdPercent
 //! image_minimum_gc_age_secs = 120    # kubelet imageMinimumGCAge
+//! image_credential_provider_bin_dir = "/usr/lib/rdctl/credential-providers"
+//!                                    # kubelet --image-credential-provider-bin-dir
+//!
+//! [[credential_providers]]           # kubelet CredentialProviderConfig providers[]
+//! name = "ecr-credential-provider"   # the executable in image_credential_provider_bin_dir
+//! match_images = ["*.dkr.ecr.*.amazonaws.com"]
+//! default_cache_duration_secs = 600  # defaultCacheDuration
+//! api_version = "credentialprovider.kubelet.k8s.io/v1"   # the only one spoken
+//! args = []
+//! env = { AWS_PROFILE = "zones" }
 //!
 //! [provisioner]
 //! kind = "dir"                       # or "illumos" (only on illumos)
@@ -238,6 +248,22 @@ struct FileConfig {
     image_gc_high_percent: Option<u8>,
     image_gc_low_percent: Option<u8>,
     image_minimum_gc_age_secs: Option<u64>,
+    image_credential_provider_bin_dir: Option<PathBuf>,
+    #[serde(default)]
+    credential_providers: Vec<FileProvider>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileProvider {
+    name: String,
+    match_images: Vec<String>,
+    default_cache_duration_secs: Option<u64>,
+    api_version: Option<String>,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -421,6 +447,45 @@ impl WorkerConfig {
                 format!("{low} is above image_gc_high_percent ({high})"),
             ));
         }
+        let mut credential_providers = Vec::new();
+        if !f.credential_providers.is_empty() && f.image_credential_provider_bin_dir.is_none() {
+            return Err(value(
+                "image_credential_provider_bin_dir",
+                "credential_providers are configured but no directory to find them in".into(),
+            ));
+        }
+        let bin_dir = f.image_credential_provider_bin_dir.map(abs);
+        for p in f.credential_providers {
+            let field = "credential_providers";
+            if !valid_name(&p.name) {
+                return Err(value(field, format!("name {:?} is not a plain file name", p.name)));
+            }
+            if let Some(v) = &p.api_version
+                && v != registry_client::credential_provider::API_VERSION
+            {
+                return Err(value(
+                    field,
+                    format!(
+                        "{}: api_version {v:?} is not {}",
+                        p.name,
+                        registry_client::credential_provider::API_VERSION
+                    ),
+                ));
+            }
+            if p.match_images.is_empty() {
+                return Err(value(field, format!("{}: match_images is empty", p.name)));
+            }
+            credential_providers.push(registry_client::credential_provider::CredentialProvider {
+                command: bin_dir.clone().unwrap_or_default().join(&p.name),
+                name: p.name,
+                args: p.args,
+                env: p.env.into_iter().collect(),
+                match_images: p.match_images,
+                default_cache_duration: Duration::from_secs(
+                    p.default_cache_duration_secs.unwrap_or(0),
+                ),
+            });
+        }
         Ok(WorkerConfig {
             max_parallel_pulls: f.max_parallel_pulls,
             registry_pull_qps: qps,
@@ -450,6 +515,7 @@ impl WorkerConfig {
                 cert_dirs: f.cert_dir.map(abs).into_iter().collect(),
                 insecure,
                 plain_http,
+                credential_providers,
             },
             provisioner,
             gc_grace: Duration::from_secs(f.gc_grace_secs.unwrap_or(3600)),
