@@ -505,7 +505,10 @@ fn htpasswd_over_tls_login_push_pull_copy_build_worker_logout() {
         .args(["worker", "status", "--json", "--config", s(&worker_toml)])
         .output()
         .unwrap();
-    let last_error = json(&status)["zones"][0]["last_error"].as_str().unwrap().to_owned();
+    let last_error = json(&status)["zones"][0]["last_error"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(last_error.contains("401"), "{last_error}");
     write_worker("auth_file = \"auth.json\"\nca_file = \"ca.pem\"\n");
     let out = rd(&worker_home)
@@ -525,7 +528,10 @@ fn htpasswd_over_tls_login_push_pull_copy_build_worker_logout() {
         .args(["worker", "status", "--json", "--config", s(&worker_toml)])
         .output()
         .unwrap();
-    assert_eq!(json(&status)["zones"][0]["current_digest"], root_digest.as_str());
+    assert_eq!(
+        json(&status)["zones"][0]["current_digest"],
+        root_digest.as_str()
+    );
     assert_ne!(manifest, "", "build printed its manifest digest");
 
     // A kubelet credential provider plugin instead of auth_file: a script that counts its
@@ -547,7 +553,9 @@ echo run >> \"$OUT/runs\"
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     std::fs::write(
         wdir.join("zones/plugin.toml"),
-        format!("name = \"plugin\"\nimage = \"{host}/mirror/hello:1.0\"\npull_policy = \"Always\"\n"),
+        format!(
+            "name = \"plugin\"\nimage = \"{host}/mirror/hello:1.0\"\npull_policy = \"Always\"\n"
+        ),
     )
     .unwrap();
     let runs = |ttl: &str| {
@@ -567,16 +575,33 @@ echo run >> \"$OUT/runs\"
             s(&out_dir)
         ));
         let out = rd(&worker_home)
-            .args(["worker", "run", "--once", "--json", "--config", s(&worker_toml)])
+            .args([
+                "worker",
+                "run",
+                "--once",
+                "--json",
+                "--config",
+                s(&worker_toml),
+            ])
             .output()
             .unwrap();
-        succeeded(&format!("worker run with a credential provider (cacheDuration {ttl})"), &out, &reg);
+        succeeded(
+            &format!("worker run with a credential provider (cacheDuration {ttl})"),
+            &out,
+            &reg,
+        );
         let request: serde_json::Value =
             serde_json::from_slice(&std::fs::read(out_dir.join("request.json")).unwrap()).unwrap();
-        assert_eq!(request["apiVersion"], "credentialprovider.kubelet.k8s.io/v1");
+        assert_eq!(
+            request["apiVersion"],
+            "credentialprovider.kubelet.k8s.io/v1"
+        );
         assert_eq!(request["kind"], "CredentialProviderRequest");
         assert_eq!(request["image"], host.as_str());
-        std::fs::read_to_string(out_dir.join("runs")).unwrap().lines().count()
+        std::fs::read_to_string(out_dir.join("runs"))
+            .unwrap()
+            .lines()
+            .count()
     };
     // Cached for an hour: one run serves every request of the pass.
     assert_eq!(runs("1h"), 1);

@@ -1173,7 +1173,10 @@ fn a_stalled_download_is_cancelled_at_the_progress_deadline_and_resumed_on_retry
     let done = st["pull"]["done_bytes"].as_u64().unwrap();
     let total = st["pull"]["total_bytes"].as_u64().unwrap();
     assert!(done >= HELD_AT && done < total, "{st}");
-    assert!(!node.zonepath("big").exists(), "no zone from a stalled pull");
+    assert!(
+        !node.zonepath("big").exists(),
+        "no zone from a stalled pull"
+    );
 
     // The retry resumes from what arrived and finishes.
     let out = node.run_once();

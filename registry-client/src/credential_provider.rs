@@ -92,7 +92,9 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
             .unwrap_or(rest.len());
         let value: f64 = rest[..n].parse().ok()?;
         rest = &rest[n..];
-        let u = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let u = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
         let unit = match &rest[..u] {
             "h" => 3600.0,
             "m" => 60.0,
@@ -164,10 +166,13 @@ impl Providers {
                     "Global" => String::new(),
                     _ => host.to_owned(),
                 };
-                self.cache
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert((i, key), Cached { auth, until: now + ttl });
+                self.cache.lock().unwrap_or_else(|e| e.into_inner()).insert(
+                    (i, key),
+                    Cached {
+                        auth,
+                        until: now + ttl,
+                    },
+                );
             }
             if let Some(c) = found {
                 return Ok(Some((c, p.name.clone())));
@@ -228,11 +233,14 @@ fn run(
     }
     let key = v["cacheKeyType"].as_str().unwrap_or("Registry").to_owned();
     if !matches!(key.as_str(), "Image" | "Registry" | "Global") {
-        return Err(fail(format!("cacheKeyType {key:?} is not Image, Registry or Global")));
+        return Err(fail(format!(
+            "cacheKeyType {key:?} is not Image, Registry or Global"
+        )));
     }
     let ttl = match v.get("cacheDuration").and_then(Value::as_str) {
         Some(d) => Some(
-            parse_duration(d).ok_or_else(|| fail(format!("cacheDuration {d:?} is not a duration")))?,
+            parse_duration(d)
+                .ok_or_else(|| fail(format!("cacheDuration {d:?} is not a duration")))?,
         ),
         None => None,
     };
@@ -265,7 +273,11 @@ mod tests {
             ("registry.io:8080", "registry.io:8080", true),
             ("registry.io:8080", "registry.io", false),
             ("registry.io", "registry.io:8080", false),
-            ("*.dkr.ecr.*.amazonaws.com", "123.dkr.ecr.eu-west-1.amazonaws.com", true),
+            (
+                "*.dkr.ecr.*.amazonaws.com",
+                "123.dkr.ecr.eu-west-1.amazonaws.com",
+                true,
+            ),
             ("reg*.example", "registry.example", true),
             ("https://registry.io/path", "registry.io", true),
         ] {

@@ -612,7 +612,10 @@ impl Keychain {
     }
 
     /// Asks these kubelet credential provider plugins first, for the hosts they match.
-    pub fn with_providers(mut self, list: Vec<crate::credential_provider::CredentialProvider>) -> Keychain {
+    pub fn with_providers(
+        mut self,
+        list: Vec<crate::credential_provider::CredentialProvider>,
+    ) -> Keychain {
         self.providers = std::sync::Arc::new(crate::credential_provider::Providers::new(list));
         self
     }

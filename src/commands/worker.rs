@@ -143,11 +143,13 @@ fn run_worker(args: RunArgs) -> anyhow::Result<ExitCode> {
         writeln!(out)?;
     }
     // Without --once the run ended on SIGTERM/SIGINT: a clean stop, whatever the last pass did.
-    Ok(if (summary.failed.is_empty() && summary.unschedulable.is_empty()) || !args.once {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(
+        if (summary.failed.is_empty() && summary.unschedulable.is_empty()) || !args.once {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        },
+    )
 }
 
 fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {

@@ -318,7 +318,10 @@ const HINTS: config_toml::Hints<'static> = &[
     ),
     ("image_gc_high_percent", "a percentage such as 85"),
     ("image_gc_low_percent", "a percentage such as 80"),
-    ("image_minimum_gc_age_secs", "seconds, a whole number such as 120"),
+    (
+        "image_minimum_gc_age_secs",
+        "seconds, a whole number such as 120",
+    ),
 ];
 
 fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
@@ -403,7 +406,10 @@ impl WorkerConfig {
         if let Some(c) = f.allocatable.cpus
             && !(c >= 0.0 && c.is_finite())
         {
-            return Err(value("allocatable.cpus", format!("{c} is not a number of CPUs")));
+            return Err(value(
+                "allocatable.cpus",
+                format!("{c} is not a number of CPUs"),
+            ));
         }
         let allocatable_memory = match &f.allocatable.memory {
             None => None,
@@ -458,7 +464,10 @@ impl WorkerConfig {
         for p in f.credential_providers {
             let field = "credential_providers";
             if !valid_name(&p.name) {
-                return Err(value(field, format!("name {:?} is not a plain file name", p.name)));
+                return Err(value(
+                    field,
+                    format!("name {:?} is not a plain file name", p.name),
+                ));
             }
             if let Some(v) = &p.api_version
                 && v != registry_client::credential_provider::API_VERSION
@@ -644,7 +653,6 @@ pub fn load_zone(path: &Path) -> Result<ZoneSpec, ConfigError> {
     })
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -685,6 +693,26 @@ mod tests {
             ("poll_interval_secs = 0\n", "poll_interval_secs"),
             ("worker_id = \"../x\"\n", "worker_id"),
             ("plain_http = true\ninsecure = true\n", "insecure"),
+            ("max_parallel_pulls = 0\n", "max_parallel_pulls"),
+            ("registry_pull_qps = -1.0\n", "registry_pull_qps"),
+            (
+                "image_pull_progress_deadline_secs = 0\n",
+                "image_pull_progress_deadline_secs",
+            ),
+            ("image_gc_high_percent = 101\n", "image_gc_high_percent"),
+            (
+                "image_gc_high_percent = 70\nimage_gc_low_percent = 80\n",
+                "image_gc_low_percent",
+            ),
+            (
+                "[[credential_providers]]\nname = \"p\"\nmatch_images = [\"r.example\"]\n",
+                "image_credential_provider_bin_dir",
+            ),
+            (
+                "image_credential_provider_bin_dir = \"bin\"\n[[credential_providers]]\nname = \"p\"\nmatch_images = [\"r.example\"]\napi_version = \"credentialprovider.kubelet.k8s.io/v1alpha1\"\n",
+                "credential_providers",
+            ),
+            ("[allocatable]\nmemory = \"lots\"\n", "allocatable.memory"),
         ] {
             std::fs::write(
                 &p,
@@ -766,5 +794,44 @@ mod tests {
             e.contains("image: ") && e.contains("\"site\" is not a registry host"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn node_agent_keys_parse_with_kubelet_defaults() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("worker.toml");
+        let base = "zones_dir = \"z\"\nstate_dir = \"s\"\n";
+        let tail = "[provisioner]\nkind = \"dir\"\nbase = \"b\"\n";
+        std::fs::write(&p, format!("{base}{tail}")).unwrap();
+        let c = WorkerConfig::load(&p).unwrap();
+        assert_eq!(c.max_parallel_pulls, None);
+        assert_eq!(c.registry_pull_qps, 0.0);
+        assert_eq!(c.registry_burst, 10);
+        assert_eq!(c.image_pull_progress_deadline, Duration::from_secs(60));
+        assert_eq!((c.image_gc_high_percent, c.image_gc_low_percent), (85, 80));
+        assert_eq!(c.image_minimum_gc_age, Duration::from_secs(120));
+        assert_eq!(c.allocatable, crate::capacity::Resources::default());
+        assert!(c.client.credential_providers.is_empty());
+        std::fs::write(
+            &p,
+            format!(
+                "{base}max_parallel_pulls = 2\nregistry_pull_qps = 5.0\nregistry_burst = 3\n\
+                 image_credential_provider_bin_dir = \"plugins\"\n{tail}\
+                 [allocatable]\ncpus = 6.0\nmemory = \"24G\"\nzones = 20\n\
+                 [[credential_providers]]\nname = \"ecr\"\nmatch_images = [\"*.example\"]\n\
+                 default_cache_duration_secs = 600\nargs = [\"-v\"]\nenv = {{ A = \"1\" }}\n"
+            ),
+        )
+        .unwrap();
+        let c = WorkerConfig::load(&p).unwrap();
+        assert_eq!(c.max_parallel_pulls, Some(2));
+        assert_eq!((c.registry_pull_qps, c.registry_burst), (5.0, 3));
+        assert_eq!(c.allocatable.memory_bytes, Some(24 << 30));
+        assert_eq!(c.allocatable.zones, Some(20));
+        let pr = &c.client.credential_providers[0];
+        assert_eq!(pr.command, t.path().join("plugins/ecr"));
+        assert_eq!(pr.default_cache_duration, Duration::from_secs(600));
+        assert_eq!(pr.env, [("A".to_owned(), "1".to_owned())]);
+        assert_eq!(pr.args, ["-v"]);
     }
 }

@@ -50,6 +50,7 @@ mod unpack;
 mod verify;
 
 pub use admission::{Admission, AdmissionError, Denial, check as check_admission};
+pub use capacity::{Allocated, NodeStatus, Resources};
 pub use config::{
     ConfigError, ProvisionerConfig, PullPolicy, ResourceLimits, WorkerConfig, ZoneLoadError,
     ZoneSpec, load_zone, load_zones, valid_name,
@@ -60,7 +61,6 @@ pub use provision::{
     StepHook, SystemRunner, ZoneDescription,
 };
 pub use pull::{HostPlatform, PullError, pull, resolve};
-pub use capacity::{Allocated, NodeStatus, Resources};
 pub use schedule::{
     PassSummary, StatusReport, StatusRow, Worker, WorkerError, ZoneError, run, status,
     status_report,

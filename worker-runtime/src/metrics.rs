@@ -262,7 +262,11 @@ impl Metrics {
              # TYPE rdctl_worker_pull_progress_bytes gauge"
         );
         for (z, p) in &pulls {
-            let _ = writeln!(out, "rdctl_worker_pull_progress_bytes{{zone=\"{z}\"}} {}", p.done_bytes);
+            let _ = writeln!(
+                out,
+                "rdctl_worker_pull_progress_bytes{{zone=\"{z}\"}} {}",
+                p.done_bytes
+            );
         }
         let _ = writeln!(
             out,
@@ -270,7 +274,11 @@ impl Metrics {
              # TYPE rdctl_worker_pull_size_bytes gauge"
         );
         for (z, p) in &pulls {
-            let _ = writeln!(out, "rdctl_worker_pull_size_bytes{{zone=\"{z}\"}} {}", p.total_bytes);
+            let _ = writeln!(
+                out,
+                "rdctl_worker_pull_size_bytes{{zone=\"{z}\"}} {}",
+                p.total_bytes
+            );
         }
         let _ = writeln!(
             out,
@@ -379,7 +387,18 @@ mod tests {
         m.admission(Some("unsigned"), false, Duration::from_millis(3));
         m.admission(Some("unsigned"), false, Duration::from_millis(3));
         m.policy_reload(false);
+        let p = Arc::new(crate::throttle::PullProgress::default());
+        p.set_total(300);
+        p.add(120);
+        m.pull_started("web", p);
+        m.pull_started("done", Arc::default());
+        m.pull_finished("done");
+        m.image_gc(4096);
         let t = m.render();
+        assert!(
+            !t.contains("zone=\"done\""),
+            "a finished pull is still exported:\n{t}"
+        );
         for line in [
             "rdctl_worker_pulls_total{result=\"ok\"} 1",
             "rdctl_worker_pulls_total{result=\"error\"} 1",
@@ -398,6 +417,9 @@ mod tests {
             "rdctl_worker_admission_duration_seconds_count 3",
             "rdctl_worker_policy_reloads_total{result=\"error\"} 1",
             "rdctl_worker_policy_reload_failed 1",
+            "rdctl_worker_pull_progress_bytes{zone=\"web\"} 120",
+            "rdctl_worker_pull_size_bytes{zone=\"web\"} 300",
+            "rdctl_worker_image_gc_freed_bytes_total 4096",
         ] {
             assert!(t.lines().any(|l| l == line), "{line} missing:\n{t}");
         }

@@ -42,11 +42,9 @@ impl RegistryLimiter {
             let wait = {
                 let mut b = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
                 let now = Instant::now();
-                let (tokens, last) = b
-                    .entry(registry.to_owned())
-                    .or_insert((self.burst, now));
-                *tokens = (*tokens + now.duration_since(*last).as_secs_f64() * self.qps)
-                    .min(self.burst);
+                let (tokens, last) = b.entry(registry.to_owned()).or_insert((self.burst, now));
+                *tokens =
+                    (*tokens + now.duration_since(*last).as_secs_f64() * self.qps).min(self.burst);
                 *last = now;
                 if *tokens >= 1.0 {
                     *tokens -= 1.0;

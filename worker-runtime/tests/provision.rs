@@ -23,9 +23,8 @@ use worker_runtime::provision::illumos::{
     command_plan, remove_commands, smf_manifest, smf_stop_exec, stop_commands, zonecfg_script,
 };
 use worker_runtime::{
-    Capabilities, CommandRunner, ContentStore, DirProvisioner, IllumosProvisioner,
-    ProvisionError, Provisioner, ResourceLimits, StepHook, VerifiedRoot, ZoneDescription,
-    ZoneSpec,
+    Capabilities, CommandRunner, ContentStore, DirProvisioner, IllumosProvisioner, ProvisionError,
+    Provisioner, ResourceLimits, StepHook, VerifiedRoot, ZoneDescription, ZoneSpec,
 };
 
 fn golden(name: &str, actual: &str) {
@@ -202,7 +201,11 @@ impl Provisioner for Reckless {
     fn current(&self, zone: &str) -> Result<Option<ZoneDescription>, ProvisionError> {
         self.0.current(zone)
     }
-    fn provision(&self, spec: &ZoneSpec, root: VerifiedRoot) -> Result<ZoneDescription, ProvisionError> {
+    fn provision(
+        &self,
+        spec: &ZoneSpec,
+        root: VerifiedRoot,
+    ) -> Result<ZoneDescription, ProvisionError> {
         self.0.provision(spec, root)
     }
     fn remove(&self, zone: &str) -> Result<(), ProvisionError> {
@@ -327,7 +330,8 @@ fn illumos_converges_from_every_zoneadm_state() {
     .into_iter()
     .enumerate()
     {
-        p.provision(&spec, conformance::root(&b, &p, "node", "old")).unwrap();
+        p.provision(&spec, conformance::root(&b, &p, "node", "old"))
+            .unwrap();
         b.fake.force_state("web", state);
         let tag = format!("new-{n}");
         let d = p
@@ -359,13 +363,20 @@ fn fake_zoneadm_answers_with_the_real_messages() {
     let cfg = t.path().join("cfg");
     std::fs::write(
         &cfg,
-        format!("create -b\nset zonepath={}/web\nset brand=nlipkg\nverify\ncommit\n", t.path().display()),
+        format!(
+            "create -b\nset zonepath={}/web\nset brand=nlipkg\nverify\ncommit\n",
+            t.path().display()
+        ),
     )
     .unwrap();
     let cfg_cmd = format!("zonecfg -z web -f {}", cfg.display());
     assert_eq!(run(&cfg_cmd).code, Some(0));
     assert_eq!(fake.state("web"), Some(State::Configured));
-    assert!(run(&cfg_cmd).stderr.ends_with("Zone web already exists; create not allowed.\n"));
+    assert!(
+        run(&cfg_cmd)
+            .stderr
+            .ends_with("Zone web already exists; create not allowed.\n")
+    );
     assert_eq!(
         run("zoneadm -z web boot").stderr,
         "zoneadm: zone 'web': must be installed before boot.\n"

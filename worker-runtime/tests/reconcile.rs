@@ -595,8 +595,14 @@ async fn zones_asking_for_more_than_is_allocatable_are_unschedulable() {
     assert_eq!(s.provisioned, ["alpha", "echo", "foxtrot"]);
     assert_eq!(s.unschedulable, ["bravo", "charlie", "delta", "golf"]);
     for (z, reason) in [
-        ("bravo", "OutOfcpu: asks for 1 cpus; 1.5 of 2 allocatable are in use"),
-        ("charlie", "OutOfcpu: asks for 4 cpus; the node has 2 allocatable"),
+        (
+            "bravo",
+            "OutOfcpu: asks for 1 cpus; 1.5 of 2 allocatable are in use",
+        ),
+        (
+            "charlie",
+            "OutOfcpu: asks for 4 cpus; the node has 2 allocatable",
+        ),
         (
             "delta",
             "OutOfmemory: asks for 2.00 GiB; the node has 1.00 GiB allocatable",
@@ -627,7 +633,11 @@ async fn zones_asking_for_more_than_is_allocatable_are_unschedulable() {
             zones: 3,
         }
     );
-    assert!(n.capacity.cpus.is_some_and(|c| c >= 1.0), "{:?}", n.capacity);
+    assert!(
+        n.capacity.cpus.is_some_and(|c| c >= 1.0),
+        "{:?}",
+        n.capacity
+    );
     let json = serde_json::to_value(&worker_runtime::status_report(&cfg).unwrap()).unwrap();
     assert_eq!(json["node"]["allocated"]["zones"], 3, "{json}");
     assert_eq!(json["zones"][1]["phase"], "Unschedulable", "{json}");
@@ -689,7 +699,11 @@ impl Node {
     fn configure(&self, keys: &str) {
         let p = self.config_path();
         let text = std::fs::read_to_string(&p).unwrap();
-        std::fs::write(&p, text.replace("[provisioner]", &format!("{keys}[provisioner]"))).unwrap();
+        std::fs::write(
+            &p,
+            text.replace("[provisioner]", &format!("{keys}[provisioner]")),
+        )
+        .unwrap();
     }
 }
 
@@ -713,7 +727,10 @@ async fn three_pulls(keys: &str) -> Arc<Watch> {
     for z in ["a", "b", "c"] {
         // The pull's bytes are in the zone's status: all of them, and more than nothing.
         let p = node.status(z).pull.expect("pull progress recorded");
-        assert!(p.total_bytes > 0 && p.done_bytes == p.total_bytes, "{z}: {p:?}");
+        assert!(
+            p.total_bytes > 0 && p.done_bytes == p.total_bytes,
+            "{z}: {p:?}"
+        );
     }
     w
 }
@@ -722,7 +739,10 @@ async fn three_pulls(keys: &str) -> Arc<Watch> {
 async fn pull_controls_are_observed_at_the_registry() {
     // Without a cap three pulls overlap at the registry (the measurement can see it)...
     let free = three_pulls("").await;
-    assert!(free.peak.load(Ordering::SeqCst) >= 2, "pulls never overlapped");
+    assert!(
+        free.peak.load(Ordering::SeqCst) >= 2,
+        "pulls never overlapped"
+    );
     // ...with max_parallel_pulls = 1 they never do.
     let capped = three_pulls("max_parallel_pulls = 1\n").await;
     assert_eq!(capped.peak.load(Ordering::SeqCst), 1);
@@ -775,7 +795,11 @@ async fn image_gc_by_disk_usage_keeps_every_blob_in_use() {
     // gc_grace_secs is long: only the disk thresholds can remove anything.
     let cfg = node.config_path();
     let text = std::fs::read_to_string(&cfg).unwrap();
-    std::fs::write(&cfg, text.replace("gc_grace_secs = 0", "gc_grace_secs = 86400")).unwrap();
+    std::fs::write(
+        &cfg,
+        text.replace("gc_grace_secs = 0", "gc_grace_secs = 86400"),
+    )
+    .unwrap();
     node.configure(
         "image_gc_high_percent = 85\nimage_gc_low_percent = 80\nimage_minimum_gc_age_secs = 0\n",
     );
@@ -808,7 +832,11 @@ async fn image_gc_by_disk_usage_keeps_every_blob_in_use() {
     node.zone("two", &rc.to_string(), "Always");
     let s = w.pass(true).await.unwrap();
     assert_eq!(s.provisioned, ["two"]);
-    assert_eq!(blobs(&node).len(), with_b.len() + 4, "b's blobs kept below the threshold");
+    assert_eq!(
+        blobs(&node).len(),
+        with_b.len() + 4,
+        "b's blobs kept below the threshold"
+    );
     // The replacement's downtime is in the zone's status.
     assert!(node.status("two").replace_downtime_ms.is_some());
     let in_use = |n: &Node| {
@@ -838,7 +866,10 @@ async fn image_gc_by_disk_usage_keeps_every_blob_in_use() {
     // Every layer of the images the zones run is still there, and the zones still verify.
     for img in [&a, &c2] {
         for l in &img.layers {
-            assert!(after.contains(&l.digest().to_string()), "a layer in use was removed");
+            assert!(
+                after.contains(&l.digest().to_string()),
+                "a layer in use was removed"
+            );
         }
     }
     // What only b used is gone: its manifest, config and layers.
@@ -846,7 +877,10 @@ async fn image_gc_by_disk_usage_keeps_every_blob_in_use() {
         .into_iter()
         .chain(b.layers.iter().map(Layer::digest));
     for d in b_blobs {
-        assert!(!after.contains(&d.to_string()), "{d} of the unused image survived");
+        assert!(
+            !after.contains(&d.to_string()),
+            "{d} of the unused image survived"
+        );
     }
     assert_eq!(after.len(), before.len() - 4);
 }

@@ -73,7 +73,10 @@ impl DirProvisioner {
         };
         // A staging root is marked `staging` while it is built and `zone` once filled; an
         // interrupted run can leave either kind there, and replaced zones in `.trash`.
-        for (sub, kinds) in [(".staging", &["staging", "zone"][..]), (".trash", &["zone"])] {
+        for (sub, kinds) in [
+            (".staging", &["staging", "zone"][..]),
+            (".trash", &["zone"]),
+        ] {
             let dir = base.join(sub);
             std::fs::create_dir_all(&dir).map_err(p.io("", "creating", &dir))?;
             let entries = std::fs::read_dir(&dir).map_err(p.io("", "listing", &dir))?;
@@ -277,11 +280,9 @@ impl Provisioner for DirProvisioner {
             &zonepath,
         ))?;
         self.step(zone, "remove the zonepath")?;
-        owner::remove_owned(&trash, &self.zone_mark()).map_err(|source| {
-            ProvisionError::Ownership {
-                zone: zone.to_owned(),
-                source,
-            }
+        owner::remove_owned(&trash, &self.zone_mark()).map_err(|source| ProvisionError::Ownership {
+            zone: zone.to_owned(),
+            source,
         })
     }
 

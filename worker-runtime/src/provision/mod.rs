@@ -125,7 +125,9 @@ pub enum ProvisionError {
     Unsupported(&'static str),
     /// The system has a zone of this name that another worker (or an operator) made: its
     /// zonepath is not this worker's.
-    #[error("zone {zone}: exists with zonepath {zonepath}, which is not this worker's; refusing to touch it")]
+    #[error(
+        "zone {zone}: exists with zonepath {zonepath}, which is not this worker's; refusing to touch it"
+    )]
     NotOurs {
         /// The zone.
         zone: String,

@@ -23,8 +23,8 @@ use registry_client::Reference;
 use validator::{Document, check_config, check_document};
 use worker_runtime::provision::illumos::ENTRYPOINT_MANIFEST_PATH;
 use worker_runtime::{
-    ContentStore, ProvisionError, Provisioner, PullPolicy, PulledImage, ResourceLimits,
-    StepHook, UnpackOptions, VerifiedRoot, ZoneSpec, build_root,
+    ContentStore, ProvisionError, Provisioner, PullPolicy, PulledImage, ResourceLimits, StepHook,
+    UnpackOptions, VerifiedRoot, ZoneSpec, build_root,
 };
 
 use crate::fakezone::StopEvent;
@@ -129,7 +129,9 @@ pub fn create_describe_list_remove<B: Backend>(b: &B) {
     assert!(p.zones().unwrap().is_empty());
     assert!(p.current("web").unwrap().is_none());
     let img = pulled(b.store(), "v1");
-    let d = p.provision(&spec("web"), root(b, &p, "node-a", "v1")).unwrap();
+    let d = p
+        .provision(&spec("web"), root(b, &p, "node-a", "v1"))
+        .unwrap();
     assert_eq!(d.zone, "web");
     assert_eq!(d.brand, "nlipkg");
     assert_eq!(d.manifest_digest, img.manifest_digest);
@@ -142,8 +144,8 @@ pub fn create_describe_list_remove<B: Backend>(b: &B) {
     assert!(b.running("web"));
     assert_eq!(release(&d.zonepath), "v1");
     // The stop semantics travel into the zone as its entrypoint service's stop method.
-    let smf = std::fs::read_to_string(d.zonepath.join("root").join(ENTRYPOINT_MANIFEST_PATH))
-        .unwrap();
+    let smf =
+        std::fs::read_to_string(d.zonepath.join("root").join(ENTRYPOINT_MANIFEST_PATH)).unwrap();
     assert!(
         smf.contains(&format!(
             "name=\"stop\" exec=\":kill -USR1\" timeout_seconds=\"{STOP_TIMEOUT}\""
@@ -160,8 +162,12 @@ pub fn create_describe_list_remove<B: Backend>(b: &B) {
 
 pub fn reruns_are_idempotent<B: Backend>(b: &B) {
     let p = b.open("node-a", None);
-    let first = p.provision(&spec("web"), root(b, &p, "node-a", "v1")).unwrap();
-    let again = p.provision(&spec("web"), root(b, &p, "node-a", "v1")).unwrap();
+    let first = p
+        .provision(&spec("web"), root(b, &p, "node-a", "v1"))
+        .unwrap();
+    let again = p
+        .provision(&spec("web"), root(b, &p, "node-a", "v1"))
+        .unwrap();
     assert_eq!(first, again);
     assert_zone(b, &p, "web", "v1");
     assert_eq!(p.zones().unwrap(), ["web"]);
@@ -177,9 +183,12 @@ pub fn reruns_are_idempotent<B: Backend>(b: &B) {
 
 pub fn replace_stops_with_signal_then_halts<B: Backend>(b: &B) {
     let p = b.open("node-a", None);
-    p.provision(&spec("web"), root(b, &p, "node-a", "v1")).unwrap();
+    p.provision(&spec("web"), root(b, &p, "node-a", "v1"))
+        .unwrap();
     // The tag moved: the new root is verified before the old zone stops.
-    let d = p.provision(&spec("web"), root(b, &p, "node-a", "v2")).unwrap();
+    let d = p
+        .provision(&spec("web"), root(b, &p, "node-a", "v2"))
+        .unwrap();
     assert_zone(b, &p, "web", "v2");
     assert_eq!(p.current("web").unwrap(), Some(d));
     let grace = Some(Duration::from_secs(u64::from(STOP_TIMEOUT)));
@@ -199,7 +208,8 @@ pub fn replace_stops_with_signal_then_halts<B: Backend>(b: &B) {
     }
     // An application that ignores its signal is halted once the stop timeout is over.
     b.ignore_stop("web");
-    p.provision(&spec("web"), root(b, &p, "node-a", "v3")).unwrap();
+    p.provision(&spec("web"), root(b, &p, "node-a", "v3"))
+        .unwrap();
     assert_zone(b, &p, "web", "v3");
     if let Some(stops) = b.stops() {
         assert_eq!(
@@ -260,7 +270,11 @@ fn assert_foreign_intact<B: Backend>(b: &B, other: &B::P, d: &worker_runtime::Zo
         Some(d),
         "another worker's zone changed"
     );
-    assert_eq!(release(&d.zonepath), "theirs-v1", "another worker's root changed");
+    assert_eq!(
+        release(&d.zonepath),
+        "theirs-v1",
+        "another worker's root changed"
+    );
     assert!(b.running(&d.zone), "another worker's zone is down");
 }
 
@@ -290,7 +304,13 @@ fn crash_everywhere<B: Backend>(
             assert!(k > 0, "{what}: no step was ever reported to the step hook");
             break;
         }
-        let step = crash.steps.lock().unwrap().last().cloned().unwrap_or_default();
+        let step = crash
+            .steps
+            .lock()
+            .unwrap()
+            .last()
+            .cloned()
+            .unwrap_or_default();
         match r {
             Err(ProvisionError::Interrupted { .. }) => {}
             other => panic!("{what}: crash before {step:?} gave {other:?}"),
@@ -312,7 +332,10 @@ pub fn crash_during_create_converges<B: Backend>(b: &B) {
         b,
         "create",
         |_| {},
-        |p| p.provision(&spec("web"), root(b, p, "node-a", "v1")).map(drop),
+        |p| {
+            p.provision(&spec("web"), root(b, p, "node-a", "v1"))
+                .map(drop)
+        },
         |p| assert_zone(b, p, "web", "v1"),
     );
 }
@@ -322,9 +345,13 @@ pub fn crash_during_replace_converges<B: Backend>(b: &B) {
         b,
         "replace",
         |p| {
-            p.provision(&spec("web"), root(b, p, "node-a", "v1")).unwrap();
+            p.provision(&spec("web"), root(b, p, "node-a", "v1"))
+                .unwrap();
         },
-        |p| p.provision(&spec("web"), root(b, p, "node-a", "v2")).map(drop),
+        |p| {
+            p.provision(&spec("web"), root(b, p, "node-a", "v2"))
+                .map(drop)
+        },
         |p| assert_zone(b, p, "web", "v2"),
     );
 }
@@ -334,7 +361,8 @@ pub fn crash_during_remove_converges<B: Backend>(b: &B) {
         b,
         "remove",
         |p| {
-            p.provision(&spec("web"), root(b, p, "node-a", "v1")).unwrap();
+            p.provision(&spec("web"), root(b, p, "node-a", "v1"))
+                .unwrap();
         },
         |p| p.remove("web"),
         |p| {
@@ -348,8 +376,13 @@ pub fn crash_during_remove_converges<B: Backend>(b: &B) {
 pub fn workers_never_touch_each_others_zones<B: Backend>(b: &B) {
     let (other, theirs) = foreign_zone(b);
     let p = b.open("node-a", None);
-    p.provision(&spec("mine"), root(b, &p, "node-a", "v1")).unwrap();
-    assert_eq!(p.zones().unwrap(), ["mine"], "a worker lists only its own zones");
+    p.provision(&spec("mine"), root(b, &p, "node-a", "v1"))
+        .unwrap();
+    assert_eq!(
+        p.zones().unwrap(),
+        ["mine"],
+        "a worker lists only its own zones"
+    );
     assert_eq!(other.zones().unwrap(), ["theirs"]);
     // Asking about, removing or creating a zone of the other worker's name never changes it
     // (refusing is fine; on a host with one zone namespace it is the only answer).

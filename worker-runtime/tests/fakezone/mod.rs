@@ -159,7 +159,12 @@ impl FakeZones {
             return fail(format!("zoneadm: {zone}: No such zone configured"));
         };
         let err = |m: String| fail(format!("zoneadm: zone '{zone}': {m}"));
-        let invalid = |state: State| err(format!("{sub} operation is invalid for {} zones.", state.name()));
+        let invalid = |state: State| {
+            err(format!(
+                "{sub} operation is invalid for {} zones.",
+                state.name()
+            ))
+        };
         match sub {
             "install" => match z.state {
                 State::Installed => err("is already installed.".into()),
@@ -272,7 +277,9 @@ impl FakeZones {
                     if line == "create -b" || line == "create" {
                         if let Some(z) = h.zones.get(zone) {
                             return if z.state >= State::Installed {
-                                at(format!("Zone {zone} already installed; create not allowed."))
+                                at(format!(
+                                    "Zone {zone} already installed; create not allowed."
+                                ))
                             } else {
                                 at(format!("Zone {zone} already exists; create not allowed."))
                             };
@@ -333,9 +340,7 @@ fn list_line(name: &str, z: &Zone) -> String {
 
 /// The stop method of the entrypoint manifest: `:kill -NAME` and its timeout.
 fn stop_method(manifest: &str) -> Option<(String, u32)> {
-    let line = manifest
-        .lines()
-        .find(|l| l.contains("name=\"stop\""))?;
+    let line = manifest.lines().find(|l| l.contains("name=\"stop\""))?;
     let exec = line.split("exec=\"").nth(1)?.split('"').next()?;
     let signal = exec.strip_prefix(":kill -")?.to_owned();
     let timeout = line
