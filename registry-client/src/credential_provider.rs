@@ -188,11 +188,11 @@ fn pick(auth: &[(String, Credential)], host: &str) -> Option<Credential> {
         .map(|(_, c)| c.clone())
 }
 
-/// Runs the plugin for `host`: the `auth` entries, the cache key type and the duration.
-fn run(
-    p: &CredentialProvider,
-    host: &str,
-) -> Result<(Vec<(String, Credential)>, String, Option<Duration>), CredentialError> {
+/// A plugin's answer: `auth` entries by pattern, `cacheKeyType`, `cacheDuration`.
+type Answer = (Vec<(String, Credential)>, String, Option<Duration>);
+
+/// Runs the plugin for `host`.
+fn run(p: &CredentialProvider, host: &str) -> Result<Answer, CredentialError> {
     let fail = |reason: String| CredentialError::Provider {
         provider: p.name.clone(),
         host: host.to_owned(),

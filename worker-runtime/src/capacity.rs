@@ -58,6 +58,8 @@ pub fn host_capacity() -> Resources {
         .ok()
         .map(|n| n.get() as f64);
     #[cfg(any(target_os = "linux", target_os = "android"))]
+    // `totalram` is a C `unsigned long`: u64 here, u32 on 32-bit targets.
+    #[allow(clippy::useless_conversion)]
     let memory_bytes = {
         let s = rustix::system::sysinfo();
         Some(u64::from(s.totalram).saturating_mul(u64::from(s.mem_unit.max(1))))

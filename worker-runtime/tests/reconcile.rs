@@ -638,7 +638,7 @@ async fn zones_asking_for_more_than_is_allocatable_are_unschedulable() {
         "{:?}",
         n.capacity
     );
-    let json = serde_json::to_value(&worker_runtime::status_report(&cfg).unwrap()).unwrap();
+    let json = serde_json::to_value(worker_runtime::status_report(&cfg).unwrap()).unwrap();
     assert_eq!(json["node"]["allocated"]["zones"], 3, "{json}");
     assert_eq!(json["zones"][1]["phase"], "Unschedulable", "{json}");
 

@@ -304,10 +304,10 @@ impl FakeZones {
                         if new.as_ref().is_some_and(|z| z.zonepath.is_empty()) {
                             return at("zonepath cannot be empty.".into());
                         }
-                    } else if line == "commit" {
-                        if let Some(z) = new.take() {
-                            h.zones.insert(zone.to_owned(), z);
-                        }
+                    } else if line == "commit"
+                        && let Some(z) = new.take()
+                    {
+                        h.zones.insert(zone.to_owned(), z);
                     }
                 }
                 ok(String::new())
