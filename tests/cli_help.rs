@@ -235,7 +235,11 @@ fn json_output_is_one_document_on_stdout() {
     let run = json(&["worker", "run", "--once", "--json", "--config", s(&config)]);
     assert_eq!(run["provisioned"], serde_json::json!(["hello"]), "{run}");
     let status = json(&["worker", "status", "--json", "--config", s(&config)]);
-    assert_eq!(status[0]["current_digest"], manifest.as_str(), "{status}");
+    assert_eq!(
+        status["zones"][0]["current_digest"],
+        manifest.as_str(),
+        "{status}"
+    );
     let gc = json(&[
         "registry",
         "gc",

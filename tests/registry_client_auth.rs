@@ -505,7 +505,10 @@ fn htpasswd_over_tls_login_push_pull_copy_build_worker_logout() {
         .args(["worker", "status", "--json", "--config", s(&worker_toml)])
         .output()
         .unwrap();
-    let last_error = json(&status)[0]["last_error"].as_str().unwrap().to_owned();
+    let last_error = json(&status)["zones"][0]["last_error"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(last_error.contains("401"), "{last_error}");
     write_worker("auth_file = \"auth.json\"\nca_file = \"ca.pem\"\n");
     let out = rd(&worker_home)
@@ -525,8 +528,87 @@ fn htpasswd_over_tls_login_push_pull_copy_build_worker_logout() {
         .args(["worker", "status", "--json", "--config", s(&worker_toml)])
         .output()
         .unwrap();
-    assert_eq!(json(&status)[0]["current_digest"], root_digest.as_str());
+    assert_eq!(
+        json(&status)["zones"][0]["current_digest"],
+        root_digest.as_str()
+    );
     assert_ne!(manifest, "", "build printed its manifest digest");
+
+    // A kubelet credential provider plugin instead of auth_file: a script that counts its
+    // runs, keeps the request it got and answers alice's credential for this host.
+    let plugins = wdir.join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    let script = plugins.join("count-creds");
+    std::fs::write(
+        &script,
+        "#!/bin/sh
+cat > \"$OUT/request.json\"
+echo run >> \"$OUT/runs\"
+\
+         printf '{\"apiVersion\":\"credentialprovider.kubelet.k8s.io/v1\",\"kind\":\"CredentialProviderResponse\",\
+         \"cacheKeyType\":\"Registry\",\"cacheDuration\":\"%s\",\
+         \"auth\":{\"%s\":{\"username\":\"alice\",\"password\":\"wonder land\"}}}' \"$TTL\" \"$HOST\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(
+        wdir.join("zones/plugin.toml"),
+        format!(
+            "name = \"plugin\"\nimage = \"{host}/mirror/hello:1.0\"\npull_policy = \"Always\"\n"
+        ),
+    )
+    .unwrap();
+    let runs = |ttl: &str| {
+        let out_dir = d.join(format!("plugin-{ttl}"));
+        std::fs::create_dir_all(&out_dir).unwrap();
+        // A full pull each time: no zone and no blobs from the run before.
+        for gone in [wdir.join("roots/plugin"), wdir.join("state/content")] {
+            if gone.exists() {
+                std::fs::remove_dir_all(&gone).unwrap();
+            }
+        }
+        write_worker(&format!(
+            "ca_file = \"ca.pem\"\nimage_credential_provider_bin_dir = \"plugins\"\n\
+             [[credential_providers]]\nname = \"count-creds\"\nmatch_images = [\"{host}\"]\n\
+             default_cache_duration_secs = 600\n\
+             env = {{ OUT = \"{}\", TTL = \"{ttl}\", HOST = \"{host}\" }}\n",
+            s(&out_dir)
+        ));
+        let out = rd(&worker_home)
+            .args([
+                "worker",
+                "run",
+                "--once",
+                "--json",
+                "--config",
+                s(&worker_toml),
+            ])
+            .output()
+            .unwrap();
+        succeeded(
+            &format!("worker run with a credential provider (cacheDuration {ttl})"),
+            &out,
+            &reg,
+        );
+        let request: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out_dir.join("request.json")).unwrap()).unwrap();
+        assert_eq!(
+            request["apiVersion"],
+            "credentialprovider.kubelet.k8s.io/v1"
+        );
+        assert_eq!(request["kind"], "CredentialProviderRequest");
+        assert_eq!(request["image"], host.as_str());
+        std::fs::read_to_string(out_dir.join("runs"))
+            .unwrap()
+            .lines()
+            .count()
+    };
+    // Cached for an hour: one run serves every request of the pass.
+    assert_eq!(runs("1h"), 1);
+    // Not cached ("0s"): the plugin is asked again for each authenticated request.
+    let uncached = runs("0s");
+    assert!(uncached > 1, "the plugin ran {uncached} times");
+    std::fs::remove_file(wdir.join("zones/plugin.toml")).unwrap();
 
     // logout removes the entry; then the 401 comes back.
     let out = rd(&home).args(["logout", &host]).output().unwrap();

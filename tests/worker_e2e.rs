@@ -74,7 +74,8 @@ impl Node {
     /// `rdctl worker status --json`, by zone name.
     pub fn status(&self) -> BTreeMap<String, serde_json::Value> {
         let out = ok(rdctl().args(["worker", "status", "--json", "--config", s(&self.config())]));
-        let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let rows = doc["zones"].as_array().cloned().unwrap_or_default();
         rows.into_iter()
             .map(|r| (r["zone"].as_str().unwrap().to_owned(), r))
             .collect()
@@ -1115,4 +1116,76 @@ fn metrics_count_pulls_bytes_verification_failures_creations_and_durations() {
     ok(Command::new("kill").args(["-TERM", &worker.id().to_string()]));
     let st = worker.wait().unwrap();
     assert!(st.success(), "SIGTERM ends the worker cleanly: {st}");
+}
+
+#[test]
+fn a_stalled_download_is_cancelled_at_the_progress_deadline_and_resumed_on_retry() {
+    use crate::fault_proxy::{Fault, FaultProxy, Rule};
+    let t = tempdir();
+    let server = Server::start(&t.path().join("registry"), &[]);
+    let big = RawImage::big("big", 2 << 20);
+    big.push(server.addr, "stall/big", "1");
+    let layer = big.layer_digest(0);
+    const HELD_AT: u64 = 512 << 10;
+    // The registry sends part of the layer, then nothing.
+    let proxy = FaultProxy::start(
+        server.addr,
+        vec![Rule {
+            method: "GET",
+            path: layer.clone(),
+            times: 1,
+            fault: Fault::Hold(HELD_AT),
+        }],
+    );
+    let node = Node::new(&t.path().join("node"));
+    let cfg = std::fs::read_to_string(node.config()).unwrap();
+    std::fs::write(
+        node.config(),
+        cfg.replace(
+            "backoff_initial_secs = 60",
+            "backoff_initial_secs = 60\nimage_pull_progress_deadline_secs = 1",
+        ),
+    )
+    .unwrap();
+    node.zone("big", &format!("{}/stall/big:1", proxy.host()));
+    let started = std::time::Instant::now();
+    let out = node.run_once();
+    let took = started.elapsed();
+    proxy.release();
+    assert_eq!(out.status.code(), Some(1), "{}", tail(&out.stderr));
+    // Cancelled at the deadline (plus the pass around it), not left hanging on the registry.
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_secs(20),
+        "{took:?}"
+    );
+    let st = &node.status()["big"];
+    let err = st["last_error"].as_str().unwrap_or_default();
+    assert!(
+        err.contains("no bytes received for 1 s"),
+        "{err}\n{}",
+        tail(&out.stderr)
+    );
+    // Retried with backoff: one failure, the next attempt scheduled by backoff_initial_secs.
+    assert_eq!(st["failures"], 1, "{st}");
+    let next = st["next_attempt_unix"].as_u64().unwrap();
+    assert!(next >= st["updated_unix"].as_u64().unwrap() + 59, "{st}");
+    // Progress says how far it got.
+    let done = st["pull"]["done_bytes"].as_u64().unwrap();
+    let total = st["pull"]["total_bytes"].as_u64().unwrap();
+    assert!(done >= HELD_AT && done < total, "{st}");
+    assert!(
+        !node.zonepath("big").exists(),
+        "no zone from a stalled pull"
+    );
+
+    // The retry resumes from what arrived and finishes.
+    let out = node.run_once();
+    assert!(out.status.success(), "{}", tail(&out.stderr));
+    let gets = proxy.seen_for(&layer);
+    assert_eq!(gets.len(), 2, "{gets:#?}");
+    let want = format!("bytes={HELD_AT}-");
+    assert_eq!(gets[1].range.as_deref(), Some(want.as_str()));
+    let st = &node.status()["big"];
+    assert_eq!(st["phase"], "Ready");
+    assert_eq!(st["pull"]["done_bytes"], st["pull"]["total_bytes"], "{st}");
 }

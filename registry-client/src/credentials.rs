@@ -94,6 +94,16 @@ pub enum CredentialError {
         /// What is wrong (with line and column for JSON errors, the key path otherwise).
         reason: String,
     },
+    /// A kubelet credential provider plugin failed or answered nonsense.
+    #[error("credential provider {provider} for {host}: {reason}")]
+    Provider {
+        /// The provider's name.
+        provider: String,
+        /// The registry host.
+        host: String,
+        /// What happened.
+        reason: String,
+    },
     /// A credential helper failed.
     #[error("credential helper docker-credential-{helper} {action} for {host}: {reason}")]
     Helper {
@@ -115,6 +125,8 @@ pub enum Source {
     File(PathBuf),
     /// This credential helper.
     Helper(String),
+    /// This kubelet credential provider plugin.
+    Provider(String),
     /// Given directly by the caller.
     Explicit,
 }
@@ -124,6 +136,7 @@ impl std::fmt::Display for Source {
         match self {
             Source::File(p) => write!(f, "{}", p.display()),
             Source::Helper(h) => write!(f, "docker-credential-{h}"),
+            Source::Provider(p) => write!(f, "credential provider {p}"),
             Source::Explicit => f.write_str("the command line"),
         }
     }
@@ -496,6 +509,9 @@ pub struct Keychain {
     files: Vec<PathBuf>,
     fixed: HashMap<String, Credential>,
     cache: Mutex<HashMap<String, Option<(Credential, Source)>>>,
+    /// kubelet credential provider plugins, asked before the files for the hosts they match
+    /// (their answers cached as they say, shared by clones).
+    providers: std::sync::Arc<crate::credential_provider::Providers>,
 }
 
 impl Clone for Keychain {
@@ -504,6 +520,7 @@ impl Clone for Keychain {
             files: self.files.clone(),
             fixed: self.fixed.clone(),
             cache: Mutex::new(HashMap::new()),
+            providers: self.providers.clone(),
         }
     }
 }
@@ -594,6 +611,15 @@ impl Keychain {
         self
     }
 
+    /// Asks these kubelet credential provider plugins first, for the hosts they match.
+    pub fn with_providers(
+        mut self,
+        list: Vec<crate::credential_provider::CredentialProvider>,
+    ) -> Keychain {
+        self.providers = std::sync::Arc::new(crate::credential_provider::Providers::new(list));
+        self
+    }
+
     /// The files searched, in order.
     pub fn files(&self) -> &[PathBuf] {
         &self.files
@@ -603,6 +629,10 @@ impl Keychain {
     pub fn get(&self, host: &str) -> Result<Option<(Credential, Source)>, CredentialError> {
         if let Some(c) = self.fixed.get(host) {
             return Ok(Some((c.clone(), Source::Explicit)));
+        }
+        // Plugins keep their own cache, for as long as their answer says.
+        if let Some((c, name)) = self.providers.get(host)? {
+            return Ok(Some((c, Source::Provider(name))));
         }
         if let Some(hit) = self.cache.lock().expect("keychain lock").get(host) {
             return Ok(hit.clone());

@@ -42,6 +42,7 @@ mod blob;
 mod catalog;
 pub mod challenge;
 mod client;
+pub mod credential_provider;
 pub mod credentials;
 mod error;
 pub mod inspect;

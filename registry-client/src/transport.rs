@@ -61,6 +61,8 @@ pub struct ClientOptions {
     pub insecure: bool,
     /// Plain HTTP to every registry.
     pub plain_http: bool,
+    /// kubelet credential provider plugins, asked before the credential files.
+    pub credential_providers: Vec<crate::credential_provider::CredentialProvider>,
 }
 
 impl ClientOptions {
@@ -69,7 +71,10 @@ impl ClientOptions {
         let mut b = Client::builder()
             .plain_http(self.plain_http)
             .insecure(self.insecure)
-            .keychain(Keychain::from_env(self.auth_file.as_deref(), env));
+            .keychain(
+                Keychain::from_env(self.auth_file.as_deref(), env)
+                    .with_providers(self.credential_providers.clone()),
+            );
         for f in &self.ca_files {
             b = b.ca_file(f);
         }

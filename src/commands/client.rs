@@ -75,6 +75,7 @@ impl ClientArgs {
             cert_dirs: self.tls.cert_dir.clone(),
             insecure: self.tls.insecure,
             plain_http: self.plain_http,
+            credential_providers: Vec::new(),
         }
     }
 

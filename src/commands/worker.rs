@@ -17,18 +17,19 @@ pub enum Command {
   rdctl worker run --once --json --config ./worker.toml
   rdctl worker run --once --config ./worker.toml --auth-file ./auth.json --ca-file ./ca.pem
 
-Prints what the pass did (provisioned, unchanged, failed, backing off, removed zones).
+Prints what the pass did (provisioned, unchanged, failed, backing off, removed and, when any,
+unschedulable zones).
 docs/operations.md lists every key of worker.toml, of the policy file and of the zone manifests.
 SIGHUP reloads the policy file (a file that does not load keeps the policy in force; the log
 says why) and starts a pass at once.
 Exit status: 0 stopped by SIGTERM, or a --once pass where every zone is ready; 1 a --once pass
-where a zone failed; 2 the configuration could not be loaded.")]
+where a zone failed or was not admitted; 2 the configuration could not be loaded.")]
     Run(RunArgs),
     /// Show every zone's desired and current image digest, phase, what admitted it and the
-    /// last error.
+    /// last error; with --json also the node's capacity, allocatable and allocated resources.
     #[command(after_help = "Examples:
   rdctl worker status
-  rdctl worker status --json --config ./worker.toml | jq '.[].phase'
+  rdctl worker status --json --config ./worker.toml | jq '.zones[].phase'
 
 Exit status: 0 shown, 2 the configuration or state could not be read.")]
     Status(StatusArgs),
@@ -122,11 +123,12 @@ fn run_worker(args: RunArgs) -> anyhow::Result<ExitCode> {
             "failed": summary.failed,
             "backing_off": summary.backing_off,
             "removed": summary.removed,
+            "unschedulable": summary.unschedulable,
         });
         serde_json::to_writer_pretty(&mut out, &doc)?;
         writeln!(out)?;
     } else {
-        writeln!(
+        write!(
             out,
             "provisioned: {}; unchanged: {}; failed: {}; backing off: {}; removed: {}",
             summary.provisioned.join(","),
@@ -135,27 +137,34 @@ fn run_worker(args: RunArgs) -> anyhow::Result<ExitCode> {
             summary.backing_off.join(","),
             summary.removed.join(",")
         )?;
+        if !summary.unschedulable.is_empty() {
+            write!(out, "; unschedulable: {}", summary.unschedulable.join(","))?;
+        }
+        writeln!(out)?;
     }
     // Without --once the run ended on SIGTERM/SIGINT: a clean stop, whatever the last pass did.
-    Ok(if summary.failed.is_empty() || !args.once {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(
+        if (summary.failed.is_empty() && summary.unschedulable.is_empty()) || !args.once {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        },
+    )
 }
 
 fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
     if args.packages {
         return packages(&args);
     }
-    let rows = worker_runtime::status(&args.config)
+    let report = worker_runtime::status_report(&args.config)
         .with_context(|| format!("worker status with {}", args.config.display()))?;
     let mut out = std::io::stdout().lock();
     if args.json {
-        serde_json::to_writer_pretty(&mut out, &rows)?;
+        serde_json::to_writer_pretty(&mut out, &report)?;
         writeln!(out)?;
         return Ok(ExitCode::SUCCESS);
     }
+    let rows = report.zones;
     let rows: Vec<[String; 7]> = rows
         .iter()
         .map(|r| {

@@ -27,10 +27,32 @@
 //! registry = "central.example:5000"  # the origin host, as zone manifests write it
 //! endpoints = ["site.example:5000/central", "backup.example:5000"]  # HOST[:PORT][/PREFIX], in order
 //! resolve_tags = true                # mirrors may resolve tags (default); false: tags at the origin
+//! max_parallel_pulls = 2            # kubelet maxParallelImagePulls (default: no cap)
+//! registry_pull_qps = 5.0            # kubelet registryPullQPS, per registry (0: no limit)
+//! registry_burst = 10                # kubelet registryBurst
+//! image_pull_progress_deadline_secs = 60   # kubelet --image-pull-progress-deadline
+//! image_gc_high_percent = 85         # kubelet imageGCHighThresholdPercent
+//! image_gc_low_percent = 80          # kubelet imageGCLowThresholdPercent
+//! image_minimum_gc_age_secs = 120    # kubelet imageMinimumGCAge
+//! image_credential_provider_bin_dir = "/usr/lib/rdctl/credential-providers"
+//!                                    # kubelet --image-credential-provider-bin-dir
+//!
+//! [[credential_providers]]           # kubelet CredentialProviderConfig providers[]
+//! name = "ecr-credential-provider"   # the executable in image_credential_provider_bin_dir
+//! match_images = ["*.dkr.ecr.*.amazonaws.com"]
+//! default_cache_duration_secs = 600  # defaultCacheDuration
+//! api_version = "credentialprovider.kubelet.k8s.io/v1"   # the only one spoken
+//! args = []
+//! env = { AWS_PROFILE = "zones" }
 //!
 //! [provisioner]
 //! kind = "dir"                       # or "illumos" (only on illumos)
 //! base = "/var/lib/rdctl/zones"      # zonepaths go here
+//!
+//! [allocatable]                      # optional: what zones may be given (kubelet's
+//! cpus = 6.0                         # allocatable); each key unset means no limit
+//! memory = "24G"
+//! zones = 20                         # kubelet's maxPods
 //! ```
 //!
 //! ```toml
@@ -85,6 +107,22 @@ pub struct WorkerConfig {
     /// The admission policy file (`trust::Policy`), if any; loaded by [`crate::Worker::new`]
     /// and again on [`crate::Worker::reload_policy`].
     pub policy: Option<PathBuf>,
+    /// What zones may be given (`[allocatable]`); `None` fields are unlimited.
+    pub allocatable: crate::capacity::Resources,
+    /// Image pulls in flight at most (`None`: no cap).
+    pub max_parallel_pulls: Option<usize>,
+    /// Image pulls per second per registry (0: no limit).
+    pub registry_pull_qps: f64,
+    /// Pulls a registry may take at once before `registry_pull_qps` applies.
+    pub registry_burst: u32,
+    /// A download that receives no bytes for this long is cancelled and retried with backoff.
+    pub image_pull_progress_deadline: Duration,
+    /// Disk usage (percent) of the content store's file system at which image GC runs.
+    pub image_gc_high_percent: u8,
+    /// Disk usage (percent) image GC frees down to.
+    pub image_gc_low_percent: u8,
+    /// Unused blobs younger than this are never removed by image GC.
+    pub image_minimum_gc_age: Duration,
 }
 
 /// Which provisioner the worker uses.
@@ -209,6 +247,39 @@ struct FileConfig {
     #[serde(default)]
     mirrors: Vec<FileMirror>,
     provisioner: FileProvisioner,
+    #[serde(default)]
+    allocatable: FileAllocatable,
+    max_parallel_pulls: Option<usize>,
+    registry_pull_qps: Option<f64>,
+    registry_burst: Option<u32>,
+    image_pull_progress_deadline_secs: Option<u64>,
+    image_gc_high_percent: Option<u8>,
+    image_gc_low_percent: Option<u8>,
+    image_minimum_gc_age_secs: Option<u64>,
+    image_credential_provider_bin_dir: Option<PathBuf>,
+    #[serde(default)]
+    credential_providers: Vec<FileProvider>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileProvider {
+    name: String,
+    match_images: Vec<String>,
+    default_cache_duration_secs: Option<u64>,
+    api_version: Option<String>,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileAllocatable {
+    cpus: Option<f64>,
+    memory: Option<String>,
+    zones: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -251,6 +322,22 @@ const HINTS: config_toml::Hints<'static> = &[
     ("stop_timeout_secs", "seconds, a whole number such as 30"),
     ("limits.cpus", "a number of CPUs such as 1.5"),
     ("limits.memory", "a size in quotes such as \"2G\""),
+    ("allocatable.cpus", "a number of CPUs such as 6.0"),
+    ("allocatable.memory", "a size in quotes such as \"24G\""),
+    ("allocatable.zones", "a whole number of zones such as 20"),
+    ("max_parallel_pulls", "a whole number of pulls such as 2"),
+    ("registry_pull_qps", "pulls per second such as 5.0"),
+    ("registry_burst", "a whole number of pulls such as 10"),
+    (
+        "image_pull_progress_deadline_secs",
+        "seconds, a whole number such as 60",
+    ),
+    ("image_gc_high_percent", "a percentage such as 85"),
+    ("image_gc_low_percent", "a percentage such as 80"),
+    (
+        "image_minimum_gc_age_secs",
+        "seconds, a whole number such as 120",
+    ),
 ];
 
 fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
@@ -367,7 +454,111 @@ impl WorkerConfig {
                 resolve_tags: m.resolve_tags.unwrap_or(true),
             });
         }
+        if let Some(c) = f.allocatable.cpus
+            && !(c >= 0.0 && c.is_finite())
+        {
+            return Err(value(
+                "allocatable.cpus",
+                format!("{c} is not a number of CPUs"),
+            ));
+        }
+        let allocatable_memory = match &f.allocatable.memory {
+            None => None,
+            Some(m) => Some(crate::capacity::size_bytes(m).ok_or_else(|| {
+                value(
+                    "allocatable.memory",
+                    format!("{m:?} is not a size like 512m or 24G"),
+                )
+            })?),
+        };
+        if f.max_parallel_pulls == Some(0) {
+            return Err(value("max_parallel_pulls", "must be at least 1".into()));
+        }
+        let qps = f.registry_pull_qps.unwrap_or(0.0);
+        if !(qps >= 0.0 && qps.is_finite()) {
+            return Err(value(
+                "registry_pull_qps",
+                format!("{qps} is not a number of pulls per second"),
+            ));
+        }
+        let deadline = f.image_pull_progress_deadline_secs.unwrap_or(60);
+        if deadline == 0 {
+            return Err(value(
+                "image_pull_progress_deadline_secs",
+                "must be at least 1".into(),
+            ));
+        }
+        let (high, low) = (
+            f.image_gc_high_percent.unwrap_or(85),
+            f.image_gc_low_percent.unwrap_or(80),
+        );
+        if high > 100 {
+            return Err(value(
+                "image_gc_high_percent",
+                format!("{high} is more than 100"),
+            ));
+        }
+        if low > high {
+            return Err(value(
+                "image_gc_low_percent",
+                format!("{low} is above image_gc_high_percent ({high})"),
+            ));
+        }
+        let mut credential_providers = Vec::new();
+        if !f.credential_providers.is_empty() && f.image_credential_provider_bin_dir.is_none() {
+            return Err(value(
+                "image_credential_provider_bin_dir",
+                "credential_providers are configured but no directory to find them in".into(),
+            ));
+        }
+        let bin_dir = f.image_credential_provider_bin_dir.map(abs);
+        for p in f.credential_providers {
+            let field = "credential_providers";
+            if !valid_name(&p.name) {
+                return Err(value(
+                    field,
+                    format!("name {:?} is not a plain file name", p.name),
+                ));
+            }
+            if let Some(v) = &p.api_version
+                && v != registry_client::credential_provider::API_VERSION
+            {
+                return Err(value(
+                    field,
+                    format!(
+                        "{}: api_version {v:?} is not {}",
+                        p.name,
+                        registry_client::credential_provider::API_VERSION
+                    ),
+                ));
+            }
+            if p.match_images.is_empty() {
+                return Err(value(field, format!("{}: match_images is empty", p.name)));
+            }
+            credential_providers.push(registry_client::credential_provider::CredentialProvider {
+                command: bin_dir.clone().unwrap_or_default().join(&p.name),
+                name: p.name,
+                args: p.args,
+                env: p.env.into_iter().collect(),
+                match_images: p.match_images,
+                default_cache_duration: Duration::from_secs(
+                    p.default_cache_duration_secs.unwrap_or(0),
+                ),
+            });
+        }
         Ok(WorkerConfig {
+            max_parallel_pulls: f.max_parallel_pulls,
+            registry_pull_qps: qps,
+            registry_burst: f.registry_burst.unwrap_or(10).max(1),
+            image_pull_progress_deadline: Duration::from_secs(deadline),
+            image_gc_high_percent: high,
+            image_gc_low_percent: low,
+            image_minimum_gc_age: Duration::from_secs(f.image_minimum_gc_age_secs.unwrap_or(120)),
+            allocatable: crate::capacity::Resources {
+                cpus: f.allocatable.cpus,
+                memory_bytes: allocatable_memory,
+                zones: f.allocatable.zones,
+            },
             mirrors: crate::mirrors::Mirrors(mirrors),
             metrics_listen,
             policy: f.policy.map(abs),
@@ -385,6 +576,7 @@ impl WorkerConfig {
                 cert_dirs: f.cert_dir.map(abs).into_iter().collect(),
                 insecure,
                 plain_http,
+                credential_providers,
             },
             provisioner,
             gc_grace: Duration::from_secs(f.gc_grace_secs.unwrap_or(3600)),
@@ -495,7 +687,7 @@ pub fn load_zone(path: &Path) -> Result<ZoneSpec, ConfigError> {
         return Err(value("limits.cpus", format!("{c} is not in (0, 1024]")));
     }
     if let Some(m) = &f.limits.memory
-        && !valid_size(m)
+        && crate::capacity::size_bytes(m).is_none()
     {
         return Err(value(
             "limits.memory",
@@ -511,11 +703,6 @@ pub fn load_zone(path: &Path) -> Result<ZoneSpec, ConfigError> {
         limits: f.limits,
         source: path.to_owned(),
     })
-}
-
-fn valid_size(s: &str) -> bool {
-    let digits = s.trim_end_matches(['k', 'm', 'g', 't', 'K', 'M', 'G', 'T']);
-    !digits.is_empty() && digits.len() + 1 >= s.len() && digits.bytes().all(|b| b.is_ascii_digit())
 }
 
 #[cfg(test)]
@@ -558,6 +745,26 @@ mod tests {
             ("poll_interval_secs = 0\n", "poll_interval_secs"),
             ("worker_id = \"../x\"\n", "worker_id"),
             ("plain_http = true\ninsecure = true\n", "insecure"),
+            ("max_parallel_pulls = 0\n", "max_parallel_pulls"),
+            ("registry_pull_qps = -1.0\n", "registry_pull_qps"),
+            (
+                "image_pull_progress_deadline_secs = 0\n",
+                "image_pull_progress_deadline_secs",
+            ),
+            ("image_gc_high_percent = 101\n", "image_gc_high_percent"),
+            (
+                "image_gc_high_percent = 70\nimage_gc_low_percent = 80\n",
+                "image_gc_low_percent",
+            ),
+            (
+                "[[credential_providers]]\nname = \"p\"\nmatch_images = [\"r.example\"]\n",
+                "image_credential_provider_bin_dir",
+            ),
+            (
+                "image_credential_provider_bin_dir = \"bin\"\n[[credential_providers]]\nname = \"p\"\nmatch_images = [\"r.example\"]\napi_version = \"credentialprovider.kubelet.k8s.io/v1alpha1\"\n",
+                "credential_providers",
+            ),
+            ("[allocatable]\nmemory = \"lots\"\n", "allocatable.memory"),
         ] {
             std::fs::write(
                 &p,
@@ -639,5 +846,44 @@ mod tests {
             e.contains("image: ") && e.contains("\"site\" is not a registry host"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn node_agent_keys_parse_with_kubelet_defaults() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("worker.toml");
+        let base = "zones_dir = \"z\"\nstate_dir = \"s\"\n";
+        let tail = "[provisioner]\nkind = \"dir\"\nbase = \"b\"\n";
+        std::fs::write(&p, format!("{base}{tail}")).unwrap();
+        let c = WorkerConfig::load(&p).unwrap();
+        assert_eq!(c.max_parallel_pulls, None);
+        assert_eq!(c.registry_pull_qps, 0.0);
+        assert_eq!(c.registry_burst, 10);
+        assert_eq!(c.image_pull_progress_deadline, Duration::from_secs(60));
+        assert_eq!((c.image_gc_high_percent, c.image_gc_low_percent), (85, 80));
+        assert_eq!(c.image_minimum_gc_age, Duration::from_secs(120));
+        assert_eq!(c.allocatable, crate::capacity::Resources::default());
+        assert!(c.client.credential_providers.is_empty());
+        std::fs::write(
+            &p,
+            format!(
+                "{base}max_parallel_pulls = 2\nregistry_pull_qps = 5.0\nregistry_burst = 3\n\
+                 image_credential_provider_bin_dir = \"plugins\"\n{tail}\
+                 [allocatable]\ncpus = 6.0\nmemory = \"24G\"\nzones = 20\n\
+                 [[credential_providers]]\nname = \"ecr\"\nmatch_images = [\"*.example\"]\n\
+                 default_cache_duration_secs = 600\nargs = [\"-v\"]\nenv = {{ A = \"1\" }}\n"
+            ),
+        )
+        .unwrap();
+        let c = WorkerConfig::load(&p).unwrap();
+        assert_eq!(c.max_parallel_pulls, Some(2));
+        assert_eq!((c.registry_pull_qps, c.registry_burst), (5.0, 3));
+        assert_eq!(c.allocatable.memory_bytes, Some(24 << 30));
+        assert_eq!(c.allocatable.zones, Some(20));
+        let pr = &c.client.credential_providers[0];
+        assert_eq!(pr.command, t.path().join("plugins/ecr"));
+        assert_eq!(pr.default_cache_duration, Duration::from_secs(600));
+        assert_eq!(pr.env, [("A".to_owned(), "1".to_owned())]);
+        assert_eq!(pr.args, ["-v"]);
     }
 }

@@ -22,6 +22,10 @@
 //!   checked on the resolved digest before any layer is fetched and again right before the
 //!   zone changes; a refusal ([`Denial`], phase `Denied`) leaves a running zone on its
 //!   admitted image, and [`Admission`] records what admitted it.
+//! - Capacity ([`capacity`]): the node's capacity, `[allocatable]` in worker.toml and what
+//!   admitted zones hold; a zone that asks for more is `Unschedulable`.
+//! - Pull controls ([`throttle`]): `max_parallel_pulls`, per-registry QPS and burst, the
+//!   progress deadline, pull progress, and image GC by disk usage.
 //! - Ownership marks ([`owner`]) on every directory the worker creates, checked before any
 //!   change or deletion.
 //!
@@ -31,6 +35,7 @@
 #![deny(missing_docs)]
 
 mod admission;
+pub mod capacity;
 mod config;
 pub mod metrics;
 mod mirrors;
@@ -42,10 +47,12 @@ mod readahead;
 mod schedule;
 mod state;
 mod store;
+pub mod throttle;
 mod unpack;
 mod verify;
 
 pub use admission::{Admission, AdmissionError, Denial, check as check_admission};
+pub use capacity::{Allocated, NodeStatus, Resources};
 pub use config::{
     ConfigError, ProvisionerConfig, PullPolicy, ResourceLimits, WorkerConfig, ZoneLoadError,
     ZoneSpec, load_zone, load_zones, valid_name,
@@ -55,12 +62,16 @@ pub use mirrors::{
 };
 pub use packages::{ZonePackages, zone_packages};
 pub use provision::{
-    CommandRunner, DirProvisioner, IllumosProvisioner, ProvisionError, Provisioner, SystemRunner,
-    ZoneDescription,
+    Capabilities, CommandRunner, DirProvisioner, IllumosProvisioner, ProvisionError, Provisioner,
+    StepHook, SystemRunner, ZoneDescription,
 };
 pub use pull::{HostPlatform, PullError, pull, resolve};
-pub use schedule::{PassSummary, StatusRow, Worker, WorkerError, ZoneError, run, status};
+pub use schedule::{
+    PassSummary, StatusReport, StatusRow, Worker, WorkerError, ZoneError, run, status,
+    status_report,
+};
 pub use state::{Phase, StateDir, StateError, ZoneStatus};
 pub use store::{ContentStore, FetchStats, StoreError};
+pub use throttle::{DiskSpace, DiskUsage, PullBytes, Statvfs};
 pub use unpack::{LayerStats, RootDir, UnpackError, UnpackOptions, apply_layer, apply_stream};
 pub use verify::{PulledImage, RootError, VerifiedImage, VerifiedRoot, build_root};

@@ -18,6 +18,9 @@
 //! | `rdctl_worker_admission_duration_seconds` | histogram | one admission check (signature fetch and evaluation) |
 //! | `rdctl_worker_policy_reloads_total{result}` | counter | policy reloads on SIGHUP, `ok` or `error` |
 //! | `rdctl_worker_policy_reload_failed` | gauge | 1 while the last reload failed (the previous policy is in force) |
+//! | `rdctl_worker_pull_progress_bytes{zone}` | gauge | bytes done of each pull in flight |
+//! | `rdctl_worker_pull_size_bytes{zone}` | gauge | bytes in all of each pull in flight |
+//! | `rdctl_worker_image_gc_freed_bytes_total` | counter | bytes image GC by disk usage removed |
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -64,6 +67,8 @@ pub struct Metrics {
     pass: Mutex<Histogram>,
     zone: Mutex<Histogram>,
     admission: Mutex<Histogram>,
+    pulls_in_flight: Mutex<BTreeMap<String, Arc<crate::throttle::PullProgress>>>,
+    image_gc_freed: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -86,6 +91,8 @@ impl Default for Metrics {
             pass: Mutex::new(Histogram::new(BUCKETS)),
             zone: Mutex::new(Histogram::new(BUCKETS)),
             admission: Mutex::new(Histogram::new(BUCKETS)),
+            pulls_in_flight: Mutex::new(BTreeMap::new()),
+            image_gc_freed: AtomicU64::default(),
         }
     }
 }
@@ -99,6 +106,27 @@ impl Metrics {
             &self.pulls_error
         };
         c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A zone's pull started: its progress is exported while it runs.
+    pub fn pull_started(&self, zone: &str, progress: Arc<crate::throttle::PullProgress>) {
+        self.pulls_in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(zone.to_owned(), progress);
+    }
+
+    /// A zone's pull ended.
+    pub fn pull_finished(&self, zone: &str) {
+        self.pulls_in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(zone);
+    }
+
+    /// Counts bytes image GC by disk usage freed.
+    pub fn image_gc(&self, freed: u64) {
+        self.image_gc_freed.fetch_add(freed, Ordering::Relaxed);
     }
 
     /// Counts bytes received, and bytes kept from a partial download.
@@ -210,10 +238,46 @@ impl Metrics {
                 "Admission checks that could not read the signatures.",
                 get(&self.admission_errors),
             ),
+            (
+                "rdctl_worker_image_gc_freed_bytes_total",
+                "Bytes image garbage collection by disk usage removed.",
+                get(&self.image_gc_freed),
+            ),
         ] {
             let _ = writeln!(
                 out,
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+            );
+        }
+        let pulls: Vec<(String, crate::throttle::PullBytes)> = self
+            .pulls_in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(z, p)| (z.clone(), p.get()))
+            .collect();
+        let _ = writeln!(
+            out,
+            "# HELP rdctl_worker_pull_progress_bytes Bytes done of each pull in flight.\n\
+             # TYPE rdctl_worker_pull_progress_bytes gauge"
+        );
+        for (z, p) in &pulls {
+            let _ = writeln!(
+                out,
+                "rdctl_worker_pull_progress_bytes{{zone=\"{z}\"}} {}",
+                p.done_bytes
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP rdctl_worker_pull_size_bytes Bytes in all of each pull in flight.\n\
+             # TYPE rdctl_worker_pull_size_bytes gauge"
+        );
+        for (z, p) in &pulls {
+            let _ = writeln!(
+                out,
+                "rdctl_worker_pull_size_bytes{{zone=\"{z}\"}} {}",
+                p.total_bytes
             );
         }
         let _ = writeln!(
@@ -323,7 +387,18 @@ mod tests {
         m.admission(Some("unsigned"), false, Duration::from_millis(3));
         m.admission(Some("unsigned"), false, Duration::from_millis(3));
         m.policy_reload(false);
+        let p = Arc::new(crate::throttle::PullProgress::default());
+        p.set_total(300);
+        p.add(120);
+        m.pull_started("web", p);
+        m.pull_started("done", Arc::default());
+        m.pull_finished("done");
+        m.image_gc(4096);
         let t = m.render();
+        assert!(
+            !t.contains("zone=\"done\""),
+            "a finished pull is still exported:\n{t}"
+        );
         for line in [
             "rdctl_worker_pulls_total{result=\"ok\"} 1",
             "rdctl_worker_pulls_total{result=\"error\"} 1",
@@ -342,6 +417,9 @@ mod tests {
             "rdctl_worker_admission_duration_seconds_count 3",
             "rdctl_worker_policy_reloads_total{result=\"error\"} 1",
             "rdctl_worker_policy_reload_failed 1",
+            "rdctl_worker_pull_progress_bytes{zone=\"web\"} 120",
+            "rdctl_worker_pull_size_bytes{zone=\"web\"} 300",
+            "rdctl_worker_image_gc_freed_bytes_total 4096",
         ] {
             assert!(t.lines().any(|l| l == line), "{line} missing:\n{t}");
         }

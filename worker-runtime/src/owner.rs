@@ -154,8 +154,28 @@ pub fn claim(dir: &Path, mark: &OwnerMark) -> Result<(), OwnershipError> {
 /// Removes `dir` and everything in it, after checking that it carries `mark`.
 pub fn remove_owned(dir: &Path, mark: &OwnerMark) -> Result<(), OwnershipError> {
     check(dir, mark)?;
-    // std's remove_dir_all does not follow symlinks inside the tree.
-    std::fs::remove_dir_all(dir).map_err(io_err(dir, "removing the directory"))
+    // The mark goes last, so a removal cut short leaves a directory that is still ours and is
+    // removed by the next attempt. std's remove_dir_all does not follow symlinks.
+    let entries = std::fs::read_dir(dir).map_err(io_err(dir, "reading the directory"))?;
+    for e in entries {
+        let e = e.map_err(io_err(dir, "reading the directory"))?;
+        if e.file_name() == MARK_FILE {
+            continue;
+        }
+        let path = e.path();
+        let is_dir = e
+            .file_type()
+            .map_err(io_err(&path, "reading the file type"))?
+            .is_dir();
+        if is_dir {
+            std::fs::remove_dir_all(&path).map_err(io_err(&path, "removing the directory"))?;
+        } else {
+            std::fs::remove_file(&path).map_err(io_err(&path, "removing the file"))?;
+        }
+    }
+    let file = dir.join(MARK_FILE);
+    std::fs::remove_file(&file).map_err(io_err(&file, "removing the ownership mark"))?;
+    std::fs::remove_dir(dir).map_err(io_err(dir, "removing the directory"))
 }
 
 #[cfg(test)]

@@ -262,14 +262,19 @@ async fn fetch_blob(
     sources: &Sources,
     digest: &Digest,
     size: u64,
+    progress: Option<&crate::throttle::PullProgress>,
 ) -> Result<(), PullError> {
     let mut last = None;
     let mut partial_left = false;
     for (i, source) in sources.usable() {
         let (registry, name) = (source.reference.registry(), source.reference.name());
-        let mut result = store.fetch(client, registry, name, digest, size).await;
+        let mut result = store
+            .fetch(client, registry, name, digest, size, progress)
+            .await;
         if partial_left && matches!(result, Err(StoreError::Verify { .. })) {
-            result = store.fetch(client, registry, name, digest, size).await;
+            result = store
+                .fetch(client, registry, name, digest, size, progress)
+                .await;
         }
         match result {
             Ok(_) => return Ok(()),
@@ -297,6 +302,7 @@ pub async fn pull(
     sources: &Sources,
     digest: &Digest,
     host: &HostPlatform,
+    progress: Option<&crate::throttle::PullProgress>,
 ) -> Result<PulledImage, PullError> {
     let (manifest_digest, manifest) =
         match document(client, store, sources, digest, None, None).await? {
@@ -348,7 +354,14 @@ pub async fn pull(
         }
     }
     let cfg = manifest.config.clone();
-    fetch_blob(client, store, sources, &cfg.digest, cfg.size).await?;
+    if let Some(p) = progress {
+        let total = manifest
+            .layers
+            .iter()
+            .fold(cfg.size, |t, l| t.saturating_add(l.size));
+        p.set_total(total);
+    }
+    fetch_blob(client, store, sources, &cfg.digest, cfg.size, progress).await?;
     let bytes = store.read_small(&cfg.digest, MAX_CONFIG_SIZE as u64)?;
     let (report, config) = check_config(
         &bytes,
@@ -369,7 +382,7 @@ pub async fn pull(
     }
     // Layers never come from descriptor `urls` (CVE-2020-15157): only from the registry.
     for layer in &manifest.layers {
-        fetch_blob(client, store, sources, &layer.digest, layer.size).await?;
+        fetch_blob(client, store, sources, &layer.digest, layer.size, progress).await?;
     }
     Ok(PulledImage {
         manifest_digest,

@@ -128,6 +128,8 @@ pub struct PassSummary {
     pub backing_off: Vec<String>,
     /// Zones removed because their manifest is gone (after the grace period).
     pub removed: Vec<String>,
+    /// Zones not admitted: the node cannot give what they ask for (phase `Unschedulable`).
+    pub unschedulable: Vec<String>,
 }
 
 /// A worker ready to run passes. Cheap to share (`Arc`).
@@ -142,7 +144,22 @@ pub struct Worker {
     metrics: Arc<Metrics>,
     /// The admission policy in force (replaced whole by [`Worker::reload_policy`]).
     policy: std::sync::RwLock<Arc<Policy>>,
+    /// Pulls in flight at most (`max_parallel_pulls`).
+    pull_slots: Option<Arc<tokio::sync::Semaphore>>,
+    /// Pulls per second per registry (`registry_pull_qps`, `registry_burst`).
+    limiter: crate::throttle::RegistryLimiter,
+    /// Where image GC reads disk usage from.
+    disk: Arc<dyn crate::throttle::DiskUsage>,
+    /// What the last attempt of each zone observed, for its status record.
+    observed: std::sync::Mutex<HashMap<String, Observed>>,
     _lock: std::fs::File,
+}
+
+/// What a zone's attempt measured, recorded in its status.
+#[derive(Debug, Default, Clone, Copy)]
+struct Observed {
+    pull: Option<crate::throttle::PullBytes>,
+    replace_downtime_ms: Option<u64>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -207,7 +224,8 @@ impl Worker {
         let lock = state.lock()?;
         let metrics = Arc::new(Metrics::default());
         let store = ContentStore::open(&config.state_dir.join("content"), &config.worker_id)?
-            .with_metrics(metrics.clone());
+            .with_metrics(metrics.clone())
+            .with_progress_deadline(config.image_pull_progress_deadline);
         let provisioner: Box<dyn Provisioner> = match &config.provisioner {
             ProvisionerConfig::Dir { base } => {
                 Box::new(DirProvisioner::new(base, &config.worker_id)?)
@@ -233,9 +251,29 @@ impl Worker {
             unpack: UnpackOptions::default(),
             metrics,
             policy: std::sync::RwLock::new(Arc::new(policy)),
+            pull_slots: config
+                .max_parallel_pulls
+                .map(|n| Arc::new(tokio::sync::Semaphore::new(n))),
+            limiter: crate::throttle::RegistryLimiter::new(
+                config.registry_pull_qps,
+                config.registry_burst,
+            ),
+            disk: Arc::new(crate::throttle::Statvfs),
+            observed: std::sync::Mutex::new(HashMap::new()),
             config,
             _lock: lock,
         })
+    }
+
+    /// Reads disk usage for image GC from `disk` instead of `statvfs` (tests).
+    pub fn with_disk_usage(mut self, disk: Arc<dyn crate::throttle::DiskUsage>) -> Self {
+        self.disk = disk;
+        self
+    }
+
+    fn observe(&self, zone: &str, f: impl FnOnce(&mut Observed)) {
+        let mut m = self.observed.lock().unwrap_or_else(|e| e.into_inner());
+        f(m.entry(zone.to_owned()).or_default());
     }
 
     /// Replaces the registry client (tests use short retry delays).
@@ -332,6 +370,7 @@ impl Worker {
         let mut tasks = JoinSet::new();
         let mut names = HashMap::new();
         let wanted: HashSet<String> = specs.iter().map(|s| s.name.clone()).collect();
+        let specs = self.admit_by_resources(specs, &mut summary)?;
         for spec in specs {
             let prev = self.state.load(&spec.name).unwrap_or_default();
             if !ignore_backoff
@@ -386,8 +425,22 @@ impl Worker {
                 desired_digest: prev.desired_digest.clone(),
                 admission: prev.admission.clone(),
                 updated_unix: now_unix(),
+                pull: prev.pull,
+                replace_downtime_ms: prev.replace_downtime_ms,
                 ..ZoneStatus::default()
             };
+            let seen = self
+                .observed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&spec.name)
+                .unwrap_or_default();
+            if seen.pull.is_some() {
+                st.pull = seen.pull;
+            }
+            if seen.replace_downtime_ms.is_some() {
+                st.replace_downtime_ms = seen.replace_downtime_ms;
+            }
             match result {
                 Ok((outcome, desired, admission)) => {
                     st.phase = Phase::Ready;
@@ -427,13 +480,18 @@ impl Worker {
         self.remove_orphans(&wanted, &mut summary)?;
         // Between passes nothing is downloading: blobs no zone uses go after the grace period.
         match self.referenced_blobs(&results) {
-            Ok(keep) => match self.store.retain(&keep, self.config.gc_grace) {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(removed = n, "removed unused blobs"),
-                Err(e) => {
-                    tracing::warn!(error = %error_chain(&e), "blob garbage collection failed")
+            Ok(keep) => {
+                match self.store.retain(&keep, self.config.gc_grace) {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(removed = n, "removed unused blobs"),
+                    Err(e) => {
+                        tracing::warn!(error = %error_chain(&e), "blob garbage collection failed")
+                    }
                 }
-            },
+                if let Err(e) = self.gc_by_disk_usage(&keep) {
+                    tracing::warn!(error = %error_chain(&e), "image garbage collection by disk usage failed");
+                }
+            }
             Err(e) => tracing::warn!(error = %error_chain(&e), "blob garbage collection skipped"),
         }
         self.metrics.pass(started.elapsed());
@@ -442,7 +500,64 @@ impl Worker {
         summary.failed.sort();
         summary.backing_off.sort();
         summary.removed.sort();
+        summary.unschedulable.sort();
         Ok(summary)
+    }
+
+    /// The zones the node can give what they ask for, in order: zones that exist keep their
+    /// place, then new ones by name. The others are recorded `Unschedulable` with the reason;
+    /// the node's capacity, allocatable and allocated resources are written for status.
+    fn admit_by_resources(
+        &self,
+        specs: Vec<ZoneSpec>,
+        summary: &mut PassSummary,
+    ) -> Result<Vec<ZoneSpec>, WorkerError> {
+        let caps = self.provisioner.capabilities();
+        let existing: HashSet<String> = match self.provisioner.zones() {
+            Ok(z) => z.into_iter().collect(),
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "listing zones for admission failed");
+                HashSet::new()
+            }
+        };
+        let mut specs = specs;
+        specs.sort_by(|a, b| {
+            (!existing.contains(&a.name), &a.name).cmp(&(!existing.contains(&b.name), &b.name))
+        });
+        let mut allocated = crate::capacity::Allocated::default();
+        let mut admitted = Vec::new();
+        for spec in specs {
+            match crate::capacity::fit(&caps, &self.config.allocatable, &allocated, &spec) {
+                Ok(r) => {
+                    allocated.add(r);
+                    admitted.push(spec);
+                }
+                Err(reason) => {
+                    tracing::warn!(zone = %spec.name, %reason, "zone not admitted");
+                    let prev = self.state.load(&spec.name).unwrap_or_default();
+                    self.state.save(&ZoneStatus {
+                        zone: spec.name.clone(),
+                        image: spec.image.to_string(),
+                        current_digest: prev.current_digest,
+                        desired_digest: prev.desired_digest,
+                        admission: prev.admission,
+                        phase: Phase::Unschedulable,
+                        last_error: Some(reason),
+                        updated_unix: now_unix(),
+                        ..ZoneStatus::default()
+                    })?;
+                    summary.unschedulable.push(spec.name);
+                }
+            }
+        }
+        self.state.save_node(&crate::capacity::NodeStatus {
+            capacity: crate::capacity::host_capacity(),
+            allocatable: self.config.allocatable.clone(),
+            allocated,
+            capabilities: Some(caps),
+            updated_unix: now_unix(),
+        })?;
+        Ok(admitted)
     }
 
     /// Zones of ours whose manifest is gone are removed once they have been orphaned for the
@@ -548,12 +663,10 @@ impl Worker {
         self.admit(spec, &desired)
             .await
             .map_err(|e| fail(e.into()))?;
-        let t = std::time::Instant::now();
-        let image = pull(&self.client, &self.store, &sources, &desired, &self.host).await;
-        self.metrics.pull(image.is_ok());
-        let took_ms = t.elapsed().as_secs_f64() * 1e3;
-        tracing::info!(zone = %spec.name, %desired, took_ms, ok = image.is_ok(), "pull done");
-        let image = image.map_err(|e| fail(e.into()))?;
+        let image = self
+            .pull_controlled(spec, &sources, &desired)
+            .await
+            .map_err(|e| fail(e.into()))?;
         let me = Arc::clone(self);
         let name = spec.name.clone();
         let root = tokio::task::spawn_blocking(move || -> Result<_, ZoneError> {
@@ -586,11 +699,113 @@ impl Worker {
         };
         let me = Arc::clone(self);
         let spec2 = spec.clone();
+        // The new root is verified and placed in staging: a replacement's downtime is the
+        // provisioner's stop of the old zone through the boot of the new one.
+        let replacing = current.is_some();
+        let t = std::time::Instant::now();
         tokio::task::spawn_blocking(move || me.provisioner.provision(&spec2, root))
             .await
             .map_err(|e| fail(ZoneError::Task(e.to_string())))?
             .map_err(|e| fail(e.into()))?;
+        if replacing {
+            let ms = u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX);
+            tracing::info!(zone = %spec.name, downtime_ms = ms, "zone replaced");
+            self.observe(&spec.name, |o| o.replace_downtime_ms = Some(ms));
+        }
         Ok((Outcome::Provisioned, desired, admission))
+    }
+
+    /// The pull under the pull controls: a slot of `max_parallel_pulls`, a token of the
+    /// registry's bucket, progress recorded in the zone's status (every second while it runs)
+    /// and in the metrics.
+    async fn pull_controlled(
+        self: &Arc<Self>,
+        spec: &ZoneSpec,
+        sources: &crate::mirrors::Sources,
+        desired: &Digest,
+    ) -> Result<crate::verify::PulledImage, PullError> {
+        let _slot = match &self.pull_slots {
+            Some(s) => Some(
+                s.clone()
+                    .acquire_owned()
+                    .await
+                    .expect("the pull semaphore is never closed"),
+            ),
+            None => None,
+        };
+        self.limiter.acquire(spec.image.registry()).await;
+        let progress = Arc::new(crate::throttle::PullProgress::default());
+        self.metrics.pull_started(&spec.name, progress.clone());
+        let me = Arc::clone(self);
+        let (zone, p) = (spec.name.clone(), progress.clone());
+        let ticker = AbortOnDrop(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                let mut st = me.state.load(&zone).unwrap_or_default();
+                st.zone = zone.clone();
+                st.pull = Some(p.get());
+                st.updated_unix = now_unix();
+                if let Err(e) = me.state.save(&st) {
+                    tracing::warn!(zone, error = %error_chain(&e), "recording pull progress failed");
+                }
+            }
+        }));
+        let t = std::time::Instant::now();
+        let image = pull(
+            &self.client,
+            &self.store,
+            sources,
+            desired,
+            &self.host,
+            Some(&progress),
+        )
+        .await;
+        drop(ticker);
+        self.metrics.pull_finished(&spec.name);
+        self.observe(&spec.name, |o| o.pull = Some(progress.get()));
+        self.metrics.pull(image.is_ok());
+        let took_ms = t.elapsed().as_secs_f64() * 1e3;
+        tracing::info!(zone = %spec.name, %desired, took_ms, ok = image.is_ok(), "pull done");
+        image
+    }
+
+    /// Image GC by disk usage (kubelet's): when the content store's file system is at least
+    /// `image_gc_high_percent` full, blobs no zone uses that are older than
+    /// `image_minimum_gc_age` are removed, oldest first, until usage is down to
+    /// `image_gc_low_percent`. Blobs in `keep` are never removed.
+    fn gc_by_disk_usage(&self, keep: &HashSet<Digest>) -> Result<(), WorkerError> {
+        let space = self
+            .disk
+            .space(self.store.dir())
+            .map_err(|source| StoreError::Io {
+                path: self.store.dir().to_owned(),
+                op: "reading disk usage",
+                source,
+            })?;
+        let used = space.used_percent();
+        if used < f64::from(self.config.image_gc_high_percent) {
+            return Ok(());
+        }
+        let target_used =
+            (space.total as f64 * f64::from(self.config.image_gc_low_percent) / 100.0) as u64;
+        let to_free = space
+            .total
+            .saturating_sub(space.available)
+            .saturating_sub(target_used);
+        let (n, freed) =
+            self.store
+                .remove_oldest_unused(keep, self.config.image_minimum_gc_age, to_free)?;
+        self.metrics.image_gc(freed);
+        tracing::info!(
+            used_percent = used,
+            high = self.config.image_gc_high_percent,
+            low = self.config.image_gc_low_percent,
+            wanted = to_free,
+            removed = n,
+            freed,
+            "image garbage collection by disk usage"
+        );
+        Ok(())
     }
 
     /// Runs passes until `shutdown` resolves, sleeping the jittered poll interval between
@@ -693,8 +908,30 @@ pub struct StatusRow {
     pub in_manifests: bool,
 }
 
-/// `rdctl worker status`: every zone's desired and current digest, phase and last error, from
-/// the manifests directory and the state records (reads only; works while a worker runs).
+/// What `rdctl worker status` shows: the node (as the worker last wrote it) and every zone.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct StatusReport {
+    /// Capacity, allocatable and allocated resources and the provisioner's capabilities;
+    /// `None` before the first pass.
+    pub node: Option<crate::capacity::NodeStatus>,
+    /// One row per zone.
+    pub zones: Vec<StatusRow>,
+}
+
+/// `rdctl worker status`: the node's resources and every zone's desired and current digest,
+/// phase and last error, from the manifests directory and the state records (reads only;
+/// works while a worker runs).
+pub fn status_report(config_path: &std::path::Path) -> Result<StatusReport, WorkerError> {
+    let config = WorkerConfig::load(config_path)?;
+    let node = StateDir::read_only(&config.state_dir).load_node();
+    Ok(StatusReport {
+        node,
+        zones: status(config_path)?,
+    })
+}
+
+/// Every zone's desired and current digest, phase and last error, from the manifests directory
+/// and the state records (reads only; works while a worker runs).
 pub fn status(config_path: &std::path::Path) -> Result<Vec<StatusRow>, WorkerError> {
     let config = WorkerConfig::load(config_path)?;
     let state = StateDir::read_only(&config.state_dir);

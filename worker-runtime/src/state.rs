@@ -4,6 +4,7 @@
 //! <state>/.rdctl-owner        mark (kind state)
 //! <state>/lock                flock'd by the running worker: one worker per state directory
 //! <state>/zones/<zone>.json   ZoneStatus, replaced atomically after every attempt
+//! <state>/node.json           NodeStatus (capacity, allocatable, allocated), after every pass
 //! <state>/content/            the content store
 //! ```
 
@@ -32,6 +33,10 @@ pub enum Phase {
     /// The admission policy refused the desired image; the zone (if any) still runs its
     /// previous, admitted image. `denial` says which rule and why.
     Denied,
+    /// The node cannot give what the manifest asks for (a brand the provisioner does not
+    /// make, or more CPU, memory or zones than are allocatable or left): not attempted,
+    /// checked again every pass. `last_error` says why.
+    Unschedulable,
 }
 
 impl std::fmt::Display for Phase {
@@ -42,6 +47,7 @@ impl std::fmt::Display for Phase {
             Phase::Failed => "Failed",
             Phase::Invalid => "Invalid",
             Phase::Denied => "Denied",
+            Phase::Unschedulable => "Unschedulable",
         })
     }
 }
@@ -78,6 +84,13 @@ pub struct ZoneStatus {
     /// Why the policy refused the desired image on the last attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub denial: Option<Denial>,
+    /// Bytes of the last (or running) pull: done of total; updated while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull: Option<crate::throttle::PullBytes>,
+    /// How long the last replacement kept the zone down: from stopping the old zone to the
+    /// new one booted (milliseconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replace_downtime_ms: Option<u64>,
 }
 
 /// A state-directory operation failed.
@@ -168,6 +181,23 @@ impl StateDir {
                 source: e.into(),
             }),
         }
+    }
+
+    /// The node's status as the worker last wrote it.
+    pub fn load_node(&self) -> Option<crate::capacity::NodeStatus> {
+        let bytes = std::fs::read(self.dir.join("node.json")).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Replaces the node's status atomically.
+    pub fn save_node(&self, node: &crate::capacity::NodeStatus) -> Result<(), StateError> {
+        let path = self.dir.join("node.json");
+        let bytes = serde_json::to_vec_pretty(node).expect("a node status serialises");
+        write_atomic(&path, &bytes).map_err(|source| StateError::Io {
+            path,
+            op: "writing the node status",
+            source,
+        })
     }
 
     fn zone_file(&self, zone: &str) -> PathBuf {

@@ -140,6 +140,8 @@ pub struct ContentStore {
     downloads: Arc<Mutex<HashMap<Digest, Arc<tokio::sync::Mutex<()>>>>>,
     /// Where received bytes are counted.
     metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// A download that receives no bytes for this long is cancelled (kept for resuming).
+    progress_deadline: Option<std::time::Duration>,
 }
 
 /// What [`ContentStore::fetch`] did, for metrics and logs.
@@ -164,6 +166,7 @@ impl ContentStore {
                 .on_existing(Existing::Trust),
             downloads: Arc::default(),
             metrics: None,
+            progress_deadline: None,
         };
         for sub in ["blobs/sha256", "blobs/sha512"] {
             let p = dir.join(sub);
@@ -193,6 +196,13 @@ impl ContentStore {
             }
         }
         Ok(store)
+    }
+
+    /// Cancels a download that receives no bytes for `deadline` (kubelet's
+    /// `--image-pull-progress-deadline`); what arrived is kept for the next attempt.
+    pub fn with_progress_deadline(mut self, deadline: std::time::Duration) -> Self {
+        self.progress_deadline = Some(deadline);
+        self
     }
 
     /// Counts the bytes downloads receive and resume in `metrics`.
@@ -243,16 +253,34 @@ impl ContentStore {
         name: &Name,
         digest: &Digest,
         size: u64,
+        progress: Option<&crate::throttle::PullProgress>,
     ) -> Result<(PathBuf, FetchStats), StoreError> {
         let target = self.blob_path(digest);
+        let add = |n: u64| {
+            if let Some(p) = progress {
+                p.add(n);
+            }
+        };
         if self.contains(digest, size) {
+            add(size);
             return Ok((target, FetchStats::default()));
         }
         let lock = self.download_lock(digest);
         let _one_download = lock.lock().await;
         if self.contains(digest, size) {
+            add(size);
             return Ok((target, FetchStats::default()));
         }
+        let stalled = |waited: std::time::Duration| StoreError::Download {
+            digest: digest.clone(),
+            source: io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "no bytes received for {} s (image_pull_progress_deadline_secs)",
+                    waited.as_secs()
+                ),
+            ),
+        };
         let (blobs, d) = (self.blobs.clone(), digest.clone());
         let mut ingest = blocking(move || blobs.ingest(&d, size))
             .await
@@ -269,7 +297,20 @@ impl ContentStore {
                 Box::pin(tokio::io::empty()) as std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>,
             )
         } else {
-            match client.get_blob_from(registry, name, digest, have).await {
+            let get = client.get_blob_from(registry, name, digest, have);
+            let got = match self.progress_deadline {
+                Some(d) => match tokio::time::timeout(d, get).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        if have == 0 {
+                            ingest.discard();
+                        }
+                        return Err(stalled(d));
+                    }
+                },
+                None => get.await,
+            };
+            match got {
                 Ok(r) => r,
                 Err(e) => {
                     if have == 0 {
@@ -285,6 +326,7 @@ impl ContentStore {
             have = 0;
         }
         let resumed_from = have;
+        add(have);
         if have > 0 {
             tracing::info!(%digest, from = have, of = size, "resuming a partial download");
             if let Some(m) = &self.metrics {
@@ -298,7 +340,19 @@ impl ContentStore {
         while !ended {
             let mut filled = 0;
             while filled < buf.len() {
-                let n = match reader.read(&mut buf[filled..]).await {
+                let read = reader.read(&mut buf[filled..]);
+                let read = match self.progress_deadline {
+                    Some(d) => match tokio::time::timeout(d, read).await {
+                        Ok(r) => r,
+                        Err(_) => {
+                            tracing::warn!(%digest, size, "download stalled; cancelled");
+                            let _ = write_chunk(ingest, buf, filled).await;
+                            return Err(stalled(d));
+                        }
+                    },
+                    None => read.await,
+                };
+                let n = match read {
                     Ok(n) => n,
                     Err(e) => {
                         // Keep what arrived for the next attempt.
@@ -316,6 +370,7 @@ impl ContentStore {
                 if let Some(m) = &self.metrics {
                     m.bytes(n as u64, 0);
                 }
+                add(n as u64);
                 filled += n;
             }
             (ingest, buf) = match write_chunk(ingest, buf, filled).await {
@@ -399,6 +454,53 @@ impl ContentStore {
             });
         }
         Ok(out)
+    }
+
+    /// Removes blobs not in `keep` and older than `min_age`, oldest first, until `to_free`
+    /// bytes are gone or none is left; returns how many and how many bytes.
+    pub fn remove_oldest_unused(
+        &self,
+        keep: &std::collections::HashSet<Digest>,
+        min_age: std::time::Duration,
+        to_free: u64,
+    ) -> Result<(usize, u64), StoreError> {
+        let now = std::time::SystemTime::now();
+        let mut candidates = Vec::new();
+        for alg in ["sha256", "sha512"] {
+            let dir = self.dir.join("blobs").join(alg);
+            let entries = std::fs::read_dir(&dir).map_err(io_err(&dir, "listing blobs"))?;
+            for e in entries {
+                let e = e.map_err(io_err(&dir, "listing blobs"))?;
+                let Some(name) = e.file_name().to_str().map(str::to_owned) else {
+                    continue;
+                };
+                let Ok(d) = Digest::parse(&format!("{alg}:{name}")) else {
+                    continue;
+                };
+                if keep.contains(&d) {
+                    continue;
+                }
+                let Ok(m) = std::fs::symlink_metadata(e.path()) else {
+                    continue;
+                };
+                let modified = m.modified().unwrap_or(now);
+                if now.duration_since(modified).unwrap_or_default() < min_age {
+                    continue;
+                }
+                candidates.push((modified, e.path(), m.len()));
+            }
+        }
+        candidates.sort();
+        let (mut n, mut freed) = (0, 0u64);
+        for (_, p, len) in candidates {
+            if freed >= to_free {
+                break;
+            }
+            std::fs::remove_file(&p).map_err(io_err(&p, "removing an unused blob"))?;
+            n += 1;
+            freed = freed.saturating_add(len);
+        }
+        Ok((n, freed))
     }
 
     /// Removes the blobs (and partial downloads) not in `keep` that were last written more

@@ -1,27 +1,30 @@
-//! Provisioners: the zonecfg, SMF and command text against expected files in
-//! `tests/data/golden/`, the StopSignal → SMF stop method mapping, and the illumos provisioner's
-//! command sequence (create; replace = shutdown, halt after the grace period, uninstall, delete,
-//! create) recorded at its command-runner seam over a real `dir` placement.
+//! Provisioners: the conformance suite (`conformance/`) for `dir`, for `illumos` over the fake
+//! zone tools (`fakezone/`) and, to show that the suite catches it, for a broken backend that
+//! removes zones it does not own; the zonecfg, SMF and command text against expected files in
+//! `tests/data/golden/`; the StopSignal → SMF stop method mapping; and the illumos
+//! provisioner's command sequence (create; replace = shutdown, halt after the grace period,
+//! uninstall, delete, create) at its command-runner seam.
 //!
 //! Set `UPDATE_GOLDEN=1` to rewrite the expected files after a deliberate change, then review
 //! the diff.
 
+mod conformance;
+mod fakezone;
 mod image;
 mod tarbuild;
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::Duration;
 
-use registry_client::Reference;
-use tarbuild::Tar;
-use validator::{Digest, Document, check_config, check_document};
+use conformance::Backend;
+use fakezone::{FakeZones, State, StopEvent};
+use validator::Digest;
 use worker_runtime::provision::illumos::{
-    CommandOutcome, command_plan, smf_manifest, smf_stop_exec, zonecfg_script,
+    command_plan, remove_commands, smf_manifest, smf_stop_exec, stop_commands, zonecfg_script,
 };
 use worker_runtime::{
-    CommandRunner, ContentStore, DirProvisioner, IllumosProvisioner, Provisioner, PullPolicy,
-    PulledImage, ResourceLimits, UnpackOptions, ZoneDescription, ZoneSpec, build_root,
+    Capabilities, CommandRunner, ContentStore, DirProvisioner, IllumosProvisioner, ProvisionError,
+    Provisioner, ResourceLimits, StepHook, VerifiedRoot, ZoneDescription, ZoneSpec,
 };
 
 fn golden(name: &str, actual: &str) {
@@ -104,77 +107,182 @@ fn zonecfg_smf_and_commands_match_the_expected_files() {
     assert!(smf_manifest(&bare).is_none());
 }
 
-/// Records every command; `shutdown` "times out" so the halt path runs.
-#[derive(Default)]
-struct Recorder {
-    calls: Mutex<Vec<(String, Option<Duration>)>>,
+/// The `dir` provisioner, one base directory per worker.
+struct DirBackend {
+    t: tempfile::TempDir,
+    store: ContentStore,
 }
 
-impl CommandRunner for Recorder {
-    fn run(&self, argv: &[String], timeout: Option<Duration>) -> std::io::Result<CommandOutcome> {
-        self.calls.lock().unwrap().push((argv.join(" "), timeout));
-        let shutdown = argv.get(3).is_some_and(|a| a == "shutdown");
-        Ok(CommandOutcome {
-            code: if shutdown { None } else { Some(0) },
-            timed_out: shutdown,
-            stderr: String::new(),
-        })
+fn base(t: &tempfile::TempDir, worker: &str) -> PathBuf {
+    t.path().join(format!("zones-{worker}"))
+}
+
+fn open_dir(t: &tempfile::TempDir, worker: &str, hook: Option<StepHook>) -> DirProvisioner {
+    let p = DirProvisioner::new(&base(t, worker), worker).unwrap();
+    match hook {
+        Some(h) => p.with_step_hook(h),
+        None => p,
     }
 }
 
-fn pulled(store: &ContentStore, tag: &str) -> PulledImage {
-    let layer = image::Layer::new(
-        Tar::new()
-            .dir("etc")
-            .file("etc/release", tag.as_bytes())
-            .finish(),
-    );
-    store.put_bytes(&layer.digest(), &layer.blob).unwrap();
-    let img = image::image(vec![layer], &image::Spec::default());
-    let (r, doc) = check_document(&img.manifest, None, None, "manifest");
-    let Some(Document::Manifest(manifest)) = doc else {
-        panic!("{r}")
-    };
-    let (r, config) = check_config(&img.config, Some(1), "config");
-    PulledImage {
-        manifest_digest: img.manifest_digest(),
-        manifest: *manifest,
-        config_digest: img.config_digest(),
-        config: config.unwrap_or_else(|| panic!("{r}")),
+impl DirBackend {
+    fn new() -> Self {
+        let t = tempfile::tempdir().unwrap();
+        let store = ContentStore::open(&t.path().join("content"), "node").unwrap();
+        DirBackend { t, store }
+    }
+}
+
+impl Backend for DirBackend {
+    type P = DirProvisioner;
+    fn open(&self, worker: &str, hook: Option<StepHook>) -> DirProvisioner {
+        open_dir(&self.t, worker, hook)
+    }
+    fn store(&self) -> &ContentStore {
+        &self.store
+    }
+    fn running(&self, zone: &str) -> bool {
+        ["node-a", "node-b"]
+            .iter()
+            .any(|w| base(&self.t, w).join(zone).join("root").is_dir())
+    }
+    fn stops(&self) -> Option<Vec<StopEvent>> {
+        None
+    }
+    fn ignore_stop(&self, _zone: &str) {}
+}
+
+/// The `illumos` provisioner over the fake zone tools; both workers share the host's one
+/// zone namespace.
+struct IllumosBackend {
+    dir: DirBackend,
+    fake: FakeZones,
+}
+
+impl IllumosBackend {
+    fn new() -> Self {
+        IllumosBackend {
+            dir: DirBackend::new(),
+            fake: FakeZones::default(),
+        }
+    }
+}
+
+impl Backend for IllumosBackend {
+    type P = IllumosProvisioner<FakeZones>;
+    fn open(&self, worker: &str, hook: Option<StepHook>) -> Self::P {
+        IllumosProvisioner::new(open_dir(&self.dir.t, worker, hook), self.fake.clone())
+    }
+    fn store(&self) -> &ContentStore {
+        &self.dir.store
+    }
+    fn running(&self, zone: &str) -> bool {
+        self.fake.state(zone) == Some(State::Running)
+    }
+    fn stops(&self) -> Option<Vec<StopEvent>> {
+        Some(self.fake.stops())
+    }
+    fn ignore_stop(&self, zone: &str) {
+        self.fake.ignore_stop(zone);
+    }
+}
+
+conformance_tests!(dir, DirBackend::new());
+conformance_tests!(illumos, IllumosBackend::new());
+
+/// A deliberately broken provisioner: `remove` halts, uninstalls and deletes a zone by name
+/// without asking whose it is. Everything else is the illumos provisioner.
+struct Reckless(IllumosProvisioner<FakeZones>);
+
+impl Provisioner for Reckless {
+    fn staging_dir(&self) -> PathBuf {
+        self.0.staging_dir()
+    }
+    fn current(&self, zone: &str) -> Result<Option<ZoneDescription>, ProvisionError> {
+        self.0.current(zone)
+    }
+    fn provision(
+        &self,
+        spec: &ZoneSpec,
+        root: VerifiedRoot,
+    ) -> Result<ZoneDescription, ProvisionError> {
+        self.0.provision(spec, root)
+    }
+    fn remove(&self, zone: &str) -> Result<(), ProvisionError> {
+        let mut cmds = vec![stop_commands(zone).1];
+        cmds.extend(remove_commands(zone));
+        for c in cmds {
+            let _ = self.0.runner().run(&c, None);
+        }
+        match self.0.remove(zone) {
+            Err(ProvisionError::NotOurs { .. }) => Ok(()),
+            r => r,
+        }
+    }
+    fn zones(&self) -> Result<Vec<String>, ProvisionError> {
+        self.0.zones()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities()
+    }
+}
+
+struct RecklessBackend(IllumosBackend);
+
+impl Backend for RecklessBackend {
+    type P = Reckless;
+    fn open(&self, worker: &str, hook: Option<StepHook>) -> Reckless {
+        Reckless(self.0.open(worker, hook))
+    }
+    fn store(&self) -> &ContentStore {
+        self.0.store()
+    }
+    fn running(&self, zone: &str) -> bool {
+        self.0.running(zone)
+    }
+    fn stops(&self) -> Option<Vec<StopEvent>> {
+        self.0.stops()
+    }
+    fn ignore_stop(&self, zone: &str) {
+        self.0.ignore_stop(zone);
     }
 }
 
 #[test]
+fn the_suite_fails_a_backend_that_removes_zones_it_does_not_own() {
+    // It does everything else right...
+    conformance::create_describe_list_remove(&RecklessBackend(IllumosBackend::new()));
+    // ...and the ownership case catches it.
+    // (Its panic message is printed: the panic hook is process-wide and other tests run.)
+    let r = std::panic::catch_unwind(|| {
+        conformance::workers_never_touch_each_others_zones(&RecklessBackend(IllumosBackend::new()))
+    });
+    let payload = r.expect_err("the suite passed a provisioner that removes another worker's zone");
+    let msg = payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_default();
+    assert!(msg.contains("another worker's"), "{msg}");
+}
+
+#[test]
 fn illumos_provisioner_runs_create_and_replace_in_order() {
-    let t = tempfile::tempdir().unwrap();
-    let store = ContentStore::open(&t.path().join("content"), "node").unwrap();
-    let base = t.path().join("zones");
-    let rec = Recorder::default();
-    let p = IllumosProvisioner::new(DirProvisioner::new(&base, "node").unwrap(), rec);
-    let spec = ZoneSpec {
-        name: "web".into(),
-        image: Reference::parse("127.0.0.1:5000/apps/web:1").unwrap(),
-        pull_policy: PullPolicy::Always,
-        brand: "nlipkg".into(),
-        stop_timeout_secs: Some(7),
-        limits: ResourceLimits::default(),
-        source: PathBuf::from("web.toml"),
-    };
-    for (n, tag) in ["v1", "v2"].iter().enumerate() {
-        let img = pulled(&store, tag);
-        let staging = p.staging_dir().join(format!("web.{n}"));
-        let root = build_root(&store, &staging, "node", &img, &UnpackOptions::default()).unwrap();
+    let b = IllumosBackend::new();
+    let p = b.open("node", None);
+    let spec = conformance::spec("web");
+    b.fake.ignore_stop("web");
+    for tag in ["v1", "v2"] {
+        let root = conformance::root(&b, &p, "node", tag);
         let d = p.provision(&spec, root).unwrap();
         assert_eq!(d.stop_signal, "SIGUSR1");
-        assert_eq!(
-            std::fs::read(base.join("web/root/etc/release")).unwrap(),
-            tag.as_bytes()
-        );
+        assert_eq!(release(&d.zonepath), tag);
     }
     p.remove("web").unwrap();
-    assert!(!base.join("web").exists());
-    let zonecfg = format!("{}", base.join("web/zonecfg.txt").display());
-    let grace = Some(Duration::from_secs(7));
+    let zp = base(&b.dir.t, "node").join("web");
+    assert!(!zp.exists());
+    let zonecfg = format!("{}", zp.join("zonecfg.txt").display());
+    let grace = Some(Duration::from_secs(u64::from(conformance::STOP_TIMEOUT)));
     let expected: Vec<(String, Option<Duration>)> = vec![
         (format!("zonecfg -z web -f {zonecfg}"), None),
         ("zoneadm -z web install -d -".into(), None),
@@ -193,6 +301,111 @@ fn illumos_provisioner_runs_create_and_replace_in_order() {
         ("zoneadm -z web uninstall -F".into(), None),
         ("zonecfg -z web delete -F".into(), None),
     ];
-    let calls = p.into_runner().calls.into_inner().unwrap();
+    let calls: Vec<_> = b
+        .fake
+        .calls()
+        .into_iter()
+        .filter(|(c, _)| c != "zoneadm list -cp")
+        .collect();
     assert_eq!(calls, expected);
+}
+
+#[test]
+fn illumos_converges_from_every_zoneadm_state() {
+    // Whatever state an interrupted zoneadm left the zone in, the next pass replaces it.
+    let b = IllumosBackend::new();
+    let p = b.open("node", None);
+    let spec = conformance::spec("web");
+    for (n, state) in [
+        State::Configured,
+        State::Incomplete,
+        State::Installed,
+        State::Ready,
+        State::Running,
+        State::ShuttingDown,
+        State::Down,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        p.provision(&spec, conformance::root(&b, &p, "node", "old"))
+            .unwrap();
+        b.fake.force_state("web", state);
+        let tag = format!("new-{n}");
+        let d = p
+            .provision(&spec, conformance::root(&b, &p, "node", &tag))
+            .unwrap_or_else(|e| panic!("from {}: {e:?}", state.name()));
+        assert_eq!(release(&d.zonepath), tag, "from {}", state.name());
+        assert_eq!(b.fake.state("web"), Some(State::Running));
+    }
+}
+
+fn release(zonepath: &Path) -> String {
+    std::fs::read_to_string(zonepath.join("root/etc/release")).unwrap_or_default()
+}
+
+#[test]
+fn fake_zoneadm_answers_with_the_real_messages() {
+    // The fake's refusals are zoneadm's and zonecfg's own words, so the provisioner's error
+    // reports read as they will on a host.
+    let fake = FakeZones::default();
+    let run = |cmd: &str| {
+        let argv: Vec<String> = cmd.split(' ').map(str::to_owned).collect();
+        fake.run(&argv, None).unwrap()
+    };
+    assert_eq!(
+        run("zoneadm -z web boot").stderr,
+        "zoneadm: web: No such zone configured\n"
+    );
+    let t = tempfile::tempdir().unwrap();
+    let cfg = t.path().join("cfg");
+    std::fs::write(
+        &cfg,
+        format!(
+            "create -b\nset zonepath={}/web\nset brand=nlipkg\nverify\ncommit\n",
+            t.path().display()
+        ),
+    )
+    .unwrap();
+    let cfg_cmd = format!("zonecfg -z web -f {}", cfg.display());
+    assert_eq!(run(&cfg_cmd).code, Some(0));
+    assert_eq!(fake.state("web"), Some(State::Configured));
+    assert!(
+        run(&cfg_cmd)
+            .stderr
+            .ends_with("Zone web already exists; create not allowed.\n")
+    );
+    assert_eq!(
+        run("zoneadm -z web boot").stderr,
+        "zoneadm: zone 'web': must be installed before boot.\n"
+    );
+    assert_eq!(
+        run("zoneadm -z web uninstall -F").stderr,
+        "zoneadm: zone 'web': is already in state 'configured'.\n"
+    );
+    // No root placed: the install fails and leaves the zone incomplete.
+    assert_eq!(run("zoneadm -z web install -d -").code, Some(1));
+    assert_eq!(fake.state("web"), Some(State::Incomplete));
+    assert_eq!(
+        run("zoneadm -z web install -d -").stderr,
+        "zoneadm: zone 'web': zone is incomplete; uninstall required.\n"
+    );
+    assert_eq!(
+        run("zonecfg -z web delete -F").stderr,
+        "Zone web not in configured state; delete not allowed.\n"
+    );
+    assert_eq!(run("zoneadm -z web uninstall -F").code, Some(0));
+    std::fs::create_dir_all(t.path().join("web/root")).unwrap();
+    assert_eq!(run("zoneadm -z web install -d -").code, Some(0));
+    assert_eq!(run("zoneadm -z web boot").code, Some(0));
+    assert_eq!(
+        run("zoneadm -z web uninstall -F").stderr,
+        "zoneadm: zone 'web': uninstall operation is invalid for running zones.\n"
+    );
+    assert!(run("zoneadm list -cp").stdout.contains(":web:running:"));
+    assert_eq!(run("zoneadm -z web halt").code, Some(0));
+    assert_eq!(
+        run("zoneadm -z web shutdown").stderr,
+        "zoneadm: zone 'web': not running\n"
+    );
 }

@@ -561,3 +561,326 @@ async fn status_lists_invalid_manifests_and_pending_zones() {
             .contains("not a valid zone name")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zones_asking_for_more_than_is_allocatable_are_unschedulable() {
+    let reg = registry().await;
+    let c = client();
+    let r = Reference::parse(&format!("{}/apps/web:v1", reg.addr)).unwrap();
+    good_image("v1").push(&c, &r).await;
+    let node = Node::new();
+    let cfg = node.config_path();
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        format!("{text}[allocatable]\ncpus = 2.0\nmemory = \"1G\"\nzones = 3\n"),
+    )
+    .unwrap();
+    let zone = |name: &str, limits: &str| {
+        std::fs::write(
+            node.t.path().join("zones").join(format!("{name}.toml")),
+            format!("name = \"{name}\"\nimage = \"{r}\"\npull_policy = \"Always\"\n{limits}"),
+        )
+        .unwrap();
+    };
+    zone("alpha", "[limits]\ncpus = 1.5\nmemory = \"512m\"\n");
+    zone("bravo", "[limits]\ncpus = 1.0\n");
+    zone("charlie", "[limits]\ncpus = 4.0\n");
+    zone("delta", "[limits]\nmemory = \"2g\"\n");
+    zone("echo", "");
+    zone("foxtrot", "");
+    zone("golf", "");
+    let w = node.worker();
+    let s = w.pass(true).await.unwrap();
+    assert_eq!(s.provisioned, ["alpha", "echo", "foxtrot"]);
+    assert_eq!(s.unschedulable, ["bravo", "charlie", "delta", "golf"]);
+    for (z, reason) in [
+        (
+            "bravo",
+            "OutOfcpu: asks for 1 cpus; 1.5 of 2 allocatable are in use",
+        ),
+        (
+            "charlie",
+            "OutOfcpu: asks for 4 cpus; the node has 2 allocatable",
+        ),
+        (
+            "delta",
+            "OutOfmemory: asks for 2.00 GiB; the node has 1.00 GiB allocatable",
+        ),
+        ("golf", "OutOfzones: 3 of 3 allocatable zones are in use"),
+    ] {
+        let st = node.status(z);
+        assert_eq!(st.phase, Phase::Unschedulable, "{z}");
+        assert_eq!(st.last_error.as_deref(), Some(reason), "{z}");
+        // Nothing was made for a zone that was not admitted.
+        assert!(!node.roots().join(z).exists(), "{z}");
+    }
+    let report = worker_runtime::status_report(&cfg).unwrap();
+    let n = report.node.expect("the pass wrote the node status");
+    assert_eq!(
+        n.allocatable,
+        worker_runtime::Resources {
+            cpus: Some(2.0),
+            memory_bytes: Some(1 << 30),
+            zones: Some(3),
+        }
+    );
+    assert_eq!(
+        n.allocated,
+        worker_runtime::Allocated {
+            cpus: 1.5,
+            memory_bytes: 512 << 20,
+            zones: 3,
+        }
+    );
+    assert!(
+        n.capacity.cpus.is_some_and(|c| c >= 1.0),
+        "{:?}",
+        n.capacity
+    );
+    let json = serde_json::to_value(worker_runtime::status_report(&cfg).unwrap()).unwrap();
+    assert_eq!(json["node"]["allocated"]["zones"], 3, "{json}");
+    assert_eq!(json["zones"][1]["phase"], "Unschedulable", "{json}");
+
+    // Room is made: the next pass admits what now fits, zones that exist keeping their place.
+    std::fs::remove_file(node.t.path().join("zones/alpha.toml")).unwrap();
+    let s = w.pass(true).await.unwrap();
+    assert_eq!(s.removed, ["alpha"]);
+    assert_eq!(s.provisioned, ["bravo"]);
+    assert_eq!(s.unchanged, ["echo", "foxtrot"]);
+    assert_eq!(s.unschedulable, ["charlie", "delta", "golf"]);
+    assert_eq!(node.status("bravo").phase, Phase::Ready);
+}
+
+/// What the registry saw: blob GETs in flight at once (each held 100 ms so overlaps show) and
+/// when each manifest was fetched by digest (the first request of a pull).
+#[derive(Default)]
+struct Watch {
+    in_flight: AtomicUsize,
+    peak: AtomicUsize,
+    manifest_gets: std::sync::Mutex<Vec<std::time::Instant>>,
+}
+
+async fn watched_registry(w: Arc<Watch>) -> Registry {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+    let app = router(AppState::new(Arc::new(store), RegistryConfig::default())).layer(
+        axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let w = w.clone();
+                async move {
+                    let path = req.uri().path().to_owned();
+                    let get = req.method() == axum::http::Method::GET;
+                    if get && path.contains("/manifests/sha256:") {
+                        w.manifest_gets
+                            .lock()
+                            .unwrap()
+                            .push(std::time::Instant::now());
+                    }
+                    if !(get && path.contains("/blobs/")) {
+                        return next.run(req).await;
+                    }
+                    let n = w.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                    w.peak.fetch_max(n, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    let r = next.run(req).await;
+                    w.in_flight.fetch_sub(1, Ordering::SeqCst);
+                    r
+                }
+            },
+        ),
+    );
+    let (addr, task) = serve(app).await;
+    Registry { addr, dir, task }
+}
+
+impl Node {
+    /// Adds top-level keys to worker.toml.
+    fn configure(&self, keys: &str) {
+        let p = self.config_path();
+        let text = std::fs::read_to_string(&p).unwrap();
+        std::fs::write(
+            &p,
+            text.replace("[provisioner]", &format!("{keys}[provisioner]")),
+        )
+        .unwrap();
+    }
+}
+
+/// Three zones of three images behind a watched registry, one pass with `keys`; what the
+/// registry saw.
+async fn three_pulls(keys: &str) -> Arc<Watch> {
+    let w = Arc::new(Watch::default());
+    let reg = watched_registry(w.clone()).await;
+    let c = client();
+    let node = Node::new();
+    node.configure(keys);
+    for z in ["a", "b", "c"] {
+        let r = Reference::parse(&format!("{}/apps/{z}:v1", reg.addr)).unwrap();
+        good_image(z).push(&c, &r).await;
+        node.zone(z, &r.to_string(), "Always");
+    }
+    w.peak.store(0, Ordering::SeqCst);
+    w.manifest_gets.lock().unwrap().clear();
+    let s = node.worker().pass(true).await.unwrap();
+    assert_eq!(s.provisioned, ["a", "b", "c"], "{keys}");
+    for z in ["a", "b", "c"] {
+        // The pull's bytes are in the zone's status: all of them, and more than nothing.
+        let p = node.status(z).pull.expect("pull progress recorded");
+        assert!(
+            p.total_bytes > 0 && p.done_bytes == p.total_bytes,
+            "{z}: {p:?}"
+        );
+    }
+    w
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pull_controls_are_observed_at_the_registry() {
+    // Without a cap three pulls overlap at the registry (the measurement can see it)...
+    let free = three_pulls("").await;
+    assert!(
+        free.peak.load(Ordering::SeqCst) >= 2,
+        "pulls never overlapped"
+    );
+    // ...with max_parallel_pulls = 1 they never do.
+    let capped = three_pulls("max_parallel_pulls = 1\n").await;
+    assert_eq!(capped.peak.load(Ordering::SeqCst), 1);
+    // registry_pull_qps = 4 with a burst of 1: pulls start at least 250 ms apart.
+    let limited = three_pulls("registry_pull_qps = 4.0\nregistry_burst = 1\n").await;
+    let mut t = limited.manifest_gets.lock().unwrap().clone();
+    t.sort();
+    assert_eq!(t.len(), 3, "{t:?}");
+    for pair in t.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(gap >= Duration::from_millis(230), "pulls {gap:?} apart");
+    }
+}
+
+/// Disk usage as a fixed total with `other` bytes used besides the content store's blobs.
+struct FakeDisk {
+    store: PathBuf,
+    total: u64,
+    other: u64,
+}
+
+impl worker_runtime::DiskUsage for FakeDisk {
+    fn space(&self, _path: &Path) -> std::io::Result<worker_runtime::DiskSpace> {
+        let mut used = self.other;
+        for alg in ["sha256", "sha512"] {
+            for e in std::fs::read_dir(self.store.join("blobs").join(alg))? {
+                used += e?.metadata()?.len();
+            }
+        }
+        Ok(worker_runtime::DiskSpace {
+            total: self.total,
+            available: self.total.saturating_sub(used),
+        })
+    }
+}
+
+fn blobs(node: &Node) -> std::collections::BTreeSet<String> {
+    let dir = node.t.path().join("state/content/blobs/sha256");
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| format!("sha256:{}", e.unwrap().file_name().to_string_lossy()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_gc_by_disk_usage_keeps_every_blob_in_use() {
+    let reg = registry().await;
+    let c = client();
+    let node = Node::new();
+    // gc_grace_secs is long: only the disk thresholds can remove anything.
+    let cfg = node.config_path();
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        text.replace("gc_grace_secs = 0", "gc_grace_secs = 86400"),
+    )
+    .unwrap();
+    node.configure(
+        "image_gc_high_percent = 85\nimage_gc_low_percent = 80\nimage_minimum_gc_age_secs = 0\n",
+    );
+    let (a, b, c2) = (good_image("a"), good_image("b"), good_image("c"));
+    let ra = Reference::parse(&format!("{}/apps/a:v1", reg.addr)).unwrap();
+    let rb = Reference::parse(&format!("{}/apps/b:v1", reg.addr)).unwrap();
+    let rc = Reference::parse(&format!("{}/apps/c:v1", reg.addr)).unwrap();
+    a.push(&c, &ra).await;
+    b.push(&c, &rb).await;
+    c2.push(&c, &rc).await;
+    node.zone("one", &ra.to_string(), "Always");
+    node.zone("two", &rb.to_string(), "Always");
+    let disk = |other| {
+        Arc::new(FakeDisk {
+            store: node.t.path().join("state/content"),
+            total: 1 << 20,
+            other,
+        })
+    };
+    // Below the high threshold nothing goes; `two` then moves to image c, leaving b unused.
+    let cfgv = WorkerConfig::load(&cfg).unwrap();
+    let w = Arc::new(
+        Worker::new(cfgv.clone())
+            .unwrap()
+            .with_client(client())
+            .with_disk_usage(disk(0)),
+    );
+    w.pass(true).await.unwrap();
+    let with_b = blobs(&node);
+    node.zone("two", &rc.to_string(), "Always");
+    let s = w.pass(true).await.unwrap();
+    assert_eq!(s.provisioned, ["two"]);
+    assert_eq!(
+        blobs(&node).len(),
+        with_b.len() + 4,
+        "b's blobs kept below the threshold"
+    );
+    // The replacement's downtime is in the zone's status.
+    assert!(node.status("two").replace_downtime_ms.is_some());
+    let in_use = |n: &Node| {
+        let mut keep = std::collections::BTreeSet::new();
+        for z in ["one", "two"] {
+            let d = n.description(z);
+            keep.insert(d.manifest_digest.to_string());
+            keep.insert(d.config_digest.to_string());
+        }
+        keep
+    };
+    drop(w);
+    // At 95 % used (others fill the disk), every unused blob goes; nothing in use does.
+    let w = Arc::new(
+        Worker::new(cfgv)
+            .unwrap()
+            .with_client(client())
+            .with_disk_usage(disk(995 << 10)),
+    );
+    let before = blobs(&node);
+    w.pass(true).await.unwrap();
+    let after = blobs(&node);
+    assert!(after.len() < before.len(), "nothing was collected");
+    for d in in_use(&node) {
+        assert!(after.contains(&d), "{d} is in use and was removed");
+    }
+    // Every layer of the images the zones run is still there, and the zones still verify.
+    for img in [&a, &c2] {
+        for l in &img.layers {
+            assert!(
+                after.contains(&l.digest().to_string()),
+                "a layer in use was removed"
+            );
+        }
+    }
+    // What only b used is gone: its manifest, config and layers.
+    let b_blobs = [b.manifest_digest(), b.config_digest()]
+        .into_iter()
+        .chain(b.layers.iter().map(Layer::digest));
+    for d in b_blobs {
+        assert!(
+            !after.contains(&d.to_string()),
+            "{d} of the unused image survived"
+        );
+    }
+    assert_eq!(after.len(), before.len() - 4);
+}

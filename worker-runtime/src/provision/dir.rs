@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::illumos::{
     ENTRYPOINT_MANIFEST_PATH, command_plan, safe_base_path, smf_manifest, zonecfg_script,
 };
-use super::{ProvisionError, Provisioner, ZoneDescription, describe};
+use super::{Capabilities, ProvisionError, Provisioner, StepHook, ZoneDescription, describe};
 use crate::config::ZoneSpec;
 use crate::owner::{self, MARK_FILE, OwnerMark, write_atomic};
 use crate::unpack::RootDir;
@@ -30,10 +30,21 @@ use crate::verify::VerifiedRoot;
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// Places zone roots and descriptions under a base directory.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct DirProvisioner {
     base: PathBuf,
     worker_id: String,
+    hook: Option<StepHook>,
+}
+
+impl std::fmt::Debug for DirProvisioner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirProvisioner")
+            .field("base", &self.base)
+            .field("worker_id", &self.worker_id)
+            .field("hook", &self.hook.is_some())
+            .finish()
+    }
 }
 
 impl DirProvisioner {
@@ -58,20 +69,53 @@ impl DirProvisioner {
         let p = DirProvisioner {
             base: base.to_owned(),
             worker_id: worker_id.to_owned(),
+            hook: None,
         };
-        for (sub, kind) in [(".staging", "staging"), (".trash", "zone")] {
+        // A staging root is marked `staging` while it is built and `zone` once filled; an
+        // interrupted run can leave either kind there, and replaced zones in `.trash`.
+        for (sub, kinds) in [
+            (".staging", &["staging", "zone"][..]),
+            (".trash", &["zone"]),
+        ] {
             let dir = base.join(sub);
             std::fs::create_dir_all(&dir).map_err(p.io("", "creating", &dir))?;
             let entries = std::fs::read_dir(&dir).map_err(p.io("", "listing", &dir))?;
             for e in entries.flatten() {
                 let path = e.path();
+                let kind = match owner::read_mark(&path) {
+                    Ok(Some(m)) if kinds.contains(&m.kind.as_str()) => m.kind,
+                    _ => kinds[0].to_owned(),
+                };
                 // Only what carries our mark goes; anything else is left and logged.
-                if let Err(err) = owner::remove_owned(&path, &OwnerMark::new(worker_id, kind)) {
+                if let Err(err) = owner::remove_owned(&path, &OwnerMark::new(worker_id, &kind)) {
                     tracing::warn!(path = %path.display(), error = %err, "leaving a leftover that is not ours");
                 }
             }
         }
         Ok(p)
+    }
+
+    /// Calls `hook` before each step that changes the file system (fault injection: see
+    /// [`StepHook`]).
+    pub fn with_step_hook(mut self, hook: StepHook) -> Self {
+        self.hook = Some(hook);
+        self
+    }
+
+    /// The base directory.
+    pub fn base(&self) -> &Path {
+        &self.base
+    }
+
+    /// Asks the step hook whether to stop before `step`.
+    pub(crate) fn step(&self, zone: &str, step: &str) -> Result<(), ProvisionError> {
+        match &self.hook {
+            Some(h) if h(zone, step) => Err(ProvisionError::Interrupted {
+                zone: zone.to_owned(),
+                step: step.to_owned(),
+            }),
+            _ => Ok(()),
+        }
     }
 
     fn io(
@@ -130,29 +174,37 @@ impl DirProvisioner {
         write_atomic(&p, &mark).map_err(self.io(z, "marking", &p))
     }
 
+    fn trash_path(&self, zone: &str) -> PathBuf {
+        self.base.join(".trash").join(format!(
+            "{zone}.{}.{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ))
+    }
+
     fn place(&self, zone: &str, staging: &Path, zonepath: &Path) -> Result<(), ProvisionError> {
         if std::fs::symlink_metadata(zonepath).is_ok() {
             self.own(zone, zonepath)?;
-            let trash = self.base.join(".trash").join(format!(
-                "{zone}.{}.{}",
-                std::process::id(),
-                COUNTER.fetch_add(1, Ordering::Relaxed)
-            ));
+            let trash = self.trash_path(zone);
+            self.step(zone, "move the old zonepath aside")?;
             std::fs::rename(zonepath, &trash).map_err(self.io(
                 zone,
                 "moving the old zone aside",
                 zonepath,
             ))?;
+            self.step(zone, "place the new zonepath")?;
             if let Err(e) = std::fs::rename(staging, zonepath) {
                 // Put the old zone back: the zone keeps running its old image.
                 let _ = std::fs::rename(&trash, zonepath);
                 return Err(self.io(zone, "placing the new zone", zonepath)(e));
             }
+            self.step(zone, "remove the replaced zonepath")?;
             if let Err(e) = owner::remove_owned(&trash, &self.zone_mark()) {
                 tracing::warn!(zone, error = %e, "removing the replaced zone failed; it stays in .trash");
             }
             Ok(())
         } else {
+            self.step(zone, "place the zonepath")?;
             std::fs::rename(staging, zonepath).map_err(self.io(zone, "placing the zone", zonepath))
         }
     }
@@ -195,9 +247,15 @@ impl Provisioner for DirProvisioner {
         }
         let (staging, _) = root.into_staging();
         let result = self
-            .fill(&d, &staging)
+            .step(zone, "fill the staging zonepath")
+            .and_then(|()| self.fill(&d, &staging))
             .and_then(|()| self.place(zone, &staging, &zonepath));
-        if result.is_err() && staging.exists() {
+        // An interruption stands for a crash: nothing is cleaned up (the next start does it).
+        if result
+            .as_ref()
+            .is_err_and(|e| !matches!(e, ProvisionError::Interrupted { .. }))
+            && staging.exists()
+        {
             // Ours either way (marked staging or zone): nothing half-made stays.
             if let Err(e) = std::fs::remove_dir_all(&staging) {
                 tracing::warn!(path = %staging.display(), error = %e, "removing a failed staging root");
@@ -211,11 +269,20 @@ impl Provisioner for DirProvisioner {
         if std::fs::symlink_metadata(&zonepath).is_err() {
             return Ok(());
         }
-        owner::remove_owned(&zonepath, &self.zone_mark()).map_err(|source| {
-            ProvisionError::Ownership {
-                zone: zone.to_owned(),
-                source,
-            }
+        self.own(zone, &zonepath)?;
+        // Out of the way in one rename, then deleted: a crash leaves it in `.trash`, which the
+        // next start empties, never a half-deleted zonepath.
+        let trash = self.trash_path(zone);
+        self.step(zone, "move the zonepath aside")?;
+        std::fs::rename(&zonepath, &trash).map_err(self.io(
+            zone,
+            "moving the zone aside",
+            &zonepath,
+        ))?;
+        self.step(zone, "remove the zonepath")?;
+        owner::remove_owned(&trash, &self.zone_mark()).map_err(|source| ProvisionError::Ownership {
+            zone: zone.to_owned(),
+            source,
         })
     }
 
@@ -233,5 +300,14 @@ impl Provisioner for DirProvisioner {
         }
         out.sort();
         Ok(out)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            brands: Vec::new(),
+            caps_cpu: false,
+            caps_memory: false,
+            runs_processes: false,
+        }
     }
 }

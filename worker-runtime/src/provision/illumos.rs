@@ -12,9 +12,16 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::{DirProvisioner, ProvisionError, Provisioner, ZoneDescription};
+use super::{
+    Capabilities, DEFAULT_STOP_TIMEOUT_SECS, DirProvisioner, ProvisionError, Provisioner,
+    ZoneDescription,
+};
 use crate::config::{ResourceLimits, ZoneSpec};
 use crate::verify::VerifiedRoot;
+
+/// The brands the illumos provisioner creates zones of: those whose install takes a root
+/// placed at `<zonepath>/root` (`create -b` plus the brand, no template).
+pub const ILLUMOS_BRANDS: &[&str] = &["nlipkg", "lipkg", "ipkg", "sparse", "pkgsrc"];
 
 /// Where the entrypoint manifest goes inside the zone's root (imported at boot by
 /// `svc:/system/manifest-import`).
@@ -227,6 +234,11 @@ pub fn stop_commands(zone: &str) -> (Vec<String>, Vec<String>) {
     )
 }
 
+/// Every zone the system knows, machine-readable (`zoneid:zonename:state:zonepath:uuid:brand:ip-type`).
+pub fn list_command() -> Vec<String> {
+    argv(&["zoneadm", "list", "-cp"])
+}
+
 /// Uninstall and forget the zone's configuration.
 pub fn remove_commands(zone: &str) -> Vec<Vec<String>> {
     vec![
@@ -262,12 +274,14 @@ pub fn command_plan(d: &ZoneDescription, zonecfg_file: &Path) -> String {
 }
 
 /// What a command did.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CommandOutcome {
     /// Exit code; `None` when killed or timed out.
     pub code: Option<i32>,
     /// True when the timeout ended it.
     pub timed_out: bool,
+    /// Its standard output (the first 1 MiB).
+    pub stdout: String,
     /// The tail of its stderr.
     pub stderr: String,
 }
@@ -282,6 +296,23 @@ pub trait CommandRunner: Send + Sync {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemRunner;
 
+/// Reads a child's pipe on its own thread (so neither pipe can fill and stall the child),
+/// keeping at most `limit` bytes.
+fn drain(
+    pipe: Option<impl std::io::Read + Send + 'static>,
+    limit: u64,
+) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut out = Vec::new();
+        if let Some(mut p) = pipe {
+            let _ = std::io::Read::read_to_end(&mut std::io::Read::take(&mut p, limit), &mut out);
+            // Whatever is left is read and dropped, so the child never blocks on a full pipe.
+            let _ = std::io::copy(&mut p, &mut std::io::sink());
+        }
+        out
+    })
+}
+
 impl CommandRunner for SystemRunner {
     fn run(&self, argv: &[String], timeout: Option<Duration>) -> std::io::Result<CommandOutcome> {
         let (prog, args) = argv
@@ -290,24 +321,27 @@ impl CommandRunner for SystemRunner {
         let mut child = Command::new(prog)
             .args(args)
             .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()?;
+        let out = drain(child.stdout.take(), 1 << 20);
+        let err = drain(child.stderr.take(), 1 << 20);
         let start = Instant::now();
         let mut timed_out = false;
-        loop {
-            if child.try_wait()?.is_some() {
-                break;
+        let status = loop {
+            if let Some(s) = child.try_wait()? {
+                break s;
             }
             if timeout.is_some_and(|t| start.elapsed() >= t) {
                 timed_out = true;
                 child.kill()?;
-                break;
+                break child.wait()?;
             }
             std::thread::sleep(Duration::from_millis(50));
-        }
-        let out = child.wait_with_output()?;
-        let err = String::from_utf8_lossy(&out.stderr);
+        };
+        let stdout = String::from_utf8_lossy(&out.join().unwrap_or_default()).into_owned();
+        let err = err.join().unwrap_or_default();
+        let err = String::from_utf8_lossy(&err);
         let tail: String = err
             .chars()
             .rev()
@@ -317,16 +351,66 @@ impl CommandRunner for SystemRunner {
             .rev()
             .collect();
         Ok(CommandOutcome {
-            code: out.status.code(),
+            code: if timed_out { None } else { status.code() },
             timed_out,
+            stdout,
             stderr: tail,
         })
     }
 }
 
+/// One line of `zoneadm list -cp`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZoneEntry {
+    /// Zone name.
+    pub name: String,
+    /// zoneadm's state name: `configured`, `incomplete`, `installed`, `ready`, `running`,
+    /// `shutting_down`, `down` (or `mounted`).
+    pub state: String,
+    /// The zonepath.
+    pub zonepath: String,
+    /// The brand.
+    pub brand: String,
+}
+
+/// Parses `zoneadm list -cp` output (`:` inside a zonepath is written `\:`).
+pub fn parse_zone_list(text: &str) -> Vec<ZoneEntry> {
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let mut fields = Vec::new();
+        let mut cur = String::new();
+        let mut chars = line.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => {
+                    if let Some(n) = chars.next() {
+                        cur.push(n);
+                    }
+                }
+                ':' => fields.push(std::mem::take(&mut cur)),
+                c => cur.push(c),
+            }
+        }
+        fields.push(cur);
+        if fields.len() >= 6 {
+            out.push(ZoneEntry {
+                name: fields[1].clone(),
+                state: fields[2].clone(),
+                zonepath: fields[3].clone(),
+                brand: fields[5].clone(),
+            });
+        }
+    }
+    out
+}
+
 /// Places zone roots like [`DirProvisioner`], then configures, installs and boots zones with
-/// zonecfg/zoneadm; a replaced zone is shut down (halted after its grace period), uninstalled
-/// and deleted first.
+/// zonecfg/zoneadm. A zone is this worker's when the system's zonepath for it is
+/// `<base>/<zone>` (the base carries this worker's mark); any other zone of that name is
+/// refused. Every change starts from the state zoneadm reports, so a run cut short at any step
+/// is finished by the next: a running zone is shut down (halted after its stop timeout),
+/// a ready or half-stopped one halted, an installed or incomplete one uninstalled, a
+/// configured one deleted, then the new zone is placed, configured, installed and booted.
 #[derive(Debug)]
 pub struct IllumosProvisioner<R> {
     dir: DirProvisioner,
@@ -334,7 +418,7 @@ pub struct IllumosProvisioner<R> {
 }
 
 impl<R: CommandRunner> IllumosProvisioner<R> {
-    /// A provisioner placing zonepaths under `base` and running commands with `runner`.
+    /// A provisioner placing zonepaths with `dir` and running commands with `runner`.
     pub fn new(dir: DirProvisioner, runner: R) -> Self {
         IllumosProvisioner { dir, runner }
     }
@@ -344,27 +428,31 @@ impl<R: CommandRunner> IllumosProvisioner<R> {
         self.runner
     }
 
+    /// The runner.
+    pub fn runner(&self) -> &R {
+        &self.runner
+    }
+
     fn run(
         &self,
         zone: &str,
         argv: &[String],
         timeout: Option<Duration>,
     ) -> Result<CommandOutcome, ProvisionError> {
-        let out = self
-            .runner
+        self.dir.step(zone, &argv.join(" "))?;
+        self.runner
             .run(argv, timeout)
             .map_err(|e| ProvisionError::Command {
                 zone: zone.to_owned(),
                 command: argv.join(" "),
                 detail: e.to_string(),
-            })?;
-        Ok(out)
+            })
     }
 
-    fn run_ok(&self, zone: &str, argv: &[String]) -> Result<(), ProvisionError> {
+    fn run_ok(&self, zone: &str, argv: &[String]) -> Result<CommandOutcome, ProvisionError> {
         let out = self.run(zone, argv, None)?;
         if out.code == Some(0) {
-            Ok(())
+            Ok(out)
         } else {
             Err(ProvisionError::Command {
                 zone: zone.to_owned(),
@@ -374,22 +462,99 @@ impl<R: CommandRunner> IllumosProvisioner<R> {
         }
     }
 
-    /// Shutdown with the grace period, halt if it did not finish, then uninstall and delete.
-    fn stop_and_remove(&self, zone: &str, grace: Duration) -> Result<(), ProvisionError> {
-        let (shutdown, halt) = stop_commands(zone);
-        let out = self.run(zone, &shutdown, Some(grace))?;
+    /// Every zone the system has (reads only: no step hook).
+    fn system_zones(&self) -> Result<Vec<ZoneEntry>, ProvisionError> {
+        let argv = list_command();
+        let out = self
+            .runner
+            .run(&argv, None)
+            .map_err(|e| ProvisionError::Command {
+                zone: String::new(),
+                command: argv.join(" "),
+                detail: e.to_string(),
+            })?;
         if out.code != Some(0) {
-            tracing::info!(
-                zone,
-                timed_out = out.timed_out,
-                "shutdown did not finish; halting"
-            );
-            self.run_ok(zone, &halt)?;
+            return Err(ProvisionError::Command {
+                zone: String::new(),
+                command: argv.join(" "),
+                detail: format!("exit {:?}: {}", out.code, out.stderr.trim()),
+            });
         }
-        for c in remove_commands(zone) {
-            self.run_ok(zone, &c)?;
+        Ok(parse_zone_list(&out.stdout))
+    }
+
+    fn zonepath(&self, zone: &str) -> PathBuf {
+        self.dir.base().join(zone)
+    }
+
+    /// The system's entry for `zone`, checked to be ours; `None` when the system has none.
+    fn entry(&self, zone: &str) -> Result<Option<ZoneEntry>, ProvisionError> {
+        let Some(e) = self.system_zones()?.into_iter().find(|e| e.name == zone) else {
+            return Ok(None);
+        };
+        if Path::new(&e.zonepath) != self.zonepath(zone) {
+            return Err(ProvisionError::NotOurs {
+                zone: zone.to_owned(),
+                zonepath: e.zonepath,
+            });
         }
-        Ok(())
+        Ok(Some(e))
+    }
+
+    /// Takes a zone of ours from whatever state it is in to gone, one zoneadm/zonecfg step at a
+    /// time, reading the state again after each.
+    fn bring_down(&self, zone: &str, grace: Duration) -> Result<(), ProvisionError> {
+        let (shutdown, halt) = stop_commands(zone);
+        let mut shut_down = false;
+        // Each state leads to a lower one; the bound only guards against a system that
+        // reports the same state forever.
+        for _ in 0..8 {
+            let Some(e) = self.entry(zone)? else {
+                return Ok(());
+            };
+            match e.state.as_str() {
+                "running" if !shut_down => {
+                    shut_down = true;
+                    let out = self.run(zone, &shutdown, Some(grace))?;
+                    if out.code != Some(0) {
+                        tracing::info!(
+                            zone,
+                            timed_out = out.timed_out,
+                            stderr = out.stderr.trim(),
+                            "shutdown did not finish within the stop timeout; halting"
+                        );
+                    }
+                }
+                "running" | "ready" | "shutting_down" | "down" => {
+                    self.run_ok(zone, &halt)?;
+                }
+                "installed" | "incomplete" => {
+                    self.run_ok(zone, &remove_commands(zone)[0])?;
+                }
+                "configured" => {
+                    self.run_ok(zone, &remove_commands(zone)[1])?;
+                }
+                other => {
+                    return Err(ProvisionError::State {
+                        zone: zone.to_owned(),
+                        state: other.to_owned(),
+                    });
+                }
+            }
+        }
+        Err(ProvisionError::State {
+            zone: zone.to_owned(),
+            state: "unchanged after repeated commands".into(),
+        })
+    }
+
+    /// The grace period of the zone as provisioned (its description), else the default.
+    fn grace(&self, zone: &str) -> Duration {
+        let secs = match self.dir.current(zone) {
+            Ok(Some(d)) => d.stop_timeout_secs,
+            _ => DEFAULT_STOP_TIMEOUT_SECS,
+        };
+        Duration::from_secs(u64::from(secs))
     }
 }
 
@@ -398,8 +563,12 @@ impl<R: CommandRunner> Provisioner for IllumosProvisioner<R> {
         self.dir.staging_dir()
     }
 
+    /// The description, when the zone is ours and running.
     fn current(&self, zone: &str) -> Result<Option<ZoneDescription>, ProvisionError> {
-        self.dir.current(zone)
+        match self.entry(zone)? {
+            Some(e) if e.state == "running" => self.dir.current(zone),
+            _ => Ok(None),
+        }
     }
 
     fn provision(
@@ -407,11 +576,10 @@ impl<R: CommandRunner> Provisioner for IllumosProvisioner<R> {
         spec: &ZoneSpec,
         root: VerifiedRoot,
     ) -> Result<ZoneDescription, ProvisionError> {
-        if let Some(old) = self.dir.current(&spec.name)? {
-            self.stop_and_remove(
-                &spec.name,
-                Duration::from_secs(u64::from(old.stop_timeout_secs)),
-            )?;
+        let zone = spec.name.as_str();
+        // Refused before anything changes when the name belongs to someone else.
+        if self.entry(zone)?.is_some() {
+            self.bring_down(zone, self.grace(zone))?;
         }
         let d = self.dir.provision(spec, root)?;
         for c in create_commands(&d.zone, &d.zonepath.join("zonecfg.txt")) {
@@ -421,13 +589,29 @@ impl<R: CommandRunner> Provisioner for IllumosProvisioner<R> {
     }
 
     fn remove(&self, zone: &str) -> Result<(), ProvisionError> {
-        if let Some(old) = self.dir.current(zone)? {
-            self.stop_and_remove(zone, Duration::from_secs(u64::from(old.stop_timeout_secs)))?;
+        if self.entry(zone)?.is_some() {
+            self.bring_down(zone, self.grace(zone))?;
         }
         self.dir.remove(zone)
     }
 
     fn zones(&self) -> Result<Vec<String>, ProvisionError> {
-        self.dir.zones()
+        let mut out = self.dir.zones()?;
+        for e in self.system_zones()? {
+            if Path::new(&e.zonepath) == self.zonepath(&e.name) && !out.contains(&e.name) {
+                out.push(e.name);
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            brands: ILLUMOS_BRANDS.iter().map(|b| (*b).to_owned()).collect(),
+            caps_cpu: true,
+            caps_memory: true,
+            runs_processes: true,
+        }
     }
 }

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use validator::{Digest, check_stop_signal, check_user, check_working_dir};
 
 pub use dir::DirProvisioner;
+pub use illumos::ILLUMOS_BRANDS;
 pub use illumos::{CommandRunner, IllumosProvisioner, SystemRunner};
 
 use crate::config::{ResourceLimits, ZoneSpec};
@@ -122,6 +123,54 @@ pub enum ProvisionError {
     /// The configured provisioner cannot run on this system.
     #[error("the {0} provisioner is only available on illumos")]
     Unsupported(&'static str),
+    /// The system has a zone of this name that another worker (or an operator) made: its
+    /// zonepath is not this worker's.
+    #[error(
+        "zone {zone}: exists with zonepath {zonepath}, which is not this worker's; refusing to touch it"
+    )]
+    NotOurs {
+        /// The zone.
+        zone: String,
+        /// The zonepath the system has for it.
+        zonepath: String,
+    },
+    /// The zone is in a state the provisioner cannot move it out of.
+    #[error("zone {zone}: unexpected state {state:?}")]
+    State {
+        /// The zone.
+        zone: String,
+        /// The state zoneadm reports.
+        state: String,
+    },
+    /// A [`StepHook`] stopped the provisioner before `step`, as a crash would: nothing after
+    /// the step ran and nothing was cleaned up (fault injection for the conformance suite).
+    #[error("zone {zone}: interrupted before {step}")]
+    Interrupted {
+        /// The zone.
+        zone: String,
+        /// The step that did not run.
+        step: String,
+    },
+}
+
+/// Called with `(zone, step)` before each step of a provisioner that changes the system; `true`
+/// stops the provisioner there as if the process had died ([`ProvisionError::Interrupted`]).
+/// The conformance suite injects crashes with it; production provisioners have none.
+pub type StepHook = std::sync::Arc<dyn Fn(&str, &str) -> bool + Send + Sync>;
+
+/// What a provisioner can do, stated by [`Provisioner::capabilities`]: the scheduler refuses
+/// zone manifests that need more.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// Zone brands it can create (empty: any brand, the `dir` provisioner only writes files).
+    pub brands: Vec<String>,
+    /// Whether `limits.cpus` is enforced (zonecfg `capped-cpu`).
+    pub caps_cpu: bool,
+    /// Whether `limits.memory` is enforced (zonecfg `capped-memory`).
+    pub caps_memory: bool,
+    /// Whether zones run processes, so that stopping one delivers the image's `StopSignal`
+    /// and honours its stop timeout.
+    pub runs_processes: bool,
 }
 
 /// Creates, replaces and removes zones.
@@ -146,6 +195,9 @@ pub trait Provisioner: Send + Sync {
 
     /// The zones of ours that exist.
     fn zones(&self) -> Result<Vec<String>, ProvisionError>;
+
+    /// What this provisioner supports.
+    fn capabilities(&self) -> Capabilities;
 }
 
 /// Builds the zone description from the zone manifest and the verified image, checking the

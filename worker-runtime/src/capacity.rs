@@ -1,0 +1,197 @@
+//! Capacity and admission by resources: what the node has (kubelet's node `capacity`), what it
+//! may hand out to zones (`allocatable`, from `[allocatable]` in worker.toml) and what admitted
+//! zones hold (`allocated`). A zone manifest that asks for more than the node may give, or more
+//! than is left, or a brand the provisioner cannot make, is not admitted: its phase is
+//! `Unschedulable` with the reason, and it is tried again on every pass (kubelet's admit
+//! handlers: `OutOfcpu`, `OutOfmemory`, `OutOfpods`).
+//!
+//! A zone's request is its caps (`limits.cpus`, `limits.memory`): as in Kubernetes when only
+//! limits are given, the request equals the limit. A zone without caps requests nothing but
+//! one zone slot.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::ZoneSpec;
+use crate::provision::Capabilities;
+
+/// Amounts of each resource; `None` is unknown (capacity) or unlimited (allocatable).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Resources {
+    /// CPUs.
+    pub cpus: Option<f64>,
+    /// Memory in bytes.
+    pub memory_bytes: Option<u64>,
+    /// Zones.
+    pub zones: Option<u64>,
+}
+
+/// What admitted zones hold.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Allocated {
+    /// CPUs (sum of `limits.cpus`).
+    pub cpus: f64,
+    /// Memory in bytes (sum of `limits.memory`).
+    pub memory_bytes: u64,
+    /// Zones admitted.
+    pub zones: u64,
+}
+
+/// The node's side of `rdctl worker status --json`, written by the worker after every pass.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    /// What the host has (CPUs online; physical memory where the platform reports it).
+    pub capacity: Resources,
+    /// What zones may be given (`[allocatable]` in worker.toml; unset means no limit).
+    pub allocatable: Resources,
+    /// What admitted zones hold.
+    pub allocated: Allocated,
+    /// What the provisioner supports.
+    pub capabilities: Option<Capabilities>,
+    /// When the worker wrote this (seconds since the epoch).
+    pub updated_unix: u64,
+}
+
+/// The host's capacity: online CPUs, and physical memory on Linux (`sysinfo`); zones have no
+/// fixed limit.
+pub fn host_capacity() -> Resources {
+    let cpus = std::thread::available_parallelism()
+        .ok()
+        .map(|n| n.get() as f64);
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    // `totalram` is a C `unsigned long`: u64 here, u32 on 32-bit targets.
+    #[allow(clippy::useless_conversion)]
+    let memory_bytes = {
+        let s = rustix::system::sysinfo();
+        Some(u64::from(s.totalram).saturating_mul(u64::from(s.mem_unit.max(1))))
+    };
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let memory_bytes = None;
+    Resources {
+        cpus,
+        memory_bytes,
+        zones: None,
+    }
+}
+
+/// Bytes of a size with an optional k/m/g/t suffix (powers of 1024, as zonecfg reads them).
+pub fn size_bytes(s: &str) -> Option<u64> {
+    let (digits, shift) = match s.chars().last()? {
+        'k' | 'K' => (&s[..s.len() - 1], 10),
+        'm' | 'M' => (&s[..s.len() - 1], 20),
+        'g' | 'G' => (&s[..s.len() - 1], 30),
+        't' | 'T' => (&s[..s.len() - 1], 40),
+        _ => (s, 0),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<u64>().ok()?.checked_mul(1u64 << shift)
+}
+
+/// What a zone asks for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Request {
+    /// CPUs.
+    pub cpus: f64,
+    /// Memory in bytes.
+    pub memory_bytes: u64,
+}
+
+/// The zone's request: its caps.
+pub fn request(spec: &ZoneSpec) -> Request {
+    Request {
+        cpus: spec.limits.cpus.unwrap_or(0.0),
+        memory_bytes: spec
+            .limits
+            .memory
+            .as_deref()
+            .and_then(size_bytes)
+            .unwrap_or(0),
+    }
+}
+
+fn gib(b: u64) -> String {
+    format!("{:.2} GiB", b as f64 / f64::from(1u32 << 30))
+}
+
+/// Whether the zone fits beside what is already allocated; the reason when it does not,
+/// starting with kubelet's reason word.
+pub fn fit(
+    caps: &Capabilities,
+    allocatable: &Resources,
+    allocated: &Allocated,
+    spec: &ZoneSpec,
+) -> Result<Request, String> {
+    if !caps.brands.is_empty() && !caps.brands.contains(&spec.brand) {
+        return Err(format!(
+            "UnsupportedBrand: the provisioner makes zones of brand {} only, not {:?}",
+            caps.brands.join(", "),
+            spec.brand
+        ));
+    }
+    let r = request(spec);
+    if let Some(max) = allocatable.zones
+        && allocated.zones + 1 > max
+    {
+        return Err(format!(
+            "OutOfzones: {} of {max} allocatable zones are in use",
+            allocated.zones
+        ));
+    }
+    if let Some(max) = allocatable.cpus {
+        if r.cpus > max {
+            return Err(format!(
+                "OutOfcpu: asks for {} cpus; the node has {max} allocatable",
+                r.cpus
+            ));
+        }
+        if allocated.cpus + r.cpus > max + 1e-9 {
+            return Err(format!(
+                "OutOfcpu: asks for {} cpus; {} of {max} allocatable are in use",
+                r.cpus, allocated.cpus
+            ));
+        }
+    }
+    if let Some(max) = allocatable.memory_bytes {
+        if r.memory_bytes > max {
+            return Err(format!(
+                "OutOfmemory: asks for {}; the node has {} allocatable",
+                gib(r.memory_bytes),
+                gib(max)
+            ));
+        }
+        if allocated.memory_bytes.saturating_add(r.memory_bytes) > max {
+            return Err(format!(
+                "OutOfmemory: asks for {}; {} of {} allocatable are in use",
+                gib(r.memory_bytes),
+                gib(allocated.memory_bytes),
+                gib(max)
+            ));
+        }
+    }
+    Ok(r)
+}
+
+impl Allocated {
+    /// Adds an admitted zone's request.
+    pub fn add(&mut self, r: Request) {
+        self.cpus += r.cpus;
+        self.memory_bytes = self.memory_bytes.saturating_add(r.memory_bytes);
+        self.zones += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_powers_of_1024() {
+        assert_eq!(size_bytes("512m"), Some(512 << 20));
+        assert_eq!(size_bytes("2G"), Some(2 << 30));
+        assert_eq!(size_bytes("4096"), Some(4096));
+        for bad in ["", "m", "1.5g", "lots", "-1k"] {
+            assert_eq!(size_bytes(bad), None, "{bad}");
+        }
+    }
+}

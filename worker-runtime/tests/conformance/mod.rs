@@ -1,0 +1,439 @@
+//! The provisioner conformance suite: what every [`Provisioner`] must do. A provisioner is
+//! whatever passes it (containerd's `ContentSuite`, distribution's driver `testsuites`).
+//!
+//! One function per case, each taking a [`Backend`]: a factory that opens a worker's
+//! provisioner as a fresh start would (optionally with a [`StepHook`] that injects a crash
+//! before a chosen step) and observes the system under it. `conformance_tests!` generates one
+//! named test per case for a backend. The cases:
+//!
+//! - create from a verified root, describe, list, remove;
+//! - idempotent re-runs (the same image again, removing twice, removing what never existed);
+//! - replace on a moved tag with stop semantics: the image's `StopSignal` through the SMF stop
+//!   method, the zone's stop timeout as the grace period, then halt when it runs out;
+//! - a crash before any step of create, replace and remove converges on the next pass (a
+//!   fresh provisioner, as after a restart) without touching another worker's zone;
+//! - two workers with different ids never touch each other's zones.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use registry_client::Reference;
+use validator::{Document, check_config, check_document};
+use worker_runtime::provision::illumos::ENTRYPOINT_MANIFEST_PATH;
+use worker_runtime::{
+    ContentStore, ProvisionError, Provisioner, PullPolicy, PulledImage, ResourceLimits, StepHook,
+    UnpackOptions, VerifiedRoot, ZoneSpec, build_root,
+};
+
+use crate::fakezone::StopEvent;
+use crate::image;
+use crate::tarbuild::Tar;
+
+/// How the suite opens and watches one kind of provisioner.
+pub trait Backend {
+    /// The provisioner.
+    type P: Provisioner;
+    /// Worker `worker`'s provisioner, opened as a fresh start would (a restart after a crash
+    /// is another `open`); `hook` is called before every step that changes the system.
+    fn open(&self, worker: &str, hook: Option<StepHook>) -> Self::P;
+    /// The content store images are built from.
+    fn store(&self) -> &ContentStore;
+    /// Whether the system has the zone up (for backends whose zones run nothing: whether the
+    /// zonepath is in place).
+    fn running(&self, zone: &str) -> bool;
+    /// The stops the system saw, for backends whose zones run processes.
+    fn stops(&self) -> Option<Vec<StopEvent>>;
+    /// Makes the zone's application ignore its stop signal (backends that run processes).
+    fn ignore_stop(&self, zone: &str);
+}
+
+pub const STOP_TIMEOUT: u32 = 7;
+
+pub fn spec(zone: &str) -> ZoneSpec {
+    ZoneSpec {
+        name: zone.into(),
+        image: Reference::parse("127.0.0.1:5000/apps/web:1").unwrap(),
+        pull_policy: PullPolicy::Always,
+        brand: "nlipkg".into(),
+        stop_timeout_secs: Some(STOP_TIMEOUT),
+        limits: ResourceLimits::default(),
+        source: PathBuf::from(format!("{zone}.toml")),
+    }
+}
+
+/// An image whose root holds `etc/release` = `tag`, its blobs in `store`.
+pub fn pulled(store: &ContentStore, tag: &str) -> PulledImage {
+    let layer = image::Layer::new(
+        Tar::new()
+            .dir("etc")
+            .file("etc/release", tag.as_bytes())
+            .finish(),
+    );
+    store.put_bytes(&layer.digest(), &layer.blob).unwrap();
+    let img = image::image(vec![layer], &image::Spec::default());
+    let (r, doc) = check_document(&img.manifest, None, None, "manifest");
+    let Some(Document::Manifest(manifest)) = doc else {
+        panic!("{r}")
+    };
+    let (r, config) = check_config(&img.config, Some(1), "config");
+    PulledImage {
+        manifest_digest: img.manifest_digest(),
+        manifest: *manifest,
+        config_digest: img.config_digest(),
+        config: config.unwrap_or_else(|| panic!("{r}")),
+    }
+}
+
+static ROOTS: AtomicUsize = AtomicUsize::new(0);
+
+/// A verified root of the image tagged `tag`, built where `p` wants staging roots.
+pub fn root<B: Backend>(b: &B, p: &B::P, worker: &str, tag: &str) -> VerifiedRoot {
+    let img = pulled(b.store(), tag);
+    let staging = p
+        .staging_dir()
+        .join(format!("suite.{}", ROOTS.fetch_add(1, Ordering::Relaxed)));
+    build_root(b.store(), &staging, worker, &img, &UnpackOptions::default()).unwrap()
+}
+
+fn release(zonepath: &Path) -> String {
+    std::fs::read_to_string(zonepath.join("root/etc/release")).unwrap_or_default()
+}
+
+/// Nothing half-made is left where staging roots are built.
+fn assert_no_staging_left<P: Provisioner>(p: &P) {
+    let left: Vec<_> = std::fs::read_dir(p.staging_dir())
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "staging leftovers: {left:?}");
+}
+
+/// The zone runs `tag` and is fully described, listed and up.
+fn assert_zone<B: Backend>(b: &B, p: &B::P, zone: &str, tag: &str) {
+    let d = p
+        .current(zone)
+        .unwrap()
+        .unwrap_or_else(|| panic!("zone {zone}: no current description"));
+    assert_eq!(d.zone, zone);
+    assert_eq!(release(&d.zonepath), tag, "zone {zone}: root content");
+    assert!(
+        p.zones().unwrap().contains(&zone.to_owned()),
+        "zone {zone} not listed"
+    );
+    assert!(b.running(zone), "zone {zone} is not up");
+}
+
+pub fn create_describe_list_remove<B: Backend>(b: &B) {
+    let p = b.open("node-a", None);
+    assert!(p.zones().unwrap().is_empty());
+    assert!(p.current("web").unwrap().is_none());
+    let img = pulled(b.store(), "v1");
+    let d = p
+        .provision(&spec("web"), root(b, &p, "node-a", "v1"))
+        .unwrap();
+    assert_eq!(d.zone, "web");
+    assert_eq!(d.brand, "nlipkg");
+    assert_eq!(d.manifest_digest, img.manifest_digest);
+    assert_eq!(d.config_digest, img.config_digest);
+    assert_eq!(d.stop_signal, "SIGUSR1");
+    assert_eq!(d.stop_timeout_secs, STOP_TIMEOUT);
+    assert_eq!(d.smf_stop_exec, ":kill -USR1");
+    assert_eq!(p.current("web").unwrap(), Some(d.clone()));
+    assert_eq!(p.zones().unwrap(), ["web"]);
+    assert!(b.running("web"));
+    assert_eq!(release(&d.zonepath), "v1");
+    // The stop semantics travel into the zone as its entrypoint service's stop method.
+    let smf =
+        std::fs::read_to_string(d.zonepath.join("root").join(ENTRYPOINT_MANIFEST_PATH)).unwrap();
+    assert!(
+        smf.contains(&format!(
+            "name=\"stop\" exec=\":kill -USR1\" timeout_seconds=\"{STOP_TIMEOUT}\""
+        )),
+        "{smf}"
+    );
+    p.remove("web").unwrap();
+    assert!(p.current("web").unwrap().is_none());
+    assert!(p.zones().unwrap().is_empty());
+    assert!(!b.running("web"));
+    assert!(!d.zonepath.exists(), "{} still there", d.zonepath.display());
+    assert_no_staging_left(&p);
+}
+
+pub fn reruns_are_idempotent<B: Backend>(b: &B) {
+    let p = b.open("node-a", None);
+    let first = p
+        .provision(&spec("web"), root(b, &p, "node-a", "v1"))
+        .unwrap();
+    let again = p
+        .provision(&spec("web"), root(b, &p, "node-a", "v1"))
+        .unwrap();
+    assert_eq!(first, again);
+    assert_zone(b, &p, "web", "v1");
+    assert_eq!(p.zones().unwrap(), ["web"]);
+    // A restart changes nothing.
+    let p = b.open("node-a", None);
+    assert_eq!(p.current("web").unwrap(), Some(first));
+    p.remove("web").unwrap();
+    p.remove("web").unwrap();
+    p.remove("never-was").unwrap();
+    assert!(p.zones().unwrap().is_empty());
+    assert_no_staging_left(&p);
+}
+
+pub fn replace_stops_with_signal_then_halts<B: Backend>(b: &B) {
+    let p = b.open("node-a", None);
+    p.provision(&spec("web"), root(b, &p, "node-a", "v1"))
+        .unwrap();
+    // The tag moved: the new root is verified before the old zone stops.
+    let d = p
+        .provision(&spec("web"), root(b, &p, "node-a", "v2"))
+        .unwrap();
+    assert_zone(b, &p, "web", "v2");
+    assert_eq!(p.current("web").unwrap(), Some(d));
+    let grace = Some(Duration::from_secs(u64::from(STOP_TIMEOUT)));
+    if let Some(stops) = b.stops() {
+        // The application got the image's StopSignal through the stop method, within the
+        // zone's stop timeout, and went down: no halt.
+        assert_eq!(
+            stops,
+            [StopEvent::Shutdown {
+                zone: "web".into(),
+                signal: Some("SIGUSR1".into()),
+                method_timeout: Some(STOP_TIMEOUT),
+                grace,
+                completed: true,
+            }]
+        );
+    }
+    // An application that ignores its signal is halted once the stop timeout is over.
+    b.ignore_stop("web");
+    p.provision(&spec("web"), root(b, &p, "node-a", "v3"))
+        .unwrap();
+    assert_zone(b, &p, "web", "v3");
+    if let Some(stops) = b.stops() {
+        assert_eq!(
+            stops[1..],
+            [
+                StopEvent::Shutdown {
+                    zone: "web".into(),
+                    signal: Some("SIGUSR1".into()),
+                    method_timeout: Some(STOP_TIMEOUT),
+                    grace,
+                    completed: false,
+                },
+                StopEvent::Halt { zone: "web".into() },
+            ]
+        );
+    }
+    p.remove("web").unwrap();
+    assert!(!b.running("web"));
+    assert_no_staging_left(&p);
+}
+
+/// Counts steps; stops the provisioner before step number `at` (0-based). Records whether it
+/// did.
+struct Crash {
+    at: usize,
+    seen: AtomicUsize,
+    steps: std::sync::Mutex<Vec<String>>,
+}
+
+impl Crash {
+    fn hook(at: usize) -> (Arc<Crash>, StepHook) {
+        let c = Arc::new(Crash {
+            at,
+            seen: AtomicUsize::new(0),
+            steps: std::sync::Mutex::new(Vec::new()),
+        });
+        let c2 = c.clone();
+        let hook: StepHook = Arc::new(move |zone: &str, step: &str| {
+            c2.steps.lock().unwrap().push(format!("{zone}: {step}"));
+            c2.seen.fetch_add(1, Ordering::SeqCst) == c2.at
+        });
+        (c, hook)
+    }
+}
+
+/// Another worker's zone, made first, and what it looked like.
+fn foreign_zone<B: Backend>(b: &B) -> (B::P, worker_runtime::ZoneDescription) {
+    let other = b.open("node-b", None);
+    let d = other
+        .provision(&spec("theirs"), root(b, &other, "node-b", "theirs-v1"))
+        .unwrap();
+    (other, d)
+}
+
+fn assert_foreign_intact<B: Backend>(b: &B, other: &B::P, d: &worker_runtime::ZoneDescription) {
+    assert_eq!(
+        other.current(&d.zone).unwrap().as_ref(),
+        Some(d),
+        "another worker's zone changed"
+    );
+    assert_eq!(
+        release(&d.zonepath),
+        "theirs-v1",
+        "another worker's root changed"
+    );
+    assert!(b.running(&d.zone), "another worker's zone is down");
+}
+
+/// `op` run with a crash before step `k`, for every `k` until a run completes; after each
+/// crash a fresh provisioner (the next pass) must converge with `finish`.
+fn crash_everywhere<B: Backend>(
+    b: &B,
+    what: &str,
+    setup: impl Fn(&B::P),
+    op: impl Fn(&B::P) -> Result<(), ProvisionError>,
+    check: impl Fn(&B::P),
+) {
+    let (other, theirs) = foreign_zone(b);
+    for k in 0.. {
+        let clean = b.open("node-a", None);
+        for z in clean.zones().unwrap() {
+            clean.remove(&z).unwrap();
+        }
+        setup(&clean);
+        let (crash, hook) = Crash::hook(k);
+        let p = b.open("node-a", Some(hook));
+        let r = op(&p);
+        let crashed = crash.seen.load(Ordering::SeqCst) > k;
+        if !crashed {
+            r.unwrap_or_else(|e| panic!("{what}: run without crash failed: {e:?}"));
+            check(&p);
+            assert!(k > 0, "{what}: no step was ever reported to the step hook");
+            break;
+        }
+        let step = crash
+            .steps
+            .lock()
+            .unwrap()
+            .last()
+            .cloned()
+            .unwrap_or_default();
+        match r {
+            Err(ProvisionError::Interrupted { .. }) => {}
+            other => panic!("{what}: crash before {step:?} gave {other:?}"),
+        }
+        drop(p);
+        assert_foreign_intact(b, &other, &theirs);
+        // The next pass, after a restart.
+        let p = b.open("node-a", None);
+        op(&p).unwrap_or_else(|e| panic!("{what}: after a crash before {step:?}: {e:?}"));
+        check(&p);
+        assert_no_staging_left(&p);
+        assert_foreign_intact(b, &other, &theirs);
+    }
+    assert_foreign_intact(b, &other, &theirs);
+}
+
+pub fn crash_during_create_converges<B: Backend>(b: &B) {
+    crash_everywhere(
+        b,
+        "create",
+        |_| {},
+        |p| {
+            p.provision(&spec("web"), root(b, p, "node-a", "v1"))
+                .map(drop)
+        },
+        |p| assert_zone(b, p, "web", "v1"),
+    );
+}
+
+pub fn crash_during_replace_converges<B: Backend>(b: &B) {
+    crash_everywhere(
+        b,
+        "replace",
+        |p| {
+            p.provision(&spec("web"), root(b, p, "node-a", "v1"))
+                .unwrap();
+        },
+        |p| {
+            p.provision(&spec("web"), root(b, p, "node-a", "v2"))
+                .map(drop)
+        },
+        |p| assert_zone(b, p, "web", "v2"),
+    );
+}
+
+pub fn crash_during_remove_converges<B: Backend>(b: &B) {
+    crash_everywhere(
+        b,
+        "remove",
+        |p| {
+            p.provision(&spec("web"), root(b, p, "node-a", "v1"))
+                .unwrap();
+        },
+        |p| p.remove("web"),
+        |p| {
+            assert!(p.current("web").unwrap().is_none());
+            assert!(p.zones().unwrap().is_empty(), "{:?}", p.zones());
+            assert!(!b.running("web"));
+        },
+    );
+}
+
+pub fn workers_never_touch_each_others_zones<B: Backend>(b: &B) {
+    let (other, theirs) = foreign_zone(b);
+    let p = b.open("node-a", None);
+    p.provision(&spec("mine"), root(b, &p, "node-a", "v1"))
+        .unwrap();
+    assert_eq!(
+        p.zones().unwrap(),
+        ["mine"],
+        "a worker lists only its own zones"
+    );
+    assert_eq!(other.zones().unwrap(), ["theirs"]);
+    // Asking about, removing or creating a zone of the other worker's name never changes it
+    // (refusing is fine; on a host with one zone namespace it is the only answer).
+    let _ = p.current("theirs");
+    let _ = p.remove("theirs");
+    assert_foreign_intact(b, &other, &theirs);
+    let _ = p.provision(&spec("theirs"), root(b, &p, "node-a", "v1"));
+    assert_foreign_intact(b, &other, &theirs);
+    // Removing everything of ours leaves theirs.
+    for z in p.zones().unwrap() {
+        p.remove(&z).unwrap();
+    }
+    assert_foreign_intact(b, &other, &theirs);
+    assert!(p.current("mine").unwrap().is_none());
+    assert_no_staging_left(&p);
+}
+
+/// One named test per case for the backend `$make()` builds.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($name:ident, $make:expr) => {
+        mod $name {
+            use super::*;
+            #[test]
+            fn create_describe_list_remove() {
+                conformance::create_describe_list_remove(&$make);
+            }
+            #[test]
+            fn reruns_are_idempotent() {
+                conformance::reruns_are_idempotent(&$make);
+            }
+            #[test]
+            fn replace_stops_with_signal_then_halts() {
+                conformance::replace_stops_with_signal_then_halts(&$make);
+            }
+            #[test]
+            fn crash_during_create_converges() {
+                conformance::crash_during_create_converges(&$make);
+            }
+            #[test]
+            fn crash_during_replace_converges() {
+                conformance::crash_during_replace_converges(&$make);
+            }
+            #[test]
+            fn crash_during_remove_converges() {
+                conformance::crash_during_remove_converges(&$make);
+            }
+            #[test]
+            fn workers_never_touch_each_others_zones() {
+                conformance::workers_never_touch_each_others_zones(&$make);
+            }
+        }
+    };
+}
