@@ -79,7 +79,16 @@ fn documented(doc: &str, from: &str) -> BTreeSet<String> {
     let mut lines = doc.lines().skip_while(|l| *l != from);
     assert!(lines.next().is_some(), "heading {from:?} not found");
     let mut out = BTreeSet::new();
+    // A `#` comment in a fenced TOML example is not a heading.
+    let mut fenced = false;
     for l in lines {
+        if l.starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
         let hashes = l.chars().take_while(|&c| c == '#').count();
         if hashes > 0 && hashes <= level {
             break;
