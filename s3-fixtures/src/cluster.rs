@@ -138,7 +138,24 @@ impl std::fmt::Debug for SeaweedCluster {
 impl SeaweedCluster {
     /// Starts the cluster and waits until every node is ready, the master sees all volume
     /// servers, and each gateway can create a bucket and write and read an object.
+    /// A node that exits during start (a port found free was taken before it bound) is
+    /// retried with fresh ports, at most three times.
     pub fn start() -> Result<SeaweedCluster, FixtureError> {
+        let mut last = None;
+        for _ in 0..3 {
+            match Self::try_start() {
+                Ok(c) => return Ok(c),
+                Err(e @ FixtureError::NotReady { .. }) => {
+                    eprintln!("SeaweedFS cluster start failed, retrying with fresh ports: {e}");
+                    last = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.expect("at least one attempt"))
+    }
+
+    fn try_start() -> Result<SeaweedCluster, FixtureError> {
         let weed = weed_binary()?;
         let base = std::env::temp_dir().join("s3-fixtures");
         std::fs::create_dir_all(&base).map_err(io_err(format!("creating {}", base.display())))?;
