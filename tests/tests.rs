@@ -15,6 +15,7 @@ mod package_search;
 mod pkg_version_agreement;
 mod referrers;
 mod registry_client_auth;
+mod registry_cluster;
 mod registry_credentials;
 mod registry_e2e;
 mod registry_gc;
