@@ -164,7 +164,7 @@ impl Record {
             }
             Ok(resp) if resp.status >= 500 || resp.status == 429 || resp.status == 416 => {
                 self.retried.lock().unwrap().push(format!(
-                    "{what}: {} {:.200}",
+                    "{what}: HTTP {} {:.200}",
                     resp.status,
                     String::from_utf8_lossy(&resp.body)
                 ));
@@ -191,9 +191,10 @@ impl Record {
                 "client timeout".to_owned()
             } else if f.contains("reset") || f.contains("no response head") {
                 "connection closed".to_owned()
-            } else {
-                let status = f.rsplit_once(": ").map(|(_, s)| s).unwrap_or(f);
+            } else if let Some((_, status)) = f.split_once(": HTTP ") {
                 status.chars().take(3).collect()
+            } else {
+                format!("other: {f:.160}")
             };
             *kinds.entry(kind).or_default() += 1;
         }

@@ -27,6 +27,18 @@ pub const GATEWAYS: usize = 2;
 /// The replication every volume gets: one copy in each of two racks of one data centre.
 pub const REPLICATION: &str = "010";
 
+/// Where the filers keep their metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FilerStore {
+    /// Each filer its own embedded leveldb2 store; filers apply each other's changes
+    /// asynchronously (SeaweedFS's "aggregate from peers").
+    PeerSynced,
+    /// One SQLite file both filers open (`[sqlite]` in each filer's `filer.toml`): every filer
+    /// reads what any filer wrote, with no other service to run.
+    SharedSqlite,
+}
+
 /// One process of the cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Node {
@@ -141,9 +153,14 @@ impl SeaweedCluster {
     /// A node that exits during start (a port found free was taken before it bound) is
     /// retried with fresh ports, at most three times.
     pub fn start() -> Result<SeaweedCluster, FixtureError> {
+        Self::start_with(FilerStore::SharedSqlite)
+    }
+
+    /// [`SeaweedCluster::start`] with the filers' metadata kept as `store` says.
+    pub fn start_with(store: FilerStore) -> Result<SeaweedCluster, FixtureError> {
         let mut last = None;
         for _ in 0..3 {
-            match Self::try_start() {
+            match Self::try_start(store) {
                 Ok(c) => return Ok(c),
                 Err(e @ FixtureError::NotReady { .. }) => {
                     eprintln!("SeaweedFS cluster start failed, retrying with fresh ports: {e}");
@@ -155,7 +172,7 @@ impl SeaweedCluster {
         Err(last.expect("at least one attempt"))
     }
 
-    fn try_start() -> Result<SeaweedCluster, FixtureError> {
+    fn try_start(store: FilerStore) -> Result<SeaweedCluster, FixtureError> {
         let weed = weed_binary()?;
         let base = std::env::temp_dir().join("s3-fixtures");
         std::fs::create_dir_all(&base).map_err(io_err(format!("creating {}", base.display())))?;
@@ -172,7 +189,9 @@ impl SeaweedCluster {
             Ok(p)
         };
         let master = port()?;
-        let volumes: Vec<u16> = (0..VOLUME_SERVERS).map(|_| port()).collect::<Result<_, _>>()?;
+        let volumes: Vec<u16> = (0..VOLUME_SERVERS)
+            .map(|_| port())
+            .collect::<Result<_, _>>()?;
         let filers: Vec<u16> = (0..FILERS).map(|_| port()).collect::<Result<_, _>>()?;
         let gateways: Vec<u16> = (0..GATEWAYS).map(|_| port()).collect::<Result<_, _>>()?;
         let master_addr = format!("127.0.0.1:{master}");
@@ -226,7 +245,10 @@ impl SeaweedCluster {
             args.extend([
                 format!("-master={master_addr}"),
                 "-defaultStoreDir=.".to_owned(),
-                format!("-localSocket={}/filer.sock", dir.join(format!("filer{i}")).display()),
+                format!(
+                    "-localSocket={}/filer.sock",
+                    dir.join(format!("filer{i}")).display()
+                ),
             ]);
             add(Node::Filer(i), p, args)?;
         }
@@ -245,16 +267,36 @@ impl SeaweedCluster {
                 format!("-filer={list}"),
                 "-port.iceberg=0".to_owned(),
                 "-port.lance=0".to_owned(),
-                format!("-localSocket={}/s3.sock", dir.join(format!("s3-gateway{i}")).display()),
+                format!(
+                    "-localSocket={}/s3.sock",
+                    dir.join(format!("s3-gateway{i}")).display()
+                ),
             ]);
             add(Node::Gateway(i), p, args)?;
+        }
+        if store == FilerStore::SharedSqlite {
+            let db = dir.join("filer-meta.sqlite");
+            for i in 0..FILERS {
+                let toml = dir.join(format!("filer{i}/filer.toml"));
+                std::fs::write(
+                    &toml,
+                    format!(
+                        "[sqlite]\nenabled = true\ndbFile = {:?}\n",
+                        db.display().to_string()
+                    ),
+                )
+                .map_err(io_err(format!("writing {}", toml.display())))?;
+            }
         }
         // Volume growth as in `SeaweedFs`: two volumes per collection and copy count.
         std::fs::write(
             dir.join("master/master.toml"),
             "[master.volume_growth]\ncopy_1 = 2\ncopy_2 = 2\ncopy_3 = 1\ncopy_other = 1\n",
         )
-        .map_err(io_err(format!("writing {}/master/master.toml", dir.display())))?;
+        .map_err(io_err(format!(
+            "writing {}/master/master.toml",
+            dir.display()
+        )))?;
         let cluster = SeaweedCluster { weed, dir, procs };
         for p in &cluster.procs {
             p.spawn(&cluster.weed)?;
@@ -285,10 +327,9 @@ impl SeaweedCluster {
                         return Err(self.not_ready(*node, format!("it exited with {status}")));
                     }
                     if started.elapsed() > limit {
-                        return Err(self.not_ready(
-                            *node,
-                            format!("not ready after {limit:?} ({reason})"),
-                        ));
+                        return Err(
+                            self.not_ready(*node, format!("not ready after {limit:?} ({reason})"))
+                        );
                     }
                 }
             }
@@ -393,7 +434,11 @@ impl SeaweedCluster {
     /// Creates a bucket with a fresh unique name through gateway 0 and returns the name.
     pub fn bucket(&self) -> Result<String, FixtureError> {
         let bucket = format!("t-{}", uuid::Uuid::new_v4().as_simple());
-        match http(self.proc(Node::Gateway(0)).addr(), "PUT", &format!("/{bucket}")) {
+        match http(
+            self.proc(Node::Gateway(0)).addr(),
+            "PUT",
+            &format!("/{bucket}"),
+        ) {
             Ok((200, _)) => Ok(bucket),
             Ok((code, body)) => Err(FixtureError::Bucket {
                 bucket,
@@ -489,6 +534,12 @@ mod tests {
         let started = Instant::now();
         let c = SeaweedCluster::start().unwrap();
         eprintln!("cluster ready in {:?}", started.elapsed());
+        let db = c.dir().join("filer-meta.sqlite");
+        assert!(
+            std::fs::metadata(&db).is_ok_and(|m| m.len() > 0),
+            "the filers do not share {}",
+            db.display()
+        );
         let [g0, g1] = c.gateways()[..] else {
             unreachable!("two gateways")
         };
@@ -516,8 +567,14 @@ mod tests {
             }
             std::thread::sleep(Duration::from_millis(250));
         }
-        assert!(wrote, "no write after losing a volume server and a filer: {last}");
-        eprintln!("written without volume1 and filer0 after {:?}", lost.elapsed());
+        assert!(
+            wrote,
+            "no write after losing a volume server and a filer: {last}"
+        );
+        eprintln!(
+            "written without volume1 and filer0 after {:?}",
+            lost.elapsed()
+        );
         let restarted = Instant::now();
         c.restart(Node::Filer(0)).unwrap();
         c.restart(Node::Volume(1)).unwrap();
@@ -528,7 +585,11 @@ mod tests {
         c.pause(Node::Gateway(1)).unwrap();
         c.resume(Node::Gateway(1)).unwrap();
         let pids: Vec<u32> = c.procs.iter().filter_map(Proc::pid).collect();
-        assert_eq!(pids.len(), 8, "one master, three volumes, two filers, two gateways");
+        assert_eq!(
+            pids.len(),
+            8,
+            "one master, three volumes, two filers, two gateways"
+        );
         let dir = c.dir().to_owned();
         drop(c);
         for pid in pids {

@@ -25,7 +25,7 @@ mod proxy;
 mod seaweed;
 
 pub use balance::RoundRobin;
-pub use cluster::{Node, SeaweedCluster};
+pub use cluster::{FilerStore, Node, SeaweedCluster};
 pub use proxy::{Fault, FaultProxy, Rule, S3Op};
 pub use seaweed::{SeaweedFs, weed_binary};
 
