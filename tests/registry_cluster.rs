@@ -724,23 +724,23 @@ fn replicas_drain_on_sigterm_and_a_rolling_restart_loses_nothing() {
     );
 
     // Rolling restart of three replicas under load.
-    let mut servers = vec![b, serve(), serve()];
+    let mut servers = [b, serve(), serve()];
     let replicas = Arc::new(Replicas::default());
     *replicas.addrs.lock().unwrap() = servers.iter().map(|s| s.addr).collect();
     let rec = Arc::new(Record::default());
     let load = Load::start(&replicas, &rec, 2);
     let rolling = Instant::now();
     std::thread::sleep(Duration::from_secs(2));
-    for i in 0..servers.len() {
-        servers[i].signal("-TERM");
-        let st = exit_status(&mut servers[i], Duration::from_secs(10));
+    for (i, server) in servers.iter_mut().enumerate() {
+        server.signal("-TERM");
+        let st = exit_status(server, Duration::from_secs(10));
         assert!(
             st.success(),
             "replica {i} exited {st}\n{}",
-            servers[i].log_tail()
+            server.log_tail()
         );
-        servers[i] = serve();
-        replicas.set(i, servers[i].addr);
+        *server = serve();
+        replicas.set(i, server.addr);
         std::thread::sleep(Duration::from_secs(1));
     }
     std::thread::sleep(Duration::from_secs(1));
