@@ -16,6 +16,7 @@ mod pkg_version_agreement;
 mod pull_through;
 mod referrers;
 mod registry_client_auth;
+mod registry_cluster;
 mod registry_credentials;
 mod registry_e2e;
 mod registry_events;

@@ -12,6 +12,8 @@
 //!   wall-clock second.
 //! - `s3proxy`: the s3-fixtures counting proxy in front of an S3 endpoint; stdin commands
 //!   `reset` and `counts`.
+//! - `grow`: fills a store with many small images through the store API (`grow.rs`).
+//! - `catalog`: pages through `/v2/_catalog` with `n`, and lists one repository's tags.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,6 +25,8 @@ use clap::Parser;
 use futures_util::StreamExt as _;
 use serde_json::json;
 use validator::{Algorithm, Digester};
+
+mod grow;
 
 #[derive(Debug, Parser)]
 #[command(about = "Benchmark load client for bench/run.sh")]
@@ -39,6 +43,22 @@ enum Cmd {
     Hash(HashArgs),
     /// Counting S3 proxy (s3-fixtures) in front of `--upstream`.
     S3proxy(ProxyArgs),
+    /// Fill a store with many small images through the store API.
+    Grow(grow::GrowArgs),
+    /// Page through the catalog and list a repository's tags; prints requests and times.
+    Catalog(CatalogArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct CatalogArgs {
+    #[arg(long)]
+    url: String,
+    /// Page size of the catalog.
+    #[arg(long, default_value_t = 100)]
+    n: usize,
+    /// Repository whose tag list is fetched whole, then paged with `n`.
+    #[arg(long)]
+    tags_of: String,
 }
 
 #[derive(Debug, clap::Args)]
@@ -156,6 +176,8 @@ fn main() -> anyhow::Result<()> {
             Cmd::Small(a) => small(a).await,
             Cmd::Hash(a) => hash(a),
             Cmd::S3proxy(a) => s3proxy(a).await,
+            Cmd::Grow(a) => grow::grow(a).await,
+            Cmd::Catalog(a) => catalog(a).await,
         }
     })?;
     println!("{out}");
@@ -608,4 +630,83 @@ async fn s3proxy(a: ProxyArgs) -> anyhow::Result<serde_json::Value> {
         }
     }
     Ok(json!({"op": "s3proxy", "done": true}))
+}
+
+/// Follows `Link: <...>; rel="next"` from `first` to the end; returns (pages, items, seconds,
+/// slowest page in seconds).
+async fn paged(
+    client: &reqwest::Client,
+    base: &str,
+    first: String,
+    field: &str,
+) -> anyhow::Result<(usize, usize, f64, f64)> {
+    let started = Instant::now();
+    let (mut pages, mut items, mut slowest) = (0, 0, 0f64);
+    let mut next = Some(first);
+    while let Some(path) = next.take() {
+        let t = Instant::now();
+        let resp = client.get(format!("{base}{path}")).send().await?;
+        ensure!(resp.status() == 200, "GET {path}: {}", resp.status());
+        next = resp
+            .headers()
+            .get("link")
+            .and_then(|l| l.to_str().ok())
+            .and_then(|l| l.split_once('<'))
+            .and_then(|(_, rest)| rest.split_once('>'))
+            .map(|(p, _)| p.to_owned());
+        let body: serde_json::Value = serde_json::from_slice(&resp.bytes().await?)?;
+        slowest = slowest.max(t.elapsed().as_secs_f64());
+        pages += 1;
+        items += body[field].as_array().map_or(0, Vec::len);
+    }
+    Ok((pages, items, started.elapsed().as_secs_f64(), slowest))
+}
+
+async fn catalog(a: CatalogArgs) -> anyhow::Result<serde_json::Value> {
+    let client = reqwest::Client::new();
+    let base = a.url.trim_end_matches('/');
+    let (pages, repos, secs, slowest) = paged(
+        &client,
+        base,
+        format!("/v2/_catalog?n={}", a.n),
+        "repositories",
+    )
+    .await?;
+    let t = Instant::now();
+    let resp = client
+        .get(format!("{base}/v2/{}/tags/list", a.tags_of))
+        .send()
+        .await?;
+    ensure!(
+        resp.status() == 200,
+        "tag list of {}: {}",
+        a.tags_of,
+        resp.status()
+    );
+    let body: serde_json::Value = serde_json::from_slice(&resp.bytes().await?)?;
+    let tags = body["tags"].as_array().map_or(0, Vec::len);
+    let tags_secs = t.elapsed().as_secs_f64();
+    let (tag_pages, paged_tags, tag_pages_secs, tag_slowest) = paged(
+        &client,
+        base,
+        format!("/v2/{}/tags/list?n={}", a.tags_of, a.n),
+        "tags",
+    )
+    .await?;
+    ensure!(
+        paged_tags == tags,
+        "paging the tags found {paged_tags} of {tags}"
+    );
+    Ok(json!({
+        "op": "catalog",
+        "catalog_pages": pages,
+        "repositories": repos,
+        "catalog_secs": secs,
+        "catalog_slowest_page_secs": slowest,
+        "tags": tags,
+        "tag_list_secs": tags_secs,
+        "tag_pages": tag_pages,
+        "tag_pages_secs": tag_pages_secs,
+        "tag_slowest_page_secs": tag_slowest,
+    }))
 }

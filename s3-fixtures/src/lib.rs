@@ -7,6 +7,9 @@
 //!   bounded tail of the server's log for failure messages and stops the server with SIGKILL by
 //!   PID, then reaps it (SeaweedFS ignores SIGTERM). [`SeaweedFs::shared`] gives one instance per
 //!   test binary; [`SeaweedFs::bucket`] creates a fresh bucket for each test.
+//! - [`SeaweedCluster`] starts a multi-process SeaweedFS (one master, three volume servers with
+//!   replication `010` over three racks, two filers, two S3 gateways) whose nodes tests can kill,
+//!   restart, pause and resume one at a time ([`Node`]).
 //! - [`FaultProxy`] sits between a store and SeaweedFS, counts requests per [`S3Op`], and injects
 //!   [`Fault`]s (5xx answers, delays, dropped connections, truncated bodies) on chosen requests.
 //! - [`RoundRobin`] balances HTTP requests over registry replicas, one request to each in turn.
@@ -17,10 +20,12 @@
 #![deny(missing_docs)]
 
 mod balance;
+mod cluster;
 mod proxy;
 mod seaweed;
 
 pub use balance::RoundRobin;
+pub use cluster::{FilerStore, Node, SeaweedCluster};
 pub use proxy::{Fault, FaultProxy, Rule, S3Op};
 pub use seaweed::{SeaweedFs, weed_binary};
 

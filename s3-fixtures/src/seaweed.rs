@@ -56,10 +56,10 @@ fn locate(
 
 /// A bounded tail of a child's output, filled by reader threads.
 #[derive(Clone, Default)]
-struct LogTail(Arc<Mutex<VecDeque<String>>>);
+pub(crate) struct LogTail(Arc<Mutex<VecDeque<String>>>);
 
 impl LogTail {
-    fn follow(&self, stream: impl Read + Send + 'static) {
+    pub(crate) fn follow(&self, stream: impl Read + Send + 'static) {
         let tail = self.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stream).lines() {
@@ -73,7 +73,7 @@ impl LogTail {
         });
     }
 
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let t = self.0.lock().unwrap_or_else(|e| e.into_inner());
         t.iter().map(String::as_str).collect::<Vec<_>>().join("\n")
     }
@@ -102,7 +102,7 @@ impl std::fmt::Debug for SeaweedFs {
 }
 
 /// A port `p` such that `p` and `p + 10000` (SeaweedFS's default gRPC offset) are both free now.
-fn free_port_pair(taken: &[u16]) -> Result<u16, FixtureError> {
+pub(crate) fn free_port_pair(taken: &[u16]) -> Result<u16, FixtureError> {
     for _ in 0..200 {
         let l = TcpListener::bind("127.0.0.1:0").map_err(io_err("binding a probe port"))?;
         let p = l
@@ -124,7 +124,7 @@ fn free_port_pair(taken: &[u16]) -> Result<u16, FixtureError> {
 
 /// Removes data directories left by earlier test processes that died (shared instances are
 /// killed with their test process, which cannot remove its directory afterwards).
-fn remove_stale_dirs(base: &Path) {
+pub(crate) fn remove_stale_dirs(base: &Path) {
     let Ok(entries) = std::fs::read_dir(base) else {
         return;
     };
@@ -156,6 +156,32 @@ pub(crate) fn http(addr: SocketAddr, method: &str, path: &str) -> std::io::Resul
         .ok_or_else(|| std::io::Error::other(format!("not an HTTP response: {out:.200}")))?;
     let body = out.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
     Ok((status, body.to_owned()))
+}
+
+/// Spawns a prepared `weed` command with its output followed into `log`. Identities in the
+/// environment would switch S3 authentication on, so the `AWS_*` keys are removed; the child
+/// gets SIGKILL when the spawning *thread* ends (parent-death signal), so no `weed` outlives
+/// its test.
+pub(crate) fn spawn_weed(cmd: &mut Command, log: &LogTail) -> Result<Child, FixtureError> {
+    cmd.env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: the closure only makes one async-signal-safe system call (prctl).
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+                .map_err(std::io::Error::from)
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(io_err(format!("starting {:?}", cmd.get_program())))?;
+    log.follow(child.stdout.take().expect("piped"));
+    log.follow(child.stderr.take().expect("piped"));
+    Ok(child)
 }
 
 impl SeaweedFs {
@@ -259,31 +285,9 @@ impl SeaweedFs {
                 // S3 test that way. Tests write little; keep a fixed, small margin instead.
                 "-volume.minFreeSpace=256MiB",
             ])
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        // Identities in the environment would switch authentication on; tests run without.
-        cmd.env_remove("AWS_ACCESS_KEY_ID")
-            .env_remove("AWS_SECRET_ACCESS_KEY");
-        // SAFETY: the closure only makes one async-signal-safe system call (prctl).
-        unsafe {
-            use std::os::unix::process::CommandExt;
-            cmd.pre_exec(|| {
-                // Dies with the thread that spawned it, so a shared instance never outlives
-                // its test process (see `shared`, which spawns from a thread that never ends).
-                rustix::process::set_parent_process_death_signal(Some(
-                    rustix::process::Signal::KILL,
-                ))
-                .map_err(std::io::Error::from)
-            });
-        }
-        let mut child = cmd
-            .spawn()
-            .map_err(io_err(format!("starting {}", weed.display())))?;
+            .current_dir(&dir);
         let log = LogTail::default();
-        log.follow(child.stdout.take().expect("piped"));
-        log.follow(child.stderr.take().expect("piped"));
+        let child = spawn_weed(&mut cmd, &log)?;
         let pid = child.id();
         let server = SeaweedFs {
             child: Mutex::new(Some(child)),
