@@ -787,10 +787,7 @@ fn replicas_drain_on_sigterm_and_a_rolling_restart_loses_nothing() {
         rec.summary()
     );
     assert!(acked >= 5, "only {acked} pushes acknowledged");
-    let answers: Vec<&String> = retried
-        .iter()
-        .filter(|f| f.contains(": HTTP "))
-        .collect();
+    let answers: Vec<&String> = retried.iter().filter(|f| f.contains(": HTTP ")).collect();
     assert!(
         answers.is_empty(),
         "a drain answered requests with errors: {answers:#?}\n{}",
