@@ -342,7 +342,7 @@ impl Proxy {
             return Ok(None);
         };
         let rule = rule.clone();
-        let (mut rx, leader) = {
+        let (rx, leader) = {
             let mut inflight = self.inflight.lock().expect("proxy fetches");
             match inflight.get(d) {
                 Some(rx) => (rx.clone(), None),
@@ -355,16 +355,7 @@ impl Proxy {
         };
         let Some(done) = leader else {
             // Someone else fetches it: wait, then the store answers.
-            let result = rx
-                .wait_for(Option::is_some)
-                .await
-                .map_err(ApiError::internal)?
-                .clone()
-                .expect("waited for Some");
-            return match result {
-                Ok(()) => Ok(None),
-                Err(e) => Err(unavailable(name, d, &e)),
-            };
+            return fetched(rx, name, d).await;
         };
         // This request fetches: find an upstream that has the blob.
         let mut errors = Vec::new();
@@ -395,16 +386,7 @@ impl Proxy {
             me.finish(&d2, &done, r);
         });
         if !stream_to_caller || size.is_none() {
-            let result = rx
-                .wait_for(Option::is_some)
-                .await
-                .map_err(ApiError::internal)?
-                .clone()
-                .expect("waited for Some");
-            return match result {
-                Ok(()) => Ok(None),
-                Err(e) => Err(unavailable(name, d, &e)),
-            };
+            return fetched(rx, name, d).await;
         }
         let stream = futures_util::stream::unfold(body_rx, |mut rx| async move {
             rx.recv().await.map(|item| (item, rx))
@@ -495,6 +477,25 @@ fn unavailable(name: &Name, d: &Digest, why: &str) -> ApiError {
         Code::BlobUnknown,
         format!("blob {d} is not in {name} and its upstreams could not supply it: {why}"),
     )
+}
+
+/// What a blob fetch led by another request (or handed to a task) ended with: `None` once the
+/// store has the blob, so the caller answers from it.
+async fn fetched(
+    mut rx: tokio::sync::watch::Receiver<FetchEnd>,
+    name: &Name,
+    d: &Digest,
+) -> ApiResult<Option<Response>> {
+    let result = rx
+        .wait_for(Option::is_some)
+        .await
+        .map_err(ApiError::internal)?
+        .clone()
+        .expect("waited for Some");
+    match result {
+        Ok(()) => Ok(None),
+        Err(e) => Err(unavailable(name, d, &e)),
+    }
 }
 
 #[cfg(test)]

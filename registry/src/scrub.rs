@@ -162,17 +162,9 @@ pub async fn claim_scheduled_run(store: &dyn Store, every: Duration) -> Result<b
     }
 }
 
-/// Writes a report file atomically (a temporary file beside it, then a rename).
+/// Writes a report file atomically (validator's temporary-file-and-rename).
 pub fn write_report(path: &std::path::Path, json: &[u8]) -> std::io::Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    std::io::Write::write_all(&mut tmp, json)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
+    validator::write_file_atomic(path, json)
 }
 
 /// One scrub pass (see the module docs).

@@ -97,16 +97,10 @@ impl BundleManifest {
             source,
         };
         std::fs::create_dir_all(dir).map_err(err)?;
-        let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(err)?;
-        {
-            use std::io::Write as _;
-            serde_json::to_writer_pretty(&mut tmp, self)
-                .map_err(|e| err(std::io::Error::other(e)))?;
-            tmp.write_all(b"\n").map_err(err)?;
-            tmp.as_file().sync_all().map_err(err)?;
-        }
-        tmp.persist(&path).map_err(|e| err(e.error))?;
-        Ok(())
+        let mut bytes =
+            serde_json::to_vec_pretty(self).map_err(|e| err(std::io::Error::other(e)))?;
+        bytes.push(b'\n');
+        validator::write_file_atomic(&path, &bytes).map_err(err)
     }
 
     /// Adds or replaces the entry of `image.repository:image.tag`, keeping the order sorted.
