@@ -13,6 +13,8 @@
 #      proxy, `rd-bench s3proxy`).
 #   3. `rdctl registry serve` on the store: `rd-bench catalog` pages /v2/_catalog with n=100 to
 #      the end, gets grow/big's tag list whole, then pages it with n=100; S3 requests counted.
+#   4. `rdctl registry retention --dry-run` with one policy over grow/** keeping each
+#      repository's 5 newest tags: wall time, peak RSS, S3 requests.
 # Output: one JSON line per measurement in bench/out/growth/results.jsonl and a Markdown table
 # on stdout (docs/benchmarks.md, "Growth", holds a run's table).
 # BENCH_PROFILE=debug uses target/debug binaries (built if missing) instead of a release build.
@@ -161,6 +163,24 @@ for store in $STORES; do
 		kill "$SPID"
 		wait "$SPID" 2> /dev/null || true
 
+		# A retention dry-run over every grown repository: keep each one's 5 newest tags.
+		printf '[[retention]]\nrepositories = ["grow/**"]\nkeep_newest = 5\n' > "$WORK/retention.toml"
+		reset_counts "$store"
+		/usr/bin/time -v -o "$WORK/$name.rtime" "$RDCTL" registry retention --config "$WORK/retention.toml" \
+			"${where[@]}" --dry-run --json > "$WORK/$name.ret.json" 2> "$WORK/$name.ret.log" || {
+			echo "bench/growth.sh: $name: retention dry-run failed" >&2
+			tail -20 "$WORK/$name.ret.log" >&2
+			exit 1
+		}
+		rc=$(counts "$store")
+		rss=$(awk -F': ' '/Maximum resident set size/{print $2}' "$WORK/$name.rtime")
+		wall=$(awk -F': ' '/Elapsed \(wall clock\)/{print $2}' "$WORK/$name.rtime")
+		r=$(jq -c --argjson s3 "$rc" --argjson rss "$rss" --arg wall "$wall" \
+			'{op: "retention", tags_seen, repositories, would_remove_tags: (.tags | length), would_remove_manifests: (.manifests | length), peak_rss_kib: $rss, wall: $wall, s3: $s3}' \
+			"$WORK/$name.ret.json")
+		record "$store" "$blobs" "$r"
+		log "$name: retention dry-run $r"
+
 		# A GC pass; the grown objects must be older than the grace.
 		sleep 4
 		reset_counts "$store"
@@ -193,4 +213,12 @@ jq -r -s '
 	  "|---|---|---|---|---|---|---|---|---|---|---|",
 	  ($gc | keys_unsorted[] as $k
 	   | "| \($gc[$k].store) | \($gc[$k].scale) | \($g[$k].store_writes), \($g[$k].secs | f) | \($gc[$k].elapsed_secs | f) | \($gc[$k].peak_rss_kib / 1024 | f) | \($gc[$k] | s3total) | \($gc[$k].deleted_blobs) | \($c[$k].catalog_pages), \($c[$k].catalog_secs | f) | \($c[$k].tags), \($c[$k].tag_list_secs | f) | \($c[$k].tag_pages), \($c[$k].tag_pages_secs | f) | \($c[$k] | s3total) |")
+' "$RESULTS"
+echo
+jq -r -s '
+	def s3total: (.s3 // {}) | [.[]] | add // 0;
+	"| store | blobs | retention dry-run (wall) | peak RSS (MiB) | tags looked at | would remove (tags, manifests) | S3 requests |",
+	"|---|---|---|---|---|---|---|",
+	(.[] | select(.op == "retention")
+	 | "| \(.store) | \(.scale) | \(.wall) | \(.peak_rss_kib / 1024 * 10 | round / 10) | \(.tags_seen) | \(.would_remove_tags), \(.would_remove_manifests) | \(s3total) |")
 ' "$RESULTS"

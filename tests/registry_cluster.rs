@@ -516,12 +516,13 @@ fn exit_status(server: &mut Server, limit: Duration) -> std::process::ExitStatus
 /// gateway is paused (SIGSTOP) past the clients' timeout. Afterwards every acknowledged push
 /// verifies, every failure a client saw was retryable, and a garbage collection completes.
 // Not in the default run: in its seventh run (the lead's CI on 8533074) one GET of a blob of an
-// acknowledged push answered 404 during the faults, on the shared filer store too, and pulled
-// back afterwards. Until that stale read is explained (SeaweedFS or the registry), it would make
-// CI fail at random. Run it with
-// `cargo test --test tests -- --ignored registry_cluster::pushes_pulls` (about 40 s).
+// acknowledged push answered 404 during the faults and pulled back afterwards. The registry had
+// read the link back before acknowledging; the cause (a lagging SeaweedFS read) is mitigated,
+// not found, its floor of 20 pushes fails on a loaded machine, and CI has no 40 s to spare
+// (docs/s3.md, "A seventh run failed"). Run it with
+// `cargo test --test tests -- --ignored registry_cluster::pushes_pulls` (40 to 48 s).
 #[test]
-#[ignore = "a stale 404 for an acknowledged blob under faults is not explained yet (docs/s3.md)"]
+#[ignore = "a stale 404 for an acknowledged blob under faults is mitigated, not explained (docs/s3.md)"]
 fn pushes_pulls_and_gc_survive_node_faults_in_a_seaweedfs_cluster() {
     let started = Instant::now();
     let cluster = SeaweedCluster::start().unwrap_or_else(|e| panic!("{e}"));

@@ -7,18 +7,25 @@
 //!    [`GcOptions::lease_ttl`], taken over by another run once stale; the run stops when it
 //!    cannot renew), so one collector runs at a time; the lease document's modification time is the run's start `t0` on the store's
 //!    own clock, and `cutoff = t0 - grace`.
-//! 2. **Snapshot.** It lists `repositories/` and `blobs/` once. Anything written later is not a
+//! 2. **Mark**, per repository, while listing `repositories/` a page at a time (a repository's
+//!    keys come together in the listing): roots are the tagged manifests, plus every manifest
+//!    when untagged manifests are kept; from each it follows index children, config and layers,
+//!    and (by policy) the referrers recorded for it. What the repository keeps goes into one
+//!    sorted set of digests (32 bytes per SHA-256 digest), its links not kept become
+//!    candidates, and the rest of its snapshot is dropped. A manifest it cannot read stops the
+//!    run before anything is deleted. Anything written after a page was listed is not a
 //!    candidate.
-//! 3. **Mark**, per repository: roots are the tagged manifests, plus every manifest when
-//!    untagged manifests are kept; from each it follows index children, config and layers, and
-//!    (by policy) the referrers recorded for it. A manifest it cannot read stops the run before
-//!    anything is deleted.
-//! 4. **Sweep**, per digest: repository links (blob and manifest membership) not marked in their
-//!    repository, and bytes not marked in any repository and left with no link, are candidates
-//!    when last written before `cutoff`. For each digest with candidates the collector writes a
+//! 3. **Sweep**, per digest, while listing `blobs/` a page at a time (then the candidates of
+//!    digests with no object there): repository links not kept in their repository, and bytes
+//!    no repository keeps (so every link of theirs is a candidate), are candidates when last
+//!    written before `cutoff`. For each digest with candidates the collector writes a
 //!    tombstone `blobs/…/gc`, *then* reads the digest's hold record `blobs/…/used`; if a request
 //!    rewrote it after `cutoff`, the digest is left alone. Otherwise the candidates go (a
-//!    manifest link leaves its subject's referrers too), then the tombstone.
+//!    manifest link leaves its subject's referrers too), then the tombstone. Bytes listed after
+//!    the mark are judged the same way: written after `t0`, they are younger than `cutoff`.
+//!
+//! Memory grows with the digests kept (32 bytes each), the candidates and the repository
+//! names, never with a listing of the store: keys are read [`LIST_PAGE`] at a time.
 //!
 //! Requests are the other half (`Repos::hold`): before relying on content that already exists
 //! (a manifest PUT's blobs, children and own bytes; a mount; an upload whose bytes were already
@@ -288,139 +295,73 @@ async fn run(
     let t0 = lease.map(|l| l.started).unwrap_or_else(SystemTime::now);
     let cutoff = t0.checked_sub(opts.grace).unwrap_or(SystemTime::UNIX_EPOCH);
     let repos = Repos::new(store.clone());
-
-    // Snapshot.
-    let mut repositories: BTreeMap<Name, RepoSnapshot> = BTreeMap::new();
-    for k in store.list(&layout::repositories_root()).await? {
-        let Some((name, part)) = layout::parse_repo_key(&k) else {
-            continue;
-        };
-        let r = repositories.entry(name).or_default();
-        match part {
-            RepoPart::Marker => {}
-            RepoPart::Tags => r.has_tags = true,
-            RepoPart::BlobLink(d) => {
-                r.blob_links.insert(d);
-            }
-            RepoPart::ManifestLink(d) => {
-                r.manifest_links.insert(d);
-            }
-            RepoPart::Referrers(d) => {
-                r.referrers.insert(d);
-            }
-        }
-    }
-    let mut blobs: BTreeMap<Digest, BlobSnapshot> = BTreeMap::new();
-    for k in store.list(&layout::blobs_root()).await? {
-        let Some((d, part)) = layout::parse_blob_key(&k) else {
-            continue;
-        };
-        let b = blobs.entry(d).or_default();
-        match part {
-            BlobPart::Data => b.data = true,
-            BlobPart::Used => b.used = true,
-            BlobPart::Tombstone => b.tombstone = true,
-        }
-    }
-
-    // Mark.
     let mut report = GcReport {
         dry_run: opts.dry_run,
         grace_secs: opts.grace.as_secs_f64(),
-        repositories: repositories.len(),
         ..GcReport::default()
     };
-    let mut marked: BTreeMap<&Name, Marked> = BTreeMap::new();
-    // Boxed so the stream's item type names no closure lifetimes (the run is spawned).
-    type Marking<'a> = crate::storage::BoxFuture<'a, (&'a Name, Result<Marked, GcError>)>;
-    let futures: Vec<Marking<'_>> = repositories
-        .iter()
-        .map(|(name, snap)| {
-            let (store, repos) = (store.as_ref(), &repos);
-            Box::pin(async move { (name, mark(store, repos, name, snap, opts).await) })
-                as Marking<'_>
-        })
-        .collect();
-    let mut marks = futures_util::stream::iter(futures).buffer_unordered(opts.concurrency.max(1));
-    while let Some((name, m)) = marks.next().await {
-        if let Some(lease) = lease {
-            lease.check()?;
-        }
-        let m = m?;
-        report.marked_manifests += m.manifests.len();
-        report.marked_blobs += m.blobs.len();
-        marked.insert(name, m);
-    }
-    drop(marks);
-    let global: BTreeSet<&Digest> = marked
-        .values()
-        .flat_map(|m| m.manifests.iter().chain(m.blobs.iter()))
-        .collect();
 
-    // Plan: candidates grouped by digest.
-    let mut plans: BTreeMap<Digest, Plan> = BTreeMap::new();
-    let mut links_total: BTreeMap<&Digest, usize> = BTreeMap::new();
-    for (name, snap) in &repositories {
-        let m = &marked[name];
-        for d in &snap.blob_links {
-            *links_total.entry(d).or_default() += 1;
-            if !m.blobs.contains(d) {
-                plans
-                    .entry(d.clone())
-                    .or_default()
-                    .blob_links
-                    .push(name.clone());
+    // Mark, one repository at a time as the listing of `repositories/` reaches it.
+    let mut pass = Pass::default();
+    let mut seen: BTreeSet<Name> = BTreeSet::new();
+    let mut current: Option<(Name, RepoSnapshot)> = None;
+    let mut after: Option<Key> = None;
+    loop {
+        let page = store
+            .list_page(&layout::repositories_root(), after.as_ref(), LIST_PAGE)
+            .await?;
+        let end = page.len() < LIST_PAGE;
+        after = page.last().cloned().or(after);
+        let mut ready = Vec::new();
+        for k in &page {
+            let Some((name, part)) = layout::parse_repo_key(k) else {
+                continue;
+            };
+            if current.as_ref().is_none_or(|(n, _)| *n != name) {
+                ready.extend(current.take());
+                // A repository's keys are contiguous in key order (name segments never start
+                // with `_`, every key below the name does); marking half of one could collect
+                // what the other half keeps.
+                if !seen.insert(name.clone()) {
+                    return Err(GcError::Mark {
+                        repository: name.to_string(),
+                        reason: "the store listed its keys in two runs".to_owned(),
+                    });
+                }
+                current = Some((name, RepoSnapshot::default()));
+            }
+            let Some((_, r)) = current.as_mut() else {
+                continue;
+            };
+            match part {
+                RepoPart::Marker => {}
+                RepoPart::Tags => r.has_tags = true,
+                RepoPart::BlobLink(d) => {
+                    r.blob_links.insert(d);
+                }
+                RepoPart::ManifestLink(d) => {
+                    r.manifest_links.insert(d);
+                }
+                RepoPart::Referrers(d) => {
+                    r.referrers.insert(d);
+                }
             }
         }
-        for d in &snap.manifest_links {
-            *links_total.entry(d).or_default() += 1;
-            if !m.manifests.contains(d) {
-                plans
-                    .entry(d.clone())
-                    .or_default()
-                    .manifest_links
-                    .push(name.clone());
-            }
+        if end {
+            ready.extend(current.take());
+        }
+        pass.mark(store.as_ref(), &repos, opts, lease, ready, &mut report)
+            .await?;
+        if end {
+            break;
         }
     }
-    let mut stale_tombstones = Vec::new();
-    for (d, b) in &blobs {
-        if b.tombstone {
-            stale_tombstones.push(d.clone());
-        }
-        if global.contains(d) {
-            continue;
-        }
-        let plan_links = plans
-            .get(d)
-            .map(|p| p.blob_links.len() + p.manifest_links.len())
-            .unwrap_or(0);
-        if plan_links == links_total.get(d).copied().unwrap_or(0) {
-            let p = plans.entry(d.clone()).or_default();
-            p.data = b.data;
-            p.used = b.used;
-        }
-    }
-    plans.retain(|_, p| {
-        p.data || p.used || !p.blob_links.is_empty() || !p.manifest_links.is_empty()
-    });
+    report.repositories = seen.len();
+    drop(seen);
+    pass.kept.seal();
 
-    // Tombstones found now were left by a run that died (the lease makes this run the only
-    // one); requests waiting on them may go on.
-    if let Some(lease) = lease {
-        lease.check()?;
-    }
-    if !opts.dry_run {
-        for d in stale_tombstones {
-            match store.delete(&layout::blob_tombstone(&d)).await {
-                Ok(()) => report.deleted_records += 1,
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
-
-    // Sweep.
+    // Sweep, digest by digest as the listing of `blobs/` reaches them, then the link candidates
+    // of digests without any object under `blobs/`.
     let ctx = Sweep {
         store: store.as_ref(),
         repos: &repos,
@@ -428,43 +369,219 @@ async fn run(
         dry_run: opts.dry_run,
         lease,
     };
-    let mut outcomes = futures_util::stream::iter(plans)
-        .map(|(d, plan)| {
-            let ctx = &ctx;
-            async move { ctx.sweep(d, plan).await }
-        })
-        .buffer_unordered(opts.concurrency.max(1));
     let mut first_error = None;
-    while let Some(r) = outcomes.next().await {
-        match r {
-            Ok(o) => {
-                for del in &o.deleted {
-                    match del.kind {
-                        ObjectKind::Blob => {
-                            report.deleted_blobs += 1;
-                            report.deleted_bytes += del.bytes;
-                        }
-                        ObjectKind::BlobLink => report.deleted_blob_links += 1,
-                        ObjectKind::ManifestLink => report.deleted_manifest_links += 1,
-                    }
-                }
-                report.deleted.extend(o.deleted);
-                report.deleted_records += o.records;
-                report.kept_young += o.young;
-                report.kept_held += u64::from(o.held);
+    let mut current: Option<(Digest, BlobSnapshot)> = None;
+    let mut after: Option<Key> = None;
+    loop {
+        let page = store
+            .list_page(&layout::blobs_root(), after.as_ref(), LIST_PAGE)
+            .await?;
+        let end = page.len() < LIST_PAGE;
+        after = page.last().cloned().or(after);
+        let mut found = Vec::new();
+        for k in &page {
+            let Some((d, part)) = layout::parse_blob_key(k) else {
+                continue;
+            };
+            if current.as_ref().is_none_or(|(c, _)| *c != d) {
+                found.extend(current.take());
+                current = Some((d, BlobSnapshot::default()));
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "garbage collection: sweeping a digest failed");
-                first_error.get_or_insert(e);
+            let Some((_, b)) = current.as_mut() else {
+                continue;
+            };
+            match part {
+                BlobPart::Data => b.data = true,
+                BlobPart::Used => b.used = true,
+                BlobPart::Tombstone => b.tombstone = true,
             }
         }
-    }
-    drop(outcomes);
-    if let Some(e) = first_error {
-        return Err(e);
+        if end {
+            found.extend(current.take());
+        }
+        let mut batch = Vec::new();
+        for (d, b) in found {
+            // A tombstone found now was left by a run that died (the lease makes this run the
+            // only one, and its own tombstones are gone before the listing passes on); requests
+            // waiting on it may go on.
+            if b.tombstone && !opts.dry_run {
+                if let Some(lease) = lease {
+                    lease.check()?;
+                }
+                match store.delete(&layout::blob_tombstone(&d)).await {
+                    Ok(()) => report.deleted_records += 1,
+                    Err(e) if e.is_not_found() => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            let mut plan = pass.links.remove(&d).unwrap_or_default();
+            // Bytes nobody marked have no marked link either: every link of theirs is a
+            // candidate, so they go if the links do.
+            if !pass.kept.contains(&d) {
+                plan.data = b.data;
+                plan.used = b.used;
+            }
+            if plan.data
+                || plan.used
+                || !plan.blob_links.is_empty()
+                || !plan.manifest_links.is_empty()
+            {
+                batch.push((d, plan));
+            }
+        }
+        if end {
+            batch.extend(std::mem::take(&mut pass.links));
+        }
+        let mut outcomes = futures_util::stream::iter(batch)
+            .map(|(d, plan)| {
+                let ctx = &ctx;
+                async move { ctx.sweep(d, plan).await }
+            })
+            .buffer_unordered(opts.concurrency.max(1));
+        while let Some(r) = outcomes.next().await {
+            match r {
+                Ok(o) => {
+                    for del in &o.deleted {
+                        match del.kind {
+                            ObjectKind::Blob => {
+                                report.deleted_blobs += 1;
+                                report.deleted_bytes += del.bytes;
+                            }
+                            ObjectKind::BlobLink => report.deleted_blob_links += 1,
+                            ObjectKind::ManifestLink => report.deleted_manifest_links += 1,
+                        }
+                    }
+                    report.deleted.extend(o.deleted);
+                    report.deleted_records += o.records;
+                    report.kept_young += o.young;
+                    report.kept_held += u64::from(o.held);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "garbage collection: sweeping a digest failed");
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        drop(outcomes);
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        if end {
+            break;
+        }
     }
     report.deleted.sort();
     Ok(report)
+}
+
+/// Keys read per listing page while walking `repositories/` and `blobs/`.
+const LIST_PAGE: usize = 1000;
+
+/// What a pass carries from the mark to the sweep: the digests some repository keeps, and the
+/// link candidates (links their repository does not keep) by digest. Nothing else of the
+/// store stays in memory: its keys are read a page at a time.
+#[derive(Default)]
+struct Pass {
+    kept: KeptDigests,
+    links: BTreeMap<Digest, Plan>,
+}
+
+impl Pass {
+    /// Marks the repositories of `batch` (at most [`GcOptions::concurrency`] at once) and
+    /// folds each result in as it completes: what it keeps into `kept`, the links it does not
+    /// into `links`. A repository's snapshot and marks are dropped once folded in.
+    async fn mark(
+        &mut self,
+        store: &dyn Store,
+        repos: &Repos,
+        opts: &GcOptions,
+        lease: Option<&Lease>,
+        batch: Vec<(Name, RepoSnapshot)>,
+        report: &mut GcReport,
+    ) -> Result<(), GcError> {
+        // Boxed so the stream's item type names no closure lifetimes (the run is spawned).
+        type Marking<'a> =
+            crate::storage::BoxFuture<'a, (&'a Name, &'a RepoSnapshot, Result<Marked, GcError>)>;
+        let futures: Vec<Marking<'_>> = batch
+            .iter()
+            .map(|(name, snap)| {
+                Box::pin(async move { (name, snap, mark(store, repos, name, snap, opts).await) })
+                    as Marking<'_>
+            })
+            .collect();
+        let mut marks =
+            futures_util::stream::iter(futures).buffer_unordered(opts.concurrency.max(1));
+        while let Some((name, snap, m)) = marks.next().await {
+            if let Some(lease) = lease {
+                lease.check()?;
+            }
+            let m = m?;
+            report.marked_manifests += m.manifests.len();
+            report.marked_blobs += m.blobs.len();
+            for d in snap.blob_links.difference(&m.blobs) {
+                let plan = self.links.entry(d.clone()).or_default();
+                plan.blob_links.push(name.clone());
+            }
+            for d in snap.manifest_links.difference(&m.manifests) {
+                let plan = self.links.entry(d.clone()).or_default();
+                plan.manifest_links.push(name.clone());
+            }
+            for d in m.manifests.iter().chain(m.blobs.iter()) {
+                self.kept.insert(d);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The set of digests some repository keeps: SHA-256 digests as sorted 32-byte arrays
+/// (3.2 MB for 100,000), any other algorithm as parsed digests. Filled during the mark, then
+/// sealed (sorted, deduplicated) before the sweep looks anything up.
+#[derive(Default)]
+struct KeptDigests {
+    sha256: Vec<[u8; 32]>,
+    other: BTreeSet<Digest>,
+}
+
+impl KeptDigests {
+    fn insert(&mut self, d: &Digest) {
+        match sha256_bytes(d) {
+            Some(b) => self.sha256.push(b),
+            None => {
+                self.other.insert(d.clone());
+            }
+        }
+    }
+
+    fn seal(&mut self) {
+        self.sha256.sort_unstable();
+        self.sha256.dedup();
+        self.sha256.shrink_to_fit();
+    }
+
+    fn contains(&self, d: &Digest) -> bool {
+        match sha256_bytes(d) {
+            Some(b) => self.sha256.binary_search(&b).is_ok(),
+            None => self.other.contains(d),
+        }
+    }
+}
+
+/// The 32 bytes of a SHA-256 digest; `None` for other algorithms.
+fn sha256_bytes(d: &Digest) -> Option<[u8; 32]> {
+    if d.algorithm() != validator::Algorithm::Sha256 {
+        return None;
+    }
+    let hex = d.encoded().as_bytes();
+    if hex.len() != 64 {
+        return None;
+    }
+    let nibble = |c: u8| (c as char).to_digit(16).map(|v| v as u8);
+    let mut out = [0u8; 32];
+    for (o, pair) in out.iter_mut().zip(hex.chunks_exact(2)) {
+        *o = (nibble(pair[0])? << 4) | nibble(pair[1])?;
+    }
+    Some(out)
 }
 
 /// Marks what repository `name` keeps.

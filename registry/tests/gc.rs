@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures_util::StreamExt;
 use registry::gc::{self, GcOptions, GcReport, ObjectKind};
 use registry::storage::{FsStore, Key, PutMode, S3Config, S3Store, Store, layout};
 use registry::{AppState, RegistryConfig, router};
@@ -937,4 +938,93 @@ async fn s3_keeps_what_is_reachable() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn s3_loses_nothing_under_concurrent_pushes() {
     loses_nothing_under_concurrent_pushes(s3_store().await).await;
+}
+
+/// A pass over more keys than one listing page (1,000): three repositories whose keys sort
+/// differently in byte and directory order (`gc/p-q`, `gc/p`, `gc/p/r`), each with 350 linked
+/// blobs of which a tagged manifest references 300, so `repositories/` and `blobs/` span more
+/// than a page and repositories straddle page boundaries. Exactly the 50 unreferenced blobs
+/// of each repository go (links and bytes); every referenced one stays and pulls back.
+async fn collects_across_listing_pages(store: (Arc<dyn Store>, Option<tempfile::TempDir>)) {
+    let s = serve(store).await;
+    let repos = ["gc/p", "gc/p-q", "gc/p/r"];
+    let mut kept = Vec::new();
+    let mut garbage = BTreeSet::new();
+    for repo in repos {
+        let name = Name::parse(repo).unwrap();
+        let config = bytes(&format!("config {repo}"), 30);
+        s.push_blob(repo, &config).await.unwrap();
+        let blobs: Vec<Vec<u8>> = (0..350)
+            .map(|i| bytes(&format!("{repo} blob {i}"), 40))
+            .collect();
+        // Written through the store (as the growth bench does): bytes, then the link.
+        let writes = blobs.iter().map(|b| {
+            let (store, name) = (&s.store, &name);
+            async move {
+                let d = Digest::sha256(b);
+                store
+                    .put(
+                        &layout::blob_data(&d),
+                        Bytes::from(b.clone()),
+                        PutMode::Create,
+                    )
+                    .await
+                    .unwrap();
+                let link = serde_json::json!({ "size": b.len() }).to_string();
+                store
+                    .put(
+                        &layout::blob_link(name, &d),
+                        Bytes::from(link),
+                        PutMode::Overwrite,
+                    )
+                    .await
+                    .unwrap();
+            }
+        });
+        futures_util::stream::iter(writes)
+            .buffer_unordered(32)
+            .collect::<Vec<()>>()
+            .await;
+        let img = Image::new(config, blobs[..300].to_vec(), None);
+        s.push_manifest(repo, "v1", MANIFEST, img.manifest.clone())
+            .await
+            .unwrap();
+        for b in &blobs[300..] {
+            garbage.insert((Some(repo.to_owned()), Digest::sha256(b)));
+        }
+        kept.push((repo, img));
+    }
+    for prefix in ["repositories", "blobs"] {
+        let n = s
+            .store
+            .list(&Key::new(prefix).unwrap())
+            .await
+            .unwrap()
+            .len();
+        assert!(n > 1000, "{prefix}/ has {n} keys, less than a listing page");
+    }
+    age_past_zero_grace().await;
+    let report = s.gc(Duration::ZERO, false, false).await;
+    assert_eq!(report.repositories, 3);
+    assert_eq!(deleted(&report, ObjectKind::BlobLink), garbage);
+    let bytes_gone: BTreeSet<Digest> = garbage.iter().map(|(_, d)| d.clone()).collect();
+    assert_eq!(
+        deleted(&report, ObjectKind::Blob)
+            .into_iter()
+            .map(|(_, d)| d)
+            .collect::<BTreeSet<_>>(),
+        bytes_gone
+    );
+    assert_eq!(report.deleted_manifest_links, 0);
+    for (repo, img) in &kept {
+        s.assert_image(repo, "v1", img).await;
+    }
+    // A second pass finds nothing more.
+    let again = s.gc(Duration::ZERO, false, false).await;
+    assert!(again.deleted.is_empty(), "{:?}", again.deleted);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_collects_across_listing_pages() {
+    collects_across_listing_pages(fs_store().await).await;
 }

@@ -655,6 +655,62 @@ mod http {
         );
     }
 
+    /// A store that answers 404 for a moment for bytes it holds (seen once under filer faults,
+    /// docs/s3.md): a blob GET whose link exists reads the bytes again and answers 200, and a
+    /// 404 that names no key (here `InjectedFault`; SeaweedFS's `NoSuchBucket`) is a transient
+    /// 500, never the `BLOB_UNKNOWN` a client would take as final.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_lagging_404_for_stored_bytes_is_not_blob_unknown() {
+        use s3_fixtures::{Fault, Rule};
+        let sw = super::seaweed();
+        let bucket = sw.bucket().unwrap();
+        let proxy = FaultProxy::start(sw.s3_addr()).await.unwrap();
+        let app = replica(proxy.endpoint(), &bucket);
+        let repo = "lagging/repo";
+        let data = b"bytes a lagging read misses".to_vec();
+        let d = push_blob(&app, repo, &data).await;
+        let get = |app: &Router| {
+            let app = app.clone();
+            let uri = format!("/v2/{repo}/blobs/{d}");
+            async move { send(&app, Method::GET, &uri, None, Bytes::new()).await }
+        };
+        // Two stats of the bytes answer 404 (a HEAD has no body, so no code tells it apart).
+        proxy.inject(
+            Rule::new(Fault::Status(404))
+                .on(S3Op::HeadObject)
+                .path_contains(format!("{}/data", d.encoded()))
+                .times(2),
+        );
+        let r = get(&app).await;
+        assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+        assert_eq!(r.body, data);
+        assert_eq!(proxy.fault_count(), 2, "both injected 404s were read past");
+        proxy.clear_faults();
+        // A 404 whose code names no missing key, on the link read: 500, retried by clients.
+        proxy.inject(
+            Rule::new(Fault::Status(404))
+                .on(S3Op::GetObject)
+                .path_contains("_blobs/")
+                .times(4),
+        );
+        let r = get(&app).await;
+        assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{:?}", r.body);
+        proxy.clear_faults();
+        let r = get(&app).await;
+        assert_eq!(r.status, StatusCode::OK);
+        // A blob that is not there is still a 404 at once.
+        let missing = Digest::sha256(b"never pushed");
+        let r = send(
+            &app,
+            Method::GET,
+            &format!("/v2/{repo}/blobs/{missing}"),
+            None,
+            Bytes::new(),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND);
+    }
+
     /// Pushes through a proxy that injects 5xx answers (before and after SeaweedFS applied the
     /// request), dropped connections and truncated bodies. Every push succeeds or fails cleanly;
     /// afterwards every acknowledged blob is there and hashes to its digest.

@@ -77,7 +77,7 @@ pub(crate) async fn get(req: Req, digest: &str) -> ApiResult<Response> {
             }
         }
     };
-    let Some(meta) = repos.blob_stat(&d).await? else {
+    let Some(meta) = linked_blob_stat(repos, &name, &d).await? else {
         return Err(unknown());
     };
     // Free to check (both were read anyway): bytes of another size than was pushed are
@@ -124,6 +124,27 @@ pub(crate) async fn get(req: Req, digest: &str) -> ApiResult<Response> {
         event.send(blob_target(&req, &name, &d, Some(size))).await?;
     }
     b.body(Body::from_stream(body)).map_err(ApiError::internal)
+}
+
+/// The size of the bytes of a blob that `name` links. A link without bytes is no state the
+/// registry leaves behind (bytes are committed before they are linked; a collector removes the
+/// links before the bytes), so a miss here is read again for about a second before it counts:
+/// under filer faults SeaweedFS has answered 404 for committed content that the next reads
+/// found (`docs/s3.md`, "A seventh run failed"), and a 404 for an acknowledged push would tell
+/// a client the blob is gone for good.
+async fn linked_blob_stat(
+    repos: &crate::repo::Repos,
+    name: &Name,
+    d: &Digest,
+) -> ApiResult<Option<crate::storage::ObjectMeta>> {
+    for wait_ms in [100, 300, 600] {
+        if let Some(meta) = repos.blob_stat(d).await? {
+            return Ok(Some(meta));
+        }
+        tracing::warn!(digest = %d, repository = %name, "a linked blob's bytes were not found; reading again");
+        tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
+    }
+    repos.blob_stat(d).await
 }
 
 /// The event target of a blob (distribution gives blobs `application/octet-stream`).

@@ -275,6 +275,56 @@ impl Inner {
         }
     }
 
+    /// Appends to `out`, in key order, the keys under directory `dir` (whose key prefix is
+    /// `rel`, ending in `/`) that sort after `after`, until `out` holds `limit`. Entries of a
+    /// directory are ordered as their keys are: a subdirectory by its name followed by `/`.
+    /// A subdirectory whose keys all sort at or before `after` is not read.
+    fn page_into(
+        &self,
+        dir: &Path,
+        rel: &str,
+        after: Option<&str>,
+        limit: usize,
+        out: &mut Vec<Key>,
+    ) -> io::Result<()> {
+        let entries = match fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry?;
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            let mut sort = format!("{rel}{name}");
+            if entry.file_type()?.is_dir() {
+                sort.push('/');
+            }
+            names.push(sort);
+        }
+        names.sort_unstable();
+        for path in names {
+            if out.len() >= limit {
+                break;
+            }
+            if let Some(sub) = path.strip_suffix('/') {
+                // Every key below starts with `path`: all of them are at or before `after`
+                // when `after` sorts after `path` without starting with it.
+                if after.is_some_and(|a| a > path.as_str() && !a.starts_with(path.as_str())) {
+                    continue;
+                }
+                self.page_into(&self.root.join(sub), &path, after, limit, out)?;
+            } else if after.is_none_or(|a| path.as_str() > a)
+                && let Ok(k) = Key::new(path)
+            {
+                out.push(k);
+            }
+        }
+        Ok(())
+    }
+
     fn list_into(&self, dir: &Path, out: &mut Vec<Key>) -> io::Result<()> {
         let entries = match fs::read_dir(dir) {
             Ok(e) => e,
@@ -490,6 +540,25 @@ impl Store for FsStore {
                     .map_err(|e| backend(&k, e))?;
             }
             out.sort();
+            Ok(out)
+        }))
+    }
+
+    fn list_page<'a>(
+        &'a self,
+        prefix: &'a Key,
+        start_after: Option<&'a Key>,
+        limit: usize,
+    ) -> BoxFuture<'a, StoreResult<Vec<Key>>> {
+        let inner = self.inner.clone();
+        let k = prefix.clone();
+        let after = start_after.map(|a| a.as_str().to_owned());
+        Box::pin(blocking(prefix, move || {
+            let mut out = Vec::new();
+            let rel = format!("{}/", k.as_str());
+            inner
+                .page_into(&inner.path(&k), &rel, after.as_deref(), limit, &mut out)
+                .map_err(|e| backend(&k, e))?;
             Ok(out)
         }))
     }

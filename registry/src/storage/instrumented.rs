@@ -135,6 +135,20 @@ impl Store for Instrumented {
         })
     }
 
+    fn list_page<'a>(
+        &'a self,
+        prefix: &'a Key,
+        start_after: Option<&'a Key>,
+        limit: usize,
+    ) -> BoxFuture<'a, StoreResult<Vec<Key>>> {
+        Box::pin(async move {
+            let t = Instant::now();
+            let r = self.inner.list_page(prefix, start_after, limit).await;
+            self.record("list", prefix, t, &r);
+            r
+        })
+    }
+
     fn delete<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, StoreResult<()>> {
         Box::pin(async move {
             let t = Instant::now();

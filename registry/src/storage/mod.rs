@@ -371,6 +371,22 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// their staging key. For garbage collection only: never on the request path.
     fn list<'a>(&'a self, prefix: &'a Key) -> BoxFuture<'a, StoreResult<Vec<Key>>>;
 
+    /// One page of the published keys under `prefix/` (recursively, not `prefix` itself) in
+    /// the store's listing order, after `start_after` in that order, at most `limit` of them;
+    /// fewer than `limit` only at the end. The next page starts after the last key returned.
+    /// The order is byte order, except that SeaweedFS lists directory by directory (`a/1`
+    /// before `a-x`); either way the keys under one directory come together and keys of one
+    /// directory level (no `/` after the prefix) come in byte order. A page costs the keys it
+    /// returns (plus, on the filesystem, the entries of the directories it passes through),
+    /// never the whole prefix: for walks over a store of any size (garbage collection) and for
+    /// paged listings.
+    fn list_page<'a>(
+        &'a self,
+        prefix: &'a Key,
+        start_after: Option<&'a Key>,
+        limit: usize,
+    ) -> BoxFuture<'a, StoreResult<Vec<Key>>>;
+
     /// Deletes an object, a document or a staging area. [`StoreError::NotFound`] when absent.
     fn delete<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, StoreResult<()>>;
 }

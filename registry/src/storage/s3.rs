@@ -277,6 +277,12 @@ where
     };
     let code = e.code().map(str::to_owned);
     match (status, code.as_deref()) {
+        // A 404 that says something other than "no such key" (NoSuchBucket from a gateway that
+        // lost its filer, say) is no answer about the key: a transient failure, so a request
+        // that relied on the key fails with 500 and is retried, never 404 for stored content.
+        (Some(404), Some(c)) if !matches!(c, "NoSuchKey" | "NotFound" | "NoSuchUpload") => {
+            S3Fail::Other(io::Error::other(DisplayErrorContext(e).to_string()))
+        }
         (Some(404), _) | (_, Some("NoSuchKey" | "NotFound" | "NoSuchUpload")) => S3Fail::NotFound,
         (Some(412), _) | (_, Some("PreconditionFailed")) => S3Fail::Precondition,
         (Some(416), _) | (_, Some("InvalidRange")) => S3Fail::Range,
@@ -1032,6 +1038,57 @@ impl Store for S3Store {
                 }
             }
             out.sort();
+            Ok(out)
+        })
+    }
+
+    fn list_page<'a>(
+        &'a self,
+        prefix: &'a Key,
+        start_after: Option<&'a Key>,
+        limit: usize,
+    ) -> BoxFuture<'a, StoreResult<Vec<Key>>> {
+        Box::pin(async move {
+            let inner = &self.inner;
+            let full = format!("{}/", inner.full(prefix));
+            let mut out = Vec::new();
+            let mut token: Option<String> = None;
+            // A listing page may hold objects that are no key (skipped), so a short page is
+            // continued until `limit` keys or the end.
+            while out.len() < limit {
+                let want = i32::try_from(limit - out.len())
+                    .unwrap_or(i32::MAX)
+                    .min(1000);
+                let mut req = inner
+                    .client
+                    .list_objects_v2()
+                    .bucket(&inner.bucket)
+                    .prefix(&full)
+                    .max_keys(want)
+                    .set_continuation_token(token.take());
+                if let Some(a) = start_after {
+                    req = req.start_after(inner.full(a));
+                }
+                let page = req
+                    .send()
+                    .await
+                    .map_err(|e| inner.fail(prefix, &full, classify(e)))?;
+                // In the bucket's order, not re-sorted: S3 lists in byte order, SeaweedFS
+                // directory by directory (`a/…` before `a-x`), and `StartAfter` follows the
+                // same order, so pages join up either way.
+                for o in page.contents() {
+                    if let Some(rel) = o.key().and_then(|k| k.strip_prefix(&inner.prefix))
+                        && let Ok(k) = Key::new(rel)
+                    {
+                        out.push(k);
+                    }
+                }
+                match page.next_continuation_token() {
+                    Some(t) if page.is_truncated() == Some(true) => token = Some(t.to_owned()),
+                    _ => break,
+                }
+            }
+            out.truncate(limit);
             Ok(out)
         })
     }
