@@ -43,6 +43,8 @@ pub struct RegistryConfig {
     pub notifications: NotificationsConfig,
     /// Pull-through rules (`[[proxy]]`); none by default.
     pub proxy: Vec<crate::proxy::ProxyRule>,
+    /// Scheduled sync entries (`[[sync]]`), for the status endpoint; none by default.
+    pub sync: Vec<crate::mirror::SyncEntry>,
 }
 
 impl Default for RegistryConfig {
@@ -57,6 +59,7 @@ impl Default for RegistryConfig {
             governance: Arc::default(),
             notifications: NotificationsConfig::default(),
             proxy: Vec::new(),
+            sync: Vec::new(),
         }
     }
 }
@@ -183,6 +186,8 @@ pub struct ServeConfig {
     pub scrub: ScrubSchedule,
     /// Pull-through rules (`[[proxy]]`; default: none).
     pub proxy: Vec<crate::proxy::ProxyRule>,
+    /// Scheduled sync from upstream registries (`[[sync]]`; default: none).
+    pub sync: Vec<crate::mirror::SyncEntry>,
 }
 
 /// The `[scrub]` table: when the serving process scrubs and how fast. Its rate is also the
@@ -233,6 +238,7 @@ impl Default for ServeConfig {
             notifications: NotificationsConfig::default(),
             scrub: ScrubSchedule::default(),
             proxy: Vec::new(),
+            sync: Vec::new(),
         }
     }
 }
@@ -281,6 +287,7 @@ struct FileConfig {
     retention: Vec<crate::governance::retention::FileRetention>,
     pulls: Option<FilePulls>,
     proxy: Option<Vec<FileProxy>>,
+    sync: Option<Vec<crate::mirror::FileSync>>,
 }
 
 /// The `[pulls]` table of the TOML file.
@@ -425,6 +432,21 @@ impl ServeConfig {
             }
             if let Some(p) = f.proxy.take() {
                 c.apply_proxy(p, path)?;
+            }
+            for s in f.sync.take().unwrap_or_default() {
+                let entry = s.check().map_err(|(key, reason)| ConfigError::Setting {
+                    path: path.to_owned(),
+                    key,
+                    reason,
+                })?;
+                if c.sync.iter().any(|e| e.name == entry.name) {
+                    return Err(ConfigError::Setting {
+                        path: path.to_owned(),
+                        key: "sync.name",
+                        reason: format!("two [[sync]] entries are named {:?}", entry.name),
+                    });
+                }
+                c.sync.push(entry);
             }
             if let Some(enabled) = f.ui.take().and_then(|u| u.enabled) {
                 c.ui_enabled = enabled;

@@ -84,6 +84,16 @@ impl Upstream {
     }
 }
 
+impl std::fmt::Display for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.base)?;
+        if let Some(p) = &self.prefix {
+            write!(f, "/{p}")?;
+        }
+        Ok(())
+    }
+}
+
 /// One `[[proxy]]` rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProxyRule {

@@ -567,7 +567,116 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if args.disable_delete {
         config.delete_enabled = false;
     }
-    crate::runtime::block_on(registry::serve(config, crate::runtime::shutdown_signal()))?
-        .context("registry serve")?;
+    for e in &config.sync {
+        if let Some(f) = &e.auth_file {
+            registry_client::AuthFile::load(f)
+                .with_context(|| format!("[[sync]] {:?}: auth_file", e.name))?;
+        }
+    }
+    let runner: Option<std::sync::Arc<dyn registry::mirror::SyncRunner>> =
+        (!config.sync.is_empty()).then(|| std::sync::Arc::new(ClientSyncRunner) as _);
+    crate::runtime::block_on(registry::serve_with_sync(
+        config,
+        runner,
+        crate::runtime::shutdown_signal(),
+    ))?
+    .context("registry serve")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The `[[sync]]` copy for `registry serve`: one `registry_client::sync` run of the entry
+/// (the one copy path) from its upstream into this registry's loopback endpoint, then, with
+/// `on_upstream_delete = "delete"`, `registry_client::sync::prune`.
+#[derive(Debug)]
+struct ClientSyncRunner;
+
+impl registry::mirror::SyncRunner for ClientSyncRunner {
+    fn run<'a>(
+        &'a self,
+        entry: &'a registry::mirror::SyncEntry,
+        destination: &'a str,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = registry::mirror::RunOutcome> + Send + 'a>,
+    > {
+        Box::pin(async move {
+            let mut out = registry::mirror::RunOutcome::default();
+            if let Err(e) = sync_entry(entry, destination, &mut out).await {
+                out.errors.push(format!("{e:#}"));
+            }
+            out
+        })
+    }
+}
+
+async fn sync_entry(
+    entry: &registry::mirror::SyncEntry,
+    destination: &str,
+    out: &mut registry::mirror::RunOutcome,
+) -> anyhow::Result<()> {
+    use registry_client::sync::{self, Endpoint, SyncOptions, SyncRule};
+    let keychain =
+        registry_client::Keychain::from_env(entry.auth_file.as_deref(), &Default::default());
+    let client = registry_client::Client::builder()
+        .keychain(keychain)
+        .plain_http(entry.upstream.base.starts_with("http://"))
+        .build()
+        .context("building the sync client")?;
+    let host = entry.upstream.base.split_once("://").map_or("", |(_, h)| h);
+    let platform = match &entry.platform {
+        Some(p) => Some(validator::Platform::parse(p).context("platform")?),
+        None => None,
+    };
+    let rule = SyncRule::new(
+        Endpoint::Registry {
+            host: host.to_owned(),
+            prefix: entry.upstream.prefix.clone(),
+        },
+        Endpoint::Registry {
+            host: destination.to_owned(),
+            prefix: entry.destination.clone(),
+        },
+        entry.repositories.clone(),
+        entry.tags.clone(),
+        platform,
+        entry.referrers,
+    )?;
+    let report = sync::run(
+        &client,
+        std::slice::from_ref(&rule),
+        &SyncOptions::default(),
+        &|_| {},
+    )
+    .await;
+    for (from, e) in &report.rule_errors {
+        out.errors
+            .push(format!("{from}: {}", validator::error_chain(e)));
+    }
+    for o in &report.images {
+        out.images += 1;
+        match &o.result {
+            Some(Ok(r)) => {
+                out.images_copied += u64::from(!o.item.up_to_date);
+                out.blobs_copied += r.blobs_copied.len() as u64;
+                out.bytes_copied += r.bytes_copied();
+            }
+            Some(Err(e)) => out.errors.push(format!(
+                "{}:{}: {}",
+                o.item.destination_repository,
+                o.item.tag,
+                validator::error_chain(e)
+            )),
+            None => {}
+        }
+    }
+    if entry.on_upstream_delete == registry::mirror::OnUpstreamDelete::Delete
+        && report.rule_errors.is_empty()
+    {
+        let pruned = sync::prune(&client, &rule, &report).await?;
+        out.tags_deleted = pruned.deleted.len() as u64;
+        for (tag, e) in &pruned.failed {
+            out.errors
+                .push(format!("deleting {tag}: {}", validator::error_chain(e)));
+        }
+    }
+    Ok(())
 }
