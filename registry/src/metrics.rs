@@ -105,31 +105,66 @@ impl Metrics {
             .duration_since(std::time::SystemTime::UNIX_EPOCH)
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0);
-        let family = |out: &mut String, name: &str, kind: &str, value: &dyn Fn(&crate::mirror::SyncState) -> Option<f64>| {
-            let _ = writeln!(out, "# TYPE {name} {kind}");
-            for (entry, s) in sync.iter() {
-                if let Some(v) = value(s) {
-                    let _ = writeln!(out, "{name}{{sync=\"{entry}\"}} {v}");
+        let family =
+            |out: &mut String,
+             name: &str,
+             kind: &str,
+             value: &dyn Fn(&crate::mirror::SyncState) -> Option<f64>| {
+                let _ = writeln!(out, "# TYPE {name} {kind}");
+                for (entry, s) in sync.iter() {
+                    if let Some(v) = value(s) {
+                        let _ = writeln!(out, "{name}{{sync=\"{entry}\"}} {v}");
+                    }
                 }
-            }
-        };
+            };
         let last = |f: fn(&crate::mirror::RunOutcome) -> u64| {
             move |s: &crate::mirror::SyncState| s.last_run.as_ref().map(|r| f(r) as f64)
         };
-        family(out, "registry_sync_last_success_timestamp_seconds", "gauge", &|s| {
-            s.last_success_ms.map(|t| t as f64 / 1000.0)
-        });
+        family(
+            out,
+            "registry_sync_last_success_timestamp_seconds",
+            "gauge",
+            &|s| s.last_success_ms.map(|t| t as f64 / 1000.0),
+        );
         family(out, "registry_sync_lag_seconds", "gauge", &|s| {
-            s.last_success_ms.map(|t| (now - t as f64 / 1000.0).max(0.0))
+            s.last_success_ms
+                .map(|t| (now - t as f64 / 1000.0).max(0.0))
         });
         family(out, "registry_sync_last_run_failed", "gauge", &|s| {
-            s.last_run.as_ref().map(|r| f64::from(u8::from(!r.errors.is_empty())))
+            s.last_run
+                .as_ref()
+                .map(|r| f64::from(u8::from(!r.errors.is_empty())))
         });
-        family(out, "registry_sync_last_run_images", "gauge", &last(|r| r.images));
-        family(out, "registry_sync_last_run_images_copied", "gauge", &last(|r| r.images_copied));
-        family(out, "registry_sync_last_run_blobs_copied", "gauge", &last(|r| r.blobs_copied));
-        family(out, "registry_sync_last_run_bytes_copied", "gauge", &last(|r| r.bytes_copied));
-        family(out, "registry_sync_last_run_tags_deleted", "gauge", &last(|r| r.tags_deleted));
+        family(
+            out,
+            "registry_sync_last_run_images",
+            "gauge",
+            &last(|r| r.images),
+        );
+        family(
+            out,
+            "registry_sync_last_run_images_copied",
+            "gauge",
+            &last(|r| r.images_copied),
+        );
+        family(
+            out,
+            "registry_sync_last_run_blobs_copied",
+            "gauge",
+            &last(|r| r.blobs_copied),
+        );
+        family(
+            out,
+            "registry_sync_last_run_bytes_copied",
+            "gauge",
+            &last(|r| r.bytes_copied),
+        );
+        family(
+            out,
+            "registry_sync_last_run_tags_deleted",
+            "gauge",
+            &last(|r| r.tags_deleted),
+        );
         let _ = writeln!(out, "# TYPE registry_sync_runs_total counter");
         for (entry, s) in sync.iter() {
             let _ = writeln!(

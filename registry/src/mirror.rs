@@ -37,8 +37,17 @@ use crate::storage::{Key, PutMode, Store, StoreError, layout};
 
 /// Runs kept in a state document's history.
 pub const HISTORY: usize = 20;
-/// Time to live of the sync lease (renewed while a run lasts).
-pub const LEASE_TTL: Duration = Duration::from_secs(30);
+/// Time to live of the sync lease: four times the shortest interval, between 2 s
+/// ([`crate::lease::MIN_LEASE_TTL`]) and 60 s. It is renewed while a run lasts however long
+/// that is; it only bounds how long a replica that died holding it blocks the schedule.
+pub fn lease_ttl(entries: &[SyncEntry]) -> Duration {
+    entries
+        .iter()
+        .map(|e| e.interval * 4)
+        .min()
+        .unwrap_or(Duration::from_secs(60))
+        .clamp(crate::lease::MIN_LEASE_TTL, Duration::from_secs(60))
+}
 /// Largest state document read.
 const STATE_LIMIT: u64 = 1 << 20;
 
@@ -100,8 +109,7 @@ pub struct RunOutcome {
 /// registry's loopback endpoint). Failures are reported in [`RunOutcome::errors`].
 pub trait SyncRunner: Send + Sync + std::fmt::Debug {
     /// One run of `entry`.
-    fn run<'a>(&'a self, entry: &'a SyncEntry, destination: &'a str)
-    -> BoxFuture<'a, RunOutcome>;
+    fn run<'a>(&'a self, entry: &'a SyncEntry, destination: &'a str) -> BoxFuture<'a, RunOutcome>;
 }
 
 /// One run in a state document's history.
@@ -261,7 +269,7 @@ pub async fn run_due(
     if !any_due {
         return Ok(Vec::new());
     }
-    let lease = match Lease::acquire(store.clone(), layout::sync_lock(), LEASE_TTL).await {
+    let lease = match Lease::acquire(store.clone(), layout::sync_lock(), lease_ttl(entries)).await {
         Ok(l) => l,
         Err(LeaseError::Locked { .. }) => {
             tracing::debug!("sync skipped: another replica holds the sync lease");
@@ -405,10 +413,7 @@ impl FileSync {
         ))?;
         let interval = crate::gc::parse_duration(&interval).map_err(|e| ("sync.interval", e))?;
         if interval < Duration::from_secs(1) {
-            return Err((
-                "sync.interval",
-                format!("[[sync]] {name:?}: at least 1s"),
-            ));
+            return Err(("sync.interval", format!("[[sync]] {name:?}: at least 1s")));
         }
         let destination = match self.destination {
             Some(d) => {
@@ -465,13 +470,34 @@ mod tests {
         assert_eq!(e.on_upstream_delete, OnUpstreamDelete::Delete);
         assert!(e.referrers);
         for (doc, key) in [
-            ("upstream = \"http://a.example\"\ninterval = \"1s\"\n", "sync.name"),
-            ("name = \"A\"\nupstream = \"http://a.example\"\ninterval = \"1s\"\n", "sync.name"),
-            ("name = \"a\"\nupstream = \"a.example\"\ninterval = \"1s\"\n", "sync.upstream"),
-            ("name = \"a\"\nupstream = \"http://a.example\"\n", "sync.interval"),
-            ("name = \"a\"\nupstream = \"http://a.example\"\ninterval = \"10ms\"\n", "sync.interval"),
-            ("name = \"a\"\nupstream = \"http://a.example\"\ninterval = \"1s\"\nplatform = \"x\"\n", "sync.platform"),
-            ("name = \"a\"\nupstream = \"http://a.example\"\ninterval = \"1s\"\ntags = [\"a b\"]\n", "sync.tags"),
+            (
+                "upstream = \"http://a.example\"\ninterval = \"1s\"\n",
+                "sync.name",
+            ),
+            (
+                "name = \"A\"\nupstream = \"http://a.example\"\ninterval = \"1s\"\n",
+                "sync.name",
+            ),
+            (
+                "name = \"a\"\nupstream = \"a.example\"\ninterval = \"1s\"\n",
+                "sync.upstream",
+            ),
+            (
+                "name = \"a\"\nupstream = \"http://a.example\"\n",
+                "sync.interval",
+            ),
+            (
+                "name = \"a\"\nupstream = \"http://a.example\"\ninterval = \"10ms\"\n",
+                "sync.interval",
+            ),
+            (
+                "name = \"a\"\nupstream = \"http://a.example\"\ninterval = \"1s\"\nplatform = \"x\"\n",
+                "sync.platform",
+            ),
+            (
+                "name = \"a\"\nupstream = \"http://a.example\"\ninterval = \"1s\"\ntags = [\"a b\"]\n",
+                "sync.tags",
+            ),
         ] {
             assert_eq!(parse(doc).unwrap_err().0, key, "{doc}");
         }
@@ -480,6 +506,7 @@ mod tests {
         s.last_started_ms = Some(9_000);
         assert!(!due(&e, &s, 10_000));
         assert!(due(&e, &s, 11_000));
-        assert_eq!(tick(&[e]), Duration::from_secs(1));
+        assert_eq!(tick(std::slice::from_ref(&e)), Duration::from_secs(1));
+        assert_eq!(lease_ttl(&[e]), Duration::from_secs(8));
     }
 }

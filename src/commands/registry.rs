@@ -95,6 +95,27 @@ registry serve. docs/operations.md, \"Scrub\".
 Exit status: 0 nothing found, 1 corruption or manifest problems found (and reported), 2 the
 scrub failed (the store failed).")]
     Scrub(ScrubArgs),
+    /// Show the state of every [[sync]] entry of the configuration: last success, lag, last
+    /// error and what the last run copied, read from the store (any replica's runs).
+    #[command(after_help = "Examples:
+  rdctl registry sync-status --config /etc/rdctl/registry.toml
+  rdctl registry sync-status --config /etc/rdctl/registry.toml --json
+
+The same as GET /v2/_rd/sync on a running replica. docs/operations.md, \"Scheduled sync\".
+Exit status: 0 every entry's last run succeeded, 1 an entry failed or never ran, 2 the store
+could not be read.")]
+    SyncStatus(SyncStatusArgs),
+}
+
+/// Arguments of `rdctl registry sync-status`: the store and the `[[sync]]` entries of the
+/// configuration, as for `rdctl registry serve`.
+#[derive(Debug, clap::Args)]
+pub struct SyncStatusArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Print the status as JSON (`{"sync": [...]}`, as GET /v2/_rd/sync answers).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `rdctl registry scrub`: the store as for `rdctl registry gc`; the rate
@@ -250,6 +271,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Retention(args) => retention(args),
         Command::Usage(args) => usage(args),
         Command::Scrub(args) => scrub(args),
+        Command::SyncStatus(args) => sync_status(args),
     }
 }
 
@@ -319,6 +341,57 @@ fn retention(args: RetentionArgs) -> anyhow::Result<ExitCode> {
         )?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn sync_status(args: SyncStatusArgs) -> anyhow::Result<ExitCode> {
+    let config = args.store.load()?;
+    let store = config.open_store().context("opening the registry store")?;
+    let where_ = store_name(&config);
+    let entries = config.sync.clone();
+    let status = crate::runtime::block_on(async move {
+        registry::mirror::status(store.as_ref(), &entries).await
+    })?
+    .with_context(|| format!("reading the sync state in the {where_}"))?;
+    let healthy = status
+        .iter()
+        .all(|e| e.state.last_run.is_some() && e.state.last_error.is_none());
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "sync": status }))?
+        )?;
+    } else {
+        writeln!(
+            out,
+            "NAME\tUPSTREAM\tLAST_SUCCESS\tLAG_S\tIMAGES\tBLOBS_COPIED\tRUNS_OK\tRUNS_FAILED\tLAST_ERROR"
+        )?;
+        for e in &status {
+            let last = e.state.last_run.as_ref();
+            writeln!(
+                out,
+                "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                e.name,
+                e.upstream,
+                e.state
+                    .last_success_ms
+                    .map_or_else(|| "never".to_owned(), |t| validator::rfc3339(t / 1000)),
+                e.lag_secs
+                    .map_or_else(|| "-".to_owned(), |l| format!("{l:.0}")),
+                last.map_or_else(|| "-".to_owned(), |r| r.images.to_string()),
+                last.map_or_else(|| "-".to_owned(), |r| r.blobs_copied.to_string()),
+                e.state.runs_ok,
+                e.state.runs_failed,
+                e.state.last_error.as_deref().unwrap_or("-"),
+            )?;
+        }
+    }
+    Ok(if healthy {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn usage(args: UsageArgs) -> anyhow::Result<ExitCode> {

@@ -470,7 +470,10 @@ pub async fn prune(
     let Endpoint::Registry { host, prefix } = &rule.to else {
         return Err(SyncError::BadRule {
             field: "to",
-            reason: format!("{} is not a registry; only registry tags are pruned", rule.to),
+            reason: format!(
+                "{} is not a registry; only registry tags are pruned",
+                rule.to
+            ),
         });
     };
     let upstream: std::collections::HashSet<(&str, &str)> = report
@@ -481,12 +484,11 @@ pub async fn prune(
     let mut out = PruneReport::default();
     for relative in registry_repositories(client, rule, host, prefix.as_deref()).await? {
         let full = rule.to.repository(&relative);
-        let repo = Reference::parse(&format!("{host}/{full}")).map_err(|e| {
-            SyncError::BadEndpoint {
+        let repo =
+            Reference::parse(&format!("{host}/{full}")).map_err(|e| SyncError::BadEndpoint {
                 input: format!("{host}/{full}"),
                 reason: e.reason,
-            }
-        })?;
+            })?;
         let tags = match client.tags(&repo, PAGE, Some(MAX_ITEMS)).await {
             Ok(t) => t,
             Err(e) if e.kind() == crate::ErrorKind::NotFound => continue,
