@@ -901,8 +901,8 @@ mod tests {
         let info = read_lease(store.as_ref()).await.unwrap().unwrap();
         assert!(!info.is_stale(), "{info:?}");
         assert!(info.renewal.unwrap() >= 4, "{info:?}");
-        assert_eq!(info.run.as_deref(), Some(lease.run.as_str()));
-        assert!(!lease.lost());
+        assert_eq!(info.run.as_deref(), Some(lease.0.run()));
+        assert!(!lease.0.lost());
         // The holder dies.
         drop(lease);
         tokio::time::sleep(Duration::from_millis(3300)).await;
@@ -918,7 +918,7 @@ mod tests {
         assert!(break_lease(store.as_ref(), false).await.is_err());
         assert!(break_lease(store.as_ref(), true).await.unwrap().is_some());
         tokio::time::sleep(Duration::from_millis(800)).await;
-        assert!(lease.lost());
+        assert!(lease.0.lost());
         assert!(matches!(lease.check(), Err(GcError::LeaseLost { .. })));
         lease.release().await;
         assert!(read_lease(store.as_ref()).await.unwrap().is_none());

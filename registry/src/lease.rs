@@ -373,3 +373,56 @@ impl Drop for Lease {
         self.renewer.abort();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::layout;
+
+    /// Leases under different keys are independent (GC's and sync's), one key has one holder,
+    /// and a released lease can be taken again at once.
+    #[tokio::test]
+    async fn named_leases_are_independent() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(crate::storage::FsStore::open(dir.path()).unwrap());
+        let ttl = Duration::from_secs(5);
+        let gc = Lease::acquire(store.clone(), layout::gc_lock(), ttl)
+            .await
+            .unwrap();
+        let sync = Lease::acquire(store.clone(), layout::sync_lock(), ttl)
+            .await
+            .unwrap();
+        assert!(matches!(
+            Lease::acquire(store.clone(), layout::sync_lock(), ttl).await,
+            Err(LeaseError::Locked { .. })
+        ));
+        let held = read(store.as_ref(), &layout::sync_lock())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(held.run.as_deref(), Some(sync.run()));
+        assert_eq!(held.ttl_secs, 5);
+        sync.release().await;
+        assert!(
+            read(store.as_ref(), &layout::sync_lock())
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let again = Lease::acquire(store.clone(), layout::sync_lock(), ttl)
+            .await
+            .unwrap();
+        assert!(!gc.lost() && !again.lost());
+        assert_eq!(
+            read(store.as_ref(), &layout::gc_lock())
+                .await
+                .unwrap()
+                .unwrap()
+                .run
+                .as_deref(),
+            Some(gc.run())
+        );
+        again.release().await;
+        gc.release().await;
+    }
+}
