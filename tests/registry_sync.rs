@@ -3,8 +3,9 @@
 //! through the tag schema) every second. The sync converges (20 images, each with an SBOM
 //! referrer), the next run copies no blob, one replica runs at a time (the runs in the state
 //! document never overlap), the state survives a restart, an upstream with Basic auth refuses
-//! an entry without credentials (the 401 shows in the status) and serves one with them, and an
-//! upstream tag deletion is kept by default and removed with `on_upstream_delete = "delete"`.
+//! an entry without credentials (the 401 shows in the status) and serves one with them (and
+//! so does a `[[proxy]]` rule with the same `auth_file`), and an upstream tag deletion is kept
+//! by default and removed with `on_upstream_delete = "delete"`.
 
 use std::fs;
 use std::net::SocketAddr;
@@ -238,7 +239,9 @@ fn scheduled_sync_converges_on_one_replica_at_a_time_and_survives_a_restart() {
             "[[sync]]\nname = \"central\"\nupstream = \"http://{up}/zones\"\ndestination = \"mirror\"\ninterval = \"1s\"\n\n\
              [[sync]]\nname = \"pruned\"\nupstream = \"http://{up}/zones\"\nrepositories = [\"app0\"]\ndestination = \"pruned\"\ninterval = \"1s\"\non_upstream_delete = \"delete\"\n\n\
              [[sync]]\nname = \"no-creds\"\nupstream = \"http://{lk}/zones\"\nrepositories = [\"app0\"]\ndestination = \"no-creds\"\ninterval = \"1s\"\n\n\
-             [[sync]]\nname = \"with-creds\"\nupstream = \"http://{lk}/zones\"\nrepositories = [\"app0\"]\ndestination = \"with-creds\"\ninterval = \"1s\"\nauth_file = {creds:?}\n",
+             [[sync]]\nname = \"with-creds\"\nupstream = \"http://{lk}/zones\"\nrepositories = [\"app0\"]\ndestination = \"with-creds\"\ninterval = \"1s\"\nauth_file = {creds:?}\n\n\
+             [[proxy]]\nprefix = \"cached\"\nupstreams = [\"http://{lk}/zones\"]\nauth_file = {creds:?}\n\n\
+             [[proxy]]\nprefix = \"anon\"\nupstreams = [\"http://{lk}/zones\"]\n",
             up = upstream.host(),
             lk = locked.host(),
             creds = s(&creds),
@@ -318,6 +321,13 @@ fn scheduled_sync_converges_on_one_replica_at_a_time_and_survives_a_restart() {
         Some(images[0].digest.as_str())
     );
     assert_eq!(head_digest(a.addr, "no-creds/app0", "1.0"), None);
+    // The pull-through cache reads the same auth file: with it a pull fills the cache,
+    // without it the upstream refuses and nothing is cached.
+    assert_eq!(
+        head_digest(b.addr, "cached/app0", "1.0").as_deref(),
+        Some(images[0].digest.as_str())
+    );
+    assert_eq!(head_digest(b.addr, "anon/app0", "1.0"), None);
 
     // Upstream deletes app0:1.1 (distribution deletes by digest, with its tags).
     let gone = images

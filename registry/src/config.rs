@@ -45,6 +45,9 @@ pub struct RegistryConfig {
     pub proxy: Vec<crate::proxy::ProxyRule>,
     /// Scheduled sync entries (`[[sync]]`), for the status endpoint; none by default.
     pub sync: Vec<crate::mirror::SyncEntry>,
+    /// Reads the `auth_file`s of `[[proxy]]` rules (injected by the process; none: a rule
+    /// with `auth_file` cannot fetch).
+    pub upstream_credentials: Option<Arc<dyn crate::proxy::UpstreamCredentials>>,
 }
 
 impl Default for RegistryConfig {
@@ -60,6 +63,7 @@ impl Default for RegistryConfig {
             notifications: NotificationsConfig::default(),
             proxy: Vec::new(),
             sync: Vec::new(),
+            upstream_credentials: None,
         }
     }
 }
@@ -304,6 +308,7 @@ struct FileProxy {
     prefix: Option<String>,
     upstreams: Option<Vec<String>>,
     tag_ttl_secs: Option<u64>,
+    auth_file: Option<PathBuf>,
 }
 
 /// The `[ui]` table of the TOML file.
@@ -597,6 +602,7 @@ impl ServeConfig {
                 prefix,
                 upstreams,
                 tag_ttl: Duration::from_secs(r.tag_ttl_secs.unwrap_or(300)),
+                auth_file: r.auth_file,
             });
         }
         Ok(())

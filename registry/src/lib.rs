@@ -40,7 +40,7 @@
 //! - [`mirror`]: scheduled sync (`[[sync]]`): the schedule, the lease `_rd/sync/lock` (one
 //!   replica at a time, [`lease`], shared with [`gc`]'s kind of lease), the state in the store
 //!   and `GET /v2/_rd/sync`; the copy itself is a [`mirror::SyncRunner`] the process injects
-//!   ([`serve_with_sync`]), so this crate needs no client.
+//!   ([`serve_with`]), so this crate needs no client.
 //! - `ui`: the web pages at `/ui/` (`[ui] enabled`): repositories, tags, images and the
 //!   package search as server-rendered HTML, showing only what the caller may pull.
 //!
@@ -82,5 +82,5 @@ mod upload;
 
 pub use config::{ConfigError, GcSchedule, RegistryConfig, ServeConfig};
 pub use router::router;
-pub use server::{ServeError, serve, serve_with_sync};
+pub use server::{Injected, ServeError, serve, serve_with};
 pub use state::AppState;
