@@ -169,6 +169,20 @@ fn registry_toml_keys_match_operations_md() {
         documented(&doc, "### Pull-through cache (`[[proxy]]`)"),
         proxy,
     );
+    let sync = array_table_keys(
+        &|doc| {
+            let p = write(dir.path(), "registry.toml", doc);
+            registry::ServeConfig::load_with_env(Some(&p), &|_| None)
+                .err()
+                .map(|e| validator::error_chain(&e))
+        },
+        "sync",
+    );
+    assert_same(
+        "docs/operations.md [[sync]]",
+        documented(&doc, "### Scheduled sync (`[[sync]]`)"),
+        sync,
+    );
 }
 
 /// Keys of nested tables (`auth`, `tls.cert`, ...) that another document under docs/ covers:

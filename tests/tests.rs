@@ -24,6 +24,7 @@ mod registry_gc;
 mod registry_governance;
 mod registry_s3;
 mod registry_scrub;
+mod registry_sync;
 mod registry_tls;
 mod signing;
 mod smf;

@@ -22,6 +22,8 @@ pub(crate) enum Route {
     PackageSearch,
     /// `/v2/<name>/_rd/packages/<reference>`: the indexed packages of one image.
     Packages { name: String, reference: String },
+    /// `/v2/_rd/sync`: the status of every `[[sync]]` entry (an extension).
+    SyncStatus,
 }
 
 impl Route {
@@ -32,6 +34,9 @@ impl Route {
         }
         if rest == "_rd/packages" {
             return Some(Route::PackageSearch);
+        }
+        if rest == "_rd/sync" {
+            return Some(Route::SyncStatus);
         }
         if let Some(name) = rest
             .strip_suffix("/blobs/uploads/")
@@ -80,12 +85,13 @@ impl Route {
             Route::Referrers { .. } => "referrers",
             Route::PackageSearch => "package_search",
             Route::Packages { .. } => "packages",
+            Route::SyncStatus => "sync_status",
         }
     }
 
     pub fn name(&self) -> Option<&str> {
         match self {
-            Route::Catalog | Route::PackageSearch => None,
+            Route::Catalog | Route::PackageSearch | Route::SyncStatus => None,
             Route::Blob { name, .. }
             | Route::Upload { name, .. }
             | Route::Manifest { name, .. }
@@ -142,6 +148,7 @@ mod tests {
                 }),
             ),
             ("_rd/packages", Some(Route::PackageSearch)),
+            ("_rd/sync", Some(Route::SyncStatus)),
             (
                 "zones/demo/_rd/packages/1.0",
                 Some(Route::Packages {

@@ -43,6 +43,11 @@ pub struct RegistryConfig {
     pub notifications: NotificationsConfig,
     /// Pull-through rules (`[[proxy]]`); none by default.
     pub proxy: Vec<crate::proxy::ProxyRule>,
+    /// Scheduled sync entries (`[[sync]]`), for the status endpoint; none by default.
+    pub sync: Vec<crate::mirror::SyncEntry>,
+    /// Reads the `auth_file`s of `[[proxy]]` rules (injected by the process; none: a rule
+    /// with `auth_file` cannot fetch).
+    pub upstream_credentials: Option<Arc<dyn crate::proxy::UpstreamCredentials>>,
 }
 
 impl Default for RegistryConfig {
@@ -57,6 +62,8 @@ impl Default for RegistryConfig {
             governance: Arc::default(),
             notifications: NotificationsConfig::default(),
             proxy: Vec::new(),
+            sync: Vec::new(),
+            upstream_credentials: None,
         }
     }
 }
@@ -183,6 +190,8 @@ pub struct ServeConfig {
     pub scrub: ScrubSchedule,
     /// Pull-through rules (`[[proxy]]`; default: none).
     pub proxy: Vec<crate::proxy::ProxyRule>,
+    /// Scheduled sync from upstream registries (`[[sync]]`; default: none).
+    pub sync: Vec<crate::mirror::SyncEntry>,
 }
 
 /// The `[scrub]` table: when the serving process scrubs and how fast. Its rate is also the
@@ -233,6 +242,7 @@ impl Default for ServeConfig {
             notifications: NotificationsConfig::default(),
             scrub: ScrubSchedule::default(),
             proxy: Vec::new(),
+            sync: Vec::new(),
         }
     }
 }
@@ -281,6 +291,7 @@ struct FileConfig {
     retention: Vec<crate::governance::retention::FileRetention>,
     pulls: Option<FilePulls>,
     proxy: Option<Vec<FileProxy>>,
+    sync: Option<Vec<crate::mirror::FileSync>>,
 }
 
 /// The `[pulls]` table of the TOML file.
@@ -297,6 +308,7 @@ struct FileProxy {
     prefix: Option<String>,
     upstreams: Option<Vec<String>>,
     tag_ttl_secs: Option<u64>,
+    auth_file: Option<PathBuf>,
 }
 
 /// The `[ui]` table of the TOML file.
@@ -425,6 +437,21 @@ impl ServeConfig {
             }
             if let Some(p) = f.proxy.take() {
                 c.apply_proxy(p, path)?;
+            }
+            for s in f.sync.take().unwrap_or_default() {
+                let entry = s.check().map_err(|(key, reason)| ConfigError::Setting {
+                    path: path.to_owned(),
+                    key,
+                    reason,
+                })?;
+                if c.sync.iter().any(|e| e.name == entry.name) {
+                    return Err(ConfigError::Setting {
+                        path: path.to_owned(),
+                        key: "sync.name",
+                        reason: format!("two [[sync]] entries are named {:?}", entry.name),
+                    });
+                }
+                c.sync.push(entry);
             }
             if let Some(enabled) = f.ui.take().and_then(|u| u.enabled) {
                 c.ui_enabled = enabled;
@@ -575,6 +602,7 @@ impl ServeConfig {
                 prefix,
                 upstreams,
                 tag_ttl: Duration::from_secs(r.tag_ttl_secs.unwrap_or(300)),
+                auth_file: r.auth_file,
             });
         }
         Ok(())

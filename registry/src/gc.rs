@@ -38,7 +38,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
@@ -49,7 +48,7 @@ use validator::Digest;
 
 use crate::repo::{REFERENCE_WINDOW, Repos};
 use crate::storage::layout::{self, BlobPart, RepoPart};
-use crate::storage::{Etag, Key, PutMode, Store, StoreError};
+use crate::storage::{Key, PutMode, Store, StoreError};
 use validator::Name;
 
 /// Default grace window: content written or held within it is never collected.
@@ -57,13 +56,8 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(3600);
 /// Default lease time to live: a lease not renewed for this long belongs to a collector that
 /// died; another collector may take it over, and requests release its tombstones.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
-/// The time to live of a lease that does not state one (written by a collector from before
-/// leases carried `ttl_secs`, which renewed every minute).
-const LEGACY_LEASE_TTL: Duration = Duration::from_secs(15 * 60);
 /// Shortest lease time to live (store timestamps may have whole seconds).
-pub const MIN_LEASE_TTL: Duration = Duration::from_secs(2);
-/// Largest lease or tombstone document read.
-const LEASE_LIMIT: u64 = 64 << 10;
+pub use crate::lease::MIN_LEASE_TTL;
 /// Largest manifest read while marking.
 const MANIFEST_LIMIT: u64 = 16 << 20;
 /// Largest index document (tags, referrers) read while marking.
@@ -292,7 +286,7 @@ async fn run(
     opts: &GcOptions,
     lease: Option<&Lease>,
 ) -> Result<GcReport, GcError> {
-    let t0 = lease.map(|l| l.started).unwrap_or_else(SystemTime::now);
+    let t0 = lease.map(Lease::started).unwrap_or_else(SystemTime::now);
     let cutoff = t0.checked_sub(opts.grace).unwrap_or(SystemTime::UNIX_EPOCH);
     let repos = Repos::new(store.clone());
     let mut report = GcReport {
@@ -859,75 +853,11 @@ impl Sweep<'_> {
     }
 }
 
-/// The lease document `gc/lock` as read from the store: who holds it, since when, and whether
-/// it is still live.
-#[derive(Debug, Clone, Serialize)]
-pub struct LeaseInfo {
-    /// The holder's run id (each run has its own; tombstones carry it).
-    pub run: Option<String>,
-    /// The holder's host name, when it recorded one.
-    pub host: Option<String>,
-    /// The holder's process id.
-    pub pid: Option<u64>,
-    /// When the run started, in seconds since the Unix epoch (holder's clock).
-    pub started_unix: Option<u64>,
-    /// Renewals so far.
-    pub renewal: Option<u64>,
-    /// Seconds since the last renewal (store clock against ours).
-    pub age_secs: u64,
-    /// The time to live, in seconds.
-    pub ttl_secs: u64,
-    #[serde(skip)]
-    etag: Etag,
-}
+pub use crate::lease::LeaseInfo;
 
-impl LeaseInfo {
-    /// True when the holder did not renew within the time to live: it is presumed dead.
-    pub fn is_stale(&self) -> bool {
-        self.age_secs > self.ttl_secs
-    }
-
-    /// `pid P on HOST (run R)`, as far as the lease tells.
-    pub fn holder(&self) -> String {
-        format!(
-            "pid {} on {} (run {})",
-            self.pid.map_or_else(|| "?".to_owned(), |p| p.to_string()),
-            self.host.as_deref().unwrap_or("an unknown host"),
-            self.run.as_deref().unwrap_or("?")
-        )
-    }
-}
-
-/// Reads the lease; `None` when no collector holds one.
+/// Reads the garbage collection lease; `None` when no collector holds one.
 pub async fn read_lease(store: &dyn Store) -> Result<Option<LeaseInfo>, GcError> {
-    let key = layout::gc_lock();
-    let doc = match store.get(&key, LEASE_LIMIT).await {
-        Ok(doc) => doc,
-        Err(e) if e.is_not_found() => return Ok(None),
-        Err(e) => return Err(e.into()),
-    };
-    let meta = match store.stat(&key).await {
-        Ok(m) => m,
-        Err(e) if e.is_not_found() => return Ok(None),
-        Err(e) => return Err(e.into()),
-    };
-    let v: Value = serde_json::from_slice(&doc.bytes).unwrap_or(Value::Null);
-    let age = SystemTime::now()
-        .duration_since(meta.modified)
-        .unwrap_or_default();
-    Ok(Some(LeaseInfo {
-        run: v.get("run").and_then(Value::as_str).map(str::to_owned),
-        host: v.get("host").and_then(Value::as_str).map(str::to_owned),
-        pid: v.get("pid").and_then(Value::as_u64),
-        started_unix: v.get("started").and_then(Value::as_u64),
-        renewal: v.get("renewal").and_then(Value::as_u64),
-        age_secs: age.as_secs(),
-        ttl_secs: v
-            .get("ttl_secs")
-            .and_then(Value::as_u64)
-            .unwrap_or(LEGACY_LEASE_TTL.as_secs()),
-        etag: doc.etag,
-    }))
+    Ok(crate::lease::read(store, &layout::gc_lock()).await?)
 }
 
 /// Removes the lease of a collector that died, so the next run need not wait for it to turn
@@ -936,46 +866,36 @@ pub async fn read_lease(store: &dyn Store) -> Result<Option<LeaseInfo>, GcError>
 /// none). Tombstones the holder left are released by the requests that meet them and removed
 /// by the next run.
 pub async fn break_lease(store: &dyn Store, force: bool) -> Result<Option<LeaseInfo>, GcError> {
-    let key = layout::gc_lock();
-    let Some(info) = read_lease(store).await? else {
-        return Ok(None);
-    };
-    if !info.is_stale() && !force {
-        return Err(GcError::LeaseLive {
-            key,
-            holder: info.holder(),
-            age_secs: info.age_secs,
-            ttl_secs: info.ttl_secs,
-        });
-    }
-    // Replace it with an expired lease of no run first (conditional: a lease renewed or taken
-    // over meanwhile is not ours to break), then delete that.
-    let broken = Bytes::from(
-        serde_json::json!({"run": null, "broken": uuid::Uuid::new_v4().to_string(), "ttl_secs": 0})
-            .to_string(),
-    );
-    match store
-        .put(&key, broken, PutMode::Replace(info.etag.clone()))
-        .await
-    {
-        Ok(_) => {}
-        Err(StoreError::PreconditionFailed { .. }) => {
-            return Err(GcError::Locked {
+    Ok(crate::lease::break_lease(store, &layout::gc_lock(), force).await?)
+}
+
+impl From<crate::lease::LeaseError> for GcError {
+    fn from(e: crate::lease::LeaseError) -> GcError {
+        use crate::lease::LeaseError as L;
+        match e {
+            L::Store(e) => GcError::Store(e),
+            L::Locked {
                 key,
-                age_secs: 0,
-                stale_secs: info.ttl_secs,
-            });
+                age_secs,
+                stale_secs,
+            } => GcError::Locked {
+                key,
+                age_secs,
+                stale_secs,
+            },
+            L::Live {
+                key,
+                holder,
+                age_secs,
+                ttl_secs,
+            } => GcError::LeaseLive {
+                key,
+                holder,
+                age_secs,
+                ttl_secs,
+            },
         }
-        Err(e) if e.is_not_found() => return Ok(None),
-        Err(e) => return Err(e.into()),
     }
-    match store.delete(&key).await {
-        Ok(()) => {}
-        Err(e) if e.is_not_found() => {}
-        Err(e) => return Err(e.into()),
-    }
-    tracing::warn!(key = %key, holder = %info.holder(), age_secs = info.age_secs, "garbage collection lease broken");
-    Ok(Some(info))
 }
 
 /// What a tombstone `blobs/…/gc` says: the run that wrote it, or that a request released it.
@@ -1017,158 +937,24 @@ impl Tombstone {
     }
 }
 
-/// The collector's lease on `gc/lock`, renewed in the background while a run lasts.
-struct Lease {
-    store: Arc<dyn Store>,
-    run: String,
-    started: SystemTime,
-    ttl: Duration,
-    etag: Arc<std::sync::Mutex<Etag>>,
-    /// When the last renewal (or the acquisition) was sent and succeeded.
-    renewed: Arc<std::sync::Mutex<Instant>>,
-    lost: Arc<AtomicBool>,
-    renewer: tokio::task::JoinHandle<()>,
-}
-
-fn host_name() -> Option<String> {
-    std::env::var("HOSTNAME")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-}
-
-fn lease_body(run: &str, n: u64, started: u64, ttl: Duration) -> Bytes {
-    Bytes::from(
-        serde_json::json!({
-            "run": run,
-            "renewal": n,
-            "pid": std::process::id(),
-            "host": host_name(),
-            "started": started,
-            "ttl_secs": ttl.as_secs(),
-        })
-        .to_string(),
-    )
-}
+/// The collector's lease on `gc/lock` ([`crate::lease::Lease`]), with the run's own checks.
+struct Lease(crate::lease::Lease);
 
 impl Lease {
     async fn acquire(store: Arc<dyn Store>, ttl: Duration) -> Result<Lease, GcError> {
-        let ttl = ttl.max(MIN_LEASE_TTL);
-        let key = layout::gc_lock();
-        let run = uuid::Uuid::new_v4().to_string();
-        let started_unix = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        let body = || lease_body(&run, 0, started_unix, ttl);
-        let sent = Instant::now();
-        let etag = match store.put(&key, body(), PutMode::Create).await {
-            Ok(etag) => etag,
-            Err(StoreError::AlreadyExists { .. }) => {
-                let Some(held) = read_lease(store.as_ref()).await? else {
-                    return Err(GcError::Locked {
-                        key,
-                        age_secs: 0,
-                        stale_secs: ttl.as_secs(),
-                    });
-                };
-                if !held.is_stale() {
-                    return Err(GcError::Locked {
-                        key,
-                        age_secs: held.age_secs,
-                        stale_secs: held.ttl_secs,
-                    });
-                }
-                tracing::warn!(key = %key, holder = %held.holder(), age_secs = held.age_secs, "taking over a stale garbage collection lease");
-                match store
-                    .put(&key, body(), PutMode::Replace(held.etag.clone()))
-                    .await
-                {
-                    Ok(etag) => etag,
-                    Err(StoreError::PreconditionFailed { .. }) => {
-                        return Err(GcError::Locked {
-                            key,
-                            age_secs: 0,
-                            stale_secs: held.ttl_secs,
-                        });
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            Err(e) => return Err(e.into()),
-        };
-        // The lease's own time is the run's start on the store's clock, which is the clock
-        // every modification time the sweep compares with comes from.
-        let started = store.stat(&key).await?.modified;
-        let etag = Arc::new(std::sync::Mutex::new(etag));
-        let renewed = Arc::new(std::sync::Mutex::new(sent));
-        let lost = Arc::new(AtomicBool::new(false));
-        let renewer = {
-            let (store, etag, renewed, lost, run) = (
-                store.clone(),
-                etag.clone(),
-                renewed.clone(),
-                lost.clone(),
-                run.clone(),
-            );
-            tokio::spawn(async move {
-                for n in 1.. {
-                    tokio::time::sleep(ttl / 4).await;
-                    let current = etag.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                    let sent = Instant::now();
-                    match store
-                        .put(
-                            &key,
-                            lease_body(&run, n, started_unix, ttl),
-                            PutMode::Replace(current),
-                        )
-                        .await
-                    {
-                        Ok(new) => {
-                            *etag.lock().unwrap_or_else(|e| e.into_inner()) = new;
-                            *renewed.lock().unwrap_or_else(|e| e.into_inner()) = sent;
-                        }
-                        Err(StoreError::PreconditionFailed { .. }) => {
-                            tracing::warn!(key = %key, "garbage collection lease was taken over or broken");
-                            lost.store(true, Ordering::SeqCst);
-                            return;
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "garbage collection could not renew its lease")
-                        }
-                    }
-                }
-            })
-        };
-        Ok(Lease {
-            store,
-            run,
-            started,
-            ttl,
-            etag,
-            renewed,
-            lost,
-            renewer,
-        })
+        Ok(Lease(
+            crate::lease::Lease::acquire(store, layout::gc_lock(), ttl).await?,
+        ))
     }
 
-    /// True when the run must stop: the lease was taken over or broken, or it was not renewed
-    /// for half its time to live (others judge it stale after all of it, so what the run does
-    /// next still happens under a live lease).
-    fn lost(&self) -> bool {
-        self.lost.load(Ordering::SeqCst)
-            || self
-                .renewed
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .elapsed()
-                > self.ttl / 2
+    /// The run's start `t0` on the store's clock.
+    fn started(&self) -> SystemTime {
+        self.0.started()
     }
 
-    /// `Err(LeaseLost)` when [`Lease::lost`].
+    /// `Err(LeaseLost)` when the lease was lost (see [`crate::lease::Lease::lost`]).
     fn check(&self) -> Result<(), GcError> {
-        if self.lost() {
+        if self.0.lost() {
             return Err(GcError::LeaseLost {
                 key: layout::gc_lock(),
             });
@@ -1178,35 +964,11 @@ impl Lease {
 
     /// The body of this run's tombstones.
     fn tombstone_body(&self) -> Bytes {
-        Bytes::from(serde_json::json!({"run": self.run}).to_string())
+        Bytes::from(serde_json::json!({"run": self.0.run()}).to_string())
     }
 
-    async fn release(mut self) {
-        self.renewer.abort();
-        // Wait out a renewal in flight, so it cannot land after the lease is gone.
-        let _ = (&mut self.renewer).await;
-        if self.lost.load(Ordering::SeqCst) {
-            return;
-        }
-        let key = layout::gc_lock();
-        let ours = self.etag.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        // Delete only our own lease (a taken-over one belongs to another run).
-        match self.store.get(&key, LEASE_LIMIT).await {
-            Ok(doc) if doc.etag == ours => {
-                if let Err(e) = self.store.delete(&key).await {
-                    tracing::warn!(error = %e, "garbage collection could not release its lease");
-                }
-            }
-            _ => {}
-        }
-    }
-}
-
-impl Drop for Lease {
-    /// A run dropped before it finished (its task cancelled) stops renewing, so its lease
-    /// turns stale like a dead process's.
-    fn drop(&mut self) {
-        self.renewer.abort();
+    async fn release(self) {
+        self.0.release().await;
     }
 }
 
@@ -1256,8 +1018,8 @@ mod tests {
         let info = read_lease(store.as_ref()).await.unwrap().unwrap();
         assert!(!info.is_stale(), "{info:?}");
         assert!(info.renewal.unwrap() >= 4, "{info:?}");
-        assert_eq!(info.run.as_deref(), Some(lease.run.as_str()));
-        assert!(!lease.lost());
+        assert_eq!(info.run.as_deref(), Some(lease.0.run()));
+        assert!(!lease.0.lost());
         // The holder dies.
         drop(lease);
         tokio::time::sleep(Duration::from_millis(3300)).await;
@@ -1273,7 +1035,7 @@ mod tests {
         assert!(break_lease(store.as_ref(), false).await.is_err());
         assert!(break_lease(store.as_ref(), true).await.unwrap().is_some());
         tokio::time::sleep(Duration::from_millis(800)).await;
-        assert!(lease.lost());
+        assert!(lease.0.lost());
         assert!(matches!(lease.check(), Err(GcError::LeaseLost { .. })));
         lease.release().await;
         assert!(read_lease(store.as_ref()).await.unwrap().is_none());

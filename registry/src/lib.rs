@@ -37,6 +37,10 @@
 //! - [`proxy`]: pull-through caching (`[[proxy]]`): repositories under a prefix filled on
 //!   demand from upstreams tried in order, every byte verified before it becomes visible, one
 //!   upstream fetch per blob however many requests wait for it.
+//! - [`mirror`]: scheduled sync (`[[sync]]`): the schedule, the lease `_rd/sync/lock` (one
+//!   replica at a time, [`lease`], shared with [`gc`]'s kind of lease), the state in the store
+//!   and `GET /v2/_rd/sync`; the copy itself is a [`mirror::SyncRunner`] the process injects
+//!   ([`serve_with`]), so this crate needs no client.
 //! - `ui`: the web pages at `/ui/` (`[ui] enabled`): repositories, tags, images and the
 //!   package search as server-rendered HTML, showing only what the caller may pull.
 //!
@@ -59,8 +63,10 @@ pub mod events;
 pub mod gc;
 pub mod governance;
 mod handlers;
+pub mod lease;
 pub mod metrics;
 mod middleware;
+pub mod mirror;
 pub mod pkgindex;
 pub mod proxy;
 pub mod ratelimit;
@@ -76,5 +82,5 @@ mod upload;
 
 pub use config::{ConfigError, GcSchedule, RegistryConfig, ServeConfig};
 pub use router::router;
-pub use server::{ServeError, serve};
+pub use server::{Injected, ServeError, serve, serve_with};
 pub use state::AppState;

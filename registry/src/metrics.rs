@@ -34,6 +34,8 @@ pub struct Metrics {
     retention: Mutex<(u64, u64, u64)>,
     events: Mutex<EventCounters>,
     scrub: Mutex<ScrubCounters>,
+    /// Each `[[sync]]` entry's state as last read from the store.
+    sync: Mutex<BTreeMap<String, crate::mirror::SyncState>>,
 }
 
 impl Default for Metrics {
@@ -50,6 +52,7 @@ impl Default for Metrics {
             retention: Mutex::default(),
             events: Mutex::default(),
             scrub: Mutex::default(),
+            sync: Mutex::default(),
         }
     }
 }
@@ -85,6 +88,91 @@ struct ScrubCounters {
 }
 
 impl Metrics {
+    /// Records a `[[sync]]` entry's state as read from (or written to) the store.
+    pub fn sync_state(&self, name: &str, state: &crate::mirror::SyncState) {
+        self.sync
+            .lock()
+            .expect("metrics lock")
+            .insert(name.to_owned(), state.clone());
+    }
+
+    fn render_sync(&self, out: &mut String) {
+        // The families are declared without `[[sync]]` entries too (no samples then).
+        let sync = self.sync.lock().expect("metrics lock");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        let family =
+            |out: &mut String,
+             name: &str,
+             kind: &str,
+             value: &dyn Fn(&crate::mirror::SyncState) -> Option<f64>| {
+                let _ = writeln!(out, "# TYPE {name} {kind}");
+                for (entry, s) in sync.iter() {
+                    if let Some(v) = value(s) {
+                        let _ = writeln!(out, "{name}{{sync=\"{entry}\"}} {v}");
+                    }
+                }
+            };
+        let last = |f: fn(&crate::mirror::RunOutcome) -> u64| {
+            move |s: &crate::mirror::SyncState| s.last_run.as_ref().map(|r| f(r) as f64)
+        };
+        family(
+            out,
+            "registry_sync_last_success_timestamp_seconds",
+            "gauge",
+            &|s| s.last_success_ms.map(|t| t as f64 / 1000.0),
+        );
+        family(out, "registry_sync_lag_seconds", "gauge", &|s| {
+            s.last_success_ms
+                .map(|t| (now - t as f64 / 1000.0).max(0.0))
+        });
+        family(out, "registry_sync_last_run_failed", "gauge", &|s| {
+            s.last_run
+                .as_ref()
+                .map(|r| f64::from(u8::from(!r.errors.is_empty())))
+        });
+        family(
+            out,
+            "registry_sync_last_run_images",
+            "gauge",
+            &last(|r| r.images),
+        );
+        family(
+            out,
+            "registry_sync_last_run_images_copied",
+            "gauge",
+            &last(|r| r.images_copied),
+        );
+        family(
+            out,
+            "registry_sync_last_run_blobs_copied",
+            "gauge",
+            &last(|r| r.blobs_copied),
+        );
+        family(
+            out,
+            "registry_sync_last_run_bytes_copied",
+            "gauge",
+            &last(|r| r.bytes_copied),
+        );
+        family(
+            out,
+            "registry_sync_last_run_tags_deleted",
+            "gauge",
+            &last(|r| r.tags_deleted),
+        );
+        let _ = writeln!(out, "# TYPE registry_sync_runs_total counter");
+        for (entry, s) in sync.iter() {
+            let _ = writeln!(
+                out,
+                "registry_sync_runs_total{{sync=\"{entry}\",result=\"ok\"}} {}\nregistry_sync_runs_total{{sync=\"{entry}\",result=\"failed\"}} {}",
+                s.runs_ok, s.runs_failed
+            );
+        }
+    }
+
     /// Records a finished scrub (`None`: it failed).
     pub fn scrub_run(&self, report: Option<&crate::scrub::ScrubReport>) {
         let mut s = self.scrub.lock().expect("metrics lock");
@@ -313,6 +401,7 @@ impl Metrics {
                 }
             }
         }
+        self.render_sync(&mut out);
         out.push_str("# TYPE registry_store_operations_total counter\n");
         let ops = self.store_ops.lock().expect("metrics lock");
         for ((store, op), (n, _)) in ops.iter() {

@@ -16,13 +16,18 @@
 //!   verification succeeded: a client either receives verified bytes or sees the transfer
 //!   fail. The fetch runs on its own task and completes even when that client goes away.
 //!
-//! The upstream fetcher is this module's own small HTTP client (`reqwest`), anonymous, with no
-//! token auth: the registry crate does not depend on `registry-client` (crate arrows point
-//! down), and the only part a pull-through needs is a verified GET, which is short.
+//! The upstream fetcher is this module's own small HTTP client (`reqwest`): the registry crate
+//! does not depend on `registry-client` (crate arrows point down), and the only part a
+//! pull-through needs is a verified GET, which is short. A rule with `auth_file` sends HTTP
+//! Basic credentials; they come from an [`UpstreamCredentials`] the process injects (`rdctl
+//! registry serve` reads the docker `config.json` / `auth.json` with `registry-client`'s one
+//! parser), looked up at every fetch so a rewritten file counts. There is no token (Bearer)
+//! flow: an upstream that answers with a token challenge is not reachable with credentials.
 //! Revalidation times are kept in memory: they only decide when to ask again, never what is
 //! served, so a restarted replica revalidates once more.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -84,6 +89,24 @@ impl Upstream {
     }
 }
 
+impl std::fmt::Display for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.base)?;
+        if let Some(p) = &self.prefix {
+            write!(f, "/{p}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Finds the credentials for an upstream host in an auth file (`[[proxy]] auth_file`,
+/// `[[sync]] auth_file`): the process injects it, this crate reads no credential files.
+pub trait UpstreamCredentials: Send + Sync + std::fmt::Debug {
+    /// User name and password for `host` (`HOST[:PORT]`) in `file`; `None`: anonymous. The
+    /// error names the file and what is wrong.
+    fn basic(&self, file: &Path, host: &str) -> Result<Option<(String, String)>, String>;
+}
+
 /// One `[[proxy]]` rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProxyRule {
@@ -93,6 +116,9 @@ pub struct ProxyRule {
     pub upstreams: Vec<Upstream>,
     /// A tag is revalidated at the upstreams once its last check is this old.
     pub tag_ttl: Duration,
+    /// A docker `config.json` / containers `auth.json` with the upstreams' credentials (none:
+    /// anonymous).
+    pub auth_file: Option<PathBuf>,
 }
 
 /// How a blob fetch ended: `None` while it runs, then `Ok` or why it failed.
@@ -103,6 +129,7 @@ type FetchEnd = Option<Result<(), String>>;
 pub(crate) struct Proxy {
     rules: Vec<ProxyRule>,
     http: reqwest::Client,
+    credentials: Option<Arc<dyn UpstreamCredentials>>,
     /// When each `(repository, tag)` was last revalidated.
     checked: Mutex<HashMap<(String, String), Instant>>,
     /// Blob fetches under way, by digest: a receiver that turns `Some` when the fetch ended
@@ -121,8 +148,12 @@ enum Fetched {
 }
 
 impl Proxy {
-    /// A cache over `rules`; `None` without rules.
-    pub(crate) fn new(rules: Vec<ProxyRule>) -> Option<Arc<Proxy>> {
+    /// A cache over `rules`; `None` without rules. `credentials` resolves the rules'
+    /// `auth_file`s.
+    pub(crate) fn new(
+        rules: Vec<ProxyRule>,
+        credentials: Option<Arc<dyn UpstreamCredentials>>,
+    ) -> Option<Arc<Proxy>> {
         if rules.is_empty() {
             return None;
         }
@@ -134,9 +165,34 @@ impl Proxy {
         Some(Arc::new(Proxy {
             rules,
             http,
+            credentials,
             checked: Mutex::new(HashMap::new()),
             inflight: Mutex::new(HashMap::new()),
         }))
+    }
+
+    /// A GET of `url` at upstream `u` of `rule`, with the rule's credentials for its host.
+    fn get(
+        &self,
+        rule: &ProxyRule,
+        u: &Upstream,
+        url: &str,
+    ) -> Result<reqwest::RequestBuilder, String> {
+        let req = self.http.get(url);
+        let Some(file) = &rule.auth_file else {
+            return Ok(req);
+        };
+        let Some(creds) = &self.credentials else {
+            return Err(format!(
+                "{url}: {} is set but this process reads no credential files",
+                file.display()
+            ));
+        };
+        let host = u.base.split_once("://").map_or("", |(_, h)| h);
+        Ok(match creds.basic(file, host)? {
+            Some((user, password)) => req.basic_auth(user, Some(password)),
+            None => req,
+        })
     }
 
     /// The rule for a local repository and the name at the upstreams.
@@ -162,7 +218,14 @@ impl Proxy {
                 u.base,
                 u.repository(remote)
             );
-            match self.get_manifest(&url, limit).await {
+            let req = match self.get(rule, u, &url) {
+                Ok(r) => r,
+                Err(e) => {
+                    errors.push(e);
+                    continue;
+                }
+            };
+            match self.get_manifest(req, &url, limit).await {
                 Ok(Fetched::Missing) => errors.push(format!("{url}: not found")),
                 Ok(found) => return Ok(found),
                 Err(e) => errors.push(e),
@@ -174,10 +237,13 @@ impl Proxy {
         Err(errors.join("; "))
     }
 
-    async fn get_manifest(&self, url: &str, limit: u64) -> Result<Fetched, String> {
-        let resp = self
-            .http
-            .get(url)
+    async fn get_manifest(
+        &self,
+        req: reqwest::RequestBuilder,
+        url: &str,
+        limit: u64,
+    ) -> Result<Fetched, String> {
+        let resp = req
             .header(header::ACCEPT, MANIFEST_ACCEPT)
             .send()
             .await
@@ -362,7 +428,14 @@ impl Proxy {
         let mut found = None;
         for u in &rule.upstreams {
             let url = format!("{}/v2/{}/blobs/{d}", u.base, u.repository(&remote));
-            match self.http.get(&url).send().await {
+            let req = match self.get(&rule, u, &url) {
+                Ok(r) => r,
+                Err(e) => {
+                    errors.push(e);
+                    continue;
+                }
+            };
+            match req.send().await {
                 Ok(r) if r.status() == StatusCode::OK => {
                     found = Some((url, r));
                     break;
@@ -511,11 +584,15 @@ mod tests {
         for bad in ["reg.example", "ftp://x", "http://", "http://h/UPPER"] {
             assert!(Upstream::parse(bad).is_err(), "{bad}");
         }
-        let p = Proxy::new(vec![ProxyRule {
-            prefix: "central".into(),
-            upstreams: vec![u],
-            tag_ttl: Duration::from_secs(1),
-        }])
+        let p = Proxy::new(
+            vec![ProxyRule {
+                prefix: "central".into(),
+                upstreams: vec![u],
+                tag_ttl: Duration::from_secs(1),
+                auth_file: None,
+            }],
+            None,
+        )
         .unwrap();
         let n = Name::parse("central/apps/web").unwrap();
         assert_eq!(p.route(&n).map(|(_, r)| r), Some("apps/web".to_owned()));

@@ -119,6 +119,7 @@ async fn dispatch_inner(
         (Tags { .. }, Method::GET) => handlers::tags::list(r).await,
         (Referrers { digest, .. }, Method::GET) => handlers::referrers::list(r, &digest).await,
         (PackageSearch, Method::GET) => handlers::packages::search(r).await,
+        (SyncStatus, Method::GET) => handlers::sync::status(r).await,
         (Packages { reference, .. }, Method::GET) => {
             handlers::packages::of_image(r, &reference).await
         }

@@ -43,6 +43,10 @@ pub enum ServeError {
     /// Serving failed.
     #[error("the server failed")]
     Serve(#[source] std::io::Error),
+    /// `[[sync]]` entries are configured but the process gave no way to copy, or they cannot
+    /// work with this configuration.
+    #[error("[[sync]] cannot run: {0}")]
+    Sync(String),
 }
 
 /// Stops the start when the S3 endpoint says the bucket cannot be used; only warns when the
@@ -162,11 +166,52 @@ async fn run_scheduled_scrub(state: &AppState, schedule: &ScrubSchedule, every: 
 }
 
 /// Opens the store, binds, and serves until `shutdown` resolves; then stops accepting, lets
-/// in-flight requests finish for at most the configured timeout, and returns.
+/// in-flight requests finish for at most the configured timeout, and returns. A configuration
+/// with `[[sync]]` entries or `[[proxy]]` credentials needs [`serve_with`].
 pub async fn serve(
     config: ServeConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    serve_with(config, Injected::default(), shutdown).await
+}
+
+/// What the process injects into [`serve_with`]: behaviour this crate does not own.
+#[derive(Debug, Default, Clone)]
+pub struct Injected {
+    /// The copy of the `[[sync]]` schedule ([`crate::mirror`]); it pushes into this registry
+    /// through its loopback address.
+    pub sync_runner: Option<Arc<dyn crate::mirror::SyncRunner>>,
+    /// Reads `[[proxy]] auth_file`s.
+    pub upstream_credentials: Option<Arc<dyn crate::proxy::UpstreamCredentials>>,
+}
+
+/// [`serve`] with what the process injects (the `[[sync]]` copy, upstream credentials).
+pub async fn serve_with(
+    config: ServeConfig,
+    injected: Injected,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let runner = injected.sync_runner;
+    if config.proxy.iter().any(|p| p.auth_file.is_some()) && injected.upstream_credentials.is_none()
+    {
+        return Err(ServeError::Sync(
+            "a [[proxy]] auth_file needs credentials this process cannot read".to_owned(),
+        ));
+    }
+    if !config.sync.is_empty() {
+        if runner.is_none() {
+            return Err(ServeError::Sync(
+                "this process has no sync runner (rdctl registry serve has one)".to_owned(),
+            ));
+        }
+        if config.tls.is_some() {
+            return Err(ServeError::Sync(
+                "it pushes through the registry's own loopback endpoint over plain HTTP, \
+                 which [tls] replaces; run the mirror without [tls] behind a TLS proxy"
+                    .to_owned(),
+            ));
+        }
+    }
     let auth = match &config.auth {
         Some(a) => Some(Arc::new(Auth::load(a).map_err(ServeError::Auth)?)),
         None => None,
@@ -207,6 +252,8 @@ pub async fn serve(
             governance: Arc::new(config.governance.clone()),
             notifications,
             proxy: config.proxy.clone(),
+            sync: config.sync.clone(),
+            upstream_credentials: injected.upstream_credentials,
         },
     );
     let addr = listener.local_addr().map_err(ServeError::Serve)?;
@@ -293,6 +340,23 @@ pub async fn serve(
         })
     });
 
+    // Every replica runs the schedule; the sync lease lets one of them copy at a time.
+    let mirror = runner.filter(|_| !config.sync.is_empty()).map(|runner| {
+        let ip = match addr.ip() {
+            ip if ip.is_unspecified() && ip.is_ipv6() => std::net::Ipv6Addr::LOCALHOST.into(),
+            ip if ip.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
+            ip => ip,
+        };
+        let destination = std::net::SocketAddr::new(ip, addr.port()).to_string();
+        tokio::spawn(crate::mirror::schedule(
+            state.app().repos.store().clone(),
+            config.sync.clone(),
+            runner,
+            destination,
+            state.app().metrics.clone(),
+        ))
+    });
+
     // Every replica delivers from the shared outbox; claims keep them from sending twice.
     let delivery = (!config.notifications.endpoints.is_empty())
         .then(|| tokio::spawn(state.events().clone().deliver_forever()));
@@ -342,6 +406,9 @@ pub async fn serve(
     }
     if let Some(s) = scrubber {
         s.abort();
+    }
+    if let Some(m) = mirror {
+        m.abort();
     }
     tracing::info!("registry stopped");
     match result {

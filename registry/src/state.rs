@@ -48,7 +48,10 @@ impl AppState {
             events,
             limiter: config.rate_limit.map(Limiter::new),
             pulls: Default::default(),
-            proxy: crate::proxy::Proxy::new(config.proxy.clone()),
+            proxy: crate::proxy::Proxy::new(
+                config.proxy.clone(),
+                config.upstream_credentials.clone(),
+            ),
             config,
             metrics,
         }))

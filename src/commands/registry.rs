@@ -95,6 +95,27 @@ registry serve. docs/operations.md, \"Scrub\".
 Exit status: 0 nothing found, 1 corruption or manifest problems found (and reported), 2 the
 scrub failed (the store failed).")]
     Scrub(ScrubArgs),
+    /// Show the state of every [[sync]] entry of the configuration: last success, lag, last
+    /// error and what the last run copied, read from the store (any replica's runs).
+    #[command(after_help = "Examples:
+  rdctl registry sync-status --config /etc/rdctl/registry.toml
+  rdctl registry sync-status --config /etc/rdctl/registry.toml --json
+
+The same as GET /v2/_rd/sync on a running replica. docs/operations.md, \"Scheduled sync\".
+Exit status: 0 every entry's last run succeeded, 1 an entry failed or never ran, 2 the store
+could not be read.")]
+    SyncStatus(SyncStatusArgs),
+}
+
+/// Arguments of `rdctl registry sync-status`: the store and the `[[sync]]` entries of the
+/// configuration, as for `rdctl registry serve`.
+#[derive(Debug, clap::Args)]
+pub struct SyncStatusArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Print the status as JSON (`{"sync": [...]}`, as GET /v2/_rd/sync answers).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `rdctl registry scrub`: the store as for `rdctl registry gc`; the rate
@@ -250,6 +271,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Retention(args) => retention(args),
         Command::Usage(args) => usage(args),
         Command::Scrub(args) => scrub(args),
+        Command::SyncStatus(args) => sync_status(args),
     }
 }
 
@@ -319,6 +341,57 @@ fn retention(args: RetentionArgs) -> anyhow::Result<ExitCode> {
         )?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn sync_status(args: SyncStatusArgs) -> anyhow::Result<ExitCode> {
+    let config = args.store.load()?;
+    let store = config.open_store().context("opening the registry store")?;
+    let where_ = store_name(&config);
+    let entries = config.sync.clone();
+    let status = crate::runtime::block_on(async move {
+        registry::mirror::status(store.as_ref(), &entries).await
+    })?
+    .with_context(|| format!("reading the sync state in the {where_}"))?;
+    let healthy = status
+        .iter()
+        .all(|e| e.state.last_run.is_some() && e.state.last_error.is_none());
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "sync": status }))?
+        )?;
+    } else {
+        writeln!(
+            out,
+            "NAME\tUPSTREAM\tLAST_SUCCESS\tLAG_S\tIMAGES\tBLOBS_COPIED\tRUNS_OK\tRUNS_FAILED\tLAST_ERROR"
+        )?;
+        for e in &status {
+            let last = e.state.last_run.as_ref();
+            writeln!(
+                out,
+                "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                e.name,
+                e.upstream,
+                e.state
+                    .last_success_ms
+                    .map_or_else(|| "never".to_owned(), |t| validator::rfc3339(t / 1000)),
+                e.lag_secs
+                    .map_or_else(|| "-".to_owned(), |l| format!("{l:.0}")),
+                last.map_or_else(|| "-".to_owned(), |r| r.images.to_string()),
+                last.map_or_else(|| "-".to_owned(), |r| r.blobs_copied.to_string()),
+                e.state.runs_ok,
+                e.state.runs_failed,
+                e.state.last_error.as_deref().unwrap_or("-"),
+            )?;
+        }
+    }
+    Ok(if healthy {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn usage(args: UsageArgs) -> anyhow::Result<ExitCode> {
@@ -567,7 +640,151 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if args.disable_delete {
         config.delete_enabled = false;
     }
-    crate::runtime::block_on(registry::serve(config, crate::runtime::shutdown_signal()))?
-        .context("registry serve")?;
+    for e in &config.sync {
+        if let Some(f) = &e.auth_file {
+            registry_client::AuthFile::load(f)
+                .with_context(|| format!("[[sync]] {:?}: auth_file", e.name))?;
+        }
+    }
+    for p in &config.proxy {
+        if let Some(f) = &p.auth_file {
+            registry_client::AuthFile::load(f)
+                .with_context(|| format!("[[proxy]] {:?}: auth_file", p.prefix))?;
+        }
+    }
+    let injected = registry::Injected {
+        sync_runner: (!config.sync.is_empty()).then(|| std::sync::Arc::new(ClientSyncRunner) as _),
+        upstream_credentials: Some(std::sync::Arc::new(AuthFileCredentials)),
+    };
+    crate::runtime::block_on(registry::serve_with(
+        config,
+        injected,
+        crate::runtime::shutdown_signal(),
+    ))?
+    .context("registry serve")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `[[proxy]] auth_file` for `registry serve`: registry-client's auth file parser (the one
+/// `rdctl login` writes with), credential helpers included.
+#[derive(Debug)]
+struct AuthFileCredentials;
+
+impl registry::proxy::UpstreamCredentials for AuthFileCredentials {
+    fn basic(
+        &self,
+        file: &std::path::Path,
+        host: &str,
+    ) -> Result<Option<(String, String)>, String> {
+        let found = registry_client::AuthFile::load(file)
+            .and_then(|f| f.get(host))
+            .map_err(|e| validator::error_chain(&e))?;
+        match found {
+            None => Ok(None),
+            Some(registry_client::Credential::Basic { username, password }) => {
+                Ok(Some((username, password)))
+            }
+            Some(registry_client::Credential::IdentityToken { .. }) => Err(format!(
+                "{}: the entry for {host} is an identity token, which the pull-through cannot use (it sends Basic credentials)",
+                file.display()
+            )),
+        }
+    }
+}
+
+/// The `[[sync]]` copy for `registry serve`: one `registry_client::sync` run of the entry
+/// (the one copy path) from its upstream into this registry's loopback endpoint, then, with
+/// `on_upstream_delete = "delete"`, `registry_client::sync::prune`.
+#[derive(Debug)]
+struct ClientSyncRunner;
+
+impl registry::mirror::SyncRunner for ClientSyncRunner {
+    fn run<'a>(
+        &'a self,
+        entry: &'a registry::mirror::SyncEntry,
+        destination: &'a str,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = registry::mirror::RunOutcome> + Send + 'a>,
+    > {
+        Box::pin(async move {
+            let mut out = registry::mirror::RunOutcome::default();
+            if let Err(e) = sync_entry(entry, destination, &mut out).await {
+                out.errors.push(format!("{e:#}"));
+            }
+            out
+        })
+    }
+}
+
+async fn sync_entry(
+    entry: &registry::mirror::SyncEntry,
+    destination: &str,
+    out: &mut registry::mirror::RunOutcome,
+) -> anyhow::Result<()> {
+    use registry_client::sync::{self, Endpoint, SyncOptions, SyncRule};
+    let keychain =
+        registry_client::Keychain::from_env(entry.auth_file.as_deref(), &Default::default());
+    let client = registry_client::Client::builder()
+        .keychain(keychain)
+        .plain_http(entry.upstream.base.starts_with("http://"))
+        .build()
+        .context("building the sync client")?;
+    let host = entry.upstream.base.split_once("://").map_or("", |(_, h)| h);
+    let platform = match &entry.platform {
+        Some(p) => Some(validator::Platform::parse(p).context("platform")?),
+        None => None,
+    };
+    let rule = SyncRule::new(
+        Endpoint::Registry {
+            host: host.to_owned(),
+            prefix: entry.upstream.prefix.clone(),
+        },
+        Endpoint::Registry {
+            host: destination.to_owned(),
+            prefix: entry.destination.clone(),
+        },
+        entry.repositories.clone(),
+        entry.tags.clone(),
+        platform,
+        entry.referrers,
+    )?;
+    let report = sync::run(
+        &client,
+        std::slice::from_ref(&rule),
+        &SyncOptions::default(),
+        &|_| {},
+    )
+    .await;
+    for (from, e) in &report.rule_errors {
+        out.errors
+            .push(format!("{from}: {}", validator::error_chain(e)));
+    }
+    for o in &report.images {
+        out.images += 1;
+        match &o.result {
+            Some(Ok(r)) => {
+                out.images_copied += u64::from(!o.item.up_to_date);
+                out.blobs_copied += r.blobs_copied.len() as u64;
+                out.bytes_copied += r.bytes_copied();
+            }
+            Some(Err(e)) => out.errors.push(format!(
+                "{}:{}: {}",
+                o.item.destination_repository,
+                o.item.tag,
+                validator::error_chain(e)
+            )),
+            None => {}
+        }
+    }
+    if entry.on_upstream_delete == registry::mirror::OnUpstreamDelete::Delete
+        && report.rule_errors.is_empty()
+    {
+        let pruned = sync::prune(&client, &rule, &report).await?;
+        out.tags_deleted = pruned.deleted.len() as u64;
+        for (tag, e) in &pruned.failed {
+            out.errors
+                .push(format!("deleting {tag}: {}", validator::error_chain(e)));
+        }
+    }
+    Ok(())
 }

@@ -441,6 +441,80 @@ pub async fn run(
     report
 }
 
+/// What [`prune`] did.
+#[derive(Debug, Default)]
+pub struct PruneReport {
+    /// Tags deleted at the destination, as `REPOSITORY:TAG` (full destination names).
+    pub deleted: Vec<String>,
+    /// Tags whose deletion failed (an `[[immutable]]` rule, a registry with deletes off).
+    pub failed: Vec<(String, ClientError)>,
+}
+
+/// Deletes the tags the rule selects at its registry destination that the source no longer
+/// has, given the `report` of a [`run`] of this rule alone: every destination repository the
+/// rule's globs select (under its prefix) is listed, and a selected tag that was not among
+/// the source's images is deleted (`DELETE /v2/<name>/manifests/<tag>`, so the destination's
+/// own rules still apply). Refused when the source listing failed (a source that could not be
+/// read says nothing about what it deleted), and for a bundle destination.
+pub async fn prune(
+    client: &Client,
+    rule: &SyncRule,
+    report: &SyncReport,
+) -> Result<PruneReport, SyncError> {
+    if let Some((from, _)) = report.rule_errors.first() {
+        return Err(SyncError::BadRule {
+            field: "on_upstream_delete",
+            reason: format!("listing {from} failed, so nothing is deleted"),
+        });
+    }
+    let Endpoint::Registry { host, prefix } = &rule.to else {
+        return Err(SyncError::BadRule {
+            field: "to",
+            reason: format!(
+                "{} is not a registry; only registry tags are pruned",
+                rule.to
+            ),
+        });
+    };
+    let upstream: std::collections::HashSet<(&str, &str)> = report
+        .images
+        .iter()
+        .map(|o| (o.item.relative.as_str(), o.item.tag.as_str()))
+        .collect();
+    let mut out = PruneReport::default();
+    for relative in registry_repositories(client, rule, host, prefix.as_deref()).await? {
+        let full = rule.to.repository(&relative);
+        let repo =
+            Reference::parse(&format!("{host}/{full}")).map_err(|e| SyncError::BadEndpoint {
+                input: format!("{host}/{full}"),
+                reason: e.reason,
+            })?;
+        let tags = match client.tags(&repo, PAGE, Some(MAX_ITEMS)).await {
+            Ok(t) => t,
+            Err(e) if e.kind() == crate::ErrorKind::NotFound => continue,
+            Err(source) => {
+                return Err(SyncError::List {
+                    what: format!("the tags of {repo}"),
+                    source,
+                });
+            }
+        };
+        for t in tags.iter().filter(|t| rule.wants_tag(t)) {
+            if upstream.contains(&(relative.as_str(), t.as_str())) {
+                continue;
+            }
+            let Ok(tag) = Tag::parse(t) else { continue };
+            let name = format!("{full}:{t}");
+            match client.delete_manifest(&repo.with_tag(tag)).await {
+                Ok(()) => out.deleted.push(name),
+                Err(e) if e.kind() == crate::ErrorKind::NotFound => {}
+                Err(e) => out.failed.push((name, e)),
+            }
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

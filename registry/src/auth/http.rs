@@ -51,8 +51,9 @@ impl Need {
         };
         let (name, action) = match route {
             // The package search answers only repositories the caller may pull, as the catalog
-            // lists them, so it needs what the catalog needs.
-            Route::Catalog | Route::PackageSearch => return Need::Catalog,
+            // lists them, so it needs what the catalog needs; the sync status names upstreams
+            // and repositories across the registry, so it needs the catalog's access too.
+            Route::Catalog | Route::PackageSearch | Route::SyncStatus => return Need::Catalog,
             // Upload sessions belong to the push: reading their status or cancelling them
             // needs push too, as in distribution.
             Route::Upload { name, .. } => (name, Action::Push),

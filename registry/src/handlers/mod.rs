@@ -8,6 +8,7 @@ pub(crate) mod manifests;
 pub(crate) mod packages;
 pub(crate) mod probes;
 pub(crate) mod referrers;
+pub(crate) mod sync;
 pub(crate) mod tags;
 pub(crate) mod uploads;
 

@@ -33,6 +33,8 @@
 //! _rd/quarantine/<alg>/<hex>/data             bytes a scrub found corrupt, moved aside (`scrub`)
 //! _rd/quarantine/<alg>/<hex>/record           what the scrub found: expected and found digest
 //! _rd/quarantine/<alg>/<hex>/staging          staging area of the copy aside
+//! _rd/sync/lock                                lease of scheduled sync (`mirror`), one replica at a time
+//! _rd/sync/<name>/state                        state of a `[[sync]]` entry: last run, success, error, history
 //! _rd/scrub/last                               start time of the last scheduled scrub
 //! _rd/events/<endpoint>/<ms>-<event id>        outbox entry: an event not yet delivered to the
 //!                                              endpoint, with its claim and retry state (`events`)
@@ -245,6 +247,16 @@ pub fn quarantine_record(d: &Digest) -> Key {
         d.algorithm(),
         d.encoded()
     ))
+}
+
+/// The lease of scheduled sync (`[[sync]]`): one replica runs the due entries at a time.
+pub fn sync_lock() -> Key {
+    key("_rd/sync/lock".to_owned())
+}
+
+/// The state of one `[[sync]]` entry (its name is checked when the configuration is read).
+pub fn sync_state(name: &str) -> Key {
+    key(format!("_rd/sync/{name}/state"))
 }
 
 /// The start time of the last scheduled scrub (replicas take turns through it).
