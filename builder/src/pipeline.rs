@@ -126,12 +126,17 @@ impl Payloads {
             let pool = pool.clone();
             scope.spawn(move || {
                 loop {
-                    let job = match work_rx.lock().unwrap_or_else(PoisonError::into_inner).recv()
+                    let job = match work_rx
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .recv()
                     {
                         Ok(job) => job,
                         Err(_) => return,
                     };
-                    let done = read(job.path, job.node, packages, staging, deflated, &job.tx, &pool);
+                    let done = read(
+                        job.path, job.node, packages, staging, deflated, &job.tx, &pool,
+                    );
                     // The writer may be gone; then so is the build.
                     let _ = job.tx.send(Piece::Done(done));
                 }
