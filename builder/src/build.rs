@@ -43,7 +43,8 @@ pub struct BuildOptions {
     /// The build time used for mtimes without a `timestamp` attribute and for `created`
     /// (`SOURCE_DATE_EPOCH`); by default the newest package timestamp of the set.
     pub source_date_epoch: Option<u64>,
-    /// Compression threads (0: one per CPU). The image does not depend on it.
+    /// Threads reading payloads ahead of the layer writer, and compression threads (0: one
+    /// per CPU of each). The image does not depend on it.
     pub threads: u32,
     /// A payload cache shared across builds: payloads from depot origins are kept here by
     /// their hash, so a rebuild does not download them again.
