@@ -144,7 +144,7 @@ pub(crate) struct ParGzEncoder<W: Write> {
     total: u64,
     header_written: bool,
     /// The compressor of blocks deflated on the writer's thread, reused.
-    inline: Option<Compress>,
+    inline: Option<Box<Compress>>,
 }
 
 impl<W: Write> ParGzEncoder<W> {
@@ -215,7 +215,7 @@ impl<W: Write> ParGzEncoder<W> {
         let Some(jobs) = jobs.filter(|_| !inline) else {
             let c = self
                 .inline
-                .get_or_insert_with(|| Compress::new(Compression::new(level), false));
+                .get_or_insert_with(|| Box::new(Compress::new(Compression::new(level), false)));
             c.reset();
             let piece = deflate_block_with(c, &dict, &data, last)?;
             return self.write_piece(piece);
