@@ -8,7 +8,7 @@
 # merges accounts, writes var/pkg, an SBOM and the OCI layout, and validates its own output
 # deeply (a second gunzip of the layer) before it succeeds.
 # Runs A/B interleaved, prints min/median/max seconds, the ratio of medians and each side's
-# peak RSS (/usr/bin/time -v), and appends the table to docs/benchmarks.md.
+# peak RSS and CPU seconds (/usr/bin/time -v), and appends the table to docs/benchmarks.md.
 #   bench/builder.sh [--quick] [--runs N] [--no-docs]      (RDCTL_BIN=PATH: use that rdctl)
 #     --quick    about 20 MiB in 500 files, 3 runs (a smoke run: seconds, not minutes)
 #     --runs N   runs per side (default 5)
@@ -117,15 +117,17 @@ fi
 TREE_BYTES=$(du -sb "$OUT/tree" | cut -f1)
 TREE_FILES=$(find "$OUT/tree" -type f | wc -l)
 
-# One timed run: "seconds peak_rss_kib" of a command (its largest process, for pipelines).
+# One timed run: "seconds peak_rss_kib cpu_seconds" of a command (peak RSS of its largest
+# process, for pipelines; CPU is user + sys of it and every child it waited for).
 timed() {
 	local log="$OUT/time.log"
 	/usr/bin/time -v -o "$log" "$@" >/dev/null
-	local wall rss
+	local wall rss cpu
 	wall=$(sed -n 's/.*Elapsed (wall clock) time (h:mm:ss or m:ss): //p' "$log" |
 		awk -F: '{ if (NF == 3) print $1 * 3600 + $2 * 60 + $3; else print $1 * 60 + $2 }')
 	rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$log")
-	echo "$wall $rss"
+	cpu=$(awk -F': ' '/(User|System) time \(seconds\)/ { s += $2 } END { printf "%.2f", s }' "$log")
+	echo "$wall $rss $cpu"
 }
 
 stats() { # list of numbers -> "min median max"
@@ -145,21 +147,23 @@ for alg in gzip zstd; do
 		peer=(sh -c "tar --sort=name -C '$OUT/tree' -cf - . | zstd -q -T2 -$ZSTD_LEVEL > '$OUT/peer.tar.zst'")
 		level=$ZSTD_LEVEL
 	fi
-	a_t=() a_r=() b_t=() b_r=()
+	a_t=() a_r=() a_c=() b_t=() b_r=() b_c=()
 	for i in $(seq "$RUNS"); do
 		rm -rf "$OUT/$alg/out"
-		read -r t r < <(timed "$RDCTL" build "$OUT/$alg/image.toml" --output "$OUT/$alg/out")
-		a_t+=("$t") a_r+=("$r")
-		read -r t r < <(timed "${peer[@]}")
-		b_t+=("$t") b_r+=("$r")
-		echo "$alg run $i: rdctl ${a_t[-1]} s, peer ${b_t[-1]} s" >&2
+		read -r t r c < <(timed "$RDCTL" build "$OUT/$alg/image.toml" --output "$OUT/$alg/out")
+		a_t+=("$t") a_r+=("$r") a_c+=("$c")
+		read -r t r c < <(timed "${peer[@]}")
+		b_t+=("$t") b_r+=("$r") b_c+=("$c")
+		echo "$alg run $i: rdctl ${a_t[-1]} s (CPU ${a_c[-1]} s), peer ${b_t[-1]} s (CPU ${b_c[-1]} s)" >&2
 	done
 	layer=$(find "$OUT/$alg/out/blobs/sha256" -type f -size +1M -printf '%s\n' | sort -n | tail -1)
 	peer_size=$(stat -c %s "$OUT"/peer.tar.*)
 	read -r amin amed amax <<<"$(stats "${a_t[@]}")"
 	read -r bmin bmed bmax <<<"$(stats "${b_t[@]}")"
+	read -r _ acpu _ <<<"$(stats "${a_c[@]}")"
+	read -r _ bcpu _ <<<"$(stats "${b_c[@]}")"
 	ratio=$(awk -v a="$amed" -v b="$bmed" 'BEGIN { printf "%.2f", a / b }')
-	ROWS+=("| $alg -$level | ${ratio}× | $amin / $amed / $amax | $bmin / $bmed / $bmax | $(($(max "${a_r[@]}") / 1024)) MiB | $(($(max "${b_r[@]}") / 1024)) MiB | $((layer / 1048576)) MiB / $((peer_size / 1048576)) MiB |")
+	ROWS+=("| $alg -$level | ${ratio}× | $amin / $amed / $amax | $bmin / $bmed / $bmax | $acpu / $bcpu | $(($(max "${a_r[@]}") / 1024)) MiB | $(($(max "${b_r[@]}") / 1024)) MiB | $((layer / 1048576)) MiB / $((peer_size / 1048576)) MiB |")
 	rm -f "$OUT"/peer.tar.*
 done
 
@@ -172,8 +176,8 @@ TABLE="$OUT/../builder.md"
 	echo
 	echo "$MACHINE"
 	echo
-	echo "| layer | ratio (rdctl / peer, median) | rdctl build s (min/median/max) | peer s (min/median/max) | rdctl peak RSS | peer peak RSS (largest process) | layer / peer output |"
-	echo "|---|---|---|---|---|---|---|"
+	echo "| layer | ratio (rdctl / peer, median) | rdctl build s (min/median/max) | peer s (min/median/max) | CPU s, user + sys (rdctl / peer, median) | rdctl peak RSS | peer peak RSS (largest process) | layer / peer output |"
+	echo "|---|---|---|---|---|---|---|---|"
 	printf '%s\n' "${ROWS[@]}"
 	echo
 	echo "Peers: gzip rows \`tar --sort=name -c | pigz -p2 -$GZ_LEVEL\`, zstd rows \`tar --sort=name -c | zstd -T2 -$ZSTD_LEVEL\`."

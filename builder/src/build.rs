@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::mpsc::Receiver;
 
 use ips_bridge::{HashAlg, Manifest, PackageRef, hash_hex};
 use serde_json::{Value, json};
@@ -19,6 +20,7 @@ use crate::compose::{Content, Package, Tree, compose, parse_timestamp};
 use crate::imagefile::{CompressionAlg, ImageFile, Layering};
 use crate::layercache::{LayerCache, layer_key};
 use crate::lock::Lockfile;
+use crate::pipeline::{Payloads, Piece, Pool};
 use crate::progress::Progress;
 use crate::sbom::SBOM_ARTIFACT_TYPE;
 use crate::source::Sources;
@@ -41,7 +43,8 @@ pub struct BuildOptions {
     /// The build time used for mtimes without a `timestamp` attribute and for `created`
     /// (`SOURCE_DATE_EPOCH`); by default the newest package timestamp of the set.
     pub source_date_epoch: Option<u64>,
-    /// Compression threads (0: one per CPU). The image does not depend on it.
+    /// Threads reading payloads ahead of the layer writer, and compression threads (0: one
+    /// per CPU of each). The image does not depend on it.
     pub threads: u32,
     /// A payload cache shared across builds: payloads from depot origins are kept here by
     /// their hash, so a rebuild does not download them again.
@@ -655,28 +658,58 @@ fn write_layer(
     });
 
     let tp = layout.root().to_owned();
-    for path in in_layer {
-        let node = &tree[*path];
-        match &node.content {
-            Content::Dir => tar.header(path, Kind::Dir, &node.meta),
-            Content::Symlink(t) => tar.header(path, Kind::Symlink { target: t }, &node.meta),
-            Content::Bytes(b) => tar.file_bytes(path, &node.meta, b),
-            Content::Hardlink(t) if in_layer.contains(t.as_str()) => {
-                tar.header(path, Kind::Hardlink { target: t }, &node.meta)
-            }
+    // The files whose content is a payload, in tar order: read ahead by worker threads while
+    // this thread writes the tar (see `pipeline`).
+    let payload_of = |path: &str| -> Option<&crate::compose::Node> {
+        match &tree[path].content {
+            Content::Payload { .. } => Some(&tree[path]),
             // The file it links to is in another layer: a tar hard link cannot reach it, so
             // this layer carries its own copy.
-            Content::Hardlink(t) => {
-                write_file(&mut tar, path, &tree[t.as_str()], packages, staging)?;
-                Ok(())
+            Content::Hardlink(t) if !in_layer.contains(t.as_str()) => {
+                let target = &tree[t.as_str()];
+                matches!(target.content, Content::Payload { .. }).then_some(target)
             }
-            Content::Payload { .. } => {
-                write_file(&mut tar, path, node, packages, staging)?;
-                Ok(())
-            }
+            _ => None,
         }
-        .map_err(io_err(&tp))?;
-    }
+    };
+    let nodes: Vec<(&str, &crate::compose::Node)> = in_layer
+        .iter()
+        .filter_map(|p| payload_of(p).map(|n| (*p, n)))
+        .collect();
+    let gzip = image.compression.algorithm == CompressionAlg::Gzip;
+    std::thread::scope(|scope| {
+        let payloads = Payloads::start(scope, nodes, packages, staging, threads as usize, gzip);
+        for path in in_layer {
+            let node = &tree[*path];
+            if let Some(file) = payload_of(path) {
+                let pieces = payloads.next().ok_or_else(|| BuildError::Io {
+                    path: staging.to_owned(),
+                    source: std::io::Error::other("a payload reader thread stopped"),
+                })?;
+                write_payload(&mut tar, path, file, pieces, payloads.pool(), staging)?;
+                continue;
+            }
+            match &node.content {
+                Content::Dir => tar.header(path, Kind::Dir, &node.meta),
+                Content::Symlink(t) => tar.header(path, Kind::Symlink { target: t }, &node.meta),
+                Content::Bytes(b) => tar.file_bytes(path, &node.meta, b),
+                Content::Hardlink(t) if in_layer.contains(t.as_str()) => {
+                    tar.header(path, Kind::Hardlink { target: t }, &node.meta)
+                }
+                // A copy of a generated file linked from another layer.
+                Content::Hardlink(t) => match &tree[t.as_str()] {
+                    target @ crate::compose::Node {
+                        content: Content::Bytes(b),
+                        ..
+                    } => tar.file_bytes(path, &target.meta, b),
+                    _ => unreachable!("a hard link's target is a file"),
+                },
+                Content::Payload { .. } => unreachable!("payloads are read ahead"),
+            }
+            .map_err(io_err(&tp))?;
+        }
+        Ok::<_, BuildError>(())
+    })?;
     let stream = tar.finish().map_err(io_err(&tp))?.inner;
     let (diff_id, out) = stream.finish().map_err(io_err(&tp))?;
     let blob = out.into_inner().map_err(|e| BuildError::Io {
@@ -694,40 +727,30 @@ fn write_layer(
     ))
 }
 
-/// Streams one payload file into the tar: header from `pkg.size`, then the payload as the
-/// repository verifies it (gunzip → hash check, its stored deflate data spliced into a gzip
-/// layer, see [`Splice`]), then padding. Without `pkg.size` the content is first spooled to
-/// a temporary file to learn its size, and deflated again.
-fn write_file<W: Write>(
+/// Appends one payload file to the tar from the pieces its worker reads (see `pipeline`):
+/// header from `pkg.size`, then the payload as the repository verifies it (gunzip → hash
+/// check, its stored deflate data spliced into a gzip layer, see [`Splice`]), then padding.
+/// Without `pkg.size` the worker spooled the content to a temporary file to learn its size,
+/// and it is deflated again.
+fn write_payload<W: Write>(
     tar: &mut TarWriter<Reporting<'_, LayerStream<W>>>,
     path: &str,
     node: &crate::compose::Node,
-    packages: &[Package<'_>],
+    pieces: Receiver<Piece>,
+    pool: &Pool,
     staging: &Path,
 ) -> Result<(), BuildError> {
-    let (pkg, action) = match &node.content {
-        Content::Payload { pkg, action } => (&packages[*pkg], action),
-        Content::Bytes(b) => {
-            return tar
-                .file_bytes(path, &node.meta, b)
-                .map_err(|source| BuildError::Io {
-                    path: staging.to_owned(),
-                    source,
-                });
-        }
-        _ => unreachable!("write_file is called for files only"),
-    };
-    // Errors name the path the package's action installs (a hardlinked file may be
-    // carried at another path of its link group).
-    let action_path = action.key().unwrap_or(path).to_owned();
-    let payload_err = |source| BuildError::Payload {
-        package: pkg.fmri.to_string(),
-        path: action_path.clone(),
-        source,
+    let Content::Payload { action, .. } = &node.content else {
+        unreachable!("write_payload is called for payload files only");
     };
     let io_err = |source| BuildError::Io {
         path: staging.to_owned(),
         source,
+    };
+    // A worker that died without its last piece (a panic, which the thread scope reports).
+    let vanished = || BuildError::Io {
+        path: staging.to_owned(),
+        source: std::io::Error::other("a payload reader thread stopped"),
     };
     match action.get("pkg.size").and_then(|s| s.parse::<u64>().ok()) {
         Some(size) => {
@@ -735,35 +758,46 @@ fn write_file<W: Write>(
                 .map_err(io_err)?;
             let mut sink = Splice {
                 out: tar.inner(),
-                left: size,
                 spliced: false,
             };
-            let n = pkg
-                .source
-                .splice_payload(&pkg.fmri, action, &mut sink)
-                .map_err(payload_err)?;
-            if n != size {
-                return Err(BuildError::PayloadSize {
-                    package: pkg.fmri.to_string(),
-                    path: action_path,
-                    expected: size,
-                    actual: n,
-                });
+            loop {
+                use ips_bridge::GzipSink;
+                match pieces.recv().map_err(|_| vanished())? {
+                    Piece::Member(i) => sink.begin_member(i),
+                    Piece::Deflated(v) => {
+                        let r = sink.deflated(&v);
+                        pool.give(v);
+                        r
+                    }
+                    Piece::Content(v) => {
+                        let r = sink.content(&v);
+                        pool.give(v);
+                        r
+                    }
+                    Piece::End(trailer) => sink.end_member(trailer),
+                    Piece::Done(done) => {
+                        done?;
+                        break;
+                    }
+                    Piece::Spooled(..) => unreachable!("a payload with pkg.size is not spooled"),
+                }
+                .map_err(io_err)?;
             }
             tar.pad(size).map_err(io_err)?;
         }
         None => {
-            let mut spool = tempfile::tempfile_in(staging).map_err(io_err)?;
-            let size = pkg
-                .source
-                .payload(&pkg.fmri, action, &mut BufWriter::new(&mut spool))
-                .map_err(payload_err)?;
-            use std::io::Seek;
-            spool.rewind().map_err(io_err)?;
+            let (mut spool, size) = match pieces.recv().map_err(|_| vanished())? {
+                Piece::Spooled(file, size) => (file, size),
+                Piece::Done(Err(e)) => return Err(e),
+                _ => unreachable!("a payload without pkg.size is spooled"),
+            };
             tar.header(path, Kind::File { size }, &node.meta)
                 .map_err(io_err)?;
             std::io::copy(&mut spool, tar.inner()).map_err(io_err)?;
             tar.pad(size).map_err(io_err)?;
+            if let Piece::Done(Err(e)) = pieces.recv().map_err(|_| vanished())? {
+                return Err(e);
+            }
         }
     }
     Ok(())
@@ -772,22 +806,11 @@ fn write_file<W: Write>(
 /// Where a payload's gzip members go: the first one is spliced into a gzip layer as it is
 /// stored (only its content is hashed, for the DiffID); the content of any further member,
 /// and all content of a zstd layer, is written to the layer like any other bytes and
-/// compressed by rdctl (the fallback). No more than `pkg.size` bytes of content go into the
-/// tar entry (the payload's check then fails the build).
+/// compressed by rdctl (the fallback). The worker that read the payload sent no more than
+/// `pkg.size` bytes of content.
 struct Splice<'a, 'p, W: Write> {
     out: &'a mut Reporting<'p, LayerStream<W>>,
-    left: u64,
     spliced: bool,
-}
-
-impl<W: Write> Splice<'_, '_, W> {
-    fn take(&mut self, len: usize) -> std::io::Result<()> {
-        self.left = self
-            .left
-            .checked_sub(len as u64)
-            .ok_or_else(|| std::io::Error::other("payload content is longer than its pkg.size"))?;
-        Ok(())
-    }
 }
 
 impl<W: Write> ips_bridge::GzipSink for Splice<'_, '_, W> {
@@ -804,7 +827,6 @@ impl<W: Write> ips_bridge::GzipSink for Splice<'_, '_, W> {
     }
 
     fn content(&mut self, data: &[u8]) -> std::io::Result<()> {
-        self.take(data.len())?;
         if self.spliced {
             self.out.inner.spliced_content(data);
             if let Some(p) = self.out.progress {

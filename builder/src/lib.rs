@@ -29,6 +29,7 @@ mod imagefile;
 mod layercache;
 mod lock;
 mod pargz;
+mod pipeline;
 mod progress;
 mod sbom;
 mod source;

@@ -47,7 +47,18 @@ struct Piece {
 }
 
 fn deflate_block(dict: &[u8], data: &[u8], last: bool, level: u32) -> io::Result<Piece> {
-    let mut c = Compress::new(Compression::new(level), false);
+    deflate_block_with(
+        &mut Compress::new(Compression::new(level), false),
+        dict,
+        data,
+        last,
+    )
+}
+
+/// [`deflate_block`] with a compressor that was just created or reset (the same bytes: a
+/// reset deflate stream starts as a new one, without allocating and clearing its tables
+/// again, which a few hundred bytes of tar headers would not pay for).
+fn deflate_block_with(c: &mut Compress, dict: &[u8], data: &[u8], last: bool) -> io::Result<Piece> {
     if !dict.is_empty() {
         c.set_dictionary(dict).map_err(io::Error::other)?;
     }
@@ -132,6 +143,8 @@ pub(crate) struct ParGzEncoder<W: Write> {
     crc: crc32fast::Hasher,
     total: u64,
     header_written: bool,
+    /// The compressor of blocks deflated on the writer's thread, reused.
+    inline: Option<Box<Compress>>,
 }
 
 impl<W: Write> ParGzEncoder<W> {
@@ -148,6 +161,7 @@ impl<W: Write> ParGzEncoder<W> {
             crc: crc32fast::Hasher::new(),
             total: 0,
             header_written: false,
+            inline: None,
         }
     }
 
@@ -199,7 +213,11 @@ impl<W: Write> ParGzEncoder<W> {
         let inline = last && self.in_flight.is_empty() && data.len() <= INLINE_MAX;
         let jobs = self.pool.as_ref().and_then(|p| p.jobs.clone());
         let Some(jobs) = jobs.filter(|_| !inline) else {
-            let piece = deflate_block(&dict, &data, last, level)?;
+            let c = self
+                .inline
+                .get_or_insert_with(|| Box::new(Compress::new(Compression::new(level), false)));
+            c.reset();
+            let piece = deflate_block_with(c, &dict, &data, last)?;
             return self.write_piece(piece);
         };
         while self.in_flight.len() >= self.max_in_flight {

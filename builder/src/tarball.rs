@@ -259,6 +259,48 @@ impl<W: Write> Write for Encoder<W> {
     }
 }
 
+/// The parameters a zstd layer's bytes depend on besides the level (zstd's multi-threaded
+/// mode splits the input into jobs of `job_size` bytes, each compressed with an overlap of
+/// the previous job's last window / 2^(9 − `overlap_log`) bytes; the worker count and timing
+/// do not matter). The values are libzstd 1.5.7's defaults for a stream of unknown size:
+/// the window log of the level (`ZSTD_defaultCParameters`, sources over 256 KB), jobs of
+/// 4 windows but at least 1 MiB (`ZSTDMT_computeTargetJobLog`), and the overlap of the
+/// level's strategy (`ZSTDMT_overlapLog_default`). Changing any of them changes zstd layers
+/// (and needs a new layer-cache format).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ZstdPins {
+    pub window_log: u32,
+    pub job_size: u32,
+    pub overlap_log: u32,
+}
+
+impl ZstdPins {
+    /// The pins for a level from 1 to 19 (others are clamped to that range).
+    pub(crate) fn for_level(level: i32) -> ZstdPins {
+        let level = level.clamp(1, 19);
+        let window_log = match level {
+            1 => 19,
+            2 => 20,
+            3..=8 => 21,
+            9..=16 => 22,
+            _ => 23,
+        };
+        // Strategy by level: fast 1–2, dfast 3–4, greedy 5, lazy 6–7 (overlap 6); lazy2 8–12,
+        // btlazy2 13–15 (7); btopt 16–17, btultra 18 (8); btultra2 19 (9).
+        let overlap_log = match level {
+            1..=7 => 6,
+            8..=15 => 7,
+            16..=18 => 8,
+            _ => 9,
+        };
+        ZstdPins {
+            window_log,
+            job_size: 1 << (window_log + 2).max(20),
+            overlap_log,
+        }
+    }
+}
+
 /// The stack behind a layer's tar stream: DiffID hashing, then compression into `W`. The
 /// compressed bytes are hashed by whoever stores them (a layout's
 /// [`validator::BlobWriter`]), so they are hashed once.
@@ -314,6 +356,15 @@ impl<W: Write> LayerStream<W> {
                 // not depend on the number of workers, but differs from the single-threaded
                 // mode's, so the mode is pinned and only the worker count follows the machine.
                 e.multithread(threads.max(1))?;
+                // What the multi-threaded output does depend on, pinned to the values
+                // libzstd 1.5.7 derives from the level, so a library with other defaults
+                // writes the same layers.
+                let pins = ZstdPins::for_level(compression.level);
+                e.set_parameter(zstd::stream::raw::CParameter::WindowLog(pins.window_log))?;
+                e.set_parameter(zstd::stream::raw::CParameter::JobSize(pins.job_size))?;
+                e.set_parameter(zstd::stream::raw::CParameter::OverlapSizeLog(
+                    pins.overlap_log,
+                ))?;
                 Encoder::Zstd(e)
             }
         };
@@ -587,6 +638,34 @@ mod tests {
     }
 
     #[test]
+    fn zstd_pins_are_libzstds_defaults_at_every_level() {
+        // One job's worth of data: what the window log changes (the frame header's window
+        // size and the matches); jobs and overlaps are covered at level 3 below.
+        let data: Vec<u8> = (0..20_000u32)
+            .flat_map(|i| format!("{} ", i.wrapping_mul(2_654_435_761) % 5003).into_bytes())
+            .collect();
+        // The first and last level of each window log.
+        for level in [1, 2, 3, 8, 9, 16, 17, 19] {
+            let run = |pinned: bool| {
+                let mut e = zstd::stream::write::Encoder::new(Vec::new(), level).unwrap();
+                e.include_checksum(false).unwrap();
+                e.include_contentsize(false).unwrap();
+                e.multithread(1).unwrap();
+                if pinned {
+                    let p = ZstdPins::for_level(level);
+                    use zstd::stream::raw::CParameter as P;
+                    e.set_parameter(P::WindowLog(p.window_log)).unwrap();
+                    e.set_parameter(P::JobSize(p.job_size)).unwrap();
+                    e.set_parameter(P::OverlapSizeLog(p.overlap_log)).unwrap();
+                }
+                e.write_all(&data).unwrap();
+                e.finish().unwrap()
+            };
+            assert!(run(true) == run(false), "level {level}");
+        }
+    }
+
+    #[test]
     fn compressed_streams_are_stable() {
         for alg in [CompressionAlg::Gzip, CompressionAlg::Zstd] {
             // Varied content, larger than zstd's multi-threaded job size, so several
@@ -610,6 +689,15 @@ mod tests {
             let (diff_id, bytes) = run(1);
             let (_, four) = run(4);
             assert!(bytes == four, "{alg:?}: output independent of threads");
+            if alg == CompressionAlg::Zstd {
+                // The pins are libzstd's own defaults: pinning them changed no layer.
+                let mut e = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
+                e.include_checksum(false).unwrap();
+                e.include_contentsize(false).unwrap();
+                e.multithread(2).unwrap();
+                e.write_all(&data).unwrap();
+                assert!(e.finish().unwrap() == bytes, "zstd pins are the defaults");
+            }
             assert_eq!(diff_id, Digest::sha256(&data));
             if alg == CompressionAlg::Gzip {
                 // Fixed header: magic, deflate, no flags, mtime 0, OS 255.

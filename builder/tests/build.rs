@@ -1209,3 +1209,161 @@ fn mediated_links_keep_the_chosen_mediation_only() {
     // pkg's choice: the highest mediator-version.
     assert_eq!(tree["usr/bin/python"].link.as_deref(), Some("python3.9"));
 }
+
+/// `demo/many`: 40 files from none to 1.5 MiB (larger than a payload reader's queue),
+/// text and incompressible, published into the fixture's repository.
+fn publish_many(f: &Fixture) -> Vec<String> {
+    let proto = f.root().join("proto-many");
+    let mut manifest = String::from(
+        "set name=pkg.fmri value=pkg:/demo/many@1.0,5.11-2024.0:20240105T000000Z
+set name=pkg.summary value=\"Many payloads\"
+depend type=require fmri=system/core@1.0
+dir path=usr/share mode=0755 owner=root group=sys
+dir path=usr/share/many mode=0755 owner=root group=bin
+",
+    );
+    let mut paths = Vec::new();
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for i in 0..40u64 {
+        let size = match i % 8 {
+            0 => 3 << 19,
+            1 => 0,
+            2 => 300_000,
+            _ => (i * 7919) % 40_000,
+        } as usize;
+        let content: Vec<u8> = if i % 5 == 4 {
+            (0..size)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect()
+        } else {
+            format!("file {i} line ")
+                .bytes()
+                .chain((0..).flat_map(|n: u64| format!("{} ", n % 997).into_bytes()))
+                .take(size)
+                .collect()
+        };
+        let path = format!("usr/share/many/f{i:02}");
+        write(&proto.join(&path), &content);
+        manifest.push_str(&format!(
+            "file path={path} mode=0444 owner=root group=bin\n"
+        ));
+        paths.push(path);
+    }
+    let repo = FileRepo::open(f.repo()).unwrap();
+    publish(&repo, &proto, &manifest);
+    paths
+}
+
+/// Builds with `threads` payload readers (and compression workers) into `out`.
+fn build_threads(
+    f: &Fixture,
+    out: &str,
+    threads: u32,
+) -> Result<builder::BuildSummary, BuildError> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (image, output) = (f.image_file(), f.root().join(out));
+    std::thread::spawn(move || {
+        let r = build(
+            &image,
+            &BuildOptions {
+                output,
+                threads,
+                ..BuildOptions::default()
+            },
+        );
+        let _ = tx.send(r);
+    });
+    // A build that waits forever on a payload reader fails here instead of hanging.
+    rx.recv_timeout(Duration::from_secs(120))
+        .expect("the build finished within two minutes")
+}
+
+#[test]
+fn payload_readers_leave_the_layers_byte_identical_and_stop_on_a_bad_payload() {
+    let f = fixture(&[]);
+    let paths = publish_many(&f);
+    for (compression, layering) in [
+        ("gzip", "single"),
+        ("zstd", "single"),
+        ("gzip", "per-package"),
+    ] {
+        let text = IMAGE.replace(
+            "include = [\"demo/tool\"]",
+            "include = [\"demo/tool\", \"demo/many\"]",
+        ) + &format!(
+            "[layering]\nstrategy = \"{layering}\"\n[compression]\nalgorithm = \"{compression}\"\nlevel = 3\n"
+        );
+        fs::write(f.image_file(), text).unwrap();
+        lock_it(&f);
+        let one = build_threads(&f, &format!("{compression}-{layering}-1"), 1).unwrap();
+        {
+            let threads = 4;
+            let n =
+                build_threads(&f, &format!("{compression}-{layering}-{threads}"), threads).unwrap();
+            let digests = |s: &builder::BuildSummary| {
+                s.layers
+                    .iter()
+                    .map(|l| (l.digest.clone(), l.diff_id.clone()))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(
+                digests(&n),
+                digests(&one),
+                "{compression} {layering} {threads}"
+            );
+            assert_eq!(n.manifest, one.manifest);
+        }
+        // The content is the published files'.
+        if layering == "single" && compression == "gzip" {
+            let layer = read_layer(&f.root().join("gzip-single-1"), &one.layers[0].digest);
+            for p in &paths {
+                let want = fs::read(f.root().join("proto-many").join(p)).unwrap();
+                assert!(layer[p.as_str()].data == want, "{p}");
+            }
+        }
+    }
+
+    // A payload in the middle of the layer whose stored file holds other content, then one
+    // whose stored file is gone: the build stops, naming the package and the path, with
+    // any number of readers, and leaves no layout behind.
+    let repo = FileRepo::open(f.repo()).unwrap();
+    let fmri = ips_bridge::Fmri::parse("pkg://example.org/demo/many").unwrap();
+    let resolved = repo.resolve(&fmri).unwrap();
+    let m = repo.manifest(&resolved).unwrap();
+    let stored = |path: &str| {
+        let action = m
+            .actions()
+            .iter()
+            .find(|a| a.get("path") == Some(path))
+            .unwrap();
+        repo.open_payload(&resolved.fmri, action).unwrap().1
+    };
+    let fmri_text = "pkg://example.org/demo/many@1.0,5.11-2024.0:20240105T000000Z";
+    let bad = stored("usr/share/many/f18");
+    let mut gz = Vec::new();
+    ips_bridge::compress(&b"other content\n"[..], &mut gz).unwrap();
+    fs::write(&bad, gz).unwrap();
+    for threads in [1, 4] {
+        let e = build_threads(&f, &format!("bad-{threads}"), threads).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("package {fmri_text}: payload of usr/share/many/f18")
+        );
+        let c = validator::error_chain(&e);
+        assert!(c.contains("hash mismatch"), "{c}");
+        assert!(!f.root().join(format!("bad-{threads}")).exists());
+    }
+    let gone = stored("usr/share/many/f08");
+    fs::remove_file(&gone).unwrap();
+    let e = build_threads(&f, "gone", 4).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!("package {fmri_text}: payload of usr/share/many/f08")
+    );
+    assert!(matches!(e, BuildError::Payload { .. }));
+}
