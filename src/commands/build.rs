@@ -56,7 +56,8 @@ pub struct Args {
     /// No progress on stderr (bars on a terminal, a line per layer otherwise).
     #[arg(long, short)]
     pub quiet: bool,
-    /// Compression threads (default: one per CPU; the image is the same for any number).
+    /// Threads that read, inflate and check payloads and compress layers (default: one per
+    /// CPU; the image is the same for any number).
     #[arg(long, value_name = "N", default_value_t = 0, hide_default_value = true)]
     pub threads: u32,
     /// With --push, push only the image, not its SBOM referrer.
