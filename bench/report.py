@@ -201,6 +201,27 @@ def main():
         L += [f"![registry fs throughput]({rel}/registry-fs.png)", "",
               f"Figure: fs push and pull throughput against blob size, 1 and 4 clients. {REPRO.format(flag)}", ""]
 
+    clients = rows(results, "clients")
+    if clients:
+        L += ["**Real clients: `skopeo copy` and `crane push` of a 512 MiB image** (two 256 MiB "
+              "layers from an OCI layout; each client streams every blob in one chunked PATCH)", ""]
+        L.append("| ratio (ours / distribution, median time) | client | image | ours s (min / median / max) "
+                 "| distribution s (min / median / max) | ours peak RSS | distribution peak RSS |")
+        L.append("|---|---|---|---|---|---|---|")
+        for client in ("skopeo", "crane"):
+            o = rows(results, "clients", server="ours", client=client)
+            d = rows(results, "clients", server="dist", client=client)
+            if not o:
+                continue
+            # Ratio of speeds (peer time / our time): higher is better for us, as above.
+            L.append(
+                f"| {ratio_cell([1 / r['secs'] for r in o], [1 / r['secs'] for r in d], 1.5)} | {client} "
+                f"| {o[0]['bytes'] >> 20} MiB | {mmm([r['secs'] for r in o], '{:.2f}')} "
+                f"| {mmm([r['secs'] for r in d], '{:.2f}')} "
+                f"| {mib([r['rss_kib'] for r in o])} | {mib([r['rss_kib'] for r in d])} |"
+            )
+        L.append("")
+
     if small:
         L += ["**Small requests at 64 connections** (goal ≥3×)", ""]
         L.append("| ratio (ours / distribution, median req/s) | request | ours req/s (min / median / max) "

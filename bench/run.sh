@@ -11,6 +11,11 @@
 #           push of TOTAL bytes in blobs of 1, 32, 256 MiB with 1 and 4 clients, monolithic and
 #           chunked; pull of the same; manifest HEAD/GET and tag list at 64 connections;
 #           peak RSS (VmHWM) of each server per operation.
+#   push    the pattern skopeo, podman, crane and docker push with: POST, one PATCH streamed
+#           with `Transfer-Encoding: chunked` (no Content-Length, 32 KiB chunks), PUT; 128 MiB
+#           blobs, 1 and 4 clients, on the filesystem store (and on SeaweedFS with `s3`); then
+#           a real `skopeo copy` and `crane push` of a 512 MiB image (two 256 MiB layers, OCI
+#           layout source) to both registries, timed.
 #   s3      both registries on the same SeaweedFS (distribution's s3 driver): push and pull
 #           throughput, and S3 requests per registry operation counted at a proxy.
 #   hash    validator::Digester sha256 rate vs `openssl speed -evp sha256` (the CPU's limit),
@@ -30,10 +35,13 @@ for a in "$@"; do
 	esac
 done
 cd "$ROOT"
-# BENCH_RUNS, BENCH_ONLY (a subset of "fs small s3 hash parts"), BENCH_FS_SIZES (MiB, e.g.
-# "32") and BENCH_FS_TOTAL_MIB narrow a run; docs/benchmarks.md says which were set.
+# BENCH_RUNS, BENCH_ONLY (a subset of "fs push small s3 hash parts"), BENCH_FS_SIZES and
+# BENCH_S3_SIZES (MiB, e.g. "32"; empty: none), BENCH_FS_TOTAL_MIB and BENCH_S3_COUNT=0 (no
+# request counting) narrow a run; docs/benchmarks.md says which were set. BENCH_DOC writes the
+# report into another file than docs/benchmarks.md (a narrowed run's report has only its
+# sections).
 RUNS="${BENCH_RUNS:-5}"
-ONLY=" ${BENCH_ONLY:-fs small s3 hash parts} "
+ONLY=" ${BENCH_ONLY:-fs push small s3 hash parts} "
 want() { [[ "$ONLY" == *" $1 "* ]]; }
 MiB=$((1 << 20))
 if [ "$QUICK" = 1 ]; then
@@ -44,6 +52,12 @@ else
 	S3_TOTAL=$((512 * MiB)); S3_SIZES="1 32 256"; HASH_MIB=2048
 fi
 FS_SIZES="${BENCH_FS_SIZES:-$FS_SIZES}"
+S3_SIZES="${BENCH_S3_SIZES-$S3_SIZES}"
+# The streamed-PATCH push (section push): 128 MiB blobs, as issue 21 measured it.
+PUSH_SIZE=$((128 * MiB))
+PUSH_TOTAL=$(( (QUICK ? 256 : 512) * MiB ))
+# The image `skopeo copy` and `crane push` send: two layers of this many MiB.
+CLIENT_LAYER_MIB=256
 FS_TOTAL=$(( ${BENCH_FS_TOTAL_MIB:-$((FS_TOTAL / MiB))} * MiB ))
 OUT="$ROOT/bench/out/run"
 mkdir -p "$OUT"
@@ -66,6 +80,7 @@ log() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 missing=()
+CRANE="${CRANE:-$ROOT/.tools/bin/crane}"
 for pair in docker-registry:docker-registry pigz:pigz skopeo:skopeo umoci:umoci openssl:openssl jq:jq curl:curl; do
 	command -v "${pair%%:*}" > /dev/null || missing+=("${pair#*:}")
 done
@@ -215,6 +230,103 @@ want fs && for size in $FS_SIZES; do
 	done
 done
 
+# --- push: the clients' pattern (one streamed PATCH) and real clients ---------------------------
+want push && log "push: streamed PATCH, $((PUSH_SIZE / MiB)) MiB blobs, $((PUSH_TOTAL / MiB)) MiB per run"
+want push && for conc in 1 4; do
+	for run in $(seq "$RUNS"); do
+		for srv in $(order "$run"); do
+			seed=$((seed + 1))
+			dir="$WORK/data-$srv"
+			rm -rf "$dir" && mkdir -p "$dir"
+			port=$(free_port)
+			fs_server "$srv" "$dir" "$port"
+			pid=$STARTED_PID
+			r=$("$BENCH" push --url "http://127.0.0.1:$port" --repo bench/blobs --size "$PUSH_SIZE" \
+				--total "$PUSH_TOTAL" --conc "$conc" --mode stream --seed "$seed" --digests "$WORK/digests")
+			record fs "$srv" "$run" "$(hwm "$pid")" "$r"
+			stop_pid "$pid"
+			rm -rf "$dir"
+		done
+	done
+	log "push: stream x$conc done"
+done
+
+# An OCI layout of two incompressible layers (uncompressed tar media type: no client tries to
+# inflate them), made once per run of this script and not timed.
+make_image() { # dir layer_mib
+	python3 - "$1" "$2" <<-'PY'
+		import hashlib, json, os, sys
+		out, mib = sys.argv[1], int(sys.argv[2])
+		blobs = os.path.join(out, "blobs", "sha256")
+		os.makedirs(blobs, exist_ok=True)
+		def put(data=None, path=None):
+		    h = hashlib.sha256()
+		    if path:
+		        with open(path, "rb") as f:
+		            while b := f.read(1 << 20):
+		                h.update(b)
+		        d = h.hexdigest()
+		        os.replace(path, os.path.join(blobs, d))
+		        return "sha256:" + d, os.path.getsize(os.path.join(blobs, d))
+		    d = hashlib.sha256(data).hexdigest()
+		    with open(os.path.join(blobs, d), "wb") as f:
+		        f.write(data)
+		    return "sha256:" + d, len(data)
+		layers = []
+		for i in range(2):
+		    tmp = os.path.join(out, "layer.tmp")
+		    with open(tmp, "wb") as f:
+		        for _ in range(mib):
+		            f.write(os.urandom(1 << 20))
+		    layers.append(put(path=tmp))
+		config = json.dumps({"architecture": "amd64", "os": "linux",
+		    "rootfs": {"type": "layers", "diff_ids": [d for d, _ in layers]}}).encode()
+		cd, cs = put(config)
+		manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+		    "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cd, "size": cs},
+		    "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": d, "size": s}
+		               for d, s in layers]}).encode()
+		md, ms = put(manifest)
+		with open(os.path.join(out, "index.json"), "w") as f:
+		    json.dump({"schemaVersion": 2, "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
+		        "digest": md, "size": ms, "annotations": {"org.opencontainers.image.ref.name": "bench"}}]}, f)
+		with open(os.path.join(out, "oci-layout"), "w") as f:
+		    f.write('{"imageLayoutVersion": "1.0.0"}')
+		print(sum(s for _, s in layers) + cs + ms)
+	PY
+}
+if want push; then
+	[ -x "$CRANE" ] || { echo "bench/run.sh: $CRANE missing; run scripts/install-deps.sh" >&2; exit 1; }
+	log "push: skopeo copy and crane push of a $((2 * CLIENT_LAYER_MIB)) MiB image"
+	IMG="$WORK/image"
+	IMG_BYTES=$(make_image "$IMG" "$CLIENT_LAYER_MIB")
+	for client in skopeo crane; do
+		for run in $(seq "$RUNS"); do
+			for srv in $(order "$run"); do
+				dir="$WORK/data-$srv"
+				rm -rf "$dir" && mkdir -p "$dir"
+				port=$(free_port)
+				fs_server "$srv" "$dir" "$port"
+				pid=$STARTED_PID
+				t0=$(date +%s.%N)
+				if [ "$client" = skopeo ]; then
+					skopeo copy -q --dest-tls-verify=false "oci:$IMG:bench" "docker://127.0.0.1:$port/bench/image:v1" > /dev/null
+				else
+					"$CRANE" push --insecure "$IMG" "127.0.0.1:$port/bench/image:v1" > /dev/null 2>&1
+				fi
+				t1=$(date +%s.%N)
+				record clients "$srv" "$run" "$(hwm "$pid")" "$(jq -c -n --arg c "$client" --argjson b "$IMG_BYTES" \
+					--argjson s "$(echo "$t1 - $t0" | bc -l)" \
+					'{op: "push", client: $c, bytes: $b, secs: $s, mib_s: ($b / $s / 1048576)}')"
+				stop_pid "$pid"
+				rm -rf "$dir"
+			done
+		done
+		log "push: $client done"
+	done
+	rm -rf "$IMG"
+fi
+
 # --- fs: small requests ----------------------------------------------------------------------
 declare -A SURL SPID
 want small && log "fs: manifest HEAD/GET and tag list at 64 connections, ${SMALL_SECS}s per run"
@@ -325,6 +437,26 @@ for size in $S3_SIZES; do
 	done
 done
 
+want push && for conc in 1 4; do
+	for run in $(seq "$RUNS"); do
+		for srv in $(order "$run"); do
+			seed=$((seed + 1))
+			b="p$seed$srv"
+			bucket_new "$b"
+			port=$(free_port)
+			s3_server "$srv" "$S3URL" "$b" "$port"
+			pid=$STARTED_PID
+			r=$("$BENCH" push --url "http://127.0.0.1:$port" --repo bench/blobs --size "$PUSH_SIZE" \
+				--total "$PUSH_TOTAL" --conc "$conc" --mode stream --seed "$seed" --digests "$WORK/digests")
+			record s3 "$srv" "$run" "$(hwm "$pid")" "$r"
+			stop_pid "$pid"
+			bucket_drop "$b"
+		done
+	done
+	log "s3: stream x$conc done"
+done
+
+if [ "${BENCH_S3_COUNT:-1}" != 0 ]; then
 log "s3: requests per operation, counted at the s3-fixtures proxy"
 coproc PROXY { exec "$BENCH" s3proxy --upstream "127.0.0.1:$WS"; }
 PIDS+=("$PROXY_PID")
@@ -368,6 +500,7 @@ for srv in ours dist; do
 done
 for srv in ours dist; do stop_pid "${CPID[$srv]}"; done
 stop_pid "$PROXY_PID"
+fi
 stop_pid "$WEED_PID"
 fi
 
@@ -401,5 +534,5 @@ done
 
 echo "{\"section\":\"machine-end\",\"load_end\":\"$(cut -d' ' -f1-3 /proc/loadavg)\",\"date\":\"$(date -u +%FT%TZ)\"}" >> "$RESULTS"
 log "writing docs/benchmarks.md and docs/bench/*.png"
-"$PY" bench/report.py "$RESULTS" docs/benchmarks.md docs/bench
+"$PY" bench/report.py "$RESULTS" "${BENCH_DOC:-docs/benchmarks.md}" docs/bench
 log "done"

@@ -7,6 +7,9 @@
 # pushed with skopeo; making and pushing it are not timed. Both sides start from empty
 # destinations every run and apply owners the same way (as root: owners applied; otherwise
 # umoci --rootless).
+# A third side is the download alone: every blob of the image (config and layers) fetched at
+# once with one `curl` each to /dev/null from the same registry, in the same run (issue 21's
+# floor: the worker at ≤ 1.3× of it).
 # Runs A/B interleaved, prints min/median/max seconds, the ratio of medians (goal: the worker
 # at ≤ 0.5× the peer's time) and each side's peak RSS (/usr/bin/time -v), and appends the table
 # to docs/benchmarks.md.
@@ -42,7 +45,7 @@ else
 	SIZE_MIB=300 FILES=4000
 fi
 UMOCI="$ROOT/.tools/bin/umoci-0.6"
-for t in python3 tar skopeo "$UMOCI" /usr/bin/time; do
+for t in python3 tar skopeo curl jq "$UMOCI" /usr/bin/time; do
 	command -v "$t" >/dev/null || { echo "bench/worker.sh needs $t (scripts/install-deps.sh installs it)" >&2; exit 2; }
 done
 OUT="$ROOT/bench/out/worker-$SIZE_MIB"
@@ -148,8 +151,12 @@ stats() { # list of numbers -> "min median max"
 }
 max() { printf '%s\n' "$@" | sort -g | tail -1; }
 
+# The blobs a pull downloads, for the curl side.
+BLOB_URLS=$(curl -sf -H 'Accept: application/vnd.oci.image.manifest.v1+json' "http://$HOST/v2/bench/worker/manifests/1" |
+	jq -r --arg u "http://$HOST/v2/bench/worker/blobs/" '[.config.digest] + [.layers[].digest] | .[] | $u + .')
+download="for u in $(echo $BLOB_URLS); do curl -sf -o /dev/null \$u & done; wait"
 peer="mkdir -p $OUT/peer && skopeo --insecure-policy copy -q --src-tls-verify=false docker://$REF oci:$OUT/peer/image:1 && $UMOCI raw unpack ${ROOTLESS[*]} --image $OUT/peer/image:1 $OUT/peer/root"
-a_t=() a_r=() b_t=() b_r=() c_t=() p_t=()
+a_t=() a_r=() b_t=() b_r=() c_t=() p_t=() d_t=()
 TRASH=$(mktemp -d "$OUT/trash.XXXXXX")
 for i in $(seq "$RUNS"); do
 	# The previous run's trees are moved aside, not deleted: ext4 skips recently deleted inodes
@@ -171,7 +178,9 @@ for i in $(seq "$RUNS"); do
 	sync
 	read -r t r < <(timed sh -c "$peer")
 	b_t+=("$t") b_r+=("$r")
-	echo "run $i: rdctl worker ${a_t[-1]} s, skopeo+umoci ${b_t[-1]} s" >&2
+	read -r t r < <(timed sh -c "$download")
+	d_t+=("$t")
+	echo "run $i: rdctl worker ${a_t[-1]} s, skopeo+umoci ${b_t[-1]} s, curl download ${d_t[-1]} s" >&2
 done
 rm -rf "$TRASH"
 # Both produced the same tree (a cheap check that the runs did the same work).
@@ -182,6 +191,8 @@ read -r amin amed amax <<<"$(stats "${a_t[@]}")"
 read -r bmin bmed bmax <<<"$(stats "${b_t[@]}")"
 ratio=$(awk -v a="$amed" -v b="$bmed" 'BEGIN { printf "%.2f", a / b }')
 speedup=$(awk -v a="$amed" -v b="$bmed" 'BEGIN { printf "%.1f", b / a }')
+read -r dmin dmed dmax <<<"$(stats "${d_t[@]}")"
+dratio=$(awk -v a="$amed" -v d="$dmed" 'BEGIN { printf "%.2f", a / d }')
 CPU=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 MACHINE="Machine: $CPU, $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg) at the end; $(rustc --version); $(skopeo --version); $("$UMOCI" --version | head -1); owners $([ ${#ROOTLESS[@]} = 0 ] && echo applied || echo 'not applied (--rootless)'); $RUNS runs each, interleaved; $(date -u +%Y-%m-%d)."
 TABLE="$OUT/../worker.md"
@@ -191,9 +202,9 @@ TABLE="$OUT/../worker.md"
 	echo
 	echo "$MACHINE"
 	echo
-	echo "| ratio (worker / peer, median) | speed-up | rdctl worker run --once s (min/median/max) | skopeo copy + umoci raw unpack s (min/median/max) | worker peak RSS | peer peak RSS (largest process) |"
-	echo "|---|---|---|---|---|---|"
-	echo "| ${ratio}× | ${speedup}× | $amin / $amed / $amax | $bmin / $bmed / $bmax | $(($(max "${a_r[@]}") / 1024)) MiB | $(($(max "${b_r[@]}") / 1024)) MiB |"
+	echo "| ratio (worker / peer, median) | speed-up | rdctl worker run --once s (min/median/max) | skopeo copy + umoci raw unpack s (min/median/max) | worker / download (median; goal ≤ 1.3×) | download: curl, all blobs at once, s (min/median/max) | worker peak RSS | peer peak RSS (largest process) |"
+	echo "|---|---|---|---|---|---|---|---|"
+	echo "| ${ratio}× | ${speedup}× | $amin / $amed / $amax | $bmin / $bmed / $bmax | ${dratio}× | $dmin / $dmed / $dmax | $(($(max "${a_r[@]}") / 1024)) MiB | $(($(max "${b_r[@]}") / 1024)) MiB |"
 	echo
 	if [ "$POLICY" = 1 ]; then
 		read -r cmin cmed cmax <<<"$(stats "${c_t[@]}")"

@@ -36,5 +36,6 @@ mod validate_cli;
 mod validate_tools;
 mod web_ui;
 mod worker_e2e;
+mod worker_layers;
 mod worker_mirrors;
 mod worker_policy;

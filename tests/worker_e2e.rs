@@ -794,6 +794,42 @@ fn broken_images_create_no_zone_name_the_blob_and_leave_the_others_alone() {
     );
 }
 
+/// Every entry of two zone roots is the same (kind, mode, owner, link target, content, and
+/// mtime for all but directories, whose times are those of the unpack), except the
+/// provisioner's SMF manifest, which is not from the image.
+pub(crate) fn assert_same_root(what: &str, a: &Path, b: &Path) {
+    let strip = |(mut t, g): (BTreeMap<PathBuf, Entry>, Vec<Vec<PathBuf>>)| {
+        t.remove(Path::new(ENTRYPOINT_MANIFEST));
+        for e in t.values_mut().filter(|e| e.kind == "dir") {
+            e.mtime = 0;
+        }
+        (t, g)
+    };
+    let (ta, tb) = (strip(tree(a)), strip(tree(b)));
+    assert_eq!(ta, tb, "{what}: {} and {} differ", a.display(), b.display());
+}
+
+impl RawImage {
+    /// `n` layers: each adds its own file and rewrites `order` (so the root shows whether the
+    /// layers were applied in manifest order), with contents unique to `name`.
+    pub(crate) fn layered(name: &str, n: usize) -> RawImage {
+        let layers: Vec<(Vec<u8>, String)> = (0..n)
+            .map(|i| {
+                let own = format!("{name} layer {i}\n").repeat(1000 + i);
+                let order = format!("{name} written by layer {i}\n");
+                let file = format!("layer-{i}");
+                raw_layer(&[(file.as_str(), own.as_bytes()), ("order", order.as_bytes())])
+            })
+            .collect();
+        let diff_ids = layers.iter().map(|(_, d)| d.clone()).collect();
+        RawImage {
+            layers,
+            diff_ids,
+            size_delta: 0,
+        }
+    }
+}
+
 impl RawImage {
     /// One layer holding `size` bytes of incompressible data (a big download).
     fn big(name: &str, size: usize) -> RawImage {

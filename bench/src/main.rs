@@ -3,8 +3,11 @@
 //! line of results on stdout.
 //!
 //! - `push`: uploads `--total` bytes in blobs of `--size` with `--conc` clients, monolithic
-//!   (POST, then one PUT with the body) or chunked (POST, PATCH per chunk, PUT), and writes the
-//!   digests to `--digests` for `pull`.
+//!   (POST, then one PUT with the body), chunked (POST, PATCH per chunk with `Content-Range`,
+//!   PUT) or streamed as skopeo, podman, crane and docker push (POST, one PATCH with
+//!   `Transfer-Encoding: chunked` and no `Content-Length`, sent in 32 KiB chunks as Go's
+//!   `io.Copy` does, then a PUT without body), and writes the digests to `--digests` for
+//!   `pull`.
 //! - `pull`: downloads those blobs with `--conc` clients and checks each length.
 //! - `seed-small` and `small`: a manifest with many tags, then HEAD/GET of the manifest or the
 //!   tag list from `--conns` connections for `--secs` seconds (requests/s, p50, p99).
@@ -77,7 +80,8 @@ struct PushArgs {
     conc: usize,
     #[arg(long, value_enum, default_value_t = Mode::Mono)]
     mode: Mode,
-    /// Chunk size in chunked mode [default: size/4, between 256 KiB and 16 MiB].
+    /// Chunk size in chunked mode [default: size/4, between 256 KiB and 16 MiB]; in stream
+    /// mode, the size of each chunk of the chunked transfer encoding [default: 32 KiB].
     #[arg(long)]
     chunk: Option<u64>,
     /// Makes the blobs of this run unique (different digests on every run).
@@ -92,6 +96,7 @@ struct PushArgs {
 enum Mode {
     Mono,
     Chunked,
+    Stream,
 }
 
 #[derive(Debug, clap::Args)]
@@ -351,6 +356,33 @@ async fn push_one(
                 .await?;
             check(resp, "PUT close").await?;
         }
+        Mode::Stream => {
+            // A body stream of unknown length: hyper sends it with `Transfer-Encoding:
+            // chunked`, one encoding chunk per item.
+            let frames: Vec<Bytes> = spec
+                .pieces()
+                .into_iter()
+                .flat_map(|p| {
+                    (0..p.len())
+                        .step_by(chunk as usize)
+                        .map(move |s| p.slice(s..(s + chunk as usize).min(p.len())))
+                })
+                .collect();
+            let resp = c
+                .patch(&loc)
+                .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+                .body(body(frames))
+                .send()
+                .await?;
+            let resp = check(resp, "PATCH stream").await?;
+            loc = location(url, &resp)?;
+            let resp = c
+                .put(with_digest(&loc, digest))
+                .header(reqwest::header::CONTENT_LENGTH, "0")
+                .send()
+                .await?;
+            check(resp, "PUT close").await?;
+        }
     }
     Ok(())
 }
@@ -360,7 +392,10 @@ async fn push(a: PushArgs) -> anyhow::Result<serde_json::Value> {
     let count = (a.total / a.size).max(1);
     let chunk = a
         .chunk
-        .unwrap_or((a.size / 4).clamp(256 << 10, 16 << 20))
+        .unwrap_or(match a.mode {
+            Mode::Stream => 32 << 10,
+            _ => (a.size / 4).clamp(256 << 10, 16 << 20),
+        })
         .max(1);
     let pool = random_pool();
     let specs: Vec<BlobSpec> = (0..count)

@@ -28,6 +28,7 @@
 //! endpoints = ["site.example:5000/central", "backup.example:5000"]  # HOST[:PORT][/PREFIX], in order
 //! resolve_tags = true                # mirrors may resolve tags (default); false: tags at the origin
 //! max_parallel_pulls = 2            # kubelet maxParallelImagePulls (default: no cap)
+//! max_concurrent_downloads = 3      # layers of one pull downloaded at once (containerd's name; default 3)
 //! registry_pull_qps = 5.0            # kubelet registryPullQPS, per registry (0: no limit)
 //! registry_burst = 10                # kubelet registryBurst
 //! image_pull_progress_deadline_secs = 60   # kubelet --image-pull-progress-deadline
@@ -111,6 +112,8 @@ pub struct WorkerConfig {
     pub allocatable: crate::capacity::Resources,
     /// Image pulls in flight at most (`None`: no cap).
     pub max_parallel_pulls: Option<usize>,
+    /// Layers of one pull downloaded at once (at least 1).
+    pub max_concurrent_downloads: usize,
     /// Image pulls per second per registry (0: no limit).
     pub registry_pull_qps: f64,
     /// Pulls a registry may take at once before `registry_pull_qps` applies.
@@ -250,6 +253,7 @@ struct FileConfig {
     #[serde(default)]
     allocatable: FileAllocatable,
     max_parallel_pulls: Option<usize>,
+    max_concurrent_downloads: Option<usize>,
     registry_pull_qps: Option<f64>,
     registry_burst: Option<u32>,
     image_pull_progress_deadline_secs: Option<u64>,
@@ -326,6 +330,10 @@ const HINTS: config_toml::Hints<'static> = &[
     ("allocatable.memory", "a size in quotes such as \"24G\""),
     ("allocatable.zones", "a whole number of zones such as 20"),
     ("max_parallel_pulls", "a whole number of pulls such as 2"),
+    (
+        "max_concurrent_downloads",
+        "a whole number of downloads such as 3",
+    ),
     ("registry_pull_qps", "pulls per second such as 5.0"),
     ("registry_burst", "a whole number of pulls such as 10"),
     (
@@ -474,6 +482,12 @@ impl WorkerConfig {
         if f.max_parallel_pulls == Some(0) {
             return Err(value("max_parallel_pulls", "must be at least 1".into()));
         }
+        if f.max_concurrent_downloads == Some(0) {
+            return Err(value(
+                "max_concurrent_downloads",
+                "must be at least 1".into(),
+            ));
+        }
         let qps = f.registry_pull_qps.unwrap_or(0.0);
         if !(qps >= 0.0 && qps.is_finite()) {
             return Err(value(
@@ -548,6 +562,7 @@ impl WorkerConfig {
         }
         Ok(WorkerConfig {
             max_parallel_pulls: f.max_parallel_pulls,
+            max_concurrent_downloads: f.max_concurrent_downloads.unwrap_or(3),
             registry_pull_qps: qps,
             registry_burst: f.registry_burst.unwrap_or(10).max(1),
             image_pull_progress_deadline: Duration::from_secs(deadline),
@@ -746,6 +761,7 @@ mod tests {
             ("worker_id = \"../x\"\n", "worker_id"),
             ("plain_http = true\ninsecure = true\n", "insecure"),
             ("max_parallel_pulls = 0\n", "max_parallel_pulls"),
+            ("max_concurrent_downloads = 0\n", "max_concurrent_downloads"),
             ("registry_pull_qps = -1.0\n", "registry_pull_qps"),
             (
                 "image_pull_progress_deadline_secs = 0\n",
@@ -857,6 +873,7 @@ mod tests {
         std::fs::write(&p, format!("{base}{tail}")).unwrap();
         let c = WorkerConfig::load(&p).unwrap();
         assert_eq!(c.max_parallel_pulls, None);
+        assert_eq!(c.max_concurrent_downloads, 3);
         assert_eq!(c.registry_pull_qps, 0.0);
         assert_eq!(c.registry_burst, 10);
         assert_eq!(c.image_pull_progress_deadline, Duration::from_secs(60));
@@ -867,7 +884,8 @@ mod tests {
         std::fs::write(
             &p,
             format!(
-                "{base}max_parallel_pulls = 2\nregistry_pull_qps = 5.0\nregistry_burst = 3\n\
+                "{base}max_parallel_pulls = 2\nmax_concurrent_downloads = 1\n\
+                 registry_pull_qps = 5.0\nregistry_burst = 3\n\
                  image_credential_provider_bin_dir = \"plugins\"\n{tail}\
                  [allocatable]\ncpus = 6.0\nmemory = \"24G\"\nzones = 20\n\
                  [[credential_providers]]\nname = \"ecr\"\nmatch_images = [\"*.example\"]\n\
@@ -877,6 +895,7 @@ mod tests {
         .unwrap();
         let c = WorkerConfig::load(&p).unwrap();
         assert_eq!(c.max_parallel_pulls, Some(2));
+        assert_eq!(c.max_concurrent_downloads, 1);
         assert_eq!((c.registry_pull_qps, c.registry_burst), (5.0, 3));
         assert_eq!(c.allocatable.memory_bytes, Some(24 << 30));
         assert_eq!(c.allocatable.zones, Some(20));

@@ -6,6 +6,7 @@
 //! origin's error is the one returned when every source failed. A mirror that was down or
 //! served bytes that did not verify is not asked again during the same pull.
 
+use futures_util::{StreamExt as _, TryStreamExt as _};
 use registry_client::{Client, ClientError, Reference};
 use validator::{
     Digest, Document, DocumentKind, MAX_CONFIG_SIZE, MediaType, Platform, check_config,
@@ -295,7 +296,8 @@ async fn fetch_blob(
 }
 
 /// Pulls the image `digest` (an index or a manifest) into the store: picks this host's
-/// manifest from an index, then fetches and checks the config and fetches every layer.
+/// manifest from an index, then fetches and checks the config and fetches the layers,
+/// `layer_downloads` at a time (at least one; a layer already in the store is not fetched).
 pub async fn pull(
     client: &Client,
     store: &ContentStore,
@@ -303,6 +305,7 @@ pub async fn pull(
     digest: &Digest,
     host: &HostPlatform,
     progress: Option<&crate::throttle::PullProgress>,
+    layer_downloads: usize,
 ) -> Result<PulledImage, PullError> {
     let (manifest_digest, manifest) =
         match document(client, store, sources, digest, None, None).await? {
@@ -381,9 +384,18 @@ pub async fn pull(
         });
     }
     // Layers never come from descriptor `urls` (CVE-2020-15157): only from the registry.
-    for layer in &manifest.layers {
-        fetch_blob(client, store, sources, &layer.digest, layer.size, progress).await?;
-    }
+    // `layer_downloads` of them at once. Results are taken in manifest order, so a failed
+    // pull names the first failing layer whatever finished first; the failure ends the pull
+    // (downloads still running are dropped, their partial files kept for a resume).
+    let fetches: Vec<_> = manifest
+        .layers
+        .iter()
+        .map(|layer| fetch_blob(client, store, sources, &layer.digest, layer.size, progress))
+        .collect();
+    futures_util::stream::iter(fetches)
+        .buffered(layer_downloads.max(1))
+        .try_for_each(|()| std::future::ready(Ok(())))
+        .await?;
     Ok(PulledImage {
         manifest_digest,
         manifest,

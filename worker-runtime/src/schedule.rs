@@ -758,6 +758,7 @@ impl Worker {
             desired,
             &self.host,
             Some(&progress),
+            self.config.max_concurrent_downloads,
         )
         .await;
         drop(ticker);
