@@ -53,8 +53,11 @@ wait_for() { # file pid sed-expr what
 	fail "$what did not start within 60 s (log: $file)"
 }
 
-say "building rdctl (cargo build)"
-cargo build --quiet --manifest-path "$ROOT/Cargo.toml" --bin rdctl
+# Without the default `s3` feature: the demo serves from the filesystem store, and leaving out
+# aws-sdk-s3 and its crates cuts about a quarter of a cold build (docs/benchmarks.md, "First
+# run"). `cargo build --bin rdctl` (default features) builds the rdctl that also has S3.
+say "building rdctl (cargo build --no-default-features)"
+cargo build --quiet --manifest-path "$ROOT/Cargo.toml" --bin rdctl --no-default-features
 RDCTL="$ROOT/target/debug/rdctl"
 
 # target/demo is build output; a directory given as argument is emptied only when this script

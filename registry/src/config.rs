@@ -16,9 +16,9 @@ use crate::gc::{self, GcOptions};
 use crate::governance::{FileGovernance, Governance, RuleError};
 use crate::ratelimit::RateLimit;
 use crate::scrub::ScrubOptions;
-use crate::storage::{
-    FsStore, S3Config, S3CredentialSettings, S3Store, Store, resolve_s3_credentials,
-};
+use crate::storage::{FsStore, S3CredentialSettings, Store};
+#[cfg(feature = "s3")]
+use crate::storage::{S3Config, S3Store, resolve_s3_credentials};
 use crate::tls::TlsSettings;
 
 /// Registry behaviour that handlers consult.
@@ -692,7 +692,10 @@ impl ServeConfig {
     /// filesystem store in [`ServeConfig::data`].
     pub fn open_store(&self) -> Result<Arc<dyn Store>, ConfigError> {
         match self.s3_store()? {
+            #[cfg(feature = "s3")]
             Some(s3) => Ok(Arc::new(s3)),
+            #[cfg(not(feature = "s3"))]
+            Some(never) => match never {},
             None => self.fs_store(),
         }
     }
@@ -705,7 +708,26 @@ impl ServeConfig {
         Ok(Arc::new(store))
     }
 
+    /// Without the `s3` cargo feature there is no S3 store: S3 settings are refused, naming
+    /// the feature, rather than ignored (which would serve from the data directory instead).
+    #[cfg(not(feature = "s3"))]
+    pub(crate) fn s3_store(&self) -> Result<Option<std::convert::Infallible>, ConfigError> {
+        match (&self.s3_endpoint, &self.s3_bucket) {
+            (None, None) => Ok(None),
+            (endpoint, bucket) => Err(ConfigError::S3Config {
+                reason: format!(
+                    "this rdctl was built without the `s3` cargo feature, so it cannot use the \
+                     S3 store (s3_endpoint {:?}, s3_bucket {:?}); build it with the default \
+                     features (`cargo build --bin rdctl`) or remove the S3 settings",
+                    endpoint.as_deref().unwrap_or(""),
+                    bucket.as_deref().unwrap_or("")
+                ),
+            }),
+        }
+    }
+
     /// The S3 store when an endpoint and a bucket are set; `None` for the filesystem store.
+    #[cfg(feature = "s3")]
     pub(crate) fn s3_store(&self) -> Result<Option<S3Store>, ConfigError> {
         match (&self.s3_endpoint, &self.s3_bucket) {
             (Some(endpoint), Some(bucket)) => {

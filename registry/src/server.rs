@@ -14,7 +14,9 @@ use crate::gc::GcError;
 use crate::ratelimit::PeerAddr;
 use crate::router::router;
 use crate::state::AppState;
-use crate::storage::{BucketProblem, S3Store, Store};
+use crate::storage::Store;
+#[cfg(feature = "s3")]
+use crate::storage::{BucketProblem, S3Store};
 use crate::tls::{TlsConfig, TlsError, TlsListener};
 
 /// Why the server could not start or stopped with an error.
@@ -51,6 +53,7 @@ pub enum ServeError {
 
 /// Stops the start when the S3 endpoint says the bucket cannot be used; only warns when the
 /// endpoint cannot be reached, since storage often starts after its clients.
+#[cfg(feature = "s3")]
 async fn check_bucket(s3: &S3Store, config: &ServeConfig) -> Result<(), ServeError> {
     let endpoint = config.s3_endpoint.as_deref().unwrap_or_default();
     match s3.check_bucket(Duration::from_secs(10)).await {
@@ -227,10 +230,13 @@ pub async fn serve_with(
             source,
         })?;
     let store: Arc<dyn Store> = match config.s3_store()? {
+        #[cfg(feature = "s3")]
         Some(s3) => {
             check_bucket(&s3, &config).await?;
             Arc::new(s3)
         }
+        #[cfg(not(feature = "s3"))]
+        Some(never) => match never {},
         None => config.fs_store()?,
     };
     let store_name = store.name();

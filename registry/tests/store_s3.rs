@@ -14,8 +14,12 @@ fn seaweed() -> &'static SeaweedFs {
     SeaweedFs::shared().unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Retries back off from 10 ms instead of the SDK's 1 s: the fault tests retry hundreds of
+/// requests, and the backoff only spaces retries out (what each test checks does not change).
 fn config(endpoint: String, bucket: &str) -> S3Config {
-    S3Config::new(endpoint, bucket).prefix("reg")
+    let mut c = S3Config::new(endpoint, bucket).prefix("reg");
+    c.initial_backoff = std::time::Duration::from_millis(10);
+    c
 }
 
 async fn s3_store() -> (Arc<dyn Store>, String) {

@@ -27,6 +27,7 @@ pub mod layout;
 
 mod fs;
 mod instrumented;
+#[cfg(feature = "s3")]
 mod s3;
 mod s3_credentials;
 
@@ -41,11 +42,11 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
 pub use fs::FsStore;
 pub use instrumented::Instrumented;
+#[cfg(feature = "s3")]
 pub use s3::{BucketProblem, S3Config, S3Store};
-pub use s3_credentials::{
-    CredentialSource, CredentialsError, S3CredentialSettings, S3Credentials,
-    resolve as resolve_s3_credentials,
-};
+#[cfg(feature = "s3")]
+pub use s3_credentials::resolve as resolve_s3_credentials;
+pub use s3_credentials::{CredentialSource, CredentialsError, S3CredentialSettings, S3Credentials};
 
 /// A boxed future, so that [`Store`] stays object safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

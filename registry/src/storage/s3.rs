@@ -98,6 +98,9 @@ pub struct S3Config {
     pub part_size: u64,
     /// Attempts per S3 request, the first included (transient errors and 5xx are retried).
     pub max_attempts: u32,
+    /// The SDK's first retry waits a random time up to this, doubling with each retry (1 s, the
+    /// SDK's default; tests that inject hundreds of faults set a few milliseconds).
+    pub initial_backoff: Duration,
     /// Timeout to connect.
     pub connect_timeout: Duration,
     /// Timeout of one attempt (a part upload included).
@@ -118,6 +121,7 @@ impl S3Config {
             credentials: None,
             part_size: MIN_PART_SIZE,
             max_attempts: 4,
+            initial_backoff: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(5),
             attempt_timeout: Duration::from_secs(60),
             operation_timeout: Duration::from_secs(180),
@@ -710,7 +714,11 @@ impl S3Store {
             .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
             .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
             // Bodies are whole `Bytes`, so every retry can replay them.
-            .retry_config(RetryConfig::standard().with_max_attempts(config.max_attempts.max(1)))
+            .retry_config(
+                RetryConfig::standard()
+                    .with_max_attempts(config.max_attempts.max(1))
+                    .with_initial_backoff(config.initial_backoff),
+            )
             .timeout_config(
                 TimeoutConfig::builder()
                     .connect_timeout(config.connect_timeout)

@@ -10,12 +10,17 @@
 //! names a role, an SSO session or a credential process is refused with a message saying so.
 
 use std::fmt;
+#[cfg(feature = "s3")]
 use std::future::Future;
 use std::path::PathBuf;
+#[cfg(feature = "s3")]
 use std::task::{Context, Poll, Waker};
 
+#[cfg(feature = "s3")]
 use aws_runtime::env_config::file::{EnvConfigFileKind, EnvConfigFiles};
+#[cfg(feature = "s3")]
 use aws_runtime::env_config::section::EnvConfigSections;
+#[cfg(feature = "s3")]
 use aws_types::os_shim_internal::{Env, Fs};
 
 /// A static key pair (and session token) for SigV4. `Debug` never shows the secret.
@@ -146,6 +151,7 @@ impl fmt::Display for CredentialSource {
     }
 }
 
+#[cfg(feature = "s3")]
 fn pair(
     where_: &'static str,
     names: (&'static str, &'static str),
@@ -173,6 +179,7 @@ fn pair(
     }
 }
 
+#[cfg(feature = "s3")]
 /// Environment variables the shared-file loader may consult.
 const LOADER_VARS: [&str; 4] = [
     "HOME",
@@ -181,6 +188,7 @@ const LOADER_VARS: [&str; 4] = [
     "AWS_SHARED_CREDENTIALS_FILE",
 ];
 
+#[cfg(feature = "s3")]
 /// Loads and parses the shared files.
 fn load_sections(
     settings: &S3CredentialSettings,
@@ -239,6 +247,7 @@ fn load_sections(
     Ok((sections, names.join(" and ")))
 }
 
+#[cfg(feature = "s3")]
 fn from_profile(
     settings: &S3CredentialSettings,
     env: &dyn Fn(&str) -> Option<String>,
@@ -295,6 +304,7 @@ fn from_profile(
 ///
 /// `Ok(None)` when nothing is configured: requests are then signed with a placeholder pair,
 /// which a SeaweedFS without identities accepts and one with identities refuses.
+#[cfg(feature = "s3")]
 pub fn resolve(
     settings: &S3CredentialSettings,
     env: &dyn Fn(&str) -> Option<String>,
@@ -334,6 +344,7 @@ pub fn resolve(
     }
 }
 
+#[cfg(feature = "s3")]
 #[cfg(test)]
 mod tests {
     use super::*;
