@@ -656,7 +656,10 @@ async fn zones_asking_for_more_than_is_allocatable_are_unschedulable() {
 /// when each manifest was fetched by digest (the first request of a pull).
 #[derive(Default)]
 struct Watch {
-    in_flight: AtomicUsize,
+    /// Blob GETs in flight per repository: one repository is one zone's pull, whose layers
+    /// may download several at a time (`max_concurrent_downloads`).
+    in_flight: std::sync::Mutex<std::collections::HashMap<String, usize>>,
+    /// Most repositories with a blob GET in flight at once: pulls that overlapped.
     peak: AtomicUsize,
     manifest_gets: std::sync::Mutex<Vec<std::time::Instant>>,
 }
@@ -680,11 +683,27 @@ async fn watched_registry(w: Arc<Watch>) -> Registry {
                     if !(get && path.contains("/blobs/")) {
                         return next.run(req).await;
                     }
-                    let n = w.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-                    w.peak.fetch_max(n, Ordering::SeqCst);
+                    let repo = path
+                        .trim_start_matches("/v2/")
+                        .split("/blobs/")
+                        .next()
+                        .unwrap_or_default()
+                        .to_owned();
+                    {
+                        let mut m = w.in_flight.lock().unwrap();
+                        *m.entry(repo.clone()).or_default() += 1;
+                        w.peak.fetch_max(m.len(), Ordering::SeqCst);
+                    }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     let r = next.run(req).await;
-                    w.in_flight.fetch_sub(1, Ordering::SeqCst);
+                    {
+                        let mut m = w.in_flight.lock().unwrap();
+                        let n = m.get_mut(&repo).expect("counted above");
+                        *n -= 1;
+                        if *n == 0 {
+                            m.remove(&repo);
+                        }
+                    }
                     r
                 }
             },
