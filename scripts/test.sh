@@ -32,6 +32,8 @@ step() { # title command...
 step "install deps" "$ROOT/scripts/install-deps.sh"
 step "cargo fmt" cargo fmt --all -- --check
 step "cargo clippy" cargo clippy --workspace --all-targets -- -D warnings
+# The demo's rdctl (README "Try it"): no s3 feature, a different feature set of the registry.
+step "cargo clippy, rdctl without s3" cargo clippy -p rdctl --no-default-features -- -D warnings
 step "README main command" "$ROOT/scripts/check-readme.sh"
 step "cargo test" cargo test --workspace --no-fail-fast
 
