@@ -265,7 +265,10 @@ fn eight_concurrent_gets_of_an_uncached_blob_make_one_upstream_fetch() {
     // RD_PULL_THROUGH_MIB=256 runs it at the size (about 10 s on 2 cores).
     let size: usize = std::env::var("RD_PULL_THROUGH_MIB")
         .ok()
-        .map(|v| v.parse::<usize>().expect("RD_PULL_THROUGH_MIB: a number of MiB"))
+        .map(|v| {
+            v.parse::<usize>()
+                .expect("RD_PULL_THROUGH_MIB: a number of MiB")
+        })
         .unwrap_or(16)
         << 20;
     let (d_up, d_reg) = (tempdir(), tempdir());
