@@ -15,12 +15,11 @@ use std::time::{Duration, Instant};
 use validator::{ImageLayout, IndexEntry, Replaces, Tag};
 
 use crate::registry_e2e::http;
+use crate::sync::head_digest;
 use crate::util::{Distribution, Server, ok, rdctl, s, tempdir};
 
 const MANIFEST_MT: &str = "application/vnd.oci.image.manifest.v1+json";
 const SBOM_TYPE: &str = "application/spdx+json";
-const ACCEPT: &str =
-    "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json";
 
 /// One image of the seed layout: where it goes upstream, its digest and its SBOM's.
 struct Seeded {
@@ -117,23 +116,6 @@ fn push_seed(
         }
     });
     out
-}
-
-fn head_digest(addr: SocketAddr, repo: &str, reference: &str) -> Option<String> {
-    let (status, headers, _) = http(
-        addr,
-        "HEAD",
-        &format!("/v2/{repo}/manifests/{reference}"),
-        &[("Accept", ACCEPT)],
-        b"",
-    );
-    (status == 200).then(|| {
-        headers
-            .into_iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case("docker-content-digest"))
-            .map(|(_, v)| v)
-            .expect("a digest header")
-    })
 }
 
 fn get_json(addr: SocketAddr, path: &str) -> serde_json::Value {

@@ -46,7 +46,11 @@ fn images(v: &serde_json::Value) -> Vec<(String, String)> {
 }
 
 /// The digest a registry answers for `repo:reference` (HEAD, `Docker-Content-Digest`).
-fn head_digest(addr: std::net::SocketAddr, repo: &str, reference: &str) -> Option<String> {
+pub(crate) fn head_digest(
+    addr: std::net::SocketAddr,
+    repo: &str,
+    reference: &str,
+) -> Option<String> {
     let accept =
         "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json";
     let (status, headers, _) = http(
