@@ -38,8 +38,8 @@ cd "$ROOT"
 # BENCH_RUNS, BENCH_ONLY (a subset of "fs push small s3 hash parts"), BENCH_FS_SIZES and
 # BENCH_S3_SIZES (MiB, e.g. "32"; empty: none), BENCH_FS_TOTAL_MIB and BENCH_S3_COUNT=0 (no
 # request counting) narrow a run; docs/benchmarks.md says which were set. BENCH_DOC writes the
-# report into another file than docs/benchmarks.md (a narrowed run's report has only its
-# sections).
+# report into another file than docs/benchmarks.md, and its figures into a bench/ folder
+# beside it (a narrowed run's report has only its sections).
 RUNS="${BENCH_RUNS:-5}"
 ONLY=" ${BENCH_ONLY:-fs push small s3 hash parts} "
 want() { [[ "$ONLY" == *" $1 "* ]]; }
@@ -533,6 +533,16 @@ want parts && for part in builder worker; do
 done
 
 echo "{\"section\":\"machine-end\",\"load_end\":\"$(cut -d' ' -f1-3 /proc/loadavg)\",\"date\":\"$(date -u +%FT%TZ)\"}" >> "$RESULTS"
-log "writing docs/benchmarks.md and docs/bench/*.png"
-"$PY" bench/report.py "$RESULTS" "${BENCH_DOC:-docs/benchmarks.md}" docs/bench
+# With BENCH_DOC the figures go next to that file (its bench/ folder), so a narrowed run
+# leaves docs/bench/*.png, the full run's figures, alone.
+if [ -n "${BENCH_DOC:-}" ]; then
+	DOC="$BENCH_DOC"
+	PLOTS="$(dirname "$BENCH_DOC")/bench"
+	mkdir -p "$PLOTS"
+else
+	DOC=docs/benchmarks.md
+	PLOTS=docs/bench
+fi
+log "writing $DOC and $PLOTS/*.png"
+"$PY" bench/report.py "$RESULTS" "$DOC" "$PLOTS"
 log "done"
