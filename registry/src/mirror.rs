@@ -25,12 +25,13 @@
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
+use crate::events::now_ms;
 use crate::lease::{Lease, LeaseError};
 use crate::proxy::Upstream;
 use crate::storage::{Key, PutMode, Store, StoreError, layout};
@@ -175,13 +176,6 @@ pub enum SyncStateError {
         #[source]
         source: StoreError,
     },
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// Reads an entry's state (default when none was written; an unreadable document counts as

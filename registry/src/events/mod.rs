@@ -126,7 +126,7 @@ pub struct Notifier {
 }
 
 /// Milliseconds since the epoch.
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
