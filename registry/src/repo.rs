@@ -76,7 +76,7 @@ impl TagEntry {
     }
 }
 
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 struct TagsDoc {
     tags: BTreeMap<String, TagEntry>,
 }
@@ -86,7 +86,7 @@ struct ReferrersDoc {
     manifests: Vec<serde_json::Value>,
 }
 
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 struct CatalogDoc {
     repositories: BTreeSet<String>,
 }
@@ -95,6 +95,102 @@ struct CatalogDoc {
 #[derive(Debug, Clone)]
 pub(crate) struct Repos {
     store: Arc<dyn Store>,
+    parsed: Arc<DocCache>,
+}
+
+/// Large index documents (a repository's tag index, the catalog) as parsed at a known version.
+///
+/// A page of a tag list needs a few entries of an index of any size; parsing the whole index
+/// for each page made paging a 10,000-tag repository quadratic (docs/benchmarks.md, "Growth").
+/// Every read still asks the store whether the document changed ([`Store::get_if_changed`]),
+/// so a replica sees other replicas' writes as soon as it would without the cache; what is
+/// saved is the parse, and on S3 the body. Bounded by the stored size of what it holds.
+#[derive(Debug, Default)]
+struct DocCache {
+    docs: std::sync::Mutex<DocCacheInner>,
+}
+
+#[derive(Debug, Default)]
+struct DocCacheInner {
+    /// Key → (version, parsed document, stored size, last use).
+    entries: std::collections::HashMap<Key, CachedDoc>,
+    bytes: usize,
+    clock: u64,
+}
+
+#[derive(Debug)]
+struct CachedDoc {
+    etag: crate::storage::Etag,
+    doc: Arc<dyn std::any::Any + Send + Sync>,
+    size: usize,
+    used: u64,
+}
+
+/// Stored bytes of parsed documents one replica keeps (parsed, they take about twice that).
+const DOC_CACHE_BYTES: usize = 32 << 20;
+/// Documents smaller than this are parsed on every read: cheap, and not worth the memory.
+const DOC_CACHE_MIN: usize = 16 << 10;
+
+impl DocCache {
+    fn lookup(
+        &self,
+        key: &Key,
+    ) -> Option<(crate::storage::Etag, Arc<dyn std::any::Any + Send + Sync>)> {
+        let mut inner = self.docs.lock().unwrap_or_else(|e| e.into_inner());
+        inner.clock += 1;
+        let now = inner.clock;
+        let e = inner.entries.get_mut(key)?;
+        e.used = now;
+        Some((e.etag.clone(), e.doc.clone()))
+    }
+
+    fn insert(
+        &self,
+        key: &Key,
+        etag: crate::storage::Etag,
+        doc: Arc<dyn std::any::Any + Send + Sync>,
+        size: usize,
+    ) {
+        let mut inner = self.docs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = inner.entries.remove(key) {
+            inner.bytes -= old.size;
+        }
+        if !(DOC_CACHE_MIN..=DOC_CACHE_BYTES / 2).contains(&size) {
+            return;
+        }
+        while inner.bytes + size > DOC_CACHE_BYTES {
+            let Some(oldest) = inner
+                .entries
+                .iter()
+                .min_by_key(|(_, e)| e.used)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            if let Some(e) = inner.entries.remove(&oldest) {
+                inner.bytes -= e.size;
+            }
+        }
+        inner.clock += 1;
+        let used = inner.clock;
+        inner.bytes += size;
+        inner.entries.insert(
+            key.clone(),
+            CachedDoc {
+                etag,
+                doc,
+                size,
+                used,
+            },
+        );
+    }
+
+    fn forget(&self, key: &Key) {
+        let mut inner = self.docs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = inner.entries.remove(key) {
+            inner.bytes -= old.size;
+        }
+    }
 }
 
 fn corrupt(key: &Key, e: serde_json::Error) -> ApiError {
@@ -103,7 +199,10 @@ fn corrupt(key: &Key, e: serde_json::Error) -> ApiError {
 
 impl Repos {
     pub fn new(store: Arc<dyn Store>) -> Repos {
-        Repos { store }
+        Repos {
+            store,
+            parsed: Arc::default(),
+        }
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -120,6 +219,37 @@ impl Repos {
                 serde_json::from_slice(&doc.bytes).map_err(|e| corrupt(key, e))?,
             )),
             Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Reads an index document through the replica's cache of parsed documents: one store
+    /// request every time (a conditional one when a parsed copy is held), a parse only when the
+    /// document changed.
+    async fn read_shared<T>(&self, key: &Key) -> ApiResult<Option<Arc<T>>>
+    where
+        T: DeserializeOwned + Send + Sync + 'static,
+    {
+        let held = self
+            .parsed
+            .lookup(key)
+            .and_then(|(etag, doc)| Some((etag, doc.downcast::<T>().ok()?)));
+        let fresh = match &held {
+            Some((etag, _)) => self.store.get_if_changed(key, INDEX_LIMIT, etag).await,
+            None => self.store.get(key, INDEX_LIMIT).await.map(Some),
+        };
+        match fresh {
+            Ok(None) => Ok(held.map(|(_, doc)| doc)),
+            Ok(Some(d)) => {
+                let doc: Arc<T> =
+                    Arc::new(serde_json::from_slice(&d.bytes).map_err(|e| corrupt(key, e))?);
+                self.parsed.insert(key, d.etag, doc.clone(), d.bytes.len());
+                Ok(Some(doc))
+            }
+            Err(e) if e.is_not_found() => {
+                self.parsed.forget(key);
+                Ok(None)
+            }
             Err(e) => Err(e.into()),
         }
     }
@@ -269,9 +399,9 @@ impl Repos {
     }
 
     pub async fn catalog(&self) -> ApiResult<Vec<String>> {
-        let doc: Option<CatalogDoc> = self.read(&layout::catalog(), INDEX_LIMIT).await?;
+        let doc = self.read_shared::<CatalogDoc>(&layout::catalog()).await?;
         Ok(doc
-            .map(|d| d.repositories.into_iter().collect())
+            .map(|d| d.repositories.iter().cloned().collect())
             .unwrap_or_default())
     }
 
@@ -395,8 +525,8 @@ impl Repos {
     // ---- tags ----
 
     async fn read_tag(&self, name: &Name, tag: &Tag) -> ApiResult<Option<TagEntry>> {
-        let doc: Option<TagsDoc> = self.read(&layout::tags(name), INDEX_LIMIT).await?;
-        Ok(doc.and_then(|mut d| d.tags.remove(tag.as_str())))
+        let doc = self.read_shared::<TagsDoc>(&layout::tags(name)).await?;
+        Ok(doc.and_then(|d| d.tags.get(tag.as_str()).cloned()))
     }
 
     /// The manifest a tag points at, with its media type and size: one read of the tag index
@@ -405,7 +535,7 @@ impl Repos {
     /// a tag found here is in the repository.
     /// The digest of every tag of the repository (for garbage collection's mark).
     pub async fn tag_digests(&self, name: &Name) -> ApiResult<Vec<Digest>> {
-        let doc: Option<TagsDoc> = self.read(&layout::tags(name), INDEX_LIMIT).await?;
+        let doc = self.read_shared::<TagsDoc>(&layout::tags(name)).await?;
         Ok(doc
             .map(|d| d.tags.values().map(|e| e.digest().clone()).collect())
             .unwrap_or_default())
@@ -413,12 +543,12 @@ impl Repos {
 
     /// Every tag of the repository with the digest it points at, in tag order.
     pub async fn tag_map(&self, name: &Name) -> ApiResult<Vec<(String, Digest)>> {
-        let doc: Option<TagsDoc> = self.read(&layout::tags(name), INDEX_LIMIT).await?;
+        let doc = self.read_shared::<TagsDoc>(&layout::tags(name)).await?;
         Ok(doc
             .map(|d| {
                 d.tags
-                    .into_iter()
-                    .map(|(t, e)| (t, e.digest().clone()))
+                    .iter()
+                    .map(|(t, e)| (t.clone(), e.digest().clone()))
                     .collect()
             })
             .unwrap_or_default())
@@ -505,14 +635,30 @@ impl Repos {
         Ok(removed)
     }
 
-    /// Tags in lexical (byte) order; `None` when the repository does not exist.
-    pub async fn tags(&self, name: &Name) -> ApiResult<Option<Vec<String>>> {
-        let doc: Option<TagsDoc> = self.read(&layout::tags(name), INDEX_LIMIT).await?;
-        match doc {
-            Some(d) => Ok(Some(d.tags.into_keys().collect())),
-            None if self.exists(name).await? => Ok(Some(Vec::new())),
-            None => Ok(None),
-        }
+    /// One page of the tags in lexical (byte) order: at most `n` tags after `last`, and
+    /// whether more follow; `None` when the repository does not exist. A page costs one store
+    /// request and the tags it returns, whatever the size of the index (see [`DocCache`]).
+    pub async fn tags_page(
+        &self,
+        name: &Name,
+        n: Option<usize>,
+        last: Option<&str>,
+    ) -> ApiResult<Option<(Vec<String>, bool)>> {
+        let Some(doc) = self.read_shared::<TagsDoc>(&layout::tags(name)).await? else {
+            return Ok(self.exists(name).await?.then(|| (Vec::new(), false)));
+        };
+        use std::ops::Bound;
+        let from = last.map_or(Bound::Unbounded, |l| Bound::Excluded(l));
+        let mut rest = doc
+            .tags
+            .range::<str, _>((from, Bound::Unbounded))
+            .map(|(t, _)| t);
+        let page: Vec<String> = match n {
+            Some(n) => rest.by_ref().take(n).cloned().collect(),
+            None => rest.by_ref().cloned().collect(),
+        };
+        let more = rest.next().is_some();
+        Ok(Some((page, more)))
     }
 
     // ---- referrers ----
@@ -575,5 +721,129 @@ mod tests {
         let back: TagsDoc = serde_json::from_str(&json).unwrap();
         assert_eq!(back.tags["new"], target);
         assert_eq!(back.tags["new"].digest(), &d);
+    }
+
+    fn target(d: &Digest) -> TagEntry {
+        TagEntry::Target(TagTarget {
+            digest: d.clone(),
+            media_type: "application/vnd.oci.image.manifest.v1+json".to_owned(),
+            size: 7,
+        })
+    }
+
+    /// Pages of a large tag index come from one parse held by the replica, and a write by
+    /// another replica (another `Repos` on the same store) shows on the next page at once.
+    #[tokio::test]
+    async fn tag_pages_use_the_parsed_index_and_see_other_replicas_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(crate::storage::FsStore::open(dir.path()).unwrap());
+        let (a, b) = (Repos::new(store.clone()), Repos::new(store.clone()));
+        let name = Name::parse("grow/big").unwrap();
+        a.ensure(&name).await.unwrap();
+        let d = Digest::sha256(b"m");
+        let doc = TagsDoc {
+            tags: (0..1000)
+                .map(|i| (format!("t{i:04}"), target(&d)))
+                .collect(),
+        };
+        let key = layout::tags(&name);
+        store
+            .put(
+                &key,
+                serde_json::to_vec(&doc).unwrap().into(),
+                PutMode::Overwrite,
+            )
+            .await
+            .unwrap();
+
+        let (mut all, mut last) = (Vec::new(), None::<String>);
+        loop {
+            let (page, more) = a
+                .tags_page(&name, Some(100), last.as_deref())
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(page.len() <= 100);
+            last = page.last().cloned();
+            all.extend(page);
+            if !more {
+                break;
+            }
+        }
+        let want: Vec<String> = doc.tags.keys().cloned().collect();
+        assert_eq!(all, want);
+        let (etag, _) = a.parsed.lookup(&key).expect("the index is held parsed");
+
+        let link = ManifestLink {
+            media_type: "application/vnd.oci.image.manifest.v1+json".to_owned(),
+            size: 7,
+            subject: None,
+        };
+        let added = Tag::parse("t0500x").unwrap();
+        b.set_tag(&name, &added, &d, &link, None).await.unwrap();
+        let (page, more) = a
+            .tags_page(&name, Some(2), Some("t0500"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((page, more), (vec!["t0500x".into(), "t0501".into()], true));
+        assert_ne!(
+            a.parsed.lookup(&key).unwrap().0,
+            etag,
+            "the new version is held"
+        );
+        assert_eq!(
+            a.resolve_tag_target(&name, &added)
+                .await
+                .unwrap()
+                .map(|t| t.digest),
+            Some(d.clone())
+        );
+
+        // The last page, a page past the end, and an index that is gone.
+        let (page, more) = a
+            .tags_page(&name, Some(5), Some("t0997"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((page, more), (vec!["t0998".into(), "t0999".into()], false));
+        let (page, more) = a.tags_page(&name, None, Some("u")).await.unwrap().unwrap();
+        assert_eq!((page, more), (Vec::<String>::new(), false));
+        store.delete(&key).await.unwrap();
+        assert_eq!(
+            a.tags_page(&name, Some(5), None).await.unwrap(),
+            Some((Vec::new(), false))
+        );
+        assert!(a.parsed.lookup(&key).is_none());
+        let unknown = Name::parse("grow/none").unwrap();
+        assert_eq!(a.tags_page(&unknown, None, None).await.unwrap(), None);
+    }
+
+    #[test]
+    fn the_parsed_document_cache_stays_within_its_budget() {
+        let cache = DocCache::default();
+        let doc: Arc<dyn std::any::Any + Send + Sync> = Arc::new(());
+        let size = DOC_CACHE_BYTES / 8;
+        for i in 0..20 {
+            let key = Key::new(format!("repositories/r{i}/_tags")).unwrap();
+            cache.insert(&key, crate::storage::Etag(i.to_string()), doc.clone(), size);
+            let inner = cache.docs.lock().unwrap();
+            assert!(inner.bytes <= DOC_CACHE_BYTES, "{} bytes held", inner.bytes);
+        }
+        let inner = cache.docs.lock().unwrap();
+        assert_eq!(inner.entries.len(), 8);
+        assert_eq!(inner.bytes, 8 * size);
+        drop(inner);
+        // The least recently used went first; small and oversized documents are not held.
+        let key = |i: usize| Key::new(format!("repositories/r{i}/_tags")).unwrap();
+        assert!(cache.lookup(&key(11)).is_none() && cache.lookup(&key(12)).is_some());
+        cache.insert(&key(30), crate::storage::Etag("s".into()), doc.clone(), 10);
+        cache.insert(
+            &key(31),
+            crate::storage::Etag("l".into()),
+            doc,
+            DOC_CACHE_BYTES,
+        );
+        assert!(cache.lookup(&key(30)).is_none() && cache.lookup(&key(31)).is_none());
     }
 }

@@ -3,20 +3,25 @@
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::{Req, hv, page, pagination};
+use super::{Req, hv, pagination};
 use crate::errors::{ApiError, ApiResult, Code};
 
 /// Lists a repository's tags in lexical order.
 pub(crate) async fn list(req: Req) -> ApiResult<Response> {
     let name = req.name().clone();
     let (n, last) = pagination(&req)?;
-    let Some(all) = req.state.app().repos.tags(&name).await? else {
+    let Some((tags, more)) = req
+        .state
+        .app()
+        .repos
+        .tags_page(&name, n, last.as_deref())
+        .await?
+    else {
         return Err(ApiError::new(
             Code::NameUnknown,
             format!("repository {name} is not known"),
         ));
     };
-    let (tags, more) = page(all, n, last.as_deref());
     let body = serde_json::json!({ "name": name.as_str(), "tags": tags });
     let mut resp = (StatusCode::OK, axum::Json(body)).into_response();
     if more && let (Some(n), Some(l)) = (n, tags.last()) {

@@ -63,6 +63,20 @@ impl Store for Instrumented {
         })
     }
 
+    fn get_if_changed<'a>(
+        &'a self,
+        key: &'a Key,
+        limit: u64,
+        known: &'a Etag,
+    ) -> BoxFuture<'a, StoreResult<Option<Document>>> {
+        Box::pin(async move {
+            let t = Instant::now();
+            let r = self.inner.get_if_changed(key, limit, known).await;
+            self.record("get", key, t, &r);
+            r
+        })
+    }
+
     fn put<'a>(
         &'a self,
         key: &'a Key,

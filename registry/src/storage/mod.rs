@@ -317,6 +317,25 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Reads a whole document of at most `limit` bytes ([`StoreError::TooLarge`] otherwise).
     fn get<'a>(&'a self, key: &'a Key, limit: u64) -> BoxFuture<'a, StoreResult<Document>>;
 
+    /// Reads a whole document like [`Store::get`] unless its version is still `known`: `None`
+    /// then, and the caller keeps the copy it parsed before. This is what lets a replica keep
+    /// large index documents (a repository's tags, the catalog) parsed in memory and still see
+    /// every other replica's writes: each read asks the store, and only the answer's body is
+    /// saved. The default reads the document and compares versions (the filesystem store's
+    /// version is its content hash, so a read costs the bytes but not the parse); S3 asks with
+    /// `If-None-Match` and gets a bodiless 304 when nothing changed.
+    fn get_if_changed<'a>(
+        &'a self,
+        key: &'a Key,
+        limit: u64,
+        known: &'a Etag,
+    ) -> BoxFuture<'a, StoreResult<Option<Document>>> {
+        Box::pin(async move {
+            let doc = self.get(key, limit).await?;
+            Ok((doc.etag != *known).then_some(doc))
+        })
+    }
+
     /// Writes a whole document atomically (a reader sees the old or the new bytes, never a mix).
     fn put<'a>(
         &'a self,

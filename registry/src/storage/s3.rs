@@ -357,9 +357,27 @@ impl Inner {
         object: &str,
         limit: u64,
     ) -> StoreResult<(Bytes, Head, String)> {
+        match self.get_bytes_unless(key, object, limit, None).await? {
+            Some(r) => Ok(r),
+            None => Err(self.backend(
+                object,
+                io::Error::other("304 Not Modified to a GET without a condition"),
+            )),
+        }
+    }
+
+    /// GET of a whole object, retried on backend failures; with `unless` (an ETag), `None`
+    /// when the object still has it (304 Not Modified).
+    async fn get_bytes_unless(
+        &self,
+        key: &Key,
+        object: &str,
+        limit: u64,
+        unless: Option<&str>,
+    ) -> StoreResult<Option<(Bytes, Head, String)>> {
         let mut tries = 0;
         loop {
-            match self.get_bytes_once(key, object, limit).await {
+            match self.get_bytes_once(key, object, limit, unless).await {
                 Err(StoreError::Backend { .. }) if tries < 2 => tries += 1,
                 r => return r,
             }
@@ -371,15 +389,25 @@ impl Inner {
         key: &Key,
         object: &str,
         limit: u64,
-    ) -> StoreResult<(Bytes, Head, String)> {
-        let out = self
+        unless: Option<&str>,
+    ) -> StoreResult<Option<(Bytes, Head, String)>> {
+        let out = match self
             .client
             .get_object()
             .bucket(&self.bucket)
             .key(object)
+            .set_if_none_match(unless.map(str::to_owned))
             .send()
             .await
-            .map_err(|e| self.fail(key, object, classify(e)))?;
+        {
+            Ok(out) => out,
+            Err(SdkError::ServiceError(e))
+                if unless.is_some() && e.raw().status().as_u16() == 304 =>
+            {
+                return Ok(None);
+            }
+            Err(e) => return Err(self.fail(key, object, classify(e))),
+        };
         let head = head_from(out.content_length(), out.last_modified(), out.metadata());
         let etag = out.e_tag().unwrap_or_default().to_owned();
         if head.size > limit {
@@ -405,7 +433,41 @@ impl Inner {
                 )),
             ));
         }
-        Ok((bytes, head, etag))
+        Ok(Some((bytes, head, etag)))
+    }
+
+    /// A whole document (following a blob reference to its data); `None` when `unless` is
+    /// still its version.
+    async fn document(
+        &self,
+        key: &Key,
+        limit: u64,
+        unless: Option<&str>,
+    ) -> StoreResult<Option<Document>> {
+        let object = self.full(key);
+        let Some((bytes, head, etag)) = self.get_bytes_unless(key, &object, limit, unless).await?
+        else {
+            return Ok(None);
+        };
+        let bytes = match (head.kind.as_deref(), head.data) {
+            (Some(KIND_REF), Some(data)) => {
+                let size = head.ref_size.unwrap_or(u64::MAX);
+                if size > limit {
+                    return Err(StoreError::TooLarge {
+                        store: NAME,
+                        key: key.clone(),
+                        limit,
+                    });
+                }
+                self.get_bytes(key, &data, limit).await?.0
+            }
+            (Some(KIND_STAGING), _) => return Err(self.not_found(key)),
+            _ => bytes,
+        };
+        Ok(Some(Document {
+            bytes,
+            etag: Etag(etag),
+        }))
     }
 
     /// Writes an object; `cond` is `Some("*")` for create-only or `Some(etag)` for replace.
@@ -807,28 +869,26 @@ impl Store for S3Store {
 
     fn get<'a>(&'a self, key: &'a Key, limit: u64) -> BoxFuture<'a, StoreResult<Document>> {
         Box::pin(async move {
-            let inner = &self.inner;
-            let object = inner.full(key);
-            let (bytes, head, etag) = inner.get_bytes(key, &object, limit).await?;
-            let bytes = match (head.kind.as_deref(), head.data) {
-                (Some(KIND_REF), Some(data)) => {
-                    let size = head.ref_size.unwrap_or(u64::MAX);
-                    if size > limit {
-                        return Err(StoreError::TooLarge {
-                            store: NAME,
-                            key: key.clone(),
-                            limit,
-                        });
-                    }
-                    inner.get_bytes(key, &data, limit).await?.0
-                }
-                (Some(KIND_STAGING), _) => return Err(inner.not_found(key)),
-                _ => bytes,
-            };
-            Ok(Document {
-                bytes,
-                etag: Etag(etag),
-            })
+            match self.inner.document(key, limit, None).await? {
+                Some(doc) => Ok(doc),
+                None => Err(self.inner.backend(
+                    &self.inner.full(key),
+                    io::Error::other("304 Not Modified to a GET without a condition"),
+                )),
+            }
+        })
+    }
+
+    fn get_if_changed<'a>(
+        &'a self,
+        key: &'a Key,
+        limit: u64,
+        known: &'a Etag,
+    ) -> BoxFuture<'a, StoreResult<Option<Document>>> {
+        Box::pin(async move {
+            let doc = self.inner.document(key, limit, Some(&known.0)).await?;
+            // A gateway that ignores If-None-Match answers 200 with the same version.
+            Ok(doc.filter(|d| d.etag != *known))
         })
     }
 

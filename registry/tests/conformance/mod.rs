@@ -18,6 +18,7 @@ macro_rules! store_suite {
             documents_round_trip,
             create_is_exclusive,
             replace_needs_the_current_etag,
+            get_if_changed_reads_only_a_new_version,
             overwrite_always_writes,
             get_respects_the_limit,
             concurrent_creates_have_one_winner,
@@ -126,6 +127,34 @@ pub async fn replace_needs_the_current_etag(store: Arc<dyn Store>) {
         .await;
     assert_eq!(kind(gone), ErrorKind::PreconditionFailed);
     assert_eq!(kind(store.stat(&k).await), ErrorKind::NotFound);
+}
+
+pub async fn get_if_changed_reads_only_a_new_version(store: Arc<dyn Store>) {
+    let k = key("docs/c");
+    let e1 = store
+        .put(&k, Bytes::from_static(b"v1"), PutMode::Create)
+        .await
+        .unwrap();
+    let first = store.get(&k, 10).await.unwrap();
+    assert_eq!(first.etag, e1);
+    assert!(store.get_if_changed(&k, 10, &e1).await.unwrap().is_none());
+    // Another writer (another replica) replaces it: the next read returns the new version.
+    let e2 = store
+        .put(&k, Bytes::from_static(b"v2"), PutMode::Replace(e1.clone()))
+        .await
+        .unwrap();
+    let changed = store.get_if_changed(&k, 10, &e1).await.unwrap().unwrap();
+    assert_eq!((&changed.bytes[..], &changed.etag), (&b"v2"[..], &e2));
+    assert!(store.get_if_changed(&k, 10, &e2).await.unwrap().is_none());
+    // The limit holds for a changed document, and a deleted one is not found.
+    let e3 = store
+        .put(&k, Bytes::from_static(b"longer than ten"), PutMode::Overwrite)
+        .await
+        .unwrap();
+    assert_eq!(kind(store.get_if_changed(&k, 10, &e2).await), ErrorKind::TooLarge);
+    assert!(store.get_if_changed(&k, 100, &e3).await.unwrap().is_none());
+    store.delete(&k).await.unwrap();
+    assert_eq!(kind(store.get_if_changed(&k, 10, &e3).await), ErrorKind::NotFound);
 }
 
 pub async fn overwrite_always_writes(store: Arc<dyn Store>) {
