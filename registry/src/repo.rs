@@ -648,7 +648,7 @@ impl Repos {
             return Ok(self.exists(name).await?.then(|| (Vec::new(), false)));
         };
         use std::ops::Bound;
-        let from = last.map_or(Bound::Unbounded, |l| Bound::Excluded(l));
+        let from = last.map_or(Bound::Unbounded, Bound::Excluded);
         let mut rest = doc
             .tags
             .range::<str, _>((from, Bound::Unbounded))
