@@ -405,6 +405,32 @@ impl Repos {
             .unwrap_or_default())
     }
 
+    /// One page of the catalog (repository names in byte order) after `last`, of the names
+    /// `keep` accepts, and whether more follow: a page costs one store request and the names
+    /// it passes over, not a copy of the whole catalog (see [`DocCache`]).
+    pub async fn catalog_page(
+        &self,
+        n: Option<usize>,
+        last: Option<&str>,
+        keep: impl Fn(&str) -> bool,
+    ) -> ApiResult<(Vec<String>, bool)> {
+        let Some(doc) = self.read_shared::<CatalogDoc>(&layout::catalog()).await? else {
+            return Ok((Vec::new(), false));
+        };
+        use std::ops::Bound;
+        let from = last.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut rest = doc
+            .repositories
+            .range::<str, _>((from, Bound::Unbounded))
+            .filter(|r| keep(r));
+        let page: Vec<String> = match n {
+            Some(n) => rest.by_ref().take(n).cloned().collect(),
+            None => rest.by_ref().cloned().collect(),
+        };
+        let more = rest.next().is_some();
+        Ok((page, more))
+    }
+
     // ---- blobs ----
 
     /// Size of a committed blob anywhere in the registry.
@@ -817,6 +843,39 @@ mod tests {
         assert!(a.parsed.lookup(&key).is_none());
         let unknown = Name::parse("grow/none").unwrap();
         assert_eq!(a.tags_page(&unknown, None, None).await.unwrap(), None);
+    }
+
+    /// Catalog pages pass over names the caller may not list without counting them, and say
+    /// "more" only when a listable name follows.
+    #[tokio::test]
+    async fn catalog_pages_filter_without_losing_their_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(crate::storage::FsStore::open(dir.path()).unwrap());
+        let repos = Repos::new(store);
+        for n in ["a/1", "b/1", "a/2", "b/2", "a/3", "b/3"] {
+            repos.ensure(&Name::parse(n).unwrap()).await.unwrap();
+        }
+        let only_a = |r: &str| r.starts_with("a/");
+        let page = repos.catalog_page(Some(2), None, only_a).await.unwrap();
+        assert_eq!(page, (vec!["a/1".into(), "a/2".into()], true));
+        let page = repos
+            .catalog_page(Some(2), Some("a/2"), only_a)
+            .await
+            .unwrap();
+        assert_eq!(page, (vec!["a/3".into()], false));
+        let page = repos
+            .catalog_page(Some(1), Some("a/1"), only_a)
+            .await
+            .unwrap();
+        assert_eq!(page, (vec!["a/2".into()], true));
+        let page = repos
+            .catalog_page(None, Some("a/3"), |_| true)
+            .await
+            .unwrap();
+        assert_eq!(
+            page,
+            (vec!["b/1".into(), "b/2".into(), "b/3".into()], false)
+        );
     }
 
     #[test]

@@ -148,13 +148,23 @@ pub async fn get_if_changed_reads_only_a_new_version(store: Arc<dyn Store>) {
     assert!(store.get_if_changed(&k, 10, &e2).await.unwrap().is_none());
     // The limit holds for a changed document, and a deleted one is not found.
     let e3 = store
-        .put(&k, Bytes::from_static(b"longer than ten"), PutMode::Overwrite)
+        .put(
+            &k,
+            Bytes::from_static(b"longer than ten"),
+            PutMode::Overwrite,
+        )
         .await
         .unwrap();
-    assert_eq!(kind(store.get_if_changed(&k, 10, &e2).await), ErrorKind::TooLarge);
+    assert_eq!(
+        kind(store.get_if_changed(&k, 10, &e2).await),
+        ErrorKind::TooLarge
+    );
     assert!(store.get_if_changed(&k, 100, &e3).await.unwrap().is_none());
     store.delete(&k).await.unwrap();
-    assert_eq!(kind(store.get_if_changed(&k, 10, &e3).await), ErrorKind::NotFound);
+    assert_eq!(
+        kind(store.get_if_changed(&k, 10, &e3).await),
+        ErrorKind::NotFound
+    );
 }
 
 pub async fn overwrite_always_writes(store: Arc<dyn Store>) {
