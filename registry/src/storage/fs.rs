@@ -45,7 +45,40 @@ pub struct FsStore {
 #[derive(Debug)]
 struct Inner {
     root: PathBuf,
+    /// The version (content hash) of large documents as last read, by the identity of the
+    /// file that held it, for [`Store::get_if_changed`]: a document is replaced by renaming a
+    /// new file over it, so a file with the same inode, size and times still holds the same
+    /// bytes, and a `stat` answers "unchanged" without reading and hashing the document.
+    versions: std::sync::Mutex<std::collections::HashMap<Key, (FileId, Etag)>>,
 }
+
+/// What identifies one version of a document file (see `Inner::versions`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+}
+
+impl FileId {
+    fn of(m: &fs::Metadata) -> FileId {
+        use std::os::unix::fs::MetadataExt as _;
+        FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+            ctime_ns: i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
+        }
+    }
+}
+
+/// Documents smaller than this are read again on every [`Store::get_if_changed`]: cheap.
+const VERSION_MIN: u64 = 16 << 10;
+/// Versions remembered at most (forgotten all at once beyond it; a forgotten one costs a read).
+const VERSION_ENTRIES: usize = 4096;
 
 impl FsStore {
     /// Opens (creating if needed) a store rooted at `root`.
@@ -54,7 +87,10 @@ impl FsStore {
         fs::create_dir_all(root.join(".tmp"))?;
         fs::create_dir_all(root.join(".locks"))?;
         Ok(FsStore {
-            inner: Arc::new(Inner { root }),
+            inner: Arc::new(Inner {
+                root,
+                versions: Default::default(),
+            }),
         })
     }
 
@@ -183,6 +219,45 @@ impl Inner {
     }
 
     fn read_doc(&self, key: &Key, limit: u64) -> StoreResult<Document> {
+        self.read_doc_id(key, limit).map(|(doc, _)| doc)
+    }
+
+    /// [`Store::get_if_changed`]: a `stat`, and a read only when the file is not the one last
+    /// read with version `known`.
+    fn read_doc_unless(
+        &self,
+        key: &Key,
+        limit: u64,
+        known: &Etag,
+    ) -> StoreResult<Option<Document>> {
+        let meta = fs::metadata(self.path(key)).map_err(|e| map_io(key, e))?;
+        if meta.is_dir() {
+            return Err(not_found(key));
+        }
+        let id = FileId::of(&meta);
+        {
+            let versions = self.versions.lock().unwrap_or_else(|e| e.into_inner());
+            if versions
+                .get(key)
+                .is_some_and(|(i, e)| *i == id && e == known)
+            {
+                return Ok(None);
+            }
+        }
+        let (doc, id) = self.read_doc_id(key, limit)?;
+        if id.size >= VERSION_MIN {
+            let mut versions = self.versions.lock().unwrap_or_else(|e| e.into_inner());
+            if versions.len() >= VERSION_ENTRIES {
+                versions.clear();
+            }
+            versions.insert(key.clone(), (id, doc.etag.clone()));
+        }
+        Ok((doc.etag != *known).then_some(doc))
+    }
+
+    /// A document with the identity of the file it was read from (`fstat` of the open file,
+    /// so the two always belong together).
+    fn read_doc_id(&self, key: &Key, limit: u64) -> StoreResult<(Document, FileId)> {
         let path = self.path(key);
         let mut f = File::open(&path).map_err(|e| map_io(key, e))?;
         let meta = f.metadata().map_err(|e| backend(key, e))?;
@@ -209,10 +284,13 @@ impl Inner {
             });
         }
         let etag = etag_of(&buf);
-        Ok(Document {
-            bytes: Bytes::from(buf),
-            etag,
-        })
+        Ok((
+            Document {
+                bytes: Bytes::from(buf),
+                etag,
+            },
+            FileId::of(&meta),
+        ))
     }
 
     fn put_doc(&self, key: &Key, bytes: &[u8], mode: &PutMode) -> StoreResult<Etag> {
@@ -361,6 +439,19 @@ impl Store for FsStore {
         let inner = self.inner.clone();
         let k = key.clone();
         Box::pin(blocking(key, move || inner.read_doc(&k, limit)))
+    }
+
+    fn get_if_changed<'a>(
+        &'a self,
+        key: &'a Key,
+        limit: u64,
+        known: &'a Etag,
+    ) -> BoxFuture<'a, StoreResult<Option<Document>>> {
+        let inner = self.inner.clone();
+        let (k, known) = (key.clone(), known.clone());
+        Box::pin(blocking(key, move || {
+            inner.read_doc_unless(&k, limit, &known)
+        }))
     }
 
     fn put<'a>(
