@@ -3,6 +3,7 @@
 //! and retried on conflict, so concurrent requests on any number of replicas never lose an update.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -89,6 +90,19 @@ struct ReferrersDoc {
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
 struct CatalogDoc {
     repositories: BTreeSet<String>,
+}
+
+/// At most `n` names from `rest` (all without `n`), and whether any follow.
+fn take_page<'a>(
+    mut rest: impl Iterator<Item = &'a String>,
+    n: Option<usize>,
+) -> (Vec<String>, bool) {
+    let page = rest
+        .by_ref()
+        .take(n.unwrap_or(usize::MAX))
+        .cloned()
+        .collect();
+    (page, rest.next().is_some())
 }
 
 /// Repository-level operations on a store.
@@ -417,18 +431,12 @@ impl Repos {
         let Some(doc) = self.read_shared::<CatalogDoc>(&layout::catalog()).await? else {
             return Ok((Vec::new(), false));
         };
-        use std::ops::Bound;
-        let from = last.map_or(Bound::Unbounded, Bound::Excluded);
-        let mut rest = doc
-            .repositories
-            .range::<str, _>((from, Bound::Unbounded))
-            .filter(|r| keep(r));
-        let page: Vec<String> = match n {
-            Some(n) => rest.by_ref().take(n).cloned().collect(),
-            None => rest.by_ref().cloned().collect(),
-        };
-        let more = rest.next().is_some();
-        Ok((page, more))
+        let after = (
+            last.map_or(Bound::Unbounded, Bound::Excluded),
+            Bound::Unbounded,
+        );
+        let rest = doc.repositories.range::<str, _>(after).filter(|r| keep(r));
+        Ok(take_page(rest, n))
     }
 
     // ---- blobs ----
@@ -673,18 +681,12 @@ impl Repos {
         let Some(doc) = self.read_shared::<TagsDoc>(&layout::tags(name)).await? else {
             return Ok(self.exists(name).await?.then(|| (Vec::new(), false)));
         };
-        use std::ops::Bound;
-        let from = last.map_or(Bound::Unbounded, Bound::Excluded);
-        let mut rest = doc
-            .tags
-            .range::<str, _>((from, Bound::Unbounded))
-            .map(|(t, _)| t);
-        let page: Vec<String> = match n {
-            Some(n) => rest.by_ref().take(n).cloned().collect(),
-            None => rest.by_ref().cloned().collect(),
-        };
-        let more = rest.next().is_some();
-        Ok(Some((page, more)))
+        let after = (
+            last.map_or(Bound::Unbounded, Bound::Excluded),
+            Bound::Unbounded,
+        );
+        let rest = doc.tags.range::<str, _>(after).map(|(t, _)| t);
+        Ok(Some(take_page(rest, n)))
     }
 
     // ---- referrers ----
