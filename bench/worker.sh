@@ -108,11 +108,14 @@ TREE_FILES=$(find "$OUT/tree" -type f | wc -l)
 LAYER_BYTES=$(find "$OUT/image/blobs/sha256" -type f -printf '%s\n' | sort -n | tail -1)
 
 # The registry, fresh for each invocation; stopped on exit.
-rm -rf "$OUT/registry"
+# The old log goes first: the shell may look at it before the new server's redirect empties it.
+rm -rf "$OUT/registry" "$OUT/registry.log"
 "$RDCTL" registry serve --listen 127.0.0.1:0 --data "$OUT/registry" 2>"$OUT/registry.log" &
 REG_PID=$!
 PROXY_PIDS=()
-trap 'kill $REG_PID ${PROXY_PIDS[*]} 2>/dev/null || true' EXIT
+TRASH=""
+# On any exit: stop the servers, and delete the runs' trees moved aside (gigabytes).
+trap 'kill $REG_PID ${PROXY_PIDS[*]} 2>/dev/null || true; [ -z "$TRASH" ] || rm -rf "$TRASH"' EXIT
 HOST=""
 for _ in $(seq 100); do
 	HOST=$(sed -n 's/.*registry listening on \([0-9.:]*\).*/\1/p' "$OUT/registry.log" | head -1)
@@ -145,14 +148,15 @@ if [ "$POLICY" = 1 ]; then
 	sed -i '1i policy = "policy.toml"' "$OUT/node/worker.toml"
 fi
 
-timed() { # "seconds peak_rss_kib" of a command (its largest process, for pipelines)
+timed() { # "seconds peak_rss_kib cpu_seconds" of a command (its largest process, for pipelines)
 	local log="$OUT/time.log"
 	/usr/bin/time -v -o "$log" "$@" >/dev/null 2>"$OUT/cmd.err" || { cat "$OUT/cmd.err" >&2; return 1; }
 	local wall rss
 	wall=$(sed -n 's/.*Elapsed (wall clock) time (h:mm:ss or m:ss): //p' "$log" |
 		awk -F: '{ if (NF == 3) print $1 * 3600 + $2 * 60 + $3; else print $1 * 60 + $2 }')
 	rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$log")
-	echo "$wall $rss"
+	cpu=$(awk -F': ' '/User time|System time/ { s += $2 } END { printf "%.2f", s }' "$log")
+	echo "$wall $rss $cpu"
 }
 stats() { # list of numbers -> "min median max"
 	printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; printf "%.2f %.2f %.2f", a[1], m, a[NR] }'
@@ -164,7 +168,7 @@ BLOB_URLS=$(curl -sf -H 'Accept: application/vnd.oci.image.manifest.v1+json' "ht
 	jq -r --arg u "http://$HOST/v2/bench/worker/blobs/" '[.config.digest] + [.layers[].digest] | .[] | $u + .')
 download="for u in $(echo $BLOB_URLS); do curl -sf -o /dev/null \$u & done; wait"
 peer="mkdir -p $OUT/peer && skopeo --insecure-policy copy -q --src-tls-verify=false docker://$REF oci:$OUT/peer/image:1 && $UMOCI raw unpack ${ROOTLESS[*]} --image $OUT/peer/image:1 $OUT/peer/root"
-a_t=() a_r=() b_t=() b_r=() c_t=() p_t=() d_t=()
+a_t=() a_r=() a_c=() b_t=() b_r=() c_t=() p_t=() d_t=()
 TRASH=$(mktemp -d "$OUT/trash.XXXXXX")
 for i in $(seq "$RUNS"); do
 	# The previous run's trees are moved aside, not deleted: ext4 skips recently deleted inodes
@@ -174,8 +178,8 @@ for i in $(seq "$RUNS"); do
 	[ ! -e "$OUT/node/state" ] || mv "$OUT/node/state" "$TRASH/state-$i"
 	[ ! -e "$OUT/node/roots" ] || mv "$OUT/node/roots" "$TRASH/roots-$i"
 	sync
-	read -r t r < <(RDCTL_LOG=info NO_COLOR=1 timed "$RDCTL" worker run --once --config "$OUT/node/worker.toml")
-	a_t+=("$t") a_r+=("$r")
+	read -r t r c < <(RDCTL_LOG=info NO_COLOR=1 timed "$RDCTL" worker run --once --config "$OUT/node/worker.toml")
+	a_t+=("$t") a_r+=("$r") a_c+=("$c")
 	if [ "$POLICY" = 1 ]; then
 		# took_ms of the two admission checks and of the pull, from the worker's log.
 		grep -q 'admitted=true' "$OUT/cmd.err" || { echo "the policy did not admit the image:" >&2; cat "$OUT/cmd.err" >&2; exit 1; }
@@ -184,9 +188,9 @@ for i in $(seq "$RUNS"); do
 	fi
 	[ ! -e "$OUT/peer" ] || mv "$OUT/peer" "$TRASH/peer-$i"
 	sync
-	read -r t r < <(timed sh -c "$peer")
+	read -r t r _ < <(timed sh -c "$peer")
 	b_t+=("$t") b_r+=("$r")
-	read -r t r < <(timed sh -c "$download")
+	read -r t r _ < <(timed sh -c "$download")
 	d_t+=("$t")
 	echo "run $i: rdctl worker ${a_t[-1]} s, skopeo+umoci ${b_t[-1]} s, curl download ${d_t[-1]} s" >&2
 done
@@ -233,20 +237,24 @@ asyncio.run(main())
 PY
 RATE_ROWS=()
 for rate in $RATES; do
+	rm -f "$OUT/proxy-$rate.port"
 	python3 "$OUT/ratelimit.py" "${HOST%:*}" "${HOST##*:}" "$rate" >"$OUT/proxy-$rate.port" &
 	PROXY_PIDS+=($!)
-	for _ in $(seq 50); do [ -s "$OUT/proxy-$rate.port" ] && break; sleep 0.1; done
+	for _ in $(seq 300); do [ -s "$OUT/proxy-$rate.port" ] && break; sleep 0.1; done
+	[ -s "$OUT/proxy-$rate.port" ] || { echo "the $rate Mbit/s proxy did not start" >&2; exit 1; }
 	PHOST="127.0.0.1:$(cat "$OUT/proxy-$rate.port")"
 	printf 'name = "bench"\nimage = "%s"\npull_policy = "Always"\n' "$PHOST/bench/worker:1" >"$OUT/node/zones/bench.toml"
 	p_download="for u in $(echo $BLOB_URLS | sed "s#http://$HOST/#http://$PHOST/#g"); do curl -sf -o /dev/null \$u & done; wait"
-	w_t=() l_t=()
+	w_t=() w_c=() l_t=()
 	for i in $(seq "$RUNS"); do
 		[ ! -e "$OUT/node/state" ] || mv "$OUT/node/state" "$TRASH/state-$rate-$i"
 		[ ! -e "$OUT/node/roots" ] || mv "$OUT/node/roots" "$TRASH/roots-$rate-$i"
 		sync
-		read -r t r < <(RDCTL_LOG=info NO_COLOR=1 timed "$RDCTL" worker run --once --config "$OUT/node/worker.toml")
-		w_t+=("$t")
-		read -r t r < <(timed sh -c "$p_download")
+		read -r t r c < <(RDCTL_LOG=info NO_COLOR=1 timed "$RDCTL" worker run --once --config "$OUT/node/worker.toml")
+		w_t+=("$t") w_c+=("$c")
+		# An overlapped unpack that had to be redone from the store would time two unpacks.
+		! grep -q 'unpacking again' "$OUT/cmd.err" || echo "$rate Mbit/s run $i: the worker unpacked twice" >&2
+		read -r t r _ < <(timed sh -c "$p_download")
 		l_t+=("$t")
 		echo "$rate Mbit/s run $i: rdctl worker ${w_t[-1]} s, curl download ${l_t[-1]} s" >&2
 	done
@@ -254,7 +262,8 @@ for rate in $RATES; do
 		{ echo "the worker's root through the $rate Mbit/s proxy differs from the tree" >&2; exit 1; }
 	read -r wmin wmed wmax <<<"$(stats "${w_t[@]}")"
 	read -r lmin lmed lmax <<<"$(stats "${l_t[@]}")"
-	RATE_ROWS+=("| $rate Mbit/s ($(awk -v r="$rate" 'BEGIN { printf "%.1f", r / 8 }') MB/s) | $wmin / $wmed / $wmax | $lmin / $lmed / $lmax | $(awk -v a="$wmed" -v d="$lmed" 'BEGIN { printf "%.2f", a / d }')× |")
+	read -r _ cmed _ <<<"$(stats "${w_c[@]}")"
+	RATE_ROWS+=("| $rate Mbit/s ($(awk -v r="$rate" 'BEGIN { printf "%.1f", r / 8 }') MB/s) | $wmin / $wmed / $wmax | $lmin / $lmed / $lmax | $(awk -v a="$wmed" -v d="$lmed" 'BEGIN { printf "%.2f", a / d }')× | $cmed |")
 done
 printf 'name = "bench"\nimage = "%s"\npull_policy = "Always"\n' "$REF" >"$OUT/node/zones/bench.toml"
 rm -rf "$TRASH"
@@ -284,9 +293,9 @@ TABLE="$OUT/../worker.md"
 	if [ ${#RATE_ROWS[@]} -gt 0 ]; then
 		echo "Through a rate-limiting proxy on loopback (one limit for all of a side's connections; goal: worker ≤ 1.3× the download):"
 		echo
-		echo "| link | rdctl worker run --once s (min/median/max) | download: curl, all blobs at once, s (min/median/max) | worker / download (median) |"
-		echo "|---|---|---|---|"
-		echo "| loopback, no limit | $amin / $amed / $amax | $dmin / $dmed / $dmax | ${dratio}× |"
+		echo "| link | rdctl worker run --once s (min/median/max) | download: curl, all blobs at once, s (min/median/max) | worker / download (median) | worker CPU s, user + system (median) |"
+		echo "|---|---|---|---|---|"
+		echo "| loopback, no limit | $amin / $amed / $amax | $dmin / $dmed / $dmax | ${dratio}× | $(stats "${a_c[@]}" | cut -d' ' -f2) |"
 		printf '%s\n' "${RATE_ROWS[@]}"
 		echo
 	fi
