@@ -118,7 +118,7 @@ TRASH=""
 trap 'kill $REG_PID ${PROXY_PIDS[*]} 2>/dev/null || true; [ -z "$TRASH" ] || rm -rf "$TRASH"' EXIT
 HOST=""
 for _ in $(seq 100); do
-	HOST=$(sed -n 's/.*registry listening on \([0-9.:]*\).*/\1/p' "$OUT/registry.log" | head -1)
+	HOST=$(sed -n 's/.*registry listening on \([0-9.:]*\).*/\1/p' "$OUT/registry.log" 2>/dev/null | head -1) || true
 	[ -n "$HOST" ] && break
 	sleep 0.1
 done
