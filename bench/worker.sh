@@ -10,6 +10,10 @@
 # A third side is the download alone: every blob of the image (config and layers) fetched at
 # once with one `curl` each to /dev/null from the same registry, in the same run (issue 21's
 # floor: the worker at ≤ 1.3× of it).
+# Then the worker and the download again, through a rate-limiting proxy on loopback for each
+# rate of --rates (Mbit/s; one limit shared by every connection of a side, the response
+# direction only), interleaved as above: where the link is the bottleneck, a worker that
+# unpacks while it downloads takes about the download's time.
 # Runs A/B interleaved, prints min/median/max seconds, the ratio of medians (goal: the worker
 # at ≤ 0.5× the peer's time) and each side's peak RSS (/usr/bin/time -v), and appends the table
 # to docs/benchmarks.md.
@@ -21,6 +25,7 @@
 #                pull) against the pull, from the worker's log
 #     --runs N   runs per side (default 5)
 #     --no-docs  print the table only (bench/out/worker.md), do not append to docs
+#     --rates "R…"  link rates in Mbit/s for the rate-limited runs (default "1000 250"; "" for none)
 # Needs: cargo, python3, GNU tar, skopeo, .tools/bin/umoci-0.6, /usr/bin/time (Debian `time`).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,13 +33,15 @@ QUICK=0
 RUNS=5
 DOCS=1
 POLICY=0
+RATES="1000 250"
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--quick) QUICK=1; RUNS=3 ;;
 	--runs) RUNS="$2"; shift ;;
 	--no-docs) DOCS=0 ;;
 	--policy) POLICY=1 ;;
-	-h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+	--rates) RATES="$2"; shift ;;
+	-h | --help) sed -n '2,27p' "$0"; exit 0 ;;
 	*) echo "unknown option $1" >&2; exit 2 ;;
 	esac
 	shift
@@ -101,13 +108,17 @@ TREE_FILES=$(find "$OUT/tree" -type f | wc -l)
 LAYER_BYTES=$(find "$OUT/image/blobs/sha256" -type f -printf '%s\n' | sort -n | tail -1)
 
 # The registry, fresh for each invocation; stopped on exit.
-rm -rf "$OUT/registry"
+# The old log goes first: the shell may look at it before the new server's redirect empties it.
+rm -rf "$OUT/registry" "$OUT/registry.log"
 "$RDCTL" registry serve --listen 127.0.0.1:0 --data "$OUT/registry" 2>"$OUT/registry.log" &
 REG_PID=$!
-trap 'kill $REG_PID 2>/dev/null || true' EXIT
+PROXY_PIDS=()
+TRASH=""
+# On any exit: stop the servers, and delete the runs' trees moved aside (gigabytes).
+trap 'kill $REG_PID ${PROXY_PIDS[*]} 2>/dev/null || true; [ -z "$TRASH" ] || rm -rf "$TRASH"' EXIT
 HOST=""
 for _ in $(seq 100); do
-	HOST=$(sed -n 's/.*registry listening on \([0-9.:]*\).*/\1/p' "$OUT/registry.log" | head -1)
+	HOST=$(sed -n 's/.*registry listening on \([0-9.:]*\).*/\1/p' "$OUT/registry.log" 2>/dev/null | head -1) || true
 	[ -n "$HOST" ] && break
 	sleep 0.1
 done
@@ -137,14 +148,15 @@ if [ "$POLICY" = 1 ]; then
 	sed -i '1i policy = "policy.toml"' "$OUT/node/worker.toml"
 fi
 
-timed() { # "seconds peak_rss_kib" of a command (its largest process, for pipelines)
+timed() { # "seconds peak_rss_kib cpu_seconds" of a command (its largest process, for pipelines)
 	local log="$OUT/time.log"
 	/usr/bin/time -v -o "$log" "$@" >/dev/null 2>"$OUT/cmd.err" || { cat "$OUT/cmd.err" >&2; return 1; }
 	local wall rss
 	wall=$(sed -n 's/.*Elapsed (wall clock) time (h:mm:ss or m:ss): //p' "$log" |
 		awk -F: '{ if (NF == 3) print $1 * 3600 + $2 * 60 + $3; else print $1 * 60 + $2 }')
 	rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$log")
-	echo "$wall $rss"
+	cpu=$(awk -F': ' '/User time|System time/ { s += $2 } END { printf "%.2f", s }' "$log")
+	echo "$wall $rss $cpu"
 }
 stats() { # list of numbers -> "min median max"
 	printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; printf "%.2f %.2f %.2f", a[1], m, a[NR] }'
@@ -156,7 +168,7 @@ BLOB_URLS=$(curl -sf -H 'Accept: application/vnd.oci.image.manifest.v1+json' "ht
 	jq -r --arg u "http://$HOST/v2/bench/worker/blobs/" '[.config.digest] + [.layers[].digest] | .[] | $u + .')
 download="for u in $(echo $BLOB_URLS); do curl -sf -o /dev/null \$u & done; wait"
 peer="mkdir -p $OUT/peer && skopeo --insecure-policy copy -q --src-tls-verify=false docker://$REF oci:$OUT/peer/image:1 && $UMOCI raw unpack ${ROOTLESS[*]} --image $OUT/peer/image:1 $OUT/peer/root"
-a_t=() a_r=() b_t=() b_r=() c_t=() p_t=() d_t=()
+a_t=() a_r=() a_c=() b_t=() b_r=() c_t=() p_t=() d_t=()
 TRASH=$(mktemp -d "$OUT/trash.XXXXXX")
 for i in $(seq "$RUNS"); do
 	# The previous run's trees are moved aside, not deleted: ext4 skips recently deleted inodes
@@ -166,8 +178,8 @@ for i in $(seq "$RUNS"); do
 	[ ! -e "$OUT/node/state" ] || mv "$OUT/node/state" "$TRASH/state-$i"
 	[ ! -e "$OUT/node/roots" ] || mv "$OUT/node/roots" "$TRASH/roots-$i"
 	sync
-	read -r t r < <(RDCTL_LOG=info NO_COLOR=1 timed "$RDCTL" worker run --once --config "$OUT/node/worker.toml")
-	a_t+=("$t") a_r+=("$r")
+	read -r t r c < <(RDCTL_LOG=info NO_COLOR=1 timed "$RDCTL" worker run --once --config "$OUT/node/worker.toml")
+	a_t+=("$t") a_r+=("$r") a_c+=("$c")
 	if [ "$POLICY" = 1 ]; then
 		# took_ms of the two admission checks and of the pull, from the worker's log.
 		grep -q 'admitted=true' "$OUT/cmd.err" || { echo "the policy did not admit the image:" >&2; cat "$OUT/cmd.err" >&2; exit 1; }
@@ -176,12 +188,84 @@ for i in $(seq "$RUNS"); do
 	fi
 	[ ! -e "$OUT/peer" ] || mv "$OUT/peer" "$TRASH/peer-$i"
 	sync
-	read -r t r < <(timed sh -c "$peer")
+	read -r t r _ < <(timed sh -c "$peer")
 	b_t+=("$t") b_r+=("$r")
-	read -r t r < <(timed sh -c "$download")
+	read -r t r _ < <(timed sh -c "$download")
 	d_t+=("$t")
 	echo "run $i: rdctl worker ${a_t[-1]} s, skopeo+umoci ${b_t[-1]} s, curl download ${d_t[-1]} s" >&2
 done
+# The rate-limited link: a proxy on loopback that passes responses at RATE Mbit/s in all (one
+# schedule for every connection, 128 KiB at a time), requests as they come.
+cat >"$OUT/ratelimit.py" <<'PY'
+import asyncio, sys, time
+upstream_host, upstream_port, rate = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]) * 1e6 / 8
+state = {"next": 0.0}
+async def take(n):
+    now = time.monotonic()
+    start = max(now, state["next"])
+    state["next"] = start + n / rate
+    if start > now:
+        await asyncio.sleep(start - now)
+async def pipe(r, w, limited):
+    try:
+        while True:
+            data = await r.read(128 << 10)
+            if not data:
+                break
+            if limited:
+                await take(len(data))
+            w.write(data)
+            await w.drain()
+        w.write_eof()
+    except (ConnectionError, OSError):
+        pass
+async def serve(cr, cw):
+    try:
+        ur, uw = await asyncio.open_connection(upstream_host, upstream_port)
+    except OSError:
+        cw.close()
+        return
+    await asyncio.gather(pipe(cr, uw, False), pipe(ur, cw, True))
+    for w in (cw, uw):
+        w.close()
+async def main():
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    async with server:
+        await server.serve_forever()
+asyncio.run(main())
+PY
+RATE_ROWS=()
+for rate in $RATES; do
+	rm -f "$OUT/proxy-$rate.port"
+	python3 "$OUT/ratelimit.py" "${HOST%:*}" "${HOST##*:}" "$rate" >"$OUT/proxy-$rate.port" &
+	PROXY_PIDS+=($!)
+	for _ in $(seq 300); do [ -s "$OUT/proxy-$rate.port" ] && break; sleep 0.1; done
+	[ -s "$OUT/proxy-$rate.port" ] || { echo "the $rate Mbit/s proxy did not start" >&2; exit 1; }
+	PHOST="127.0.0.1:$(cat "$OUT/proxy-$rate.port")"
+	printf 'name = "bench"\nimage = "%s"\npull_policy = "Always"\n' "$PHOST/bench/worker:1" >"$OUT/node/zones/bench.toml"
+	p_download="for u in $(echo $BLOB_URLS | sed "s#http://$HOST/#http://$PHOST/#g"); do curl -sf -o /dev/null \$u & done; wait"
+	w_t=() w_c=() l_t=()
+	for i in $(seq "$RUNS"); do
+		[ ! -e "$OUT/node/state" ] || mv "$OUT/node/state" "$TRASH/state-$rate-$i"
+		[ ! -e "$OUT/node/roots" ] || mv "$OUT/node/roots" "$TRASH/roots-$rate-$i"
+		sync
+		read -r t r c < <(RDCTL_LOG=info NO_COLOR=1 timed "$RDCTL" worker run --once --config "$OUT/node/worker.toml")
+		w_t+=("$t") w_c+=("$c")
+		# An overlapped unpack that had to be redone from the store would time two unpacks.
+		! grep -q 'unpacking again' "$OUT/cmd.err" || echo "$rate Mbit/s run $i: the worker unpacked twice" >&2
+		read -r t r _ < <(timed sh -c "$p_download")
+		l_t+=("$t")
+		echo "$rate Mbit/s run $i: rdctl worker ${w_t[-1]} s, curl download ${l_t[-1]} s" >&2
+	done
+	diff -r --no-dereference "$OUT/node/roots/bench/root/usr" "$OUT/tree/usr" >/dev/null ||
+		{ echo "the worker's root through the $rate Mbit/s proxy differs from the tree" >&2; exit 1; }
+	read -r wmin wmed wmax <<<"$(stats "${w_t[@]}")"
+	read -r lmin lmed lmax <<<"$(stats "${l_t[@]}")"
+	read -r _ cmed _ <<<"$(stats "${w_c[@]}")"
+	RATE_ROWS+=("| $rate Mbit/s ($(awk -v r="$rate" 'BEGIN { printf "%.1f", r / 8 }') MB/s) | $wmin / $wmed / $wmax | $lmin / $lmed / $lmax | $(awk -v a="$wmed" -v d="$lmed" 'BEGIN { printf "%.2f", a / d }')× | $cmed |")
+done
+printf 'name = "bench"\nimage = "%s"\npull_policy = "Always"\n' "$REF" >"$OUT/node/zones/bench.toml"
 rm -rf "$TRASH"
 # Both produced the same tree (a cheap check that the runs did the same work).
 diff -r --no-dereference "$OUT/node/roots/bench/root/usr" "$OUT/peer/root/usr" >/dev/null ||
@@ -206,6 +290,15 @@ TABLE="$OUT/../worker.md"
 	echo "|---|---|---|---|---|---|---|---|"
 	echo "| ${ratio}× | ${speedup}× | $amin / $amed / $amax | $bmin / $bmed / $bmax | ${dratio}× | $dmin / $dmed / $dmax | $(($(max "${a_r[@]}") / 1024)) MiB | $(($(max "${b_r[@]}") / 1024)) MiB |"
 	echo
+	if [ ${#RATE_ROWS[@]} -gt 0 ]; then
+		echo "Through a rate-limiting proxy on loopback (one limit for all of a side's connections; goal: worker ≤ 1.3× the download):"
+		echo
+		echo "| link | rdctl worker run --once s (min/median/max) | download: curl, all blobs at once, s (min/median/max) | worker / download (median) | worker CPU s, user + system (median) |"
+		echo "|---|---|---|---|---|"
+		echo "| loopback, no limit | $amin / $amed / $amax | $dmin / $dmed / $dmax | ${dratio}× | $(stats "${a_c[@]}" | cut -d' ' -f2) |"
+		printf '%s\n' "${RATE_ROWS[@]}"
+		echo
+	fi
 	if [ "$POLICY" = 1 ]; then
 		read -r cmin cmed cmax <<<"$(stats "${c_t[@]}")"
 		read -r pmin pmed pmax <<<"$(stats "${p_t[@]}")"
@@ -217,7 +310,7 @@ TABLE="$OUT/../worker.md"
 		echo "| $cmin / $cmed / $cmax | $pmin / $pmed / $pmax | $(awk -v c="$cmed" -v p="$pmed" 'BEGIN { printf "%.2f %%", 200 * c / p }') |"
 	fi
 	echo
-	echo "Reproduce: \`bench/worker.sh$([ "$QUICK" = 1 ] && echo ' --quick')$([ "$POLICY" = 1 ] && echo ' --policy') --runs $RUNS\`"
+	echo "Reproduce: \`bench/worker.sh$([ "$QUICK" = 1 ] && echo ' --quick')$([ "$POLICY" = 1 ] && echo ' --policy') --runs $RUNS --rates \"$RATES\"\`"
 } >"$TABLE"
 cat "$TABLE"
 if [ "$DOCS" = 1 ]; then

@@ -37,6 +37,7 @@
 mod admission;
 pub mod capacity;
 mod config;
+mod feed;
 pub mod metrics;
 mod mirrors;
 pub mod owner;

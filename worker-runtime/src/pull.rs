@@ -13,6 +13,7 @@ use validator::{
     check_document,
 };
 
+use crate::feed::LayerFeed;
 use crate::mirrors::Sources;
 use crate::store::{ContentStore, StoreError};
 use crate::verify::PulledImage;
@@ -264,17 +265,18 @@ async fn fetch_blob(
     digest: &Digest,
     size: u64,
     progress: Option<&crate::throttle::PullProgress>,
+    feed: Option<&LayerFeed>,
 ) -> Result<(), PullError> {
     let mut last = None;
     let mut partial_left = false;
     for (i, source) in sources.usable() {
         let (registry, name) = (source.reference.registry(), source.reference.name());
         let mut result = store
-            .fetch(client, registry, name, digest, size, progress)
+            .fetch_fed(client, registry, name, digest, size, progress, feed)
             .await;
         if partial_left && matches!(result, Err(StoreError::Verify { .. })) {
             result = store
-                .fetch(client, registry, name, digest, size, progress)
+                .fetch_fed(client, registry, name, digest, size, progress, feed)
                 .await;
         }
         match result {
@@ -306,6 +308,30 @@ pub async fn pull(
     host: &HostPlatform,
     progress: Option<&crate::throttle::PullProgress>,
     layer_downloads: usize,
+) -> Result<PulledImage, PullError> {
+    let image = pull_documents(client, store, sources, digest, host, progress).await?;
+    fetch_layers(
+        client,
+        store,
+        sources,
+        &image,
+        progress,
+        layer_downloads,
+        None,
+    )
+    .await?;
+    Ok(image)
+}
+
+/// The first part of [`pull()`]: the manifest (from an index by platform) and the checked
+/// config, in the store; the layers are not fetched.
+pub(crate) async fn pull_documents(
+    client: &Client,
+    store: &ContentStore,
+    sources: &Sources,
+    digest: &Digest,
+    host: &HostPlatform,
+    progress: Option<&crate::throttle::PullProgress>,
 ) -> Result<PulledImage, PullError> {
     let (manifest_digest, manifest) =
         match document(client, store, sources, digest, None, None).await? {
@@ -364,7 +390,16 @@ pub async fn pull(
             .fold(cfg.size, |t, l| t.saturating_add(l.size));
         p.set_total(total);
     }
-    fetch_blob(client, store, sources, &cfg.digest, cfg.size, progress).await?;
+    fetch_blob(
+        client,
+        store,
+        sources,
+        &cfg.digest,
+        cfg.size,
+        progress,
+        None,
+    )
+    .await?;
     let bytes = store.read_small(&cfg.digest, MAX_CONFIG_SIZE as u64)?;
     let (report, config) = check_config(
         &bytes,
@@ -383,23 +418,51 @@ pub async fn pull(
             wanted: format!("{} (os.version {})", host.platform, host.os_version),
         });
     }
-    // Layers never come from descriptor `urls` (CVE-2020-15157): only from the registry.
-    // `layer_downloads` of them at once. Results are taken in manifest order, so a failed
-    // pull names the first failing layer whatever finished first; the failure ends the pull
-    // (downloads still running are dropped, their partial files kept for a resume).
-    let fetches: Vec<_> = manifest
-        .layers
-        .iter()
-        .map(|layer| fetch_blob(client, store, sources, &layer.digest, layer.size, progress))
-        .collect();
-    futures_util::stream::iter(fetches)
-        .buffered(layer_downloads.max(1))
-        .try_for_each(|()| std::future::ready(Ok(())))
-        .await?;
     Ok(PulledImage {
         manifest_digest,
         manifest,
         config_digest: cfg.digest,
         config,
     })
+}
+
+/// The second part of [`pull()`]: fetches the image's layers into the store,
+/// `layer_downloads` at a time (at least one), started in manifest order; a layer already in
+/// the store is not fetched. `feeds` (one per layer) are told where each layer's bytes land,
+/// for an unpack that runs meanwhile.
+pub(crate) async fn fetch_layers(
+    client: &Client,
+    store: &ContentStore,
+    sources: &Sources,
+    image: &PulledImage,
+    progress: Option<&crate::throttle::PullProgress>,
+    layer_downloads: usize,
+    feeds: Option<&[std::sync::Arc<LayerFeed>]>,
+) -> Result<(), PullError> {
+    // Layers never come from descriptor `urls` (CVE-2020-15157): only from the registry.
+    // `layer_downloads` of them at once. Results are taken in manifest order, so a failed
+    // pull names the first failing layer whatever finished first; the failure ends the pull
+    // (downloads still running are dropped, their partial files kept for a resume).
+    let fetches: Vec<_> = image
+        .manifest
+        .layers
+        .iter()
+        .enumerate()
+        .map(|(i, layer)| {
+            let feed = feeds.and_then(|f| f.get(i)).map(|f| &**f);
+            fetch_blob(
+                client,
+                store,
+                sources,
+                &layer.digest,
+                layer.size,
+                progress,
+                feed,
+            )
+        })
+        .collect();
+    futures_util::stream::iter(fetches)
+        .buffered(layer_downloads.max(1))
+        .try_for_each(|()| std::future::ready(Ok(())))
+        .await
 }

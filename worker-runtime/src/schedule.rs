@@ -15,13 +15,14 @@ use crate::admission::{Admission, AdmissionError};
 use crate::config::{
     ConfigError, ProvisionerConfig, PullPolicy, WorkerConfig, ZoneSpec, load_zones,
 };
+use crate::feed::{FeedReader, LayerFeed};
 use crate::metrics::{Metrics, VerifyStage};
 use crate::provision::{DirProvisioner, ProvisionError, Provisioner};
-use crate::pull::{HostPlatform, PullError, pull, resolve};
+use crate::pull::{HostPlatform, PullError, fetch_layers, pull_documents, resolve};
 use crate::state::{Phase, StateDir, StateError, ZoneStatus, now_unix};
 use crate::store::{ContentStore, StoreError};
 use crate::unpack::UnpackOptions;
-use crate::verify::{RootError, build_root};
+use crate::verify::{RootError, build_root, build_root_from};
 
 /// The worker could not start or run a pass at all (per-zone failures are recorded instead).
 #[derive(Debug, thiserror::Error)]
@@ -663,30 +664,10 @@ impl Worker {
         self.admit(spec, &desired)
             .await
             .map_err(|e| fail(e.into()))?;
-        let image = self
+        let root = self
             .pull_controlled(spec, &sources, &desired)
             .await
-            .map_err(|e| fail(e.into()))?;
-        let me = Arc::clone(self);
-        let name = spec.name.clone();
-        let root = tokio::task::spawn_blocking(move || -> Result<_, ZoneError> {
-            let staging = me.provisioner.staging_dir().join(format!(
-                "{}.{}.{}",
-                name,
-                std::process::id(),
-                STAGING_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            ));
-            Ok(build_root(
-                &me.store,
-                &staging,
-                &me.config.worker_id,
-                &image,
-                &me.unpack,
-            )?)
-        })
-        .await
-        .map_err(|e| fail(ZoneError::Task(e.to_string())))?
-        .map_err(fail)?;
+            .map_err(fail)?;
         // Checked again right before the zone changes: a signature removed (or a policy
         // reloaded) while the layers were fetched refuses the image.
         let admission = match self.admit(spec, &desired).await {
@@ -715,16 +696,26 @@ impl Worker {
         Ok((Outcome::Provisioned, desired, admission))
     }
 
-    /// The pull under the pull controls: a slot of `max_parallel_pulls`, a token of the
-    /// registry's bucket, progress recorded in the zone's status (every second while it runs)
-    /// and in the metrics.
+    /// The pull under the pull controls, with the unpack overlapped: a slot of
+    /// `max_parallel_pulls`, a token of the registry's bucket, progress recorded in the zone's
+    /// status (every second while it runs) and in the metrics. Once the manifest and config
+    /// are in, the layers download `max_concurrent_downloads` at a time while a blocking task
+    /// applies them in manifest order into a staging root, each one as its bytes arrive (see
+    /// the `feed` module). The slot is held until the downloads end, not for the unpack's tail.
+    ///
+    /// The root is returned only when every download published its blob (size and digest
+    /// verified) and every DiffID matched. A download failure is the pull's error, whatever the
+    /// unpack saw meanwhile. Any other failure of the overlapped unpack is checked once more
+    /// by an unpack from the verified blobs, whose result stands: a layer that really breaks
+    /// the image fails as it always did, and a read that raced a download that started over
+    /// costs one more unpack, never a wrong root.
     async fn pull_controlled(
         self: &Arc<Self>,
         spec: &ZoneSpec,
         sources: &crate::mirrors::Sources,
         desired: &Digest,
-    ) -> Result<crate::verify::PulledImage, PullError> {
-        let _slot = match &self.pull_slots {
+    ) -> Result<crate::verify::VerifiedRoot, ZoneError> {
+        let slot = match &self.pull_slots {
             Some(s) => Some(
                 s.clone()
                     .acquire_owned()
@@ -751,23 +742,97 @@ impl Worker {
             }
         }));
         let t = std::time::Instant::now();
-        let image = pull(
-            &self.client,
-            &self.store,
-            sources,
-            desired,
-            &self.host,
-            Some(&progress),
-            self.config.max_concurrent_downloads,
-        )
+        let mut unpack = None;
+        let pulled = async {
+            let image = pull_documents(
+                &self.client,
+                &self.store,
+                sources,
+                desired,
+                &self.host,
+                Some(&progress),
+            )
+            .await?;
+            let feeds = StopFeeds(
+                (0..image.manifest.layers.len())
+                    .map(|_| Arc::new(LayerFeed::default()))
+                    .collect(),
+            );
+            unpack = Some(self.spawn_unpack(&spec.name, &image, Some(&feeds.0)));
+            fetch_layers(
+                &self.client,
+                &self.store,
+                sources,
+                &image,
+                Some(&progress),
+                self.config.max_concurrent_downloads,
+                Some(&feeds.0),
+            )
+            .await?;
+            Ok::<_, PullError>(image)
+        }
         .await;
-        drop(ticker);
+        drop((ticker, slot));
         self.metrics.pull_finished(&spec.name);
         self.observe(&spec.name, |o| o.pull = Some(progress.get()));
-        self.metrics.pull(image.is_ok());
+        self.metrics.pull(pulled.is_ok());
         let took_ms = t.elapsed().as_secs_f64() * 1e3;
-        tracing::info!(zone = %spec.name, %desired, took_ms, ok = image.is_ok(), "pull done");
-        image
+        tracing::info!(zone = %spec.name, %desired, took_ms, ok = pulled.is_ok(), "pull done");
+        let task_err = |e: tokio::task::JoinError| ZoneError::Task(e.to_string());
+        let image = match pulled {
+            Ok(image) => image,
+            Err(e) => {
+                // The feeds are stopped: the unpack ends, removing its staging root.
+                if let Some(u) = unpack {
+                    let _ = u.await;
+                }
+                return Err(e.into());
+            }
+        };
+        let unpack = unpack.expect("started once the documents were in");
+        match unpack.await.map_err(task_err)? {
+            Ok(root) => Ok(root),
+            Err(e) => {
+                tracing::info!(zone = %spec.name, %desired, error = %error_chain(&e), "the unpack during the download failed; unpacking again from the verified blobs");
+                Ok(self
+                    .spawn_unpack(&spec.name, &image, None)
+                    .await
+                    .map_err(task_err)??)
+            }
+        }
+    }
+
+    /// Builds a staging root for `zone` from `image` on a blocking thread: from the verified
+    /// blobs in the content store, or, with `feeds`, from each layer's download as it arrives.
+    fn spawn_unpack(
+        self: &Arc<Self>,
+        zone: &str,
+        image: &crate::verify::PulledImage,
+        feeds: Option<&[Arc<LayerFeed>]>,
+    ) -> tokio::task::JoinHandle<Result<crate::verify::VerifiedRoot, RootError>> {
+        let me = Arc::clone(self);
+        let staging = self.provisioner.staging_dir().join(format!(
+            "{}.{}.{}",
+            zone,
+            std::process::id(),
+            STAGING_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let image = image.clone();
+        let feeds = feeds.map(<[_]>::to_vec);
+        tokio::task::spawn_blocking(move || {
+            let (store, id, opts) = (&me.store, &me.config.worker_id, &me.unpack);
+            match feeds {
+                None => build_root(store, &staging, id, &image, opts),
+                Some(feeds) => build_root_from(&staging, id, &image, opts, |i, layer| {
+                    let reader = FeedReader::new(
+                        feeds[i].clone(),
+                        store.blob_path(&layer.digest),
+                        layer.size,
+                    );
+                    Ok(std::io::BufReader::with_capacity(256 * 1024, reader))
+                }),
+            }
+        })
     }
 
     /// Image GC by disk usage (kubelet's): when the content store's file system is at least
@@ -854,6 +919,18 @@ async fn next_reload(reload: &mut Option<tokio::sync::mpsc::Receiver<()>>) -> Op
     match reload {
         Some(r) => r.recv().await,
         None => std::future::pending().await,
+    }
+}
+
+/// Stops the layer feeds when the downloads are over (or dropped): an unpack waiting for bytes
+/// that will not come ends instead of waiting forever. A published feed stays published.
+struct StopFeeds(Vec<Arc<LayerFeed>>);
+
+impl Drop for StopFeeds {
+    fn drop(&mut self) {
+        for f in &self.0 {
+            f.stop();
+        }
     }
 }
 

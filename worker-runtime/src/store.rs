@@ -255,6 +255,28 @@ impl ContentStore {
         size: u64,
         progress: Option<&crate::throttle::PullProgress>,
     ) -> Result<(PathBuf, FetchStats), StoreError> {
+        self.fetch_fed(client, registry, name, digest, size, progress, None)
+            .await
+    }
+
+    /// [`ContentStore::fetch`], telling `feed` where the bytes land as they are written and
+    /// when the blob is published, so that it can be unpacked while it downloads.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn fetch_fed(
+        &self,
+        client: &Client,
+        registry: &str,
+        name: &Name,
+        digest: &Digest,
+        size: u64,
+        progress: Option<&crate::throttle::PullProgress>,
+        feed: Option<&crate::feed::LayerFeed>,
+    ) -> Result<(PathBuf, FetchStats), StoreError> {
+        let published = || {
+            if let Some(f) = feed {
+                f.published();
+            }
+        };
         let target = self.blob_path(digest);
         let add = |n: u64| {
             if let Some(p) = progress {
@@ -263,12 +285,14 @@ impl ContentStore {
         };
         if self.contains(digest, size) {
             add(size);
+            published();
             return Ok((target, FetchStats::default()));
         }
         let lock = self.download_lock(digest);
         let _one_download = lock.lock().await;
         if self.contains(digest, size) {
             add(size);
+            published();
             return Ok((target, FetchStats::default()));
         }
         let stalled = |waited: std::time::Duration| StoreError::Download {
@@ -282,9 +306,22 @@ impl ContentStore {
             ),
         };
         let (blobs, d) = (self.blobs.clone(), digest.clone());
-        let mut ingest = blocking(move || blobs.ingest(&d, size))
-            .await
-            .map_err(ingest_err(digest))?;
+        let want_reader = feed.is_some();
+        let (mut ingest, feed_file) = blocking(move || {
+            let ingest = blobs.ingest(&d, size)?;
+            // A second descriptor of the file being written, for the unpacker.
+            let feed_file = want_reader
+                .then(|| std::fs::File::open(ingest.path()))
+                .transpose()
+                .map_err(|source| IngestError::Io {
+                    op: "open for reading",
+                    path: ingest.path().to_owned(),
+                    source,
+                })?;
+            Ok::<_, IngestError>((ingest, feed_file))
+        })
+        .await
+        .map_err(ingest_err(digest))?;
         let mut have = ingest.offset();
         let fetch_err = |source| StoreError::Fetch {
             digest: digest.clone(),
@@ -326,6 +363,9 @@ impl ContentStore {
             have = 0;
         }
         let resumed_from = have;
+        if let (Some(f), Some(r)) = (feed, feed_file) {
+            f.begin(r, have);
+        }
         add(have);
         if have > 0 {
             tracing::info!(%digest, from = have, of = size, "resuming a partial download");
@@ -374,7 +414,12 @@ impl ContentStore {
                 filled += n;
             }
             (ingest, buf) = match write_chunk(ingest, buf, filled).await {
-                Ok(v) => v,
+                Ok(v) => {
+                    if let Some(f) = feed {
+                        f.written(v.0.offset());
+                    }
+                    v
+                }
                 Err(failed) => {
                     let (ingest, e) = *failed;
                     return Err(match VerifyError::from_io(&e) {
@@ -397,6 +442,7 @@ impl ContentStore {
         blocking(move || ingest.commit(size, &d))
             .await
             .map_err(ingest_err(digest))?;
+        published();
         Ok((
             target,
             FetchStats {

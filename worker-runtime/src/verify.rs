@@ -6,10 +6,10 @@
 //! staging directory. [`VerifiedRoot`] has no public constructor, and provisioners accept
 //! nothing else, so no zone can be made from content that did not verify.
 
-use std::io::BufReader;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
-use validator::{Digest, ImageConfig, Manifest, chain_ids};
+use validator::{Descriptor, Digest, ImageConfig, Manifest, chain_ids};
 
 use crate::owner::{self, OwnerMark};
 use crate::store::ContentStore;
@@ -164,6 +164,31 @@ pub fn build_root(
     image: &PulledImage,
     opts: &UnpackOptions,
 ) -> Result<VerifiedRoot, RootError> {
+    build_root_from(staging, worker_id, image, opts, |index, layer| {
+        let blob_err = || RootError::Blob {
+            index,
+            digest: layer.digest.clone(),
+            size: layer.size,
+        };
+        if !store.contains(&layer.digest, layer.size) {
+            return Err(blob_err());
+        }
+        let file = std::fs::File::open(store.blob_path(&layer.digest)).map_err(|_| blob_err())?;
+        Ok(BufReader::with_capacity(256 * 1024, file))
+    })
+}
+
+/// [`build_root`] with the layer blobs read from what `open` gives for each (layer index,
+/// descriptor), in manifest order. The caller vouches that those bytes are the verified
+/// blobs (the overlapped pull accepts the root only once every layer's download published
+/// the blob).
+pub(crate) fn build_root_from<B: BufRead + Send>(
+    staging: &Path,
+    worker_id: &str,
+    image: &PulledImage,
+    opts: &UnpackOptions,
+    mut open: impl FnMut(usize, &Descriptor) -> Result<B, RootError>,
+) -> Result<VerifiedRoot, RootError> {
     let PulledImage {
         manifest_digest,
         manifest,
@@ -218,26 +243,13 @@ pub fn build_root(
                 media_type: layer.media_type.to_string(),
             });
         };
-        let blob_err = || RootError::Blob {
-            index,
-            digest: layer.digest.clone(),
-            size: layer.size,
-        };
-        if !store.contains(&layer.digest, layer.size) {
-            return Err(blob_err());
-        }
-        let file = std::fs::File::open(store.blob_path(&layer.digest)).map_err(|_| blob_err())?;
-        let stats = apply_layer(
-            &dir,
-            BufReader::with_capacity(256 * 1024, file),
-            compression,
-            diff_id,
-            opts,
-        )
-        .map_err(|source| RootError::Layer {
-            index,
-            digest: layer.digest.clone(),
-            source,
+        let blob = open(index, layer)?;
+        let stats = apply_layer(&dir, blob, compression, diff_id, opts).map_err(|source| {
+            RootError::Layer {
+                index,
+                digest: layer.digest.clone(),
+                source,
+            }
         })?;
         root.image.layers.push(stats);
     }
