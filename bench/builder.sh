@@ -13,6 +13,7 @@
 #                                                          (RDCTL_BIN=PATH: use that rdctl)
 #     --quick    about 20 MiB in 500 files, 3 runs (a smoke run: seconds, not minutes)
 #     --size MIB a tree of about MIB MiB, 25 files per MiB (the default tree's density)
+#     --files N  that many files instead (with --size: separates per-file from per-byte costs)
 #     --runs N   runs per side (default 5)
 #     --no-docs  print the table only (bench/out/builder.md), do not append to docs
 #     --prepare  make the tree, packages and locked image files, print their directory
@@ -25,14 +26,16 @@ RUNS=5
 DOCS=1
 PREPARE=0
 SIZE_ARG=""
+FILES_ARG=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--quick) QUICK=1; RUNS=3 ;;
 	--runs) RUNS="$2"; shift ;;
 	--no-docs) DOCS=0 ;;
 	--size) SIZE_ARG="$2"; shift ;;
+	--files) FILES_ARG="$2"; shift ;;
 	--prepare) PREPARE=1 ;;
-	-h | --help) sed -n '2,20p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,21p' "$0"; exit 0 ;;
 	*) echo "unknown option $1" >&2; exit 2 ;;
 	esac
 	shift
@@ -47,6 +50,7 @@ for t in python3 tar pigz zstd /usr/bin/time; do
 	command -v "$t" >/dev/null || { echo "bench/builder.sh needs $t (scripts/install-deps.sh installs it)" >&2; exit 2; }
 done
 OUT="$ROOT/bench/out/builder-$SIZE_MIB"
+[ -z "$FILES_ARG" ] || { FILES=$FILES_ARG; OUT="$OUT-${FILES}f"; }
 mkdir -p "$OUT"
 cd "$ROOT"
 # RDCTL_BIN=PATH uses that binary instead of building target/release/rdctl.
@@ -194,7 +198,7 @@ TABLE="$OUT/../builder.md"
 	printf '%s\n' "${ROWS[@]}"
 	echo
 	echo "Peers: gzip rows \`tar --sort=name -c | pigz -p2 -$GZ_LEVEL\`, zstd rows \`tar --sort=name -c | zstd -T2 -$ZSTD_LEVEL\`."
-	echo "Reproduce: \`bench/builder.sh$([ "$QUICK" = 1 ] && echo ' --quick')$([ -n "$SIZE_ARG" ] && echo " --size $SIZE_ARG") --runs $RUNS\`"
+	echo "Reproduce: \`bench/builder.sh$([ "$QUICK" = 1 ] && echo ' --quick')$([ -n "$SIZE_ARG" ] && echo " --size $SIZE_ARG")$([ -n "$FILES_ARG" ] && echo " --files $FILES_ARG") --runs $RUNS\`"
 } >"$TABLE"
 cat "$TABLE"
 if [ "$DOCS" = 1 ]; then

@@ -19,7 +19,9 @@
 #     --no-docs  print the tables only (bench/out/memory.md), do not append to docs
 #     --quick    a smoke run: 8 uploads of 32 MiB, trees of 20 and 40 MiB, 1 run
 #   MEM_PARTS (a subset of "registry builder worker"), MEM_STORES ("fs s3"), MEM_UPLOADS (64),
-#   MEM_BLOB_MIB (256), MEM_SIZES (tree MiB for builder and worker, "50 200 800") narrow a run.
+#   MEM_BLOB_MIB (256), MEM_BUILDER_SIZES (tree MiB, or MiB:files to set the file count;
+#   "50 200 800 800:5000": 800 MiB in as many files as the 200 MiB tree), MEM_WORKER_SIZES
+#   ("50 200 800") narrow a run.
 # Needs: release builds of rdctl and rd-bench, docker-registry, .tools/bin/weed, jq, curl,
 # python3, /usr/bin/time, and what bench/builder.sh and bench/worker.sh need.
 set -euo pipefail
@@ -44,9 +46,11 @@ MiB=$((1 << 20))
 PARTS=" ${MEM_PARTS:-registry builder worker} "
 STORES="${MEM_STORES:-fs s3}"
 if [ "$QUICK" = 1 ]; then
-	UPLOADS=${MEM_UPLOADS:-8} BLOB_MIB=${MEM_BLOB_MIB:-32} SIZES="${MEM_SIZES:-20 40}"
+	UPLOADS=${MEM_UPLOADS:-8} BLOB_MIB=${MEM_BLOB_MIB:-32}
+	BUILDER_SIZES="${MEM_BUILDER_SIZES:-20 40 40:500}" WORKER_SIZES="${MEM_WORKER_SIZES:-20 40}"
 else
-	UPLOADS=${MEM_UPLOADS:-64} BLOB_MIB=${MEM_BLOB_MIB:-256} SIZES="${MEM_SIZES:-50 200 800}"
+	UPLOADS=${MEM_UPLOADS:-64} BLOB_MIB=${MEM_BLOB_MIB:-256}
+	BUILDER_SIZES="${MEM_BUILDER_SIZES:-50 200 800 800:5000}" WORKER_SIZES="${MEM_WORKER_SIZES:-50 200 800}"
 fi
 RDCTL="${RDCTL_BIN:-$ROOT/target/release/rdctl}"
 BENCH="${BENCH_BIN:-$ROOT/target/release/rd-bench}"
@@ -154,9 +158,12 @@ fi
 # --- builder ----------------------------------------------------------------------------------
 if [[ "$PARTS" == *" builder "* ]]; then
 	ROWS=()
-	for size in $SIZES; do
-		log "builder: preparing a $size MiB tree"
-		dir=$(RDCTL_BIN="$RDCTL" bench/builder.sh --size "$size" --prepare)
+	for spec in $BUILDER_SIZES; do
+		size=${spec%%:*}
+		files=()
+		[ "$spec" = "$size" ] || files=(--files "${spec#*:}")
+		log "builder: preparing a $size MiB tree ${files[*]}"
+		dir=$(RDCTL_BIN="$RDCTL" bench/builder.sh --size "$size" "${files[@]}" --prepare)
 		rss=() secs=()
 		for run in $(seq "$RUNS"); do
 			rm -rf "$dir/gzip/out"
@@ -175,7 +182,7 @@ if [[ "$PARTS" == *" builder "* ]]; then
 	{
 		echo "### Builder: \`rdctl build\` (gzip -6) against layer size ($COMMIT)"
 		echo
-		echo "Load average $(cut -d' ' -f1-3 /proc/loadavg) at the end; $RUNS runs per size; trees from \`bench/builder.sh --size MIB --prepare\`."
+		echo "Load average $(cut -d' ' -f1-3 /proc/loadavg) at the end; $RUNS runs per size; trees from \`bench/builder.sh --size MIB [--files N] --prepare\` (25 files per MiB unless N is given)."
 		echo
 		echo "| tree | layer | rdctl build peak RSS MiB (min / median / max) | s (min / median / max) |"
 		echo "|---|---|---|---|"
@@ -193,7 +200,7 @@ if [[ "$PARTS" == *" worker "* ]]; then
 		echo
 		echo "\`bench/worker.sh --size MIB --runs $RUNS\` per size (its table per size, peak RSS of each side's largest process):"
 	} >> "$MD"
-	for size in $SIZES; do
+	for size in $WORKER_SIZES; do
 		log "worker: $size MiB"
 		RDCTL_BIN="$RDCTL" bench/worker.sh --size "$size" --runs "$RUNS" --no-docs > /dev/null
 		sed 's/^### /#### /' "$OUT/worker.md" >> "$MD"

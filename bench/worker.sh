@@ -107,6 +107,8 @@ LAYER_BYTES=$(find "$OUT/image/blobs/sha256" -type f -printf '%s\n' | sort -n | 
 
 # The registry, fresh for each invocation; stopped on exit.
 rm -rf "$OUT/registry"
+# Created here, not by the background job's redirection, which may run after the first read.
+: >"$OUT/registry.log"
 "$RDCTL" registry serve --listen 127.0.0.1:0 --data "$OUT/registry" 2>"$OUT/registry.log" &
 REG_PID=$!
 trap 'kill $REG_PID 2>/dev/null || true' EXIT
