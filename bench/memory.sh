@@ -21,7 +21,8 @@
 #   MEM_PARTS (a subset of "registry builder worker"), MEM_STORES ("fs s3"), MEM_UPLOADS (64),
 #   MEM_BLOB_MIB (256), MEM_BUILDER_SIZES (tree MiB, or MiB:files to set the file count;
 #   "50 200 800 800:5000": 800 MiB in as many files as the 200 MiB tree), MEM_WORKER_SIZES
-#   ("50 200 800") narrow a run.
+#   ("50 200 400"; worker.sh keeps every run's trees until its last run, 3 runs of 800 MiB
+#   took 8 GiB) narrow a run.
 # Needs: release builds of rdctl and rd-bench, docker-registry, .tools/bin/weed, jq, curl,
 # python3, /usr/bin/time, and what bench/builder.sh and bench/worker.sh need.
 set -euo pipefail
@@ -50,7 +51,7 @@ if [ "$QUICK" = 1 ]; then
 	BUILDER_SIZES="${MEM_BUILDER_SIZES:-20 40 40:500}" WORKER_SIZES="${MEM_WORKER_SIZES:-20 40}"
 else
 	UPLOADS=${MEM_UPLOADS:-64} BLOB_MIB=${MEM_BLOB_MIB:-256}
-	BUILDER_SIZES="${MEM_BUILDER_SIZES:-50 200 800 800:5000}" WORKER_SIZES="${MEM_WORKER_SIZES:-50 200 800}"
+	BUILDER_SIZES="${MEM_BUILDER_SIZES:-50 200 800 800:5000}" WORKER_SIZES="${MEM_WORKER_SIZES:-50 200 400}"
 fi
 RDCTL="${RDCTL_BIN:-$ROOT/target/release/rdctl}"
 BENCH="${BENCH_BIN:-$ROOT/target/release/rd-bench}"
@@ -77,7 +78,8 @@ trap cleanup EXIT
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
 
-stats() { # numbers -> "min median max"
+stats() { # numbers -> "min median max" ("0 0 0" for none)
+	[ $# -gt 0 ] || { echo "0 0 0"; return; }
 	printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; printf "%.0f %.0f %.0f", a[1], m, a[NR] }'
 }
 mib() { echo $(($1 / 1024)); } # KiB -> MiB
@@ -96,7 +98,7 @@ if [[ "$PARTS" == *" registry "* ]]; then
 		UPLOADS=32
 	fi
 	TOTAL=$((UPLOADS * BLOB_MIB * MiB))
-	declare -A RSS TPUT IDLE
+	declare -A RSS TPUT IDLE FAILED
 	seed=$RANDOM
 	for store in $STORES; do
 		[ "$store" != s3 ] || [ -n "${S3URL:-}" ] || { log "starting SeaweedFS"; weed_start; }
@@ -115,11 +117,17 @@ if [[ "$PARTS" == *" registry "* ]]; then
 				fi
 				pid=$STARTED_PID
 				idle=$(hwm "$pid")
-				r=$("$BENCH" push --url "http://127.0.0.1:$port" --repo bench/memory --size $((BLOB_MIB * MiB)) \
-					--total "$TOTAL" --conc "$UPLOADS" --mode stream --seed "$seed" --digests "$WORK/digests")
-				peak=$(hwm "$pid")
-				RSS[$store-$srv]+="$peak " TPUT[$store-$srv]+="$(jq .mib_s <<< "$r") " IDLE[$store-$srv]+="$idle "
-				log "registry $store $srv run $run: peak RSS $(mib "$peak") MiB (idle $(mib "$idle") MiB), $(jq -r '.mib_s | floor' <<< "$r") MiB/s"
+				# A failed push (a server error under this load) is counted and reported, not
+				# averaged in; the script goes on with the next run.
+				if r=$("$BENCH" push --url "http://127.0.0.1:$port" --repo bench/memory --size $((BLOB_MIB * MiB)) \
+					--total "$TOTAL" --conc "$UPLOADS" --mode stream --seed "$seed" --digests "$WORK/digests" 2> "$WORK/push.err"); then
+					peak=$(hwm "$pid")
+					RSS[$store-$srv]+="$peak " TPUT[$store-$srv]+="$(jq .mib_s <<< "$r") " IDLE[$store-$srv]+="$idle "
+					log "registry $store $srv run $run: peak RSS $(mib "$peak") MiB (idle $(mib "$idle") MiB), $(jq -r '.mib_s | floor' <<< "$r") MiB/s"
+				else
+					FAILED[$store-$srv]=$((${FAILED[$store-$srv]:-0} + 1))
+					log "registry $store $srv run $run: the push failed (peak RSS $(mib "$(hwm "$pid")") MiB): $(tail -c 300 "$WORK/push.err")"
+				fi
 				stop_pid "$pid"
 				if [ "$store" = fs ]; then rm -rf "$dir"; else bucket_drop "$b"; fi
 			done
@@ -147,10 +155,13 @@ if [[ "$PARTS" == *" registry "* ]]; then
 			# shellcheck disable=SC2086
 			read -r _ di _ <<< "$(stats ${IDLE[$store-dist]})"
 			name=$([ "$store" = fs ] && echo "filesystem" || echo "SeaweedFS S3")
+			for srv in ours dist; do
+				[ -z "${FAILED[$store-$srv]:-}" ] || name+=" ($srv: ${FAILED[$store-$srv]} of $RUNS pushes failed, left out)"
+			done
 			echo "| $name | $(mib "$omin") / $(mib "$omed") / $(mib "$omax") | $(mib "$dmin") / $(mib "$dmed") / $(mib "$dmax") | $(awk -v a="$omed" -v b="$dmed" 'BEGIN { printf "%.2f", a / b }')× | $otmin / $otmed / $otmax | $dtmin / $dtmed / $dtmax | $(awk -v a="$otmed" -v b="$dtmed" 'BEGIN { printf "%.2f", a / b }')× | $(mib "$oi") / $(mib "$di") MiB |"
 		done
 		echo
-		echo "Reproduce: \`MEM_PARTS=registry bench/memory.sh $ARGS\`$([ "$UPLOADS" = 64 ] || echo " (MEM_UPLOADS=$UPLOADS)")"
+		echo "Reproduce: \`MEM_PARTS=registry bench/memory.sh $ARGS\`$([ "$UPLOADS" = 64 ] || echo " (MEM_UPLOADS=$UPLOADS)")$([ "$BLOB_MIB" = 256 ] || echo " (MEM_BLOB_MIB=$BLOB_MIB)")"
 		echo
 	} >> "$MD"
 fi

