@@ -98,7 +98,7 @@ if [[ "$PARTS" == *" registry "* ]]; then
 		UPLOADS=32
 	fi
 	TOTAL=$((UPLOADS * BLOB_MIB * MiB))
-	declare -A RSS TPUT IDLE FAILED
+	declare -A RSS TPUT IDLE FAILED FAILRSS
 	seed=$RANDOM
 	for store in $STORES; do
 		[ "$store" != s3 ] || [ -n "${S3URL:-}" ] || { log "starting SeaweedFS"; weed_start; }
@@ -125,8 +125,10 @@ if [[ "$PARTS" == *" registry "* ]]; then
 					RSS[$store-$srv]+="$peak " TPUT[$store-$srv]+="$(jq .mib_s <<< "$r") " IDLE[$store-$srv]+="$idle "
 					log "registry $store $srv run $run: peak RSS $(mib "$peak") MiB (idle $(mib "$idle") MiB), $(jq -r '.mib_s | floor' <<< "$r") MiB/s"
 				else
+					peak=$(hwm "$pid")
 					FAILED[$store-$srv]=$((${FAILED[$store-$srv]:-0} + 1))
-					log "registry $store $srv run $run: the push failed (peak RSS $(mib "$(hwm "$pid")") MiB): $(tail -c 300 "$WORK/push.err")"
+					FAILRSS[$store-$srv]+="$(mib "$peak") "
+					log "registry $store $srv run $run: the push failed (peak RSS $(mib "$peak") MiB): $(head -c 400 "$WORK/push.err")"
 				fi
 				stop_pid "$pid"
 				if [ "$store" = fs ]; then rm -rf "$dir"; else bucket_drop "$b"; fi
@@ -143,22 +145,23 @@ if [[ "$PARTS" == *" registry "* ]]; then
 		echo "|---|---|---|---|---|---|---|---|"
 		for store in $STORES; do
 			# shellcheck disable=SC2086
-			read -r omin omed omax <<< "$(stats ${RSS[$store-ours]})"
+			read -r omin omed omax <<< "$(stats ${RSS[$store-ours]:-})"
 			# shellcheck disable=SC2086
-			read -r dmin dmed dmax <<< "$(stats ${RSS[$store-dist]})"
+			read -r dmin dmed dmax <<< "$(stats ${RSS[$store-dist]:-})"
 			# shellcheck disable=SC2086
-			read -r otmin otmed otmax <<< "$(stats ${TPUT[$store-ours]})"
+			read -r otmin otmed otmax <<< "$(stats ${TPUT[$store-ours]:-})"
 			# shellcheck disable=SC2086
-			read -r dtmin dtmed dtmax <<< "$(stats ${TPUT[$store-dist]})"
+			read -r dtmin dtmed dtmax <<< "$(stats ${TPUT[$store-dist]:-})"
 			# shellcheck disable=SC2086
-			read -r _ oi _ <<< "$(stats ${IDLE[$store-ours]})"
+			read -r _ oi _ <<< "$(stats ${IDLE[$store-ours]:-})"
 			# shellcheck disable=SC2086
-			read -r _ di _ <<< "$(stats ${IDLE[$store-dist]})"
+			read -r _ di _ <<< "$(stats ${IDLE[$store-dist]:-})"
 			name=$([ "$store" = fs ] && echo "filesystem" || echo "SeaweedFS S3")
 			for srv in ours dist; do
-				[ -z "${FAILED[$store-$srv]:-}" ] || name+=" ($srv: ${FAILED[$store-$srv]} of $RUNS pushes failed, left out)"
+				[ -z "${FAILED[$store-$srv]:-}" ] || name+=" ($srv: ${FAILED[$store-$srv]} of $RUNS pushes failed, left out; peak RSS when they failed: ${FAILRSS[$store-$srv]% } MiB)"
 			done
-			echo "| $name | $(mib "$omin") / $(mib "$omed") / $(mib "$omax") | $(mib "$dmin") / $(mib "$dmed") / $(mib "$dmax") | $(awk -v a="$omed" -v b="$dmed" 'BEGIN { printf "%.2f", a / b }')× | $otmin / $otmed / $otmax | $dtmin / $dtmed / $dtmax | $(awk -v a="$otmed" -v b="$dtmed" 'BEGIN { printf "%.2f", a / b }')× | $(mib "$oi") / $(mib "$di") MiB |"
+			ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2f×", a / b; else printf "–" }'; }
+			echo "| $name | $(mib "$omin") / $(mib "$omed") / $(mib "$omax") | $(mib "$dmin") / $(mib "$dmed") / $(mib "$dmax") | $(ratio "$omed" "$dmed") | $otmin / $otmed / $otmax | $dtmin / $dtmed / $dtmax | $(ratio "$otmed" "$dtmed") | $(mib "$oi") / $(mib "$di") MiB |"
 		done
 		echo
 		echo "Reproduce: \`MEM_PARTS=registry bench/memory.sh $ARGS\`$([ "$UPLOADS" = 64 ] || echo " (MEM_UPLOADS=$UPLOADS)")$([ "$BLOB_MIB" = 256 ] || echo " (MEM_BLOB_MIB=$BLOB_MIB)")"
