@@ -41,7 +41,7 @@ use aws_sdk_s3::config::{
     StalledStreamProtectionConfig,
 };
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
-use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::primitives::ByteStream as S3Body;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -49,8 +49,8 @@ use tokio::io::AsyncWrite;
 
 use super::S3Credentials;
 use super::{
-    BoxFuture, BoxReader, Document, Etag, Key, ObjectMeta, PutMode, Store, StoreError, StoreResult,
-    StoreWriter,
+    BoxFuture, BoxReader, ByteStream, Document, Etag, Key, ObjectMeta, PutMode, Store, StoreError,
+    StoreResult, StoreWriter, past_end,
 };
 
 const NAME: &str = "s3";
@@ -424,7 +424,7 @@ impl Inner {
             .bucket(&self.bucket)
             .key(object)
             .content_length(bytes.len() as i64)
-            .body(ByteStream::from(bytes));
+            .body(S3Body::from(bytes));
         if if_none_match {
             req = req.if_none_match("*");
         }
@@ -659,16 +659,16 @@ impl Inner {
         Ok(bytes)
     }
 
-    /// Opens a reader on `object` from `offset`; `size` is the object's full size.
+    /// Opens the body of `object` from `offset`; `size` is the object's full size.
     async fn open_range(
         &self,
         key: &Key,
         object: &str,
         offset: u64,
         size: u64,
-    ) -> StoreResult<BoxReader> {
+    ) -> StoreResult<S3Body> {
         if offset == size {
-            return Ok(Box::pin(tokio::io::empty()));
+            return Ok(S3Body::from(Bytes::new()));
         }
         let out = self
             .client
@@ -679,7 +679,47 @@ impl Inner {
             .send()
             .await
             .map_err(|e| self.fail(key, object, classify(e)))?;
-        Ok(Box::pin(out.body.into_async_read()))
+        Ok(out.body)
+    }
+
+    /// The meta data and body of the object at `key` from `offset`, following a reference.
+    async fn open(&self, key: &Key, offset: u64) -> StoreResult<(ObjectMeta, S3Body)> {
+        let object = self.full(key);
+        // One request for the common case (a plain object from the start); a reference or
+        // an offset costs one more.
+        let head = if offset == 0 {
+            let out = self
+                .client
+                .get_object()
+                .bucket(&self.bucket)
+                .key(&object)
+                .send()
+                .await
+                .map_err(|e| self.fail(key, &object, classify(e)))?;
+            let head = head_from(out.content_length(), out.last_modified(), out.metadata());
+            if head.kind.is_none() {
+                return Ok((head.meta(), out.body));
+            }
+            head
+        } else {
+            self.head(key).await?
+        };
+        let meta = head.meta();
+        if head.kind.as_deref() == Some(KIND_STAGING) {
+            return Err(self.not_found(key));
+        }
+        if offset > meta.size {
+            return Err(self.precondition(
+                key,
+                format!("offset {offset} is past the end ({} bytes)", meta.size),
+            ));
+        }
+        let data = match (head.kind.as_deref(), head.data) {
+            (Some(KIND_REF), Some(d)) => d,
+            _ => object,
+        };
+        let body = self.open_range(key, &data, offset, meta.size).await?;
+        Ok((meta, body))
     }
 }
 
@@ -867,44 +907,46 @@ impl Store for S3Store {
         offset: u64,
     ) -> BoxFuture<'a, StoreResult<(ObjectMeta, BoxReader)>> {
         Box::pin(async move {
-            let inner = &self.inner;
-            let object = inner.full(key);
-            // One request for the common case (a plain object from the start); a reference or
-            // an offset costs one more.
-            let head = if offset == 0 {
-                let out = inner
-                    .client
-                    .get_object()
-                    .bucket(&inner.bucket)
-                    .key(&object)
-                    .send()
-                    .await
-                    .map_err(|e| inner.fail(key, &object, classify(e)))?;
-                let head = head_from(out.content_length(), out.last_modified(), out.metadata());
-                if head.kind.is_none() {
-                    let meta = head.meta();
-                    return Ok((meta, Box::pin(out.body.into_async_read()) as BoxReader));
+            let (meta, body) = self.inner.open(key, offset).await?;
+            Ok((meta, Box::pin(body.into_async_read()) as BoxReader))
+        })
+    }
+
+    /// The GetObject body's chunks as the S3 client receives them: no copy into a reader's
+    /// buffer on the way to the response (the trait's default copies every byte once more).
+    fn read_chunks<'a>(
+        &'a self,
+        key: &'a Key,
+        offset: u64,
+        len: u64,
+    ) -> BoxFuture<'a, StoreResult<(ObjectMeta, ByteStream)>> {
+        Box::pin(async move {
+            let (meta, body) = self.inner.open(key, offset).await?;
+            if offset.saturating_add(len) > meta.size {
+                return Err(past_end(NAME, key, offset, len, meta.size));
+            }
+            let chunks = futures_util::stream::unfold((body, len), |(mut body, left)| async move {
+                if left == 0 {
+                    return None;
                 }
-                head
-            } else {
-                inner.head(key).await?
-            };
-            let meta = head.meta();
-            if head.kind.as_deref() == Some(KIND_STAGING) {
-                return Err(inner.not_found(key));
-            }
-            if offset > meta.size {
-                return Err(inner.precondition(
-                    key,
-                    format!("offset {offset} is past the end ({} bytes)", meta.size),
-                ));
-            }
-            let data = match (head.kind.as_deref(), head.data) {
-                (Some(KIND_REF), Some(d)) => d,
-                _ => object,
-            };
-            let reader = inner.open_range(key, &data, offset, meta.size).await?;
-            Ok((meta, reader))
+                match body.next().await {
+                    // Shorter than its length: an error, not a body that looks complete.
+                    None => Some((
+                        Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            format!("the object ended {left} bytes early"),
+                        )),
+                        (body, 0),
+                    )),
+                    Some(Ok(mut b)) => {
+                        b.truncate(usize::try_from(left).unwrap_or(usize::MAX));
+                        let left = left - b.len() as u64;
+                        Some((Ok(b), (body, left)))
+                    }
+                    Some(Err(e)) => Some((Err(io::Error::other(e)), (body, 0))),
+                }
+            });
+            Ok((meta, Box::pin(chunks) as ByteStream))
         })
     }
 
@@ -1291,7 +1333,7 @@ impl Core {
             .upload_id(&m.upload_id)
             .part_number(n)
             .content_length(size as i64)
-            .body(ByteStream::from(body))
+            .body(S3Body::from(body))
             .send()
             .await
             .map_err(|e| inner.fail(&self.key, &m.key, classify(e)))?;
