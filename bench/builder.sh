@@ -9,22 +9,33 @@
 # deeply (a second gunzip of the layer) before it succeeds.
 # Runs A/B interleaved, prints min/median/max seconds, the ratio of medians and each side's
 # peak RSS and CPU seconds (/usr/bin/time -v), and appends the table to docs/benchmarks.md.
-#   bench/builder.sh [--quick] [--runs N] [--no-docs]      (RDCTL_BIN=PATH: use that rdctl)
+#   bench/builder.sh [--quick] [--size MIB] [--runs N] [--no-docs] [--prepare]
+#                                                          (RDCTL_BIN=PATH: use that rdctl)
 #     --quick    about 20 MiB in 500 files, 3 runs (a smoke run: seconds, not minutes)
+#     --size MIB a tree of about MIB MiB, 25 files per MiB (the default tree's density)
+#     --files N  that many files instead (with --size: separates per-file from per-byte costs)
 #     --runs N   runs per side (default 5)
 #     --no-docs  print the table only (bench/out/builder.md), do not append to docs
+#     --prepare  make the tree, packages and locked image files, print their directory
+#                (bench/out/builder-MIB) and stop (bench/memory.sh builds from it)
 # Needs: cargo, python3, GNU tar, pigz, zstd, /usr/bin/time (Debian `time`).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 QUICK=0
 RUNS=5
 DOCS=1
+PREPARE=0
+SIZE_ARG=""
+FILES_ARG=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--quick) QUICK=1; RUNS=3 ;;
 	--runs) RUNS="$2"; shift ;;
 	--no-docs) DOCS=0 ;;
-	-h | --help) sed -n '2,17p' "$0"; exit 0 ;;
+	--size) SIZE_ARG="$2"; shift ;;
+	--files) FILES_ARG="$2"; shift ;;
+	--prepare) PREPARE=1 ;;
+	-h | --help) sed -n '2,21p' "$0"; exit 0 ;;
 	*) echo "unknown option $1" >&2; exit 2 ;;
 	esac
 	shift
@@ -34,10 +45,12 @@ if [ "$QUICK" = 1 ]; then
 else
 	SIZE_MIB=200 FILES=5000
 fi
+[ -z "$SIZE_ARG" ] || { SIZE_MIB=$SIZE_ARG; FILES=$((SIZE_ARG * 25)); }
 for t in python3 tar pigz zstd /usr/bin/time; do
 	command -v "$t" >/dev/null || { echo "bench/builder.sh needs $t (scripts/install-deps.sh installs it)" >&2; exit 2; }
 done
 OUT="$ROOT/bench/out/builder-$SIZE_MIB"
+[ -z "$FILES_ARG" ] || { FILES=$FILES_ARG; OUT="$OUT-${FILES}f"; }
 mkdir -p "$OUT"
 cd "$ROOT"
 # RDCTL_BIN=PATH uses that binary instead of building target/release/rdctl.
@@ -114,6 +127,10 @@ EOF
 	done
 	touch "$OUT/published"
 fi
+if [ "$PREPARE" = 1 ]; then
+	echo "$OUT"
+	exit 0
+fi
 TREE_BYTES=$(du -sb "$OUT/tree" | cut -f1)
 TREE_FILES=$(find "$OUT/tree" -type f | wc -l)
 
@@ -181,7 +198,7 @@ TABLE="$OUT/../builder.md"
 	printf '%s\n' "${ROWS[@]}"
 	echo
 	echo "Peers: gzip rows \`tar --sort=name -c | pigz -p2 -$GZ_LEVEL\`, zstd rows \`tar --sort=name -c | zstd -T2 -$ZSTD_LEVEL\`."
-	echo "Reproduce: \`bench/builder.sh$([ "$QUICK" = 1 ] && echo ' --quick') --runs $RUNS\`"
+	echo "Reproduce: \`bench/builder.sh$([ "$QUICK" = 1 ] && echo ' --quick')$([ -n "$SIZE_ARG" ] && echo " --size $SIZE_ARG")$([ -n "$FILES_ARG" ] && echo " --files $FILES_ARG") --runs $RUNS\`"
 } >"$TABLE"
 cat "$TABLE"
 if [ "$DOCS" = 1 ]; then

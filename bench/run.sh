@@ -35,7 +35,8 @@ for a in "$@"; do
 	esac
 done
 cd "$ROOT"
-# BENCH_RUNS, BENCH_ONLY (a subset of "fs push small s3 hash parts"), BENCH_FS_SIZES and
+# BENCH_RUNS, BENCH_ONLY (a subset of "fs push small s3 hash parts"; "pull" alone runs only the
+# monolithic pushes that seed the pulls and the pulls, on fs and SeaweedFS), BENCH_FS_SIZES and
 # BENCH_S3_SIZES (MiB, e.g. "32"; empty: none), BENCH_FS_TOTAL_MIB and BENCH_S3_COUNT=0 (no
 # request counting) narrow a run; docs/benchmarks.md says which were set. BENCH_DOC writes the
 # report into another file than docs/benchmarks.md, and its figures into a bench/ folder
@@ -98,8 +99,9 @@ if ! "$PY" -c 'import matplotlib' 2> /dev/null; then
 fi
 log "building rdctl and rd-bench (release)"
 [ -n "${BENCH_NO_BUILD:-}" ] || cargo build --release -q -p rdctl -p rd-bench
-RDCTL="$ROOT/target/release/rdctl"
-BENCH="$ROOT/target/release/rd-bench"
+# RDCTL_BIN and BENCH_BIN run those binaries instead (with BENCH_NO_BUILD=1, nothing is built).
+RDCTL="${RDCTL_BIN:-$ROOT/target/release/rdctl}"
+BENCH="${BENCH_BIN:-$ROOT/target/release/rd-bench}"
 
 # --- machine line -----------------------------------------------------------------------------
 {
@@ -111,72 +113,9 @@ BENCH="$ROOT/target/release/rd-bench"
 	echo "\"load_start\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}"
 } | jq -c . >> "$RESULTS"
 
-# --- helpers ----------------------------------------------------------------------------------
-free_port() {
-	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-wait_http() { # url — until it answers anything but a connection error (60 s)
-	local i
-	for i in $(seq 300); do
-		curl -s -o /dev/null "$1" && return 0
-		sleep 0.2
-	done
-	echo "bench/run.sh: $1 did not answer; logs in $WORK" >&2
-	tail -n 20 "$WORK"/*.log >&2 || true
-	exit 1
-}
-
-STARTED_PID=""
-# start_ours NAME PORT ARGS... ; sets STARTED_PID
-start_ours() {
-	local name=$1 port=$2
-	shift 2
-	RDCTL_LOG=warn "$RDCTL" registry serve --listen "127.0.0.1:$port" "$@" >> "$WORK/$name.log" 2>&1 &
-	STARTED_PID=$!
-	PIDS+=("$STARTED_PID")
-	wait_http "http://127.0.0.1:$port/v2/"
-}
-
-# start_dist NAME PORT STORAGE_YAML ; sets STARTED_PID. No blob descriptor cache (our
-# registry has none either), deletes enabled, redirects off (bytes flow through the registry
-# on both sides), logs at error level.
-start_dist() {
-	local name=$1 port=$2 storage=$3
-	cat > "$WORK/$name.yml" <<-EOF
-		version: 0.1
-		log:
-		  level: error
-		  accesslog:
-		    disabled: true
-		storage:
-		$storage
-		  delete:
-		    enabled: true
-		  redirect:
-		    disable: true
-		  maintenance:
-		    uploadpurging:
-		      enabled: false
-		http:
-		  addr: 127.0.0.1:$port
-	EOF
-	# Without AWS_CA_BUNDLE: distribution 2.8's aws-sdk-go panics at start when it is set
-	# ("LoadCustomCABundleError ... transport unsupported type"); plain HTTP needs no CA.
-	env -u AWS_CA_BUNDLE docker-registry serve "$WORK/$name.yml" >> "$WORK/$name.log" 2>&1 &
-	STARTED_PID=$!
-	PIDS+=("$STARTED_PID")
-	wait_http "http://127.0.0.1:$port/v2/"
-}
-
-stop_pid() {
-	kill "$1" 2> /dev/null || true
-	wait "$1" 2> /dev/null || true
-}
-
-hwm() { awk '/VmHWM/{print $2}' "/proc/$1/status"; }
-# Resets the peak RSS counter (VmHWM) of a process we started.
-reset_hwm() { echo 5 > "/proc/$1/clear_refs"; }
+# --- helpers (bench/lib.sh: servers, ports, peak RSS) -------------------------------------------
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 
 # record SECTION SERVER RUN RSS_KIB JSON
 record() {
@@ -184,25 +123,15 @@ record() {
 		'. + {section: $s, server: $v, run: $r, rss_kib: $rss}' <<< "$5" >> "$RESULTS"
 }
 
-order() { # run → the two servers, alternating who goes first
-	if [ $(($1 % 2)) = 1 ]; then echo "ours dist"; else echo "dist ours"; fi
-}
-
 # --- fs: blob push and pull ------------------------------------------------------------------
-fs_server() { # server dir port ; sets STARTED_PID
-	if [ "$1" = ours ]; then
-		start_ours "ours-fs" "$3" --data "$2"
-	else
-		start_dist "dist-fs" "$3" "  filesystem:
-    rootdirectory: $2"
-	fi
-}
-
 seed=0
-want fs && log "fs: blob push/pull, $((FS_TOTAL / MiB)) MiB per run, $RUNS runs per cell"
-want fs && for size in $FS_SIZES; do
+FS_MODES="mono chunked"
+want fs || FS_MODES=mono
+want_blobs() { want fs || want pull; }
+want_blobs && log "fs: blob push/pull, $((FS_TOTAL / MiB)) MiB per run, $RUNS runs per cell"
+want_blobs && for size in $FS_SIZES; do
 	for conc in 1 4; do
-		for mode in mono chunked; do
+		for mode in $FS_MODES; do
 			for run in $(seq "$RUNS"); do
 				for srv in $(order "$run"); do
 					seed=$((seed + 1))
@@ -358,64 +287,9 @@ done
 want small && for srv in ours dist; do stop_pid "${SPID[$srv]}"; done
 
 # --- s3: both registries on one SeaweedFS ----------------------------------------------------
-if want s3; then
+if want s3 || want pull; then
 log "s3: starting SeaweedFS"
-WDIR="$WORK/weed"
-mkdir -p "$WDIR"
-# As s3-fixtures/src/seaweed.rs: 2 volumes per new collection (each bucket is one), many small
-# volumes allowed, no telemetry, no Iceberg/Lance listeners.
-printf '[master.volume_growth]\ncopy_1 = 2\ncopy_2 = 2\ncopy_3 = 1\ncopy_other = 1\n' > "$WDIR/master.toml"
-wport() { # a port whose +10000 (gRPC) is free too
-	local p
-	while :; do
-		p=$(free_port)
-		[ "$p" -lt 55000 ] && ! (echo > "/dev/tcp/127.0.0.1/$((p + 10000))") 2> /dev/null && { echo "$p"; return; }
-	done
-}
-WM=$(wport); WV=$(wport); WF=$(wport); WS=$(wport)
-(cd "$WDIR" && exec env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY "$WEED" server -dir="$WDIR" \
-	-ip=127.0.0.1 -ip.bind=127.0.0.1 \
-	-master.port="$WM" -master.port.grpc=$((WM + 10000)) \
-	-volume.port="$WV" -volume.port.grpc=$((WV + 10000)) \
-	-filer.port="$WF" -filer.port.grpc=$((WF + 10000)) -filer.localSocket="$WDIR/filer.sock" \
-	-s3 -s3.port="$WS" -s3.port.grpc=$((WS + 10000)) -s3.port.iceberg=0 -s3.port.lance=0 \
-	-master.telemetry=false -volume.max=2000 -master.volumeSizeLimitMB=64 -volume.preStopSeconds=0 \
-	> "$WORK/weed.log" 2>&1) &
-WEED_PID=$!
-PIDS+=("$WEED_PID")
-for i in $(seq 450); do
-	[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$WS/healthz")" = 200 ] && break
-	[ "$i" = 450 ] && { echo "bench/run.sh: SeaweedFS did not start" >&2; tail -30 "$WORK/weed.log" >&2; exit 1; }
-	sleep 0.2
-done
-S3URL="http://127.0.0.1:$WS"
-bucket_new() { # name — creates it (retries: the first bucket can race volume growth)
-	local i
-	for i in $(seq 20); do
-		[ "$(curl -s -o /dev/null -w '%{http_code}' -X PUT "$S3URL/$1")" = 200 ] && return 0
-		sleep 0.5
-	done
-	echo "bench/run.sh: cannot create bucket $1" >&2
-	exit 1
-}
-bucket_drop() { # name — frees the disk: the bucket's files, then its volumes (collection)
-	curl -s -o /dev/null -X DELETE "http://127.0.0.1:$WF/buckets/$1?recursive=true&ignoreRecursiveError=true" || true
-	curl -s -o /dev/null "http://127.0.0.1:$WM/col/delete?collection=$1" || true
-}
-s3_server() { # server endpoint bucket port ; sets STARTED_PID
-	if [ "$1" = ours ]; then
-		start_ours "ours-s3" "$4" --s3-endpoint "$2" --s3-bucket "$3"
-	else
-		start_dist "dist-s3" "$4" "  s3:
-    accesskey: bench
-    secretkey: bench-secret
-    region: us-east-1
-    regionendpoint: $2
-    bucket: $3
-    secure: false
-    v4auth: true"
-	fi
-}
+weed_start
 
 log "s3: push/pull, $((S3_TOTAL / MiB)) MiB per run"
 for size in $S3_SIZES; do
@@ -462,7 +336,7 @@ want push && for conc in 1 4; do
 	log "s3: stream x$conc done"
 done
 
-if [ "${BENCH_S3_COUNT:-1}" != 0 ]; then
+if want s3 && [ "${BENCH_S3_COUNT:-1}" != 0 ]; then
 log "s3: requests per operation, counted at the s3-fixtures proxy"
 coproc PROXY { exec "$BENCH" s3proxy --upstream "127.0.0.1:$WS"; }
 PIDS+=("$PROXY_PID")

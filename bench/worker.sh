@@ -17,8 +17,10 @@
 # Runs A/B interleaved, prints min/median/max seconds, the ratio of medians (goal: the worker
 # at ≤ 0.5× the peer's time) and each side's peak RSS (/usr/bin/time -v), and appends the table
 # to docs/benchmarks.md.
-#   bench/worker.sh [--quick] [--runs N] [--no-docs] [--policy]   (RDCTL_BIN=PATH: that rdctl)
+#   bench/worker.sh [--quick] [--size MIB] [--runs N] [--no-docs] [--policy]
+#                                                          (RDCTL_BIN=PATH: that rdctl)
 #     --quick    about 30 MiB in 500 files, 3 runs (a smoke run: seconds, not minutes)
+#     --size MIB a tree of about MIB MiB, 13 files per MiB (the default tree's density)
 #     --policy   also sign the image and give the worker an admission policy (a `signed` rule,
 #                one key, two required attestations); reports the time of each admission
 #                check (fetch the signatures and attestations, verify, evaluate; two per
@@ -34,6 +36,7 @@ RUNS=5
 DOCS=1
 POLICY=0
 RATES="1000 250"
+SIZE_ARG=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--quick) QUICK=1; RUNS=3 ;;
@@ -41,7 +44,8 @@ while [ $# -gt 0 ]; do
 	--no-docs) DOCS=0 ;;
 	--policy) POLICY=1 ;;
 	--rates) RATES="$2"; shift ;;
-	-h | --help) sed -n '2,27p' "$0"; exit 0 ;;
+	--size) SIZE_ARG="$2"; shift ;;
+	-h | --help) sed -n '2,31p' "$0"; exit 0 ;;
 	*) echo "unknown option $1" >&2; exit 2 ;;
 	esac
 	shift
@@ -51,6 +55,7 @@ if [ "$QUICK" = 1 ]; then
 else
 	SIZE_MIB=300 FILES=4000
 fi
+[ -z "$SIZE_ARG" ] || { SIZE_MIB=$SIZE_ARG; FILES=$((SIZE_ARG * 13)); }
 UMOCI="$ROOT/.tools/bin/umoci-0.6"
 for t in python3 tar skopeo curl jq "$UMOCI" /usr/bin/time; do
 	command -v "$t" >/dev/null || { echo "bench/worker.sh needs $t (scripts/install-deps.sh installs it)" >&2; exit 2; }
@@ -108,8 +113,9 @@ TREE_FILES=$(find "$OUT/tree" -type f | wc -l)
 LAYER_BYTES=$(find "$OUT/image/blobs/sha256" -type f -printf '%s\n' | sort -n | tail -1)
 
 # The registry, fresh for each invocation; stopped on exit.
-# The old log goes first: the shell may look at it before the new server's redirect empties it.
-rm -rf "$OUT/registry" "$OUT/registry.log"
+rm -rf "$OUT/registry"
+# Emptied here, not by the background job's redirection, which may run after the first read.
+: >"$OUT/registry.log"
 "$RDCTL" registry serve --listen 127.0.0.1:0 --data "$OUT/registry" 2>"$OUT/registry.log" &
 REG_PID=$!
 PROXY_PIDS=()
@@ -310,7 +316,7 @@ TABLE="$OUT/../worker.md"
 		echo "| $cmin / $cmed / $cmax | $pmin / $pmed / $pmax | $(awk -v c="$cmed" -v p="$pmed" 'BEGIN { printf "%.2f %%", 200 * c / p }') |"
 	fi
 	echo
-	echo "Reproduce: \`bench/worker.sh$([ "$QUICK" = 1 ] && echo ' --quick')$([ "$POLICY" = 1 ] && echo ' --policy') --runs $RUNS --rates \"$RATES\"\`"
+	echo "Reproduce: \`bench/worker.sh$([ "$QUICK" = 1 ] && echo ' --quick')$([ "$POLICY" = 1 ] && echo ' --policy')$([ -n "$SIZE_ARG" ] && echo " --size $SIZE_ARG") --runs $RUNS --rates \"$RATES\"\`"
 } >"$TABLE"
 cat "$TABLE"
 if [ "$DOCS" = 1 ]; then

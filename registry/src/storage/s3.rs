@@ -41,7 +41,7 @@ use aws_sdk_s3::config::{
     StalledStreamProtectionConfig,
 };
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
-use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::primitives::ByteStream as S3Body;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -49,8 +49,8 @@ use tokio::io::AsyncWrite;
 
 use super::S3Credentials;
 use super::{
-    BoxFuture, BoxReader, Document, Etag, Key, ObjectMeta, PutMode, Store, StoreError, StoreResult,
-    StoreWriter,
+    BoxFuture, BoxReader, ByteStream, Document, Etag, Key, ObjectMeta, PutMode, Store, StoreError,
+    StoreResult, StoreWriter, past_end,
 };
 
 const NAME: &str = "s3";
@@ -486,7 +486,7 @@ impl Inner {
             .bucket(&self.bucket)
             .key(object)
             .content_length(bytes.len() as i64)
-            .body(ByteStream::from(bytes));
+            .body(S3Body::from(bytes));
         if if_none_match {
             req = req.if_none_match("*");
         }
@@ -721,16 +721,16 @@ impl Inner {
         Ok(bytes)
     }
 
-    /// Opens a reader on `object` from `offset`; `size` is the object's full size.
+    /// Opens the body of `object` from `offset`; `size` is the object's full size.
     async fn open_range(
         &self,
         key: &Key,
         object: &str,
         offset: u64,
         size: u64,
-    ) -> StoreResult<BoxReader> {
+    ) -> StoreResult<S3Body> {
         if offset == size {
-            return Ok(Box::pin(tokio::io::empty()));
+            return Ok(S3Body::from(Bytes::new()));
         }
         let out = self
             .client
@@ -741,7 +741,47 @@ impl Inner {
             .send()
             .await
             .map_err(|e| self.fail(key, object, classify(e)))?;
-        Ok(Box::pin(out.body.into_async_read()))
+        Ok(out.body)
+    }
+
+    /// The meta data and body of the object at `key` from `offset`, following a reference.
+    async fn open(&self, key: &Key, offset: u64) -> StoreResult<(ObjectMeta, S3Body)> {
+        let object = self.full(key);
+        // One request for the common case (a plain object from the start); a reference or
+        // an offset costs one more.
+        let head = if offset == 0 {
+            let out = self
+                .client
+                .get_object()
+                .bucket(&self.bucket)
+                .key(&object)
+                .send()
+                .await
+                .map_err(|e| self.fail(key, &object, classify(e)))?;
+            let head = head_from(out.content_length(), out.last_modified(), out.metadata());
+            if head.kind.is_none() {
+                return Ok((head.meta(), out.body));
+            }
+            head
+        } else {
+            self.head(key).await?
+        };
+        let meta = head.meta();
+        if head.kind.as_deref() == Some(KIND_STAGING) {
+            return Err(self.not_found(key));
+        }
+        if offset > meta.size {
+            return Err(self.precondition(
+                key,
+                format!("offset {offset} is past the end ({} bytes)", meta.size),
+            ));
+        }
+        let data = match (head.kind.as_deref(), head.data) {
+            (Some(KIND_REF), Some(d)) => d,
+            _ => object,
+        };
+        let body = self.open_range(key, &data, offset, meta.size).await?;
+        Ok((meta, body))
     }
 }
 
@@ -927,44 +967,46 @@ impl Store for S3Store {
         offset: u64,
     ) -> BoxFuture<'a, StoreResult<(ObjectMeta, BoxReader)>> {
         Box::pin(async move {
-            let inner = &self.inner;
-            let object = inner.full(key);
-            // One request for the common case (a plain object from the start); a reference or
-            // an offset costs one more.
-            let head = if offset == 0 {
-                let out = inner
-                    .client
-                    .get_object()
-                    .bucket(&inner.bucket)
-                    .key(&object)
-                    .send()
-                    .await
-                    .map_err(|e| inner.fail(key, &object, classify(e)))?;
-                let head = head_from(out.content_length(), out.last_modified(), out.metadata());
-                if head.kind.is_none() {
-                    let meta = head.meta();
-                    return Ok((meta, Box::pin(out.body.into_async_read()) as BoxReader));
+            let (meta, body) = self.inner.open(key, offset).await?;
+            Ok((meta, Box::pin(body.into_async_read()) as BoxReader))
+        })
+    }
+
+    /// The GetObject body's chunks as the S3 client receives them: no copy into a reader's
+    /// buffer on the way to the response (the trait's default copies every byte once more).
+    fn read_chunks<'a>(
+        &'a self,
+        key: &'a Key,
+        offset: u64,
+        len: u64,
+    ) -> BoxFuture<'a, StoreResult<(ObjectMeta, ByteStream)>> {
+        Box::pin(async move {
+            let (meta, body) = self.inner.open(key, offset).await?;
+            if offset.saturating_add(len) > meta.size {
+                return Err(past_end(NAME, key, offset, len, meta.size));
+            }
+            let chunks = futures_util::stream::unfold((body, len), |(mut body, left)| async move {
+                if left == 0 {
+                    return None;
                 }
-                head
-            } else {
-                inner.head(key).await?
-            };
-            let meta = head.meta();
-            if head.kind.as_deref() == Some(KIND_STAGING) {
-                return Err(inner.not_found(key));
-            }
-            if offset > meta.size {
-                return Err(inner.precondition(
-                    key,
-                    format!("offset {offset} is past the end ({} bytes)", meta.size),
-                ));
-            }
-            let data = match (head.kind.as_deref(), head.data) {
-                (Some(KIND_REF), Some(d)) => d,
-                _ => object,
-            };
-            let reader = inner.open_range(key, &data, offset, meta.size).await?;
-            Ok((meta, reader))
+                match body.next().await {
+                    // Shorter than its length: an error, not a body that looks complete.
+                    None => Some((
+                        Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            format!("the object ended {left} bytes early"),
+                        )),
+                        (body, 0),
+                    )),
+                    Some(Ok(mut b)) => {
+                        b.truncate(usize::try_from(left).unwrap_or(usize::MAX));
+                        let left = left - b.len() as u64;
+                        Some((Ok(b), (body, left)))
+                    }
+                    Some(Err(e)) => Some((Err(io::Error::other(e)), (body, 0))),
+                }
+            });
+            Ok((meta, Box::pin(chunks) as ByteStream))
         })
     }
 
@@ -1272,7 +1314,11 @@ impl Core {
     }
 
     /// The tail segments followed by the buffer, read into one part body (at most a part).
+    /// Without tail segments the buffer itself becomes the body, moved out without a copy.
     async fn gather(&mut self) -> StoreResult<Bytes> {
+        if self.tail.is_empty() {
+            return Ok(Bytes::from(std::mem::take(&mut self.buf)));
+        }
         let mut body = Vec::with_capacity((self.tail_size as usize) + self.buf.len());
         for seg in &self.tail {
             let b = self
@@ -1347,7 +1393,7 @@ impl Core {
             .upload_id(&m.upload_id)
             .part_number(n)
             .content_length(size as i64)
-            .body(ByteStream::from(body))
+            .body(S3Body::from(body))
             .send()
             .await
             .map_err(|e| inner.fail(&self.key, &m.key, classify(e)))?;
@@ -1358,10 +1404,21 @@ impl Core {
         Ok(Part { n, etag, size })
     }
 
-    /// Uploads the tail and buffer as one full part.
+    /// Uploads the tail and buffer as one full part. Without tail segments the buffer itself
+    /// is the part body (see `gather`), so an upload holds at most one part in memory: the
+    /// buffer being filled or the part being sent, never both (writes wait for the part).
+    /// The same allocation is filled again for the next part: a fresh one per part left the
+    /// allocator holding freed parts, about 50% more memory at 64 concurrent uploads.
     async fn flush_part(&mut self) -> StoreResult<()> {
+        let own = self.tail.is_empty();
         let body = self.gather().await?;
-        let part = self.upload_part(body).await?;
+        // A clone shares the bytes. On failure they go back into the buffer, as they were; on
+        // success its allocation comes back (without a copy: nobody else holds it any more).
+        let result = self.upload_part(body.clone()).await;
+        if own && (result.is_err() || body.is_unique()) {
+            self.buf = Vec::from(body);
+        }
+        let part = result?;
         self.parts.push(part);
         self.tail.clear();
         self.tail_size = 0;
@@ -1546,6 +1603,11 @@ impl AsyncWrite for S3Writer {
         std::task::ready!(this.poll_pending(cx))?;
         let core = this.core.as_mut().expect("core is back");
         let n = core.room().min(data.len());
+        if core.buf.capacity() == 0 {
+            // One allocation of the part's exact remainder, not a doubling series that ends
+            // above the part size.
+            core.buf.reserve_exact(core.room());
+        }
         core.buf.extend_from_slice(&data[..n]);
         this.written += n as u64;
         if core.room() == 0 {

@@ -1,0 +1,145 @@
+# Shared by bench/run.sh and bench/memory.sh (sourced, not run): starting our registry, CNCF
+# distribution and one SeaweedFS on loopback, and reading a server's peak RSS.
+# The caller sets WORK (a scratch directory for configs and logs), RDCTL (the rdctl binary),
+# WEED (the weed binary) and PIDS=() (every process started here is added to it, for the
+# caller's cleanup trap).
+
+free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+wait_http() { # url — until it answers anything but a connection error (60 s)
+	local i
+	for i in $(seq 300); do
+		curl -s -o /dev/null "$1" && return 0
+		sleep 0.2
+	done
+	echo "$(basename "$0"): $1 did not answer; logs in $WORK" >&2
+	tail -n 20 "$WORK"/*.log >&2 || true
+	exit 1
+}
+
+STARTED_PID=""
+# start_ours NAME PORT ARGS... ; sets STARTED_PID
+start_ours() {
+	local name=$1 port=$2
+	shift 2
+	RDCTL_LOG=warn "$RDCTL" registry serve --listen "127.0.0.1:$port" "$@" >> "$WORK/$name.log" 2>&1 &
+	STARTED_PID=$!
+	PIDS+=("$STARTED_PID")
+	wait_http "http://127.0.0.1:$port/v2/"
+}
+
+# start_dist NAME PORT STORAGE_YAML ; sets STARTED_PID. No blob descriptor cache (our
+# registry has none either), deletes enabled, redirects off (bytes flow through the registry
+# on both sides), logs at error level.
+start_dist() {
+	local name=$1 port=$2 storage=$3
+	cat > "$WORK/$name.yml" <<-EOC
+		version: 0.1
+		log:
+		  level: error
+		  accesslog:
+		    disabled: true
+		storage:
+		$storage
+		  delete:
+		    enabled: true
+		  redirect:
+		    disable: true
+		  maintenance:
+		    uploadpurging:
+		      enabled: false
+		http:
+		  addr: 127.0.0.1:$port
+	EOC
+	# Without AWS_CA_BUNDLE: distribution 2.8's aws-sdk-go panics at start when it is set
+	# ("LoadCustomCABundleError ... transport unsupported type"); plain HTTP needs no CA.
+	env -u AWS_CA_BUNDLE docker-registry serve "$WORK/$name.yml" >> "$WORK/$name.log" 2>&1 &
+	STARTED_PID=$!
+	PIDS+=("$STARTED_PID")
+	wait_http "http://127.0.0.1:$port/v2/"
+}
+
+stop_pid() {
+	kill "$1" 2> /dev/null || true
+	wait "$1" 2> /dev/null || true
+}
+
+hwm() { awk '/VmHWM/{print $2}' "/proc/$1/status"; }
+# Resets the peak RSS counter (VmHWM) of a process we started.
+reset_hwm() { echo 5 > "/proc/$1/clear_refs"; }
+
+order() { # run → the two servers, alternating who goes first
+	if [ $(($1 % 2)) = 1 ]; then echo "ours dist"; else echo "dist ours"; fi
+}
+
+fs_server() { # server dir port ; sets STARTED_PID
+	if [ "$1" = ours ]; then
+		start_ours "ours-fs" "$3" --data "$2"
+	else
+		start_dist "dist-fs" "$3" "  filesystem:
+    rootdirectory: $2"
+	fi
+}
+
+# weed_start: one `weed server -s3` in $WORK/weed; sets WEED_PID, S3URL, WM (master port) and
+# WF (filer port).
+weed_start() {
+	local wdir="$WORK/weed" i
+	mkdir -p "$wdir"
+	# As s3-fixtures/src/seaweed.rs: 2 volumes per new collection (each bucket is one), many
+	# small volumes allowed, no telemetry, no Iceberg/Lance listeners.
+	printf '[master.volume_growth]\ncopy_1 = 2\ncopy_2 = 2\ncopy_3 = 1\ncopy_other = 1\n' > "$wdir/master.toml"
+	WM=$(wport); local wv; wv=$(wport); WF=$(wport); local ws; ws=$(wport)
+	(cd "$wdir" && exec env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY "$WEED" server -dir="$wdir" \
+		-ip=127.0.0.1 -ip.bind=127.0.0.1 \
+		-master.port="$WM" -master.port.grpc=$((WM + 10000)) \
+		-volume.port="$wv" -volume.port.grpc=$((wv + 10000)) \
+		-filer.port="$WF" -filer.port.grpc=$((WF + 10000)) -filer.localSocket="$wdir/filer.sock" \
+		-s3 -s3.port="$ws" -s3.port.grpc=$((ws + 10000)) -s3.port.iceberg=0 -s3.port.lance=0 \
+		-master.telemetry=false -volume.max=2000 -master.volumeSizeLimitMB=64 -volume.preStopSeconds=0 \
+		> "$WORK/weed.log" 2>&1) &
+	WEED_PID=$!
+	PIDS+=("$WEED_PID")
+	for i in $(seq 450); do
+		[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$ws/healthz")" = 200 ] && break
+		[ "$i" = 450 ] && { echo "$(basename "$0"): SeaweedFS did not start" >&2; tail -30 "$WORK/weed.log" >&2; exit 1; }
+		sleep 0.2
+	done
+	S3URL="http://127.0.0.1:$ws"
+}
+wport() { # a port whose +10000 (gRPC) is free too
+	local p
+	while :; do
+		p=$(free_port)
+		[ "$p" -lt 55000 ] && ! (echo > "/dev/tcp/127.0.0.1/$((p + 10000))") 2> /dev/null && { echo "$p"; return; }
+	done
+}
+bucket_new() { # name — creates it (retries: the first bucket can race volume growth)
+	local i
+	for i in $(seq 20); do
+		[ "$(curl -s -o /dev/null -w '%{http_code}' -X PUT "$S3URL/$1")" = 200 ] && return 0
+		sleep 0.5
+	done
+	echo "$(basename "$0"): cannot create bucket $1" >&2
+	exit 1
+}
+bucket_drop() { # name — frees the disk: the bucket's files, then its volumes (collection)
+	curl -s -o /dev/null -X DELETE "http://127.0.0.1:$WF/buckets/$1?recursive=true&ignoreRecursiveError=true" || true
+	curl -s -o /dev/null "http://127.0.0.1:$WM/col/delete?collection=$1" || true
+}
+s3_server() { # server endpoint bucket port ; sets STARTED_PID
+	if [ "$1" = ours ]; then
+		start_ours "ours-s3" "$4" --s3-endpoint "$2" --s3-bucket "$3"
+	else
+		start_dist "dist-s3" "$4" "  s3:
+    accesskey: bench
+    secretkey: bench-secret
+    region: us-east-1
+    regionendpoint: $2
+    bucket: $3
+    secure: false
+    v4auth: true"
+	fi
+}
