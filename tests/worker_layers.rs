@@ -56,19 +56,9 @@ fn layers_download_concurrently_and_unpack_as_a_serial_pull_does() {
     );
     assert_eq!(concurrent.status()["web"]["phase"], "Ready");
 
-    let serial = Node::new(&t.path().join("serial"));
-    let mut config = std::fs::read_to_string(serial.config()).unwrap();
-    config = config.replace(
-        "[provisioner]",
-        "max_concurrent_downloads = 1\n[provisioner]",
-    );
-    std::fs::write(serial.config(), config).unwrap();
-    serial.zone("web", &format!("{}/apps/layers:1", server.host()));
-    let out = serial.run_once();
-    assert!(
-        out.status.success(),
-        "worker failed:\n{}",
-        tail(&out.stderr)
+    let serial = pull_one_layer_at_a_time(
+        &t.path().join("serial"),
+        &format!("{}/apps/layers:1", server.host()),
     );
     assert_eq!(
         std::fs::read_to_string(serial.root("web").join("order")).unwrap(),
@@ -79,6 +69,25 @@ fn layers_download_concurrently_and_unpack_as_a_serial_pull_does() {
         &concurrent.root("web"),
         &serial.root("web"),
     );
+}
+
+/// A node in `dir` that pulls `image` into zone `web` downloading one layer at a time, the
+/// reference root the faster pulls must match.
+fn pull_one_layer_at_a_time(dir: &std::path::Path, image: &str) -> Node {
+    let serial = Node::new(dir);
+    let config = std::fs::read_to_string(serial.config()).unwrap().replace(
+        "[provisioner]",
+        "max_concurrent_downloads = 1\n[provisioner]",
+    );
+    std::fs::write(serial.config(), config).unwrap();
+    serial.zone("web", image);
+    let out = serial.run_once();
+    assert!(
+        out.status.success(),
+        "worker failed:\n{}",
+        tail(&out.stderr)
+    );
+    serial
 }
 
 /// Every file name (not path) under `dir`, recursively; empty when `dir` is missing.
@@ -161,18 +170,9 @@ fn layers_are_unpacked_while_the_last_one_still_downloads() {
         "the staging root was handed over"
     );
 
-    let serial = Node::new(&t.path().join("serial"));
-    let config = std::fs::read_to_string(serial.config()).unwrap().replace(
-        "[provisioner]",
-        "max_concurrent_downloads = 1\n[provisioner]",
-    );
-    std::fs::write(serial.config(), config).unwrap();
-    serial.zone("web", &format!("{}/apps/overlap:1", server.host()));
-    let out = serial.run_once();
-    assert!(
-        out.status.success(),
-        "worker failed:\n{}",
-        tail(&out.stderr)
+    let serial = pull_one_layer_at_a_time(
+        &t.path().join("serial"),
+        &format!("{}/apps/overlap:1", server.host()),
     );
     assert_eq!(
         std::fs::read_to_string(node.root("web").join("order")).unwrap(),
