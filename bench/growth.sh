@@ -60,52 +60,16 @@ cleanup() {
 trap cleanup EXIT
 log() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 record() { jq -c -n --arg store "$1" --argjson blobs "$2" --argjson r "$3" '$r + {store: $store, scale: $blobs}' >> "$RESULTS"; }
-free_port() {
-	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-wport() { # a port whose +10000 (gRPC) is free too
-	local p
-	while :; do
-		p=$(free_port)
-		[ "$p" -lt 55000 ] && ! (echo > "/dev/tcp/127.0.0.1/$((p + 10000))") 2> /dev/null && { echo "$p"; return; }
-	done
-}
-wait_http() { # url
-	local i
-	for i in $(seq 450); do
-		curl -s -o /dev/null "$1" && return 0
-		sleep 0.2
-	done
-	echo "bench/growth.sh: $1 did not answer; logs in $WORK" >&2
-	tail -n 20 "$WORK"/*.log >&2 || true
-	exit 1
-}
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 echo "{\"section\":\"machine\",\"date\":\"$(date -u +%FT%TZ)\",\"profile\":\"$PROFILE\",\"cores\":$(nproc),\"load_start\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}" >> "$RESULTS"
 
 # --- SeaweedFS (as bench/run.sh and s3-fixtures/src/seaweed.rs) and the counting proxy -------
 S3URL=""
 if [[ " $STORES " == *" s3 "* ]]; then
 	[ -x "$WEED" ] || { echo "bench/growth.sh: $WEED missing; run scripts/install-deps.sh" >&2; exit 1; }
-	WDIR="$WORK/weed"
-	mkdir -p "$WDIR"
-	printf '[master.volume_growth]\ncopy_1 = 2\ncopy_2 = 2\ncopy_3 = 1\ncopy_other = 1\n' > "$WDIR/master.toml"
-	WM=$(wport); WV=$(wport); WF=$(wport); WS=$(wport)
-	(cd "$WDIR" && exec env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY "$WEED" server -dir="$WDIR" \
-		-ip=127.0.0.1 -ip.bind=127.0.0.1 \
-		-master.port="$WM" -master.port.grpc=$((WM + 10000)) \
-		-volume.port="$WV" -volume.port.grpc=$((WV + 10000)) \
-		-filer.port="$WF" -filer.port.grpc=$((WF + 10000)) -filer.localSocket="$WDIR/filer.sock" \
-		-s3 -s3.port="$WS" -s3.port.grpc=$((WS + 10000)) -s3.port.iceberg=0 -s3.port.lance=0 \
-		-master.telemetry=false -volume.max=2000 -master.volumeSizeLimitMB=64 \
-		-volume.preStopSeconds=0 -volume.minFreeSpace=256MiB \
-		> "$WORK/weed.log" 2>&1) &
-	PIDS+=("$!")
-	for i in $(seq 450); do
-		[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$WS/healthz")" = 200 ] && break
-		[ "$i" = 450 ] && { echo "bench/growth.sh: SeaweedFS did not start" >&2; tail -30 "$WORK/weed.log" >&2; exit 1; }
-		sleep 0.2
-	done
-	S3URL="http://127.0.0.1:$WS"
+	weed_start
+	WS="${S3URL##*:}"
 	coproc PROXY { exec "$BENCH" s3proxy --upstream "127.0.0.1:$WS"; }
 	PIDS+=("$PROXY_PID")
 	read -r PROXY_URL <&"${PROXY[0]}"

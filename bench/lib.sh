@@ -1,4 +1,4 @@
-# Shared by bench/run.sh and bench/memory.sh (sourced, not run): starting our registry, CNCF
+# Shared by bench/run.sh, bench/memory.sh and bench/growth.sh (sourced, not run): starting our registry, CNCF
 # distribution and one SeaweedFS on loopback, and reading a server's peak RSS.
 # The caller sets WORK (a scratch directory for configs and logs), RDCTL (the rdctl binary),
 # WEED (the weed binary) and PIDS=() (every process started here is added to it, for the
@@ -99,6 +99,7 @@ weed_start() {
 		-filer.port="$WF" -filer.port.grpc=$((WF + 10000)) -filer.localSocket="$wdir/filer.sock" \
 		-s3 -s3.port="$ws" -s3.port.grpc=$((ws + 10000)) -s3.port.iceberg=0 -s3.port.lance=0 \
 		-master.telemetry=false -volume.max=2000 -master.volumeSizeLimitMB=64 -volume.preStopSeconds=0 \
+		-volume.minFreeSpace=256MiB \
 		> "$WORK/weed.log" 2>&1) &
 	WEED_PID=$!
 	PIDS+=("$WEED_PID")
