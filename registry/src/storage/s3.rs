@@ -357,13 +357,19 @@ impl Inner {
         object: &str,
         limit: u64,
     ) -> StoreResult<(Bytes, Head, String)> {
-        match self.get_bytes_unless(key, object, limit, None).await? {
-            Some(r) => Ok(r),
-            None => Err(self.backend(
+        let r = self.get_bytes_unless(key, object, limit, None).await?;
+        self.unconditional(object, r)
+    }
+
+    /// The answer to a read sent without a condition: `None` (304 Not Modified) cannot come,
+    /// since `get_bytes_once` takes a 304 as "unchanged" only when it asked with an ETag.
+    fn unconditional<T>(&self, object: &str, r: Option<T>) -> StoreResult<T> {
+        r.ok_or_else(|| {
+            self.backend(
                 object,
                 io::Error::other("304 Not Modified to a GET without a condition"),
-            )),
-        }
+            )
+        })
     }
 
     /// GET of a whole object, retried on backend failures; with `unless` (an ETag), `None`
@@ -909,13 +915,8 @@ impl Store for S3Store {
 
     fn get<'a>(&'a self, key: &'a Key, limit: u64) -> BoxFuture<'a, StoreResult<Document>> {
         Box::pin(async move {
-            match self.inner.document(key, limit, None).await? {
-                Some(doc) => Ok(doc),
-                None => Err(self.inner.backend(
-                    &self.inner.full(key),
-                    io::Error::other("304 Not Modified to a GET without a condition"),
-                )),
-            }
+            let doc = self.inner.document(key, limit, None).await?;
+            self.inner.unconditional(&self.inner.full(key), doc)
         })
     }
 
