@@ -47,21 +47,11 @@ OUT="$ROOT/bench/out/growth"
 mkdir -p "$OUT"
 RESULTS="$OUT/results.jsonl"
 : > "$RESULTS"
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/rd-growth.XXXXXX")"
-PIDS=()
-cleanup() {
-	local p
-	for p in "${PIDS[@]}"; do
-		kill -9 "$p" 2> /dev/null || true
-		wait "$p" 2> /dev/null || true
-	done
-	rm -rf "$WORK"
-}
-trap cleanup EXIT
-log() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
-record() { jq -c -n --arg store "$1" --argjson blobs "$2" --argjson r "$3" '$r + {store: $store, scale: $blobs}' >> "$RESULTS"; }
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
+bench_scratch rd-growth
+log() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+record() { jq -c -n --arg store "$1" --argjson blobs "$2" --argjson r "$3" '$r + {store: $store, scale: $blobs}' >> "$RESULTS"; }
 echo "{\"section\":\"machine\",\"date\":\"$(date -u +%FT%TZ)\",\"profile\":\"$PROFILE\",\"cores\":$(nproc),\"load_start\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}" >> "$RESULTS"
 
 # --- SeaweedFS (as bench/run.sh and s3-fixtures/src/seaweed.rs) and the counting proxy -------

@@ -1,8 +1,24 @@
 # Shared by bench/run.sh, bench/memory.sh and bench/growth.sh (sourced, not run): starting our registry, CNCF
 # distribution and one SeaweedFS on loopback, and reading a server's peak RSS.
-# The caller sets WORK (a scratch directory for configs and logs), RDCTL (the rdctl binary),
-# WEED (the weed binary) and PIDS=() (every process started here is added to it, for the
-# caller's cleanup trap).
+# The caller calls `bench_scratch` (WORK, a scratch directory for configs and logs, and PIDS,
+# every process started here, killed on exit) and sets RDCTL (the rdctl binary) and WEED
+# (the weed binary).
+
+# bench_scratch PREFIX: sets WORK to a new scratch directory and PIDS=(); on exit every
+# process in PIDS is killed and WORK removed.
+bench_scratch() {
+	WORK="$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX")"
+	PIDS=()
+	trap bench_cleanup EXIT
+}
+bench_cleanup() {
+	local p
+	for p in "${PIDS[@]}"; do
+		kill -9 "$p" 2> /dev/null || true
+		wait "$p" 2> /dev/null || true
+	done
+	rm -rf "$WORK"
+}
 
 free_port() {
 	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'

@@ -64,19 +64,9 @@ OUT="$ROOT/bench/out"
 mkdir -p "$OUT"
 MD="$OUT/memory.md"
 : > "$MD"
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/rd-memory.XXXXXX")"
-PIDS=()
-cleanup() {
-	local p
-	for p in "${PIDS[@]}"; do
-		kill -9 "$p" 2> /dev/null || true
-		wait "$p" 2> /dev/null || true
-	done
-	rm -rf "$WORK"
-}
-trap cleanup EXIT
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
+bench_scratch rd-memory
 
 stats() { # numbers -> "min median max" ("0 0 0" for none)
 	[ $# -gt 0 ] || { echo "0 0 0"; return; }

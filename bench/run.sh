@@ -64,17 +64,9 @@ OUT="$ROOT/bench/out/run"
 mkdir -p "$OUT"
 RESULTS="$OUT/results.jsonl"
 : > "$RESULTS"
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/rd-bench.XXXXXX")"
-PIDS=()
-cleanup() {
-	local p
-	for p in "${PIDS[@]}"; do
-		kill -9 "$p" 2> /dev/null || true
-		wait "$p" 2> /dev/null || true
-	done
-	rm -rf "$WORK"
-}
-trap cleanup EXIT
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+bench_scratch rd-bench
 log() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
 # --- peers ----------------------------------------------------------------------------------
@@ -113,9 +105,7 @@ BENCH="${BENCH_BIN:-$ROOT/target/release/rd-bench}"
 	echo "\"load_start\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}"
 } | jq -c . >> "$RESULTS"
 
-# --- helpers (bench/lib.sh: servers, ports, peak RSS) -------------------------------------------
-# shellcheck source=bench/lib.sh
-. "$ROOT/bench/lib.sh"
+# --- helpers (servers, ports and peak RSS are in bench/lib.sh) ---------------------------------
 
 # record SECTION SERVER RUN RSS_KIB JSON
 record() {
