@@ -77,7 +77,7 @@ impl TagEntry {
     }
 }
 
-#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 struct TagsDoc {
     tags: BTreeMap<String, TagEntry>,
 }
@@ -87,7 +87,7 @@ struct ReferrersDoc {
     manifests: Vec<serde_json::Value>,
 }
 
-#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 struct CatalogDoc {
     repositories: BTreeSet<String>,
 }
