@@ -93,7 +93,7 @@ struct CatalogDoc {
 }
 
 /// At most `n` names from `rest` (all without `n`), and whether any follow.
-fn take_page<'a>(
+pub(crate) fn take_page<'a>(
     mut rest: impl Iterator<Item = &'a String>,
     n: Option<usize>,
 ) -> (Vec<String>, bool) {

@@ -178,11 +178,7 @@ pub(crate) fn page(all: Vec<String>, n: Option<usize>, last: Option<&str>) -> (V
         Some(l) => all.partition_point(|x| x.as_str() <= l),
         None => 0,
     };
-    let rest = &all[start..];
-    match n {
-        Some(n) if n < rest.len() => (rest[..n].to_vec(), true),
-        _ => (rest.to_vec(), false),
-    }
+    crate::repo::take_page(all[start..].iter(), n)
 }
 
 #[cfg(test)]
