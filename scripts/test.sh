@@ -49,6 +49,35 @@ step "cargo clippy" cargo clippy --workspace --all-targets -- -D warnings
 step "cargo clippy, rdctl without s3" cargo clippy -p rdctl --no-default-features -- -D warnings
 step "README main command" "$ROOT/scripts/check-readme.sh"
 step "install deps (started first, in the background)" deps_installed
-step "cargo test" cargo test --workspace --no-fail-fast
+# The test binaries run in two groups at the same time, since much of their time is waiting on
+# servers and child processes rather than CPU: the root `tests` binary (cross-crate flows,
+# about 40% of the time) beside every other test target and the unit tests, then the
+# doc-tests. One build makes every binary first (same features as a plain
+# `cargo test --workspace`). Each group's output is printed whole when both have ended.
+run_tests() {
+	cargo test --workspace --no-fail-fast --no-run
+	local others a b rc_a=0 rc_b=0 rc_doc=0 pid
+	others=$(cargo metadata --no-deps --format-version 1 | python3 -c '
+import json, sys
+m = json.load(sys.stdin)
+names = sorted({t["name"] for p in m["packages"] for t in p["targets"] if "test" in t["kind"]} - {"tests"})
+print(" ".join("--test " + n for n in names))')
+	a=$(mktemp "${TMPDIR:-/tmp}/test-root.XXXXXX")
+	b=$(mktemp "${TMPDIR:-/tmp}/test-others.XXXXXX")
+	echo "running the root tests binary and, beside it, the other targets: $others --lib --bins"
+	cargo test --workspace --no-fail-fast --test tests >"$a" 2>&1 &
+	pid=$!
+	# shellcheck disable=SC2086 # one word per option
+	cargo test --workspace --no-fail-fast --lib --bins $others >"$b" 2>&1 || rc_b=$?
+	wait "$pid" || rc_a=$?
+	printf '\n---- the other test targets (exit %d) ----\n' "$rc_b"
+	cat "$b"
+	printf '\n---- the root tests binary (exit %d) ----\n' "$rc_a"
+	cat "$a"
+	rm -f "$a" "$b"
+	cargo test --workspace --no-fail-fast --doc || rc_doc=$?
+	((rc_a == 0 && rc_b == 0 && rc_doc == 0))
+}
+step "cargo test" run_tests
 
 printf '\n==== all steps passed in %ds ====\n' $((SECONDS - T0))
