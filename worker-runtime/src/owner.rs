@@ -136,10 +136,15 @@ pub fn claim(dir: &Path, mark: &OwnerMark) -> Result<(), OwnershipError> {
             if read_mark(dir)?.is_some() {
                 return check(dir, mark);
             }
+            // A claim cut short (killed before its mark was renamed into place) is claimed
+            // again: the temporary files are all it holds.
             if entries.next().is_some() {
-                return Err(OwnershipError::Unmarked {
-                    path: dir.to_owned(),
-                });
+                if !interrupted_claim(dir)? {
+                    return Err(OwnershipError::Unmarked {
+                        path: dir.to_owned(),
+                    });
+                }
+                remove_temporaries(dir)?;
             }
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -149,6 +154,45 @@ pub fn claim(dir: &Path, mark: &OwnerMark) -> Result<(), OwnershipError> {
     }
     let bytes = serde_json::to_vec_pretty(mark).expect("a mark serialises");
     write_atomic(&dir.join(MARK_FILE), &bytes).map_err(io_err(dir, "writing the ownership mark"))
+}
+
+/// Whether `dir` is what a [`claim`] cut short leaves: no mark, and nothing in it but the
+/// mark's temporary files (`write_atomic` writes `.tmp-*` and renames it into place), or
+/// nothing at all. Such a directory holds no data, whoever made it.
+fn interrupted_claim(dir: &Path) -> Result<bool, OwnershipError> {
+    if read_mark(dir)?.is_some() {
+        return Ok(false);
+    }
+    let entries = std::fs::read_dir(dir).map_err(io_err(dir, "reading the directory"))?;
+    for e in entries {
+        let e = e.map_err(io_err(dir, "reading the directory"))?;
+        let is_file = e.file_type().is_ok_and(|t| t.is_file());
+        if !(is_file && e.file_name().to_string_lossy().starts_with(".tmp-")) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Removes `dir` when it is what an interrupted [`claim`] left (see [`interrupted_claim`]):
+/// a worker killed between creating a directory and renaming its mark into it. Returns
+/// whether it did; anything else is left as it is.
+pub fn remove_interrupted_claim(dir: &Path) -> Result<bool, OwnershipError> {
+    if !interrupted_claim(dir)? {
+        return Ok(false);
+    }
+    remove_temporaries(dir)?;
+    std::fs::remove_dir(dir).map_err(io_err(dir, "removing the directory"))?;
+    Ok(true)
+}
+
+/// Removes the files of a directory that [`interrupted_claim`] found holds only temporaries.
+fn remove_temporaries(dir: &Path) -> Result<(), OwnershipError> {
+    for e in std::fs::read_dir(dir).map_err(io_err(dir, "reading the directory"))? {
+        let path = e.map_err(io_err(dir, "reading the directory"))?.path();
+        std::fs::remove_file(&path).map_err(io_err(&path, "removing the file"))?;
+    }
+    Ok(())
 }
 
 /// Removes `dir` and everything in it, after checking that it carries `mark`.
@@ -216,6 +260,25 @@ mod tests {
         claim(&empty, &me).unwrap();
         remove_owned(&empty, &me).unwrap();
         assert!(!empty.exists());
+        // A claim cut short before its mark was renamed into place leaves only the mark's
+        // temporary file: claimed again, and removable as a leftover; anything more is not.
+        let cut = t.path().join("cut");
+        std::fs::create_dir(&cut).unwrap();
+        std::fs::write(cut.join(".tmp-abc123"), b"{\"worker_id\": \"w").unwrap();
+        claim(&cut, &me).unwrap();
+        check(&cut, &me).unwrap();
+        assert!(!cut.join(".tmp-abc123").exists());
+        let cut2 = t.path().join("cut2");
+        std::fs::create_dir(&cut2).unwrap();
+        std::fs::write(cut2.join(".tmp-abc123"), b"").unwrap();
+        assert!(remove_interrupted_claim(&cut2).unwrap());
+        assert!(!cut2.exists());
+        assert!(!remove_interrupted_claim(&theirs).unwrap());
+        assert!(theirs.join("data").exists());
+        assert!(
+            !remove_interrupted_claim(&fresh).unwrap(),
+            "a marked directory is not a leftover"
+        );
         // A corrupt mark is an error, not a claim.
         std::fs::write(fresh.join(MARK_FILE), b"{").unwrap();
         assert!(matches!(

@@ -409,3 +409,26 @@ fn fake_zoneadm_answers_with_the_real_messages() {
         "zoneadm: zone 'web': not running\n"
     );
 }
+
+/// A worker killed while it claimed a staging root (the directory made, its mark not yet
+/// renamed into place) leaves a directory holding only the mark's temporary file; the next
+/// start removes it. Anything else without our mark stays.
+#[test]
+fn a_staging_root_cut_short_before_its_mark_is_removed_at_start() {
+    let t = tempfile::tempdir().unwrap();
+    let p = open_dir(&t, "w1", None);
+    let staging = p.staging_dir();
+    let cut = staging.join("zone.4242.0");
+    std::fs::create_dir(&cut).unwrap();
+    std::fs::write(cut.join(".tmp-Ab12Cd"), b"{\"worker_id\": \"w").unwrap();
+    let empty = staging.join("zone.4242.1");
+    std::fs::create_dir(&empty).unwrap();
+    let foreign = staging.join("someone-else");
+    std::fs::create_dir(&foreign).unwrap();
+    std::fs::write(foreign.join("data"), b"x").unwrap();
+    drop(p);
+    let _p = open_dir(&t, "w1", None);
+    assert!(!cut.exists(), "the cut-short claim is removed");
+    assert!(!empty.exists(), "an empty leftover is removed");
+    assert!(foreign.join("data").exists(), "what is not ours stays");
+}

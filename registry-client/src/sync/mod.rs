@@ -383,12 +383,21 @@ pub async fn run(
         return report;
     }
     // Images bound for one bundle layout share its index.json: they form one group that runs
-    // in order; every other image is a group of its own.
+    // in order. Tags of one image in one registry repository do too: they push the same
+    // manifests and update the same referrers index (the tag schema's `sha256-…` tag is read,
+    // changed and written back, so two copies at once can lose a referrer), and CNCF
+    // distribution answered DIGEST_INVALID to one of two identical manifest PUTs racing there.
+    // Every other image is a group of its own.
     let mut groups: BTreeMap<String, Vec<(usize, usize, SyncItem)>> = BTreeMap::new();
     for (n, (rule, item)) in work.into_iter().enumerate() {
         let key = match &item.destination {
             ImageRef::Layout(l) => format!("layout:{}", l.dir.display()),
-            ImageRef::Registry(_) => format!("image:{n}"),
+            ImageRef::Registry(r) => format!(
+                "image:{}/{}@{}",
+                r.registry(),
+                item.destination_repository,
+                item.digest
+            ),
         };
         groups.entry(key).or_default().push((n, rule, item));
     }
