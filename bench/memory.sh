@@ -19,7 +19,8 @@
 #     --no-docs  print the tables only (bench/out/memory.md), do not append to docs
 #     --quick    a smoke run: 8 uploads of 32 MiB, trees of 20 and 40 MiB, 1 run
 #   MEM_PARTS (a subset of "registry builder worker"), MEM_STORES ("fs s3"), MEM_UPLOADS (64),
-#   MEM_BLOB_MIB (256), MEM_SIDES ("ours dist": the registry part's sides), MEM_BUILDER_SIZES (tree MiB, or MiB:files to set the file count;
+#   MEM_BLOB_MIB (256), MEM_SIDES ("ours dist": the registry part's sides), MEM_BUILDER_SIZES
+#   (tree MiB, or MiB:files to set the file count;
 #   "50 200 800 800:5000": 800 MiB in as many files as the 200 MiB tree), MEM_WORKER_SIZES
 #   ("50 200 400"; worker.sh keeps every run's trees until its last run, 3 runs of 800 MiB
 #   took 8 GiB) narrow a run.
@@ -35,7 +36,7 @@ while [ $# -gt 0 ]; do
 	--runs) RUNS="$2"; shift ;;
 	--no-docs) DOCS=0 ;;
 	--quick) QUICK=1; RUNS=1 ;;
-	-h | --help) sed -n '2,26p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,28p' "$0"; exit 0 ;;
 	*) echo "bench/memory.sh: unknown option $1" >&2; exit 2 ;;
 	esac
 	shift

@@ -13,6 +13,8 @@ use serde::{Deserialize, Serialize};
 
 /// File name of the mark.
 pub const MARK_FILE: &str = ".rdctl-owner";
+/// The name prefix of [`write_atomic`]'s temporary files.
+const TMP_PREFIX: &str = ".tmp-";
 
 /// What the mark says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -89,7 +91,9 @@ fn io_err(path: &Path, op: &'static str) -> impl FnOnce(io::Error) -> OwnershipE
 /// then renamed over the target, so readers see the old or the new content, never a part.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir)?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(TMP_PREFIX)
+        .tempfile_in(dir)?;
     tmp.write_all(bytes)?;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
@@ -129,23 +133,20 @@ pub fn check(dir: &Path, mark: &OwnerMark) -> Result<(), OwnershipError> {
 }
 
 /// Creates `dir` (and its parents) carrying `mark`, or checks the mark of an existing one. An
-/// existing empty directory is claimed; a non-empty one without our mark is refused.
+/// existing empty directory is claimed, and so is one a claim cut short left (only the mark's
+/// temporary files in it); any other directory without our mark is refused.
 pub fn claim(dir: &Path, mark: &OwnerMark) -> Result<(), OwnershipError> {
     match std::fs::read_dir(dir) {
-        Ok(mut entries) => {
+        Ok(_) => {
             if read_mark(dir)?.is_some() {
                 return check(dir, mark);
             }
-            // A claim cut short (killed before its mark was renamed into place) is claimed
-            // again: the temporary files are all it holds.
-            if entries.next().is_some() {
-                if !interrupted_claim(dir)? {
-                    return Err(OwnershipError::Unmarked {
-                        path: dir.to_owned(),
-                    });
-                }
-                remove_temporaries(dir)?;
+            if !only_temporaries(dir)? {
+                return Err(OwnershipError::Unmarked {
+                    path: dir.to_owned(),
+                });
             }
+            remove_temporaries(dir)?;
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             std::fs::create_dir_all(dir).map_err(io_err(dir, "creating the directory"))?;
@@ -156,29 +157,26 @@ pub fn claim(dir: &Path, mark: &OwnerMark) -> Result<(), OwnershipError> {
     write_atomic(&dir.join(MARK_FILE), &bytes).map_err(io_err(dir, "writing the ownership mark"))
 }
 
-/// Whether `dir` is what a [`claim`] cut short leaves: no mark, and nothing in it but the
-/// mark's temporary files (`write_atomic` writes `.tmp-*` and renames it into place), or
-/// nothing at all. Such a directory holds no data, whoever made it.
-fn interrupted_claim(dir: &Path) -> Result<bool, OwnershipError> {
-    if read_mark(dir)?.is_some() {
-        return Ok(false);
-    }
+/// Whether `dir` holds nothing but temporary files of [`write_atomic`] (or nothing at all):
+/// without a mark, that is what a [`claim`] cut short leaves, and it holds no data, whoever
+/// made it.
+fn only_temporaries(dir: &Path) -> Result<bool, OwnershipError> {
     let entries = std::fs::read_dir(dir).map_err(io_err(dir, "reading the directory"))?;
     for e in entries {
         let e = e.map_err(io_err(dir, "reading the directory"))?;
         let is_file = e.file_type().is_ok_and(|t| t.is_file());
-        if !(is_file && e.file_name().to_string_lossy().starts_with(".tmp-")) {
+        if !(is_file && e.file_name().to_string_lossy().starts_with(TMP_PREFIX)) {
             return Ok(false);
         }
     }
     Ok(true)
 }
 
-/// Removes `dir` when it is what an interrupted [`claim`] left (see [`interrupted_claim`]):
-/// a worker killed between creating a directory and renaming its mark into it. Returns
-/// whether it did; anything else is left as it is.
+/// Removes `dir` when it is what an interrupted [`claim`] left: no mark, and only the mark's
+/// temporary file (a worker killed between creating the directory and renaming its mark into
+/// it), or nothing. Returns whether it did; anything else is left as it is.
 pub fn remove_interrupted_claim(dir: &Path) -> Result<bool, OwnershipError> {
-    if !interrupted_claim(dir)? {
+    if read_mark(dir)?.is_some() || !only_temporaries(dir)? {
         return Ok(false);
     }
     remove_temporaries(dir)?;
@@ -186,7 +184,7 @@ pub fn remove_interrupted_claim(dir: &Path) -> Result<bool, OwnershipError> {
     Ok(true)
 }
 
-/// Removes the files of a directory that [`interrupted_claim`] found holds only temporaries.
+/// Removes the files of a directory that [`only_temporaries`] found holds nothing else.
 fn remove_temporaries(dir: &Path) -> Result<(), OwnershipError> {
     for e in std::fs::read_dir(dir).map_err(io_err(dir, "reading the directory"))? {
         let path = e.map_err(io_err(dir, "reading the directory"))?.path();

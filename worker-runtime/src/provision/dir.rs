@@ -84,13 +84,13 @@ impl DirProvisioner {
                 let path = e.path();
                 let kind = match owner::read_mark(&path) {
                     Ok(Some(m)) if kinds.contains(&m.kind.as_str()) => m.kind,
+                    // A worker killed while it claimed a staging root leaves it without a
+                    // mark and with nothing in it: that goes too.
+                    Ok(None) if matches!(owner::remove_interrupted_claim(&path), Ok(true)) => {
+                        continue;
+                    }
                     _ => kinds[0].to_owned(),
                 };
-                // A worker killed while it claimed a staging root leaves it without a mark
-                // and with nothing in it: that goes too.
-                if matches!(owner::remove_interrupted_claim(&path), Ok(true)) {
-                    continue;
-                }
                 // Only what carries our mark goes; anything else is left and logged.
                 if let Err(err) = owner::remove_owned(&path, &OwnerMark::new(worker_id, &kind)) {
                     tracing::warn!(path = %path.display(), error = %err, "leaving a leftover that is not ours");
