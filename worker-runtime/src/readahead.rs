@@ -3,9 +3,13 @@
 //! Unpacking a layer is three kinds of work on one stream: inflating, hashing the uncompressed
 //! bytes (the DiffID) and writing files. On one thread they add up; with decompression moved
 //! here they overlap on a second core, and memory stays bounded by `DEPTH` chunks in flight.
+//! The reader hands each drained chunk back, so the thread fills the same few buffers again
+//! instead of allocating (and zeroing) a fresh 256 KiB for every chunk of the layer.
 
 use std::io::{self, Read};
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 use std::thread::{Scope, ScopedJoinHandle};
 
 /// Bytes per chunk handed across.
@@ -26,12 +30,19 @@ pub(crate) fn spawn<'scope, 'env, R: Read + Send + 'scope>(
     src: R,
 ) -> io::Result<(Reader, ScopedJoinHandle<'scope, ()>)> {
     let (tx, rx) = sync_channel(DEPTH);
+    // Unbounded, but it never holds more than the chunks in flight: at most DEPTH + 3 buffers
+    // exist (DEPTH queued, one blocked in `send`, one being read, one handed back).
+    let (back, spare) = channel();
+    let allocated = Arc::new(AtomicUsize::new(0));
+    let counter = allocated.clone();
     let handle = std::thread::Builder::new()
         .name(name.to_owned())
-        .spawn_scoped(scope, move || produce(src, &tx))?;
+        .spawn_scoped(scope, move || produce(src, &tx, &spare, &counter))?;
     Ok((
         Reader {
             rx,
+            back,
+            allocated,
             chunk: Vec::new(),
             pos: 0,
             ended: false,
@@ -40,9 +51,24 @@ pub(crate) fn spawn<'scope, 'env, R: Read + Send + 'scope>(
     ))
 }
 
-fn produce<R: Read>(mut src: R, tx: &SyncSender<Message>) {
+fn produce<R: Read>(
+    mut src: R,
+    tx: &SyncSender<Message>,
+    spare: &Receiver<Vec<u8>>,
+    allocated: &AtomicUsize,
+) {
     loop {
-        let mut buf = vec![0u8; CHUNK];
+        // A returned buffer keeps its (initialised) length; only a new one is zeroed.
+        let mut buf = match spare.try_recv() {
+            Ok(mut b) => {
+                b.resize(CHUNK, 0);
+                b
+            }
+            Err(_) => {
+                allocated.fetch_add(1, Ordering::Relaxed);
+                vec![0u8; CHUNK]
+            }
+        };
         let mut filled = 0;
         while filled < CHUNK {
             match src.read(&mut buf[filled..]) {
@@ -77,9 +103,22 @@ fn produce<R: Read>(mut src: R, tx: &SyncSender<Message>) {
 /// The reading end of [`spawn`].
 pub(crate) struct Reader {
     rx: Receiver<Message>,
+    /// Drained chunks go back to the thread for refilling.
+    back: Sender<Vec<u8>>,
+    /// Buffers the thread has allocated so far (the rest were refills); read by the tests.
+    #[cfg_attr(not(test), allow(dead_code))]
+    allocated: Arc<AtomicUsize>,
     chunk: Vec<u8>,
     pos: usize,
     ended: bool,
+}
+
+#[cfg(test)]
+impl Reader {
+    /// How many chunk buffers the thread has allocated so far.
+    fn buffers_allocated(&self) -> usize {
+        self.allocated.load(Ordering::Relaxed)
+    }
 }
 
 impl Read for Reader {
@@ -94,7 +133,11 @@ impl Read for Reader {
             match self.rx.recv() {
                 Ok(Ok(chunk)) if chunk.is_empty() => self.ended = true,
                 Ok(Ok(chunk)) => {
-                    self.chunk = chunk;
+                    let done = std::mem::replace(&mut self.chunk, chunk);
+                    if done.capacity() == CHUNK {
+                        // The thread may be gone (source ended): the buffer is then just freed.
+                        let _ = self.back.send(done);
+                    }
                     self.pos = 0;
                 }
                 Ok(Err(e)) => {
@@ -166,6 +209,34 @@ mod tests {
                 h.join().unwrap();
             });
         }
+    }
+
+    #[test]
+    fn the_thread_refills_the_same_few_buffers() {
+        let want = data(64 * CHUNK + 5);
+        let src = Source {
+            data: want.clone(),
+            pos: 0,
+            err: None,
+        };
+        std::thread::scope(|s| {
+            let (mut r, h) = spawn(s, "t", src).unwrap();
+            let mut got = Vec::new();
+            let mut piece = vec![0u8; CHUNK];
+            loop {
+                let n = r.read(&mut piece).unwrap();
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&piece[..n]);
+            }
+            assert!(got == want);
+            // 65 chunks went through; without reuse each would be a new allocation.
+            let n = r.buffers_allocated();
+            assert!((1..=DEPTH + 3).contains(&n), "{n} buffers allocated");
+            drop(r);
+            h.join().unwrap();
+        });
     }
 
     #[test]

@@ -382,6 +382,8 @@ struct Applier<'a> {
     touched: HashSet<Vec<u8>>,
     dirs: Vec<DirAttrs>,
     stats: LayerStats,
+    /// One copy buffer for every file of the layer (not 64 KiB allocated and zeroed per file).
+    copy_buf: Vec<u8>,
 }
 
 fn parent_and_leaf(path: &[u8]) -> (&[u8], &[u8]) {
@@ -411,6 +413,7 @@ impl<'a> Applier<'a> {
             touched: HashSet::new(),
             dirs: Vec::new(),
             stats: LayerStats::default(),
+            copy_buf: vec![0u8; 64 * 1024],
         }
     }
 
@@ -620,9 +623,9 @@ impl<'a> Applier<'a> {
         )
         .map_err(Self::errno(e, "create"))?;
         let mut file = File::from(fd);
-        let mut buf = vec![0u8; 64 * 1024];
+        let buf = &mut self.copy_buf;
         loop {
-            let n = tar.read_data(&mut buf)?;
+            let n = tar.read_data(buf)?;
             if n == 0 {
                 break;
             }
