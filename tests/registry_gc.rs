@@ -11,7 +11,7 @@ use sha2::{Digest as _, Sha256};
 use crate::registry_e2e::http;
 use crate::util::{Server, ok, rdctl, s, tempdir};
 
-const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+pub(crate) const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 
 pub(crate) fn digest(data: &[u8]) -> String {
     let hex: String = Sha256::digest(data)

@@ -125,6 +125,56 @@ fn scrub_fs_finds_a_flipped_byte_quarantines_and_heals() {
     assert_eq!(record, 1);
 }
 
+/// A manifest whose bytes were quarantined is unknown to a GET and to a HEAD alike (a HEAD
+/// that said 200 would send a client to a GET that says 404), by tag and by digest, until the
+/// same manifest is pushed again.
+#[test]
+fn scrub_quarantined_manifest_is_unknown_to_get_and_head_until_pushed_again() {
+    let data = tempdir();
+    let server = Server::start(data.path(), &[]);
+    let m = push_image(&server, "team/app", "v1", b"{\"c\":3}", LAYER);
+    flip_file(&blob_file(data.path(), &m));
+    let (code, report, _) = scrub(&["--data", s(data.path())]);
+    assert_eq!(code, 1, "{report:#}");
+    assert_eq!(
+        report["corrupt_blobs"][0]["digest"],
+        m.as_str(),
+        "{report:#}"
+    );
+    for reference in ["v1", m.as_str()] {
+        for method in ["GET", "HEAD"] {
+            let (status, _, body) = http(
+                server.addr,
+                method,
+                &format!("/v2/team/app/manifests/{reference}"),
+                &[("accept", crate::registry_gc::MANIFEST)],
+                b"",
+            );
+            assert_eq!(status, 404, "{method} {reference}");
+            if method == "GET" {
+                let v: Value = serde_json::from_slice(&body).expect("an error body");
+                assert_eq!(v["errors"][0]["code"], "MANIFEST_UNKNOWN", "{v:#}");
+            }
+        }
+    }
+    assert_eq!(
+        push_image(&server, "team/app", "v1", b"{\"c\":3}", LAYER),
+        m
+    );
+    for method in ["GET", "HEAD"] {
+        let (status, _, body) = http(
+            server.addr,
+            method,
+            "/v2/team/app/manifests/v1",
+            &[("accept", crate::registry_gc::MANIFEST)],
+            b"",
+        );
+        assert_eq!(status, 200, "{method}: {}", String::from_utf8_lossy(&body));
+    }
+    let (code, report, _) = scrub(&["--data", s(data.path())]);
+    assert_eq!(code, 0, "healed: {report:#}");
+}
+
 #[test]
 fn scrub_s3_finds_a_flipped_byte_quarantines_and_heals() {
     let sw = seaweed();

@@ -7,8 +7,8 @@
 //!    paced to [`ScrubOptions::rate`] bytes per second. A blob whose bytes do not hash to its
 //!    key is *quarantined*: its bytes are copied to `_rd/quarantine/<alg>/<hex>/data` with a
 //!    record beside them (`…/record`: expected and found digest, size, time), then the blob key
-//!    is deleted. From then on a GET answers `BLOB_UNKNOWN` (a manifest GET
-//!    `MANIFEST_UNKNOWN`), never the wrong bytes, and the next push of the same digest commits
+//!    is deleted. From then on a GET answers `BLOB_UNKNOWN` (a manifest GET or
+//!    HEAD `MANIFEST_UNKNOWN`), never the wrong bytes, and the next push of the same digest commits
 //!    fresh bytes under the key (commits are create-only, so it succeeds): that heals it.
 //! 2. **Manifests.** Every manifest link of every repository: its bytes must exist, pass the
 //!    registry's push checks (`check_document`), and every blob and child manifest it names must

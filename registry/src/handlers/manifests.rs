@@ -95,10 +95,15 @@ pub(crate) async fn get(req: Req, reference: &str) -> ApiResult<Response> {
         .header(header::CONTENT_TYPE, hv(&media_type))
         .header("docker-content-digest", hv(d.as_str()))
         .header(header::CONTENT_LENGTH, size);
+    // Bytes a scrub quarantined are unknown until a push heals them, never a 500. A HEAD
+    // answers as the GET would: one stat of the bytes (distribution stats them too), so a
+    // client that checks existence before it pulls is not told 200 and then 404.
     if req.head {
+        if repos.blob_stat(&d).await?.is_none() {
+            return Err(unknown());
+        }
         return b.body(Body::empty()).map_err(ApiError::internal);
     }
-    // Bytes a scrub quarantined are unknown until a push heals them, never a 500.
     let bytes = match repos
         .manifest_bytes(&d, req.state.app().config.max_manifest_bytes.max(size))
         .await
