@@ -19,6 +19,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use validator::{DoubleStar, Glob, GlobSyntax};
 
 use crate::credentials::{Credential, CredentialError};
 
@@ -59,21 +60,13 @@ pub fn matches(pattern: &str, host: &str) -> bool {
     if pp != hp {
         return false;
     }
-    let (ps, hs): (Vec<&str>, Vec<&str>) = (pn.split('.').collect(), hn.split('.').collect());
-    ps.len() == hs.len() && ps.iter().zip(&hs).all(|(p, h)| glob(p, h))
-}
-
-/// `*` matches any run of characters within one segment.
-fn glob(p: &str, s: &str) -> bool {
-    match p.split_once('*') {
-        None => p == s,
-        Some((head, rest)) => {
-            let Some(s) = s.strip_prefix(head) else {
-                return false;
-            };
-            (0..=s.len()).any(|i| s.is_char_boundary(i) && glob(rest, &s[i..]))
-        }
-    }
+    // `*` within one dot-separated label, so the pattern and the host have as many labels.
+    let labels = GlobSyntax {
+        separator: Some(b'.'),
+        question: false,
+        double_star: DoubleStar::Plain,
+    };
+    Glob::new(&pn, labels).matches(&hn)
 }
 
 /// A Go duration (`1h30m`, `10s`, `500ms`, `0`).

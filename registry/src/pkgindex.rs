@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use validator::{Constraint, Digest, Name, SPDX_ARTIFACT_TYPE, SpdxPackage};
+use validator::{Constraint, Digest, Glob, GlobSyntax, Name, SPDX_ARTIFACT_TYPE, SpdxPackage};
 
 use crate::auth::Access;
 use crate::errors::ApiResult;
@@ -160,19 +160,25 @@ pub(crate) async fn forget(repos: &Repos, name: &Name, d: &Digest) -> ApiResult<
 /// `?` one character, anything else itself. The pattern matches the whole name or a part of it
 /// that starts after a `/` (as pkg(5) matches `tool` against `demo/tool`).
 pub fn name_matches(pattern: &str, name: &str) -> bool {
-    fn glob(p: &[u8], s: &[u8]) -> bool {
-        match p {
-            [] => s.is_empty(),
-            [b'*', rest @ ..] => (0..=s.len()).any(|i| glob(rest, &s[i..])),
-            [b'?', rest @ ..] => !s.is_empty() && glob(rest, &s[1..]),
-            [c, rest @ ..] => s.first() == Some(c) && glob(rest, &s[1..]),
-        }
+    NameGlob::new(pattern).matches(name)
+}
+
+/// A search pattern compiled once for all the names a search looks at ([`name_matches`]).
+/// Its matching takes at most pattern × name steps, whatever the pattern: anyone who can
+/// search sends it.
+struct NameGlob(Glob);
+
+impl NameGlob {
+    fn new(pattern: &str) -> NameGlob {
+        NameGlob(Glob::new(pattern, GlobSyntax::ANY))
     }
-    let (p, n) = (pattern.as_bytes(), name.as_bytes());
-    glob(p, n)
-        || n.iter()
-            .enumerate()
-            .any(|(i, &c)| c == b'/' && glob(p, &n[i + 1..]))
+
+    fn matches(&self, name: &str) -> bool {
+        self.0.matches(name)
+            || name
+                .match_indices('/')
+                .any(|(i, _)| self.0.matches(&name[i + 1..]))
+    }
 }
 
 /// A package search.
@@ -316,6 +322,7 @@ pub(crate) async fn search(
         .buffered(CONCURRENCY)
         .collect()
         .await;
+    let glob = NameGlob::new(&q.name);
     // Candidates: (position, repository, subject, SBOM digests with a match).
     let mut candidates: Vec<(String, Name, Digest, Sboms)> = Vec::new();
     for r in docs {
@@ -327,7 +334,7 @@ pub(crate) async fn search(
                     let m: Vec<SpdxPackage> = pkgs
                         .into_iter()
                         .filter(|p| {
-                            name_matches(&q.name, &p.name)
+                            glob.matches(&p.name)
                                 && q.version.as_ref().is_none_or(|c| {
                                     p.version.as_deref().is_some_and(|v| c.matches(v))
                                 })
@@ -565,6 +572,11 @@ mod tests {
         ] {
             assert_eq!(name_matches(p, n), want, "{p} vs {n}");
         }
+        // A pattern of many stars is answered at once (the recursive matcher took 53 s for
+        // ten stars against a 40-character name, per name searched).
+        let name = format!("library/{}", "a".repeat(200));
+        assert!(!name_matches(&format!("{}b", "*a".repeat(40)), &name));
+        assert!(name_matches(&format!("{}a", "*a".repeat(40)), &name));
     }
 
     #[test]

@@ -5,34 +5,18 @@
 //! `/`); every other character matches itself. So `registry.example.com/prod/*` matches
 //! `registry.example.com/prod/app` but not `registry.example.com/prod/team/app`, which
 //! `registry.example.com/prod/**` matches (as it matches `registry.example.com/prod` itself).
+//! The matching is [`validator::Glob`]'s, linear in the name.
+
+use validator::{DoubleStar, Glob, GlobSyntax};
 
 /// True when `name` matches `pattern`.
 pub(crate) fn matches(pattern: &str, name: &str) -> bool {
-    let p: Vec<&str> = pattern.split('/').collect();
-    let n: Vec<&str> = name.split('/').collect();
-    segments(&p, &n)
-}
-
-fn segments(p: &[&str], n: &[&str]) -> bool {
-    match p.split_first() {
-        None => n.is_empty(),
-        Some((&"**", rest)) => (0..=n.len()).any(|skip| segments(rest, &n[skip..])),
-        Some((seg, rest)) => match n.split_first() {
-            Some((name, nrest)) => {
-                segment(seg.as_bytes(), name.as_bytes()) && segments(rest, nrest)
-            }
-            None => false,
-        },
-    }
-}
-
-/// `*` wildcard match within one segment.
-fn segment(p: &[u8], n: &[u8]) -> bool {
-    match p.split_first() {
-        None => n.is_empty(),
-        Some((b'*', rest)) => (0..=n.len()).any(|skip| segment(rest, &n[skip..])),
-        Some((c, rest)) => n.first() == Some(c) && segment(rest, &n[1..]),
-    }
+    let syntax = GlobSyntax {
+        separator: Some(b'/'),
+        question: false,
+        double_star: DoubleStar::WholeSegments,
+    };
+    Glob::new(pattern, syntax).matches(name)
 }
 
 /// The repository part of an image reference: the tag (`:tag` after the last `/`) and the

@@ -19,7 +19,7 @@
 //!   written, committed against the expected size and digest, published without clobbering.
 //! - Helpers the other crates share, kept here as the lowest crate they all use:
 //!   [`error_chain`] (an error and its causes on one line), [`rfc3339`] (the one timestamp
-//!   formatter) and [`Histogram`] (the one Prometheus histogram of the registry's and the
+//!   formatter), [`Glob`] (the one glob matcher, linear in its input) and [`Histogram`] (the one Prometheus histogram of the registry's and the
 //!   worker's metrics).
 //! - What the registry and the client both read out of an image's SBOM: [`parse_spdx`] (the
 //!   packages of an SPDX JSON document) and [`Constraint`] over [`PkgVersion`] (pkg(5) version
@@ -33,6 +33,7 @@
 mod chain;
 mod digest;
 mod document;
+mod glob;
 mod histogram;
 mod image;
 mod ingest;
@@ -56,6 +57,7 @@ pub use document::{
     MAX_MANIFEST_SIZE, Manifest, check_config, check_document, check_stop_signal, check_user,
     check_working_dir, sniff_kind,
 };
+pub use glob::{DoubleStar, Glob, GlobSyntax, glob_matches};
 pub use histogram::Histogram;
 pub use image::{ImageInfo, LayerInfo, LayoutReport, ValidateOptions, chain_ids, validate_layout};
 pub use ingest::{

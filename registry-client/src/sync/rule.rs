@@ -3,7 +3,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use validator::{Platform, Tag};
+use validator::{DoubleStar, GlobSyntax, Platform, Tag};
 
 use super::SyncError;
 use super::bundle::bundle_layout_dir;
@@ -217,16 +217,12 @@ impl SyncRule {
             || self
                 .repositories
                 .iter()
-                .any(|g| glob_match(g.as_bytes(), relative.as_bytes(), true))
+                .any(|g| glob_match(g, relative, true))
     }
 
     pub(super) fn wants_tag(&self, tag: &str) -> bool {
         crate::manage::tag_name_kind(tag).is_none()
-            && (self.tags.is_empty()
-                || self
-                    .tags
-                    .iter()
-                    .any(|g| glob_match(g.as_bytes(), tag.as_bytes(), false)))
+            && (self.tags.is_empty() || self.tags.iter().any(|g| glob_match(g, tag, false)))
     }
 }
 
@@ -242,35 +238,15 @@ fn check_glob(g: &str, field: &'static str) -> Result<(), SyncError> {
 
 /// Matches a glob: `?` one byte, `*` any run; with `segments`, `*` and `?` never match `/`
 /// and `**` matches any run including `/` (and `**/` also matches nothing).
-pub fn glob_match(pat: &[u8], text: &[u8], segments: bool) -> bool {
-    match pat.first() {
-        None => text.is_empty(),
-        Some(b'*') if segments && pat.get(1) == Some(&b'*') => {
-            let rest = &pat[2..];
-            if let Some(after) = rest.strip_prefix(b"/")
-                && glob_match(after, text, segments)
-            {
-                return true;
-            }
-            (0..=text.len()).any(|i| glob_match(rest, &text[i..], segments))
+pub fn glob_match(pattern: &str, text: &str, segments: bool) -> bool {
+    let syntax = if segments {
+        GlobSyntax {
+            separator: Some(b'/'),
+            question: true,
+            double_star: DoubleStar::CrossesOrNothingBeforeSeparator,
         }
-        Some(b'*') => {
-            let rest = &pat[1..];
-            for i in 0..=text.len() {
-                if glob_match(rest, &text[i..], segments) {
-                    return true;
-                }
-                if segments && text.get(i) == Some(&b'/') {
-                    return false;
-                }
-            }
-            false
-        }
-        Some(b'?') => match text.first() {
-            Some(b'/') if segments => false,
-            Some(_) => glob_match(&pat[1..], &text[1..], segments),
-            None => false,
-        },
-        Some(c) => text.first() == Some(c) && glob_match(&pat[1..], &text[1..], segments),
-    }
+    } else {
+        GlobSyntax::ANY
+    };
+    validator::glob_matches(pattern, text, syntax)
 }

@@ -5,6 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use validator::{DoubleStar, GlobSyntax};
+
 use super::AuthError;
 
 /// One thing a caller can do to a repository.
@@ -154,7 +156,7 @@ impl Pattern {
 
     /// Whether `name` matches.
     pub fn matches(&self, name: &str) -> bool {
-        glob(self.0.as_bytes(), name.as_bytes())
+        glob(&self.0, name)
     }
 
     /// The pattern as written.
@@ -163,16 +165,16 @@ impl Pattern {
     }
 }
 
-pub(crate) fn glob(p: &[u8], s: &[u8]) -> bool {
-    match p {
-        [] => s.is_empty(),
-        [b'*', b'*', rest @ ..] => (0..=s.len()).any(|i| glob(rest, &s[i..])),
-        [b'*', rest @ ..] => {
-            let stop = s.iter().position(|&c| c == b'/').unwrap_or(s.len());
-            (0..=stop).any(|i| glob(rest, &s[i..]))
-        }
-        [c, rest @ ..] => s.first() == Some(c) && glob(rest, &s[1..]),
-    }
+/// Repository and tag globs of `registry.toml`: `*` within one path component, `**` across
+/// components, every other character itself.
+pub(crate) const REPOSITORY_GLOB: GlobSyntax = GlobSyntax {
+    separator: Some(b'/'),
+    question: false,
+    double_star: DoubleStar::Crosses,
+};
+
+pub(crate) fn glob(pattern: &str, name: &str) -> bool {
+    validator::glob_matches(pattern, name, REPOSITORY_GLOB)
 }
 
 /// One ACL entry: these subjects may do these actions on repositories matching these patterns.

@@ -76,7 +76,7 @@ impl TagPattern {
     /// Whether `tag` matches.
     pub fn matches(&self, tag: &str) -> bool {
         // Tags hold no `/`, so the repository glob's `*` matches any run here.
-        crate::auth::acl::glob(self.0.as_bytes(), tag.as_bytes())
+        crate::auth::acl::glob(&self.0, tag)
     }
 
     /// The pattern as written.
