@@ -169,6 +169,8 @@ pub struct ServeConfig {
     pub s3_region: Option<String>,
     /// Where S3 credentials come from (see [`crate::storage::resolve_s3_credentials`]).
     pub s3_credentials: S3CredentialSettings,
+    /// How long the S3 client waits and how often it tries (default: the store's own).
+    pub s3_limits: S3Limits,
     /// Garbage collection: the schedule in the serving process and the policy (`[gc]`).
     pub gc: GcSchedule,
     /// Access control (`[auth]`, docs/auth.md); None: the registry is open.
@@ -233,6 +235,7 @@ impl Default for ServeConfig {
             gc: GcSchedule::default(),
             s3_region: None,
             s3_credentials: S3CredentialSettings::default(),
+            s3_limits: S3Limits::default(),
             auth: None,
             tls: None,
             rate_limit: None,
@@ -256,6 +259,71 @@ struct FileScrub {
     report: Option<PathBuf>,
 }
 
+/// The S3 client's timeouts and attempts (`s3_connect_timeout_secs`, `s3_attempt_timeout_secs`,
+/// `s3_operation_timeout_secs`, `s3_max_attempts`); `None` keeps the store's default (5 s,
+/// 60 s, 180 s, 4 attempts). An attempt covers one request, a part upload included; the
+/// operation covers all the attempts of one request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct S3Limits {
+    /// Timeout to connect.
+    pub connect_timeout: Option<Duration>,
+    /// Timeout of one attempt.
+    pub attempt_timeout: Option<Duration>,
+    /// Timeout of one operation over all its attempts.
+    pub operation_timeout: Option<Duration>,
+    /// Attempts per request, the first included.
+    pub max_attempts: Option<u32>,
+}
+
+impl S3Limits {
+    /// Sets the limits on `c`, refusing values the S3 client would misuse: a zero timeout,
+    /// an attempt longer than its operation, fewer than 1 or more than 10 attempts.
+    #[cfg(feature = "s3")]
+    fn apply(&self, c: &mut S3Config) -> Result<(), String> {
+        for (key, v, slot) in [
+            (
+                "s3_connect_timeout_secs",
+                self.connect_timeout,
+                &mut c.connect_timeout,
+            ),
+            (
+                "s3_attempt_timeout_secs",
+                self.attempt_timeout,
+                &mut c.attempt_timeout,
+            ),
+            (
+                "s3_operation_timeout_secs",
+                self.operation_timeout,
+                &mut c.operation_timeout,
+            ),
+        ] {
+            if let Some(v) = v {
+                if v.is_zero() {
+                    return Err(format!("{key} must be at least 1 second"));
+                }
+                *slot = v;
+            }
+        }
+        if c.attempt_timeout > c.operation_timeout {
+            return Err(format!(
+                "s3_attempt_timeout_secs ({} s) is longer than s3_operation_timeout_secs ({} s), \
+                 which covers all the attempts of a request",
+                c.attempt_timeout.as_secs(),
+                c.operation_timeout.as_secs()
+            ));
+        }
+        if let Some(n) = self.max_attempts {
+            if !(1..=10).contains(&n) {
+                return Err(format!(
+                    "s3_max_attempts is {n}; it counts the first attempt and may be 1 to 10"
+                ));
+            }
+            c.max_attempts = n;
+        }
+        Ok(())
+    }
+}
+
 /// The TOML file: every key optional.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -276,6 +344,10 @@ struct FileConfig {
     s3_profile: Option<String>,
     s3_config_file: Option<PathBuf>,
     s3_credentials_file: Option<PathBuf>,
+    s3_connect_timeout_secs: Option<u64>,
+    s3_attempt_timeout_secs: Option<u64>,
+    s3_operation_timeout_secs: Option<u64>,
+    s3_max_attempts: Option<u32>,
     gc: Option<FileGc>,
     auth: Option<FileAuth>,
     tls: Option<FileTls>,
@@ -496,6 +568,10 @@ impl ServeConfig {
             auth: None,
             s3_region: env_parse(env, "RDCTL_REGISTRY_S3_REGION")?,
             s3_profile: env_parse(env, "RDCTL_REGISTRY_S3_PROFILE")?,
+            s3_connect_timeout_secs: env_parse(env, "RDCTL_REGISTRY_S3_CONNECT_TIMEOUT_SECS")?,
+            s3_attempt_timeout_secs: env_parse(env, "RDCTL_REGISTRY_S3_ATTEMPT_TIMEOUT_SECS")?,
+            s3_operation_timeout_secs: env_parse(env, "RDCTL_REGISTRY_S3_OPERATION_TIMEOUT_SECS")?,
+            s3_max_attempts: env_parse(env, "RDCTL_REGISTRY_S3_MAX_ATTEMPTS")?,
             // Keys come from the file or from the standard AWS_* variables, not from more
             // variables of our own.
             ..FileConfig::default()
@@ -669,6 +745,19 @@ impl ServeConfig {
         if f.s3_region.is_some() {
             self.s3_region = f.s3_region;
         }
+        let l = &mut self.s3_limits;
+        for (slot, v) in [
+            (&mut l.connect_timeout, f.s3_connect_timeout_secs),
+            (&mut l.attempt_timeout, f.s3_attempt_timeout_secs),
+            (&mut l.operation_timeout, f.s3_operation_timeout_secs),
+        ] {
+            if let Some(v) = v {
+                *slot = Some(Duration::from_secs(v));
+            }
+        }
+        if f.s3_max_attempts.is_some() {
+            l.max_attempts = f.s3_max_attempts;
+        }
         let c = &mut self.s3_credentials;
         for (slot, v) in [
             (&mut c.access_key_id, f.s3_access_key_id),
@@ -736,6 +825,9 @@ impl ServeConfig {
                 if let Some(r) = &self.s3_region {
                     c.region = r.clone();
                 }
+                self.s3_limits
+                    .apply(&mut c)
+                    .map_err(|reason| ConfigError::S3Config { reason })?;
                 let env = |k: &str| std::env::var(k).ok();
                 match resolve_s3_credentials(&self.s3_credentials, &env).map_err(|e| {
                     ConfigError::S3Config {
@@ -766,6 +858,91 @@ impl ServeConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn s3_limits_from_file_and_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("registry.toml");
+        std::fs::write(
+            &p,
+            "s3_connect_timeout_secs = 2\ns3_attempt_timeout_secs = 20\ns3_max_attempts = 6\n",
+        )
+        .unwrap();
+        let env = |k: &str| (k == "RDCTL_REGISTRY_S3_OPERATION_TIMEOUT_SECS").then(|| "90".into());
+        let c = ServeConfig::load_with_env(Some(&p), &env).unwrap();
+        assert_eq!(
+            c.s3_limits,
+            S3Limits {
+                connect_timeout: Some(Duration::from_secs(2)),
+                attempt_timeout: Some(Duration::from_secs(20)),
+                operation_timeout: Some(Duration::from_secs(90)),
+                max_attempts: Some(6),
+            }
+        );
+        let bad = |k: &str| (k == "RDCTL_REGISTRY_S3_MAX_ATTEMPTS").then(|| "many".into());
+        let e = ServeConfig::load_with_env(None, &bad).unwrap_err();
+        assert!(
+            e.to_string().contains("RDCTL_REGISTRY_S3_MAX_ATTEMPTS"),
+            "{e}"
+        );
+    }
+
+    #[cfg(feature = "s3")]
+    #[test]
+    fn s3_limits_reach_the_store_settings_or_are_refused() {
+        let mut c = S3Config::new("http://127.0.0.1:1", "b");
+        let limits = S3Limits {
+            connect_timeout: Some(Duration::from_secs(2)),
+            attempt_timeout: Some(Duration::from_secs(20)),
+            operation_timeout: None,
+            max_attempts: Some(1),
+        };
+        limits.apply(&mut c).unwrap();
+        assert_eq!(c.connect_timeout, Duration::from_secs(2));
+        assert_eq!(c.attempt_timeout, Duration::from_secs(20));
+        assert_eq!(c.operation_timeout, Duration::from_secs(180));
+        assert_eq!(c.max_attempts, 1);
+        for (limits, key) in [
+            (
+                S3Limits {
+                    attempt_timeout: Some(Duration::ZERO),
+                    ..S3Limits::default()
+                },
+                "s3_attempt_timeout_secs must be at least 1 second",
+            ),
+            (
+                S3Limits {
+                    attempt_timeout: Some(Duration::from_secs(300)),
+                    ..S3Limits::default()
+                },
+                "s3_attempt_timeout_secs (300 s) is longer than s3_operation_timeout_secs (180 s)",
+            ),
+            (
+                S3Limits {
+                    max_attempts: Some(0),
+                    ..S3Limits::default()
+                },
+                "s3_max_attempts is 0",
+            ),
+        ] {
+            let e = limits
+                .apply(&mut S3Config::new("http://127.0.0.1:1", "b"))
+                .unwrap_err();
+            assert!(e.contains(key), "{e}");
+        }
+        // Through the server's configuration, the refusal names the store.
+        let serve = ServeConfig {
+            s3_endpoint: Some("http://127.0.0.1:1".into()),
+            s3_bucket: Some("b".into()),
+            s3_limits: S3Limits {
+                max_attempts: Some(11),
+                ..S3Limits::default()
+            },
+            ..ServeConfig::default()
+        };
+        let e = serve.s3_store().expect_err("refused").to_string();
+        assert!(e.starts_with("S3 store: s3_max_attempts is 11"), "{e}");
+    }
 
     #[test]
     fn proxy_rules_are_checked() {
