@@ -166,9 +166,13 @@ for alg in gzip zstd; do
 	fi
 	a_t=() a_r=() a_c=() b_t=() b_r=() b_c=()
 	for i in $(seq "$RUNS"); do
+		# `sync` before each side, so neither pays for the other's writeback (the previous
+		# run's layout or archive, about 100 MiB, and the tree just removed).
 		rm -rf "$OUT/$alg/out"
+		sync
 		read -r t r c < <(timed "$RDCTL" build "$OUT/$alg/image.toml" --output "$OUT/$alg/out")
 		a_t+=("$t") a_r+=("$r") a_c+=("$c")
+		sync
 		read -r t r c < <(timed "${peer[@]}")
 		b_t+=("$t") b_r+=("$r") b_c+=("$c")
 		echo "$alg run $i: rdctl ${a_t[-1]} s (CPU ${a_c[-1]} s), peer ${b_t[-1]} s (CPU ${b_c[-1]} s)" >&2
