@@ -745,6 +745,74 @@ async fn eight_clients_push_the_same_blob_and_tag() {
     assert_eq!(v["repositories"], serde_json::json!(["same"]));
 }
 
+/// `?tag=` on a PUT by digest: repeated tags count once, and more than 64 distinct ones are
+/// refused before anything is written (each is one rewrite of the tag index). A manifest that
+/// names one blob thousands of times is checked once per distinct blob.
+#[tokio::test]
+async fn tag_parameters_are_bounded_and_repeated_references_checked_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = app_on(dir.path(), RegistryConfig::default());
+    let cfg = push_blob(&app, "p", b"{}").await;
+    let layer = push_blob(&app, "p", b"layer").await;
+    let m = image_manifest(&cfg, 2, &layer, 5);
+    let d = Digest::sha256(&m);
+    let many: Vec<String> = (0..65).map(|i| format!("tag={i}")).collect();
+    let r = send(
+        &app,
+        Method::PUT,
+        &format!("/v2/p/manifests/{d}?{}", many.join("&")),
+        &[("content-type", MT)],
+        m.clone(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.code(), "MANIFEST_INVALID");
+    assert!(String::from_utf8_lossy(&r.body).contains("more than 64 tag parameters"));
+    let r = send(
+        &app,
+        Method::GET,
+        &format!("/v2/p/manifests/{d}"),
+        &[],
+        Body::empty(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "nothing was written");
+    // 64 distinct tags, each given twice: accepted, each tag once.
+    let twice: Vec<String> = (0..128).map(|i| format!("tag={}", i % 64)).collect();
+    let r = send(
+        &app,
+        Method::PUT,
+        &format!("/v2/p/manifests/{d}?{}", twice.join("&")),
+        &[("content-type", MT)],
+        m.clone(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    assert_eq!(r.headers.get_all("oci-tag").iter().count(), 64);
+    let r = send(&app, Method::GET, "/v2/p/tags/list", &[], Body::empty()).await;
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["tags"].as_array().unwrap().len(), 64);
+    // One blob named 5,000 times.
+    let layers: Vec<serde_json::Value> = (0..5000)
+        .map(|_| serde_json::json!({"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": layer, "size": 5}))
+        .collect();
+    let big = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2, "mediaType": MT,
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cfg, "size": 2},
+        "layers": layers,
+    }))
+    .unwrap();
+    let r = send(
+        &app,
+        Method::PUT,
+        "/v2/p/manifests/repeated",
+        &[("content-type", MT)],
+        big,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+}
+
 #[tokio::test]
 async fn tag_and_catalog_pagination_with_link() {
     let dir = tempfile::tempdir().unwrap();

@@ -161,6 +161,12 @@ pub struct TarReader<R> {
 #[derive(Default)]
 struct Pending {
     pax: Vec<(String, Vec<u8>)>,
+    /// The keys of `pax`, so a repeated key is found in one lookup: a linear scan per key made
+    /// a layer of many tiny PAX records cost minutes per entry.
+    pax_keys: std::collections::HashSet<String>,
+    /// Bytes of the PAX records read for this entry: consecutive `x` records share
+    /// `max_record_bytes`, as one record would.
+    pax_bytes: u64,
     gnu_name: Option<Vec<u8>>,
     gnu_link: Option<Vec<u8>>,
 }
@@ -340,10 +346,21 @@ impl<R: Read> TarReader<R> {
             let ustar_size = parse_number(&block[124..136], at, "size")?;
             match typeflag {
                 b'x' => {
+                    pending.pax_bytes = pending.pax_bytes.saturating_add(ustar_size);
+                    if pending.pax_bytes > self.limits.max_record_bytes {
+                        return Err(TarError::new(
+                            TarErrorKind::Limit,
+                            at,
+                            format!(
+                                "PAX records for one entry total more than the {} byte limit",
+                                self.limits.max_record_bytes
+                            ),
+                        ));
+                    }
                     let rec = self.read_record(ustar_size, "PAX", at)?;
                     let parsed = parse_pax(&rec, at)?;
                     for (k, v) in parsed {
-                        if pending.pax.iter().any(|(pk, _)| *pk == k) {
+                        if !pending.pax_keys.insert(k.clone()) {
                             return Err(TarError::new(
                                 TarErrorKind::Ambiguous,
                                 at,

@@ -294,6 +294,39 @@ fn parser_differentials() {
     );
 }
 
+/// Many tiny PAX records before one entry: a duplicate among 80,000 keys is found (the
+/// reader once compared every key with every earlier one: minutes per entry), and consecutive
+/// records share the one-record byte limit instead of each having its own.
+#[test]
+fn many_pax_keys_are_checked_in_linear_time_and_share_one_limit() {
+    let keys: Vec<String> = (0..80_000).map(|i| format!("k{i}")).collect();
+    let mut records: Vec<(&str, &[u8])> = keys.iter().map(|k| (k.as_str(), &b""[..])).collect();
+    // About 0.9 MiB: under the 1 MiB limit, so it is the repeat that fails it.
+    records.push(("k79999", b""));
+    expect(
+        Rule::TarAmbiguousHeader,
+        Tar::new().pax(&records).file("f", b"").end(),
+    );
+    records.pop();
+    // Two records of about 0.9 MiB each for one entry: over the limit together.
+    let more: Vec<String> = (100_000..180_000).map(|i| format!("k{i}")).collect();
+    let records2: Vec<(&str, &[u8])> = more.iter().map(|k| (k.as_str(), &b""[..])).collect();
+    expect(
+        Rule::TarLimits,
+        Tar::new().pax(&records).pax(&records2).file("f", b"").end(),
+    );
+    // One such record before each of two entries is fine: the limit is per entry.
+    good(
+        GZ,
+        Tar::new()
+            .pax(&records)
+            .file("f", b"")
+            .pax(&records2)
+            .file("g", b"")
+            .end(),
+    );
+}
+
 #[test]
 fn bad_headers_and_types() {
     let mut h = header(b"f", b'0', 0, b"");

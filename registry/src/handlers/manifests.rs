@@ -316,7 +316,18 @@ pub(crate) async fn put(mut req: Req, reference: &str) -> ApiResult<Response> {
                     "tag parameters are only allowed on a PUT by digest",
                 ));
             }
-            extra_tags.push(Tag::parse(v).map_err(|e| invalid(e.to_string()))?);
+            let t = Tag::parse(v).map_err(|e| invalid(e.to_string()))?;
+            if !extra_tags.contains(&t) {
+                extra_tags.push(t);
+            }
+            // Each tag is one conditional rewrite of the repository's tag index: a request
+            // must not be able to ask for thousands of them.
+            if extra_tags.len() > MAX_TAGS_PER_PUT {
+                return Err(invalid(format!(
+                    "more than {MAX_TAGS_PER_PUT} tag parameters in one PUT; push the others \
+                     in further requests"
+                )));
+            }
         }
     }
     let checked = check_document(&bytes, content_type.as_deref())?;
@@ -439,6 +450,12 @@ fn manifest_target(
     }
 }
 
+/// Most distinct `?tag=` parameters of one manifest PUT.
+pub(crate) const MAX_TAGS_PER_PUT: usize = 64;
+
+/// References of one manifest checked at once.
+const HOLD_CONCURRENCY: usize = 16;
+
 /// Holds (see [`Repos::hold`]) every blob and child manifest `checked` refers to and the
 /// manifest's own bytes `d`, then checks that the repository still has each reference:
 /// `MANIFEST_BLOB_UNKNOWN` when a collector removed one first. Own bytes a collector removed are
@@ -450,28 +467,38 @@ async fn hold_references(
     d: &Digest,
     bytes: &Bytes,
 ) -> ApiResult<()> {
-    let blobs = checked.blobs.iter().map(|b| async move {
-        if repos.hold(b).await? && repos.blob_linked(name, b).await?.is_some() {
-            Ok(())
-        } else {
-            Err(ApiError::new(
-                Code::ManifestBlobUnknown,
-                format!("blob {b} is not in {name}"),
-            ))
-        }
-    });
-    let children = checked.manifests.iter().map(|m| async move {
-        if repos.hold(m).await? && repos.manifest_link(name, m).await?.is_some() {
-            Ok(())
-        } else {
-            Err(ApiError::new(
-                Code::ManifestBlobUnknown,
-                format!("manifest {m} is not in {name}"),
-            ))
-        }
-    });
-    futures_util::future::try_join_all(blobs).await?;
-    futures_util::future::try_join_all(children).await?;
+    use futures_util::{StreamExt as _, TryStreamExt as _};
+    // Each distinct reference once, a bounded number at a time: a manifest may name one blob
+    // thousands of times, and every reference costs a hold write and a link read (S3 requests
+    // on S3), which must not all be in flight at once.
+    let blobs: std::collections::BTreeSet<&Digest> = checked.blobs.iter().collect();
+    let children: std::collections::BTreeSet<&Digest> = checked.manifests.iter().collect();
+    futures_util::stream::iter(blobs)
+        .map(Ok)
+        .try_for_each_concurrent(HOLD_CONCURRENCY, |b| async move {
+            if repos.hold(b).await? && repos.blob_linked(name, b).await?.is_some() {
+                Ok(())
+            } else {
+                Err(ApiError::new(
+                    Code::ManifestBlobUnknown,
+                    format!("blob {b} is not in {name}"),
+                ))
+            }
+        })
+        .await?;
+    futures_util::stream::iter(children)
+        .map(Ok)
+        .try_for_each_concurrent(HOLD_CONCURRENCY, |m| async move {
+            if repos.hold(m).await? && repos.manifest_link(name, m).await?.is_some() {
+                Ok(())
+            } else {
+                Err(ApiError::new(
+                    Code::ManifestBlobUnknown,
+                    format!("manifest {m} is not in {name}"),
+                ))
+            }
+        })
+        .await?;
     if !repos.hold(d).await? {
         repos.put_manifest_bytes(d, bytes.clone()).await?;
     }
