@@ -22,6 +22,7 @@ mod registry_e2e;
 mod registry_events;
 mod registry_gc;
 mod registry_governance;
+mod registry_limits;
 mod registry_s3;
 mod registry_scrub;
 mod registry_sync;

@@ -158,6 +158,8 @@ pub struct ServeConfig {
     pub shutdown_timeout: Duration,
     /// Uploads untouched for this long are removed (default 24 h).
     pub upload_max_age: Duration,
+    /// Per-connection limits: request head, stalled writes, idle request bodies.
+    pub conn_limits: crate::conn::ConnLimits,
     /// S3 endpoint URL; with [`ServeConfig::s3_bucket`] it selects the S3 store instead of
     /// the filesystem store.
     pub s3_endpoint: Option<String>,
@@ -229,6 +231,7 @@ impl Default for ServeConfig {
             max_manifest_bytes: 4 << 20,
             shutdown_timeout: Duration::from_secs(30),
             upload_max_age: Duration::from_secs(24 * 3600),
+            conn_limits: crate::conn::ConnLimits::default(),
             s3_endpoint: None,
             s3_bucket: None,
             s3_prefix: None,
@@ -334,6 +337,9 @@ struct FileConfig {
     max_manifest_bytes: Option<u64>,
     shutdown_timeout_secs: Option<u64>,
     upload_max_age_secs: Option<u64>,
+    header_read_timeout_secs: Option<u64>,
+    write_stall_timeout_secs: Option<u64>,
+    body_idle_timeout_secs: Option<u64>,
     s3_endpoint: Option<String>,
     s3_bucket: Option<String>,
     s3_prefix: Option<String>,
@@ -561,6 +567,9 @@ impl ServeConfig {
             max_manifest_bytes: env_parse(env, "RDCTL_REGISTRY_MAX_MANIFEST_BYTES")?,
             shutdown_timeout_secs: env_parse(env, "RDCTL_REGISTRY_SHUTDOWN_TIMEOUT_SECS")?,
             upload_max_age_secs: env_parse(env, "RDCTL_REGISTRY_UPLOAD_MAX_AGE_SECS")?,
+            header_read_timeout_secs: env_parse(env, "RDCTL_REGISTRY_HEADER_READ_TIMEOUT_SECS")?,
+            write_stall_timeout_secs: env_parse(env, "RDCTL_REGISTRY_WRITE_STALL_TIMEOUT_SECS")?,
+            body_idle_timeout_secs: env_parse(env, "RDCTL_REGISTRY_BODY_IDLE_TIMEOUT_SECS")?,
             s3_endpoint: env_parse(env, "RDCTL_REGISTRY_S3_ENDPOINT")?,
             s3_bucket: env_parse(env, "RDCTL_REGISTRY_S3_BUCKET")?,
             s3_prefix: env_parse(env, "RDCTL_REGISTRY_S3_PREFIX")?,
@@ -732,6 +741,17 @@ impl ServeConfig {
         }
         if let Some(v) = f.upload_max_age_secs {
             self.upload_max_age = Duration::from_secs(v);
+        }
+        // Zero would close every connection at once; it is read as one second.
+        let l = &mut self.conn_limits;
+        for (slot, v) in [
+            (&mut l.header_read, f.header_read_timeout_secs),
+            (&mut l.write_stall, f.write_stall_timeout_secs),
+            (&mut l.body_idle, f.body_idle_timeout_secs),
+        ] {
+            if let Some(v) = v {
+                *slot = Duration::from_secs(v.max(1));
+            }
         }
         if f.s3_endpoint.is_some() {
             self.s3_endpoint = f.s3_endpoint;

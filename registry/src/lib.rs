@@ -58,6 +58,7 @@
 mod api;
 pub mod auth;
 pub mod config;
+pub mod conn;
 pub mod errors;
 pub mod events;
 pub mod gc;

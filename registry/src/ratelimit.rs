@@ -12,9 +12,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use axum::extract::connect_info::{ConnectInfo, Connected};
+use axum::extract::connect_info::ConnectInfo;
 use axum::http::{HeaderValue, header};
-use axum::serve::IncomingStream;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
 
@@ -30,22 +29,10 @@ pub struct RateLimit {
     pub burst: NonZeroU32,
 }
 
-/// The remote address of a connection, attached to every request by the server (plain or
-/// TLS) as `ConnectInfo<PeerAddr>`.
+/// The remote address of a connection, attached to every request by the accept loop
+/// ([`crate::conn`], plain or TLS) as `ConnectInfo<PeerAddr>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerAddr(pub SocketAddr);
-
-impl Connected<IncomingStream<'_, tokio::net::TcpListener>> for PeerAddr {
-    fn connect_info(stream: IncomingStream<'_, tokio::net::TcpListener>) -> Self {
-        PeerAddr(*stream.remote_addr())
-    }
-}
-
-impl Connected<IncomingStream<'_, crate::tls::TlsListener>> for PeerAddr {
-    fn connect_info(stream: IncomingStream<'_, crate::tls::TlsListener>) -> Self {
-        PeerAddr(*stream.remote_addr())
-    }
-}
 
 /// How many checks pass between two sweeps of idle buckets.
 const SWEEP_EVERY: u64 = 1024;

@@ -8,10 +8,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tower_http::timeout::RequestBodyTimeoutLayer;
+
 use crate::auth::{Auth, AuthError};
 use crate::config::{ConfigError, RegistryConfig, ScrubSchedule, ServeConfig};
 use crate::gc::GcError;
-use crate::ratelimit::PeerAddr;
 use crate::router::router;
 use crate::state::AppState;
 use crate::storage::Store;
@@ -368,22 +369,20 @@ pub async fn serve_with(
         .then(|| tokio::spawn(state.events().clone().deliver_forever()));
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let app = router(state.clone()).into_make_service_with_connect_info::<PeerAddr>();
+    let limits = config.conn_limits;
+    let app = router(state.clone()).layer(RequestBodyTimeoutLayer::new(limits.body_idle));
     let stop = async move {
         let _ = stop_rx.await;
     };
-    let server = match tls {
-        None => axum::serve(listener, app)
-            .with_graceful_shutdown(stop)
-            .into_future(),
-        Some(tls) => axum::serve(
+    let mut server = match tls {
+        None => tokio::spawn(crate::conn::serve(listener, app, limits, stop)),
+        Some(tls) => tokio::spawn(crate::conn::serve(
             TlsListener::new(listener, tls).map_err(ServeError::Serve)?,
             app,
-        )
-        .with_graceful_shutdown(stop)
-        .into_future(),
+            limits,
+            stop,
+        )),
     };
-    let mut server = tokio::spawn(server);
     let result = tokio::select! {
         r = &mut server => r,
         () = shutdown => {
@@ -393,7 +392,7 @@ pub async fn serve_with(
                 Err(_) => {
                     tracing::warn!(timeout = ?config.shutdown_timeout, "requests still running after the shutdown timeout; closing them");
                     server.abort();
-                    Ok(Ok(()))
+                    Ok(())
                 }
             }
         }
@@ -418,7 +417,7 @@ pub async fn serve_with(
     }
     tracing::info!("registry stopped");
     match result {
-        Ok(r) => r.map_err(ServeError::Serve),
+        Ok(()) => Ok(()),
         Err(e) => Err(ServeError::Serve(std::io::Error::other(e))),
     }
 }

@@ -1,11 +1,10 @@
 //! TLS for the registry: certificate, key and optional client CA from PEM files, a rustls
 //! server configuration that offers HTTP/2 and HTTP/1.1 by ALPN, reload on demand (SIGHUP),
-//! and [`TlsListener`], which hands finished TLS streams to `axum::serve`.
+//! and [`TlsListener`], which hands finished TLS streams to the accept loop ([`crate::conn`]).
 //!
-//! Why a listener for `axum::serve` rather than axum-server or a hand-written hyper loop: the
-//! plain and the TLS server then share one serve path, with the same graceful, bounded
-//! shutdown and the same per-connection peer address, and no second HTTP server stack enters
-//! the build. Handshakes run in their own tasks with a time limit, so a client that stalls
+//! Why a listener (axum's `Listener` trait) rather than axum-server: the plain and the TLS
+//! server then share one serve path, with the same limits, graceful bounded shutdown and
+//! per-connection peer address, and no second HTTP server stack enters the build. Handshakes run in their own tasks with a time limit, so a client that stalls
 //! its handshake cannot hold up the accept loop.
 //!
 //! Reload builds a whole new [`ServerConfig`] from the files and swaps it in only when every
@@ -32,7 +31,7 @@ use tokio_rustls::server::TlsStream;
 /// How long a client may take to finish its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Handshaken connections waiting for `axum::serve` to take them.
+/// Handshaken connections waiting for the accept loop to take them.
 const ACCEPT_QUEUE: usize = 64;
 
 /// The `[tls]` table: where the PEM files are.
@@ -218,7 +217,7 @@ impl TlsConfig {
     }
 }
 
-/// A listener for `axum::serve` that yields connections whose TLS handshake has finished.
+/// A listener for the accept loop that yields connections whose TLS handshake has finished.
 ///
 /// A background task accepts TCP connections and runs each handshake in its own task; when
 /// this value is dropped (graceful shutdown), that task ends and the socket closes, so new
@@ -290,8 +289,8 @@ impl axum::serve::Listener for TlsListener {
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         match self.ready.recv().await {
             Some(c) => c,
-            // The accept loop only ends when this listener is dropped; never reached while
-            // axum holds it.
+            // The TCP accept loop only ends when this listener is dropped; never reached
+            // while the serving loop holds it.
             None => std::future::pending().await,
         }
     }
