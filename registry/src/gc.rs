@@ -46,6 +46,7 @@ use serde::Serialize;
 use serde_json::Value;
 use validator::Digest;
 
+use crate::repo::INDEX_LIMIT;
 use crate::repo::{REFERENCE_WINDOW, Repos};
 use crate::storage::layout::{self, BlobPart, RepoPart};
 use crate::storage::{Key, PutMode, Store, StoreError};
@@ -60,8 +61,6 @@ pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
 pub use crate::lease::MIN_LEASE_TTL;
 /// Largest manifest read while marking.
 const MANIFEST_LIMIT: u64 = 16 << 20;
-/// Largest index document (tags, referrers) read while marking.
-const INDEX_LIMIT: u64 = 64 << 20;
 
 /// The smallest grace window that keeps every concurrent push safe: it must exceed the
 /// longest time a manifest PUT may take between holding its references and publishing

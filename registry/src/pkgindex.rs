@@ -34,13 +34,12 @@ use validator::{Constraint, Digest, Glob, GlobSyntax, Name, SPDX_ARTIFACT_TYPE, 
 
 use crate::auth::Access;
 use crate::errors::ApiResult;
+use crate::repo::INDEX_LIMIT;
 use crate::repo::Repos;
 use crate::storage::{StoreError, layout};
 
 /// Largest SBOM document read.
 pub const MAX_SBOM_BYTES: u64 = 64 << 20;
-/// Largest index document read.
-const INDEX_LIMIT: u64 = 64 << 20;
 /// Largest manifest read while reindexing.
 const MANIFEST_LIMIT: u64 = 16 << 20;
 /// Images a search answers when the request gives no `n`.

@@ -12,13 +12,13 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use validator::Digest;
 
-use crate::errors::{ApiError, ApiResult};
+use crate::errors::{ApiError, ApiResult, Code};
 use crate::gc::Tombstone;
 use crate::storage::{Key, ObjectMeta, PutMode, Store, StoreError, layout};
 use validator::{Name, Tag};
 
-/// Largest index document read (tags, referrers, catalog).
-const INDEX_LIMIT: u64 = 64 << 20;
+/// Largest index document (tags, referrers, catalog, package index), read or written.
+pub(crate) const INDEX_LIMIT: u64 = 64 << 20;
 /// Largest link document read.
 const LINK_LIMIT: u64 = 64 << 10;
 /// Conditional-write attempts before giving up.
@@ -269,14 +269,24 @@ impl Repos {
     }
 
     /// Read-modify-write of an index document with a conditional put; `f` returns false when
-    /// nothing needs writing.
-    pub(crate) async fn update<T, F>(&self, key: &Key, mut f: F) -> ApiResult<T>
+    /// nothing needs writing. A document that would grow past [`INDEX_LIMIT`] is not written
+    /// (`DENIED`, naming it): written, it could no longer be read, and every later change to
+    /// it would fail.
+    pub(crate) async fn update<T, F>(&self, key: &Key, f: F) -> ApiResult<T>
+    where
+        T: Default + Serialize + DeserializeOwned,
+        F: FnMut(&mut T) -> bool,
+    {
+        self.update_within(key, INDEX_LIMIT, f).await
+    }
+
+    async fn update_within<T, F>(&self, key: &Key, limit: u64, mut f: F) -> ApiResult<T>
     where
         T: Default + Serialize + DeserializeOwned,
         F: FnMut(&mut T) -> bool,
     {
         for _ in 0..MAX_ATTEMPTS {
-            let (mut doc, mode) = match self.store.get(key, INDEX_LIMIT).await {
+            let (mut doc, mode) = match self.store.get(key, limit).await {
                 Ok(d) => (
                     serde_json::from_slice::<T>(&d.bytes).map_err(|e| corrupt(key, e))?,
                     PutMode::Replace(d.etag),
@@ -288,6 +298,16 @@ impl Repos {
                 return Ok(doc);
             }
             let bytes = serde_json::to_vec(&doc).map_err(ApiError::internal)?;
+            if bytes.len() as u64 > limit {
+                return Err(ApiError::new(
+                    Code::Denied,
+                    format!(
+                        "{key} would be {} bytes, over the {limit} byte limit of an index \
+                         document; remove entries from it (tags, referrers) first",
+                        bytes.len()
+                    ),
+                ));
+            }
             match self.store.put(key, Bytes::from(bytes), mode).await {
                 Ok(_) => return Ok(doc),
                 Err(StoreError::PreconditionFailed { .. } | StoreError::AlreadyExists { .. }) => {
@@ -373,7 +393,7 @@ impl Repos {
             if started.elapsed() > TOMBSTONE_WAIT {
                 // The collector is alive and still deciding; the client retries later.
                 return Err(ApiError::new(
-                    crate::errors::Code::TooManyRequests,
+                    Code::TooManyRequests,
                     format!("{d} is held by a garbage collection ({key}); retry later"),
                 ));
             }
@@ -845,6 +865,36 @@ mod tests {
         assert!(a.parsed.lookup(&key).is_none());
         let unknown = Name::parse("grow/none").unwrap();
         assert_eq!(a.tags_page(&unknown, None, None).await.unwrap(), None);
+    }
+
+    /// An index document never grows past the limit: the change that would is refused and
+    /// the document stays as it was, readable.
+    #[tokio::test]
+    async fn index_documents_do_not_grow_past_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(crate::storage::FsStore::open(dir.path()).unwrap());
+        let repos = Repos::new(store.clone());
+        let key = layout::referrers(&Name::parse("a/b").unwrap(), &Digest::sha256(b"s"));
+        let add = |n: usize| {
+            move |r: &mut ReferrersDoc| {
+                r.manifests
+                    .push(serde_json::json!({"annotations": {"x": "y".repeat(n)}}));
+                true
+            }
+        };
+        repos
+            .update_within::<ReferrersDoc, _>(&key, 1024, add(400))
+            .await
+            .unwrap();
+        let e = repos
+            .update_within::<ReferrersDoc, _>(&key, 1024, add(700))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, Code::Denied);
+        assert!(e.to_string().contains("over the 1024 byte limit"), "{e}");
+        let kept: ReferrersDoc =
+            serde_json::from_slice(&store.get(&key, 1024).await.unwrap().bytes).unwrap();
+        assert_eq!(kept.manifests.len(), 1);
     }
 
     /// Catalog pages pass over names the caller may not list without counting them, and say

@@ -26,6 +26,9 @@ pub(crate) struct Htpasswd {
     salt: [u8; 16],
     ttl: Duration,
     cache: Mutex<HashMap<[u8; 32], Instant>>,
+    /// bcrypt runs at once, one per core: wrong passwords sent in a flood queue here instead
+    /// of filling the blocking pool the filesystem store also works on.
+    bcrypt_slots: tokio::sync::Semaphore,
 }
 
 impl Htpasswd {
@@ -83,6 +86,9 @@ impl Htpasswd {
             salt: *uuid::Uuid::new_v4().as_bytes(),
             ttl,
             cache: Mutex::new(HashMap::new()),
+            bcrypt_slots: tokio::sync::Semaphore::new(
+                std::thread::available_parallelism().map_or(2, |n| n.get()),
+            ),
         })
     }
 
@@ -121,6 +127,9 @@ impl Htpasswd {
             None => (self.dummy.clone(), false),
         };
         let password = password.to_owned();
+        let Ok(_slot) = self.bcrypt_slots.acquire().await else {
+            return false;
+        };
         let ok = tokio::task::spawn_blocking(move || bcrypt::verify(password, &hash))
             .await
             .ok()
@@ -194,5 +203,27 @@ mod tests {
             let e = Htpasswd::parse(Path::new("users"), &bad, Duration::ZERO).unwrap_err();
             assert!(e.to_string().starts_with(want), "{bad}: {e}");
         }
+    }
+
+    /// With every bcrypt slot taken, a check waits for one instead of starting another bcrypt;
+    /// a cached success needs no slot.
+    #[tokio::test]
+    async fn bcrypt_checks_wait_for_a_slot() {
+        let alice = bcrypt::hash("s3cret", 4).unwrap();
+        let h = Htpasswd::parse(
+            Path::new("users"),
+            &format!("alice:{alice}\n"),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        assert!(h.verify("alice", "s3cret").await);
+        let all = h.bcrypt_slots.available_permits() as u32;
+        let taken = h.bcrypt_slots.acquire_many(all).await.unwrap();
+        assert!(h.verify("alice", "s3cret").await, "cached: no slot needed");
+        let waiting =
+            tokio::time::timeout(Duration::from_millis(300), h.verify("alice", "wrong")).await;
+        assert!(waiting.is_err(), "a bcrypt ran without a slot");
+        drop(taken);
+        assert!(!h.verify("alice", "wrong").await);
     }
 }
