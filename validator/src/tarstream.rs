@@ -352,8 +352,8 @@ impl<R: Read> TarReader<R> {
                             TarErrorKind::Limit,
                             at,
                             format!(
-                                "PAX records for one entry total more than the {} byte limit",
-                                self.limits.max_record_bytes
+                                "PAX records of {} bytes for one entry are over the {} byte limit",
+                                pending.pax_bytes, self.limits.max_record_bytes
                             ),
                         ));
                     }
