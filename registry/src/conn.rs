@@ -10,8 +10,9 @@
 //!   HTTP/1 `header_read_timeout`, with a Tokio timer), or the connection is closed;
 //! - [`ConnLimits::write_stall`]: a response write that makes no progress for this long (the
 //!   client stopped reading) fails and closes the connection;
-//! - request bodies that send nothing for [`ConnLimits::body_idle`] fail (in the router:
-//!   `tower_http::timeout::RequestBodyTimeoutLayer`), so an upload that stalls ends.
+//! - request bodies that send nothing for [`ConnLimits::body_idle`] fail
+//!   (`tower_http::timeout::RequestBodyTimeoutLayer` around the app), so an upload that
+//!   stalls ends.
 //!
 //! Graceful shutdown is `axum::serve`'s: on the stop signal the listener is dropped, every
 //! connection is told to finish its in-flight requests, and the returned future ends when the
@@ -34,6 +35,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
 use tower::ServiceExt as _;
+use tower_http::timeout::RequestBodyTimeoutLayer;
 
 use crate::ratelimit::PeerAddr;
 
@@ -74,6 +76,7 @@ pub(crate) async fn serve<L>(
     let (signal_tx, signal_rx) = watch::channel(());
     // Each connection holds a receiver; `closed()` resolves when the last is gone.
     let (close_tx, close_rx) = watch::channel(());
+    let app = app.layer(RequestBodyTimeoutLayer::new(limits.body_idle));
     tokio::pin!(stop);
     loop {
         let (io, peer) = tokio::select! {

@@ -8,8 +8,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tower_http::timeout::RequestBodyTimeoutLayer;
-
 use crate::auth::{Auth, AuthError};
 use crate::config::{ConfigError, RegistryConfig, ScrubSchedule, ServeConfig};
 use crate::gc::GcError;
@@ -370,7 +368,7 @@ pub async fn serve_with(
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let limits = config.conn_limits;
-    let app = router(state.clone()).layer(RequestBodyTimeoutLayer::new(limits.body_idle));
+    let app = router(state.clone());
     let stop = async move {
         let _ = stop_rx.await;
     };

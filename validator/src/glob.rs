@@ -87,13 +87,10 @@ impl Glob {
                         {
                             if syntax.double_star == DoubleStar::CrossesOrNothingBeforeSeparator
                                 && double
-                                && after.is_some()
-                                && after == sep
+                                && let Some(s) = after.filter(|&a| Some(a) == sep)
                             {
                                 // `**/`: (any run, then the separator) or nothing.
-                                toks.push(Tok::Skip { to: toks.len() + 3 });
-                                toks.push(Tok::Run { cross: true });
-                                toks.push(Tok::Lit(p[end]));
+                                optional(&mut toks, [Tok::Run { cross: true }, Tok::Lit(s)]);
                                 i = end + 1;
                                 continue;
                             }
@@ -103,13 +100,10 @@ impl Glob {
                             let starts = i == 0 || Some(p[i - 1]) == sep;
                             let ends = after.is_none() || after == sep;
                             if starts && ends {
-                                let s = p.get(end).copied();
-                                if let Some(s) = s {
+                                if let Some(s) = after {
                                     // `**/` (start or middle): zero or more segments and their
                                     // separators.
-                                    toks.push(Tok::Skip { to: toks.len() + 3 });
-                                    toks.push(Tok::Run { cross: true });
-                                    toks.push(Tok::Lit(s));
+                                    optional(&mut toks, [Tok::Run { cross: true }, Tok::Lit(s)]);
                                     i = end + 1;
                                     continue;
                                 }
@@ -133,9 +127,7 @@ impl Glob {
                     && &p[i + 1..] == b"**" =>
                 {
                     // `/**` at the end: the separator and any run after it, or nothing.
-                    toks.push(Tok::Skip { to: toks.len() + 3 });
-                    toks.push(Tok::Lit(c));
-                    toks.push(Tok::Run { cross: true });
+                    optional(&mut toks, [Tok::Lit(c), Tok::Run { cross: true }]);
                     break;
                 }
                 c => toks.push(Tok::Lit(c)),
@@ -210,6 +202,14 @@ impl Glob {
             }
         }
     }
+}
+
+/// Pushes `group` as an optional part of the pattern: a skip past it, then its tokens.
+fn optional(toks: &mut Vec<Tok>, group: [Tok; 2]) {
+    toks.push(Tok::Skip {
+        to: toks.len() + 1 + group.len(),
+    });
+    toks.extend(group);
 }
 
 /// Compiles and matches once: `Glob::new(pattern, syntax).matches(text)`.

@@ -451,7 +451,7 @@ fn manifest_target(
 }
 
 /// Most distinct `?tag=` parameters of one manifest PUT.
-pub(crate) const MAX_TAGS_PER_PUT: usize = 64;
+const MAX_TAGS_PER_PUT: usize = 64;
 
 /// References of one manifest checked at once.
 const HOLD_CONCURRENCY: usize = 16;
@@ -473,30 +473,27 @@ async fn hold_references(
     // on S3), which must not all be in flight at once.
     let blobs: std::collections::BTreeSet<&Digest> = checked.blobs.iter().collect();
     let children: std::collections::BTreeSet<&Digest> = checked.manifests.iter().collect();
-    futures_util::stream::iter(blobs)
+    let references = blobs
+        .into_iter()
+        .map(|r| (r, false))
+        .chain(children.into_iter().map(|r| (r, true)));
+    futures_util::stream::iter(references)
         .map(Ok)
-        .try_for_each_concurrent(HOLD_CONCURRENCY, |b| async move {
-            if repos.hold(b).await? && repos.blob_linked(name, b).await?.is_some() {
-                Ok(())
-            } else {
-                Err(ApiError::new(
-                    Code::ManifestBlobUnknown,
-                    format!("blob {b} is not in {name}"),
-                ))
+        .try_for_each_concurrent(HOLD_CONCURRENCY, |(r, manifest)| async move {
+            let linked = repos.hold(r).await?
+                && if manifest {
+                    repos.manifest_link(name, r).await?.is_some()
+                } else {
+                    repos.blob_linked(name, r).await?.is_some()
+                };
+            if linked {
+                return Ok(());
             }
-        })
-        .await?;
-    futures_util::stream::iter(children)
-        .map(Ok)
-        .try_for_each_concurrent(HOLD_CONCURRENCY, |m| async move {
-            if repos.hold(m).await? && repos.manifest_link(name, m).await?.is_some() {
-                Ok(())
-            } else {
-                Err(ApiError::new(
-                    Code::ManifestBlobUnknown,
-                    format!("manifest {m} is not in {name}"),
-                ))
-            }
+            let what = if manifest { "manifest" } else { "blob" };
+            Err(ApiError::new(
+                Code::ManifestBlobUnknown,
+                format!("{what} {r} is not in {name}"),
+            ))
         })
         .await?;
     if !repos.hold(d).await? {
