@@ -7,7 +7,7 @@
 //! `registry.example.com/prod/**` matches (as it matches `registry.example.com/prod` itself).
 //! The matching is [`validator::Glob`]'s, linear in the name.
 
-use validator::{DoubleStar, Glob, GlobSyntax};
+use validator::{DoubleStar, Glob, GlobSyntax, RegistryHost, canonical_repository};
 
 /// True when `name` matches `pattern`.
 pub(crate) fn matches(pattern: &str, name: &str) -> bool {
@@ -17,6 +17,53 @@ pub(crate) fn matches(pattern: &str, name: &str) -> bool {
         double_star: DoubleStar::WholeSegments,
     };
     Glob::new(pattern, syntax).matches(name)
+}
+
+/// `pattern` in the canonical spelling names are matched in ([`validator::canonical_name`]):
+/// a literal host as [`RegistryHost`] spells it, a glob host lower-cased, a one-segment path
+/// under Docker Hub with `library/` (`docker.io/*` is `docker.io/library/*`, `**` stays).
+/// Refuses, saying why, a pattern that could match no canonical name.
+pub(crate) fn canonical_pattern(pattern: &str) -> Result<String, String> {
+    if pattern.ends_with('/') {
+        return Err(format!(
+            "{pattern:?} ends with '/' and matches nothing: write HOST/PATH, or HOST/PATH/** for everything under it"
+        ));
+    }
+    let (host, path) = match pattern.split_once('/') {
+        Some((h, p)) => (h, Some(p)),
+        None => (pattern, None),
+    };
+    if let Some(p) = path
+        && p.bytes().any(|b| b.is_ascii_uppercase())
+    {
+        return Err(format!(
+            "{pattern:?}: repository paths are lower case, so {p:?} matches nothing"
+        ));
+    }
+    if host.contains('*') {
+        let host = host.to_ascii_lowercase();
+        if host.ends_with(":443") || host.ends_with(":80") {
+            return Err(format!(
+                "{pattern:?}: a host glob with a default port (:443, :80) matches nothing, as canonical hosts have no default port: leave the port out"
+            ));
+        }
+        return Ok(match path {
+            Some(p) => format!("{host}/{p}"),
+            None => host,
+        });
+    }
+    let h = RegistryHost::parse(host).map_err(|e| format!("{pattern:?}: {e}"))?;
+    let Some(path) = path else {
+        return Err(format!(
+            "{pattern:?} names a registry host without a repository and matches nothing: write {h}/** for every repository there"
+        ));
+    };
+    let path = if path == "**" {
+        path.into()
+    } else {
+        canonical_repository(&h, path)
+    };
+    Ok(format!("{h}/{path}"))
 }
 
 /// The repository part of an image reference: the tag (`:tag` after the last `/`) and the
@@ -57,6 +104,27 @@ mod tests {
     fn literal() {
         assert!(matches("r.example/app", "r.example/app"));
         assert!(!matches("r.example/app", "r.example/apps"));
+    }
+
+    #[test]
+    fn canonical_patterns() {
+        for (pattern, canonical) in [
+            ("LOCALHOST:5000/app*", "localhost:5000/app*"),
+            ("localhost:5000/app*", "localhost:5000/app*"),
+            ("Reg.Example.:443/prod/**", "reg.example/prod/**"),
+            ("index.docker.io/nginx", "docker.io/library/nginx"),
+            ("docker.io/*", "docker.io/library/*"),
+            ("docker.io/**", "docker.io/**"),
+            ("docker.io/team/*", "docker.io/team/*"),
+            ("*.EXAMPLE.com/**", "*.example.com/**"),
+            ("**", "**"),
+            ("**/prod/*", "**/prod/*"),
+        ] {
+            assert_eq!(canonical_pattern(pattern).unwrap(), canonical, "{pattern}");
+        }
+        for bad in ["reg.example", "x/*", "reg.example/a/", "*:80/a"] {
+            assert!(canonical_pattern(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

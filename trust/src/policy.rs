@@ -28,6 +28,14 @@
 //! any characters within one segment (never a `/`). `registry.example.com/prod/*` matches
 //! `registry.example.com/prod/app` but not `registry.example.com/prod/team/app`.
 //!
+//! Names and patterns are compared in one canonical spelling ([`validator::RegistryHost`]):
+//! the host lower case, without a trailing `.` and without a default port (`:443`, `:80`),
+//! Docker Hub as `docker.io` with `library/` before a one-component name. So a rule written
+//! `LOCALHOST:5000/app*` is the rule `localhost:5000/app*`, and `REG.example:443/prod/x`
+//! cannot dodge a rule for `reg.example/prod/**`. A pattern that could match no canonical
+//! name (an invalid host, upper case in the repository path, a trailing `/`, a glob host
+//! with a default port) is refused at load.
+//!
 //! The policy is pure: the caller asks [`Policy::keys_for`] which keys to verify with,
 //! verifies signatures and attestations (see [`crate::cosign`], [`crate::attestation`]),
 //! and hands the result to [`Policy::evaluate`] as [`Evidence`].
@@ -166,8 +174,11 @@ const HINTS: config_toml::Hints<'static> = &[
 pub struct Rule {
     /// 0-based position in the file.
     pub index: usize,
-    /// The `match` pattern.
+    /// The `match` pattern as written (decisions name the rule by it).
     pub pattern: String,
+    /// The pattern in the canonical spelling names are matched in
+    /// ([`validator::canonical_name`]): what the rule actually matches.
+    canonical: String,
     /// The action.
     pub action: Action,
     /// The keys (for `signed`).
@@ -413,8 +424,11 @@ impl Policy {
                 })?;
                 attestations.push(uri.to_owned());
             }
+            let canonical = glob::canonical_pattern(&r.pattern)
+                .map_err(|reason| value(format!("rule.{i}.match"), reason))?;
             rules.push(Rule {
                 index: i,
+                canonical,
                 pattern: r.pattern,
                 action: r.action,
                 keys,
@@ -434,10 +448,15 @@ impl Policy {
         &self.rules
     }
 
-    /// The first rule matching `reference` (tag and digest are ignored).
+    /// The first rule matching `reference` (tag and digest are ignored). The reference is
+    /// matched in its canonical spelling ([`validator::canonical_name`]), as the patterns
+    /// are, so `LOCALHOST:5000/app` and `localhost:5000/app` select the same rule.
     pub fn rule_for(&self, reference: &str) -> Option<&Rule> {
-        let repo = glob::repository(reference);
-        self.rules.iter().find(|r| glob::matches(&r.pattern, repo))
+        let name = validator::canonical_name(reference);
+        let repo = glob::repository(&name);
+        self.rules
+            .iter()
+            .find(|r| glob::matches(&r.canonical, repo))
     }
 
     /// The keys to verify `reference`'s signatures and attestations with (empty when the

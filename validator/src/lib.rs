@@ -4,7 +4,10 @@
 //! - [`VerifyingReader`], [`DigestingReader`], [`DigestingWriter`]: one-pass hashing and
 //!   verification of streams (sync `std::io`, and tokio traits behind the `tokio` feature).
 //! - [`MediaType`]: OCI and Docker schema2 media types.
-//! - [`Name`] and [`Tag`]: repository names and tags as distribution-spec defines them.
+//! - [`Name`] and [`Tag`]: repository names and tags as distribution-spec defines them;
+//!   [`RegistryHost`]: a registry host in its one canonical spelling (lower case, no default
+//!   port, Docker Hub as `docker.io`), which every matcher of hosts and references compares
+//!   ([`canonical_name`], [`canonical_repository`]).
 //! - [`check_document`] and [`check_config`]: the rules for manifests, indexes, configs and
 //!   descriptors, returning a [`Report`] of [`Violation`]s (each with a [`Rule`] id and a JSON
 //!   path) and the typed [`Document`] when it passed.
@@ -35,6 +38,7 @@ mod digest;
 mod document;
 mod glob;
 mod histogram;
+mod host;
 mod image;
 mod ingest;
 mod json;
@@ -59,6 +63,7 @@ pub use document::{
 };
 pub use glob::{DoubleStar, Glob, GlobSyntax, glob_matches};
 pub use histogram::Histogram;
+pub use host::{DOCKER_HUB, HostError, RegistryHost, canonical_name, canonical_repository};
 pub use image::{ImageInfo, LayerInfo, LayoutReport, ValidateOptions, chain_ids, validate_layout};
 pub use ingest::{
     BlobDir, Existing, Ingest, IngestError, Published, StagedBlob, write_file_atomic,

@@ -309,3 +309,84 @@ fn load_reads_keys_relative_to_the_file() {
     let cause = std::error::Error::source(&e).unwrap().to_string();
     assert!(cause.contains("bad.pub: not a PEM key file"), "{cause}");
 }
+
+/// Every spelling of a registry host or a Docker Hub name selects the rule written for its
+/// canonical spelling, whichever spelling the rule's pattern uses: with `default = "accept"`,
+/// a variant that missed the `signed` rule would be admitted unsigned.
+#[test]
+fn no_spelling_of_a_reference_dodges_its_rule() {
+    let k = Keys::new(&["a.pub"]);
+    let patterns = [
+        "localhost:5000/app*",
+        "LOCALHOST:5000/app*",
+        "LocalHost.:5000/app*",
+        "reg.example/prod/**",
+        "REG.example:443/prod/**",
+        "docker.io/nginx",
+        "index.docker.io/library/nginx",
+        "[0:0:0:0:0:0:0:1]:5000/app",
+    ];
+    let text: String = patterns
+        .iter()
+        .map(|p| format!("[[rule]]\nmatch = \"{p}\"\naction = \"signed\"\nkeys = [\"a.pub\"]\n\n"))
+        .collect();
+    let p = k.load(&format!("default = \"accept\"\n\n{text}")).unwrap();
+    for (reference, rule) in [
+        ("localhost:5000/app", 0),
+        ("LOCALHOST:5000/app:1", 0),
+        ("LocalHost:5000/app-web@sha256:00", 0),
+        ("localhost.:5000/app", 0),
+        ("localhost:05000/app", 0),
+        ("reg.example/prod/a/b:1", 3),
+        ("REG.EXAMPLE/prod/a", 3),
+        ("reg.example:443/prod/a", 3),
+        ("reg.example.:443/prod/a", 3),
+        ("reg.example:80/prod/a", 3),
+        ("docker.io/nginx:1.25", 5),
+        ("docker.io/library/nginx", 5),
+        ("index.docker.io/nginx", 5),
+        ("registry-1.docker.io/library/nginx@sha256:00", 5),
+        ("Docker.IO/nginx", 5),
+        ("[::1]:5000/app", 7),
+        ("[0::1]:5000/app:1", 7),
+    ] {
+        let found = p.rule_for(reference).map(|r| r.index);
+        assert_eq!(found, Some(rule), "{reference}");
+        let d = p.evaluate(reference, true, &Evidence::default());
+        assert_eq!(deny_reason(d), DenyReason::Unsigned, "{reference}");
+    }
+    // Other registries and other repositories are not caught by accident.
+    for other in [
+        "localhost:5001/app",
+        "reg.example:8443/prod/a",
+        "docker.io/team/nginx",
+        "[::2]:5000/app",
+    ] {
+        assert!(p.rule_for(other).is_none(), "{other}");
+    }
+}
+
+/// A pattern that could never match a canonical name (a trailing `/`, upper case in the
+/// repository path, a glob host with a default port) is refused at load, naming the rule:
+/// otherwise a `signed` rule would silently protect nothing.
+#[test]
+fn patterns_that_match_nothing_are_refused() {
+    let k = Keys::new(&["a.pub"]);
+    for (pattern, says) in [
+        ("reg.example/prod/", "ends with '/'"),
+        ("reg.example/Prod/*", "repository paths are lower case"),
+        ("*.example:443/**", "default port"),
+        ("reg..example/app", "no empty label"),
+    ] {
+        let e = k
+            .load(&format!(
+                "[[rule]]\nmatch = \"{pattern}\"\naction = \"signed\"\nkeys = [\"a.pub\"]\n"
+            ))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("rule.0.match") && e.contains(says),
+            "{pattern}: {e}"
+        );
+    }
+}
