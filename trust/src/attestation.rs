@@ -120,9 +120,9 @@ pub fn verify_attestation_layer(
         DsseError::NoSignature => SignatureError::NoSignature {
             what: Some(format!("layer {}", layer.payload.digest)),
         },
-        DsseError::BadSignature { keys } => SignatureError::BadSignature {
+        DsseError::BadSignature { .. } => SignatureError::BadSignature {
             layer: layer.payload.digest.clone(),
-            keys,
+            tried: crate::cosign::short_ids(keys),
         },
         other => SignatureError::Malformed {
             what: what(),

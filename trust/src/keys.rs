@@ -195,6 +195,16 @@ impl VerifyingKey {
         };
         self.inner.verify(message, &sig).is_ok()
     }
+
+    /// Checks a DER-encoded ECDSA signature over a message of which only the SHA-256 `digest`
+    /// is known (a sigstore bundle's message signature over an image manifest).
+    pub fn verify_prehashed_der(&self, digest: &[u8], der_signature: &[u8]) -> bool {
+        use p256::ecdsa::signature::hazmat::PrehashVerifier;
+        let Ok(sig) = p256::ecdsa::DerSignature::from_bytes(der_signature) else {
+            return false;
+        };
+        digest.len() == 32 && self.inner.verify_prehash(digest, &sig).is_ok()
+    }
 }
 
 /// An ECDSA P-256 private key. Its scalar is zeroized on drop.

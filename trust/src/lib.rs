@@ -17,6 +17,9 @@
 //!   provenance predicate for `rdctl build`.
 //! - [`attestation`]: the `sha256-<hex>.att` manifest (append, and `--replace` by predicate
 //!   type) and [`attestation::verify_attestation_layer`].
+//! - [`bundle`]: sigstore bundles (v0.3, what cosign v3 writes by default): DSSE envelopes of
+//!   in-toto statements or message signatures, as OCI 1.1 referrers of the image; verified
+//!   with keys, offline.
 //! - [`policy`]: `[[rule]]`s matching image names by glob, with `accept`, `reject` or
 //!   `signed` (keys, threshold, required attestations, digest pin), evaluated against the
 //!   [`policy::Evidence`] a caller gathered into a [`policy::Decision`].
@@ -25,11 +28,12 @@
 //! pass their bytes in, and push what the manifest builders return. It reads files only in
 //! [`Policy::load`] (the policy and the key files it names). Signing is deterministic
 //! (RFC 6979); verification accepts cosign's randomised signatures. Only keys are supported:
-//! no certificates, no Rekor bundles (the equivalent of `cosign … --insecure-ignore-tlog`).
+//! no certificates, no Rekor or transparency-log checks (the equivalent of `cosign … --insecure-ignore-tlog`).
 //! Secrets (private scalars, decrypted key bytes, passwords) are zeroized when dropped.
 #![deny(missing_docs)]
 
 pub mod attestation;
+pub mod bundle;
 pub mod cosign;
 pub mod dsse;
 mod glob;

@@ -16,6 +16,7 @@ use crate::keys::{KeyId, SigningKey, VerifyingKey};
 
 pub use manifest::{AttachedManifest, BlobDescriptor, SignatureLayer, parse_layers};
 pub(crate) use manifest::{Join, build, join_layers};
+
 pub use payload::{SIMPLE_SIGNING_TYPE, SimpleSigning};
 
 /// Media type of a simple-signing payload layer.
@@ -47,13 +48,17 @@ pub enum SignatureError {
         /// What was looked at (a tag, a layer digest), when known.
         what: Option<String>,
     },
-    /// No layer's signature verified with any of the keys.
-    #[error("signature on {layer} matches none of the {keys} key(s)")]
+    /// No layer's signature verified with any of the keys: signed by another key, or the
+    /// payload (or statement) was changed after signing. Both look alike to a verifier.
+    #[error(
+        "signature on {layer} does not verify with {}: signed by another key, or the payload was changed after signing",
+        keys_tried(.tried)
+    )]
     BadSignature {
         /// The layer (payload digest) whose signature failed.
         layer: Digest,
-        /// How many keys were tried.
-        keys: usize,
+        /// The short ids of the keys tried.
+        tried: Vec<String>,
     },
     /// The signed payload names another manifest: a signature replayed onto this tag.
     #[error("signed payload is for manifest {found}, not {expected}")]
@@ -79,6 +84,19 @@ pub enum SignatureError {
         /// What is wrong.
         detail: String,
     },
+}
+
+fn keys_tried(tried: &[String]) -> String {
+    match tried {
+        [] => "no key (none was given)".to_owned(),
+        [one] => format!("the key tried ({one})"),
+        many => format!("any of the {} keys tried ({})", many.len(), many.join(", ")),
+    }
+}
+
+/// The short ids of `keys`, for [`SignatureError::BadSignature`].
+pub(crate) fn short_ids(keys: &[VerifyingKey]) -> Vec<String> {
+    keys.iter().map(|k| k.key_id().short().to_owned()).collect()
 }
 
 fn for_what(what: &Option<String>) -> String {
@@ -124,7 +142,7 @@ pub fn verify(
     } else {
         Err(SignatureError::BadSignature {
             layer: Digest::sha256(payload),
-            keys: 1,
+            tried: short_ids(std::slice::from_ref(key)),
         })
     }
 }
@@ -246,7 +264,7 @@ pub fn verify_signature_layer(
         .find(|k| k.verify_der(payload, &der))
         .ok_or_else(|| SignatureError::BadSignature {
             layer: layer.payload.digest.clone(),
-            keys: keys.len(),
+            tried: short_ids(keys),
         })?;
     let parsed = SimpleSigning::parse(payload)?;
     if &parsed.manifest_digest != expected_manifest {

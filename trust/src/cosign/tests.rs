@@ -104,9 +104,19 @@ fn verify_layer_outcomes() {
     assert_eq!(ok.docker_reference, "registry.example.com/app");
 
     let e = verify_signature_layer(&keys[..1], &layers[0], &p, &image()).unwrap_err();
+    match &e {
+        SignatureError::BadSignature { tried, .. } => {
+            assert_eq!(tried, &[other.verifying().key_id().short().to_owned()])
+        }
+        other => panic!("{other}"),
+    }
+    // The words an operator reads: the key tried, and that a change after signing looks
+    // the same as another key.
+    let text = e.to_string();
+    assert!(text.contains(other.verifying().key_id().short()), "{text}");
     assert!(
-        matches!(e, SignatureError::BadSignature { keys: 1, .. }),
-        "{e}"
+        text.contains("or the payload was changed after signing"),
+        "{text}"
     );
 
     let mut tampered = p.clone();
