@@ -8,12 +8,12 @@ use futures_util::StreamExt;
 use reqwest::header::LOCATION;
 use reqwest::{StatusCode, Url};
 
-use validator::error_chain;
+use validator::{RegistryHost, error_chain};
 
 use crate::auth;
 use crate::error::ClientError;
 use crate::session::Scope;
-use crate::transport::{ClientBuilder, Retry, authority, is_loopback};
+use crate::transport::{ClientBuilder, Retry, authority};
 
 /// A Distribution client. Cheap to clone; clones share cached challenges and tokens.
 #[derive(Debug, Clone)]
@@ -35,13 +35,18 @@ impl Client {
         ClientBuilder::default()
     }
 
+    /// `scheme://HOST[:PORT]` of `registry`, decided on its canonical spelling: plain HTTP
+    /// for a loopback host (unless TLS is configured), Docker Hub at `registry-1.docker.io`.
     pub(crate) fn base(&self, registry: &str) -> String {
+        let host = RegistryHost::parse(registry).ok();
+        let key = host.as_ref().map_or(registry, RegistryHost::as_str);
         let tls = !self.plain_http
             && (self.tls_configured
-                || self.per_host.contains_key(registry)
-                || !is_loopback(registry));
+                || self.per_host.contains_key(key)
+                || !host.as_ref().is_some_and(RegistryHost::is_loopback));
         let scheme = if tls { "https" } else { "http" };
-        format!("{scheme}://{registry}")
+        let endpoint = host.as_ref().map_or(registry, RegistryHost::endpoint);
+        format!("{scheme}://{endpoint}")
     }
 
     /// The HTTP client for a URL's host (its own when `certs.d` has an entry for it).

@@ -1,8 +1,14 @@
 //! Image references: `HOST[:PORT]/NAME[:TAG][@DIGEST]`, parsed once at the edge.
+//!
+//! The host and the name are kept in their canonical spelling ([`RegistryHost`]: lower case,
+//! no trailing dot, no `:443`/`:80`, Docker Hub as `docker.io` with `library/` before a
+//! one-component name), so every comparison downstream (policy rules, mirrors, credentials,
+//! tokens, `certs.d`, plain HTTP for loopback hosts) sees one spelling per registry, and
+//! messages print that spelling.
 
 use std::fmt;
 
-use validator::{Digest, Name, Tag};
+use validator::{Digest, Name, RegistryHost, Tag, canonical_repository};
 
 /// Why a reference string was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -17,7 +23,7 @@ pub struct ReferenceError {
 /// `registry[:port]/name[:tag][@digest]`, parsed and checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reference {
-    registry: String,
+    registry: RegistryHost,
     name: Name,
     tag: Option<Tag>,
     digest: Option<Digest>,
@@ -50,13 +56,7 @@ impl Reference {
                 "{registry:?} is not a registry host (a host has a '.' or a ':port', or is localhost): write HOST[:PORT]/{rest}, as in localhost:5000/{rest} (there is no default registry)"
             )));
         }
-        if registry.is_empty()
-            || !registry
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']'))
-        {
-            return Err(err("bad registry host"));
-        }
+        let registry = RegistryHost::parse(registry).map_err(|e| err(&e.to_string()))?;
         // A ':' after the last '/' separates the tag.
         let (name, tag) = match path.rsplit_once(':') {
             Some((n, t)) if !t.contains('/') => {
@@ -64,9 +64,10 @@ impl Reference {
             }
             _ => (path, None),
         };
-        let name = Name::parse(name).map_err(|e| err(&e.to_string()))?;
+        let name =
+            Name::parse(&canonical_repository(&registry, name)).map_err(|e| err(&e.to_string()))?;
         Ok(Reference {
-            registry: registry.to_owned(),
+            registry,
             name,
             tag,
             digest,
@@ -93,8 +94,13 @@ impl Reference {
         }
     }
 
-    /// The registry host (and port).
+    /// The registry host (and port), canonical.
     pub fn registry(&self) -> &str {
+        self.registry.as_str()
+    }
+
+    /// The registry host as its type.
+    pub fn host(&self) -> &RegistryHost {
         &self.registry
     }
 
@@ -188,6 +194,27 @@ mod tests {
             Reference::parse("localhost/a").unwrap().registry(),
             "localhost"
         );
+        // One spelling per registry: the canonical one is kept and printed.
+        for (input, canonical) in [
+            ("LOCALHOST:5000/a/b:v1", "localhost:5000/a/b:v1"),
+            ("LocalHost.:05000/a/b", "localhost:5000/a/b"),
+            (
+                "Reg.Example:443/a@sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+                "reg.example/a@sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+            ),
+            ("index.docker.io/nginx:1.25", "docker.io/library/nginx:1.25"),
+            ("registry-1.docker.io/team/app", "docker.io/team/app"),
+            ("docker.io/library/nginx", "docker.io/library/nginx"),
+            ("[0:0:0:0:0:0:0:1]:5000/a", "[::1]:5000/a"),
+        ] {
+            let r = Reference::parse(input).unwrap();
+            assert_eq!(r.to_string(), canonical, "{input}");
+            assert_eq!(Reference::parse(canonical).unwrap(), r, "{input}");
+        }
+        let e = Reference::parse("127.1:5000/a").unwrap_err().to_string();
+        assert!(e.contains("dotted-quad IPv4"), "{e}");
+        let e = Reference::parse("reg..example/a").unwrap_err().to_string();
+        assert!(e.contains("no empty label"), "{e}");
         for bad in [
             "noslash",
             "/x",

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::Url;
+use validator::RegistryHost;
 
 use crate::auth;
 use crate::client::Client;
@@ -212,7 +213,8 @@ impl ClientBuilder {
                 continue;
             };
             for e in entries.flatten() {
-                let host = e.file_name().to_string_lossy().into_owned();
+                // The directory may spell the host any way (`LocalHost:5000`, `host:443`).
+                let host = canonical_host(&e.file_name().to_string_lossy());
                 if per_host.contains_key(&host) || !e.path().is_dir() {
                     continue;
                 }
@@ -293,24 +295,21 @@ pub(crate) fn read_host_dir(
     Ok((cas, identity))
 }
 
-pub(crate) fn is_loopback(host: &str) -> bool {
-    let h = host.rsplit_once(':').map_or(host, |(h, p)| {
-        if p.bytes().all(|b| b.is_ascii_digit()) {
-            h
-        } else {
-            host
-        }
-    });
-    h == "localhost" || h.starts_with("127.") || h == "[::1]"
+/// The canonical `HOST[:PORT]` ([`RegistryHost`]) of `host`, or `host` itself when it does not
+/// parse (then nothing canonical equals it).
+pub(crate) fn canonical_host(host: &str) -> String {
+    RegistryHost::parse(host).map_or_else(|_| host.to_owned(), |h| h.to_string())
 }
 
-/// `host[:port]` of a URL as a reference spells it (the port only when it is explicit).
+/// The registry a URL belongs to, in the canonical spelling references use: so a request to
+/// `https://registry-1.docker.io/...` belongs to `docker.io`, and `http://LocalHost:5000/`
+/// to `localhost:5000`.
 pub(crate) fn authority(url: &Url) -> String {
     let host = url.host_str().unwrap_or("");
-    match url.port() {
+    canonical_host(&match url.port() {
         Some(p) => format!("{host}:{p}"),
         None => host.to_owned(),
-    }
+    })
 }
 
 #[cfg(test)]
@@ -318,12 +317,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn loopback_hosts() {
-        assert!(
-            is_loopback("127.0.0.1:5000")
-                && is_loopback("localhost")
-                && !is_loopback("reg.example:443")
-        );
+    fn plain_http_for_loopback_hosts_in_any_spelling() {
+        let c = ClientBuilder::default().build().unwrap();
+        for (registry, base) in [
+            ("127.0.0.1:5000", "http://127.0.0.1:5000"),
+            ("localhost", "http://localhost"),
+            ("LOCALHOST:5000", "http://localhost:5000"),
+            ("LocalHost.:5000", "http://localhost:5000"),
+            ("[0:0:0:0:0:0:0:1]:5000", "http://[::1]:5000"),
+            ("reg.example:443", "https://reg.example"),
+            ("Reg.Example:8443", "https://reg.example:8443"),
+            // A name that starts like a loopback address is not one.
+            ("127.example.com:5000", "https://127.example.com:5000"),
+            ("index.docker.io", "https://registry-1.docker.io"),
+            ("docker.io", "https://registry-1.docker.io"),
+        ] {
+            assert_eq!(c.base(registry), base, "{registry}");
+        }
+    }
+
+    #[test]
+    fn a_url_belongs_to_its_canonical_registry() {
+        for (url, registry) in [
+            ("http://LocalHost:5000/v2/", "localhost:5000"),
+            ("https://reg.example:443/v2/", "reg.example"),
+            (
+                "https://registry-1.docker.io/v2/library/nginx/manifests/1",
+                "docker.io",
+            ),
+            ("http://[0:0::1]:5000/v2/", "[::1]:5000"),
+            ("https://reg.example:8443/v2/", "reg.example:8443"),
+        ] {
+            assert_eq!(authority(&Url::parse(url).unwrap()), registry, "{url}");
+        }
     }
 
     #[test]

@@ -212,10 +212,15 @@ impl RegistryHost {
 }
 
 fn parse_port(p: &str) -> Result<u16, String> {
-    if p.is_empty() || p.len() > 5 || !p.bytes().all(|b| b.is_ascii_digit()) {
+    if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
         return Err(format!("port {p:?} is not a number from 1 to 65535"));
     }
-    match p.parse::<u16>() {
+    // Leading zeros name the same port (`:005000` is `:5000`), however many there are.
+    let digits = p.trim_start_matches('0');
+    if digits.len() > 5 {
+        return Err(format!("port {p:?} is not a number from 1 to 65535"));
+    }
+    match digits.parse::<u16>() {
         Ok(n) if n > 0 => Ok(n),
         _ => Err(format!("port {p:?} is not a number from 1 to 65535")),
     }
