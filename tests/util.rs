@@ -264,6 +264,16 @@ pub struct Distribution {
 impl Distribution {
     /// Starts it with its config and log in `dir`, and waits until `/v2/` answers 200.
     pub fn start(dir: &Path, storage: &str) -> Distribution {
+        Self::start_program(dir, storage, Command::new("docker-registry"))
+    }
+
+    /// Starts CNCF distribution v3 (`.tools/bin/distribution-v3`, no referrers API) the same
+    /// way.
+    pub fn start_v3(dir: &Path, storage: &str) -> Distribution {
+        Self::start_program(dir, storage, tool("distribution-v3"))
+    }
+
+    fn start_program(dir: &Path, storage: &str, mut program: Command) -> Distribution {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
@@ -283,7 +293,7 @@ impl Distribution {
         let log = dir.join("distribution.log");
         // distribution 2.8's aws-sdk-go panics at start when AWS_CA_BUNDLE is set (it cannot
         // apply it to its transport); plain HTTP to SeaweedFS needs no CA.
-        let child = Command::new("docker-registry")
+        let child = program
             .args(["serve", s(&config)])
             .env_remove("AWS_CA_BUNDLE")
             .stdout(Stdio::null())

@@ -153,6 +153,10 @@ pub struct ReferrerInfo {
     pub tag: Option<String>,
     /// Its `org.opencontainers.image.created` annotation.
     pub created: Option<String>,
+    /// For a sigstore bundle, the predicate type its referrer annotation names
+    /// (`https://sigstore.dev/cosign/sign/v1` for a signature).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicate_type: Option<String>,
 }
 
 /// The kind of a referrer from its artifact type or cosign tag suffix.
@@ -178,6 +182,22 @@ pub fn referrer_kind(artifact_type: Option<&str>, tag: Option<&str>) -> &'static
     } else {
         "other"
     }
+}
+
+/// The kind of a sigstore-bundle referrer (`None` for other artifact types): a signature when
+/// its predicate type is cosign's signing predicate, or when the annotation is missing (cosign's
+/// tag-schema index drops it) — verification tells for sure —, else an attestation.
+pub fn bundle_kind(
+    artifact_type: Option<&str>,
+    predicate_type: Option<&str>,
+) -> Option<&'static str> {
+    if !artifact_type.is_some_and(trust::bundle::is_bundle_media_type) {
+        return None;
+    }
+    Some(match predicate_type {
+        None | Some(trust::bundle::COSIGN_SIGN_PREDICATE) => "signature",
+        Some(_) => "attestation",
+    })
 }
 
 /// The packages a layer holds, from its history `created_by`.
@@ -464,8 +484,16 @@ pub(crate) async fn referrers_of(
                         .get("org.opencontainers.image.created")
                         .cloned()
                 });
+                let predicate_type = described.as_ref().and_then(|(r, _)| {
+                    r.annotations
+                        .get(trust::bundle::PREDICATE_ANNOTATION)
+                        .cloned()
+                });
                 out.push(ReferrerInfo {
-                    kind: referrer_kind(artifact_type.as_deref(), tag.as_deref()).to_owned(),
+                    kind: bundle_kind(artifact_type.as_deref(), predicate_type.as_deref())
+                        .unwrap_or_else(|| referrer_kind(artifact_type.as_deref(), tag.as_deref()))
+                        .to_owned(),
+                    predicate_type,
                     found_by: if by_subject { "layout" } else { "cosign-tag" }.to_owned(),
                     tag: if by_tag { tag } else { None },
                     digest: c.digest,
@@ -490,8 +518,15 @@ pub(crate) async fn referrers_of(
                 _ => "referrers-tag",
             };
             for m in found.manifests {
+                let predicate_type = m
+                    .annotations
+                    .get(trust::bundle::PREDICATE_ANNOTATION)
+                    .cloned();
                 out.push(ReferrerInfo {
-                    kind: referrer_kind(m.artifact_type.as_deref(), None).to_owned(),
+                    kind: bundle_kind(m.artifact_type.as_deref(), predicate_type.as_deref())
+                        .unwrap_or_else(|| referrer_kind(m.artifact_type.as_deref(), None))
+                        .to_owned(),
+                    predicate_type,
                     found_by: found_by.to_owned(),
                     tag: None,
                     created: m
@@ -517,6 +552,7 @@ pub(crate) async fn referrers_of(
                         size: d.size,
                         artifact_type: None,
                         created: None,
+                        predicate_type: None,
                     }),
                     Err(e) if e.kind() == ClientErrorKind::NotFound => {}
                     Err(source) => {

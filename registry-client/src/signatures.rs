@@ -38,7 +38,7 @@ use trust::cosign::{
     self, ARTIFACT_SIG_CONFIG_MEDIA_TYPE, AttachedManifest, BlobDescriptor,
     OCI_MANIFEST_MEDIA_TYPE, SignatureLayer, VerifiedSignature,
 };
-use trust::{KeyId, SignatureError, VerifyingKey};
+use trust::{KeyId, SignatureError, VerifyingKey, bundle};
 use validator::{Digest, ImageLayout, IndexEntry, Replaces, Tag};
 
 use crate::inspect::read_blob;
@@ -171,6 +171,38 @@ pub async fn push_attestation(
         layers: m.layers.len(),
         layer_added: m.layer_added,
         referrer: None,
+    })
+}
+
+/// Pushes a sigstore bundle (from [`trust::bundle::sign_bundle`]) about `subject` as cosign v3
+/// does: the bundle blob, the empty config and a referrer manifest by digest. At a registry
+/// without the referrers API the client keeps the `sha256-<hex>` tag-schema index; in a
+/// layout the referrer is an untagged `index.json` entry. `created` is the
+/// `org.opencontainers.image.created` annotation (RFC 3339), when given.
+pub async fn push_bundle(
+    client: &Client,
+    target: &ImageRef,
+    subject: &Content,
+    bundle_json: &[u8],
+    predicate_type: &str,
+    created: Option<&str>,
+) -> Result<Pushed, TransferError> {
+    let store = Store::open(client, target)?;
+    let desc = BlobDescriptor {
+        media_type: subject.media_type.clone(),
+        size: subject.size,
+        digest: subject.digest.clone(),
+    };
+    let m = bundle::bundle_referrer(bundle_json, predicate_type, &desc, created);
+    store.put_blob(bundle_json).await?;
+    store.put_referrer(&m).await?;
+    Ok(Pushed {
+        subject: subject.digest.clone(),
+        tag: String::new(),
+        manifest: m.manifest_digest.clone(),
+        layers: 1,
+        layer_added: true,
+        referrer: Some(m.manifest_digest),
     })
 }
 
@@ -342,6 +374,13 @@ pub async fn fetch_evidence(
     }
     let mut seen: HashSet<(Digest, String)> = HashSet::new();
     for (bytes, origin) in manifests {
+        if let Some(kind) = bundle_manifest_kind(&bytes) {
+            verify_bundles(
+                &store, &bytes, kind, origin, keys, digest, &mut seen, &mut ev,
+            )
+            .await;
+            continue;
+        }
         let layers = match cosign::parse_layers(&bytes) {
             Ok(l) => l,
             Err(e) => {
@@ -371,29 +410,9 @@ pub async fn fetch_evidence(
             let payload = match store.payload(&layer).await {
                 Ok(p) => p,
                 Err(e) => {
-                    // The readers verify as they read: bytes that are not the layer's digest
-                    // are the tampered payload the trust check would name.
-                    let tampered = e.kind() == crate::transfer::ErrorKind::Invalid;
-                    ev.rejected.push(Rejection {
-                        kind,
-                        layer: layer.payload.digest.clone(),
-                        origin: origin.clone(),
-                        reason: if tampered {
-                            "payload_tampered"
-                        } else {
-                            "unreadable"
-                        },
-                        message: if tampered {
-                            format!(
-                                "payload blob does not match its layer digest {}: {}",
-                                layer.payload.digest,
-                                validator::error_chain(&e)
-                            )
-                        } else {
-                            validator::error_chain(&e)
-                        },
-                        other_digest: None,
-                    });
+                    // The readers verify as they read.
+                    ev.rejected
+                        .push(unreadable(kind, &layer.payload.digest, &origin, &e));
                     continue;
                 }
             };
@@ -424,6 +443,138 @@ pub async fn fetch_evidence(
     Ok(ev)
 }
 
+/// For a sigstore-bundle referrer manifest, whether its annotation says it is a signature or
+/// an attestation (what a rejection is filed under before its statement can be trusted);
+/// `None` for cosign's legacy manifests.
+fn bundle_manifest_kind(manifest: &[u8]) -> Option<&'static str> {
+    let doc: Value = serde_json::from_slice(manifest).ok()?;
+    let typed = |v: &Value| v.as_str().is_some_and(bundle::is_bundle_media_type);
+    let is_bundle = typed(&doc["artifactType"])
+        || typed(&doc["config"]["mediaType"])
+        || doc["layers"]
+            .as_array()
+            .is_some_and(|l| !l.is_empty() && l.iter().all(|l| typed(&l["mediaType"])));
+    if !is_bundle {
+        return None;
+    }
+    match doc["annotations"][bundle::PREDICATE_ANNOTATION].as_str() {
+        None | Some(bundle::COSIGN_SIGN_PREDICATE) => Some("signature"),
+        Some(_) => Some("attestation"),
+    }
+}
+
+/// Verifies the bundle layers of one referrer manifest into `ev`: each bundle, once
+/// verified, is a signature (predicate [`bundle::COSIGN_SIGN_PREDICATE`], or a message
+/// signature) or an attestation of its statement's predicate type.
+#[allow(clippy::too_many_arguments)]
+async fn verify_bundles(
+    store: &Store<'_>,
+    manifest: &[u8],
+    kind: &'static str,
+    origin: Origin,
+    keys: &[VerifyingKey],
+    digest: &Digest,
+    seen: &mut HashSet<(Digest, String)>,
+    ev: &mut Evidence,
+) {
+    let layers = match bundle::bundle_layers(manifest) {
+        Ok(l) if !l.is_empty() => l,
+        Ok(_) => {
+            ev.rejected.push(Rejection {
+                kind,
+                layer: origin.manifest.clone(),
+                reason: "malformed",
+                message: "sigstore bundle referrer has no bundle layer".to_owned(),
+                other_digest: None,
+                origin,
+            });
+            return;
+        }
+        Err(e) => {
+            ev.rejected.push(Rejection {
+                kind,
+                layer: origin.manifest.clone(),
+                reason: "malformed",
+                message: e.to_string(),
+                other_digest: None,
+                origin,
+            });
+            return;
+        }
+    };
+    for layer in layers {
+        if !seen.insert((layer.digest.clone(), String::new())) {
+            continue;
+        }
+        let c = Content {
+            digest: layer.digest.clone(),
+            size: layer.size,
+            media_type: layer.media_type.clone(),
+        };
+        let bytes = match read_blob(&store.source, &c, bundle::MAX_BUNDLE_BYTES).await {
+            Ok(b) => b,
+            Err(e) => {
+                ev.rejected
+                    .push(unreadable(kind, &layer.digest, &origin, &e));
+                continue;
+            }
+        };
+        match bundle::verify_bundle_layer(keys, &layer, &bytes, digest) {
+            Ok(v) if v.is_signature() => ev.signatures.push(GoodSignature {
+                key_id: v.key_id,
+                docker_reference: v.subject_name,
+                digest: digest.clone(),
+                annotations: v.annotations,
+                layer: layer.digest.clone(),
+                origin: origin.clone(),
+            }),
+            Ok(v) => ev.attestations.push(GoodAttestation {
+                key_id: v.key_id,
+                predicate_type: v.predicate_type,
+                layer: layer.digest.clone(),
+                origin: origin.clone(),
+                predicate: v.predicate,
+            }),
+            Err(e) => {
+                let (reason, other_digest) = reason_of(&e);
+                ev.rejected.push(Rejection {
+                    kind,
+                    layer: layer.digest.clone(),
+                    origin: origin.clone(),
+                    reason,
+                    message: e.to_string(),
+                    other_digest,
+                });
+            }
+        }
+    }
+}
+
+/// A payload, envelope or bundle that could not be read: bytes that are not the layer's
+/// digest are the tampered payload the trust check would name.
+fn unreadable(kind: &'static str, layer: &Digest, origin: &Origin, e: &TransferError) -> Rejection {
+    let tampered = e.kind() == crate::transfer::ErrorKind::Invalid;
+    Rejection {
+        kind,
+        layer: layer.clone(),
+        origin: origin.clone(),
+        reason: if tampered {
+            "payload_tampered"
+        } else {
+            "unreadable"
+        },
+        message: if tampered {
+            format!(
+                "payload blob does not match its layer digest {layer}: {}",
+                validator::error_chain(e)
+            )
+        } else {
+            validator::error_chain(e)
+        },
+        other_digest: None,
+    }
+}
+
 fn good_signature(v: VerifiedSignature, layer: &SignatureLayer, origin: &Origin) -> GoodSignature {
     GoodSignature {
         key_id: v.key_id,
@@ -452,12 +603,14 @@ fn good_attestation(
 /// A registry repository or a layout, read and written.
 struct Store<'a> {
     source: Source<'a>,
+    client: &'a Client,
 }
 
 impl<'a> Store<'a> {
     fn open(client: &'a Client, r: &ImageRef) -> Result<Self, TransferError> {
         Ok(Store {
             source: Source::open(client, r)?,
+            client,
         })
     }
 
@@ -470,8 +623,8 @@ impl<'a> Store<'a> {
         self.source.tagged(tag).await
     }
 
-    /// The referrers of `subject` whose artifact type is cosign's signature type, or that are
-    /// DSSE attestations, with how they were found.
+    /// The referrers of `subject` whose artifact type is cosign's signature type, a DSSE
+    /// attestation or a sigstore bundle, with how they were found.
     async fn cosign_referrers(
         &self,
         subject: &Digest,
@@ -480,6 +633,7 @@ impl<'a> Store<'a> {
             t.is_some_and(|t| {
                 t == ARTIFACT_SIG_CONFIG_MEDIA_TYPE
                     || t.starts_with("application/vnd.dev.cosign.artifact.")
+                    || bundle::is_bundle_media_type(t)
             })
         };
         let mut out = Vec::new();
@@ -597,20 +751,24 @@ impl<'a> Store<'a> {
         }
     }
 
+    /// Writes a referrer through the copy path's referrer writer: the API or the tag schema
+    /// the client keeps at a registry, an untagged `index.json` entry in a layout.
     async fn put_referrer(&self, m: &AttachedManifest) -> Result<(), TransferError> {
         self.put_blob(&m.config).await?;
-        if let Source::Registry(client, r) = &self.source {
-            // The copy path's referrer writer (the API, or the tag schema the client keeps).
-            Dest::Registry(r.clone())
-                .put_referrer(
-                    client,
-                    &manifest_content(m),
-                    &Bytes::from(m.manifest.clone()),
-                    None,
-                )
-                .await?;
-        }
-        Ok(())
+        let artifact_type = serde_json::from_slice::<Value>(&m.manifest)
+            .ok()
+            .and_then(|d| d["artifactType"].as_str().map(str::to_owned));
+        let (dest, client) = match &self.source {
+            Source::Registry(client, r) => (Dest::Registry(r.clone()), *client),
+            Source::Layout(layout) => (Dest::Layout(layout.clone()), self.client),
+        };
+        dest.put_referrer(
+            client,
+            &manifest_content(m),
+            &Bytes::from(m.manifest.clone()),
+            artifact_type.as_deref(),
+        )
+        .await
     }
 }
 

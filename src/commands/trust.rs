@@ -214,6 +214,17 @@ fn write_new(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
+/// Where and how a signature or attestation is written (`--format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SignatureFormat {
+    /// cosign v2's layout: layers of the manifest at the sha256-<hex>.sig / .att tag (read by
+    /// cosign v2 and v3, policy engines and rdctl).
+    Legacy,
+    /// cosign v3's default: a sigstore bundle (v0.3) as an OCI 1.1 referrer (read by cosign v3
+    /// and rdctl; cosign v2 needs a trusted root to read it).
+    Bundle,
+}
+
 /// Arguments of `rdctl sign`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:
@@ -221,12 +232,18 @@ fn write_new(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
   rdctl sign --key cosign.key -a git=4f2c1e -a by=ci 127.0.0.1:5000/zones/web@sha256:...
   rdctl sign --key cosign.key --password-file ./pw.txt oci:./image:1.0
   rdctl sign --key cosign.key --no-referrer --json reg.example/zones/web:1.0
+  rdctl sign --key cosign.key --format bundle 127.0.0.1:5000/zones/web:1.0   # as cosign v3
 
 A tag is resolved once: the signature is over the manifest digest, and its payload names the
 repository (HOST/REPO) as cosign's does. It is added to the manifest at the sha256-<hex>.sig
 tag, where cosign verify looks; a registry with the referrers API also gets it as an OCI 1.1
 referrer unless --no-referrer. In a layout (oci:DIR[:TAG]) it is written as cosign save lays it
 out, so `cosign verify --local-image DIR` reads it, and rdctl push carries it along.
+
+--format bundle writes what cosign v3 writes by default instead: a sigstore bundle (a DSSE
+envelope of an in-toto statement of type https://sigstore.dev/cosign/sign/v1) as an OCI 1.1
+referrer, or in the sha256-<hex> tag-schema index at a registry without the referrers API.
+The default stays legacy because both cosign v2 and v3 verify it offline with a key.
 
 Exit status: 0 signed, 2 failed.")]
 pub struct SignArgs {
@@ -239,9 +256,12 @@ pub struct SignArgs {
     /// -a).
     #[arg(long = "annotation", short = 'a', value_name = "KEY=VALUE")]
     pub annotations: Vec<String>,
-    /// Do not also push the signature as an OCI 1.1 referrer.
+    /// Do not also push the signature as an OCI 1.1 referrer (legacy format).
     #[arg(long)]
     pub no_referrer: bool,
+    /// `legacy` (cosign v2's .sig tag) or `bundle` (cosign v3's sigstore bundle referrer).
+    #[arg(long, value_enum, default_value_t = SignatureFormat::Legacy)]
+    pub format: SignatureFormat,
     #[command(flatten)]
     pub password: PasswordArgs,
     #[command(flatten)]
@@ -277,7 +297,23 @@ pub async fn sign_image(
     key: &SigningKey,
     annotations: Option<&BTreeMap<String, String>>,
     also_referrer: bool,
+    format: SignatureFormat,
 ) -> anyhow::Result<Pushed> {
+    if format == SignatureFormat::Bundle {
+        let mut st = trust::bundle::statement(
+            docker_reference,
+            &subject.digest,
+            trust::bundle::COSIGN_SIGN_PREDICATE,
+            serde_json::json!({}),
+        );
+        if let Some(a) = annotations {
+            st.subject[0].annotations = a
+                .iter()
+                .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+                .collect();
+        }
+        return push_bundle(client, target, subject, &st, key).await;
+    }
     let payload = SimpleSigning::new(docker_reference, &subject.digest, annotations).to_bytes();
     let sig = cosign::sign(key, &payload);
     let pushed = signatures::push_signature(
@@ -294,6 +330,36 @@ pub async fn sign_image(
     Ok(pushed)
 }
 
+/// Signs `statement` into a sigstore bundle and pushes it as a referrer of `subject`.
+async fn push_bundle(
+    client: &Client,
+    target: &ImageRef,
+    subject: &Content,
+    statement: &Statement,
+    key: &SigningKey,
+) -> anyhow::Result<Pushed> {
+    let bundle = trust::bundle::sign_bundle(key, statement);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    signatures::push_bundle(
+        client,
+        target,
+        subject,
+        &bundle,
+        &statement.predicate_type,
+        Some(&validator::rfc3339(now)),
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "cannot push the {} bundle of {}",
+            statement.predicate_type, subject.digest
+        )
+    })
+}
+
 /// Signs `statement` and pushes it as an attestation of `subject`.
 pub async fn attest_image(
     client: &Client,
@@ -302,7 +368,13 @@ pub async fn attest_image(
     statement: &Statement,
     key: &SigningKey,
     replace: bool,
+    format: SignatureFormat,
 ) -> anyhow::Result<Pushed> {
+    if format == SignatureFormat::Bundle {
+        let mut st = statement.clone();
+        st.statement_type = intoto::STATEMENT_V1.to_owned();
+        return push_bundle(client, target, subject, &st, key).await;
+    }
     let envelope = trust::attestation::sign_statement(key, statement);
     signatures::push_attestation(
         client,
@@ -329,6 +401,15 @@ fn print_pushed(json: bool, what: &str, r: &ImageRef, p: &Pushed) -> anyhow::Res
         serde_json::to_writer_pretty(&mut out, &doc)?;
         writeln!(out)?;
     } else {
+        if p.tag.is_empty() {
+            writeln!(
+                out,
+                "{what} {} as a sigstore bundle: referrer {}",
+                p.subject,
+                p.referrer.as_ref().unwrap_or(&p.manifest)
+            )?;
+            return Ok(());
+        }
         writeln!(
             out,
             "{what} {} at {} ({} layer(s){}){}",
@@ -367,6 +448,7 @@ pub fn sign(args: SignArgs) -> anyhow::Result<ExitCode> {
             &key,
             annotations.as_ref(),
             !args.no_referrer,
+            args.format,
         )
         .await
     })??;
@@ -400,9 +482,13 @@ pub struct AttestArgs {
     /// The predicate file (JSON; for `custom` and `spdx`, any text).
     #[arg(long, value_name = "FILE")]
     pub predicate: PathBuf,
-    /// Replace the attestations of the same predicate type instead of adding one.
+    /// Replace the attestations of the same predicate type instead of adding one (legacy
+    /// format; bundles are separate referrers, each kept).
     #[arg(long)]
     pub replace: bool,
+    /// `legacy` (cosign v2's .att tag) or `bundle` (cosign v3's sigstore bundle referrer).
+    #[arg(long, value_enum, default_value_t = SignatureFormat::Legacy)]
+    pub format: SignatureFormat,
     #[command(flatten)]
     pub password: PasswordArgs,
     #[command(flatten)]
@@ -487,7 +573,16 @@ pub fn attest(args: AttestArgs) -> anyhow::Result<ExitCode> {
             uri,
             predicate,
         );
-        attest_image(&client, &target, &subject, &statement, &key, args.replace).await
+        attest_image(
+            &client,
+            &target,
+            &subject,
+            &statement,
+            &key,
+            args.replace,
+            args.format,
+        )
+        .await
     })??;
     print_pushed(args.json, "attested", &target, &pushed)?;
     Ok(ExitCode::SUCCESS)
@@ -533,7 +628,7 @@ pub fn refusal(ev: &Evidence) -> String {
     let rejected: Vec<_> = ev.rejected_signatures().collect();
     if rejected.is_empty() {
         return format!(
-            "no signatures found for {} (looked at the {} tag and the image's referrers)",
+            "no signatures found for {} (looked at the {} tag and the image's referrers, sigstore bundles included)",
             ev.subject,
             cosign::signature_tag(&ev.subject)
         );
@@ -542,7 +637,9 @@ pub fn refusal(ev: &Evidence) -> String {
     let count = |reason: &str| rejected.iter().filter(|r| r.reason == reason).count();
     let n = count("bad_signature");
     if n > 0 {
-        parts.push(format!("{n} by an unknown key"));
+        parts.push(format!(
+            "{n} that do not verify with the given key(s): another key, or the payload was changed after signing"
+        ));
     }
     let others: Vec<&str> = rejected
         .iter()
@@ -638,10 +735,16 @@ pub fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
                     v => format!(" {k}={v}"),
                 })
                 .collect::<String>();
+            // cosign v3's statements name no repository: say nothing rather than "for ".
+            let name = if s.docker_reference.is_empty() {
+                String::new()
+            } else {
+                format!(" for {}", s.docker_reference)
+            };
             writeln!(
                 out,
-                "signature   {} by key {} for {} ({}){}",
-                s.digest, s.key_id, s.docker_reference, s.origin.found_by, ann
+                "signature   {} by key {}{name} ({}){}",
+                s.digest, s.key_id, s.origin.found_by, ann
             )?;
         }
         for a in &ev.attestations {
@@ -740,11 +843,23 @@ pub fn sign_build(
                 s.key,
                 None,
                 false,
+                SignatureFormat::Legacy,
             )
             .await?,
         ];
         for st in &statements {
-            out.push(attest_image(&client, &target, &subject, st, s.key, true).await?);
+            out.push(
+                attest_image(
+                    &client,
+                    &target,
+                    &subject,
+                    st,
+                    s.key,
+                    true,
+                    SignatureFormat::Legacy,
+                )
+                .await?,
+            );
         }
         Ok(out)
     })?

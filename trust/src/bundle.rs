@@ -219,6 +219,8 @@ pub struct VerifiedBundle {
     pub subject_name: String,
     /// The predicate (`null` for signatures).
     pub predicate: Value,
+    /// The first subject's annotations (`cosign sign -a`).
+    pub annotations: BTreeMap<String, Value>,
     /// Transparency-log entries carried (not checked).
     pub tlog_entries: usize,
 }
@@ -272,6 +274,7 @@ pub fn verify_bundle_layer(
                 predicate_type: COSIGN_SIGN_PREDICATE.to_owned(),
                 subject_name: String::new(),
                 predicate: Value::Null,
+                annotations: BTreeMap::new(),
                 tlog_entries: bundle.tlog_entries,
             })
         }
@@ -309,13 +312,11 @@ pub fn verify_bundle_layer(
                         .join(", "),
                 });
             }
+            let first = statement.subject.first();
             Ok(VerifiedBundle {
                 key_id: verified.key_id,
-                subject_name: statement
-                    .subject
-                    .first()
-                    .map(|s| s.name.clone())
-                    .unwrap_or_default(),
+                subject_name: first.map(|s| s.name.clone()).unwrap_or_default(),
+                annotations: first.map(|s| s.annotations.clone()).unwrap_or_default(),
                 predicate_type: statement.predicate_type,
                 predicate: statement.predicate,
                 tlog_entries: bundle.tlog_entries,
@@ -340,15 +341,18 @@ pub fn statement(name: &str, digest: &Digest, predicate_type: &str, predicate: V
 }
 
 /// Signs `statement` into a v0.3 bundle (a DSSE envelope, no transparency-log entries), with
-/// the signer's key id as the public-key hint (a hint only: verifiers choose keys themselves).
+/// the public-key hint cosign v3 writes: the base64 SHA-256 of the key's SubjectPublicKeyInfo
+/// (a hint only: verifiers choose keys themselves).
 pub fn sign_bundle(key: &SigningKey, statement: &Statement) -> Vec<u8> {
     let env = Envelope::sign(key, IN_TOTO_PAYLOAD_TYPE, &statement.to_bytes());
+    let id = key.verifying_key().key_id().as_str();
+    let hint = STANDARD
+        .encode(hex::decode(id.trim_start_matches("sha256:")).expect("a key id is sha256 hex"));
     let env: Value = serde_json::from_slice(&env.to_json()).expect("the envelope is JSON");
     let doc = json!({
         "mediaType": BUNDLE_V03_MEDIA_TYPE,
         "verificationMaterial": {
-            "publicKey": {"hint": key.verifying_key().key_id().as_str()},
-            "tlogEntries": [],
+            "publicKey": {"hint": hint},
         },
         "dsseEnvelope": env,
     });

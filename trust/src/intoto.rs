@@ -53,6 +53,9 @@ pub struct Subject {
     pub name: String,
     /// `{"sha256": "<hex>"}`.
     pub digest: BTreeMap<String, String>,
+    /// Annotations on the subject (cosign v3 puts `sign -a KEY=VALUE` here).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, Value>,
 }
 
 impl Subject {
@@ -61,6 +64,7 @@ impl Subject {
         Subject {
             name: name.to_owned(),
             digest: BTreeMap::from([(digest.algorithm().to_string(), digest.encoded().to_owned())]),
+            annotations: BTreeMap::new(),
         }
     }
 
