@@ -22,6 +22,7 @@ use serde_json::Value;
 use validator::{DoubleStar, Glob, GlobSyntax};
 
 use crate::credentials::{Credential, CredentialError};
+use crate::transport::canonical_host;
 
 /// The API version of the protocol.
 pub const API_VERSION: &str = "credentialprovider.kubelet.k8s.io/v1";
@@ -43,20 +44,30 @@ pub struct CredentialProvider {
     pub default_cache_duration: Duration,
 }
 
-/// Whether `host` (`name[:port]`) matches a `matchImages` pattern.
+/// Whether `host` (`name[:port]`) matches a `matchImages` pattern. Both are compared in the
+/// canonical spelling of hosts ([`validator::RegistryHost`]): lower case, no trailing `.`,
+/// no default port (`:443`, `:80`), Docker Hub as `docker.io`; so `REG.example:443` matches
+/// the pattern `reg.example`, and `*.Example.com:443` matches `a.example.com`.
 pub fn matches(pattern: &str, host: &str) -> bool {
     let pattern = pattern
         .strip_prefix("https://")
         .or_else(|| pattern.strip_prefix("http://"))
         .unwrap_or(pattern);
     let p_host = pattern.split('/').next().unwrap_or(pattern);
-    let split = |h: &str| -> (String, Option<String>) {
-        match h.rsplit_once(':') {
-            Some((n, port)) => (n.to_ascii_lowercase(), Some(port.to_owned())),
-            None => (h.to_ascii_lowercase(), None),
-        }
+    let p_host = if p_host.contains('*') {
+        p_host.to_ascii_lowercase()
+    } else {
+        canonical_host(p_host)
     };
-    let ((pn, pp), (hn, hp)) = (split(p_host), split(host));
+    let split = |h: &str| -> (String, Option<String>) {
+        let (n, port) = match h.rsplit_once(':') {
+            Some((n, port)) => (n, Some(port.trim_start_matches('0').to_owned())),
+            None => (h, None),
+        };
+        let port = port.filter(|p| p != "443" && p != "80");
+        (n.strip_suffix('.').unwrap_or(n).to_owned(), port)
+    };
+    let ((pn, pp), (hn, hp)) = (split(&p_host), split(&canonical_host(host)));
     if pp != hp {
         return false;
     }
@@ -273,6 +284,19 @@ mod tests {
             ),
             ("reg*.example", "registry.example", true),
             ("https://registry.io/path", "registry.io", true),
+            // Spellings of one host: case, trailing dot, default and padded ports.
+            ("registry.io", "REGISTRY.io", true),
+            ("Registry.IO", "registry.io:443", true),
+            ("registry.io:443", "registry.io", true),
+            ("registry.io.", "registry.io:80", true),
+            ("registry.io:8080", "Registry.io.:08080", true),
+            ("*.Registry.io:443", "A.registry.io", true),
+            ("LOCALHOST:5000", "localhost:5000", true),
+            ("index.docker.io", "docker.io", true),
+            ("docker.io", "registry-1.docker.io", true),
+            ("[0:0::1]:5000", "[::1]:5000", true),
+            ("registry.io:8080", "registry.io:443", false),
+            ("docker.io", "docker.io:5000", false),
         ] {
             assert_eq!(matches(p, h), want, "{p} vs {h}");
         }

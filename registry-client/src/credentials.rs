@@ -13,7 +13,10 @@
 //!
 //! Within a file, for a host: `credHelpers.<host>` (run `docker-credential-<name> get`), then
 //! `auths.<host>` (`auth` = base64 `user:password`, or `identitytoken`), then `credsStore`.
-//! Keys written as URLs (`https://host/v1/`, older docker) match their host.
+//! Keys written as URLs (`https://host/v1/`, older docker) match their host. Hosts are
+//! compared in their canonical spelling ([`validator::RegistryHost`]): `LocalHost:5000`,
+//! `localhost:5000` and `localhost.:5000` are one key, `reg.example:443` is `reg.example`, and
+//! `https://index.docker.io/v1/`, `index.docker.io` and `docker.io` are all Docker Hub.
 //!
 //! [`AuthFile`] edits one file: unknown keys are kept, the new file is written to a temporary
 //! file with mode 0600, synced and renamed over the old one, so a crash leaves either the old
@@ -28,6 +31,8 @@ use std::sync::Mutex;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::{Map, Value};
+
+use crate::transport::canonical_host;
 
 /// A credential for one registry host.
 #[derive(Clone, PartialEq, Eq)]
@@ -142,13 +147,32 @@ impl std::fmt::Display for Source {
     }
 }
 
-/// The host part of an `auths` key: `https://host/v1/` and `host/path` both give `host`.
-fn key_host(key: &str) -> &str {
+/// The canonical host of an `auths` or `credHelpers` key: `https://host/v1/` and `host/path`
+/// both give `host`, spelled as [`validator::RegistryHost`] spells it.
+fn key_host(key: &str) -> String {
     let k = key
         .strip_prefix("https://")
         .or_else(|| key.strip_prefix("http://"))
         .unwrap_or(key);
-    k.split('/').next().unwrap_or(k)
+    canonical_host(k.split('/').next().unwrap_or(k))
+}
+
+/// The server name a credential helper is asked about for the canonical `host`: Docker Hub as
+/// docker itself names it to helpers (`https://index.docker.io/v1/`), every other host as is.
+fn helper_server(host: &str) -> &str {
+    if host == validator::DOCKER_HUB {
+        "https://index.docker.io/v1/"
+    } else {
+        host
+    }
+}
+
+/// The entry of `map` for the canonical host `host`: the key spelled exactly so first, then
+/// the first key with the same canonical host.
+fn entry_for<'a>(map: &'a Map<String, Value>, host: &str) -> Option<(&'a str, &'a Value)> {
+    map.get_key_value(host)
+        .or_else(|| map.iter().find(|(k, _)| key_host(k) == host))
+        .map(|(k, v)| (k.as_str(), v))
 }
 
 /// One docker `config.json` / containers `auth.json`, kept as JSON so unknown keys survive.
@@ -219,12 +243,18 @@ impl AuthFile {
 
     /// The credential helper for `host` (`credHelpers.<host>`, else `credsStore`).
     pub fn helper(&self, host: &str) -> Option<&str> {
-        self.doc
-            .get("credHelpers")
-            .and_then(|h| h.get(host))
-            .and_then(Value::as_str)
+        self.host_helper(&canonical_host(host))
             .or_else(|| self.doc.get("credsStore").and_then(Value::as_str))
             .filter(|s| !s.is_empty())
+    }
+
+    /// `credHelpers.<host>` for the canonical `host`, whatever spelling the key has.
+    fn host_helper(&self, host: &str) -> Option<&str> {
+        self.doc
+            .get("credHelpers")
+            .and_then(Value::as_object)
+            .and_then(|h| entry_for(h, host))
+            .and_then(|(_, v)| v.as_str())
     }
 
     fn auths(&self) -> Option<&Map<String, Value>> {
@@ -236,13 +266,8 @@ impl AuthFile {
         let Some(auths) = self.auths() else {
             return Ok(None);
         };
-        let entry = auths.get(host).map(|v| (host, v)).or_else(|| {
-            auths
-                .iter()
-                .find(|(k, _)| key_host(k) == host)
-                .map(|(k, v)| (k.as_str(), v))
-        });
-        let Some((key, entry)) = entry else {
+        let host = canonical_host(host);
+        let Some((key, entry)) = entry_for(auths, &host) else {
             return Ok(None);
         };
         let fmt = |reason: String| CredentialError::Format {
@@ -292,8 +317,12 @@ impl AuthFile {
         let Value::Object(auths) = auths else {
             unreachable!("made an object above")
         };
+        // An entry for the same registry under another spelling (`https://index.docker.io/v1/`
+        // as docker writes it) is updated rather than joined by a second one.
+        let host = canonical_host(host);
+        let key = entry_for(auths, &host).map_or(host, |(k, _)| k.to_owned());
         let entry = auths
-            .entry(host)
+            .entry(key)
             .or_insert_with(|| Value::Object(Map::new()));
         if !entry.is_object() {
             *entry = Value::Object(Map::new());
@@ -327,6 +356,7 @@ impl AuthFile {
             return false;
         };
         let before = auths.len();
+        let host = canonical_host(host);
         auths.retain(|k, _| key_host(k) != host);
         before != auths.len()
     }
@@ -607,7 +637,7 @@ impl Keychain {
 
     /// Adds a credential for `host` that wins over every file (e.g. `--creds`).
     pub fn with_credential(mut self, host: &str, cred: Credential) -> Keychain {
-        self.fixed.insert(host.to_owned(), cred);
+        self.fixed.insert(canonical_host(host), cred);
         self
     }
 
@@ -627,6 +657,8 @@ impl Keychain {
 
     /// The credential for `host` and where it came from; `None` means anonymous.
     pub fn get(&self, host: &str) -> Result<Option<(Credential, Source)>, CredentialError> {
+        let host = canonical_host(host);
+        let host = host.as_str();
         if let Some(c) = self.fixed.get(host) {
             return Ok(Some((c.clone(), Source::Explicit)));
         }
@@ -649,13 +681,9 @@ impl Keychain {
         for path in &self.files {
             let file = AuthFile::load(path)?;
             let helper = file.helper(host).map(str::to_owned);
-            let per_host = file
-                .doc
-                .get("credHelpers")
-                .and_then(|h| h.get(host))
-                .is_some();
+            let per_host = file.host_helper(host).is_some();
             if per_host && let Some(h) = &helper {
-                if let Some(c) = helper_get(h, host)? {
+                if let Some(c) = helper_get(h, helper_server(host))? {
                     return Ok(Some((c, Source::Helper(h.clone()))));
                 }
                 continue;
@@ -664,7 +692,7 @@ impl Keychain {
                 return Ok(Some((c, Source::File(path.clone()))));
             }
             if let Some(h) = &helper
-                && let Some(c) = helper_get(h, host)?
+                && let Some(c) = helper_get(h, helper_server(host))?
             {
                 return Ok(Some((c, Source::Helper(h.clone()))));
             }
@@ -682,6 +710,73 @@ mod tests {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(&p, text).unwrap();
         p
+    }
+
+    /// Every spelling of a registry finds the entry written under any other spelling, and
+    /// login/logout edit that one entry instead of adding a second.
+    #[test]
+    fn every_spelling_of_a_host_finds_its_entry() {
+        let d = tempfile::tempdir().unwrap();
+        let p = write(
+            d.path(),
+            "config.json",
+            &format!(
+                r#"{{"auths": {{
+                    "https://index.docker.io/v1/": {{"auth": "{}"}},
+                    "LocalHost:5000": {{"auth": "{}"}},
+                    "reg.example:443": {{"auth": "{}"}},
+                    "[0:0:0:0:0:0:0:1]:5000": {{"auth": "{}"}}
+                }}}}"#,
+                B64.encode("hub:pw"),
+                B64.encode("local:pw"),
+                B64.encode("reg:pw"),
+                B64.encode("six:pw"),
+            ),
+        );
+        let f = AuthFile::load(&p).unwrap();
+        for (host, user) in [
+            ("docker.io", "hub"),
+            ("index.docker.io", "hub"),
+            ("registry-1.docker.io", "hub"),
+            ("Docker.IO:443", "hub"),
+            ("localhost:5000", "local"),
+            ("LOCALHOST:5000", "local"),
+            ("localhost.:05000", "local"),
+            ("reg.example", "reg"),
+            ("REG.example.", "reg"),
+            ("reg.example:80", "reg"),
+            ("[::1]:5000", "six"),
+        ] {
+            let c = f.get(host).unwrap().unwrap_or_else(|| panic!("{host}"));
+            assert_eq!(c.username(), user, "{host}");
+            let k = Keychain {
+                files: vec![p.clone()],
+                ..Keychain::empty()
+            };
+            assert_eq!(k.get(host).unwrap().unwrap().0.username(), user, "{host}");
+        }
+        // Other ports and hosts are other registries.
+        for host in [
+            "localhost:5001",
+            "reg.example:8443",
+            "docker.io:5000",
+            "[::2]:5000",
+        ] {
+            assert!(f.get(host).unwrap().is_none(), "{host}");
+        }
+        let mut f = f;
+        f.set(
+            "INDEX.docker.io",
+            &Credential::Basic {
+                username: "hub2".into(),
+                password: "x".into(),
+            },
+        );
+        assert_eq!(f.get("docker.io").unwrap().unwrap().username(), "hub2");
+        assert_eq!(f.auths().unwrap().len(), 4, "updated, not added");
+        assert!(f.remove("localhost:5000"));
+        assert!(f.get("LOCALHOST:5000").unwrap().is_none());
+        assert_eq!(helper_server("docker.io"), "https://index.docker.io/v1/");
     }
 
     #[test]
