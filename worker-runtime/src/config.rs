@@ -438,6 +438,8 @@ impl WorkerConfig {
                     ),
                 ));
             }
+            let registry = validator::RegistryHost::parse(&m.registry)
+                .map_err(|e| value("mirrors.registry", format!("mirrors[{i}]: {e}")))?;
             if m.endpoints.is_empty() {
                 return Err(value(
                     "mirrors.endpoints",
@@ -457,7 +459,7 @@ impl WorkerConfig {
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             mirrors.push(crate::mirrors::Mirror {
-                registry: m.registry,
+                registry,
                 endpoints,
                 resolve_tags: m.resolve_tags.unwrap_or(true),
             });

@@ -8,16 +8,21 @@
 //! tried. Tags are the exception: a digest cannot check what a tag names, so a mirror resolves
 //! tags only with `resolve_tags = true` (the default, as containerd's `resolve` capability);
 //! with `false` tags are resolved at the origin and only content comes from mirrors.
+//!
+//! Hosts are kept and compared in their canonical spelling ([`RegistryHost`]), as references
+//! are: a `[[mirrors]]` entry for `Central.Example:443` serves zones that write
+//! `central.example`, and the other way round.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use registry_client::Reference;
+use validator::RegistryHost;
 
 /// One mirror endpoint: a registry host and an optional repository prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MirrorEndpoint {
-    /// `HOST[:PORT]`.
-    pub host: String,
+    /// `HOST[:PORT]`, canonical.
+    pub host: RegistryHost,
     /// Repository prefix (no leading or trailing `/`).
     pub prefix: Option<String>,
 }
@@ -35,11 +40,12 @@ impl MirrorEndpoint {
                 "{host:?} is not a registry host (HOST[:PORT][/PREFIX], a host has a '.' or a ':port', or is localhost)"
             ));
         }
+        let host = RegistryHost::parse(host).map_err(|e| e.to_string())?;
         if let Some(p) = prefix {
             validator::Name::parse(p).map_err(|e| format!("prefix {p:?}: {e}"))?;
         }
         Ok(MirrorEndpoint {
-            host: host.to_owned(),
+            host,
             prefix: prefix.map(str::to_owned),
         })
     }
@@ -48,8 +54,8 @@ impl MirrorEndpoint {
 /// The mirrors of one origin registry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mirror {
-    /// The origin's `HOST[:PORT]`, as zone manifests write it.
-    pub registry: String,
+    /// The origin's `HOST[:PORT]`, canonical (zone manifests may spell it any way).
+    pub registry: RegistryHost,
     /// Tried in order before the origin.
     pub endpoints: Vec<MirrorEndpoint>,
     /// Whether the mirrors may resolve tags.
@@ -112,7 +118,7 @@ impl Mirrors {
     /// The sources of `r`: its registry's mirrors in order, then the origin.
     pub fn sources(&self, r: &Reference) -> Vec<Source> {
         let mut out = Vec::new();
-        for m in self.0.iter().filter(|m| m.registry == r.registry()) {
+        for m in self.0.iter().filter(|m| &m.registry == r.host()) {
             for e in &m.endpoints {
                 let name = match &e.prefix {
                     Some(p) => format!("{p}/{}", r.name()),
@@ -157,15 +163,15 @@ mod tests {
     fn mirrors_come_first_with_the_prefix_then_the_origin() {
         let mirrors = Mirrors(vec![
             Mirror {
-                registry: "central.example:5000".into(),
+                registry: RegistryHost::parse("Central.Example.:5000").unwrap(),
                 endpoints: vec![
-                    MirrorEndpoint::parse("site.example:5000/central").unwrap(),
+                    MirrorEndpoint::parse("SITE.example:5000/central").unwrap(),
                     MirrorEndpoint::parse("127.0.0.1:5001").unwrap(),
                 ],
                 resolve_tags: false,
             },
             Mirror {
-                registry: "other.example".into(),
+                registry: RegistryHost::parse("other.example:443").unwrap(),
                 endpoints: vec![MirrorEndpoint::parse("x.example").unwrap()],
                 resolve_tags: true,
             },
@@ -199,7 +205,27 @@ mod tests {
         assert_eq!(pull.origin(), &r);
         let elsewhere = Reference::parse("third.example/zones/base:1.0").unwrap();
         assert_eq!(mirrors.sources(&elsewhere).len(), 1);
-        for bad in ["./x", "noport", "h.example/UPPER"] {
+        // Every spelling of the origin finds its mirrors; other ports do not.
+        for (origin, mirrored) in [
+            ("central.example:5000/zones/base:1.0", true),
+            ("CENTRAL.example:5000/zones/base:1.0", true),
+            ("central.example.:05000/zones/base:1.0", true),
+            ("Other.Example/zones/base:1.0", true),
+            ("other.example:443/zones/base:1.0", true),
+            ("other.example.:80/zones/base:1.0", true),
+            ("central.example:5001/zones/base:1.0", false),
+            ("other.example:8443/zones/base:1.0", false),
+        ] {
+            let r = Reference::parse(origin).unwrap();
+            assert_eq!(mirrors.sources(&r).len() > 1, mirrored, "{origin}");
+        }
+        for bad in [
+            "./x",
+            "noport",
+            "h.example/UPPER",
+            "h..example",
+            "127.1:5000",
+        ] {
             assert!(MirrorEndpoint::parse(bad).is_err(), "{bad}");
         }
     }
