@@ -15,7 +15,8 @@ use crate::transfer::{ImageRef, LayoutRef};
 pub enum Endpoint {
     /// A registry, maybe narrowed to the repositories under a prefix: `HOST[:PORT][/PREFIX]`.
     Registry {
-        /// `HOST[:PORT]`.
+        /// `HOST[:PORT]`, canonical ([`validator::RegistryHost`]): two spellings of one
+        /// registry are one endpoint, so a rule cannot copy a registry onto itself.
         host: String,
         /// Repository path prefix (no leading or trailing `/`), if any.
         prefix: Option<String>,
@@ -48,11 +49,12 @@ impl Endpoint {
                 "{host:?} is not a registry host (a host has a '.' or a ':port', or is localhost); a bundle is written bundle:DIR"
             )));
         }
+        let host = validator::RegistryHost::parse(host).map_err(|e| bad(&e.to_string()))?;
         if let Some(p) = prefix {
             validator::Name::parse(p).map_err(|e| bad(&format!("prefix {p:?}: {e}")))?;
         }
         Ok(Endpoint::Registry {
-            host: host.to_owned(),
+            host: host.to_string(),
             prefix: prefix.map(str::to_owned),
         })
     }
@@ -249,4 +251,37 @@ pub fn glob_match(pattern: &str, text: &str, segments: bool) -> bool {
         GlobSyntax::ANY
     };
     validator::glob_matches(pattern, text, syntax)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every spelling of a registry is one endpoint: the same rule cannot copy it onto itself
+    /// by spelling the destination differently.
+    #[test]
+    fn spellings_of_one_registry_are_one_endpoint() {
+        for (a, b) in [
+            ("localhost:5000/site", "LOCALHOST:5000/site"),
+            ("localhost:5000/site", "docker://LocalHost.:05000/site/"),
+            ("reg.example/site", "Reg.Example:443/site"),
+            ("reg.example/site", "reg.example.:80/site"),
+            ("docker.io/site", "index.docker.io/site"),
+            ("[::1]:5000/site", "[0:0::1]:5000/site"),
+        ] {
+            let (from, to) = (Endpoint::parse(a).unwrap(), Endpoint::parse(b).unwrap());
+            assert_eq!(from, to, "{a} vs {b}");
+            let e = SyncRule::new(from, to, vec![], vec![], None, true)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("is also the source"), "{a} vs {b}: {e}");
+        }
+        assert_ne!(
+            Endpoint::parse("localhost:5000/site").unwrap(),
+            Endpoint::parse("localhost:5001/site").unwrap()
+        );
+        for bad in ["reg..example/site", "127.1:5000/site"] {
+            assert!(Endpoint::parse(bad).is_err(), "{bad}");
+        }
+    }
 }
