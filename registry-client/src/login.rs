@@ -28,7 +28,7 @@ pub enum LoginError {
         /// What was given.
         input: String,
         /// What is wrong.
-        reason: &'static str,
+        reason: String,
     },
     /// The registry refused the credential, or could not be asked; nothing was written.
     #[error("login to {registry} failed; nothing was saved")]
@@ -92,12 +92,14 @@ pub struct LoginOutcome {
 }
 
 /// The registry host for a `login`/`logout` argument: `host[:port]`, also given as a URL
-/// (`https://host:port/`, `https://host/v2/`), as docker accepts it. The host is kept as
-/// written (a port makes a different entry, as it does in references).
+/// (`https://host:port/`, `https://host/v2/`), as docker accepts it. The host is returned in
+/// its canonical spelling ([`validator::RegistryHost`]), as references keep it, so the entry
+/// written is the one every spelling finds (a port other than 443 or 80 makes a different
+/// entry, as it does in references).
 pub fn registry_host(input: &str) -> Result<String, LoginError> {
-    let err = |reason| LoginError::Registry {
+    let err = |reason: &str| LoginError::Registry {
         input: input.chars().take(300).collect(),
-        reason,
+        reason: reason.to_owned(),
     };
     let trimmed = input.trim();
     let rest = trimmed
@@ -118,7 +120,9 @@ pub fn registry_host(input: &str) -> Result<String, LoginError> {
     {
         return Err(err("a host has only letters, digits, '.', '-', ':' and []"));
     }
-    Ok(host.to_owned())
+    validator::RegistryHost::parse(host)
+        .map(|h| h.to_string())
+        .map_err(|e| err(&e.reason))
 }
 
 /// Checks `credential` against `registry` with a client built from `builder` (its TLS
@@ -218,6 +222,10 @@ mod tests {
             ("https://reg.example/v2/", "reg.example"),
             ("http://127.0.0.1:5000", "127.0.0.1:5000"),
             ("[::1]:5000", "[::1]:5000"),
+            ("LOCALHOST:5000", "localhost:5000"),
+            ("https://Reg.Example:443/v2/", "reg.example"),
+            ("https://index.docker.io/v1/", "docker.io"),
+            ("[0:0::1]:5000", "[::1]:5000"),
         ] {
             assert_eq!(registry_host(input).unwrap(), host, "{input}");
         }
@@ -226,6 +234,7 @@ mod tests {
             ("https://", "no host"),
             ("reg.example/zones/app", "without a repository path"),
             ("reg example", "only letters"),
+            ("127.1:5000", "dotted-quad"),
         ] {
             let e = registry_host(input).unwrap_err().to_string();
             assert!(e.contains(why), "{input}: {e}");
