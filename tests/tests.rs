@@ -28,6 +28,7 @@ mod registry_scrub;
 mod registry_sync;
 mod registry_tls;
 mod signing;
+mod signing_bundles;
 mod smf;
 mod splice_e2e;
 mod sync;

@@ -596,11 +596,13 @@ pub fn attest(args: AttestArgs) -> anyhow::Result<ExitCode> {
   rdctl verify --key cosign.pub --json oci:./image:1.0 | jq '.signatures[].key_id'
 
 Reads the image's signatures and attestations where cosign keeps them (the sha256-<hex>.sig
-and .att tags) and its cosign referrers (referrers API or tag schema; in a layout, index.json),
+and .att tags) and its cosign referrers, cosign v3's sigstore bundles included (referrers API or
+tag schema; in a layout, index.json),
 and checks every one with the given public keys, as `cosign verify --key K
 --insecure-ignore-tlog` and `cosign verify-attestation` do. It prints who signed which digest
 and which attestations verified, and for each signature that did not verify, why: signed by
-an unknown key, over another digest (a signature copied from another image), or a payload
+another key or a payload changed after signing (a verifier cannot tell the two apart), over
+another digest (a signature copied from another image), or a payload
 that does not match its digest (tampered).
 
 Exit status: 0 at least one signature by a given key verified and every --attestation type
