@@ -951,6 +951,119 @@ async fn anonymous_pull_and_the_mount_fallback() {
     assert_eq!(r.status, StatusCode::CREATED);
 }
 
+/// Where anonymous callers may pull, the 200 of `GET /v2/` still carries the challenge
+/// (containers/image clients authenticate only after a challenge on that ping), and the empty
+/// Basic credential those clients then send when they have none (`Basic Og==`) is anonymous.
+#[tokio::test]
+async fn anonymous_ping_carries_the_challenge_and_an_empty_basic_credential_is_anonymous() {
+    for tokens in [false, true] {
+        let env = setup(
+            tokens,
+            "[[auth.acl]]\nsubjects = [\"anonymous\"]\nrepositories = [\"lib/*\"]\nactions = [\"pull\"]\n",
+        );
+        let app = &env.app;
+        seed(app).await;
+        let r = send(app, Method::GET, "/v2/", None, vec![]).await;
+        assert_eq!(r.status, StatusCode::OK, "tokens {tokens}");
+        let expected = if tokens {
+            format!("Bearer realm=\"http://reg.test/token\",service=\"{SERVICE}\"")
+        } else {
+            "Basic realm=\"test\",charset=\"UTF-8\"".to_owned()
+        };
+        assert_eq!(r.header("www-authenticate"), Some(expected.as_str()));
+        // Callers with credentials get no challenge on their 200.
+        let r = send(
+            app,
+            Method::GET,
+            "/v2/",
+            Some(&basic("alice", "alice-pw")),
+            vec![],
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(r.header("www-authenticate"), None);
+        // Other anonymous 200s carry none either.
+        let r = send(app, Method::GET, "/v2/lib/app/manifests/v1", None, vec![]).await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(r.header("www-authenticate"), None);
+
+        let empty = basic("", "");
+        assert_eq!(empty, "Basic Og==");
+        let r = send(
+            app,
+            Method::GET,
+            "/v2/lib/app/manifests/v1",
+            Some(&empty),
+            vec![],
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::OK, "tokens {tokens}: {:?}", r.body);
+        let r = send(
+            app,
+            Method::POST,
+            "/v2/lib/app/blobs/uploads/",
+            Some(&empty),
+            vec![],
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+        assert!(r.header("www-authenticate").is_some());
+        let r = send(
+            app,
+            Method::GET,
+            "/v2/src/base/tags/list",
+            Some(&empty),
+            vec![],
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+        // Only both empty: a user with an empty password, or a password without a user, is a
+        // wrong credential.
+        for half in [basic("alice", ""), basic("", "alice-pw")] {
+            let r = send(
+                app,
+                Method::GET,
+                "/v2/lib/app/manifests/v1",
+                Some(&half),
+                vec![],
+            )
+            .await;
+            assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{half}");
+        }
+        if tokens {
+            // The token endpoint reads it as anonymous too: a token for what anonymous may do.
+            let r = send(
+                app,
+                Method::GET,
+                &format!("/token?service={SERVICE}&scope=repository:lib/app:pull,push"),
+                Some(&empty),
+                vec![],
+            )
+            .await;
+            assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+            let bearer = format!("Bearer {}", r.json()["token"].as_str().unwrap());
+            let r = send(
+                app,
+                Method::GET,
+                "/v2/lib/app/manifests/v1",
+                Some(&bearer),
+                vec![],
+            )
+            .await;
+            assert_eq!(r.status, StatusCode::OK);
+            let r = send(
+                app,
+                Method::POST,
+                "/v2/lib/app/blobs/uploads/",
+                Some(&bearer),
+                vec![],
+            )
+            .await;
+            assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+        }
+    }
+}
+
 #[test]
 fn bad_auth_settings_name_the_key_or_line() {
     let dir = tempfile::tempdir().unwrap();

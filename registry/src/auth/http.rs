@@ -184,6 +184,9 @@ async fn authenticate(auth: &Auth, headers: &HeaderMap) -> Result<Caller, String
     let value = value.trim();
     if scheme.eq_ignore_ascii_case("basic") {
         let (user, password) = basic_credentials(value)?;
+        if no_credential(&user, &password) {
+            return Ok(Caller::Anonymous);
+        }
         if auth.check_password(&user, &password).await {
             Ok(Caller::User(user))
         } else {
@@ -197,6 +200,15 @@ async fn authenticate(auth: &Auth, headers: &HeaderMap) -> Result<Caller, String
     } else {
         Err(format!("unsupported authorization scheme {scheme:?}"))
     }
+}
+
+/// Basic credentials with an empty user name and an empty password (`Basic Og==`) are no
+/// credential at all: containers/image clients (skopeo, podman, buildah) send them on every
+/// request after a Basic challenge when they have nothing for the registry, so anonymous
+/// pulls by them depend on reading them as anonymous. No user can have an empty name, so
+/// nothing else can mean this.
+fn no_credential(user: &str, password: &str) -> bool {
+    user.is_empty() && password.is_empty()
 }
 
 fn basic_credentials(value: &str) -> Result<(String, String), String> {
@@ -310,8 +322,24 @@ pub(crate) async fn middleware(
     };
     match decide(&auth, &caller, &need) {
         Decision::Allow => {
+            // An anonymous `GET /v2/` that is let in (some rule names anonymous) still
+            // carries the challenge. containers/image clients (skopeo, podman, buildah) take
+            // the challenges of this ping, and only those, as the way to authenticate every
+            // later request: with none they send no credentials, even after a login, and a
+            // 401 on a push is final for them. Clients that read challenges only from a 401
+            // (docker, containerd, crane, oras, our own) ignore it.
+            let ping = need == Need::Login
+                && matches!(caller, Caller::Anonymous)
+                && req.uri().path() == "/v2/";
+            let ping_challenge = ping.then(|| challenge(&auth, &need, req.headers(), https, None));
             req.extensions_mut().insert(Access { auth, caller });
-            next.run(req).await
+            let mut resp = next.run(req).await;
+            if let Some(c) = ping_challenge
+                && resp.status().is_success()
+            {
+                resp.headers_mut().insert(header::WWW_AUTHENTICATE, c);
+            }
+            resp
         }
         Decision::Login => unauthorized(
             &auth,
@@ -498,6 +526,7 @@ pub(crate) async fn token_get(
                 return token_unauthorized(&auth, "the token endpoint takes Basic credentials");
             }
             match basic_credentials(value.trim()) {
+                Ok((u, p)) if no_credential(&u, &p) => None,
                 Ok((u, p)) if auth.check_password(&u, &p).await => Some(u),
                 Ok(_) => return token_unauthorized(&auth, "wrong user name or password"),
                 Err(e) => return token_unauthorized(&auth, &e),
