@@ -17,6 +17,7 @@ mod pull_through;
 mod referrers;
 mod registry_client_auth;
 mod registry_cluster;
+mod registry_compat;
 mod registry_credentials;
 mod registry_e2e;
 mod registry_events;

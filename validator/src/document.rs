@@ -18,12 +18,15 @@ use crate::report::{Report, Rule};
 /// Largest manifest or index accepted (the limit registries and containerd use).
 pub const MAX_MANIFEST_SIZE: usize = 4 * 1024 * 1024;
 
-/// Layer media types of cosign's signature and attestation manifests (simple-signing payloads
-/// and DSSE envelopes): accepted in a manifest with an image config, where any other non-tar
-/// layer is an error.
-pub const COSIGN_PAYLOAD_LAYER_TYPES: &[&str] = &[
+/// Layer media types of signature and attestation manifests: cosign's (simple-signing payloads
+/// and DSSE envelopes) and BuildKit's (in-toto statements, in the attestation manifest
+/// `docker buildx build` adds to an index as `unknown/unknown`). Accepted in a manifest with an
+/// image config, where any other non-tar layer is an error: they are documents, not layers to
+/// apply.
+pub const PAYLOAD_LAYER_TYPES: &[&str] = &[
     "application/vnd.dev.cosign.simplesigning.v1+json",
     "application/vnd.dsse.envelope.v1+json",
+    "application/vnd.in-toto+json",
 ];
 
 /// Largest image config accepted.
@@ -499,32 +502,46 @@ impl Ctx<'_> {
     }
 
     /// The platform object of an index entry or the platform members of a config.
+    ///
+    /// `os` and `architecture` must be non-empty strings without `/`, whitespace or control
+    /// characters (errors: the value could not be named as `os/arch`). The spec only says they
+    /// SHOULD be GOOS and GOARCH values, and real indexes carry others (`unknown/unknown` for
+    /// buildx attestation manifests), so a value outside [`KNOWN_OS`] or [`KNOWN_ARCH`] is a
+    /// `platform-value` warning.
     fn platform(&self, o: &Map<String, Value>, path: &str, r: &mut Report) -> Option<Platform> {
-        for key in ["os", "architecture"] {
-            if !o.contains_key(key) {
-                r.error(Rule::Platform, self.at(&field(path, key)), "is required");
+        let mut value = |key: &str, known: &[&str], expected: &str| {
+            let p = field(path, key);
+            if matches!(o.get(key), None | Some(Value::Null)) {
+                r.error(Rule::Platform, self.at(&p), "is required");
+                return None;
             }
-        }
-        let os = self.opt_str(o, path, "os", r);
-        let arch = self.opt_str(o, path, "architecture", r);
-        if let Some(os) = os
-            && !KNOWN_OS.contains(&os)
-        {
-            r.error(
-                Rule::Platform,
-                self.at(&field(path, "os")),
-                format!("unknown os {os:?} (expected a GOOS value such as illumos)"),
-            );
-        }
-        if let Some(a) = arch
-            && !KNOWN_ARCH.contains(&a)
-        {
-            r.error(
-                Rule::Platform,
-                self.at(&field(path, "architecture")),
-                format!("unknown architecture {a:?} (expected a GOARCH value such as amd64)"),
-            );
-        }
+            let v = self.opt_str(o, path, key, r)?;
+            if v.is_empty() {
+                r.error(Rule::Platform, self.at(&p), "must not be empty");
+                return None;
+            }
+            if let Some(c) = v
+                .chars()
+                .find(|c| *c == '/' || c.is_whitespace() || c.is_control())
+            {
+                r.error(
+                    Rule::Platform,
+                    self.at(&p),
+                    format!("{v:?} holds {c:?}; a platform value is one word without '/'"),
+                );
+                return None;
+            }
+            if !known.contains(&v) {
+                r.warn(
+                    Rule::PlatformValue,
+                    self.at(&p),
+                    format!("{key} {v:?} is not a {expected}"),
+                );
+            }
+            Some(v)
+        };
+        let os = value("os", KNOWN_OS, "GOOS value such as illumos");
+        let arch = value("architecture", KNOWN_ARCH, "GOARCH value such as amd64");
         let variant = self.opt_str(o, path, "variant", r).map(str::to_owned);
         let os_version = self.opt_str(o, path, "os.version", r).map(str::to_owned);
         let os_features = self
@@ -792,11 +809,12 @@ impl Ctx<'_> {
                     let p = item("$.layers", i);
                     if let Some(d) = self.descriptor(it, &p, r) {
                         // cosign's signature and attestation manifests (at the
-                        // sha256-<hex>.sig/.att tags) carry an image config and one payload
-                        // layer per signature: documents, not layers to apply.
+                        // sha256-<hex>.sig/.att tags) and BuildKit's attestation manifests
+                        // carry an image config and payload layers: documents, not layers to
+                        // apply.
                         if is_image
                             && d.media_type.layer_compression().is_none()
-                            && !COSIGN_PAYLOAD_LAYER_TYPES.contains(&d.media_type.as_str())
+                            && !PAYLOAD_LAYER_TYPES.contains(&d.media_type.as_str())
                         {
                             r.error(Rule::LayerMediaType, self.at(&field(&p, "mediaType")), format!("{} is not a layer type a runtime can apply (tar, tar+gzip, tar+zstd, or their Docker equivalents)", d.media_type));
                         }
@@ -1224,7 +1242,7 @@ mod tests {
     }
 
     #[test]
-    fn cosign_payload_layers_pass_other_documents_do_not() {
+    fn payload_layers_pass_other_documents_do_not() {
         let manifest = |layer_type: &str| {
             serde_json::json!({
                 "schemaVersion": 2,
@@ -1236,7 +1254,7 @@ mod tests {
             })
             .to_string()
         };
-        for ok in COSIGN_PAYLOAD_LAYER_TYPES {
+        for ok in PAYLOAD_LAYER_TYPES {
             let (report, _) = check_document(manifest(ok).as_bytes(), None, None, "sig");
             assert!(
                 report.is_ok(),
@@ -1253,6 +1271,86 @@ mod tests {
             "{:?}",
             report.errors().collect::<Vec<_>>()
         );
+    }
+
+    #[test]
+    fn platform_values_outside_goos_goarch_warn_malformed_ones_fail() {
+        let index = |platform: serde_json::Value| {
+            serde_json::json!({
+                "schemaVersion": 2,
+                "mediaType": "application/vnd.oci.image.index.v1+json",
+                "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                               "size": 2, "digest": EMPTY_DIGEST, "platform": platform}],
+            })
+            .to_string()
+        };
+        let check = |p: serde_json::Value| check_document(index(p).as_bytes(), None, None, "i");
+        // Known values: nothing to say.
+        let (report, _) = check(serde_json::json!({"os": "illumos", "architecture": "amd64"}));
+        assert!(report.violations.is_empty(), "{report}");
+        // Any other word: a platform-value warning naming it, and the platform is kept.
+        for (os, arch, named) in [
+            ("amigaos", "amd64", "os \"amigaos\""),
+            ("unknown", "unknown", "os \"unknown\""),
+            ("illumos", "x86_64", "architecture \"x86_64\""),
+        ] {
+            let (report, doc) = check(serde_json::json!({"os": os, "architecture": arch}));
+            assert!(report.is_ok(), "{os}/{arch}: {report}");
+            let w = &report.violations;
+            assert!(
+                w.iter().all(|v| v.rule == Rule::PlatformValue
+                    && v.severity == crate::report::Severity::Warning),
+                "{report}"
+            );
+            assert!(w.iter().any(|v| v.message.contains(named)), "{report}");
+            let Some(Document::Index(ix)) = doc else {
+                panic!("{os}/{arch}: no index")
+            };
+            let p = ix.manifests[0].platform.as_ref().unwrap();
+            assert_eq!((p.os.as_str(), p.architecture.as_str()), (os, arch));
+        }
+        // Malformed: errors of rule platform (or required-field for a non-string).
+        for (p, rule, says) in [
+            (
+                serde_json::json!({"architecture": "amd64"}),
+                Rule::Platform,
+                "is required",
+            ),
+            (
+                serde_json::json!({"os": null, "architecture": "amd64"}),
+                Rule::Platform,
+                "is required",
+            ),
+            (
+                serde_json::json!({"os": "", "architecture": "amd64"}),
+                Rule::Platform,
+                "must not be empty",
+            ),
+            (
+                serde_json::json!({"os": "illumos", "architecture": "amd64/v3"}),
+                Rule::Platform,
+                "'/'",
+            ),
+            (
+                serde_json::json!({"os": "illu mos", "architecture": "amd64"}),
+                Rule::Platform,
+                "' '",
+            ),
+            (
+                serde_json::json!({"os": 7, "architecture": "amd64"}),
+                Rule::Required,
+                "must be a string",
+            ),
+        ] {
+            let (report, doc) = check(p.clone());
+            assert!(doc.is_none(), "{p}");
+            assert!(
+                report
+                    .errors()
+                    .any(|v| v.rule == rule && v.message.contains(says)),
+                "{p}: {report}"
+            );
+        }
     }
 
     #[test]

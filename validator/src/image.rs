@@ -299,13 +299,13 @@ impl Walker<'_> {
         loc: &str,
         ref_name: Option<&str>,
     ) {
-        let cosign_attachment = !m.layers.is_empty()
-            && m.layers.iter().all(|l| {
-                crate::document::COSIGN_PAYLOAD_LAYER_TYPES.contains(&l.media_type.as_str())
-            });
-        if !m.config.media_type.is_image_config() || cosign_attachment {
-            // An artifact (or cosign's signature or attestation manifest, whose image config
-            // only records its payloads): its blobs are opaque, check their bytes.
+        let payload_manifest = !m.layers.is_empty()
+            && m.layers
+                .iter()
+                .all(|l| crate::document::PAYLOAD_LAYER_TYPES.contains(&l.media_type.as_str()));
+        if !m.config.media_type.is_image_config() || payload_manifest {
+            // An artifact (or a cosign or BuildKit signature or attestation manifest, whose
+            // image config only records its payloads): its blobs are opaque, check their bytes.
             self.blob(&m.config, &format!("{loc} config"));
             for (i, l) in m.layers.iter().enumerate() {
                 self.blob(l, &format!("{loc} $.layers[{i}]"));

@@ -70,8 +70,12 @@ rules! {
     EmptyDescriptor => "empty-descriptor",
     /// `subject` must describe a manifest.
     Subject => "subject",
-    /// Platform `os`/`architecture` missing or unknown.
+    /// Platform `os`/`architecture` missing, not a string, empty, or holding `/`, whitespace
+    /// or control characters.
     Platform => "platform",
+    /// Platform `os`/`architecture` not a GOOS/GOARCH value (a warning: the spec says SHOULD,
+    /// and buildx writes `unknown/unknown` for its attestation manifests).
+    PlatformValue => "platform-value",
     /// An index entry's platform disagrees with the config it leads to.
     PlatformMismatch => "platform-mismatch",
     /// No manifest for the wanted platform.
