@@ -18,23 +18,29 @@
 //! 3. **Sweep**, per digest, while listing `blobs/` a page at a time (then the candidates of
 //!    digests with no object there): repository links not kept in their repository, and bytes
 //!    no repository keeps (so every link of theirs is a candidate), are candidates when last
-//!    written before `cutoff`. For each digest with candidates the collector writes a
-//!    tombstone `blobs/…/gc`, *then* reads the digest's hold record `blobs/…/used`; if a request
-//!    rewrote it after `cutoff`, the digest is left alone. Otherwise the candidates go (a
-//!    manifest link leaves its subject's referrers too), then the tombstone. Bytes listed after
-//!    the mark are judged the same way: written after `t0`, they are younger than `cutoff`.
+//!    written before `cutoff`. For each digest with candidates the collector asks the store
+//!    whether it still holds the lease, writes a tombstone `blobs/…/gc` ([`Tombstone`],
+//!    "deciding"), *then* reads the digest's hold record `blobs/…/used`; if a request rewrote
+//!    it after `cutoff`, the digest is left alone. Otherwise it commits: a conditional replace
+//!    of its own tombstone version with "deleting" (failing when a request released the
+//!    tombstone meanwhile: the digest is left alone). Then the candidates go (a manifest link
+//!    leaves its subject's referrers too), each only within half the lease's time to live
+//!    after the commit, then the tombstone. Bytes listed after the mark are judged the same
+//!    way: written after `t0`, they are younger than `cutoff`.
 //!
 //! Memory grows with the digests kept (32 bytes each), the candidates and the repository
 //! names, never with a listing of the store: keys are read [`LIST_PAGE`] at a time.
 //!
 //! Requests are the other half (`Repos::hold`): before relying on content that already exists
 //! (a manifest PUT's blobs, children and own bytes; a mount; an upload whose bytes were already
-//! there) a request rewrites the hold record, *then* waits while a tombstone exists, then checks
-//! the content. Either the collector's read sees the hold, or the request's read sees the
-//! tombstone and waits for the verdict. A tombstone whose run holds no live lease was left by a
-//! collector that died: the request releases it (a conditional replace) and holds again
-//! ([`read_lease`], [`break_lease`] for operators; `docs/gc.md`). The invariant and the race analysis are written out in
-//! `docs/architecture.md`, "Garbage collection".
+//! there) a request rewrites the hold record, *then* reads the tombstone, then checks the
+//! content. Either the collector's read sees the hold, or the request's read sees the
+//! tombstone: a deciding one it releases at once (a conditional replace, so the collector's
+//! commit fails and nothing of the digest goes), a deleting one it waits for until it is gone
+//! or as old as the lease's time to live, and then it holds again. None of this depends on the
+//! lease, so a collector paused across a forced break ([`break_lease`]) deletes nothing a
+//! request relies on ([`read_lease`]; `docs/gc.md`). The invariant and the race analysis are
+//! written out in `docs/architecture.md`, "Garbage collection".
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -49,14 +55,15 @@ use validator::Digest;
 use crate::repo::INDEX_LIMIT;
 use crate::repo::{REFERENCE_WINDOW, Repos};
 use crate::storage::layout::{self, BlobPart, RepoPart};
-use crate::storage::{Key, PutMode, Store, StoreError};
+use crate::storage::{Etag, Key, PutMode, Store, StoreError};
 use validator::Name;
 
 /// Default grace window: content written or held within it is never collected.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(3600);
 /// Default lease time to live: a lease not renewed for this long belongs to a collector that
-/// died; another collector may take it over, and requests release its tombstones.
-pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
+/// died, and another collector may take it over. It also bounds how long a request waits for a
+/// killed collector: a tombstone committed to deleting expires after it.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(15);
 /// Shortest lease time to live (store timestamps may have whole seconds).
 pub use crate::lease::MIN_LEASE_TTL;
 /// Largest manifest read while marking.
@@ -81,9 +88,11 @@ pub struct GcOptions {
     pub dry_run: bool,
     /// Digests swept at once (default 16).
     pub concurrency: usize,
-    /// How long the lease lives without renewal (default 60 s, at least 2 s). The collector
-    /// renews it every quarter of this and stops when it could not renew for half of it, so a
-    /// collector that dies blocks nothing for longer than this.
+    /// How long the lease lives without renewal (default 15 s, at least 2 s). The collector
+    /// renews it every quarter of this and stops when it could not renew for half of it; it
+    /// finishes the deletions of a digest within half of it after committing to them, and
+    /// requests wait for such a commitment at most this long, so a collector that dies blocks
+    /// nothing for longer than this.
     pub lease_ttl: Duration,
 }
 
@@ -204,6 +213,18 @@ pub enum GcError {
     LeaseLost {
         /// The lease key.
         key: Key,
+    },
+    /// The deletions of one digest did not finish within half the lease's time to live after
+    /// the collector committed to them (requests stop waiting for its tombstone then); the run
+    /// stopped.
+    #[error(
+        "garbage collection: deleting {digest} took longer than {window_secs} s after committing to it; it stopped"
+    )]
+    DeleteWindow {
+        /// The digest.
+        digest: Digest,
+        /// The window, in seconds.
+        window_secs: f64,
     },
     /// `break_lease` found a live lease and was not forced.
     #[error(
@@ -394,20 +415,21 @@ async fn run(
         }
         let mut batch = Vec::new();
         for (d, b) in found {
-            // A tombstone found now was left by a run that died (the lease makes this run the
-            // only one, and its own tombstones are gone before the listing passes on); requests
-            // waiting on it may go on.
+            let mut plan = pass.links.remove(&d).unwrap_or_default();
+            // A tombstone found now was left by a run that died or lost its lease (this run's
+            // own tombstones are gone before the listing passes on); requests waiting on it may
+            // go on. One whose run committed to deleting and may still be at it stays until it
+            // expires, and its digest waits for the next run.
             if b.tombstone && !opts.dry_run {
                 if let Some(lease) = lease {
                     lease.check()?;
                 }
-                match store.delete(&layout::blob_tombstone(&d)).await {
-                    Ok(()) => report.deleted_records += 1,
-                    Err(e) if e.is_not_found() => {}
-                    Err(e) => return Err(e.into()),
+                match remove_leftover(store.as_ref(), &d).await? {
+                    Leftover::Removed => report.deleted_records += 1,
+                    Leftover::Gone => {}
+                    Leftover::Deleting => continue,
                 }
             }
-            let mut plan = pass.links.remove(&d).unwrap_or_default();
             // Bytes nobody marked have no marked link either: every link of theirs is a
             // candidate, so they go if the links do.
             if !pass.kept.contains(&d) {
@@ -720,11 +742,16 @@ impl Sweep<'_> {
         }
 
         let tombstone = layout::blob_tombstone(&d);
+        let mut written = None;
         if let (false, Some(lease)) = (self.dry_run, self.lease) {
-            lease.check()?;
-            self.store
-                .put(&tombstone, lease.tombstone_body(), PutMode::Overwrite)
-                .await?;
+            // Asked of the store, not of this process: a run paused across a forced break (or
+            // a takeover) learns of it here.
+            lease.ensure_held().await?;
+            match self.write_tombstone(&tombstone, lease).await? {
+                Some(etag) => written = Some(etag),
+                // Another run committed to deleting this digest and may still be at it.
+                None => return Ok(out),
+            }
         }
         // Tombstone first, then the hold record: a request that held the digest after the
         // cutoff is seen here, and one that holds it from now on waits for the tombstone.
@@ -732,41 +759,84 @@ impl Sweep<'_> {
             Ok(Some((old, _))) => !old,
             Ok(None) => false,
             Err(e) => {
-                self.remove_tombstone(&tombstone).await;
+                self.remove_tombstone(&tombstone, written.as_ref()).await;
                 return Err(e);
             }
         };
         // Deleting needs a live lease: requests release the tombstones of a stale one.
         let lease_ok = self.lease.map_or(Ok(()), Lease::check);
         if held || lease_ok.is_err() {
-            self.remove_tombstone(&tombstone).await;
+            self.remove_tombstone(&tombstone, written.as_ref()).await;
             lease_ok?;
             out.held = true;
             return Ok(out);
         }
+        // Commit: turn the tombstone into "deleting", conditionally on the version this run
+        // wrote. A request that met the tombstone meanwhile released it (a conditional replace
+        // too), and then this fails and nothing of the digest goes: the store orders the two,
+        // whatever this process's clocks and pauses (a forced break, SIGSTOP). Requests wait
+        // for a "deleting" tombstone until it is gone or expired (its time to live), and this
+        // run deletes only within half of that after sending the commit.
+        let mut deadline = None;
+        let mut ours = written.clone();
+        if let (Some(etag), Some(lease)) = (written, self.lease) {
+            let sent = Instant::now();
+            match self
+                .store
+                .put(&tombstone, lease.commit_body(), PutMode::Replace(etag))
+                .await
+            {
+                Ok(etag) => {
+                    deadline = Some((sent, lease.0.ttl() / 2));
+                    ours = Some(etag);
+                }
+                Err(StoreError::PreconditionFailed { .. }) => {
+                    // Released by a request that relies on the digest: keep everything, and
+                    // remove the request's marker while this run still holds the lease.
+                    self.remove_tombstone(&tombstone, None).await;
+                    out.held = true;
+                    return Ok(out);
+                }
+                Err(e) if e.is_not_found() => {
+                    out.held = true;
+                    return Ok(out);
+                }
+                Err(e) => {
+                    self.remove_tombstone(&tombstone, ours.as_ref()).await;
+                    return Err(e.into());
+                }
+            }
+        }
         let r = self
             .delete_candidates(
                 &d,
-                &blob_links,
-                &manifest_links,
+                (&blob_links, &manifest_links),
                 data_ok.then_some(data_size),
                 used_ok,
+                deadline,
                 &mut out,
             )
             .await;
-        self.remove_tombstone(&tombstone).await;
+        self.remove_tombstone(&tombstone, ours.as_ref()).await;
         r.map(|()| out)
     }
 
     async fn delete_candidates(
         &self,
         d: &Digest,
-        blob_links: &[Name],
-        manifest_links: &[Name],
+        (blob_links, manifest_links): (&[Name], &[Name]),
         data: Option<u64>,
         used: bool,
+        deadline: Option<(Instant, Duration)>,
         out: &mut Outcome,
     ) -> Result<(), GcError> {
+        let in_window = || match deadline {
+            Some((sent, window)) if sent.elapsed() >= window => Err(GcError::DeleteWindow {
+                digest: d.clone(),
+                window_secs: window.as_secs_f64(),
+            }),
+            _ => Ok(()),
+        };
         let deletion = |kind, name: Option<&Name>, bytes| Deletion {
             kind,
             digest: d.clone(),
@@ -776,6 +846,7 @@ impl Sweep<'_> {
         for name in manifest_links {
             if let (false, Some(lease)) = (self.dry_run, self.lease) {
                 lease.check()?;
+                in_window()?;
             }
             if !self.dry_run {
                 // Also drops the manifest from its subject's referrers. No tag can point at it:
@@ -800,7 +871,10 @@ impl Sweep<'_> {
                 // are no candidate); if it rewrote a stale link of this digest since the check
                 // above, the link and the bytes stay.
                 match self.old(&key).await? {
-                    Some((true, _)) => self.delete(&key).await?,
+                    Some((true, _)) => {
+                        in_window()?;
+                        self.delete(&key).await?
+                    }
                     Some((false, _)) => {
                         out.young += 1;
                         data = None;
@@ -814,12 +888,14 @@ impl Sweep<'_> {
         }
         if let Some(size) = data {
             if !self.dry_run {
+                in_window()?;
                 self.delete(&layout::blob_data(d)).await?;
             }
             out.deleted.push(deletion(ObjectKind::Blob, None, size));
         }
         if used && (data.is_some() || out.young == 0) {
             if !self.dry_run {
+                in_window()?;
                 self.delete(&layout::blob_used(d)).await?;
             }
             out.records += 1;
@@ -838,8 +914,74 @@ impl Sweep<'_> {
         }
     }
 
-    async fn remove_tombstone(&self, key: &Key) {
+    /// Writes this run's deciding tombstone at `key` and returns its version, never over a
+    /// tombstone another run committed to deleting under (that one stays until it is as old as
+    /// its time to live; `None` then): a create-only put, or a conditional replace of what is
+    /// there (a released marker, a tombstone still deciding or expired), so no pause of this
+    /// process between its checks and its writes can undo another run's commit.
+    async fn write_tombstone(&self, key: &Key, lease: &Lease) -> Result<Option<Etag>, GcError> {
+        for _ in 0..TOMBSTONE_ATTEMPTS {
+            match self
+                .store
+                .put(key, lease.tombstone_body(), PutMode::Create)
+                .await
+            {
+                Ok(etag) => return Ok(Some(etag)),
+                Err(StoreError::AlreadyExists { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+            let doc = match self.store.get(key, TOMBSTONE_LIMIT).await {
+                Ok(doc) => doc,
+                Err(e) if e.is_not_found() => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let there = Tombstone::parse(&doc.bytes);
+            if let (Some(Phase::Deleting), Some(ttl)) = (there.phase, there.ttl)
+                && !aged(self.store, key, ttl).await?
+            {
+                return Ok(None);
+            }
+            match self
+                .store
+                .put(key, lease.tombstone_body(), PutMode::Replace(doc.etag))
+                .await
+            {
+                Ok(etag) => return Ok(Some(etag)),
+                Err(StoreError::PreconditionFailed { .. }) => continue,
+                Err(e) if e.is_not_found() => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        // Rewritten under us every time: leave the digest to the next run.
+        Ok(None)
+    }
+
+    /// Removes the tombstone at `key` (this run's, last written as version `ours`, or a
+    /// request's release marker). Deletes cannot be conditional (SeaweedFS has none), so it
+    /// deletes only while the store says this run still holds the lease; a run that lost it
+    /// releases its own tombstone with a conditional replace instead (never touching one the
+    /// run holding the lease now wrote), and the next run removes the marker.
+    async fn remove_tombstone(&self, key: &Key, ours: Option<&Etag>) {
         if self.dry_run {
+            return;
+        }
+        if let Some(lease) = self.lease
+            && !matches!(lease.0.still_held().await, Ok(true))
+        {
+            if let Some(etag) = ours
+                && let Err(e) = self
+                    .store
+                    .put(
+                        key,
+                        Tombstone::released_body(),
+                        PutMode::Replace(etag.clone()),
+                    )
+                    .await
+                && !matches!(e, StoreError::PreconditionFailed { .. })
+                && !e.is_not_found()
+            {
+                tracing::warn!(key = %key, error = %e, "garbage collection could not release its tombstone");
+            }
             return;
         }
         if let Err(e) = self.store.delete(key).await
@@ -897,11 +1039,41 @@ impl From<crate::lease::LeaseError> for GcError {
     }
 }
 
-/// What a tombstone `blobs/…/gc` says: the run that wrote it, or that a request released it.
+/// What a tombstone `blobs/…/gc` says: the run that wrote it and how far it got, or that a
+/// request released it.
+///
+/// A collector writes `{"run", "phase": "deciding", "ttl_secs"}`, reads the digest's hold
+/// record, then commits with a conditional replace to `"phase": "deleting"`; only then does it
+/// delete, and only within half of `ttl_secs` after sending the commit. A request that meets a
+/// deciding tombstone releases it at once (a conditional replace, so at most one of the
+/// release and the commit succeeds); a deleting one it waits for until it is gone or `ttl_secs`
+/// old. A tombstone without a phase comes from a collector from before commits: requests wait
+/// for it while that run holds a live lease.
 #[derive(Debug, Default)]
 pub(crate) struct Tombstone {
     run: Option<String>,
     released: bool,
+    phase: Option<Phase>,
+    ttl: Option<Duration>,
+}
+
+/// How far the collector that wrote a tombstone got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Written, the hold record maybe not read yet: nothing deleted, nothing will be once a
+    /// request released it.
+    Deciding,
+    /// Committed to deleting the digest's candidates.
+    Deleting,
+}
+
+/// What a request does about a tombstone it met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Release it (conditionally on the version read) and go on.
+    Release,
+    /// A collector is deleting (or, for an old collector, deciding); look again later.
+    Wait,
 }
 
 impl Tombstone {
@@ -910,6 +1082,16 @@ impl Tombstone {
         Tombstone {
             run: v.get("run").and_then(Value::as_str).map(str::to_owned),
             released: v.get("released").is_some(),
+            phase: match v.get("phase").and_then(Value::as_str) {
+                Some("deciding") => Some(Phase::Deciding),
+                Some("deleting") => Some(Phase::Deleting),
+                _ => None,
+            },
+            ttl: v
+                .get("ttl_secs")
+                .and_then(Value::as_f64)
+                .filter(|t| t.is_finite() && *t >= 0.0)
+                .map(Duration::from_secs_f64),
         }
     }
 
@@ -918,9 +1100,23 @@ impl Tombstone {
         self.released
     }
 
-    /// True when the collector that wrote it still holds a live lease: requests wait for its
-    /// verdict. False when there is no lease, it is stale, or it belongs to another run.
-    pub(crate) async fn live(&self, store: &dyn Store) -> Result<bool, GcError> {
+    /// What a request that met this tombstone at `key` does: release a deciding tombstone at
+    /// once, wait for a deleting one until it is as old as its time to live, and for one
+    /// without a phase while its run holds a live lease.
+    pub(crate) async fn verdict(&self, store: &dyn Store, key: &Key) -> Result<Verdict, GcError> {
+        let release = |yes| {
+            if yes { Verdict::Release } else { Verdict::Wait }
+        };
+        Ok(match (self.phase, self.ttl) {
+            (Some(Phase::Deciding), _) => Verdict::Release,
+            (Some(Phase::Deleting), Some(ttl)) => release(aged(store, key, ttl).await?),
+            _ => release(!self.live(store).await?),
+        })
+    }
+
+    /// True when the collector that wrote it still holds a live lease. False when there is no
+    /// lease, it is stale, or it belongs to another run.
+    async fn live(&self, store: &dyn Store) -> Result<bool, GcError> {
         Ok(match read_lease(store).await? {
             None => false,
             Some(l) if l.is_stale() => false,
@@ -929,12 +1125,63 @@ impl Tombstone {
         })
     }
 
-    /// The body a request replaces a dead collector's tombstone with (unique, so its version
-    /// differs from every other).
+    /// The body a request replaces a tombstone with (unique, so its version differs from
+    /// every other).
     pub(crate) fn released_body() -> Bytes {
         Bytes::from(serde_json::json!({"released": uuid::Uuid::new_v4().to_string()}).to_string())
     }
 }
+
+/// True when the object at `key` was last written `ttl` or longer ago (store clock against
+/// ours, as lease ages), or is gone.
+async fn aged(store: &dyn Store, key: &Key, ttl: Duration) -> Result<bool, GcError> {
+    match store.stat(key).await {
+        Ok(m) => Ok(SystemTime::now()
+            .duration_since(m.modified)
+            .unwrap_or_default()
+            >= ttl),
+        Err(e) if e.is_not_found() => Ok(true),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// What became of a tombstone a run found left over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leftover {
+    /// Removed.
+    Removed,
+    /// Already gone.
+    Gone,
+    /// A run committed to deleting the digest less than its time to live ago: left in place.
+    Deleting,
+}
+
+/// Removes a tombstone of another run found under `blobs/`, unless that run committed to
+/// deleting and may still be at it (requests rely on it to wait until then).
+async fn remove_leftover(store: &dyn Store, d: &Digest) -> Result<Leftover, GcError> {
+    let key = layout::blob_tombstone(d);
+    let doc = match store.get(&key, TOMBSTONE_LIMIT).await {
+        Ok(doc) => doc,
+        Err(e) if e.is_not_found() => return Ok(Leftover::Gone),
+        Err(e) => return Err(e.into()),
+    };
+    let t = Tombstone::parse(&doc.bytes);
+    if let (Some(Phase::Deleting), Some(ttl)) = (t.phase, t.ttl)
+        && !aged(store, &key, ttl).await?
+    {
+        return Ok(Leftover::Deleting);
+    }
+    match store.delete(&key).await {
+        Ok(()) => Ok(Leftover::Removed),
+        Err(e) if e.is_not_found() => Ok(Leftover::Gone),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Largest tombstone read.
+const TOMBSTONE_LIMIT: u64 = 64 << 10;
+/// Conditional writes a run tries before it leaves a digest whose tombstone keeps changing.
+const TOMBSTONE_ATTEMPTS: usize = 8;
 
 /// The collector's lease on `gc/lock` ([`crate::lease::Lease`]), with the run's own checks.
 struct Lease(crate::lease::Lease);
@@ -951,6 +1198,17 @@ impl Lease {
         self.0.started()
     }
 
+    /// `Err(LeaseLost)` unless the store says this run still holds the lease
+    /// ([`crate::lease::Lease::still_held`]).
+    async fn ensure_held(&self) -> Result<(), GcError> {
+        if self.0.still_held().await? {
+            return Ok(());
+        }
+        Err(GcError::LeaseLost {
+            key: layout::gc_lock(),
+        })
+    }
+
     /// `Err(LeaseLost)` when the lease was lost (see [`crate::lease::Lease::lost`]).
     fn check(&self) -> Result<(), GcError> {
         if self.0.lost() {
@@ -961,9 +1219,25 @@ impl Lease {
         Ok(())
     }
 
-    /// The body of this run's tombstones.
+    /// The body of this run's tombstones while it decides.
     fn tombstone_body(&self) -> Bytes {
-        Bytes::from(serde_json::json!({"run": self.0.run()}).to_string())
+        self.tombstone("deciding")
+    }
+
+    /// The body of a tombstone once this run committed to deleting.
+    fn commit_body(&self) -> Bytes {
+        self.tombstone("deleting")
+    }
+
+    fn tombstone(&self, phase: &str) -> Bytes {
+        Bytes::from(
+            serde_json::json!({
+                "run": self.0.run(),
+                "phase": phase,
+                "ttl_secs": self.0.ttl().as_secs_f64(),
+            })
+            .to_string(),
+        )
     }
 
     async fn release(self) {

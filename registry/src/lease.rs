@@ -79,14 +79,19 @@ pub struct LeaseInfo {
     pub age_secs: u64,
     /// The time to live, in seconds.
     pub ttl_secs: u64,
+    /// Time since the last renewal, unrounded (`age_secs` is it in whole seconds).
+    #[serde(skip)]
+    pub(crate) age: Duration,
     #[serde(skip)]
     pub(crate) etag: Etag,
 }
 
 impl LeaseInfo {
-    /// True when the holder did not renew within the time to live: it is presumed dead.
+    /// True when the holder did not renew within the time to live: it is presumed dead. A
+    /// lease exactly as old as its time to live is stale (its holder stopped deleting after
+    /// half of it).
     pub fn is_stale(&self) -> bool {
-        self.age_secs > self.ttl_secs
+        self.age >= Duration::from_secs(self.ttl_secs)
     }
 
     /// `pid P on HOST (run R)`, as far as the lease tells.
@@ -123,6 +128,7 @@ pub async fn read(store: &dyn Store, key: &Key) -> Result<Option<LeaseInfo>, Sto
         started_unix: v.get("started").and_then(Value::as_u64),
         renewal: v.get("renewal").and_then(Value::as_u64),
         age_secs: age.as_secs(),
+        age,
         ttl_secs: v
             .get("ttl_secs")
             .and_then(Value::as_u64)
@@ -333,6 +339,28 @@ impl Lease {
         self.started
     }
 
+    /// Its time to live.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Asks the store whether this run still holds the lease: false when it was lost (as
+    /// [`Lease::lost`]) or the document at its key no longer names this run (broken, or taken
+    /// over). A read, not a process-local flag, so a holder that was paused (SIGSTOP) across a
+    /// forced break learns of it before its next step, not at its next renewal.
+    pub async fn still_held(&self) -> Result<bool, StoreError> {
+        if self.lost() {
+            return Ok(false);
+        }
+        let doc = match self.store.get(&self.key, LEASE_LIMIT).await {
+            Ok(doc) => doc,
+            Err(e) if e.is_not_found() => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let v: Value = serde_json::from_slice(&doc.bytes).unwrap_or(Value::Null);
+        Ok(v.get("run").and_then(Value::as_str) == Some(self.run.as_str()) && !self.lost())
+    }
+
     /// True when the holder must stop: the lease was taken over or broken, or it was not
     /// renewed for half its time to live.
     pub fn lost(&self) -> bool {
@@ -378,6 +406,27 @@ impl Drop for Lease {
 mod tests {
     use super::*;
     use crate::storage::layout;
+
+    /// A lease exactly as old as its time to live is stale (taken over, released by requests);
+    /// a moment younger it is live.
+    #[test]
+    fn stale_at_exactly_the_ttl() {
+        let info = |age| LeaseInfo {
+            run: Some("r".to_owned()),
+            host: None,
+            pid: None,
+            started_unix: None,
+            renewal: None,
+            age_secs: Duration::as_secs(&age),
+            age,
+            ttl_secs: 60,
+            etag: Etag(String::new()),
+        };
+        assert!(info(Duration::from_secs(60)).is_stale());
+        assert!(info(Duration::from_secs(61)).is_stale());
+        assert!(!info(Duration::from_millis(59_999)).is_stale());
+        assert!(!info(Duration::ZERO).is_stale());
+    }
 
     /// Leases under different keys are independent (GC's and sync's), one key has one holder,
     /// and a released lease can be taken again at once.

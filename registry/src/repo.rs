@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use validator::Digest;
 
 use crate::errors::{ApiError, ApiResult, Code};
-use crate::gc::Tombstone;
+use crate::gc::{Tombstone, Verdict};
 use crate::storage::{Key, ObjectMeta, PutMode, Store, StoreError, layout};
 use validator::{Name, Tag};
 
@@ -25,8 +25,12 @@ const LINK_LIMIT: u64 = 64 << 10;
 const MAX_ATTEMPTS: usize = 1000;
 /// How long a request waits for a collector to finish with a digest it holds a tombstone on.
 const TOMBSTONE_WAIT: Duration = Duration::from_secs(30);
-/// How often a waiting request looks at the tombstone again.
-const TOMBSTONE_POLL: Duration = Duration::from_millis(20);
+/// A waiting request looks at the tombstone again after this, doubling each time up to
+/// [`TOMBSTONE_POLL_MAX`] (a collector deletes a digest's candidates in a few store requests;
+/// one that died expires after the lease's time to live).
+const TOMBSTONE_POLL_MIN: Duration = Duration::from_millis(10);
+/// The longest pause between two looks at a tombstone.
+const TOMBSTONE_POLL_MAX: Duration = Duration::from_millis(500);
 /// Longest time between a manifest PUT's holds and the end of its publication that garbage
 /// collection's grace window covers; a PUT that took longer holds its references again before
 /// it answers. See `docs/architecture.md`, "Garbage collection".
@@ -344,8 +348,8 @@ impl Repos {
                     PutMode::Overwrite,
                 )
                 .await?;
-            // Released a dead collector's tombstone: hold again, so a collector that tombstones
-            // the digest from now on sees this request.
+            // Released a collector's tombstone: hold again, so a collector that tombstones the
+            // digest from now on sees this request.
             if self.wait_for_collector(d).await? {
                 break;
             }
@@ -353,13 +357,15 @@ impl Repos {
         Ok(self.blob_stat(d).await?.is_some())
     }
 
-    /// Waits until no live collector holds a tombstone on `d`. True: there is none. False: the
-    /// tombstone belonged to a collector whose lease is gone or stale (it died), and this call
-    /// released it (a conditional replace, so a live collector's newer tombstone is never
-    /// touched); what that collector deleted is gone, the rest stays.
+    /// Waits until no collector is deleting under a tombstone on `d`. True: there is no
+    /// tombstone (or a released one). False: this call released one (a conditional replace on
+    /// the version read): a collector still deciding, which then deletes nothing of `d`; or
+    /// one that committed to deleting and expired (it died). What was deleted is gone, the rest
+    /// stays.
     async fn wait_for_collector(&self, d: &Digest) -> ApiResult<bool> {
         let key = layout::blob_tombstone(d);
         let started = Instant::now();
+        let mut pause = TOMBSTONE_POLL_MIN;
         loop {
             let doc = match self.store.get(&key, LINK_LIMIT).await {
                 Err(e) if e.is_not_found() => return Ok(true),
@@ -370,18 +376,20 @@ impl Repos {
             if tombstone.released() {
                 return Ok(true);
             }
-            let live = tombstone
-                .live(self.store.as_ref())
+            let verdict = tombstone
+                .verdict(self.store.as_ref(), &key)
                 .await
-                .map_err(|e| ApiError::internal(format!("reading the collector's lease: {e}")))?;
-            if !live {
+                .map_err(|e| {
+                    ApiError::internal(format!("judging the collector's tombstone {key}: {e}"))
+                })?;
+            if verdict == Verdict::Release {
                 match self
                     .store
                     .put(&key, Tombstone::released_body(), PutMode::Replace(doc.etag))
                     .await
                 {
                     Ok(_) => {
-                        tracing::warn!(key = %key, "released the tombstone of a garbage collection that died");
+                        tracing::info!(key = %key, "released a garbage collection's tombstone");
                         return Ok(false);
                     }
                     // Rewritten or removed meanwhile: look again.
@@ -391,13 +399,16 @@ impl Repos {
                 }
             }
             if started.elapsed() > TOMBSTONE_WAIT {
-                // The collector is alive and still deciding; the client retries later.
+                // A collector is still deleting (or, an older one, deciding); the client
+                // retries later.
                 return Err(ApiError::new(
                     Code::TooManyRequests,
                     format!("{d} is held by a garbage collection ({key}); retry later"),
                 ));
             }
-            tokio::time::sleep(TOMBSTONE_POLL).await;
+            let left = TOMBSTONE_WAIT.saturating_sub(started.elapsed());
+            tokio::time::sleep(pause.min(left).max(TOMBSTONE_POLL_MIN)).await;
+            pause = (pause * 2).min(TOMBSTONE_POLL_MAX);
         }
     }
 

@@ -10,7 +10,12 @@
 //!   with a short time to live) blocks nothing once its lease is stale: pushes release its
 //!   tombstones, what it deleted is uploaded again, the next run completes; while its lease is
 //!   live, pushes touching its tombstones wait, and `break_lease` refuses without `force`;
-//! - a digest a request held during the run is kept and counted (`kept_held`).
+//! - a digest a request held during the run is kept and counted (`kept_held`);
+//! - issue 39: a collector held (through a gate in the store under it, as SIGSTOP would) after
+//!   tombstoning or after deciding, while its lease is broken by force and the digests are
+//!   pushed again, deletes none of them, and the next run completes; a collector killed while
+//!   sweeping holds up no push for long; a waiting request looks at the tombstone with a
+//!   backoff, not every 20 ms.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -1031,4 +1036,421 @@ async fn collects_across_listing_pages(store: (Arc<dyn Store>, Option<tempfile::
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fs_collects_across_listing_pages() {
     collects_across_listing_pages(fs_store().await).await;
+}
+
+/// Where [`Gated`] holds a collector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gate {
+    /// Right after it wrote a tombstone.
+    Tombstoned,
+    /// Right after it read a digest's hold record: it has decided, and deletes next.
+    Decided,
+    /// Right after it committed to deleting a digest (its tombstone says "deleting").
+    Committed,
+    /// Never.
+    Open,
+}
+
+/// The real store under a collector (or a registry), with a gate that holds the collector at
+/// one point of its sweep ([`Gate`]) until the test opens it, as a SIGSTOP there would. It also
+/// counts reads of tombstones, to see how often a waiting request looks.
+#[derive(Debug)]
+struct Gated {
+    inner: Arc<dyn Store>,
+    at: Gate,
+    held: AtomicU64,
+    tombstone_reads: AtomicU64,
+    open: tokio::sync::watch::Sender<bool>,
+}
+
+impl Gated {
+    fn new(inner: Arc<dyn Store>, at: Gate) -> Arc<Gated> {
+        Arc::new(Gated {
+            inner,
+            at,
+            held: AtomicU64::new(0),
+            tombstone_reads: AtomicU64::new(0),
+            open: tokio::sync::watch::Sender::new(at == Gate::Open),
+        })
+    }
+
+    /// Holds the caller until the gate opens.
+    async fn pass(&self) {
+        self.held.fetch_add(1, Ordering::SeqCst);
+        let mut open = self.open.subscribe();
+        let _ = open.wait_for(|o| *o).await;
+    }
+
+    fn open(&self) {
+        self.open.send_replace(true);
+    }
+
+    /// Waits until the collector is held at the gate (and lets the digests swept beside the
+    /// first one reach it too).
+    async fn until_held(&self) {
+        let started = Instant::now();
+        while self.held.load(Ordering::SeqCst) == 0 {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "the collector never reached the gate"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+fn is_tombstone(key: &Key) -> bool {
+    key.as_str().starts_with("blobs/") && key.as_str().ends_with("/gc")
+}
+
+impl Store for Gated {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn min_chunk_length(&self) -> Option<u64> {
+        self.inner.min_chunk_length()
+    }
+    fn staging_readable(&self) -> bool {
+        self.inner.staging_readable()
+    }
+    fn get<'a>(
+        &'a self,
+        key: &'a Key,
+        limit: u64,
+    ) -> registry::storage::BoxFuture<'a, registry::storage::StoreResult<registry::storage::Document>>
+    {
+        if is_tombstone(key) {
+            self.tombstone_reads.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner.get(key, limit)
+    }
+    fn get_if_changed<'a>(
+        &'a self,
+        key: &'a Key,
+        limit: u64,
+        known: &'a registry::storage::Etag,
+    ) -> registry::storage::BoxFuture<
+        'a,
+        registry::storage::StoreResult<Option<registry::storage::Document>>,
+    > {
+        self.inner.get_if_changed(key, limit, known)
+    }
+    fn put<'a>(
+        &'a self,
+        key: &'a Key,
+        bytes: Bytes,
+        mode: PutMode,
+    ) -> registry::storage::BoxFuture<'a, registry::storage::StoreResult<registry::storage::Etag>>
+    {
+        Box::pin(async move {
+            // The collector's first tombstone write (not a release, not a commit).
+            let collector = self.at == Gate::Tombstoned
+                && is_tombstone(key)
+                && !matches!(mode, PutMode::Replace(_))
+                && !bytes.windows(8).any(|w| w == b"released");
+            let commit = self.at == Gate::Committed
+                && is_tombstone(key)
+                && bytes.windows(8).any(|w| w == b"deleting");
+            let r = self.inner.put(key, bytes, mode).await;
+            if (collector || commit) && r.is_ok() {
+                self.pass().await;
+            }
+            r
+        })
+    }
+    fn read<'a>(
+        &'a self,
+        key: &'a Key,
+        offset: u64,
+    ) -> registry::storage::BoxFuture<
+        'a,
+        registry::storage::StoreResult<(
+            registry::storage::ObjectMeta,
+            registry::storage::BoxReader,
+        )>,
+    > {
+        self.inner.read(key, offset)
+    }
+    fn read_chunks<'a>(
+        &'a self,
+        key: &'a Key,
+        offset: u64,
+        len: u64,
+    ) -> registry::storage::BoxFuture<
+        'a,
+        registry::storage::StoreResult<(
+            registry::storage::ObjectMeta,
+            registry::storage::ByteStream,
+        )>,
+    > {
+        self.inner.read_chunks(key, offset, len)
+    }
+    fn writer<'a>(
+        &'a self,
+        staging: &'a Key,
+        resume_at: Option<u64>,
+    ) -> registry::storage::BoxFuture<
+        'a,
+        registry::storage::StoreResult<Box<dyn registry::storage::StoreWriter>>,
+    > {
+        self.inner.writer(staging, resume_at)
+    }
+    fn stat<'a>(
+        &'a self,
+        key: &'a Key,
+    ) -> registry::storage::BoxFuture<
+        'a,
+        registry::storage::StoreResult<registry::storage::ObjectMeta>,
+    > {
+        Box::pin(async move {
+            let r = self.inner.stat(key).await;
+            if self.at == Gate::Decided && key.as_str().ends_with("/used") {
+                self.pass().await;
+            }
+            r
+        })
+    }
+    fn list<'a>(
+        &'a self,
+        prefix: &'a Key,
+    ) -> registry::storage::BoxFuture<'a, registry::storage::StoreResult<Vec<Key>>> {
+        self.inner.list(prefix)
+    }
+    fn list_page<'a>(
+        &'a self,
+        prefix: &'a Key,
+        start_after: Option<&'a Key>,
+        limit: usize,
+    ) -> registry::storage::BoxFuture<'a, registry::storage::StoreResult<Vec<Key>>> {
+        self.inner.list_page(prefix, start_after, limit)
+    }
+    fn delete<'a>(
+        &'a self,
+        key: &'a Key,
+    ) -> registry::storage::BoxFuture<'a, registry::storage::StoreResult<()>> {
+        self.inner.delete(key)
+    }
+}
+
+/// An untagged image whose every digest is garbage to a run with `--delete-untagged` and a zero
+/// grace window.
+async fn untagged_garbage(s: &Served, repo: &str, tag: &str) -> Image {
+    let img = Image::new(
+        bytes(&format!("{tag} config"), 30),
+        vec![
+            bytes(&format!("{tag} layer a"), 900),
+            bytes(&format!("{tag} layer b"), 1000),
+        ],
+        None,
+    );
+    s.push_image(repo, &img.digest().to_string(), &img)
+        .await
+        .unwrap();
+    age_past_zero_grace().await;
+    img
+}
+
+/// Issue 39: a collector held between tombstoning and deleting (as by SIGSTOP) while an
+/// operator breaks its lease (forced) and the tombstoned digests are pushed again under a new
+/// tag. When it goes on it must delete none of them: every re-pushed manifest and layer stays
+/// readable, and the next run completes.
+async fn forced_break_mid_sweep(store: (Arc<dyn Store>, Option<tempfile::TempDir>), at: Gate) {
+    let s = serve(store).await;
+    let img = untagged_garbage(&s, "gc/broken", "broken").await;
+    let gated = Gated::new(s.store.clone(), at);
+    let run = tokio::spawn({
+        let store: Arc<dyn Store> = gated.clone();
+        async move {
+            let opts = GcOptions {
+                grace: Duration::ZERO,
+                delete_untagged: true,
+                // Not renewed (so not noticed) before the collector goes on.
+                lease_ttl: Duration::from_secs(40),
+                ..GcOptions::default()
+            };
+            gc::collect(store, &opts).await
+        }
+    });
+    gated.until_held().await;
+    gc::break_lease(s.store.as_ref(), true)
+        .await
+        .unwrap()
+        .expect("no lease to break");
+    s.push_image("gc/broken", "v2", &img).await.unwrap();
+    gated.open();
+    // It may stop (its lease is gone) or finish; either way it deleted nothing pushed again.
+    let outcome = run.await.unwrap();
+    if let Ok(report) = &outcome {
+        assert!(report.deleted.is_empty(), "{:?}", report.deleted);
+    }
+    s.assert_image("gc/broken", "v2", &img).await;
+    let next = s.gc(Duration::ZERO, true, false).await;
+    assert!(next.deleted.is_empty(), "{:?}", next.deleted);
+    s.assert_image("gc/broken", "v2", &img).await;
+}
+
+/// A collector held right after committing to delete (as by SIGSTOP) while its lease is broken
+/// by force: a push of its digests waits for the committed tombstones until they are as old as
+/// the lease's time to live, then goes on (201); the collector, going on later, deletes nothing
+/// more (its window after the commit has passed, and its lease is gone), and every re-pushed
+/// manifest and layer stays readable.
+async fn forced_break_after_commit(store: (Arc<dyn Store>, Option<tempfile::TempDir>)) {
+    let s = serve(store).await;
+    let img = untagged_garbage(&s, "gc/committed", "committed").await;
+    let gated = Gated::new(s.store.clone(), Gate::Committed);
+    let run = tokio::spawn({
+        let store: Arc<dyn Store> = gated.clone();
+        async move {
+            let opts = GcOptions {
+                grace: Duration::ZERO,
+                delete_untagged: true,
+                lease_ttl: Duration::from_secs(3),
+                ..GcOptions::default()
+            };
+            gc::collect(store, &opts).await
+        }
+    });
+    gated.until_held().await;
+    gc::break_lease(s.store.as_ref(), true)
+        .await
+        .unwrap()
+        .expect("no lease to break");
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        s.push_image("gc/committed", "v2", &img),
+    )
+    .await
+    .expect("a push still waits for expired committed tombstones")
+    .unwrap();
+    gated.open();
+    let stopped = run.await.unwrap().unwrap_err().to_string();
+    assert!(
+        stopped.contains("lost its lease") || stopped.contains("after committing"),
+        "{stopped}"
+    );
+    s.assert_image("gc/committed", "v2", &img).await;
+    let next = s.gc(Duration::ZERO, true, false).await;
+    assert!(next.deleted.is_empty(), "{:?}", next.deleted);
+    s.assert_image("gc/committed", "v2", &img).await;
+}
+
+/// Issue 39: a collector killed between tombstoning and deleting (its task dropped: the lease
+/// stays, unrenewed, with its default time to live, and so do its tombstones) does not hold up
+/// a push of the tombstoned digests for anything like a minute.
+async fn killed_collector_blocks_no_push(store: (Arc<dyn Store>, Option<tempfile::TempDir>)) {
+    let s = serve(store).await;
+    let img = untagged_garbage(&s, "gc/killed", "killed").await;
+    let gated = Gated::new(s.store.clone(), Gate::Tombstoned);
+    let run = tokio::spawn({
+        let store: Arc<dyn Store> = gated.clone();
+        async move {
+            let opts = GcOptions {
+                grace: Duration::ZERO,
+                delete_untagged: true,
+                ..GcOptions::default()
+            };
+            gc::collect(store, &opts).await
+        }
+    });
+    gated.until_held().await;
+    run.abort();
+    assert!(run.await.unwrap_err().is_cancelled());
+    let held = gc::read_lease(s.store.as_ref()).await.unwrap().unwrap();
+    assert!(!held.is_stale(), "{held:?}");
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        s.push_image("gc/killed", "v2", &img),
+    )
+    .await
+    .expect("a push still waits for a killed collector after 20 s")
+    .unwrap();
+    s.assert_image("gc/killed", "v2", &img).await;
+}
+
+/// A request that meets a tombstone of a live collector waits for it, looking again with a
+/// backoff rather than every few milliseconds, and goes on once the collector is done.
+async fn waiting_request_backs_off(store: (Arc<dyn Store>, Option<tempfile::TempDir>)) {
+    let (inner, dir) = store;
+    let gated = Gated::new(inner, Gate::Open);
+    let s = serve((gated.clone(), dir)).await;
+    let img = Image::new(
+        bytes("wait config", 30),
+        vec![bytes("wait layer", 800)],
+        None,
+    );
+    for b in img.blobs() {
+        s.push_blob("gc/wait", b).await.unwrap();
+    }
+    let layer = Digest::sha256(&img.layers[0]);
+    dead_lease(s.store.as_ref(), "alive", 3600).await;
+    s.store
+        .put(
+            &layout::blob_tombstone(&layer),
+            Bytes::from_static(br#"{"run":"alive"}"#),
+            PutMode::Overwrite,
+        )
+        .await
+        .unwrap();
+    let before = gated.tombstone_reads.load(Ordering::SeqCst);
+    let put = tokio::spawn({
+        let (client, reference, bytes) = (
+            s.client.clone(),
+            s.reference("gc/wait", "v1"),
+            img.manifest.clone(),
+        );
+        async move { client.push_manifest(&reference, MANIFEST, bytes).await }
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!put.is_finished(), "a PUT went past a live tombstone");
+    let reads = gated.tombstone_reads.load(Ordering::SeqCst) - before;
+    // The config's tombstone once, then the layer's: 20 ms polling read it about 150 times.
+    assert!(reads <= 20, "{reads} tombstone reads in 3 s of waiting");
+    // The collector finishes with the digest.
+    s.store
+        .delete(&layout::blob_tombstone(&layer))
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), put)
+        .await
+        .expect("the PUT still waits after the tombstone went")
+        .unwrap()
+        .unwrap();
+    s.assert_image("gc/wait", "v1", &img).await;
+    s.store.delete(&layout::gc_lock()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_forced_break_after_deciding() {
+    forced_break_mid_sweep(fs_store().await, Gate::Decided).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_forced_break_after_tombstoning() {
+    forced_break_mid_sweep(fs_store().await, Gate::Tombstoned).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3_forced_break_after_deciding() {
+    forced_break_mid_sweep(s3_store().await, Gate::Decided).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_forced_break_after_commit() {
+    forced_break_after_commit(fs_store().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_killed_collector_blocks_no_push() {
+    killed_collector_blocks_no_push(fs_store().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3_killed_collector_blocks_no_push() {
+    killed_collector_blocks_no_push(s3_store().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_waiting_request_backs_off() {
+    waiting_request_backs_off(fs_store().await).await;
 }

@@ -36,7 +36,7 @@ Exit status: 0 stopped by SIGTERM or ctrl-c after draining, 2 it could not start
 
 One collection runs at a time (lease gc/lock in the store); `[gc]` in the config file sets the
 policy and, with gc.interval, a schedule inside rdctl registry serve. A collector renews its
-lease every gc.lease_ttl/4 (60 s by default) and the lease turns stale after gc.lease_ttl
+lease every gc.lease_ttl/4 (15 s by default) and the lease turns stale after gc.lease_ttl
 without renewal; --break-lease removes a dead collector's lease at once (a live one only with
 --force). docs/gc.md.
 Exit status: 0 collected (or reported, with --dry-run; or the lease broken or absent), 2 it
