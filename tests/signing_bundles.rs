@@ -332,3 +332,54 @@ fn a_bundle_changed_after_signing_is_refused_with_both_causes() {
 fn trust_digest(bytes: &[u8]) -> String {
     validator::Digest::sha256(bytes).to_string()
 }
+
+/// The worker admits an image that only cosign v3 signed (a bundle, no `.sig` tag) under a
+/// `signed` rule with cosign's key and a required SPDX attestation (also a bundle), and
+/// refuses its unsigned neighbour: before this, the bundle was invisible and the image read as
+/// unsigned.
+#[test]
+fn the_worker_admits_an_image_signed_and_attested_by_cosign_v3() {
+    use crate::worker_policy::{illumos_image, policy_node};
+    let dir = tempdir();
+    let d = dir.path();
+    setup(d);
+    let data = tempdir();
+    let reg = Server::start(data.path(), &[]);
+    let signed = format!("{}/prod/signed:1", reg.host());
+    let unsigned = format!("{}/prod/unsigned:1", reg.host());
+    let digest = illumos_image(d, "signed", &signed);
+    illumos_image(d, "unsigned", &unsigned);
+    let by_digest = format!("{}/prod/signed@{digest}", reg.host());
+    cosign3_sign(d, "cosign.key", &by_digest);
+    cosign3_attest(d, "cosign.key", &by_digest);
+    fs::write(
+        d.join("policy.toml"),
+        "[[rule]]\nmatch = \"**/prod/*\"\naction = \"signed\"\nkeys = [\"cosign.pub\"]\n\
+         require_attestations = [\"spdxjson\"]\n",
+    )
+    .unwrap();
+    let node = policy_node(&d.join("node"), "../policy.toml", "");
+    node.zone("signed", &signed);
+    node.zone("unsigned", &unsigned);
+    let out = node.run_once();
+    assert!(!out.status.success(), "the unsigned zone fails the pass");
+    let st = node.status();
+    assert_eq!(st["signed"]["phase"], "Ready", "{:#}", st["signed"]);
+    assert_eq!(st["signed"]["current_digest"], digest.as_str());
+    assert_eq!(
+        st["signed"]["admission"]["attestations"],
+        serde_json::json!(["https://spdx.dev/Document"]),
+        "{:#}",
+        st["signed"]
+    );
+    assert!(
+        st["signed"]["admission"]["keys"][0]
+            .as_str()
+            .is_some_and(|k| key_id(d, "cosign.pub").starts_with(k)),
+        "{:#}",
+        st["signed"]
+    );
+    assert!(node.root("signed").is_dir(), "the signed zone exists");
+    assert_eq!(st["unsigned"]["phase"], "Denied", "{:#}", st["unsigned"]);
+    assert!(!node.root("unsigned").exists());
+}

@@ -19,7 +19,7 @@ use crate::worker_e2e::{Node, stored_blob, umoci_image};
 
 /// An illumos image (worker_e2e's umoci image, which a `dir` zone can run) made in
 /// `dir/<name>` and pushed to `reference`; returns its manifest digest.
-fn illumos_image(dir: &Path, name: &str, reference: &str) -> String {
+pub(crate) fn illumos_image(dir: &Path, name: &str, reference: &str) -> String {
     let work = dir.join(name);
     fs::create_dir_all(&work).unwrap();
     let layout = umoci_image(&work);
@@ -29,7 +29,7 @@ fn illumos_image(dir: &Path, name: &str, reference: &str) -> String {
 }
 
 /// A node whose worker.toml names `policy` (relative to the node directory).
-fn policy_node(dir: &Path, policy: &str, extra: &str) -> Node {
+pub(crate) fn policy_node(dir: &Path, policy: &str, extra: &str) -> Node {
     let node = Node::new(dir);
     fs::write(
         node.config(),
@@ -202,7 +202,7 @@ action = "reject"
             "otherkey",
             "unknown_key",
             Some(rule(1, "**/p/sig-*")),
-            "signed, but by a key the rule does not list".to_owned(),
+            "signed by another key, or the payload was changed after signing".to_owned(),
         ),
         (
             "replay",
@@ -297,7 +297,7 @@ action = "reject"
     );
     let l = line(&table, "otherkey");
     assert!(
-        l.contains("Denied") && l.contains("signed, but by a key the rule does not list"),
+        l.contains("Denied") && l.contains("[rule 1] signature on sha256:"),
         "{table}"
     );
     assert!(line(&table, "pinned").contains("rule-4"), "{table}");
@@ -397,6 +397,13 @@ fn a_signed_build_is_admitted_and_a_tag_moved_to_an_unsigned_image_is_refused() 
     assert_eq!(z["desired_digest"], moved.as_str());
     assert_eq!(z["denial"]["reason"], "unsigned", "{z:#}");
     assert_eq!(z["denial"]["digest"], moved.as_str());
+    let message = z["denial"]["message"].as_str().unwrap();
+    assert!(
+        message.ends_with(&format!(
+            "; the zone keeps running its current image {digest}"
+        )),
+        "{message}"
+    );
     assert_eq!(
         z["admission"]["keys"],
         serde_json::json!([short(&ours)]),

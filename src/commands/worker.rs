@@ -173,13 +173,18 @@ fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
             if !r.in_manifests {
                 phase.push_str(" (no manifest)");
             }
-            // A refusal reads reason first: the reference and digest are in other columns.
+            // A refusal reads rule first, then the reason (the reference and digest are in
+            // other columns): the rule is never what the width cuts off.
             let error = match &s.denial {
-                Some(d) => Some(format!(
-                    "{} [{}]",
-                    d.message,
-                    d.rule.as_deref().unwrap_or("no rule matches")
-                )),
+                Some(d) => {
+                    let rule = d.rule.as_deref().unwrap_or("no rule matches");
+                    let rule = if args.wide {
+                        rule
+                    } else {
+                        rule.split(" (").next().unwrap_or(rule)
+                    };
+                    Some(format!("[{rule}] {}", d.message))
+                }
                 None => s.last_error.clone(),
             };
             [

@@ -154,6 +154,18 @@ fn short(d: &str) -> &str {
     &d[..d.len().min("sha256:".len() + 12)]
 }
 
+/// A rejection class in words (the codes stay in JSON, never in messages).
+fn rejection_words(reason: &str) -> &'static str {
+    match reason {
+        "bad_signature" => "not verifying (another key, or changed after signing)",
+        "digest_mismatch" => "replayed (about another digest)",
+        "payload_tampered" => "tampered",
+        "no_signature" => "unsigned",
+        "unreadable" => "unreadable",
+        _ => "malformed",
+    }
+}
+
 /// The class and words of a refusal. Evidence is verified with the rule's keys only, so a
 /// signature by another key shows up as a `bad_signature` rejection, not as
 /// [`DenyReason::UnknownKey`]; the rejections tell "unsigned" from the other cases.
@@ -164,10 +176,8 @@ fn explain(reason: &DenyReason, rejected: &[&Rejection]) -> (&'static str, Strin
         .filter(|r| r.kind == "attestation")
         .collect();
     let describe = |r: &Rejection| match r.reason {
-        "bad_signature" => format!(
-            "signed, but by a key the rule does not list (signature {}…)",
-            short(r.layer.as_str())
-        ),
+        // The rejection's own message names the keys tried and both possible causes.
+        "bad_signature" => r.message.clone(),
         "digest_mismatch" => format!(
             "signature over another digest {} (replayed onto this image)",
             r.other_digest.as_deref().unwrap_or("?")
@@ -177,9 +187,9 @@ fn explain(reason: &DenyReason, rejected: &[&Rejection]) -> (&'static str, Strin
             short(r.layer.as_str()),
             r.message
         ),
-        _ => format!(
-            "{} signature {}: {}",
-            r.reason,
+        other => format!(
+            "{} signature {}…: {}",
+            rejection_words(other),
             short(r.layer.as_str()),
             r.message
         ),
@@ -223,7 +233,14 @@ fn explain(reason: &DenyReason, rejected: &[&Rejection]) -> (&'static str, Strin
                 m.push_str(
                     &atts
                         .iter()
-                        .map(|r| format!("{} attestation {}", r.reason, short(r.layer.as_str())))
+                        .map(|r| {
+                            format!(
+                                "{} attestation {}…: {}",
+                                rejection_words(r.reason),
+                                short(r.layer.as_str()),
+                                r.message
+                            )
+                        })
                         .collect::<Vec<_>>()
                         .join("; "),
                 );
@@ -304,9 +321,16 @@ mod tests {
                 "unsigned: no signature found".to_owned(),
             ),
             (
-                vec![rejection("bad_signature", None)],
+                vec![Rejection {
+                    message: trust::SignatureError::BadSignature {
+                        layer: Digest::sha256(b"layer"),
+                        tried: vec!["sha256:0123456789ab".to_owned()],
+                    }
+                    .to_string(),
+                    ..rejection("bad_signature", None)
+                }],
                 "unknown_key",
-                "signed, but by a key the rule does not list".to_owned(),
+                "does not verify with the key tried (sha256:0123456789ab): signed by another key, or the payload was changed after signing".to_owned(),
             ),
             (
                 vec![rejection("digest_mismatch", Some("sha256:0123"))],

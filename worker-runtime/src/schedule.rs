@@ -460,7 +460,17 @@ impl Worker {
                     st.phase = Phase::Failed;
                     if let ZoneError::Admission(AdmissionError::Denied(d)) = &e {
                         st.phase = Phase::Denied;
-                        st.denial = Some((**d).clone());
+                        let mut d = (**d).clone();
+                        // A moved tag that is refused replaces nothing: say so, or the
+                        // operator reads "denied" as "the zone is down".
+                        if let Some(current) = &st.current_digest
+                            && current != &d.digest
+                        {
+                            d.message.push_str(&format!(
+                                "; the zone keeps running its current image {current}"
+                            ));
+                        }
+                        st.denial = Some(d);
                     }
                     if desired.is_some() {
                         st.desired_digest = desired;
