@@ -25,6 +25,8 @@
 #                one key, two required attestations); reports the time of each admission
 #                check (fetch the signatures and attestations, verify, evaluate; two per
 #                pull) against the pull, from the worker's log
+#     --signature-format legacy|bundle   with --policy: how rdctl signs and attests (cosign v2's
+#                .sig/.att tags, or cosign v3's sigstore bundle referrers; default legacy)
 #     --runs N   runs per side (default 5)
 #     --no-docs  print the table only (bench/out/worker.md), do not append to docs
 #     --rates "R…"  link rates in Mbit/s for the rate-limited runs (default "1000 250"; "" for none)
@@ -35,6 +37,7 @@ QUICK=0
 RUNS=5
 DOCS=1
 POLICY=0
+SIG_FORMAT=legacy
 RATES="1000 250"
 SIZE_ARG=""
 while [ $# -gt 0 ]; do
@@ -43,9 +46,10 @@ while [ $# -gt 0 ]; do
 	--runs) RUNS="$2"; shift ;;
 	--no-docs) DOCS=0 ;;
 	--policy) POLICY=1 ;;
+	--signature-format) SIG_FORMAT="$2"; shift ;;
 	--rates) RATES="$2"; shift ;;
 	--size) SIZE_ARG="$2"; shift ;;
-	-h | --help) sed -n '2,31p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,33p' "$0"; exit 0 ;;
 	*) echo "unknown option $1" >&2; exit 2 ;;
 	esac
 	shift
@@ -147,9 +151,9 @@ if [ "$POLICY" = 1 ]; then
 	(cd "$OUT/node" && "$RDCTL" key generate --format pkcs8 --no-password --output-key-prefix bench >/dev/null)
 	printf '{"spdxVersion":"SPDX-2.3","SPDXID":"SPDXRef-DOCUMENT","name":"bench","packages":[]}' >"$OUT/node/sbom.json"
 	printf '{"buildDefinition":{"buildType":"https://example.invalid/bench"},"runDetails":{"builder":{"id":"https://example.invalid/bench"}}}' >"$OUT/node/prov.json"
-	"$RDCTL" sign --key "$OUT/node/bench.key" "$REF" >/dev/null
-	"$RDCTL" attest --key "$OUT/node/bench.key" --type spdxjson --predicate "$OUT/node/sbom.json" "$REF" >/dev/null
-	"$RDCTL" attest --key "$OUT/node/bench.key" --type slsaprovenance1 --predicate "$OUT/node/prov.json" "$REF" >/dev/null
+	"$RDCTL" sign --format "$SIG_FORMAT" --key "$OUT/node/bench.key" "$REF" >/dev/null
+	"$RDCTL" attest --format "$SIG_FORMAT" --key "$OUT/node/bench.key" --type spdxjson --predicate "$OUT/node/sbom.json" "$REF" >/dev/null
+	"$RDCTL" attest --format "$SIG_FORMAT" --key "$OUT/node/bench.key" --type slsaprovenance1 --predicate "$OUT/node/prov.json" "$REF" >/dev/null
 	printf '[[rule]]\nmatch = "**/bench/*"\naction = "signed"\nkeys = ["bench.pub"]\nrequire_attestations = ["spdxjson", "slsaprovenance1"]\n' >"$OUT/node/policy.toml"
 	sed -i '1i policy = "policy.toml"' "$OUT/node/worker.toml"
 fi

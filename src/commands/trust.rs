@@ -225,6 +225,18 @@ pub enum SignatureFormat {
     Bundle,
 }
 
+/// How [`sign_image`] writes a signature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignAs {
+    /// At the `.sig` tag, and as a referrer too when asked and the registry has the API.
+    Legacy {
+        /// Also push the `.sig` layer set as an OCI 1.1 referrer.
+        also_referrer: bool,
+    },
+    /// A sigstore bundle referrer.
+    Bundle,
+}
+
 /// Arguments of `rdctl sign`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:
@@ -296,10 +308,9 @@ pub async fn sign_image(
     docker_reference: &str,
     key: &SigningKey,
     annotations: Option<&BTreeMap<String, String>>,
-    also_referrer: bool,
-    format: SignatureFormat,
+    how: SignAs,
 ) -> anyhow::Result<Pushed> {
-    if format == SignatureFormat::Bundle {
+    let SignAs::Legacy { also_referrer } = how else {
         let mut st = trust::bundle::statement(
             docker_reference,
             &subject.digest,
@@ -313,7 +324,7 @@ pub async fn sign_image(
                 .collect();
         }
         return push_bundle(client, target, subject, &st, key).await;
-    }
+    };
     let payload = SimpleSigning::new(docker_reference, &subject.digest, annotations).to_bytes();
     let sig = cosign::sign(key, &payload);
     let pushed = signatures::push_signature(
@@ -447,8 +458,12 @@ pub fn sign(args: SignArgs) -> anyhow::Result<ExitCode> {
             &signatures::docker_reference(&target),
             &key,
             annotations.as_ref(),
-            !args.no_referrer,
-            args.format,
+            match args.format {
+                SignatureFormat::Legacy => SignAs::Legacy {
+                    also_referrer: !args.no_referrer,
+                },
+                SignatureFormat::Bundle => SignAs::Bundle,
+            },
         )
         .await
     })??;
@@ -844,8 +859,9 @@ pub fn sign_build(
                 &s.docker_reference,
                 s.key,
                 None,
-                false,
-                SignatureFormat::Legacy,
+                SignAs::Legacy {
+                    also_referrer: false,
+                },
             )
             .await?,
         ];
