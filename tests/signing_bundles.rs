@@ -383,3 +383,77 @@ fn the_worker_admits_an_image_signed_and_attested_by_cosign_v3() {
     assert_eq!(st["unsigned"]["phase"], "Denied", "{:#}", st["unsigned"]);
     assert!(!node.root("unsigned").exists());
 }
+
+/// Copies carry cosign v3's bundles: registry (referrers API) to distribution v3 (tag schema),
+/// through a layout, and by `rdctl sync`; cosign v3 and rdctl verify at every destination.
+#[test]
+fn copy_pull_push_and_sync_carry_bundles() {
+    let dir = tempdir();
+    let d = dir.path();
+    setup(d);
+    let data = tempdir();
+    let a = Server::start(data.path(), &[]);
+    let store = tempdir();
+    let b = Distribution::start_v3(
+        store.path(),
+        &format!(
+            "  filesystem:\n    rootdirectory: {}\n",
+            s(&store.path().join("data"))
+        ),
+    );
+    let src = format!("{}/trusted/app", a.host());
+    let digest = pushed_image(d, "travels with bundles\n", &format!("{src}:v1"));
+    cosign3_sign(d, "cosign.key", &format!("{src}@{digest}"));
+    cosign3_attest(d, "cosign.key", &format!("{src}@{digest}"));
+    let verified_at = |reference: &str| {
+        let (code, doc, stderr) = verify(
+            d,
+            &[
+                "--key",
+                "cosign.pub",
+                "--attestation",
+                "spdxjson",
+                reference,
+            ],
+        );
+        assert_eq!(code, 0, "{reference}: {stderr}\n{doc}");
+    };
+
+    // Registry to registry (referrers API to the tag schema).
+    let dst = format!("{}/copied/app", b.host());
+    ok(rd(d).args(["copy", &format!("{src}:v1"), &format!("{dst}:v1")]));
+    cosign3_verifies(d, "cosign.pub", &format!("{dst}@{digest}"), false);
+    cosign3_verifies(d, "cosign.pub", &format!("{dst}@{digest}"), true);
+    verified_at(&format!("{dst}:v1"));
+
+    // Through a layout.
+    let pulled = d.join("pulled");
+    ok(rd(d).args([
+        "pull",
+        &format!("{src}:v1"),
+        &format!("oci:{}:v1", s(&pulled)),
+    ]));
+    verified_at(&format!("oci:{}:v1", s(&pulled)));
+    let again = format!("{}/through-layout/app", b.host());
+    ok(rd(d).args([
+        "push",
+        &format!("oci:{}:v1", s(&pulled)),
+        &format!("{again}:v1"),
+    ]));
+    cosign3_verifies(d, "cosign.pub", &format!("{again}@{digest}"), false);
+    verified_at(&format!("{again}:v1"));
+
+    // sync, registry to registry (source prefix `trusted`, destination prefix `synced`).
+    ok(rd(d).args([
+        "sync",
+        &format!("{}/trusted", a.host()),
+        &format!("{}/synced", b.host()),
+    ]));
+    verified_at(&format!("{}/synced/app:v1", b.host()));
+    cosign3_verifies(
+        d,
+        "cosign.pub",
+        &format!("{}/synced/app@{digest}", b.host()),
+        true,
+    );
+}
