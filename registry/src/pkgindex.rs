@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use validator::{Constraint, Digest, Glob, GlobSyntax, Name, SPDX_ARTIFACT_TYPE, SpdxPackage};
+use validator::{Constraint, Digest, Name, PackageNameGlob, SPDX_ARTIFACT_TYPE, SpdxPackage};
 
 use crate::auth::Access;
 use crate::errors::ApiResult;
@@ -162,23 +162,11 @@ pub fn name_matches(pattern: &str, name: &str) -> bool {
     NameGlob::new(pattern).matches(name)
 }
 
-/// A search pattern compiled once for all the names a search looks at ([`name_matches`]).
-/// Its matching takes at most pattern × name steps, whatever the pattern: anyone who can
-/// search sends it.
-struct NameGlob(Glob);
-
-impl NameGlob {
-    fn new(pattern: &str) -> NameGlob {
-        NameGlob(Glob::new(pattern, GlobSyntax::ANY))
-    }
-
-    fn matches(&self, name: &str) -> bool {
-        self.0.matches(name)
-            || name
-                .match_indices('/')
-                .any(|(i, _)| self.0.matches(&name[i + 1..]))
-    }
-}
+/// A search pattern compiled once for all the names a search looks at ([`name_matches`]):
+/// validator's [`PackageNameGlob`], the one name matcher `rdctl search` and the admission
+/// policy's `deny_packages` share. Its matching takes at most pattern × name steps, whatever
+/// the pattern: anyone who can search sends it.
+type NameGlob = PackageNameGlob;
 
 /// A package search.
 #[derive(Debug, Clone)]

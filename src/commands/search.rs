@@ -40,25 +40,25 @@ pub struct SearchArgs {
     pub json: bool,
 }
 
-/// Splits `NAME[@OP VERSION]`, checking the constraint before anything is sent.
-fn split_package(s: &str) -> anyhow::Result<(&str, Option<validator::Constraint>)> {
-    let (name, constraint) = match s.split_once('@') {
-        Some((n, c)) => (n.trim(), Some(c.trim())),
-        None => (s.trim(), None),
-    };
-    if name.is_empty() {
-        anyhow::bail!("--package {s:?} has no package name (like openssl or 'openssl@<3.0')");
+/// Parses `NAME[@OP VERSION]` with the parser the admission policy's `deny_packages` uses
+/// ([`validator::PackageQuery`]), checking the constraint before anything is sent. The
+/// package index does not record publishers, so `pkg://PUBLISHER/NAME` is refused.
+fn split_package(s: &str) -> anyhow::Result<(String, Option<validator::Constraint>)> {
+    let q = validator::PackageQuery::parse(s).map_err(|e| anyhow::anyhow!("--package {e}"))?;
+    if let Some(p) = q.publisher() {
+        anyhow::bail!(
+            "--package {s:?}: the package search does not filter by publisher ({p}); give pkg:/{} or {}",
+            q.name(),
+            q.name()
+        );
     }
-    let constraint = constraint
-        .map(validator::Constraint::parse)
-        .transpose()
-        .map_err(|e| anyhow::anyhow!("--package {s:?}: {e}"))?;
-    Ok((name, constraint))
+    Ok((q.name().to_owned(), q.constraint().cloned()))
 }
 
 /// Runs `rdctl search`.
 pub fn run(args: SearchArgs) -> anyhow::Result<ExitCode> {
     let (name, constraint) = split_package(&args.package)?;
+    let name = name.as_str();
     let client = args.client.client()?;
     let host = args
         .host
@@ -153,7 +153,14 @@ mod tests {
     #[test]
     fn package_arguments() {
         let (n, c) = split_package("openssl").unwrap();
-        assert_eq!((n, c), ("openssl", None));
+        assert_eq!((n.as_str(), c), ("openssl", None));
+        let (n, _) = split_package("pkg:/library/security/openssl@<3.0").unwrap();
+        assert_eq!(n, "library/security/openssl");
+        let e = split_package("pkg://openindiana.org/openssl").unwrap_err();
+        assert!(
+            e.to_string().contains("does not filter by publisher"),
+            "{e}"
+        );
         let (n, c) = split_package("demo/*@>= 2.1").unwrap();
         assert_eq!(n, "demo/*");
         assert_eq!(c.unwrap().to_string(), ">=2.1");

@@ -46,6 +46,7 @@ mod layer;
 mod layout;
 mod media_type;
 mod names;
+mod pkg_query;
 mod pkg_version;
 mod platform;
 mod report;
@@ -80,6 +81,7 @@ pub use layout::{
 pub use media_type::{Compression, MediaType, MediaTypeError};
 pub use names::{MAX_NAME_LEN, MAX_TAG_LEN, Name, NameError, Tag, TagError};
 pub use oci_spec;
+pub use pkg_query::{PackageMatch, PackageNameGlob, PackageQuery};
 pub use pkg_version::{Constraint, PkgVersion, VersionOp};
 pub use platform::{KNOWN_ARCH, KNOWN_OS, Platform};
 pub use report::{Report, Rule, Severity, Violation};
