@@ -220,7 +220,7 @@ action = "reject"
             "noatt",
             "missing_attestation",
             Some(rule(2, "**/p/att")),
-            "missing attestation https://spdx.dev/Document".to_owned(),
+            "missing attestation spdxjson (https://spdx.dev/Document)".to_owned(),
         ),
         (
             "threshold",
@@ -706,4 +706,146 @@ fn an_image_signed_by_cosign_is_admitted() {
     assert!(node.root("signed").is_dir(), "the signed zone exists");
     assert_eq!(st["unsigned"]["phase"], "Denied", "{:#}", st["unsigned"]);
     assert!(!node.root("unsigned").exists());
+}
+
+/// An SPDX SBOM as `rdctl build` writes one, listing `openssl` at `version`.
+fn openssl_sbom(version: &str) -> String {
+    serde_json::json!({
+        "spdxVersion": "SPDX-2.3",
+        "dataLicense": "CC0-1.0",
+        "SPDXID": "SPDXRef-DOCUMENT",
+        "name": "zones/app",
+        "documentNamespace": "https://reddwarf.invalid/spdx/zones/app",
+        "creationInfo": {"created": "2024-01-01T00:00:00Z", "creators": ["Tool: rdctl"]},
+        "packages": [
+            {
+                "SPDXID": "SPDXRef-Package-0",
+                "name": "shell/bash",
+                "versionInfo": "5.2,5.11-2024.0.0.0",
+                "supplier": "Organization: openindiana.org",
+                "downloadLocation": "NOASSERTION",
+                "externalRefs": [{"referenceCategory": "PACKAGE-MANAGER", "referenceType": "ips-fmri",
+                    "referenceLocator": "pkg://openindiana.org/shell/bash@5.2,5.11-2024.0.0.0"}],
+            },
+            {
+                "SPDXID": "SPDXRef-Package-1",
+                "name": "library/security/openssl",
+                "versionInfo": version,
+                "supplier": "Organization: openindiana.org",
+                "downloadLocation": "NOASSERTION",
+                "externalRefs": [{"referenceCategory": "PACKAGE-MANAGER", "referenceType": "ips-fmri",
+                    "referenceLocator": format!("pkg://openindiana.org/library/security/openssl@{version}")}],
+            },
+        ],
+    })
+    .to_string()
+}
+
+/// `deny_packages = ["openssl@<3.0"]`: an image whose SBOM attestation (by `rdctl attest`)
+/// lists openssl 1.1.1 is refused naming the package and the entry, one without an SBOM is
+/// refused for that, and neither is created; the same SBOM with openssl 3.1 (as a sigstore
+/// bundle this time) is admitted and runs.
+#[test]
+fn deny_packages_refuses_an_image_whose_sbom_lists_an_old_openssl() {
+    let dir = tempdir();
+    let d = dir.path();
+    keys(d);
+    let data = tempdir();
+    let reg = Server::start(data.path(), &[]);
+    let old = format!("{}/prod/old-ssl:1", reg.host());
+    let new = format!("{}/prod/new-ssl:1", reg.host());
+    let bare = format!("{}/prod/no-sbom:1", reg.host());
+    // The refused images are never run: small ones of their own content (so no blob of
+    // theirs is shared with the admitted image).
+    let old_digest = pushed_image(d, "old openssl\n", &old);
+    pushed_image(d, "no sbom\n", &bare);
+    let new_digest = illumos_image(d, "new", &new);
+    fs::write(
+        d.join("old.spdx.json"),
+        openssl_sbom("1.1.1.20,5.11-2024.0.0.0"),
+    )
+    .unwrap();
+    fs::write(
+        d.join("new.spdx.json"),
+        openssl_sbom("3.1.4,5.11-2024.0.0.0"),
+    )
+    .unwrap();
+    for (image, sbom, format) in [
+        (&old, "old.spdx.json", "legacy"),
+        (&new, "new.spdx.json", "bundle"),
+    ] {
+        ok(rd(d).args(["sign", "--key", "ours.key", image]));
+        ok(rd(d).args([
+            "attest",
+            "--key",
+            "ours.key",
+            "--type",
+            "spdxjson",
+            "--predicate",
+            sbom,
+            "--format",
+            format,
+            image,
+        ]));
+    }
+    ok(rd(d).args(["sign", "--key", "ours.key", &bare]));
+    fs::write(
+        d.join("policy.toml"),
+        "[[rule]]\nmatch = \"**/prod/*\"\naction = \"signed\"\nkeys = [\"ours.pub\"]\n\
+         deny_packages = [\"openssl@<3.0\"]\n",
+    )
+    .unwrap();
+    let node = policy_node(&d.join("node"), "../policy.toml", "");
+    node.zone("old", &old);
+    node.zone("new", &new);
+    node.zone("bare", &bare);
+    let out = node.run_once();
+    assert_eq!(out.status.code(), Some(1), "{}", tail(&out.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().next().unwrap(),
+        "provisioned: new; unchanged: ; failed: bare,old; backing off: ; removed: ",
+        "{}",
+        tail(&out.stderr)
+    );
+    let st = node.status();
+    for (zone, words) in [
+        (
+            "old",
+            "the SBOM lists library/security/openssl@1.1.1.20,5.11-2024.0.0.0 \
+             (pkg://openindiana.org/library/security/openssl@1.1.1.20,5.11-2024.0.0.0), \
+             refused by deny_packages \"openssl@<3.0\""
+                .to_owned(),
+        ),
+        (
+            "bare",
+            "no verified SPDX SBOM attestation (https://spdx.dev/Document) by the rule's keys, \
+             which deny_packages \"openssl@<3.0\" needs"
+                .to_owned(),
+        ),
+    ] {
+        let z = &st[zone];
+        assert_eq!(z["phase"], "Denied", "{zone}: {z:#}");
+        assert_eq!(
+            z["denial"]["rule"], "rule 1 (match = \"**/prod/*\")",
+            "{zone}: {z:#}"
+        );
+        let message = z["denial"]["message"].as_str().unwrap();
+        assert!(message.contains(&words), "{zone}: {message}");
+        assert!(
+            z["last_error"].as_str().unwrap().contains(&words),
+            "{zone}: {z:#}"
+        );
+        assert!(z["current_digest"].is_null(), "{zone}: {z:#}");
+        assert!(!node.zonepath(zone).exists(), "{zone}: a zone was created");
+    }
+    assert!(
+        !d.join("node/state/content/blobs/sha256")
+            .join(old_digest.trim_start_matches("sha256:"))
+            .exists(),
+        "the refused image was fetched"
+    );
+    let z = &st["new"];
+    assert_eq!(z["phase"], "Ready", "{z:#}");
+    assert_eq!(z["current_digest"], new_digest.as_str());
+    assert!(node.root("new").join("usr").is_dir());
 }

@@ -285,7 +285,7 @@ pub struct Evidence {
 }
 
 impl Evidence {
-    /// The verified keys and predicate types, as the admission policy takes them.
+    /// The verified keys, predicate types and predicates, as the admission policy takes them.
     pub fn policy_evidence(&self) -> trust::Evidence {
         let mut signatures: Vec<KeyId> = Vec::new();
         for s in &self.signatures {
@@ -300,9 +300,21 @@ impl Evidence {
                 attestations.push(pair);
             }
         }
+        let mut predicates: Vec<trust::policy::VerifiedPredicate> = Vec::new();
+        for a in &self.attestations {
+            let p = trust::policy::VerifiedPredicate {
+                key: a.key_id.clone(),
+                predicate_type: a.predicate_type.clone(),
+                predicate: a.predicate.clone(),
+            };
+            if !predicates.contains(&p) {
+                predicates.push(p);
+            }
+        }
         trust::Evidence {
             signatures,
             attestations,
+            predicates,
         }
     }
 

@@ -21,8 +21,9 @@
 //!   in-toto statements or message signatures, as OCI 1.1 referrers of the image; verified
 //!   with keys, offline.
 //! - [`policy`]: `[[rule]]`s matching image names by glob, with `accept`, `reject` or
-//!   `signed` (keys, threshold, required attestations, digest pin), evaluated against the
-//!   [`policy::Evidence`] a caller gathered into a [`policy::Decision`].
+//!   `signed` (keys, threshold, required attestations, digest pin, and conditions on what
+//!   the attestations say: packages an SBOM must not list, the SLSA builder and source),
+//!   evaluated against the [`policy::Evidence`] a caller gathered into a [`policy::Decision`].
 //!
 //! The crate does no network I/O and starts no runtime: callers fetch manifests and blobs and
 //! pass their bytes in, and push what the manifest builders return. It reads files only in

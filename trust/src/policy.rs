@@ -13,6 +13,10 @@
 //! threshold = 2                                  # default 1, at most the number of keys
 //! require_attestations = ["spdxjson", "slsaprovenance1"]
 //! require_digest_pin = true
+//! # What the attestations signed by the rule's keys must say:
+//! deny_packages = ["openssl@<3.0", "pkg://openindiana.org/library/security/*@<1.2"]
+//! slsa_builder_id = "https://ci.example/builder"
+//! slsa_source_digest = "sha1:0123456789abcdef0123456789abcdef01234567"
 //!
 //! [[rule]]
 //! match = "registry.example.com/dev/*"
@@ -36,6 +40,15 @@
 //! name (an invalid host, upper case in the repository path, a trailing `/`, a glob host
 //! with a default port) is refused at load.
 //!
+//! Content conditions read the predicates of verified attestations by the rule's keys
+//! ([`Evidence::predicates`]): `deny_packages` refuses an image whose SPDX SBOM lists a
+//! package matching one of its [`validator::PackageQuery`] patterns (`NAME[@OP VERSION]`,
+//! the package search's syntax and pkg(5) version order; NAME also as `pkg:/NAME` or
+//! `pkg://PUBLISHER/NAME`), and refuses one without such an SBOM; `slsa_builder_id` and
+//! `slsa_source_digest` need one SLSA v1 provenance whose `runDetails.builder.id` is the
+//! builder and one of whose `buildDefinition.resolvedDependencies` has the digest. See
+//! [`ContentConditions`].
+//!
 //! The policy is pure: the caller asks [`Policy::keys_for`] which keys to verify with,
 //! verifies signatures and attestations (see [`crate::cosign`], [`crate::attestation`]),
 //! and hands the result to [`Policy::evaluate`] as [`Evidence`].
@@ -48,7 +61,10 @@ use serde::Deserialize;
 
 use crate::glob;
 use crate::intoto::predicate_type_uri;
+
+mod content;
 use crate::keys::{KeyError, KeyId, VerifyingKey};
+pub use content::{ContentConditions, ListedPackage, SourceDigest, VerifiedPredicate};
 
 /// A policy file could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -158,6 +174,10 @@ struct FileRule {
     require_attestations: Vec<String>,
     #[serde(default)]
     require_digest_pin: bool,
+    #[serde(default)]
+    deny_packages: Vec<String>,
+    slsa_builder_id: Option<String>,
+    slsa_source_digest: Option<String>,
 }
 
 const HINTS: config_toml::Hints<'static> = &[
@@ -167,6 +187,18 @@ const HINTS: config_toml::Hints<'static> = &[
         "how many of the keys must have signed, a whole number such as 1",
     ),
     ("require_digest_pin", "true or false"),
+    (
+        "deny_packages",
+        "a list of packages such as [\"openssl@<3.0\", \"pkg:/library/security/*\"]",
+    ),
+    (
+        "slsa_builder_id",
+        "the builder's id URI, a string such as \"https://ci.example/builder\"",
+    ),
+    (
+        "slsa_source_digest",
+        "a string ALGORITHM:HEX such as \"sha1:0123…\"",
+    ),
 ];
 
 /// One checked rule.
@@ -187,6 +219,10 @@ pub struct Rule {
     pub threshold: usize,
     /// Required predicate type URIs (short names resolved at load).
     pub require_attestations: Vec<String>,
+    /// The same types as written in the file (`spdxjson`), for messages.
+    pub require_attestation_names: Vec<String>,
+    /// What the attestations by the rule's keys must say.
+    pub content: ContentConditions,
     /// The reference must name a digest.
     pub require_digest_pin: bool,
 }
@@ -213,6 +249,27 @@ pub struct Evidence {
     pub signatures: Vec<KeyId>,
     /// Verified attestations: (signing key, predicate type URI).
     pub attestations: Vec<(KeyId, String)>,
+    /// The predicates of verified attestations, for a rule's content conditions.
+    pub predicates: Vec<VerifiedPredicate>,
+}
+
+/// An attestation type a rule requires: its name as the policy writes it and its URI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttestationType {
+    /// As written in `require_attestations` (`spdxjson`, or a URI).
+    pub name: String,
+    /// The predicate type URI.
+    pub uri: String,
+}
+
+impl fmt::Display for AttestationType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.name == self.uri {
+            f.write_str(&self.uri)
+        } else {
+            write!(f, "{} ({})", self.name, self.uri)
+        }
+    }
 }
 
 /// Why an image is refused.
@@ -243,10 +300,55 @@ pub enum DenyReason {
         /// Which of the rule's keys signed.
         signed_by: Vec<KeyId>,
     },
-    /// No attestation of this predicate type by one of the rule's keys.
+    /// No attestation of these required types by one of the rule's keys.
     MissingAttestation {
-        /// The predicate type URI.
-        predicate_type: String,
+        /// Every required type missing, in the rule's order.
+        missing: Vec<AttestationType>,
+    },
+    /// `deny_packages` is set and no SPDX SBOM attestation by the rule's keys verified.
+    MissingSbom {
+        /// The rule's `deny_packages`, as written.
+        deny_packages: Vec<String>,
+    },
+    /// A verified SBOM attestation is not an SPDX document the policy can read.
+    UnreadableSbom {
+        /// Why it cannot be read.
+        error: String,
+    },
+    /// The SBOM lists a package `deny_packages` refuses.
+    DeniedPackage {
+        /// The package as the SBOM lists it.
+        package: ListedPackage,
+        /// The `deny_packages` entry, as written.
+        pattern: String,
+    },
+    /// The SBOM lists a package a `deny_packages` entry names, at a version that is not a
+    /// pkg(5) version (or none), so its constraint cannot be decided.
+    PackageVersionUnknown {
+        /// The package as the SBOM lists it.
+        package: ListedPackage,
+        /// The `deny_packages` entry, as written.
+        pattern: String,
+    },
+    /// SLSA conditions are set and no SLSA v1 provenance by the rule's keys verified.
+    MissingProvenance {
+        /// The rule's SLSA conditions, as written (`slsa_builder_id = "…"`).
+        conditions: Vec<String>,
+    },
+    /// No verified provenance names the builder `slsa_builder_id` requires.
+    SlsaBuilderMismatch {
+        /// The required builder id.
+        want: String,
+        /// The builder ids the provenances name.
+        found: Vec<String>,
+    },
+    /// No verified provenance by the required builder has a resolved dependency with the
+    /// digest `slsa_source_digest` requires.
+    SlsaSourceMismatch {
+        /// The required digest (`sha1:…`).
+        want: String,
+        /// The digests those provenances list.
+        found: Vec<String>,
     },
 }
 
@@ -278,11 +380,66 @@ impl fmt::Display for DenyReason {
                 }
                 Ok(())
             }
-            DenyReason::MissingAttestation { predicate_type } => {
-                write!(f, "missing attestation {predicate_type}")
+            DenyReason::MissingAttestation { missing } => {
+                let s = if missing.len() == 1 { "" } else { "s" };
+                let list = missing
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                write!(f, "missing attestation{s} {list}")
+            }
+            DenyReason::MissingSbom { deny_packages } => write!(
+                f,
+                "no verified SPDX SBOM attestation ({}) by the rule's keys, which deny_packages {} needs",
+                crate::intoto::PREDICATE_SPDX,
+                quoted(deny_packages)
+            ),
+            DenyReason::UnreadableSbom { error } => write!(
+                f,
+                "the SPDX SBOM attestation cannot be read, so deny_packages cannot be checked: {error}"
+            ),
+            DenyReason::DeniedPackage { package, pattern } => write!(
+                f,
+                "the SBOM lists {package}, refused by deny_packages \"{pattern}\""
+            ),
+            DenyReason::PackageVersionUnknown { package, pattern } => write!(
+                f,
+                "the SBOM lists {package} without a pkg(5) version, so deny_packages \"{pattern}\" cannot clear it"
+            ),
+            DenyReason::MissingProvenance { conditions } => write!(
+                f,
+                "no verified SLSA v1 provenance ({}) by the rule's keys, which {} needs",
+                crate::intoto::PREDICATE_SLSA_V1,
+                conditions.join(" and ")
+            ),
+            DenyReason::SlsaBuilderMismatch { want, found } => write!(
+                f,
+                "the SLSA provenance names builder {}, refused by slsa_builder_id = \"{want}\"",
+                quoted(found)
+            ),
+            DenyReason::SlsaSourceMismatch { want, found } => {
+                write!(
+                    f,
+                    "no resolved dependency of the SLSA provenance has digest {want}, required by slsa_source_digest"
+                )?;
+                if found.is_empty() {
+                    f.write_str(" (it lists no digests)")
+                } else {
+                    write!(f, " (it lists {})", found.join(", "))
+                }
             }
         }
     }
+}
+
+/// `"a", "b"`.
+fn quoted(items: &[String]) -> String {
+    items
+        .iter()
+        .map(|i| format!("\"{i}\""))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The outcome of [`Policy::evaluate`].
@@ -371,6 +528,9 @@ impl Policy {
                     (!r.keys.is_empty(), "keys"),
                     (r.threshold.is_some(), "threshold"),
                     (!r.require_attestations.is_empty(), "require_attestations"),
+                    (!r.deny_packages.is_empty(), "deny_packages"),
+                    (r.slsa_builder_id.is_some(), "slsa_builder_id"),
+                    (r.slsa_source_digest.is_some(), "slsa_source_digest"),
                 ] {
                     if set {
                         return Err(value(
@@ -424,6 +584,29 @@ impl Policy {
                 })?;
                 attestations.push(uri.to_owned());
             }
+            let mut content = ContentConditions::default();
+            for (j, d) in r.deny_packages.iter().enumerate() {
+                let q = validator::PackageQuery::parse(d)
+                    .map_err(|e| value(format!("rule.{i}.deny_packages.{j}"), e))?;
+                content.deny_packages.push(q);
+            }
+            if let Some(b) = &r.slsa_builder_id {
+                if b.trim().is_empty() || b.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                    return Err(value(
+                        format!("rule.{i}.slsa_builder_id"),
+                        format!(
+                            "{b:?} is not a builder id: give the URI the provenance's runDetails.builder.id holds (like \"https://ci.example/builder\")"
+                        ),
+                    ));
+                }
+                content.slsa_builder_id = Some(b.clone());
+            }
+            if let Some(d) = &r.slsa_source_digest {
+                content.slsa_source_digest = Some(
+                    SourceDigest::parse(d)
+                        .map_err(|e| value(format!("rule.{i}.slsa_source_digest"), e))?,
+                );
+            }
             let canonical = glob::canonical_pattern(&r.pattern)
                 .map_err(|reason| value(format!("rule.{i}.match"), reason))?;
             rules.push(Rule {
@@ -434,6 +617,8 @@ impl Policy {
                 keys,
                 threshold,
                 require_attestations: attestations,
+                require_attestation_names: r.require_attestations,
+                content,
                 require_digest_pin: r.require_digest_pin,
             });
         }
@@ -530,16 +715,26 @@ impl Policy {
                 signed_by,
             });
         }
-        for required in &rule.require_attestations {
-            let found = evidence
-                .attestations
-                .iter()
-                .any(|(k, t)| t == required && rule_ids.contains(k));
-            if !found {
-                return deny(DenyReason::MissingAttestation {
-                    predicate_type: required.clone(),
-                });
-            }
+        let missing: Vec<AttestationType> = rule
+            .require_attestations
+            .iter()
+            .zip(&rule.require_attestation_names)
+            .filter(|(required, _)| {
+                !evidence
+                    .attestations
+                    .iter()
+                    .any(|(k, t)| t == *required && rule_ids.contains(k))
+            })
+            .map(|(uri, name)| AttestationType {
+                name: name.clone(),
+                uri: uri.clone(),
+            })
+            .collect();
+        if !missing.is_empty() {
+            return deny(DenyReason::MissingAttestation { missing });
+        }
+        if let Some(reason) = rule.content.check(&evidence.predicates, &rule_ids) {
+            return deny(reason);
         }
         Decision::Admit {
             rule: Some(rref),

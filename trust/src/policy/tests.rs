@@ -112,6 +112,7 @@ fn signed_rule_reasons() {
             .iter()
             .map(|(k, t)| (k.clone(), t.to_string()))
             .collect(),
+        predicates: Vec::new(),
     };
     assert_eq!(
         deny_reason(p.evaluate(prod, false, &ev(&[], &[]))),
@@ -146,11 +147,25 @@ fn signed_rule_reasons() {
         "{r}"
     );
     let two = [k.id("a.pub"), k.id("c.pub")];
+    let r = deny_reason(p.evaluate(prod, true, &ev(&two, &[(k.id("a.pub"), PREDICATE_SPDX)])));
     assert_eq!(
-        deny_reason(p.evaluate(prod, true, &ev(&two, &[(k.id("a.pub"), PREDICATE_SPDX)]))),
+        r,
         DenyReason::MissingAttestation {
-            predicate_type: PREDICATE_SLSA_V1.to_owned()
+            missing: vec![AttestationType {
+                name: "slsaprovenance1".to_owned(),
+                uri: PREDICATE_SLSA_V1.to_owned()
+            }]
         }
+    );
+    assert_eq!(
+        r.to_string(),
+        "missing attestation slsaprovenance1 (https://slsa.dev/provenance/v1)"
+    );
+    // Every missing type is named, by the policy's own name.
+    let r = deny_reason(p.evaluate(prod, true, &ev(&two, &[])));
+    assert_eq!(
+        r.to_string(),
+        "missing attestations spdxjson (https://spdx.dev/Document), slsaprovenance1 (https://slsa.dev/provenance/v1)"
     );
     // An attestation by a key outside the rule does not count.
     let outsider = generate().verifying().key_id().clone();
@@ -389,4 +404,364 @@ fn patterns_that_match_nothing_are_refused() {
             "{pattern}: {e}"
         );
     }
+}
+
+/// An SPDX document as `rdctl build` writes it: one package per FMRI, the FMRI in an
+/// `ips-fmri` external reference, the publisher as the supplier.
+fn sbom(packages: &[(&str, &str)]) -> serde_json::Value {
+    let packages: Vec<serde_json::Value> = packages
+        .iter()
+        .enumerate()
+        .map(|(i, (name, version))| {
+            serde_json::json!({
+                "SPDXID": format!("SPDXRef-Package-{i}"),
+                "name": name,
+                "versionInfo": version,
+                "supplier": "Organization: openindiana.org",
+                "externalRefs": [{
+                    "referenceCategory": "PACKAGE-MANAGER",
+                    "referenceType": "ips-fmri",
+                    "referenceLocator": format!("pkg://openindiana.org/{name}@{version}"),
+                }],
+            })
+        })
+        .collect();
+    serde_json::json!({"spdxVersion": "SPDX-2.3", "name": "zones/app", "packages": packages})
+}
+
+fn provenance(builder: &str, digests: &[(&str, &str)]) -> serde_json::Value {
+    let deps: Vec<serde_json::Value> = digests
+        .iter()
+        .map(|(alg, hex)| serde_json::json!({"uri": "git+https://src.example/app", "digest": {*alg: hex}}))
+        .collect();
+    serde_json::json!({
+        "buildDefinition": {"buildType": "https://ci.example/build/v1", "externalParameters": {},
+                            "resolvedDependencies": deps},
+        "runDetails": {"builder": {"id": builder}},
+    })
+}
+
+fn signed_with(key: &KeyId, predicates: &[(&str, serde_json::Value)]) -> Evidence {
+    Evidence {
+        signatures: vec![key.clone()],
+        attestations: predicates
+            .iter()
+            .map(|(t, _)| (key.clone(), t.to_string()))
+            .collect(),
+        predicates: predicates
+            .iter()
+            .map(|(t, p)| VerifiedPredicate {
+                key: key.clone(),
+                predicate_type: t.to_string(),
+                predicate: p.clone(),
+            })
+            .collect(),
+    }
+}
+
+const SOURCE: &str = "0123456789abcdef0123456789abcdef01234567";
+
+fn content_policy(k: &Keys) -> Policy {
+    k.load(&format!(
+        r#"
+[[rule]]
+match = "r.example/sbom/*"
+action = "signed"
+keys = ["a.pub"]
+deny_packages = ["openssl@<3.0", "pkg://openindiana.org/library/security/*@<1.2", "pkg:/web/curl"]
+
+[[rule]]
+match = "r.example/slsa/*"
+action = "signed"
+keys = ["a.pub"]
+slsa_builder_id = "https://ci.example/builder"
+slsa_source_digest = "sha1:{}"
+"#,
+        SOURCE.to_uppercase()
+    ))
+    .unwrap()
+}
+
+#[test]
+fn deny_packages_refuses_what_the_sbom_lists() {
+    let k = Keys::new(&["a.pub"]);
+    let p = content_policy(&k);
+    let a = k.id("a.pub");
+    let img = "r.example/sbom/app:1";
+    let eval = |e: &Evidence| p.evaluate(img, false, e);
+
+    // Newer packages, and other packages, are admitted.
+    let fine = sbom(&[
+        (
+            "library/security/openssl",
+            "3.0.13,5.11-2024.0.0.0:20240101T000000Z",
+        ),
+        ("library/security/gnutls", "3.8.1"),
+        ("shell/bash", "5.2"),
+    ]);
+    assert!(eval(&signed_with(&a, &[(PREDICATE_SPDX, fine)])).is_admit());
+
+    // openssl 1.1.1 is below 3.0 in pkg(5) order; the name matches after a '/'.
+    let r = deny_reason(eval(&signed_with(
+        &a,
+        &[(
+            PREDICATE_SPDX,
+            sbom(&[
+                ("shell/bash", "5.2"),
+                ("library/security/openssl", "1.1.1.20,5.11-2024.0.0.0"),
+            ]),
+        )],
+    )));
+    assert!(
+        matches!(r, DenyReason::DeniedPackage { ref pattern, .. } if pattern == "openssl@<3.0"),
+        "{r:?}"
+    );
+    assert_eq!(
+        r.to_string(),
+        "the SBOM lists library/security/openssl@1.1.1.20,5.11-2024.0.0.0 \
+         (pkg://openindiana.org/library/security/openssl@1.1.1.20,5.11-2024.0.0.0), \
+         refused by deny_packages \"openssl@<3.0\""
+    );
+    // 3.0.x is not < 3.0 (compared at the precision written), 2.9 is.
+    assert!(
+        eval(&signed_with(
+            &a,
+            &[(PREDICATE_SPDX, sbom(&[("openssl", "3.0.1")]))]
+        ))
+        .is_admit()
+    );
+    assert!(
+        !eval(&signed_with(
+            &a,
+            &[(PREDICATE_SPDX, sbom(&[("openssl", "2.9")]))]
+        ))
+        .is_admit()
+    );
+
+    // A publisher-qualified glob; and a name with no constraint refuses every version.
+    let r = deny_reason(eval(&signed_with(
+        &a,
+        &[(PREDICATE_SPDX, sbom(&[("library/security/sudo", "1.1.9")]))],
+    )));
+    assert!(
+        r.to_string().ends_with(
+            "refused by deny_packages \"pkg://openindiana.org/library/security/*@<1.2\""
+        ),
+        "{r}"
+    );
+    let r = deny_reason(eval(&signed_with(
+        &a,
+        &[(PREDICATE_SPDX, sbom(&[("web/curl", "8.5")]))],
+    )));
+    assert!(
+        r.to_string()
+            .ends_with("refused by deny_packages \"pkg:/web/curl\""),
+        "{r}"
+    );
+
+    // A version that is not a pkg(5) version cannot clear a constraint: refused, and said so.
+    let r = deny_reason(eval(&signed_with(
+        &a,
+        &[(PREDICATE_SPDX, sbom(&[("openssl", "1.1.1w-0+deb12u1")]))],
+    )));
+    assert!(
+        matches!(r, DenyReason::PackageVersionUnknown { .. }),
+        "{r:?}"
+    );
+    assert!(
+        r.to_string().contains(
+            "without a pkg(5) version, so deny_packages \"openssl@<3.0\" cannot clear it"
+        ),
+        "{r}"
+    );
+
+    // No SBOM at all, or only one signed by a key outside the rule: refused as missing.
+    let r = deny_reason(eval(&signed_with(&a, &[])));
+    assert_eq!(
+        r.to_string(),
+        "no verified SPDX SBOM attestation (https://spdx.dev/Document) by the rule's keys, \
+         which deny_packages \"openssl@<3.0\", \"pkg://openindiana.org/library/security/*@<1.2\", \"pkg:/web/curl\" needs"
+    );
+    let stranger = generate().verifying().key_id().clone();
+    let mut ev = signed_with(&a, &[]);
+    ev.attestations
+        .push((stranger.clone(), PREDICATE_SPDX.to_owned()));
+    ev.predicates.push(VerifiedPredicate {
+        key: stranger,
+        predicate_type: PREDICATE_SPDX.to_owned(),
+        predicate: sbom(&[("openssl", "3.1")]),
+    });
+    assert!(matches!(
+        deny_reason(eval(&ev)),
+        DenyReason::MissingSbom { .. }
+    ));
+
+    // Two SBOMs by the rule's key: one listing a refused package is enough to refuse.
+    let r = deny_reason(eval(&signed_with(
+        &a,
+        &[
+            (PREDICATE_SPDX, sbom(&[("openssl", "3.1")])),
+            (PREDICATE_SPDX, sbom(&[("openssl", "1.0.2")])),
+        ],
+    )));
+    assert!(matches!(r, DenyReason::DeniedPackage { .. }), "{r:?}");
+
+    // An SBOM predicate that is not an SPDX document.
+    let r = deny_reason(eval(&signed_with(
+        &a,
+        &[(
+            PREDICATE_SPDX,
+            serde_json::json!({"bomFormat": "CycloneDX"}),
+        )],
+    )));
+    assert!(matches!(r, DenyReason::UnreadableSbom { .. }), "{r:?}");
+    assert!(
+        r.to_string().contains("deny_packages cannot be checked"),
+        "{r}"
+    );
+}
+
+#[test]
+fn slsa_conditions_need_one_provenance_that_says_both() {
+    let k = Keys::new(&["a.pub"]);
+    let p = content_policy(&k);
+    let a = k.id("a.pub");
+    let img = "r.example/slsa/app:1";
+    let eval = |e: &Evidence| p.evaluate(img, false, e);
+    let builder = "https://ci.example/builder";
+
+    // The digest as written in the policy was upper case: compared in lower case.
+    let good = provenance(builder, &[("sha256", &"ab".repeat(32)), ("sha1", SOURCE)]);
+    assert!(eval(&signed_with(&a, &[(PREDICATE_SLSA_V1, good.clone())])).is_admit());
+
+    let r = deny_reason(eval(&signed_with(&a, &[])));
+    assert_eq!(
+        r.to_string(),
+        format!(
+            "no verified SLSA v1 provenance (https://slsa.dev/provenance/v1) by the rule's keys, \
+             which slsa_builder_id = \"{builder}\" and slsa_source_digest = \"sha1:{SOURCE}\" needs"
+        )
+    );
+    assert!(matches!(r, DenyReason::MissingProvenance { .. }));
+
+    let r = deny_reason(eval(&signed_with(
+        &a,
+        &[(
+            PREDICATE_SLSA_V1,
+            provenance("https://evil.example/builder", &[("sha1", SOURCE)]),
+        )],
+    )));
+    assert_eq!(
+        r.to_string(),
+        format!(
+            "the SLSA provenance names builder \"https://evil.example/builder\", \
+             refused by slsa_builder_id = \"{builder}\""
+        )
+    );
+
+    let other = "f".repeat(40);
+    let r = deny_reason(eval(&signed_with(
+        &a,
+        &[(PREDICATE_SLSA_V1, provenance(builder, &[("sha1", &other)]))],
+    )));
+    assert_eq!(
+        r,
+        DenyReason::SlsaSourceMismatch {
+            want: format!("sha1:{SOURCE}"),
+            found: vec![format!("sha1:{other}")]
+        }
+    );
+    assert_eq!(
+        r.to_string(),
+        format!(
+            "no resolved dependency of the SLSA provenance has digest sha1:{SOURCE}, \
+             required by slsa_source_digest (it lists sha1:{other})"
+        )
+    );
+
+    // The builder from one provenance and the source from another do not add up.
+    let r = deny_reason(eval(&signed_with(
+        &a,
+        &[
+            (PREDICATE_SLSA_V1, provenance(builder, &[("sha1", &other)])),
+            (
+                PREDICATE_SLSA_V1,
+                provenance("https://evil.example/builder", &[("sha1", SOURCE)]),
+            ),
+        ],
+    )));
+    assert!(matches!(r, DenyReason::SlsaSourceMismatch { .. }), "{r:?}");
+    // Either one of two provenances may satisfy the rule.
+    assert!(
+        eval(&signed_with(
+            &a,
+            &[
+                (
+                    PREDICATE_SLSA_V1,
+                    provenance("https://evil.example/builder", &[])
+                ),
+                (PREDICATE_SLSA_V1, good),
+            ],
+        ))
+        .is_admit()
+    );
+}
+
+#[test]
+fn content_keys_are_checked_at_load() {
+    let k = Keys::new(&["a.pub"]);
+    let head = "[[rule]]\nmatch = \"x/*\"\naction = \"signed\"\nkeys = [\"a.pub\"]\n";
+    for (body, starts) in [
+        (
+            "deny_packages = [\"openssl\",\n  \"openssl@<3.x\"]\n",
+            "/etc/policy.toml:6: rule.0.deny_packages.1: \"openssl@<3.x\": constraint",
+        ),
+        (
+            "deny_packages = [\"@<3.0\"]\n",
+            "/etc/policy.toml:5: rule.0.deny_packages.0: \"@<3.0\" has no package name",
+        ),
+        (
+            "deny_packages = [\"pkg:///openssl\"]\n",
+            "/etc/policy.toml:5: rule.0.deny_packages.0: \"pkg:///openssl\": pkg://PUBLISHER/NAME needs a publisher",
+        ),
+        (
+            "deny_packages = \"openssl\"\n",
+            "/etc/policy.toml:5: rule.0.deny_packages: ",
+        ),
+        (
+            "slsa_builder_id = \"\"\n",
+            "/etc/policy.toml:5: rule.0.slsa_builder_id: \"\" is not a builder id",
+        ),
+        (
+            "slsa_source_digest = \"0123\"\n",
+            "/etc/policy.toml:5: rule.0.slsa_source_digest: \"0123\" is not ALGORITHM:HEX",
+        ),
+        (
+            "slsa_source_digest = \"sha1:abc\"\n",
+            "/etc/policy.toml:5: rule.0.slsa_source_digest: \"sha1:abc\": a sha1 digest has 40 hex digits, this one 3",
+        ),
+        (
+            "slsa_source_digest = \"sha256:xyz\"\n",
+            "/etc/policy.toml:5: rule.0.slsa_source_digest: \"sha256:xyz\": \"xyz\" is not hexadecimal",
+        ),
+    ] {
+        let e = k.load(&format!("{head}{body}")).unwrap_err().to_string();
+        assert!(e.starts_with(starts), "{body}: {e}");
+    }
+    let e = k
+        .load("[[rule]]\nmatch = \"x/*\"\naction = \"accept\"\ndeny_packages = [\"openssl\"]\n")
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "/etc/policy.toml:4: rule.0.deny_packages: only applies to action = \"signed\""
+    );
+    let e = k
+        .load("[[rule]]\nmatch = \"x/*\"\naction = \"reject\"\nslsa_builder_id = \"https://ci\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("rule.0.slsa_builder_id: only applies to action = \"signed\""),
+        "{e}"
+    );
 }
