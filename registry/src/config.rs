@@ -86,9 +86,9 @@ pub enum ConfigError {
     ParseConfig {
         /// The file.
         path: PathBuf,
-        /// The cause.
+        /// The cause (line, key and what is wrong).
         #[source]
-        source: toml::de::Error,
+        source: config_toml::TomlError,
     },
     /// An environment override has a bad value.
     #[error("environment variable {var} has a bad value {value:?}")]
@@ -457,7 +457,7 @@ impl ServeConfig {
                 source,
             })?;
             let mut f: FileConfig =
-                toml::from_str(&text).map_err(|source| ConfigError::ParseConfig {
+                config_toml::from_str(&text, &[]).map_err(|source| ConfigError::ParseConfig {
                     path: path.to_owned(),
                     source,
                 })?;

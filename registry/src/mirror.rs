@@ -455,7 +455,7 @@ mod tests {
 
     #[test]
     fn entries_are_checked_and_due_after_their_interval() {
-        let parse = |t: &str| toml::from_str::<FileSync>(t).unwrap().check();
+        let parse = |t: &str| config_toml::from_str::<FileSync>(t, &[]).unwrap().check();
         let e = parse(
             "name = \"central\"\nupstream = \"http://127.0.0.1:5000/zones\"\ninterval = \"2s\"\non_upstream_delete = \"delete\"\n",
         )

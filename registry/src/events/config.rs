@@ -303,7 +303,7 @@ mod tests {
     use super::*;
 
     fn parse(toml_text: &str) -> Result<NotificationsConfig, SettingError> {
-        toml::from_str::<FileNotifications>(toml_text)
+        config_toml::from_str::<FileNotifications>(toml_text, &[])
             .expect("toml")
             .check()
     }
