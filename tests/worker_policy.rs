@@ -808,9 +808,10 @@ fn deny_packages_refuses_an_image_whose_sbom_lists_an_old_openssl() {
         tail(&out.stderr)
     );
     let st = node.status();
-    for (zone, words) in [
+    for (zone, class, words) in [
         (
             "old",
+            "denied_package",
             "the SBOM lists library/security/openssl@1.1.1.20,5.11-2024.0.0.0 \
              (pkg://openindiana.org/library/security/openssl@1.1.1.20,5.11-2024.0.0.0), \
              refused by deny_packages \"openssl@<3.0\""
@@ -818,6 +819,7 @@ fn deny_packages_refuses_an_image_whose_sbom_lists_an_old_openssl() {
         ),
         (
             "bare",
+            "missing_sbom",
             "no verified SPDX SBOM attestation (https://spdx.dev/Document) by the rule's keys, \
              which deny_packages \"openssl@<3.0\" needs"
                 .to_owned(),
@@ -825,6 +827,7 @@ fn deny_packages_refuses_an_image_whose_sbom_lists_an_old_openssl() {
     ] {
         let z = &st[zone];
         assert_eq!(z["phase"], "Denied", "{zone}: {z:#}");
+        assert_eq!(z["denial"]["reason"], class, "{zone}: {z:#}");
         assert_eq!(
             z["denial"]["rule"], "rule 1 (match = \"**/prod/*\")",
             "{zone}: {z:#}"

@@ -352,6 +352,29 @@ pub enum DenyReason {
     },
 }
 
+impl DenyReason {
+    /// A stable snake_case name of the reason for JSON and metrics (`denied_package`); the
+    /// words for people are its `Display`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            DenyReason::RejectedByRule => "rejected_by_rule",
+            DenyReason::NoRuleMatches => "no_rule_matches",
+            DenyReason::NotPinned => "not_pinned",
+            DenyReason::Unsigned => "unsigned",
+            DenyReason::UnknownKey { .. } => "unknown_key",
+            DenyReason::ThresholdNotMet { .. } => "threshold",
+            DenyReason::MissingAttestation { .. } => "missing_attestation",
+            DenyReason::MissingSbom { .. } => "missing_sbom",
+            DenyReason::UnreadableSbom { .. } => "unreadable_sbom",
+            DenyReason::DeniedPackage { .. } => "denied_package",
+            DenyReason::PackageVersionUnknown { .. } => "package_version_unknown",
+            DenyReason::MissingProvenance { .. } => "missing_provenance",
+            DenyReason::SlsaBuilderMismatch { .. } => "slsa_builder_mismatch",
+            DenyReason::SlsaSourceMismatch { .. } => "slsa_source_mismatch",
+        }
+    }
+}
+
 impl fmt::Display for DenyReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ids = |ks: &[KeyId]| {

@@ -247,7 +247,7 @@ fn explain(reason: &DenyReason, rejected: &[&Rejection]) -> (&'static str, Strin
             }
             ("missing_attestation", m)
         }
-        _ => ("denied", reason.to_string()),
+        _ => (reason.code(), reason.to_string()),
     }
 }
 

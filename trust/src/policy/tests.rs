@@ -568,6 +568,7 @@ fn deny_packages_refuses_what_the_sbom_lists() {
         matches!(r, DenyReason::PackageVersionUnknown { .. }),
         "{r:?}"
     );
+    assert_eq!(r.code(), "package_version_unknown");
     assert!(
         r.to_string().contains(
             "without a pkg(5) version, so deny_packages \"openssl@<3.0\" cannot clear it"
