@@ -345,7 +345,9 @@ fn a_signed_build_is_admitted_and_a_tag_moved_to_an_unsigned_image_is_refused() 
         d.join("policy.toml"),
         "default = \"reject\"\n\
          [[rule]]\nmatch = \"**/built/*\"\naction = \"signed\"\nkeys = [\"stranger.pub\", \"ours.pub\"]\n\
-         require_attestations = [\"spdxjson\", \"slsaprovenance1\"]\n",
+         require_attestations = [\"spdxjson\", \"slsaprovenance1\"]\n\
+         deny_packages = [\"demo/tool@<2.1\", \"pkg:/system/core@<1.0\"]\n\
+         slsa_builder_id = \"https://reddwarf.invalid/rdctl\"\n",
     )
     .unwrap();
     let node = policy_node(&d.join("node"), "../policy.toml", "");
@@ -421,6 +423,28 @@ fn a_signed_build_is_admitted_and_a_tag_moved_to_an_unsigned_image_is_refused() 
         l.contains("Denied") && l.contains("unsigned: no signature found"),
         "{table}"
     );
+
+    // The build's own SBOM read by a stricter rule: demo/tool 2.1 is now refused, by name.
+    fs::write(
+        d.join("policy.toml"),
+        "[[rule]]\nmatch = \"**/built/*\"\naction = \"signed\"\nkeys = [\"ours.pub\"]\n\
+         deny_packages = [\"pkg:/demo/tool@<=2.1\"]\n",
+    )
+    .unwrap();
+    node.zone("strict", &format!("{repo}@{digest}"));
+    let out = node.run_once();
+    assert_eq!(out.status.code(), Some(1), "{}", tail(&out.stderr));
+    let st = node.status();
+    let z = &st["strict"];
+    assert_eq!(z["phase"], "Denied", "{z:#}");
+    assert_eq!(z["denial"]["reason"], "denied_package", "{z:#}");
+    let message = z["denial"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("the SBOM lists demo/tool@2.1,5.11-2024.0:20240102T030405Z (pkg://")
+            && message.contains("refused by deny_packages \"pkg:/demo/tool@<=2.1\""),
+        "{message}"
+    );
+    assert!(!node.zonepath("strict").exists(), "a zone was created");
 }
 
 /// A `rdctl worker run` child, killed and reaped when dropped.
