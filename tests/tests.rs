@@ -11,6 +11,7 @@ mod docs;
 mod fault_proxy;
 mod inspect_cli;
 mod ips_cli;
+mod module_graph;
 mod package_search;
 mod pkg_version_agreement;
 mod pull_through;
