@@ -830,11 +830,12 @@ impl Sweep<'_> {
         deadline: Option<(Instant, Duration)>,
         out: &mut Outcome,
     ) -> Result<(), GcError> {
+        let past_window = || GcError::DeleteWindow {
+            digest: d.clone(),
+            window_secs: deadline.map_or(0.0, |(_, window)| window.as_secs_f64()),
+        };
         let in_window = || match deadline {
-            Some((sent, window)) if sent.elapsed() >= window => Err(GcError::DeleteWindow {
-                digest: d.clone(),
-                window_secs: window.as_secs_f64(),
-            }),
+            Some((sent, window)) if sent.elapsed() >= window => Err(past_window()),
             _ => Ok(()),
         };
         let deletion = |kind, name: Option<&Name>, bytes| Deletion {
@@ -851,14 +852,20 @@ impl Sweep<'_> {
             if !self.dry_run {
                 // Also drops the manifest from its subject's referrers. No tag can point at it:
                 // one set after the mark came from a PUT that held the digest.
-                self.repos
-                    .delete_manifest(name, d)
+                // Each of its writes looks at the window first: a run paused in the middle
+                // (SIGSTOP) does not go on with the rest once requests may rely on the digest.
+                let done = self
+                    .repos
+                    .delete_manifest_until(name, d, deadline.map(|(sent, window)| sent + window))
                     .await
                     .map_err(|e| GcError::Unlink {
                         repository: name.to_string(),
                         digest: d.clone(),
                         reason: e.to_string(),
                     })?;
+                if done.is_none() {
+                    return Err(past_window());
+                }
             }
             out.deleted
                 .push(deletion(ObjectKind::ManifestLink, Some(name), 0));

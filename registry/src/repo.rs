@@ -555,34 +555,69 @@ impl Repos {
     /// Removes a manifest from the repository, with every tag pointing at it and its entry in
     /// its subject's referrers. False when the repository did not hold it.
     pub async fn delete_manifest(&self, name: &Name, d: &Digest) -> ApiResult<bool> {
+        Ok(self
+            .delete_manifest_until(name, d, None)
+            .await?
+            .unwrap_or(false))
+    }
+
+    /// [`Repos::delete_manifest`] for garbage collection: it makes each of its writes only
+    /// before `until`, looking right before each (a collector deletes only within a window
+    /// after committing to it, and a collector paused mid-way must not go on past it). `None`
+    /// when it stopped there; what it had done stays.
+    pub(crate) async fn delete_manifest_until(
+        &self,
+        name: &Name,
+        d: &Digest,
+        until: Option<Instant>,
+    ) -> ApiResult<Option<bool>> {
+        let late = || until.is_some_and(|u| Instant::now() >= u);
         let Some(link) = self.manifest_link(name, d).await? else {
-            return Ok(false);
+            return Ok(Some(false));
         };
         let digest = d.clone();
+        let mut stopped = late();
+        if stopped {
+            return Ok(None);
+        }
         self.update::<TagsDoc, _>(&layout::tags(name), |t| {
+            stopped = late();
             let before = t.tags.len();
             t.tags.retain(|_, v| *v.digest() != digest);
-            t.tags.len() != before
+            t.tags.len() != before && !stopped
         })
         .await?;
+        if stopped {
+            return Ok(None);
+        }
         if let Some(subject) = &link.subject {
             let ds = d.as_str().to_owned();
             self.update::<ReferrersDoc, _>(&layout::referrers(name, subject), |r| {
+                stopped = late();
                 let before = r.manifests.len();
                 r.manifests
                     .retain(|m| m.get("digest").and_then(|v| v.as_str()) != Some(ds.as_str()));
-                r.manifests.len() != before
+                r.manifests.len() != before && !stopped
             })
             .await?;
         }
         // The package index forgets the manifest as a subject and as an SBOM (queries also check
         // liveness, so a crash between here and the unlink leaves nothing visible).
+        if stopped || late() {
+            return Ok(None);
+        }
         crate::pkgindex::forget(self, name, d).await?;
         // Before the unlink, so a crash in between over-counts (safe) rather than under-counts.
+        if late() {
+            return Ok(None);
+        }
         crate::governance::quota::forget(self, name, d).await?;
+        if late() {
+            return Ok(None);
+        }
         match self.store.delete(&layout::manifest_link(name, d)).await {
-            Ok(()) => Ok(true),
-            Err(e) if e.is_not_found() => Ok(false),
+            Ok(()) => Ok(Some(true)),
+            Err(e) if e.is_not_found() => Ok(Some(false)),
             Err(e) => Err(e.into()),
         }
     }

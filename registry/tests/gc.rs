@@ -1047,6 +1047,9 @@ enum Gate {
     Decided,
     /// Right after it committed to deleting a digest (its tombstone says "deleting").
     Committed,
+    /// Inside the removal of a manifest link, after it read the link and before it edits the
+    /// repository's tags (a pause between the store requests of one deletion).
+    Unlinking,
     /// Never.
     Open,
 }
@@ -1060,6 +1063,7 @@ struct Gated {
     at: Gate,
     held: AtomicU64,
     tombstone_reads: AtomicU64,
+    committed: std::sync::atomic::AtomicBool,
     open: tokio::sync::watch::Sender<bool>,
 }
 
@@ -1070,6 +1074,7 @@ impl Gated {
             at,
             held: AtomicU64::new(0),
             tombstone_reads: AtomicU64::new(0),
+            committed: std::sync::atomic::AtomicBool::new(false),
             open: tokio::sync::watch::Sender::new(at == Gate::Open),
         })
     }
@@ -1123,7 +1128,16 @@ impl Store for Gated {
         if is_tombstone(key) {
             self.tombstone_reads.fetch_add(1, Ordering::SeqCst);
         }
-        self.inner.get(key, limit)
+        Box::pin(async move {
+            let r = self.inner.get(key, limit).await;
+            if self.at == Gate::Unlinking
+                && self.committed.load(Ordering::SeqCst)
+                && key.as_str().contains("/_manifests/")
+            {
+                self.pass().await;
+            }
+            r
+        })
     }
     fn get_if_changed<'a>(
         &'a self,
@@ -1149,10 +1163,12 @@ impl Store for Gated {
                 && is_tombstone(key)
                 && !matches!(mode, PutMode::Replace(_))
                 && !bytes.windows(8).any(|w| w == b"released");
-            let commit = self.at == Gate::Committed
-                && is_tombstone(key)
-                && bytes.windows(8).any(|w| w == b"deleting");
+            let commit = is_tombstone(key) && bytes.windows(8).any(|w| w == b"deleting");
             let r = self.inner.put(key, bytes, mode).await;
+            if commit && r.is_ok() {
+                self.committed.store(true, Ordering::SeqCst);
+            }
+            let commit = commit && self.at == Gate::Committed;
             if (collector || commit) && r.is_ok() {
                 self.pass().await;
             }
@@ -1290,15 +1306,15 @@ async fn forced_break_mid_sweep(store: (Arc<dyn Store>, Option<tempfile::TempDir
     s.assert_image("gc/broken", "v2", &img).await;
 }
 
-/// A collector held right after committing to delete (as by SIGSTOP) while its lease is broken
-/// by force: a push of its digests waits for the committed tombstones until they are as old as
+/// A collector held right after committing to delete, or inside the removal of a manifest link
+/// (as by SIGSTOP), while its lease is broken by force: a push of its digests waits for the committed tombstones until they are as old as
 /// the lease's time to live, then goes on (201); the collector, going on later, deletes nothing
 /// more (its window after the commit has passed, and its lease is gone), and every re-pushed
 /// manifest and layer stays readable.
-async fn forced_break_after_commit(store: (Arc<dyn Store>, Option<tempfile::TempDir>)) {
+async fn forced_break_after_commit(store: (Arc<dyn Store>, Option<tempfile::TempDir>), at: Gate) {
     let s = serve(store).await;
     let img = untagged_garbage(&s, "gc/committed", "committed").await;
-    let gated = Gated::new(s.store.clone(), Gate::Committed);
+    let gated = Gated::new(s.store.clone(), at);
     let run = tokio::spawn({
         let store: Arc<dyn Store> = gated.clone();
         async move {
@@ -1437,7 +1453,12 @@ async fn s3_forced_break_after_deciding() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fs_forced_break_after_commit() {
-    forced_break_after_commit(fs_store().await).await;
+    forced_break_after_commit(fs_store().await, Gate::Committed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_forced_break_while_unlinking() {
+    forced_break_after_commit(fs_store().await, Gate::Unlinking).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
