@@ -209,18 +209,20 @@ fn cosign_v3_bundles_at_our_registry() {
     both_ways(dir.path(), &reg.host(), "referrers-api");
 }
 
+/// The filesystem storage section of a distribution config in `store`.
+fn fs_storage(store: &Path) -> String {
+    format!(
+        "  filesystem:\n    rootdirectory: {}\n",
+        s(&store.join("data"))
+    )
+}
+
 #[test]
 fn cosign_v3_bundles_at_distribution_v3() {
     let dir = tempdir();
     setup(dir.path());
     let store = tempdir();
-    let dist = Distribution::start_v3(
-        store.path(),
-        &format!(
-            "  filesystem:\n    rootdirectory: {}\n",
-            s(&store.path().join("data"))
-        ),
-    );
+    let dist = Distribution::start_v3(store.path(), &fs_storage(store.path()));
     both_ways(dir.path(), &dist.host(), "referrers-tag");
 }
 
@@ -229,13 +231,7 @@ fn cosign_v3_bundles_at_distribution_2_8() {
     let dir = tempdir();
     setup(dir.path());
     let store = tempdir();
-    let dist = Distribution::start(
-        store.path(),
-        &format!(
-            "  filesystem:\n    rootdirectory: {}\n",
-            s(&store.path().join("data"))
-        ),
-    );
+    let dist = Distribution::start(store.path(), &fs_storage(store.path()));
     both_ways(dir.path(), &dist.host(), "referrers-tag");
 }
 
@@ -394,13 +390,7 @@ fn copy_pull_push_and_sync_carry_bundles() {
     let data = tempdir();
     let a = Server::start(data.path(), &[]);
     let store = tempdir();
-    let b = Distribution::start_v3(
-        store.path(),
-        &format!(
-            "  filesystem:\n    rootdirectory: {}\n",
-            s(&store.path().join("data"))
-        ),
-    );
+    let b = Distribution::start_v3(store.path(), &fs_storage(store.path()));
     let src = format!("{}/trusted/app", a.host());
     let digest = pushed_image(d, "travels with bundles\n", &format!("{src}:v1"));
     cosign3_sign(d, "cosign.key", &format!("{src}@{digest}"));

@@ -304,12 +304,7 @@ pub fn verify_bundle_layer(
             if !statement.is_about(expected_manifest) {
                 return Err(SignatureError::DigestMismatch {
                     expected: expected_manifest.clone(),
-                    found: statement
-                        .subject
-                        .iter()
-                        .flat_map(|s| s.digest.iter().map(|(a, h)| format!("{a}:{h}")))
-                        .collect::<Vec<_>>()
-                        .join(", "),
+                    found: statement.subject_digests(),
                 });
             }
             let first = statement.subject.first();

@@ -108,6 +108,15 @@ impl Statement {
         serde_json::to_vec(self).expect("the statement serializes")
     }
 
+    /// The subjects' digests as `alg:hex`, comma-separated (what a mismatch names).
+    pub fn subject_digests(&self) -> String {
+        self.subject
+            .iter()
+            .flat_map(|s| s.digest.iter().map(|(a, h)| format!("{a}:{h}")))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// True when some subject names `digest`.
     pub fn is_about(&self, digest: &Digest) -> bool {
         self.subject.iter().any(|s| s.matches(digest))
