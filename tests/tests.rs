@@ -9,6 +9,7 @@ mod depot_tls;
 mod distribution_s3;
 mod docs;
 mod fault_proxy;
+mod image_spelling;
 mod inspect_cli;
 mod ips_cli;
 mod module_graph;

@@ -26,6 +26,9 @@ pub enum DeleteRefusal {
     /// A tag DELETE was refused (400 or `DIGEST_INVALID`/`TAG_INVALID`/`UNSUPPORTED` on a tag):
     /// the registry deletes manifests only by digest (CNCF distribution 2.8).
     TagsNotDeletable,
+    /// 409 `MANIFEST_REFERENCED`: an index in the repository still lists the manifest (our
+    /// registry and GitLab's; [`Client::delete_manifest`] with `force` deletes it at ours).
+    Referenced,
 }
 
 impl DeleteRefusal {
@@ -34,6 +37,9 @@ impl DeleteRefusal {
         let ClientError::Registry { status, code, .. } = e else {
             return None;
         };
+        if code == "MANIFEST_REFERENCED" {
+            return Some(DeleteRefusal::Referenced);
+        }
         if by_tag && (*status == 400 || code == "DIGEST_INVALID" || code == "TAG_INVALID") {
             return Some(DeleteRefusal::TagsNotDeletable);
         }
@@ -155,11 +161,19 @@ impl Client {
 
     /// Deletes a tag (the reference has a tag and no digest) or a manifest by digest:
     /// `DELETE /v2/<name>/manifests/<tag-or-digest>`, 202 (or 200/204) expected. A refusal
-    /// comes back as the registry's error; [`DeleteRefusal::of`] classifies it.
-    pub async fn delete_manifest(&self, r: &Reference) -> Result<(), ClientError> {
+    /// comes back as the registry's error; [`DeleteRefusal::of`] classifies it. With `force`
+    /// the request says `?force=true`: our registry then deletes a manifest an index still
+    /// lists (it refuses that with [`DeleteRefusal::Referenced`] otherwise); other registries
+    /// ignore the parameter.
+    pub async fn delete_manifest(&self, r: &Reference, force: bool) -> Result<(), ClientError> {
         let url = self.url(
             r.registry(),
-            &format!("/v2/{}/manifests/{}", r.name(), r.manifest_ref()),
+            &format!(
+                "/v2/{}/manifests/{}{}",
+                r.name(),
+                r.manifest_ref(),
+                if force { "?force=true" } else { "" }
+            ),
         )?;
         let scope = Scope::push(r.registry(), r.name());
         let resp = self

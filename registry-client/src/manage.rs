@@ -537,17 +537,19 @@ async fn resolve_tag(
 /// of the manifest by digest (the registry's error comes back as it is; see
 /// [`crate::DeleteRefusal`]). In a layout: the tag's `index.json` entry goes, and with it,
 /// when no other entry names the manifest, the untagged entries of its referrers; with
-/// `prune` the reclaimable blob files are deleted.
+/// `prune` the reclaimable blob files are deleted. `force` deletes at our registry a manifest
+/// an index still lists (see [`Client::delete_manifest`]).
 pub async fn remove(
     client: &Client,
     r: &ImageRef,
     plan: &mut RemovalPlan,
     prune: bool,
+    force: bool,
 ) -> Result<(), TransferError> {
     match r {
         ImageRef::Registry(reference) => {
             client
-                .delete_manifest(reference)
+                .delete_manifest(reference, force)
                 .await
                 .map_err(|source: ClientError| TransferError::Registry {
                     reference: reference.to_string(),
@@ -774,7 +776,7 @@ mod tests {
         assert!(gone.is_superset(&expected), "{gone:?}");
         assert!(!gone.contains(&Digest::sha256(b"shared").to_string()));
         assert_eq!(plan.referrers, vec![r_digest.clone()]);
-        run(remove(&client, &at("a"), &mut plan, true)).unwrap();
+        run(remove(&client, &at("a"), &mut plan, true, false)).unwrap();
         assert_eq!(plan.pruned.len(), gone.len());
         assert_eq!(
             tags_of(&layout),

@@ -28,6 +28,9 @@ pub enum Code {
     ManifestInvalid,
     /// Manifest unknown to registry.
     ManifestUnknown,
+    /// A manifest DELETE by digest of a manifest an index in the same repository still lists
+    /// (409; the code and status of GitLab's container registry, zot refuses it too).
+    ManifestReferenced,
     /// Invalid repository name.
     NameInvalid,
     /// Repository name not known to registry.
@@ -66,6 +69,7 @@ impl Code {
             Code::ManifestBlobUnknown => "MANIFEST_BLOB_UNKNOWN",
             Code::ManifestInvalid => "MANIFEST_INVALID",
             Code::ManifestUnknown => "MANIFEST_UNKNOWN",
+            Code::ManifestReferenced => "MANIFEST_REFERENCED",
             Code::NameInvalid => "NAME_INVALID",
             Code::NameUnknown => "NAME_UNKNOWN",
             Code::SizeInvalid => "SIZE_INVALID",
@@ -98,6 +102,7 @@ impl Code {
             | Code::QueryInvalid => StatusCode::BAD_REQUEST,
             Code::Unauthorized => StatusCode::UNAUTHORIZED,
             Code::Denied => StatusCode::FORBIDDEN,
+            Code::ManifestReferenced => StatusCode::CONFLICT,
             Code::Unsupported => StatusCode::METHOD_NOT_ALLOWED,
             Code::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
             Code::RangeInvalid => StatusCode::RANGE_NOT_SATISFIABLE,
@@ -118,6 +123,7 @@ impl Code {
             }
             Code::ManifestInvalid => "manifest invalid",
             Code::ManifestUnknown => "manifest unknown to registry",
+            Code::ManifestReferenced => "manifest referenced by an index",
             Code::NameInvalid => "invalid repository name",
             Code::NameUnknown => "repository name not known to registry",
             Code::SizeInvalid => "provided length did not match content length",

@@ -96,6 +96,21 @@ struct CatalogDoc {
     repositories: BTreeSet<String>,
 }
 
+/// Whether the index document `bytes` lists `child` in its `manifests`.
+fn lists_child(bytes: &[u8], child: &Digest) -> bool {
+    #[derive(Deserialize)]
+    struct Entry {
+        digest: String,
+    }
+    #[derive(Deserialize)]
+    struct Index {
+        #[serde(default)]
+        manifests: Vec<Entry>,
+    }
+    serde_json::from_slice::<Index>(bytes)
+        .is_ok_and(|i| i.manifests.iter().any(|m| m.digest == child.as_str()))
+}
+
 /// At most `n` names from `rest` (all without `n`), and whether any follow.
 pub(crate) fn take_page<'a>(
     mut rest: impl Iterator<Item = &'a String>,
@@ -619,6 +634,68 @@ impl Repos {
             Ok(()) => Ok(Some(true)),
             Err(e) if e.is_not_found() => Ok(Some(false)),
             Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The indexes in the repository that list `child` among their `manifests`, at most
+    /// `limit` of them (the DELETE handler's `MANIFEST_REFERENCED` check). No document maps a
+    /// child to its indexes, so this walks the repository's manifest links a page at a time:
+    /// one link read per manifest, and the bytes of each index (the cost of a DELETE by
+    /// digest, documented in `docs/api.md`). An index whose bytes cannot be read or parsed
+    /// lists nothing.
+    pub async fn indexes_listing(
+        &self,
+        name: &Name,
+        child: &Digest,
+        limit: usize,
+    ) -> ApiResult<Vec<Digest>> {
+        use futures_util::StreamExt as _;
+        /// Keys per listing page, and links read at once.
+        const PAGE: usize = 1000;
+        const CONCURRENCY: usize = 16;
+        let prefix = layout::manifest_links(name);
+        let mut after: Option<Key> = None;
+        let mut found = Vec::new();
+        loop {
+            let page = self.store.list_page(&prefix, after.as_ref(), PAGE).await?;
+            let end = page.len() < PAGE;
+            after = page.last().cloned();
+            let candidates: Vec<Digest> = page
+                .iter()
+                .filter_map(layout::parse_repo_key)
+                .filter_map(|(n, part)| match part {
+                    layout::RepoPart::ManifestLink(d) if n == *name && d != *child => Some(d),
+                    _ => None,
+                })
+                .collect();
+            let mut checks = futures_util::stream::iter(candidates)
+                .map(|d| async move {
+                    let Some(link) = self.manifest_link(name, &d).await? else {
+                        return Ok::<_, ApiError>(None);
+                    };
+                    if !validator::MediaType::parse(&link.media_type).is_ok_and(|m| m.is_index()) {
+                        return Ok(None);
+                    }
+                    let bytes = match self.manifest_bytes(&d, link.size.max(LINK_LIMIT)).await {
+                        Ok(b) => b,
+                        Err(_) => return Ok(None),
+                    };
+                    Ok(lists_child(&bytes, child).then_some(d))
+                })
+                .buffer_unordered(CONCURRENCY);
+            while let Some(r) = checks.next().await {
+                if let Some(d) = r? {
+                    found.push(d);
+                    if found.len() >= limit {
+                        found.sort();
+                        return Ok(found);
+                    }
+                }
+            }
+            if end {
+                found.sort();
+                return Ok(found);
+            }
         }
     }
 

@@ -1112,3 +1112,100 @@ async fn sha512_without_digest_algorithm_is_verified_by_reading_back() {
         }
     }
 }
+
+/// A manifest an index of the same repository lists is not deleted by digest (409
+/// `MANIFEST_REFERENCED`, naming the index) unless the DELETE says `?force=true`; once the
+/// index is gone it is.
+#[tokio::test]
+async fn a_manifest_an_index_lists_is_deleted_only_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = app_on(dir.path(), RegistryConfig::default());
+    let config = push_blob(&app, "r", b"{}").await;
+    let mut manifests = Vec::new();
+    for layer in [&b"one"[..], b"two", b"three"] {
+        let l = push_blob(&app, "r", layer).await;
+        let m = image_manifest(&config, 2, &l, layer.len());
+        let d = Digest::sha256(&m);
+        let r = send(
+            &app,
+            Method::PUT,
+            &format!("/v2/r/manifests/{d}"),
+            &[("content-type", MT)],
+            m.clone(),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+        manifests.push((d, m.len()));
+    }
+    let index = |children: &[&(Digest, usize)]| {
+        serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": children.iter().map(|(d, n)| serde_json::json!({
+                "mediaType": MT, "digest": d, "size": n,
+                "platform": {"os": "illumos", "architecture": "amd64"},
+            })).collect::<Vec<_>>(),
+        }))
+        .unwrap()
+    };
+    let mut indexes = Vec::new();
+    for (tag, children) in [
+        ("multi", vec![&manifests[0]]),
+        ("other", vec![&manifests[1]]),
+    ] {
+        let i = index(&children);
+        let r = send(
+            &app,
+            Method::PUT,
+            &format!("/v2/r/manifests/{tag}"),
+            &[("content-type", "application/vnd.oci.image.index.v1+json")],
+            i.clone(),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+        indexes.push(Digest::sha256(&i));
+    }
+    let delete = |what: String| {
+        let app = app.clone();
+        async move { send(&app, Method::DELETE, &what, &[], Body::empty()).await }
+    };
+    let child = &manifests[0].0;
+    let r = delete(format!("/v2/r/manifests/{child}")).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
+    assert_eq!(r.code(), "MANIFEST_REFERENCED");
+    let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    let detail = body["errors"][0]["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(indexes[0].as_str()) && !detail.contains(indexes[1].as_str()),
+        "{detail}"
+    );
+    assert!(detail.contains("?force=true"), "{detail}");
+    let r = send(
+        &app,
+        Method::GET,
+        &format!("/v2/r/manifests/{child}"),
+        &[],
+        Body::empty(),
+    )
+    .await;
+    assert_eq!(
+        r.status,
+        StatusCode::OK,
+        "the refused DELETE removed nothing"
+    );
+    // A malformed force is refused, not read as either answer.
+    let r = delete(format!("/v2/r/manifests/{child}?force=yes")).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.code(), "QUERY_INVALID");
+    // A manifest no index lists goes as before.
+    let r = delete(format!("/v2/r/manifests/{}", manifests[2].0)).await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    // Asked for: deleted although listed.
+    let r = delete(format!("/v2/r/manifests/{}?force=true", manifests[1].0)).await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    // The index first, then the child.
+    let r = delete(format!("/v2/r/manifests/{}", indexes[0])).await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    let r = delete(format!("/v2/r/manifests/{child}")).await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+}

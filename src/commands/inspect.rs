@@ -29,7 +29,8 @@ exposed_ports, volumes}, layers [{digest, media_type, size, diff_id, created_by,
 manifests [{digest, media_type, size, platform, image}], referrers [{digest, media_type, size,
 artifact_type, kind, found_by, tag, created}]. Exit status: 0 shown, 2 failed.")]
 pub struct InspectArgs {
-    /// The image: `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]` or `oci:DIR[:TAG|@DIGEST]`.
+    /// The image: `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]`, `oci:DIR[:TAG|@DIGEST]` or
+    /// `DIR[:TAG|@DIGEST]` (a path starting with `/` or `.`, or a directory here).
     pub reference: String,
     #[command(flatten)]
     pub client: ClientArgs,
@@ -49,7 +50,8 @@ its IPS packages: name, publisher, version and FMRI. --json fields: subject, ref
 name, packages [{fmri, name, publisher, version}]. An image without an SBOM is an error.
 Exit status: 0 listed, 2 no SBOM or it could not be read.")]
 pub struct SbomArgs {
-    /// The image: `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]` or `oci:DIR[:TAG|@DIGEST]`.
+    /// The image: `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]`, `oci:DIR[:TAG|@DIGEST]` or
+    /// `DIR[:TAG|@DIGEST]` (a path starting with `/` or `.`, or a directory here).
     pub reference: String,
     #[command(flatten)]
     pub client: ClientArgs,

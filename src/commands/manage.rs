@@ -18,7 +18,7 @@ use super::inspect::{age, human_size, table};
 #[command(after_help = "Examples:
   rdctl ls 127.0.0.1:5000
   rdctl ls 127.0.0.1:5000/zones/demo
-  rdctl ls --wide --all oci:./image
+  rdctl ls --wide --all ./image
   rdctl ls --json 127.0.0.1:5000/zones/demo | jq -r '.tags[].tag'
 
 With only a host: the repositories of its catalog (every Link page; --limit caps them). With a
@@ -29,7 +29,8 @@ referrers tag schema's sha256-<hex> tags and a layout's untagged referrers are h
 {\"reference\", \"tags\": [{tag, kind, hidden, digest, media_type, size, platforms, created,
 artifact_type}], \"hidden\": N}. Exit status: 0 listed, 2 failed.")]
 pub struct LsArgs {
-    /// `HOST[:PORT]`, `[docker://]HOST[:PORT]/REPO` or `oci:DIR`.
+    /// `HOST[:PORT]`, `[docker://]HOST[:PORT]/REPO`, `oci:DIR` or `DIR` (a path starting with
+    /// `/` or `.`, or a directory here).
     pub target: String,
     /// Show hidden tags too (signatures, attestations, SBOM tags, referrers).
     #[arg(long)]
@@ -59,7 +60,8 @@ the digest stays; in a layout index.json gets an entry under the new tag. --json
 tag, digest, media_type, size}. Exit status: 0 tagged, 2 failed (a DST that is not a tag,
 [A-Za-z0-9_][A-Za-z0-9_.-]{0,127}, is refused before anything is read).")]
 pub struct TagArgs {
-    /// The image: `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]` or `oci:DIR[:TAG|@DIGEST]`.
+    /// The image: `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]`, `oci:DIR[:TAG|@DIGEST]` or
+    /// `DIR[:TAG|@DIGEST]` (a path starting with `/` or `.`, or a directory here).
     pub source: String,
     /// The new tag, in the same repository or layout.
     pub tag: String,
@@ -77,7 +79,9 @@ pub struct TagArgs {
   rdctl rm --dry-run 127.0.0.1:5000/zones/demo@sha256:4f1c…
   rdctl rm --prune oci:./image:old
 
-REF with a tag deletes the tag; REF@digest deletes the manifest (and every tag naming it). rm
+REF with a tag deletes the tag; REF@digest deletes the manifest (and every tag naming it);
+our registry refuses to delete a manifest an index in the repository still lists
+(MANIFEST_REFERENCED, naming the index) unless --force. rm
 prints what garbage collection can then reclaim: the manifest if no other tag names it, its
 referrers, and the blobs nothing else in the repository references (found by reading every
 other tag; over 200 tags the answer is an estimate). At our registry, rdctl registry gc
@@ -89,7 +93,7 @@ referrers,
 reclaimable [{digest, size, kind}], reclaimable_bytes, tags_examined, tags_total, estimate,
 pruned, dry_run, removed}. Exit status: 0 removed (or planned with --dry-run), 2 failed.")]
 pub struct RmArgs {
-    /// `[docker://]HOST[:PORT]/REPO:TAG`, `…/REPO@DIGEST`, `oci:DIR:TAG` or `oci:DIR@DIGEST` (every index.json entry naming it).
+    /// `[docker://]HOST[:PORT]/REPO:TAG`, `…/REPO@DIGEST`, `[oci:]DIR:TAG` or `[oci:]DIR@DIGEST` (every index.json entry naming it; without `oci:`, DIR starts with `/` or `.` or is a directory here).
     pub reference: String,
     /// Only print what would be removed and reclaimed.
     #[arg(long)]
@@ -97,6 +101,11 @@ pub struct RmArgs {
     /// Layout only: delete the blob files nothing references any more.
     #[arg(long)]
     pub prune: bool,
+    /// Delete a manifest (REF@DIGEST) although an index in the repository still lists it
+    /// (our registry refuses that with MANIFEST_REFERENCED otherwise; the index then names a
+    /// manifest that is gone).
+    #[arg(long)]
+    pub force: bool,
     #[command(flatten)]
     pub client: ClientArgs,
     /// Print one JSON document.
@@ -113,7 +122,8 @@ pub fn ls(args: LsArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or(&args.target)
         .trim_end_matches('/');
     let mut w = std::io::stdout().lock();
-    if !args.target.starts_with("oci:") && !bare.contains('/') {
+    let layout = ImageRef::names_layout(&args.target)?;
+    if !layout && !bare.contains('/') {
         let host = bare;
         let repos = crate::runtime::block_on(client.catalog(
             host,
@@ -132,8 +142,8 @@ pub fn ls(args: LsArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let r = if args.target.starts_with("oci:") {
-        ImageRef::parse(&args.target)?
+    let r = if layout {
+        ImageRef::parse_layout(&args.target)?
     } else {
         ImageRef::parse_registry(bare)?
     };
@@ -231,10 +241,11 @@ pub fn rm(args: RmArgs) -> anyhow::Result<ExitCode> {
     let client = args.client.client()?;
     let dry_run = args.dry_run;
     let prune = args.prune;
+    let force = args.force;
     let plan = crate::runtime::block_on(async {
         let mut plan = registry_client::manage::plan_removal(&client, &r).await?;
         if !dry_run {
-            registry_client::manage::remove(&client, &r, &mut plan, prune).await?;
+            registry_client::manage::remove(&client, &r, &mut plan, prune, force).await?;
         }
         Ok::<_, TransferError>(plan)
     })?
@@ -281,6 +292,11 @@ fn explain_delete(e: TransferError, r: &ImageRef) -> anyhow::Error {
         Some(DeleteRefusal::TagsNotDeletable) => format!(
             "{} does not delete tags, only manifests by digest (it answered {said}): rdctl rm {}/{}@DIGEST deletes the manifest and every tag naming it (rdctl ls shows the digest)",
             reference.registry(),
+            reference.registry(),
+            reference.name()
+        ),
+        Some(DeleteRefusal::Referenced) => format!(
+            "an index in {}/{} still lists this manifest, so deleting it would break that index (the registry answered {said}): delete the index first, or rdctl rm --force to delete it anyway",
             reference.registry(),
             reference.name()
         ),

@@ -5,9 +5,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
+use registry_client::transfer::{ImageRef, LayoutRef, TransferError};
 use validator::{
     DocumentKind, ImageLayout, LayoutReport, MAX_CONFIG_SIZE, Platform, Report, ValidateOptions,
-    check_document, validate_layout,
+    check_document, validate_layout, validate_layout_manifest,
 };
 
 /// Arguments of `rdctl validate`.
@@ -15,13 +16,15 @@ use validator::{
 #[command(after_help = "Examples:
   rdctl validate ./image                    every image in an OCI layout
   rdctl validate ./image:1.0                the entry tagged 1.0 (org.opencontainers.image.ref.name)
+  rdctl validate oci:./image@sha256:4f1c…   one manifest or index by digest (also one platform's)
   rdctl validate --platform illumos/amd64 ./image
   rdctl validate manifest.json              one manifest, index or config
   rdctl validate --json ./image | jq .violations
 
 Exit status: 0 valid, 1 invalid (every failed rule is listed), 2 the check could not run.")]
 pub struct Args {
-    /// An OCI image layout directory, optionally `:TAG`, or a JSON document file.
+    /// An OCI image layout, `[oci:]DIR[:TAG|@DIGEST]` (as every command spells it), or a JSON
+    /// document file.
     pub path: String,
     /// Print the report as JSON.
     #[arg(long)]
@@ -49,27 +52,27 @@ pub enum Kind {
 }
 
 enum Target {
-    Layout(PathBuf, Option<String>),
+    /// A layout with the tag or digest naming one entry, if any.
+    Layout(LayoutRef),
     Document(PathBuf),
 }
 
+/// The same layout spellings as every other command (`ImageRef::parse`), plus a JSON file.
 fn target(arg: &str) -> anyhow::Result<Target> {
     let p = Path::new(arg);
-    if p.is_dir() {
-        return Ok(Target::Layout(p.to_owned(), None));
-    }
-    if p.is_file() {
+    if !arg.starts_with("oci:") && p.is_file() {
         return Ok(Target::Document(p.to_owned()));
     }
-    if let Some((dir, tag)) = arg.rsplit_once(':')
-        && Path::new(dir).is_dir()
-    {
-        if tag.is_empty() {
-            bail!("{arg}: empty tag after ':'");
+    match ImageRef::parse(arg) {
+        Ok(ImageRef::Layout(l)) => Ok(Target::Layout(l)),
+        Ok(ImageRef::Registry(r)) => bail!(
+            "{arg} is a registry reference: validate checks OCI image layouts and JSON files; pull it first (rdctl pull {r} ./image) or write ./{arg} for a directory here"
+        ),
+        Err(e @ TransferError::BadReference { .. }) if e.to_string().contains("transport ") => {
+            Err(e.into())
         }
-        return Ok(Target::Layout(PathBuf::from(dir), Some(tag.to_owned())));
+        Err(_) => bail!("{arg}: no such file, directory or layout:tag"),
     }
-    bail!("{arg}: no such file, directory or layout:tag")
 }
 
 /// Runs the command.
@@ -82,18 +85,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let (subject, out) = match target(&args.path)? {
-        Target::Layout(dir, tag) => {
-            let layout = ImageLayout::open(&dir)
-                .with_context(|| format!("cannot validate {}", dir.display()))?;
+        Target::Layout(l) => {
+            let layout = ImageLayout::open(&l.dir)
+                .with_context(|| format!("cannot validate {}", l.dir.display()))?;
             let opts = ValidateOptions {
                 deep: !args.fast,
                 platform,
                 ..ValidateOptions::default()
             };
-            (
-                args.path.clone(),
-                validate_layout(&layout, tag.as_deref(), &opts),
-            )
+            let report = match &l.digest {
+                Some(d) => validate_layout_manifest(&layout, d, &opts),
+                None => validate_layout(&layout, l.tag.as_ref().map(|t| t.as_str()), &opts),
+            };
+            (args.path.clone(), report)
         }
         Target::Document(file) => {
             let kind = args.kind.map(|k| match k {

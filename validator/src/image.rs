@@ -175,19 +175,87 @@ pub fn validate_layout(
             ref_name.as_deref(),
         );
     }
-    if let Some(want) = &opts.platform
-        && !w
-            .out
-            .images
-            .iter()
-            .any(|img| img.platform.as_ref().is_some_and(|p| want.matches(p)))
+    w.require_platform();
+    w.out
+}
+
+/// Validates the one manifest or index of the layout named by `digest` (`oci:DIR@DIGEST`): an
+/// `index.json` entry, or a manifest or index an entry's index lists (one platform of an
+/// image). `index.json` is checked as by [`validate_layout`]; a digest found in neither place
+/// is a `ref-not-found` error.
+pub fn validate_layout_manifest(
+    layout: &ImageLayout,
+    digest: &Digest,
+    opts: &ValidateOptions,
+) -> LayoutReport {
+    let mut w = Walker {
+        layout,
+        opts,
+        out: LayoutReport::default(),
+        layers_seen: HashMap::new(),
+    };
+    let bytes = match layout.read_index_bytes() {
+        Ok(b) => b,
+        Err(e) => {
+            w.out
+                .report
+                .error(Rule::LayoutVersion, "index.json", e.to_string());
+            return w.out;
+        }
+    };
+    let (r, doc) = check_document(&bytes, Some(DocumentKind::Index), None, "index.json");
+    w.out.report.extend(r);
+    let Some(Document::Index(index)) = doc else {
+        return w.out;
+    };
+    if let Some((i, d)) = index
+        .manifests
+        .iter()
+        .enumerate()
+        .find(|(_, d)| d.digest == *digest)
     {
-        w.out.report.error(
-            Rule::PlatformMissing,
-            "layout",
-            format!("no image for platform {want}"),
+        let ref_name = d.ref_name().map(str::to_owned);
+        w.visit(
+            d,
+            0,
+            &mut Vec::new(),
+            &format!("index.json $.manifests[{i}]"),
+            ref_name.as_deref(),
         );
+        w.require_platform();
+        return w.out;
     }
+    for top in index.manifests.iter().filter(|d| d.media_type.is_index()) {
+        let Ok(bytes) = layout.read_document(&top.digest, top.size, MAX_MANIFEST_SIZE as u64)
+        else {
+            continue;
+        };
+        let (_, doc) = check_document(&bytes, Some(DocumentKind::Index), None, "");
+        let Some(Document::Index(inner)) = doc else {
+            continue;
+        };
+        if let Some((j, d)) = inner
+            .manifests
+            .iter()
+            .enumerate()
+            .find(|(_, d)| d.digest == *digest)
+        {
+            w.visit(
+                d,
+                1,
+                &mut vec![top.digest.clone()],
+                &format!("index {} $.manifests[{j}]", top.digest),
+                None,
+            );
+            w.require_platform();
+            return w.out;
+        }
+    }
+    w.out.report.error(
+        Rule::RefNotFound,
+        "index.json",
+        format!("no manifest or index {digest} in index.json or in the indexes it lists"),
+    );
     w.out
 }
 
@@ -213,6 +281,23 @@ fn layout_rule(e: &LayoutError) -> Rule {
 }
 
 impl Walker<'_> {
+    /// With [`ValidateOptions::platform`]: an error unless an image walked has that platform.
+    fn require_platform(&mut self) {
+        if let Some(want) = &self.opts.platform
+            && !self
+                .out
+                .images
+                .iter()
+                .any(|img| img.platform.as_ref().is_some_and(|p| want.matches(p)))
+        {
+            self.out.report.error(
+                Rule::PlatformMissing,
+                "layout",
+                format!("no image for platform {want}"),
+            );
+        }
+    }
+
     fn read_doc(&mut self, d: &Descriptor, limit: usize, loc: &str) -> Option<Vec<u8>> {
         if let Some(data) = &d.data {
             return Some(data.clone());

@@ -65,7 +65,10 @@ pub use document::{
 pub use glob::{DoubleStar, Glob, GlobSyntax, glob_matches};
 pub use histogram::Histogram;
 pub use host::{DOCKER_HUB, HostError, RegistryHost, canonical_name, canonical_repository};
-pub use image::{ImageInfo, LayerInfo, LayoutReport, ValidateOptions, chain_ids, validate_layout};
+pub use image::{
+    ImageInfo, LayerInfo, LayoutReport, ValidateOptions, chain_ids, validate_layout,
+    validate_layout_manifest,
+};
 pub use ingest::{
     BlobDir, Existing, Ingest, IngestError, Published, StagedBlob, write_file_atomic,
 };

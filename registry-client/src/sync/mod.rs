@@ -514,7 +514,7 @@ pub async fn prune(
             }
             let Ok(tag) = Tag::parse(t) else { continue };
             let name = format!("{full}:{t}");
-            match client.delete_manifest(&repo.with_tag(tag)).await {
+            match client.delete_manifest(&repo.with_tag(tag), false).await {
                 Ok(()) => out.deleted.push(name),
                 Err(e) if e.kind() == crate::ErrorKind::NotFound => {}
                 Err(e) => out.failed.push((name, e)),

@@ -73,25 +73,114 @@ pub enum ImageRef {
     Registry(Reference),
 }
 
+/// Transports of skopeo and podman that name something other than a layout directory or a
+/// registry; refused by name instead of being read as a directory or a host.
+const UNSUPPORTED_TRANSPORTS: &[&str] = &[
+    "oci-archive",
+    "docker-archive",
+    "docker-daemon",
+    "containers-storage",
+    "dir",
+    "sif",
+    "ostree",
+];
+
+/// The unsupported transport `input` starts with, if any. `NAME:` followed by a port
+/// (`dir:5000/x`) is a registry host, and `NAME:TAG` where `NAME` is a directory here is a
+/// layout, not a transport.
+fn unsupported_transport(input: &str) -> Option<&'static str> {
+    let (name, rest) = input.split_once(':')?;
+    let t = UNSUPPORTED_TRANSPORTS.iter().find(|t| **t == name)?;
+    let port = rest.split('/').next().unwrap_or("");
+    if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    if Tag::parse(rest).is_ok() && std::path::Path::new(name).is_dir() {
+        return None;
+    }
+    Some(t)
+}
+
+/// The directory part of a layout spelling `DIR[:TAG|@DIGEST]` (see [`ImageRef::parse_layout`]).
+fn layout_dir(s: &str) -> &str {
+    if let Some((dir, d)) = s.rsplit_once('@')
+        && !d.contains('/')
+        && d.contains(':')
+    {
+        return dir;
+    }
+    match s.rsplit_once(':') {
+        Some((d, t)) if !t.contains('/') => d,
+        _ => s,
+    }
+}
+
 impl ImageRef {
-    /// Parses `oci:DIR[:TAG|@DIGEST]` as a layout and anything else (with or without `docker://`) as
-    /// a registry reference.
+    /// Parses the one spelling every command takes for an image:
+    /// - `oci:DIR[:TAG|@DIGEST]`, an OCI image layout;
+    /// - `DIR[:TAG|@DIGEST]` without `oci:` when DIR starts with `/` or `.` (`./image:1.0`,
+    ///   `../image`, `/srv/image`) or is a directory here; a directory whose name is also a
+    ///   registry reference (`reg.example/app`) is refused as ambiguous, with both spellings;
+    /// - `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]`, a registry reference.
+    ///
+    /// skopeo's other transports (`oci-archive:`, `docker-archive:`, `docker-daemon:`,
+    /// `containers-storage:`, `dir:`, ...) are refused by name. Nothing here touches the
+    /// network: input that is neither spelling fails at once.
     pub fn parse(input: &str) -> Result<ImageRef, TransferError> {
-        if let Some(rest) = input.strip_prefix("oci:") {
-            Self::parse_layout(rest)
+        if Self::names_layout(input)? {
+            Self::parse_layout(input)
         } else {
             Self::parse_registry(input)
         }
     }
 
-    /// Parses `[oci:]DIR[:TAG|@DIGEST]`: an `@` after the last `/` followed by a digest
-    /// names a manifest by digest, otherwise a `:` after the last `/` starts the tag.
-    pub fn parse_layout(input: &str) -> Result<ImageRef, TransferError> {
-        let s = input.strip_prefix("oci:").unwrap_or(input);
+    /// Whether [`ImageRef::parse`] reads `input` as a layout (see there); an unsupported
+    /// transport or an ambiguous spelling is an error.
+    pub fn names_layout(input: &str) -> Result<bool, TransferError> {
         let bad = |reason: String| TransferError::BadReference {
             input: input.chars().take(300).collect(),
             reason,
         };
+        if let Some(t) = unsupported_transport(input) {
+            return Err(bad(format!(
+                "transport {t}: is not supported; use oci:DIR or a registry reference"
+            )));
+        }
+        if input.starts_with("oci:") {
+            return Ok(true);
+        }
+        if input.starts_with("docker://") {
+            return Ok(false);
+        }
+        let dir = layout_dir(input);
+        if dir.starts_with('/') || dir.starts_with('.') {
+            return Ok(true);
+        }
+        if dir.is_empty() || !std::path::Path::new(dir).is_dir() {
+            return Ok(false);
+        }
+        if Reference::parse(input).is_ok() {
+            return Err(bad(format!(
+                "{dir} is a directory here and {input} is also a registry reference: write \
+                 oci:{input} or ./{input} for the layout, docker://{input} for the registry"
+            )));
+        }
+        Ok(true)
+    }
+
+    /// Parses `[oci:]DIR[:TAG|@DIGEST]`: an `@` after the last `/` followed by a digest
+    /// names a manifest by digest, otherwise a `:` after the last `/` starts the tag.
+    pub fn parse_layout(input: &str) -> Result<ImageRef, TransferError> {
+        let bad = |reason: String| TransferError::BadReference {
+            input: input.chars().take(300).collect(),
+            reason,
+        };
+        if let Some(t) = unsupported_transport(input) {
+            return Err(bad(format!(
+                "transport {t}: is not supported; use oci:DIR or a registry reference"
+            )));
+        }
+        let s = input.strip_prefix("oci:").unwrap_or(input);
         if let Some((dir, d)) = s.rsplit_once('@')
             && !d.contains('/')
             && d.contains(':')
@@ -127,6 +216,14 @@ impl ImageRef {
     /// reference but names an OCI layout in the current directory, the error says to write
     /// `oci:` in front.
     pub fn parse_registry(input: &str) -> Result<ImageRef, TransferError> {
+        if let Some(t) = unsupported_transport(input) {
+            return Err(TransferError::BadReference {
+                input: input.chars().take(300).collect(),
+                reason: format!(
+                    "transport {t}: is not supported; use oci:DIR or a registry reference"
+                ),
+            });
+        }
         let s = input.strip_prefix("docker://").unwrap_or(input);
         Reference::parse(s).map(ImageRef::Registry).map_err(|e| {
             let mut reason = e.reason;
@@ -754,6 +851,44 @@ mod tests {
         // An @ in a directory name is not a digest.
         let r = ImageRef::parse("oci:/tmp/a@b/img:v1").unwrap();
         assert!(matches!(&r, ImageRef::Layout(l) if l.dir == Path::new("/tmp/a@b/img")));
+        // Without oci: a path starting with / or . is a layout, wherever it is.
+        for (input, dir, tag) in [
+            ("./img:v1", "./img", Some("v1")),
+            ("../img", "../img", None),
+            ("/srv/img:v1", "/srv/img", Some("v1")),
+            (".:v1", ".", Some("v1")),
+        ] {
+            let r = ImageRef::parse(input).unwrap();
+            assert!(
+                matches!(&r, ImageRef::Layout(l) if l.dir == Path::new(dir)
+                    && l.tag.as_ref().map(Tag::as_str) == tag),
+                "{input}: {r:?}"
+            );
+        }
+        let r = ImageRef::parse(&format!("./img@{d}")).unwrap();
+        assert_eq!(r.digest().map(|d| d.to_string()), Some(d.clone()));
+        // skopeo's other transports are named.
+        for (input, t) in [
+            ("oci-archive:img.tar", "oci-archive"),
+            ("docker-archive:/tmp/x.tar:a:1", "docker-archive"),
+            ("docker-daemon:busybox:latest", "docker-daemon"),
+            ("containers-storage:reg.example/a:1", "containers-storage"),
+            ("dir:/tmp/x", "dir"),
+        ] {
+            for e in [
+                ImageRef::parse(input).unwrap_err(),
+                ImageRef::parse_layout(input).unwrap_err(),
+                ImageRef::parse_registry(input).unwrap_err(),
+            ] {
+                assert!(
+                    e.to_string()
+                        .contains(&format!("transport {t}: is not supported; use oci:DIR")),
+                    "{input}: {e}"
+                );
+            }
+        }
+        // A host with a port is not a transport.
+        assert!(ImageRef::parse("dir:5000/x:1").is_ok());
         for bad in [
             "oci:",
             "oci:img:-bad",

@@ -502,12 +502,51 @@ async fn hold_references(
     Ok(())
 }
 
-/// DELETE a tag, or a manifest by digest (with every tag pointing at it).
+/// Most indexes a `MANIFEST_REFERENCED` refusal names.
+const REFERENCING_NAMED: usize = 5;
+
+/// DELETE a tag, or a manifest by digest (with every tag pointing at it). A manifest an index
+/// of the repository still lists is refused with `MANIFEST_REFERENCED` (409) naming the
+/// indexes, unless the request says `?force=true`.
 pub(crate) async fn delete(req: Req, reference: &str) -> ApiResult<Response> {
     req.deletes_allowed()?;
     let name = req.name().clone();
     let reference = parse_lookup(reference)?;
+    let force = match req.param("force") {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(v) => {
+            return Err(ApiError::new(
+                Code::QueryInvalid,
+                format!("force={v:?}: expected true or false"),
+            ));
+        }
+    };
     let repos = &req.state.app().repos;
+    if let Reference::Digest(d) = &reference
+        && !force
+        && repos.manifest_link(&name, d).await?.is_some()
+    {
+        let indexes = repos.indexes_listing(&name, d, REFERENCING_NAMED).await?;
+        if !indexes.is_empty() {
+            let listed: Vec<String> = indexes.iter().map(ToString::to_string).collect();
+            return Err(ApiError::new(
+                Code::ManifestReferenced,
+                format!(
+                    "manifest {d} is listed by {} {} in {name}: delete {} first, or send \
+                     DELETE with ?force=true to delete it anyway (the index then names a \
+                     manifest that is gone)",
+                    if indexes.len() == 1 {
+                        "index"
+                    } else {
+                        "indexes"
+                    },
+                    listed.join(", "),
+                    if indexes.len() == 1 { "it" } else { "them" },
+                ),
+            ));
+        }
+    }
     let governance = &req.state.app().config.governance;
     if !governance.immutable.is_empty() {
         let caller = req

@@ -188,6 +188,11 @@ pub fn manifest_link(name: &Name, d: &Digest) -> Key {
     ))
 }
 
+/// Prefix of every manifest link of the repository.
+pub fn manifest_links(name: &Name) -> Key {
+    key(format!("repositories/{name}/_manifests"))
+}
+
 /// The repository's tag index.
 pub fn tags(name: &Name) -> Key {
     key(format!("repositories/{name}/_tags"))
