@@ -186,6 +186,18 @@ fn error_kind(e: &anyhow::Error) -> &'static str {
     "error"
 }
 
+/// `rdctl ls … | head`: the reader went away, which is success (ripgrep's rule), wherever the
+/// write was wrapped. serde_json's error does not give its io::Error as a source, so it is
+/// asked for the kind.
+fn broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            || c.downcast_ref::<serde_json::Error>()
+                .is_some_and(|j| j.io_error_kind() == Some(std::io::ErrorKind::BrokenPipe))
+    })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let json = cli.command.json();
@@ -218,11 +230,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            // `rdctl ls … | head`: the reader went away, wherever the write was wrapped.
-            if e.chain().any(|c| {
-                c.downcast_ref::<std::io::Error>()
-                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-            }) {
+            if broken_pipe(&e) {
                 return ExitCode::SUCCESS;
             }
             eprintln!("rdctl: {e:#}");

@@ -3,6 +3,7 @@
 
 mod builder_e2e;
 mod cli_help;
+mod cli_edges;
 mod client_auth_layers;
 mod client_faults;
 mod depot_tls;

@@ -73,6 +73,22 @@ impl Client {
             let resp = self
                 .send(&scope, &url, &|| self.http_for(&url).get(url.clone()))
                 .await?;
+            if matches!(
+                resp.status(),
+                StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED
+            ) {
+                // Our registry answers every search (an empty one too) with 200: a 404 or 405
+                // is a registry without the extension (distribution, zot, Harbor...).
+                return Err(ClientError::Protocol {
+                    url: url.to_string(),
+                    reason: format!(
+                        "{registry} has no package search API (GET /v2/_rd/packages answered \
+                         {}): rdctl search needs rdctl registry serve, which indexes the SBOM \
+                         of every image pushed to it",
+                        resp.status().as_u16()
+                    ),
+                });
+            }
             if resp.status() != StatusCode::OK {
                 return Err(Self::unexpected(&url, resp).await);
             }

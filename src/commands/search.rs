@@ -92,10 +92,12 @@ pub fn run(args: SearchArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if hits.is_empty() {
-        eprintln!(
-            "rdctl: no image at {host} holds a package matching {}",
+        // An answer, not a failure: on stdout, and stderr stays empty.
+        writeln!(
+            w,
+            "no image at {host} holds a package matching {}",
             args.package
-        );
+        )?;
         return Ok(ExitCode::SUCCESS);
     }
     let mut rows = vec![[
