@@ -52,7 +52,7 @@ enum Command {
     Build(commands::build::Args),
     /// Resolve an image file's packages into a lockfile beside it.
     Lock(commands::lock::Args),
-    /// Validate an OCI image layout (PATH or PATH:TAG) or a single JSON document.
+    /// Validate an OCI image layout ([oci:]DIR[:TAG|@DIGEST]) or a single JSON document.
     Validate(commands::validate::Args),
     /// Push an OCI image layout (DIR[:TAG]) to a registry.
     Push(commands::transfer::PushArgs),

@@ -120,6 +120,19 @@ fn every_command_takes_dir_and_oci_dir_for_a_layout() {
         err.contains("no such file, directory or layout:tag"),
         "{err}"
     );
+    // A directory here whose name also names a registry is not guessed: both spellings.
+    std::fs::create_dir_all(dir.join("reg.example/app")).unwrap();
+    std::fs::create_dir_all(dir.join("localhost")).unwrap();
+    for args in [
+        vec!["inspect", "reg.example/app:1.0"],
+        vec!["ls", "localhost:5000"],
+    ] {
+        let err = fails(dir, &args);
+        assert!(
+            err.contains("is a directory here") && err.contains("docker://"),
+            "{args:?}: {err}"
+        );
+    }
 }
 
 #[test]

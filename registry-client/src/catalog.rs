@@ -202,6 +202,10 @@ mod tests {
     #[test]
     fn delete_refusals_are_classified() {
         assert_eq!(
+            DeleteRefusal::of(&registry_error(409, "MANIFEST_REFERENCED"), false),
+            Some(DeleteRefusal::Referenced)
+        );
+        assert_eq!(
             DeleteRefusal::of(&registry_error(405, "UNSUPPORTED"), false),
             Some(DeleteRefusal::Disabled)
         );

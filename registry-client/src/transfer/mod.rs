@@ -159,9 +159,11 @@ impl ImageRef {
         if dir.is_empty() || !std::path::Path::new(dir).is_dir() {
             return Ok(false);
         }
-        if Reference::parse(input).is_ok() {
+        if Reference::parse(input).is_ok()
+            || (!input.contains('/') && crate::reference::looks_like_host(input))
+        {
             return Err(bad(format!(
-                "{dir} is a directory here and {input} is also a registry reference: write \
+                "{dir} is a directory here and {input} also names a registry: write \
                  oci:{input} or ./{input} for the layout, docker://{input} for the registry"
             )));
         }
