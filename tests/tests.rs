@@ -36,6 +36,7 @@ mod signing_bundles;
 mod smf;
 mod splice_e2e;
 mod sync;
+mod sync_converged;
 mod transfer;
 mod util;
 mod validate_cli;

@@ -27,6 +27,9 @@ pub struct Client {
     pub(crate) plain_http: bool,
     pub(crate) retry: Retry,
     pub(crate) chunk_size: u64,
+    /// Blob uploads in flight, one per destination and digest at a time (clones share it).
+    pub(crate) blob_flights:
+        Arc<crate::transfer::flight::SingleFlight<crate::transfer::flight::BlobKey>>,
 }
 
 impl Client {

@@ -235,6 +235,7 @@ impl ClientBuilder {
                 ..self.retry
             },
             chunk_size: self.chunk_size,
+            blob_flights: Arc::default(),
         })
     }
 }

@@ -280,6 +280,78 @@ impl Dest {
         }
     }
 
+    /// The destination spelled once, as a [`super::flight::BlobKey`] needs it: `HOST/NAME`
+    /// for a registry repository, `oci:DIR` for a layout.
+    pub(super) fn identity(&self) -> String {
+        match self {
+            Dest::Layout(layout) => format!("oci:{}", layout.root().display()),
+            Dest::Registry(r) => format!("{}/{}", r.registry(), r.name()),
+        }
+    }
+
+    /// Whether a registry destination already holds this manifest or index by digest (a
+    /// HEAD). A layout answers false: writing into it again is local and idempotent.
+    pub(super) async fn has_manifest(
+        &self,
+        client: &Client,
+        c: &Content,
+    ) -> Result<bool, TransferError> {
+        let Dest::Registry(r) = self else {
+            return Ok(false);
+        };
+        let target = r.with_digest(c.digest.clone());
+        match client.resolve(&target).await {
+            Ok(d) => Ok(d.digest == c.digest),
+            Err(e) if e.kind() == ClientErrorKind::NotFound => Ok(false),
+            Err(source) => Err(TransferError::Registry {
+                reference: target.to_string(),
+                source,
+            }),
+        }
+    }
+
+    /// Whether a registry destination's `tag` already names `digest` (a HEAD of the tag). A
+    /// layout answers false.
+    pub(super) async fn tag_names(
+        &self,
+        client: &Client,
+        tag: &Tag,
+        digest: &Digest,
+    ) -> Result<bool, TransferError> {
+        let Dest::Registry(r) = self else {
+            return Ok(false);
+        };
+        let target = r.with_tag(tag.clone());
+        match client.resolve(&target).await {
+            Ok(d) => Ok(&d.digest == digest),
+            Err(e) if e.kind() == ClientErrorKind::NotFound => Ok(false),
+            Err(source) => Err(TransferError::Registry {
+                reference: target.to_string(),
+                source,
+            }),
+        }
+    }
+
+    /// The digests a registry destination lists as referrers of `subject` (its referrers API
+    /// or tag schema index); empty for a layout.
+    pub(super) async fn referrers_listed(
+        &self,
+        client: &Client,
+        subject: &Digest,
+    ) -> Result<std::collections::HashSet<Digest>, TransferError> {
+        let Dest::Registry(r) = self else {
+            return Ok(Default::default());
+        };
+        match client.referrers(r, subject).await {
+            Ok(found) => Ok(found.manifests.into_iter().map(|m| m.digest).collect()),
+            Err(e) if e.kind() == ClientErrorKind::NotFound => Ok(Default::default()),
+            Err(source) => Err(TransferError::Registry {
+                reference: format!("{r} (referrers of {subject})"),
+                source,
+            }),
+        }
+    }
+
     /// Writes a manifest byte-exact: by digest, or under `tag` when given.
     pub(crate) async fn put_manifest(
         &self,

@@ -23,13 +23,22 @@
 //! - Blobs stream (memory per blob is bounded by the client's chunk size and a few 64 KiB
 //!   buffers) and are verified on the way: a layout destination publishes a blob only after its
 //!   size and digest matched; a registry destination verifies on commit.
-//! - Blobs the destination already has are skipped.
+//! - Blobs the destination already has are skipped, and a blob goes to one destination
+//!   repository once at a time: copies running at once that need the same blob there wait
+//!   for the first upload and then find it present ([`flight`]).
+//! - No manifest the destination registry already has is written again: one it holds by
+//!   digest, a referrer its referrers listing (API or tag schema) already shows, a cosign tag
+//!   or the image's tag already naming the digest (then the graph under it is there too: the
+//!   registry checked it when the tag was written). Blobs are still checked with a HEAD. A
+//!   rerun of a converged copy only reads, so it makes no push event
+//!   ([`CopyReport::manifests_present`]).
 //! - Manifests are written byte-exact, children before parents, and the tag (a registry tag or
 //!   an `org.opencontainers.image.ref.name` entry in the layout's `index.json`) is set last,
 //!   so a failed copy tags nothing. Referrers are written after their subject and before the
 //!   tag.
 
 pub(crate) mod endpoint;
+pub(crate) mod flight;
 mod referrers;
 mod stream;
 
@@ -522,15 +531,24 @@ pub struct CopyReport {
     pub root: Content,
     /// The tag set at the destination, if any.
     pub tag: Option<String>,
-    /// Manifests and indexes written, children first, the root last.
+    /// Manifests and indexes of the image at the destination, children first, the root
+    /// last: written, or already there (those are in `manifests_present` too).
     pub manifests: Vec<Content>,
     /// Blobs transferred.
     pub blobs_copied: Vec<Content>,
     /// Blobs the destination already had.
     pub blobs_skipped: Vec<Content>,
-    /// Referrers written (manifests and indexes of every referrer's graph, children first),
-    /// after the image's own manifests; their blobs are in `blobs_copied` and `blobs_skipped`.
+    /// Referrers at the destination (manifests and indexes of every referrer's graph,
+    /// children first), after the image's own manifests: written, or already there (in
+    /// `manifests_present` too); blobs written for them are in `blobs_copied` and
+    /// `blobs_skipped`.
     pub referrers: Vec<Content>,
+    /// Manifests, indexes and referrers of `manifests` and `referrers` that a registry
+    /// destination already had, so nothing was written for them.
+    pub manifests_present: Vec<Content>,
+    /// Whether the tag was written: false when there is none, or when the destination's tag
+    /// already named the root.
+    pub tag_written: bool,
 }
 
 impl CopyReport {
@@ -613,21 +631,36 @@ pub async fn copy(
         blobs_copied: Vec::new(),
         blobs_skipped: Vec::new(),
         referrers: Vec::new(),
+        manifests_present: Vec::new(),
+        tag_written: false,
+    };
+    // A destination tag that already names the root: the registry holds the whole graph.
+    let tag_current = match &tag {
+        Some(t) => dest.tag_names(client, t, &root.digest).await?,
+        None => false,
     };
     let mut done: HashSet<Digest> = HashSet::new();
     for node in &order {
+        report.manifests.push(node.content.clone());
+        // Blobs are checked (HEAD) either way, and one the destination lacks is uploaded.
         copy_blobs(client, &source, &dest, node, &mut done, &mut report).await?;
+        if tag_current || dest.has_manifest(client, &node.content).await? {
+            report.manifests_present.push(node.content.clone());
+            continue;
+        }
         dest.put_manifest(client, &node.content, &node.bytes, None)
             .await?;
-        report.manifests.push(node.content.clone());
     }
     if opts.referrers {
         referrers::copy_referrers(client, &source, &dest, &order, &mut done, &mut report).await?;
         referrers::copy_cosign_tags(client, &source, &dest, &order, &mut done, &mut report).await?;
     }
     if let Some(t) = &tag {
-        dest.put_manifest(client, &root, &order[order.len() - 1].bytes, Some(t))
-            .await?;
+        if !tag_current {
+            dest.put_manifest(client, &root, &order[order.len() - 1].bytes, Some(t))
+                .await?;
+            report.tag_written = true;
+        }
     } else if let Dest::Layout(layout) = &dest {
         update_index(layout, &root, None, None)?;
     }
@@ -677,7 +710,8 @@ fn blobs_present(layout: &ImageLayout, order: &[Node]) -> Result<(), TransferErr
     Ok(())
 }
 
-/// Copies the blobs a document names that this copy has not handled yet.
+/// Copies the blobs a document names that this copy has not handled yet, each under its
+/// destination's flight so concurrent copies upload it once.
 async fn copy_blobs(
     client: &Client,
     source: &Source<'_>,
@@ -690,6 +724,13 @@ async fn copy_blobs(
         if !done.insert(blob.digest.clone()) {
             continue;
         }
+        let _flight = client
+            .blob_flights
+            .enter(flight::BlobKey {
+                destination: dest.identity(),
+                digest: blob.digest.clone(),
+            })
+            .await;
         if dest.has_blob(client, blob).await? {
             report.blobs_skipped.push(blob.clone());
         } else {

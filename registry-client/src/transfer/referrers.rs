@@ -108,7 +108,15 @@ pub(super) async fn copy_referrers(
         }
         let mut next = Vec::new();
         for subject in &level {
-            for referrer in finder.find(subject).await? {
+            let found = finder.find(subject).await?;
+            // What the destination already lists is not written again (asked only when there
+            // is something to copy).
+            let listed = if found.is_empty() {
+                HashSet::new()
+            } else {
+                dest.referrers_listed(client, subject).await?
+            };
+            for referrer in found {
                 if !seen.insert(referrer.digest.clone()) {
                     continue;
                 }
@@ -143,8 +151,16 @@ pub(super) async fn copy_referrers(
                         root: referrer.digest.clone(),
                     });
                 }
+                let present = listed.contains(&referrer.digest);
                 for node in &nodes {
+                    report.referrers.push(node.content.clone());
+                    seen.insert(node.content.digest.clone());
+                    next.push(node.content.digest.clone());
                     copy_blobs(client, source, dest, node, done, report).await?;
+                    if present {
+                        report.manifests_present.push(node.content.clone());
+                        continue;
+                    }
                     if node.content.digest == referrer.digest {
                         dest.put_referrer(
                             client,
@@ -157,9 +173,6 @@ pub(super) async fn copy_referrers(
                         dest.put_manifest(client, &node.content, &node.bytes, None)
                             .await?;
                     }
-                    report.referrers.push(node.content.clone());
-                    seen.insert(node.content.digest.clone());
-                    next.push(node.content.digest.clone());
                 }
             }
         }
@@ -170,7 +183,8 @@ pub(super) async fn copy_referrers(
 
 /// Copies cosign's tags (`sha256-<hex>.sig`, `.att`, `.sbom`) of every document in `graph`
 /// that the source has: each tagged manifest's graph is checked, its blobs copied, and the
-/// manifest written under the same tag at the destination (after the image, before its tag).
+/// manifest written under the same tag at the destination (after the image, before its tag),
+/// unless the destination's tag already names it.
 pub(super) async fn copy_cosign_tags(
     client: &Client,
     source: &Source<'_>,
@@ -187,8 +201,14 @@ pub(super) async fn copy_cosign_tags(
             let tag = Tag::parse(&tag).expect("a cosign tag is a valid tag");
             let doc = checked(&c, &bytes)?;
             let nodes = walk(source, c.clone(), bytes, doc).await?;
+            let present = dest.tag_names(client, &tag, &c.digest).await?;
             for n in &nodes {
+                report.referrers.push(n.content.clone());
                 copy_blobs(client, source, dest, n, done, report).await?;
+                if present {
+                    report.manifests_present.push(n.content.clone());
+                    continue;
+                }
                 if n.content.digest == c.digest {
                     dest.put_cosign_tag(client, &n.content, &n.bytes, &tag, &node.content)
                         .await?;
@@ -196,7 +216,6 @@ pub(super) async fn copy_cosign_tags(
                     dest.put_manifest(client, &n.content, &n.bytes, None)
                         .await?;
                 }
-                report.referrers.push(n.content.clone());
             }
         }
     }
