@@ -21,6 +21,9 @@ means =); VERSION is a pkg(5) version compared at the precision it is written wi
 numbers component by component, then the branch and timestamp if given (=2.1 matches 2.1.3).
 Only repositories the caller may pull are searched (rdctl login for a registry with [auth]).
 Images pushed before the registry had a package index appear after `rdctl registry reindex`.
+NAME may be an FMRI, pkg:/NAME (pkg://PUBLISHER/NAME is refused: the index keeps no
+publishers). Nothing found is said on stdout (stderr stays empty); a registry without the
+package index (distribution, zot) is named as having no package search API.
 Exit status: 0 searched (also when nothing matched), 2 the search could not run.")]
 pub struct SearchArgs {
     /// The package: NAME or NAME@OPVERSION (like openssl, 'openssl@<3.0', 'demo/*@>=2.1').
