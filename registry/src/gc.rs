@@ -834,6 +834,7 @@ impl Sweep<'_> {
             digest: d.clone(),
             window_secs: deadline.map_or(0.0, |(_, window)| window.as_secs_f64()),
         };
+        let until = deadline.map(|(sent, window)| sent + window);
         let in_window = || match deadline {
             Some((sent, window)) if sent.elapsed() >= window => Err(past_window()),
             _ => Ok(()),
@@ -856,7 +857,7 @@ impl Sweep<'_> {
                 // (SIGSTOP) does not go on with the rest once requests may rely on the digest.
                 let done = self
                     .repos
-                    .delete_manifest_until(name, d, deadline.map(|(sent, window)| sent + window))
+                    .delete_manifest_until(name, d, until)
                     .await
                     .map_err(|e| GcError::Unlink {
                         repository: name.to_string(),
@@ -880,7 +881,9 @@ impl Sweep<'_> {
                 match self.old(&key).await? {
                     Some((true, _)) => {
                         in_window()?;
-                        self.delete(&key).await?
+                        if !self.delete(&key, until).await? {
+                            return Err(past_window());
+                        }
                     }
                     Some((false, _)) => {
                         out.young += 1;
@@ -896,27 +899,37 @@ impl Sweep<'_> {
         if let Some(size) = data {
             if !self.dry_run {
                 in_window()?;
-                self.delete(&layout::blob_data(d)).await?;
+                if !self.delete(&layout::blob_data(d), until).await? {
+                    return Err(past_window());
+                }
             }
             out.deleted.push(deletion(ObjectKind::Blob, None, size));
         }
         if used && (data.is_some() || out.young == 0) {
             if !self.dry_run {
                 in_window()?;
-                self.delete(&layout::blob_used(d)).await?;
+                if !self.delete(&layout::blob_used(d), until).await? {
+                    return Err(past_window());
+                }
             }
             out.records += 1;
         }
         Ok(())
     }
 
-    async fn delete(&self, key: &Key) -> Result<(), GcError> {
+    /// Deletes `key` (gone already counts); with `until`, only before it (the store looks
+    /// right before the request that removes it): false when it had passed.
+    async fn delete(&self, key: &Key, until: Option<Instant>) -> Result<bool, GcError> {
         if let Some(lease) = self.lease {
             lease.check()?;
         }
-        match self.store.delete(key).await {
-            Ok(()) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
+        let r = match until {
+            Some(until) => self.store.delete_before(key, until).await,
+            None => self.store.delete(key).await.map(|()| true),
+        };
+        match r {
+            Ok(done) => Ok(done),
+            Err(e) if e.is_not_found() => Ok(true),
             Err(e) => Err(e.into()),
         }
     }

@@ -627,11 +627,15 @@ impl Repos {
             return Ok(None);
         }
         crate::governance::quota::forget(self, name, d).await?;
-        if late() {
-            return Ok(None);
-        }
-        match self.store.delete(&layout::manifest_link(name, d)).await {
-            Ok(()) => Ok(Some(true)),
+        let key = layout::manifest_link(name, d);
+        let r = match until {
+            // The store looks at `until` right before the request that removes the link.
+            Some(until) => self.store.delete_before(&key, until).await,
+            None => self.store.delete(&key).await.map(|()| true),
+        };
+        match r {
+            Ok(true) => Ok(Some(true)),
+            Ok(false) => Ok(None),
             Err(e) if e.is_not_found() => Ok(Some(false)),
             Err(e) => Err(e.into()),
         }
