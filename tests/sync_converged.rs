@@ -305,7 +305,15 @@ fn a_converged_sync_makes_no_manifest_put_and_no_event() {
     assert!(head_digest(dest.addr, "cli/app0", &sig_tag).is_some());
     let (code, v, err) = sync(&[&from, &to]);
     assert_eq!(code, 0, "{v:#}\n{err}");
-    assert_eq!(v["images"].as_array().unwrap().len(), images.len(), "{v:#}");
+    let summary = v["images"].as_array().unwrap();
+    assert_eq!(summary.len(), images.len(), "{v:#}");
+    for image in summary {
+        // Nothing written: no manifest, no referrer, no blob.
+        assert_eq!(image["up_to_date"], true, "{image:#}");
+        assert_eq!(image["manifests"], serde_json::json!([]), "{image:#}");
+        assert_eq!(image["referrers"], serde_json::json!([]), "{image:#}");
+        assert_eq!(image["blobs_copied"], 0, "{image:#}");
+    }
     let second = rx.settled("cli");
     assert_eq!(
         second.len(),

@@ -531,20 +531,18 @@ pub struct CopyReport {
     pub root: Content,
     /// The tag set at the destination, if any.
     pub tag: Option<String>,
-    /// Manifests and indexes of the image at the destination, children first, the root
-    /// last: written, or already there (those are in `manifests_present` too).
+    /// Manifests and indexes written, children first, the root last.
     pub manifests: Vec<Content>,
     /// Blobs transferred.
     pub blobs_copied: Vec<Content>,
     /// Blobs the destination already had.
     pub blobs_skipped: Vec<Content>,
-    /// Referrers at the destination (manifests and indexes of every referrer's graph,
-    /// children first), after the image's own manifests: written, or already there (in
-    /// `manifests_present` too); blobs written for them are in `blobs_copied` and
-    /// `blobs_skipped`.
+    /// Referrers written (manifests and indexes of every referrer's graph, children first),
+    /// after the image's own manifests; their blobs are in `blobs_copied` and `blobs_skipped`.
     pub referrers: Vec<Content>,
-    /// Manifests, indexes and referrers of `manifests` and `referrers` that a registry
-    /// destination already had, so nothing was written for them.
+    /// Manifests, indexes and referrers of the image that a registry destination already had
+    /// (by digest, in its referrers listing, under their tag), so they were not written again;
+    /// they are in neither `manifests` nor `referrers`.
     pub manifests_present: Vec<Content>,
     /// Whether the tag was written: false when there is none, or when the destination's tag
     /// already named the root.
@@ -641,7 +639,6 @@ pub async fn copy(
     };
     let mut done: HashSet<Digest> = HashSet::new();
     for node in &order {
-        report.manifests.push(node.content.clone());
         // Blobs are checked (HEAD) either way, and one the destination lacks is uploaded.
         copy_blobs(client, &source, &dest, node, &mut done, &mut report).await?;
         if tag_current || dest.has_manifest(client, &node.content).await? {
@@ -650,6 +647,7 @@ pub async fn copy(
         }
         dest.put_manifest(client, &node.content, &node.bytes, None)
             .await?;
+        report.manifests.push(node.content.clone());
     }
     if opts.referrers {
         referrers::copy_referrers(client, &source, &dest, &order, &mut done, &mut report).await?;

@@ -153,7 +153,6 @@ pub(super) async fn copy_referrers(
                 }
                 let present = listed.contains(&referrer.digest);
                 for node in &nodes {
-                    report.referrers.push(node.content.clone());
                     seen.insert(node.content.digest.clone());
                     next.push(node.content.digest.clone());
                     copy_blobs(client, source, dest, node, done, report).await?;
@@ -173,6 +172,7 @@ pub(super) async fn copy_referrers(
                         dest.put_manifest(client, &node.content, &node.bytes, None)
                             .await?;
                     }
+                    report.referrers.push(node.content.clone());
                 }
             }
         }
@@ -203,7 +203,6 @@ pub(super) async fn copy_cosign_tags(
             let nodes = walk(source, c.clone(), bytes, doc).await?;
             let present = dest.tag_names(client, &tag, &c.digest).await?;
             for n in &nodes {
-                report.referrers.push(n.content.clone());
                 copy_blobs(client, source, dest, n, done, report).await?;
                 if present {
                     report.manifests_present.push(n.content.clone());
@@ -216,6 +215,7 @@ pub(super) async fn copy_cosign_tags(
                     dest.put_manifest(client, &n.content, &n.bytes, None)
                         .await?;
                 }
+                report.referrers.push(n.content.clone());
             }
         }
     }
