@@ -26,6 +26,8 @@
 //!   admitted zones hold; a zone that asks for more is `Unschedulable`.
 //! - Pull controls ([`throttle`]): `max_parallel_pulls`, per-registry QPS and burst, the
 //!   progress deadline, pull progress, and image GC by disk usage.
+//! - The ZFS layer store ([`zfs`]): a dataset per ChainID, a zone root as a clone of the
+//!   image's top snapshot ([`ZfsLayerStore`]).
 //! - Ownership marks ([`owner`]) on every directory the worker creates, checked before any
 //!   change or deletion.
 //!
@@ -51,6 +53,7 @@ mod store;
 pub mod throttle;
 mod unpack;
 mod verify;
+pub mod zfs;
 
 pub use admission::{Admission, AdmissionError, Denial, check as check_admission};
 pub use capacity::{Allocated, NodeStatus, Resources};
@@ -76,3 +79,4 @@ pub use store::{ContentStore, FetchStats, StoreError};
 pub use throttle::{DiskSpace, DiskUsage, PullBytes, Statvfs};
 pub use unpack::{LayerStats, RootDir, UnpackError, UnpackOptions, apply_layer, apply_stream};
 pub use verify::{PulledImage, RootError, VerifiedImage, VerifiedRoot, build_root};
+pub use zfs::{PreparedImage, ZfsLayerStore, ZfsStoreError};

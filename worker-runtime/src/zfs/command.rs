@@ -1,0 +1,331 @@
+//! The one way the worker runs `zfs`: [`Zfs`] builds argument vectors (never a shell line),
+//! runs the program, and turns a failure into a [`ZfsError`] naming the command and its
+//! stderr. Names of datasets are [`DatasetName`]s, checked before they reach an argument.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+/// How long `zfs destroy` is retried while ZFS answers "dataset is busy" (zfs-fuse holds a
+/// freshly mounted or unmounted file system for a moment; illumos can too while a process
+/// leaves it).
+const BUSY_RETRY: Duration = Duration::from_secs(10);
+
+/// Longest stderr excerpt kept in an error.
+const STDERR_EXCERPT: usize = 2000;
+
+/// A `zfs` command failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ZfsError {
+    /// The program could not be started.
+    #[error("`{command}` could not be started")]
+    Spawn {
+        /// The command line (for reading; it was never run through a shell).
+        command: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The program ran and failed.
+    #[error("`{command}` failed ({status}): {stderr}")]
+    Failed {
+        /// The command line.
+        command: String,
+        /// Its exit status.
+        status: String,
+        /// What it printed on stderr (trimmed, at most 2000 bytes).
+        stderr: String,
+    },
+    /// The program's output is not what the command promises.
+    #[error("`{command}` printed unexpected output {line:?}")]
+    Output {
+        /// The command line.
+        command: String,
+        /// The line that could not be read.
+        line: String,
+    },
+}
+
+impl ZfsError {
+    /// True when ZFS said the dataset does not exist.
+    pub fn is_missing(&self) -> bool {
+        matches!(self, ZfsError::Failed { stderr, .. } if stderr.contains("does not exist"))
+    }
+
+    fn is_busy(&self) -> bool {
+        matches!(self, ZfsError::Failed { stderr, .. } if stderr.contains("is busy"))
+    }
+}
+
+/// A dataset or snapshot name is unusable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("dataset name {name:?}: {reason}")]
+pub struct DatasetNameError {
+    /// The name as given.
+    pub name: String,
+    /// What is wrong.
+    pub reason: &'static str,
+}
+
+/// A checked ZFS file-system name (`pool/a/b`): components of `A-Z a-z 0-9 _ - . :`, none
+/// empty, `.` or `..`, none starting with `-` (so no name can read as an option), at most 255
+/// bytes (ZFS's limit, snapshot suffix included, is 256).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DatasetName(String);
+
+impl DatasetName {
+    /// Checks `name`.
+    pub fn parse(name: &str) -> Result<DatasetName, DatasetNameError> {
+        let err = |reason| DatasetNameError {
+            name: name.to_owned(),
+            reason,
+        };
+        if name.is_empty() {
+            return Err(err("empty"));
+        }
+        if name.len() > 240 {
+            return Err(err("longer than 240 bytes"));
+        }
+        for c in name.split('/') {
+            if c.is_empty() || c == "." || c == ".." {
+                return Err(err("has an empty, `.` or `..` component"));
+            }
+            if c.starts_with('-') {
+                return Err(err("a component starts with `-`"));
+            }
+            if !c
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
+            {
+                return Err(err("only A-Z a-z 0-9 _ - . : and / are allowed"));
+            }
+        }
+        Ok(DatasetName(name.to_owned()))
+    }
+
+    /// `self/component`.
+    pub fn child(&self, component: &str) -> Result<DatasetName, DatasetNameError> {
+        DatasetName::parse(&format!("{}/{component}", self.0))
+    }
+
+    /// The snapshot `self@snap`.
+    pub fn snapshot(&self, snap: &str) -> String {
+        format!("{}@{snap}", self.0)
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for DatasetName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One property as `zfs get -H -p -o value,source` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Property {
+    /// The value (`-` when unset).
+    pub value: String,
+    /// `local`, `default`, `-`, or `inherited from …`.
+    pub source: String,
+}
+
+impl Property {
+    /// Set on the dataset itself (not inherited, not a default).
+    pub fn is_local(&self) -> bool {
+        self.source == "local"
+    }
+}
+
+/// Runs the `zfs` program (`zfs` on `PATH`, or the given path).
+#[derive(Debug, Clone)]
+pub struct Zfs {
+    program: PathBuf,
+}
+
+impl Default for Zfs {
+    fn default() -> Self {
+        Zfs {
+            program: PathBuf::from("zfs"),
+        }
+    }
+}
+
+impl Zfs {
+    /// Runs `program` instead of `zfs` from `PATH`.
+    pub fn with_program(program: impl Into<PathBuf>) -> Zfs {
+        Zfs {
+            program: program.into(),
+        }
+    }
+
+    fn line(&self, args: &[OsString]) -> String {
+        let mut s = self.program.display().to_string();
+        for a in args {
+            s.push(' ');
+            s.push_str(&a.to_string_lossy());
+        }
+        s
+    }
+
+    /// Runs `zfs ARGS…` and returns its stdout.
+    pub fn run<I, A>(&self, args: I) -> Result<String, ZfsError>
+    where
+        I: IntoIterator<Item = A>,
+        A: Into<OsString>,
+    {
+        let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+        let command = self.line(&args);
+        let out = Command::new(&self.program)
+            .args(&args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|source| ZfsError::Spawn {
+                command: command.clone(),
+                source,
+            })?;
+        if !out.status.success() {
+            let mut stderr = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+            if stderr.len() > STDERR_EXCERPT {
+                let mut cut = STDERR_EXCERPT;
+                while !stderr.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                stderr.truncate(cut);
+            }
+            return Err(ZfsError::Failed {
+                command,
+                status: out.status.to_string(),
+                stderr,
+            });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// `zfs get` of `props` on `target` (a dataset or `dataset@snap`): `None` when it does not
+    /// exist, else one [`Property`] per name, in order.
+    pub fn get(&self, target: &str, props: &[&str]) -> Result<Option<Vec<Property>>, ZfsError> {
+        let args = [
+            "get",
+            "-H",
+            "-p",
+            "-o",
+            "property,value,source",
+            &props.join(","),
+            target,
+        ];
+        let out = match self.run(args) {
+            Ok(o) => o,
+            Err(e) if e.is_missing() => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut found = Vec::with_capacity(props.len());
+        for want in props {
+            let line = out
+                .lines()
+                .find(|l| l.split('\t').next() == Some(want))
+                .ok_or_else(|| ZfsError::Output {
+                    command: self.line(&args.map(OsString::from)),
+                    line: format!("(no line for {want})"),
+                })?;
+            let mut f = line.split('\t');
+            let (_, Some(value), Some(source)) = (f.next(), f.next(), f.next()) else {
+                return Err(ZfsError::Output {
+                    command: self.line(&args.map(OsString::from)),
+                    line: line.to_owned(),
+                });
+            };
+            found.push(Property {
+                value: value.to_owned(),
+                source: source.to_owned(),
+            });
+        }
+        Ok(Some(found))
+    }
+
+    /// Whether `target` (dataset or snapshot) exists.
+    pub fn exists(&self, target: &str) -> Result<bool, ZfsError> {
+        Ok(self.get(target, &["type"])?.is_some())
+    }
+
+    /// `zfs destroy [-r] target`, retried while ZFS says the dataset is busy.
+    pub fn destroy(&self, target: &str, recursive: bool) -> Result<(), ZfsError> {
+        let mut args = vec!["destroy"];
+        if recursive {
+            args.push("-r");
+        }
+        args.push(target);
+        let started = std::time::Instant::now();
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match self.run(&args) {
+                Ok(_) => return Ok(()),
+                Err(e) if e.is_busy() && started.elapsed() < BUSY_RETRY => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dataset_names() {
+        for good in ["pool", "pool/rdctl", "p/a_b-c.d:e", "tank/layers/sha256-0a"] {
+            assert_eq!(DatasetName::parse(good).unwrap().as_str(), good);
+        }
+        for (bad, why) in [
+            ("", "empty"),
+            ("pool/", "empty"),
+            ("/pool", "empty"),
+            ("pool//x", "empty"),
+            ("pool/..", "`..`"),
+            ("-o", "starts with `-`"),
+            ("pool/-r", "starts with `-`"),
+            ("pool@snap", "only"),
+            ("pool/a b", "only"),
+            ("pool/a;rm", "only"),
+        ] {
+            let e = DatasetName::parse(bad).unwrap_err();
+            assert!(e.to_string().contains(why), "{bad:?}: {e}");
+        }
+        assert!(DatasetName::parse(&"a".repeat(241)).is_err());
+    }
+
+    #[test]
+    fn a_missing_program_names_the_command() {
+        let e = Zfs::with_program("/nonexistent/zfs")
+            .run(["list", "-H", "pool"])
+            .unwrap_err();
+        assert!(matches!(e, ZfsError::Spawn { .. }));
+        assert_eq!(
+            e.to_string(),
+            "`/nonexistent/zfs list -H pool` could not be started"
+        );
+    }
+
+    #[test]
+    fn a_failure_carries_status_and_stderr() {
+        // `sh -c` stands in for a zfs that fails: only the runner is under test here.
+        let e = Zfs::with_program("sh")
+            .run([
+                "-c",
+                "echo \"cannot open 'p/x': dataset does not exist\" >&2; exit 1",
+            ])
+            .unwrap_err();
+        assert!(e.is_missing(), "{e}");
+        assert!(e.to_string().contains("exit status: 1"), "{e}");
+    }
+}

@@ -1,0 +1,11 @@
+//! ZFS for the worker: the `zfs` command runner ([`Zfs`]) and the layer store on datasets and
+//! snapshots ([`ZfsLayerStore`]), containerd's zfs snapshotter model for illumos zones.
+
+mod command;
+mod store;
+
+pub use command::{DatasetName, DatasetNameError, Property, Zfs, ZfsError};
+pub use store::{
+    LAYER_SNAPSHOT, LayerOutcome, PROP_CHAIN_ID, PROP_KIND, PROP_OWNER, PROP_STATE, PROP_WORKER,
+    PROP_ZONE, PreparedImage, ZfsLayerStore, ZfsStoreError, ZoneDataset,
+};

@@ -1,0 +1,385 @@
+//! The ZFS layer store on real ZFS (zfs-fuse on a file-backed pool, see `zfspool/`): layers
+//! shared between images exist once, a zone root is a clone of the image's top snapshot, the
+//! DiffID gate still refuses a bad layer and leaves no snapshot, a half-made layer is redone,
+//! and datasets without our marks (or with another worker's) are never touched.
+
+mod image;
+mod tarbuild;
+mod zfspool;
+
+use tarbuild::Tar;
+use validator::{Digest, Document, chain_ids, check_config, check_document};
+use worker_runtime::zfs::{LayerOutcome, PROP_CHAIN_ID, Zfs, ZfsStoreError};
+use worker_runtime::{
+    ContentStore, PulledImage, RootError, UnpackError, UnpackOptions, ZfsLayerStore,
+};
+use zfspool::{get, list, run};
+
+/// An image of `layers` with its blobs in `store`; `diff_ids` replaces the config's.
+fn pulled(
+    store: &ContentStore,
+    layers: Vec<image::Layer>,
+    diff_ids: Option<Vec<Digest>>,
+) -> PulledImage {
+    for l in &layers {
+        store.put_bytes(&l.digest(), &l.blob).unwrap();
+    }
+    let spec = image::Spec {
+        diff_ids,
+        ..image::Spec::default()
+    };
+    let img = image::image(layers.clone(), &spec);
+    let (r, doc) = check_document(&img.manifest, None, None, "manifest");
+    let Some(Document::Manifest(manifest)) = doc else {
+        panic!("{r}")
+    };
+    let (r, config) = check_config(&img.config, Some(layers.len()), "config");
+    PulledImage {
+        manifest_digest: img.manifest_digest(),
+        manifest: *manifest,
+        config_digest: img.config_digest(),
+        config: config.unwrap_or_else(|| panic!("{r}")),
+    }
+}
+
+fn base() -> image::Layer {
+    image::Layer::new(
+        Tar::new()
+            .dir("etc")
+            .file("etc/release", b"base\n")
+            .dir("usr")
+            .file("usr/big", &vec![7u8; 256 * 1024])
+            .finish(),
+    )
+}
+
+fn app(name: &str) -> image::Layer {
+    image::Layer::new(
+        Tar::new()
+            .dir("opt")
+            .file(&format!("opt/{name}"), name.as_bytes())
+            .whiteout("etc/.wh.release")
+            .finish(),
+    )
+}
+
+struct Setup {
+    pool: std::sync::Arc<zfspool::Pool>,
+    parent: String,
+    store: ContentStore,
+    _t: tempfile::TempDir,
+}
+
+fn setup(label: &str) -> Setup {
+    let pool = zfspool::pool();
+    let parent = pool.dataset(label);
+    let t = tempfile::tempdir().unwrap();
+    let store = ContentStore::open(&t.path().join("content"), "node").unwrap();
+    Setup {
+        pool,
+        parent,
+        store,
+        _t: t,
+    }
+}
+
+fn open(s: &Setup, worker: &str) -> ZfsLayerStore {
+    ZfsLayerStore::open(Zfs::default(), &s.parent, worker).unwrap()
+}
+
+fn layer_datasets(s: &Setup) -> Vec<String> {
+    list(&format!("{}/layers", s.parent))
+        .into_iter()
+        .skip(1)
+        .collect()
+}
+
+#[test]
+fn images_sharing_a_base_layer_share_its_dataset_and_zone_roots_are_clones() {
+    let s = setup("share");
+    let zs = open(&s, "node");
+    let (b, a1, a2) = (base(), app("one"), app("two"));
+    let img1 = pulled(&s.store, vec![b.clone(), a1.clone()], None);
+    let img2 = pulled(&s.store, vec![b.clone(), a2.clone()], None);
+    let opts = UnpackOptions::default();
+
+    let p1 = zs.prepare(&s.store, &img1, &opts).unwrap();
+    assert!(
+        p1.layers()
+            .iter()
+            .all(|l| matches!(l, LayerOutcome::Applied { redone: false, .. })),
+        "{:?}",
+        p1.layers()
+    );
+    let p2 = zs.prepare(&s.store, &img2, &opts).unwrap();
+    assert_eq!(p2.layers()[0], LayerOutcome::Reused);
+    assert!(matches!(p2.layers()[1], LayerOutcome::Applied { .. }));
+
+    // The base once, each app layer once: three datasets, each with its @layer snapshot.
+    let chains1 = chain_ids(&[b.diff_id(), a1.diff_id()]);
+    let chains2 = chain_ids(&[b.diff_id(), a2.diff_id()]);
+    let name = |c: &Digest| format!("{}/layers/sha256-{}", s.parent, c.encoded());
+    let mut want = Vec::new();
+    for c in [&chains1[0], &chains1[1], &chains2[1]] {
+        want.push(name(c));
+        want.push(format!("{}@layer", name(c)));
+    }
+    want.sort();
+    let mut got = layer_datasets(&s);
+    got.sort();
+    assert_eq!(got, want);
+    assert_eq!(
+        get(PROP_CHAIN_ID, &name(&chains1[0])),
+        chains1[0].to_string()
+    );
+    // Layer 2 is a clone of layer 1's snapshot.
+    assert_eq!(
+        get("origin", &name(&chains1[1])),
+        format!("{}@layer", name(&chains1[0]))
+    );
+    assert_eq!(p1.top_snapshot(), format!("{}@layer", name(&chains1[1])));
+
+    // Preparing again applies nothing.
+    let again = zs.prepare(&s.store, &img1, &opts).unwrap();
+    assert_eq!(
+        again.layers(),
+        &[LayerOutcome::Reused, LayerOutcome::Reused]
+    );
+
+    // Two zones from image 1 and one from image 2: clones of the top snapshots.
+    let z1 = zs.clone_zone("web1", &p1, None).unwrap();
+    let z2 = zs.clone_zone("web2", &p1, Some(64 << 20)).unwrap();
+    let z3 = zs.clone_zone("api1", &p2, None).unwrap();
+    assert_eq!(get("origin", z1.dataset.as_str()), p1.top_snapshot());
+    assert_eq!(get("origin", z2.dataset.as_str()), p1.top_snapshot());
+    assert_eq!(get("origin", z3.dataset.as_str()), p2.top_snapshot());
+    assert_eq!(get("quota", z2.dataset.as_str()), (64u64 << 20).to_string());
+    assert_eq!(std::fs::read(z1.root().join("opt/one")).unwrap(), b"one");
+    assert!(!z1.root().join("opt/two").exists());
+    assert!(
+        !z1.root().join("etc/release").exists(),
+        "the whiteout applied"
+    );
+    assert_eq!(
+        std::fs::read(z1.root().join("usr/big")).unwrap().len(),
+        256 * 1024
+    );
+    assert_eq!(std::fs::read(z3.root().join("opt/two")).unwrap(), b"two");
+    // A zone's writes stay in its clone.
+    std::fs::write(z1.root().join("etc/motd"), b"zone 1").unwrap();
+    assert!(!z2.root().join("etc/motd").exists());
+    // A clone shares its blocks: far below the 256 KiB file it holds.
+    let used: u64 = get("used", z2.dataset.as_str()).parse().unwrap();
+    assert!(used < 128 * 1024, "a fresh clone uses {used} bytes");
+
+    // The zone dataset exists: cloning again is refused, removing works once.
+    assert!(matches!(
+        zs.clone_zone("web1", &p1, None),
+        Err(ZfsStoreError::ZoneExists { .. })
+    ));
+    assert!(zs.remove_zone("web1").unwrap());
+    assert!(!zs.remove_zone("web1").unwrap());
+    assert!(
+        !list(&format!("{}/zones", s.parent))
+            .iter()
+            .any(|d| d.ends_with("/web1"))
+    );
+    drop(s.pool.clone());
+}
+
+#[test]
+fn a_layer_whose_diff_id_does_not_match_leaves_no_dataset_and_no_snapshot() {
+    let s = setup("diffid");
+    let zs = open(&s, "node");
+    let (b, a) = (base(), app("one"));
+    // The second layer's DiffID is wrong; the first one is right.
+    let wrong = Digest::sha256(b"not the layer");
+    let img = pulled(
+        &s.store,
+        vec![b.clone(), a.clone()],
+        Some(vec![b.diff_id(), wrong.clone()]),
+    );
+    let e = zs
+        .prepare(&s.store, &img, &UnpackOptions::default())
+        .unwrap_err();
+    match &e {
+        ZfsStoreError::Layer { source, .. } => match source.as_ref() {
+            RootError::Layer {
+                index: 1,
+                source: UnpackError::DiffId { expected, .. },
+                ..
+            } => assert_eq!(expected, &wrong),
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
+    let chains = chain_ids(&[b.diff_id(), wrong]);
+    let bad = format!("{}/layers/sha256-{}", s.parent, chains[1].encoded());
+    let good = format!("{}/layers/sha256-{}", s.parent, chains[0].encoded());
+    let left = layer_datasets(&s);
+    assert!(!left.iter().any(|d| d.starts_with(&bad)), "{left:?}");
+    // The verified base stays for the next image.
+    assert!(left.contains(&format!("{good}@layer")), "{left:?}");
+
+    // A bad bottom layer: nothing at all is left of it.
+    let img = pulled(
+        &s.store,
+        vec![app("two")],
+        Some(vec![Digest::sha256(b"wrong")]),
+    );
+    let e = zs
+        .prepare(&s.store, &img, &UnpackOptions::default())
+        .unwrap_err();
+    assert!(e.to_string().starts_with("image sha256:"), "{e}");
+    assert_eq!(layer_datasets(&s), left);
+}
+
+#[test]
+fn a_half_made_layer_is_destroyed_and_redone() {
+    let s = setup("halfmade");
+    let zs = open(&s, "node");
+    let b = base();
+    let img = pulled(&s.store, vec![b.clone()], None);
+    let chain = b.diff_id();
+    let ds = format!("{}/layers/sha256-{}", s.parent, chain.encoded());
+    // What a worker killed mid-unpack leaves: the dataset with our marks, state unpacking,
+    // some of the files, no snapshot.
+    let marks = [
+        "org.reddwarf:owner=rdctl-worker".to_owned(),
+        "org.reddwarf:worker=node".to_owned(),
+        "org.reddwarf:kind=layer".to_owned(),
+        format!("org.reddwarf:chainid={chain}"),
+    ];
+    let mut args: Vec<String> = vec!["create".into()];
+    for m in &marks {
+        args.extend(["-o".into(), m.clone()]);
+    }
+    args.extend([
+        "-o".into(),
+        "org.reddwarf:state=unpacking".into(),
+        ds.clone(),
+    ]);
+    run("zfs", &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let mnt = std::path::PathBuf::from(get("mountpoint", &ds));
+    std::fs::create_dir_all(mnt.join("root/etc")).unwrap();
+    std::fs::write(mnt.join("root/etc/half"), b"torn").unwrap();
+
+    let p = zs
+        .prepare(&s.store, &img, &UnpackOptions::default())
+        .unwrap();
+    assert!(
+        matches!(p.layers()[0], LayerOutcome::Applied { redone: true, .. }),
+        "{:?}",
+        p.layers()
+    );
+    let z = zs.clone_zone("z", &p, None).unwrap();
+    assert!(
+        !z.root().join("etc/half").exists(),
+        "the torn file went with the dataset"
+    );
+    assert_eq!(
+        std::fs::read(z.root().join("etc/release")).unwrap(),
+        b"base\n"
+    );
+    assert_eq!(get("org.reddwarf:state", &ds), "complete");
+    zs.remove_zone("z").unwrap();
+
+    // Killed after `state = complete` but before the snapshot: still not trusted.
+    // (zfs-fuse says "busy" for a moment after the zone's clone went; `Zfs::destroy` waits.)
+    Zfs::default().destroy(&ds, true).unwrap();
+    let mut args: Vec<String> = vec!["create".into()];
+    for m in &marks {
+        args.extend(["-o".into(), m.clone()]);
+    }
+    args.extend([
+        "-o".into(),
+        "org.reddwarf:state=complete".into(),
+        ds.clone(),
+    ]);
+    run("zfs", &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let p = zs
+        .prepare(&s.store, &img, &UnpackOptions::default())
+        .unwrap();
+    assert!(matches!(
+        p.layers()[0],
+        LayerOutcome::Applied { redone: true, .. }
+    ));
+    let z = zs.clone_zone("z", &p, None).unwrap();
+    assert_eq!(
+        std::fs::read(z.root().join("etc/release")).unwrap(),
+        b"base\n"
+    );
+}
+
+#[test]
+fn datasets_without_our_mark_are_never_touched() {
+    let s = setup("unmarked");
+    let zs = open(&s, "node");
+    let b = base();
+    let img = pulled(&s.store, vec![b.clone()], None);
+    let ds = format!("{}/layers/sha256-{}", s.parent, b.diff_id().encoded());
+    // Somebody else's dataset where the layer would go (it inherits the parent's marks, but
+    // only marks set on the dataset itself count).
+    run("zfs", &["create", &ds]);
+    let mnt = std::path::PathBuf::from(get("mountpoint", &ds));
+    std::fs::write(mnt.join("theirs"), b"keep").unwrap();
+    let e = zs
+        .prepare(&s.store, &img, &UnpackOptions::default())
+        .unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            ZfsStoreError::Unmarked {
+                property: "org.reddwarf:owner",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("refusing to touch it"), "{e}");
+    assert_eq!(std::fs::read(mnt.join("theirs")).unwrap(), b"keep");
+    assert_eq!(list(&ds), vec![ds.clone()], "no snapshot was taken of it");
+
+    // Another worker's layer: refused, kept.
+    run("zfs", &["set", "org.reddwarf:owner=rdctl-worker", &ds]);
+    run("zfs", &["set", "org.reddwarf:worker=other", &ds]);
+    let e = zs
+        .prepare(&s.store, &img, &UnpackOptions::default())
+        .unwrap_err();
+    assert!(
+        matches!(&e, ZfsStoreError::Foreign { property: "org.reddwarf:worker", found, .. } if found == "other"),
+        "{e:?}"
+    );
+    assert_eq!(std::fs::read(mnt.join("theirs")).unwrap(), b"keep");
+
+    // A zone dataset nobody marked: neither cloned over nor removed.
+    let zone = format!("{}/zones/web", s.parent);
+    run("zfs", &["create", &zone]);
+    assert!(matches!(
+        zs.remove_zone("web"),
+        Err(ZfsStoreError::Unmarked { .. })
+    ));
+    assert_eq!(list(&zone), vec![zone.clone()]);
+
+    // Another worker's store cannot open ours, and a parent holding foreign datasets is not
+    // claimed.
+    let e = ZfsLayerStore::open(Zfs::default(), &s.parent, "other").unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ZfsStoreError::Foreign {
+                property: "org.reddwarf:worker",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let busy = s.pool.dataset("busy");
+    run("zfs", &["create", &format!("{busy}/data")]);
+    let e = ZfsLayerStore::open(Zfs::default(), &busy, "node").unwrap_err();
+    assert!(matches!(e, ZfsStoreError::ParentInUse { .. }), "{e:?}");
+    assert_eq!(get("org.reddwarf:owner", &busy), "-");
+    let e =
+        ZfsLayerStore::open(Zfs::default(), &format!("{}/nope", s.pool.name), "node").unwrap_err();
+    assert!(e.to_string().contains("does not exist"), "{e}");
+}
