@@ -383,3 +383,84 @@ fn datasets_without_our_mark_are_never_touched() {
         ZfsLayerStore::open(Zfs::default(), &format!("{}/nope", s.pool.name), "node").unwrap_err();
     assert!(e.to_string().contains("does not exist"), "{e}");
 }
+
+/// Allocated bytes of every file and directory under `p` (what `du -s --block-size=1` says).
+fn allocated(p: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(p).unwrap();
+    let mut n = m.blocks() * 512;
+    if m.is_dir() {
+        for e in std::fs::read_dir(p).unwrap() {
+            n += allocated(&e.unwrap().path());
+        }
+    }
+    n
+}
+
+/// The figures in docs/benchmarks.md ("Zones on ZFS"): the Nth zone from one image, time and
+/// bytes, ZFS store against the directory store. Measures and prints; asserts no times.
+/// `cargo test -p worker-runtime --test zfs_store -- --ignored --nocapture nth_zone`
+#[test]
+#[ignore = "a measurement, run by hand (docs/benchmarks.md)"]
+fn nth_zone_figures() {
+    use std::time::Instant;
+    let s = setup("bench");
+    let zs = open(&s, "node");
+    // One 24 MiB layer: 384 files of 64 KiB that do not compress.
+    let mut tar = Tar::new().dir("usr");
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for i in 0..384 {
+        let data: Vec<u8> = (0..64 * 1024)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        tar = tar.file(&format!("usr/f{i}"), &data);
+    }
+    let img = pulled(&s.store, vec![image::Layer::new(tar.finish())], None);
+    let opts = UnpackOptions::default();
+    let zfs_used = |ds: &str| -> u64 { get("used", ds).parse().unwrap() };
+    let settle = || std::thread::sleep(std::time::Duration::from_secs(6));
+
+    let t = Instant::now();
+    let p = zs.prepare(&s.store, &img, &opts).unwrap();
+    let prepare = t.elapsed();
+    let mut clone_times = Vec::new();
+    for n in 1..=10 {
+        let t = Instant::now();
+        zs.clone_zone(&format!("z{n}"), &p, None).unwrap();
+        clone_times.push(t.elapsed());
+    }
+    settle();
+    let layers_used = zfs_used(&format!("{}/layers", s.parent));
+    let zones_used = zfs_used(&format!("{}/zones", s.parent));
+    eprintln!(
+        "zfs: layer applied once {prepare:?}; zone 1 clone {:?}, zone 10 clone {:?}; \
+         layers use {layers_used} B, 10 zones use {zones_used} B",
+        clone_times[0], clone_times[9]
+    );
+
+    let t2 = tempfile::tempdir().unwrap();
+    let mut dir_times = Vec::new();
+    for n in 1..=10 {
+        let t = Instant::now();
+        let root = worker_runtime::build_root(
+            &s.store,
+            &t2.path().join(format!("z{n}")),
+            "node",
+            &img,
+            &opts,
+        )
+        .unwrap();
+        dir_times.push(t.elapsed());
+        let (_staging, _) = root.into_staging();
+    }
+    let dir_bytes = allocated(t2.path());
+    eprintln!(
+        "dir: zone 1 {:?}, zone 10 {:?}; 10 zones use {dir_bytes} B",
+        dir_times[0], dir_times[9]
+    );
+}
