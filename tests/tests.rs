@@ -27,6 +27,7 @@ mod registry_events;
 mod registry_gc;
 mod registry_governance;
 mod registry_limits;
+mod registry_redirect;
 mod registry_s3;
 mod registry_scrub;
 mod registry_sync;

@@ -21,6 +21,9 @@ use crate::storage::{FsStore, S3CredentialSettings, Store};
 use crate::storage::{S3Config, S3Store, resolve_s3_credentials};
 use crate::tls::TlsSettings;
 
+/// How long a presigned URL of `s3_redirect` is valid unless `s3_redirect_expiry_secs` says.
+pub const DEFAULT_REDIRECT_EXPIRY: Duration = Duration::from_secs(300);
+
 /// Registry behaviour that handlers consult.
 #[derive(Debug, Clone)]
 pub struct RegistryConfig {
@@ -48,6 +51,10 @@ pub struct RegistryConfig {
     /// Reads the `auth_file`s of `[[proxy]]` rules (injected by the process; none: a rule
     /// with `auth_file` cannot fetch).
     pub upstream_credentials: Option<Arc<dyn crate::proxy::UpstreamCredentials>>,
+    /// Answer blob GETs with a 307 to a presigned URL of the object in the S3 store
+    /// (`s3_redirect`); none: the registry sends the bytes itself.
+    #[cfg(feature = "s3")]
+    pub blob_redirect: Option<crate::storage::BlobRedirect>,
 }
 
 impl Default for RegistryConfig {
@@ -64,6 +71,8 @@ impl Default for RegistryConfig {
             proxy: Vec::new(),
             sync: Vec::new(),
             upstream_credentials: None,
+            #[cfg(feature = "s3")]
+            blob_redirect: None,
         }
     }
 }
@@ -173,6 +182,11 @@ pub struct ServeConfig {
     pub s3_credentials: S3CredentialSettings,
     /// How long the S3 client waits and how often it tries (default: the store's own).
     pub s3_limits: S3Limits,
+    /// Answer blob GETs with a 307 to a presigned GetObject URL of the S3 object instead of
+    /// sending the bytes (`s3_redirect`; default false). Needs the S3 store.
+    pub s3_redirect: bool,
+    /// How long each presigned URL is valid (`s3_redirect_expiry_secs`; default 300 s).
+    pub s3_redirect_expiry: Duration,
     /// Garbage collection: the schedule in the serving process and the policy (`[gc]`).
     pub gc: GcSchedule,
     /// Access control (`[auth]`, docs/auth.md); None: the registry is open.
@@ -239,6 +253,8 @@ impl Default for ServeConfig {
             s3_region: None,
             s3_credentials: S3CredentialSettings::default(),
             s3_limits: S3Limits::default(),
+            s3_redirect: false,
+            s3_redirect_expiry: DEFAULT_REDIRECT_EXPIRY,
             auth: None,
             tls: None,
             rate_limit: None,
@@ -354,6 +370,8 @@ struct FileConfig {
     s3_attempt_timeout_secs: Option<u64>,
     s3_operation_timeout_secs: Option<u64>,
     s3_max_attempts: Option<u32>,
+    s3_redirect: Option<bool>,
+    s3_redirect_expiry_secs: Option<u64>,
     gc: Option<FileGc>,
     auth: Option<FileAuth>,
     tls: Option<FileTls>,
@@ -581,6 +599,8 @@ impl ServeConfig {
             s3_attempt_timeout_secs: env_parse(env, "RDCTL_REGISTRY_S3_ATTEMPT_TIMEOUT_SECS")?,
             s3_operation_timeout_secs: env_parse(env, "RDCTL_REGISTRY_S3_OPERATION_TIMEOUT_SECS")?,
             s3_max_attempts: env_parse(env, "RDCTL_REGISTRY_S3_MAX_ATTEMPTS")?,
+            s3_redirect: env_parse(env, "RDCTL_REGISTRY_S3_REDIRECT")?,
+            s3_redirect_expiry_secs: env_parse(env, "RDCTL_REGISTRY_S3_REDIRECT_EXPIRY_SECS")?,
             // Keys come from the file or from the standard AWS_* variables, not from more
             // variables of our own.
             ..FileConfig::default()
@@ -765,6 +785,12 @@ impl ServeConfig {
         if f.s3_region.is_some() {
             self.s3_region = f.s3_region;
         }
+        if let Some(v) = f.s3_redirect {
+            self.s3_redirect = v;
+        }
+        if let Some(v) = f.s3_redirect_expiry_secs {
+            self.s3_redirect_expiry = Duration::from_secs(v);
+        }
         let l = &mut self.s3_limits;
         for (slot, v) in [
             (&mut l.connect_timeout, f.s3_connect_timeout_secs),
@@ -809,6 +835,30 @@ impl ServeConfig {
         }
     }
 
+    /// What answers blob GETs with a redirect to `store` (`s3_redirect`); `None` when it is
+    /// off. Refused when it is on without the S3 store, or with an expiry a presigned URL
+    /// cannot have.
+    #[cfg(feature = "s3")]
+    pub(crate) fn blob_redirect(
+        &self,
+        store: Option<&S3Store>,
+    ) -> Result<Option<crate::storage::BlobRedirect>, ConfigError> {
+        if !self.s3_redirect {
+            return Ok(None);
+        }
+        let Some(store) = store else {
+            return Err(ConfigError::S3Config {
+                reason: "s3_redirect is on but the registry uses the filesystem store; it \
+                         redirects blob GETs to S3 objects, so set s3_endpoint and s3_bucket \
+                         or turn it off"
+                    .to_owned(),
+            });
+        };
+        crate::storage::BlobRedirect::new(store, self.s3_redirect_expiry)
+            .map(Some)
+            .map_err(|reason| ConfigError::S3Config { reason })
+    }
+
     pub(crate) fn fs_store(&self) -> Result<Arc<dyn Store>, ConfigError> {
         let store = FsStore::open(&self.data).map_err(|source| ConfigError::Data {
             path: self.data.clone(),
@@ -821,6 +871,13 @@ impl ServeConfig {
     /// the feature, rather than ignored (which would serve from the data directory instead).
     #[cfg(not(feature = "s3"))]
     pub(crate) fn s3_store(&self) -> Result<Option<std::convert::Infallible>, ConfigError> {
+        if self.s3_redirect {
+            return Err(ConfigError::S3Config {
+                reason: "s3_redirect needs the S3 store, and this rdctl was built without the \
+                         `s3` cargo feature"
+                    .to_owned(),
+            });
+        }
         match (&self.s3_endpoint, &self.s3_bucket) {
             (None, None) => Ok(None),
             (endpoint, bucket) => Err(ConfigError::S3Config {
@@ -962,6 +1019,50 @@ mod tests {
         };
         let e = serve.s3_store().expect_err("refused").to_string();
         assert!(e.starts_with("S3 store: s3_max_attempts is 11"), "{e}");
+    }
+
+    #[cfg(feature = "s3")]
+    #[test]
+    fn s3_redirect_keys_from_the_file_and_the_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("registry.toml");
+        std::fs::write(
+            &p,
+            "s3_endpoint = \"http://127.0.0.1:9\"\ns3_bucket = \"b\"\ns3_redirect = true\n",
+        )
+        .unwrap();
+        let c = ServeConfig::load_with_env(Some(&p), &|_| None).unwrap();
+        assert!(c.s3_redirect);
+        assert_eq!(c.s3_redirect_expiry, DEFAULT_REDIRECT_EXPIRY);
+        let s3 = c.s3_store().unwrap();
+        let r = c.blob_redirect(s3.as_ref()).unwrap().expect("on");
+        assert_eq!(r.expiry(), DEFAULT_REDIRECT_EXPIRY);
+        let env = |k: &str| match k {
+            "RDCTL_REGISTRY_S3_REDIRECT_EXPIRY_SECS" => Some("900".to_owned()),
+            "RDCTL_REGISTRY_S3_REDIRECT" => Some("false".to_owned()),
+            _ => None,
+        };
+        let c = ServeConfig::load_with_env(Some(&p), &env).unwrap();
+        assert!(!c.s3_redirect);
+        assert_eq!(c.s3_redirect_expiry, Duration::from_secs(900));
+        assert!(c.blob_redirect(None).unwrap().is_none());
+        // On without the S3 store, or with an expiry no presigned URL can have: refused.
+        let fs = ServeConfig {
+            s3_redirect: true,
+            ..ServeConfig::default()
+        };
+        let e = fs.blob_redirect(None).unwrap_err().to_string();
+        assert!(
+            e.contains("s3_redirect is on but the registry uses the filesystem store"),
+            "{e}"
+        );
+        let week = ServeConfig {
+            s3_redirect: true,
+            s3_redirect_expiry: Duration::from_secs(8 * 24 * 3600),
+            ..c
+        };
+        let e = week.blob_redirect(s3.as_ref()).unwrap_err().to_string();
+        assert!(e.contains("s3_redirect_expiry_secs is 691200 s"), "{e}");
     }
 
     #[test]

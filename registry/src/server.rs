@@ -228,15 +228,22 @@ pub async fn serve_with(
             addr: config.listen,
             source,
         })?;
+    #[cfg(feature = "s3")]
+    let mut blob_redirect = None;
     let store: Arc<dyn Store> = match config.s3_store()? {
         #[cfg(feature = "s3")]
         Some(s3) => {
             check_bucket(&s3, &config).await?;
+            blob_redirect = config.blob_redirect(Some(&s3))?;
             Arc::new(s3)
         }
         #[cfg(not(feature = "s3"))]
         Some(never) => match never {},
-        None => config.fs_store()?,
+        None => {
+            #[cfg(feature = "s3")]
+            config.blob_redirect(None)?;
+            config.fs_store()?
+        }
     };
     let store_name = store.name();
     let mut notifications = config.notifications.clone();
@@ -259,11 +266,13 @@ pub async fn serve_with(
             proxy: config.proxy.clone(),
             sync: config.sync.clone(),
             upstream_credentials: injected.upstream_credentials,
+            #[cfg(feature = "s3")]
+            blob_redirect,
         },
     );
     let addr = listener.local_addr().map_err(ServeError::Serve)?;
     let reloader = tokio::spawn(reload_on_sighup(tls.clone(), auth));
-    tracing::info!(%addr, store = store_name, data = %config.data.display(), bucket = ?config.s3_bucket, tls = tls.is_some(), rate_limit = ?config.rate_limit, "registry listening on {addr}");
+    tracing::info!(%addr, store = store_name, data = %config.data.display(), bucket = ?config.s3_bucket, tls = tls.is_some(), rate_limit = ?config.rate_limit, s3_redirect = config.s3_redirect, "registry listening on {addr}");
 
     let expiry = {
         let state = state.clone();

@@ -77,6 +77,28 @@ pub(crate) async fn get(req: Req, digest: &str) -> ApiResult<Response> {
             }
         }
     };
+    #[cfg(feature = "s3")]
+    if !req.head
+        && let Some(redirect) = req.state.app().config.blob_redirect.clone()
+    {
+        let url = store_location(&redirect, &name, &d, linked_size).await?;
+        let event = req.event(Action::Pull, "GET");
+        if event.wanted() {
+            event
+                .send(blob_target(&req, &name, &d, Some(linked_size)))
+                .await?;
+        }
+        return Response::builder()
+            .status(StatusCode::TEMPORARY_REDIRECT)
+            .header(
+                header::LOCATION,
+                header::HeaderValue::from_str(&url).map_err(ApiError::internal)?,
+            )
+            .header("docker-content-digest", d.as_str())
+            .header(header::CONTENT_LENGTH, 0)
+            .body(Body::empty())
+            .map_err(ApiError::internal);
+    }
     let Some(meta) = linked_blob_stat(repos, &name, &d).await? else {
         return Err(unknown());
     };
@@ -124,6 +146,40 @@ pub(crate) async fn get(req: Req, digest: &str) -> ApiResult<Response> {
         event.send(blob_target(&req, &name, &d, Some(size))).await?;
     }
     b.body(Body::from_stream(body)).map_err(ApiError::internal)
+}
+
+/// The presigned URL of a blob's bytes in the S3 store, for a GET answered with
+/// `307 Temporary Redirect` (`s3_redirect`) after the same checks as a GET the registry
+/// answers itself: the caller may pull (the request got here), `name` links the blob, and the
+/// stored bytes have the pushed size. The client sends its `Range`, if any, to the URL, and
+/// the store answers it. A miss is read again as in [`linked_blob_stat`].
+#[cfg(feature = "s3")]
+async fn store_location(
+    redirect: &crate::storage::BlobRedirect,
+    name: &Name,
+    d: &Digest,
+    linked_size: u64,
+) -> ApiResult<String> {
+    let key = layout::blob_data(d);
+    let unknown = || ApiError::new(Code::BlobUnknown, format!("blob {d} is not in {name}"));
+    for wait_ms in [100, 300, 600, 0] {
+        let missing = match redirect.location(&key).await {
+            Ok((meta, url)) => {
+                if meta.size != linked_size {
+                    tracing::error!(digest = %d, repository = %name, stored = meta.size, pushed = linked_size, "blob bytes have another size than was pushed; not served (run rdctl registry scrub)");
+                    return Err(unknown());
+                }
+                return Ok(url);
+            }
+            Err(e) if e.is_not_found() => true,
+            Err(e) => return Err(e.into()),
+        };
+        if missing && wait_ms > 0 {
+            tracing::warn!(digest = %d, repository = %name, "a linked blob's bytes were not found; reading again");
+            tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
+        }
+    }
+    Err(unknown())
 }
 
 /// The size of the bytes of a blob that `name` links. A link without bytes is no state the

@@ -43,7 +43,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 pub use fs::FsStore;
 pub use instrumented::Instrumented;
 #[cfg(feature = "s3")]
-pub use s3::{BucketProblem, S3Config, S3Store};
+pub use s3::{BlobRedirect, BucketProblem, MAX_REDIRECT_EXPIRY, S3Config, S3Store};
 #[cfg(feature = "s3")]
 pub use s3_credentials::resolve as resolve_s3_credentials;
 pub use s3_credentials::{CredentialSource, CredentialsError, S3CredentialSettings, S3Credentials};
