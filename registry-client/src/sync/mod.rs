@@ -6,8 +6,10 @@
 //! source holds that the rule selects ([`SyncItem`]s, each pinned to the digest the source
 //! named when it was listed); [`run`] copies the items with bounded concurrency, each through
 //! the one copy path, [`crate::transfer::copy`], so every document and blob is verified, blobs
-//! the destination already has are skipped (a rerun copies only what is missing), and
-//! referrers and cosign's `.sig`/`.att`/`.sbom` tags come along. One failed image is recorded
+//! the destination already has are skipped (a rerun copies only what is missing), a registry
+//! destination gets no manifest it already has (a converged rerun only reads, so it causes no
+//! push event), copies running at once upload a shared blob once per destination repository,
+//! and referrers and cosign's `.sig`/`.att`/`.sbom` tags come along. One failed image is recorded
 //! in the [`SyncReport`] and the others go on.
 //!
 //! A bundle is a directory of OCI image layouts, one per repository, under
