@@ -25,7 +25,7 @@
 //!   size and digest matched; a registry destination verifies on commit.
 //! - Blobs the destination already has are skipped, and a blob goes to one destination
 //!   repository once at a time: copies running at once that need the same blob there wait
-//!   for the first upload and then find it present ([`flight`]).
+//!   for the first upload and then find it present (`transfer::flight`).
 //! - No manifest the destination registry already has is written again: one it holds by
 //!   digest, a referrer its referrers listing (API or tag schema) already shows, a cosign tag
 //!   or the image's tag already naming the digest (then the graph under it is there too: the
