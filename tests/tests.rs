@@ -2,8 +2,8 @@
 //! area; `util` holds the shared helpers.
 
 mod builder_e2e;
-mod cli_help;
 mod cli_edges;
+mod cli_help;
 mod client_auth_layers;
 mod client_faults;
 mod depot_tls;
