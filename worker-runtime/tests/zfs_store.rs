@@ -425,27 +425,33 @@ fn nth_zone_figures() {
     let zfs_used = |ds: &str| -> u64 { get("used", ds).parse().unwrap() };
     let settle = || std::thread::sleep(std::time::Duration::from_secs(6));
 
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    eprintln!("load average at the start: {}", load.trim());
     let t = Instant::now();
     let p = zs.prepare(&s.store, &img, &opts).unwrap();
     let prepare = t.elapsed();
-    let mut clone_times = Vec::new();
-    for n in 1..=10 {
+    let mut zfs_times = Vec::new();
+    for n in 1..=50 {
         let t = Instant::now();
         zs.clone_zone(&format!("z{n}"), &p, None).unwrap();
-        clone_times.push(t.elapsed());
+        zfs_times.push(t.elapsed());
+        if n == 1 || n == 10 || n == 50 {
+            let total: std::time::Duration = zfs_times.iter().sum();
+            settle();
+            let layers_used = zfs_used(&format!("{}/layers", s.parent));
+            let zones_used = zfs_used(&format!("{}/zones", s.parent));
+            eprintln!(
+                "zfs N={n}: zone {n} took {:?} (clone); all {n} zones {:?} plus the layer once \
+                 {prepare:?}; layers use {layers_used} B, the {n} zone clones {zones_used} B",
+                zfs_times[n - 1],
+                total
+            );
+        }
     }
-    settle();
-    let layers_used = zfs_used(&format!("{}/layers", s.parent));
-    let zones_used = zfs_used(&format!("{}/zones", s.parent));
-    eprintln!(
-        "zfs: layer applied once {prepare:?}; zone 1 clone {:?}, zone 10 clone {:?}; \
-         layers use {layers_used} B, 10 zones use {zones_used} B",
-        clone_times[0], clone_times[9]
-    );
 
     let t2 = tempfile::tempdir().unwrap();
     let mut dir_times = Vec::new();
-    for n in 1..=10 {
+    for n in 1..=50 {
         let t = Instant::now();
         let root = worker_runtime::build_root(
             &s.store,
@@ -457,10 +463,15 @@ fn nth_zone_figures() {
         .unwrap();
         dir_times.push(t.elapsed());
         let (_staging, _) = root.into_staging();
+        if n == 1 || n == 10 || n == 50 {
+            let total: std::time::Duration = dir_times.iter().sum();
+            eprintln!(
+                "dir N={n}: zone {n} took {:?}; all {n} zones {total:?}; they use {} B",
+                dir_times[n - 1],
+                allocated(t2.path())
+            );
+        }
     }
-    let dir_bytes = allocated(t2.path());
-    eprintln!(
-        "dir: zone 1 {:?}, zone 10 {:?}; 10 zones use {dir_bytes} B",
-        dir_times[0], dir_times[9]
-    );
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    eprintln!("load average at the end: {}", load.trim());
 }
