@@ -188,6 +188,32 @@ fn images_sharing_a_base_layer_share_its_dataset_and_zone_roots_are_clones() {
 }
 
 #[test]
+fn images_prepared_at_the_same_time_apply_their_shared_base_once() {
+    let s = setup("concurrent");
+    let zs = open(&s, "node");
+    let b = base();
+    let imgs: Vec<PulledImage> = ["one", "two", "three"]
+        .iter()
+        .map(|n| pulled(&s.store, vec![b.clone(), app(n)], None))
+        .collect();
+    let opts = UnpackOptions::default();
+    let prepared: Vec<_> = std::thread::scope(|t| {
+        let hs: Vec<_> = imgs
+            .iter()
+            .map(|img| t.spawn(|| zs.prepare(&s.store, img, &opts).unwrap()))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let applied_base = prepared
+        .iter()
+        .filter(|p| matches!(p.layers()[0], LayerOutcome::Applied { .. }))
+        .count();
+    assert_eq!(applied_base, 1, "{prepared:?}");
+    // One base and three app layers, each with its snapshot.
+    assert_eq!(layer_datasets(&s).len(), 8, "{:?}", layer_datasets(&s));
+}
+
+#[test]
 fn a_layer_whose_diff_id_does_not_match_leaves_no_dataset_and_no_snapshot() {
     let s = setup("diffid");
     let zs = open(&s, "node");
