@@ -214,6 +214,63 @@ fn images_prepared_at_the_same_time_apply_their_shared_base_once() {
 }
 
 #[test]
+fn collect_destroys_unused_layers_once_no_clone_holds_them() {
+    use std::collections::HashSet;
+    let s = setup("gc");
+    let zs = open(&s, "node");
+    let (b, a1, a2) = (base(), app("one"), app("two"));
+    let img1 = pulled(&s.store, vec![b.clone(), a1.clone()], None);
+    let img2 = pulled(&s.store, vec![b.clone(), a2.clone()], None);
+    let opts = UnpackOptions::default();
+    let p1 = zs.prepare(&s.store, &img1, &opts).unwrap();
+    let p2 = zs.prepare(&s.store, &img2, &opts).unwrap();
+    zs.clone_zone("z1", &p1, None).unwrap();
+    zs.clone_zone("z2", &p2, None).unwrap();
+    // Datasets that are not the store's, where it lists layers.
+    let stranger = format!(
+        "{}/layers/sha256-{}",
+        s.parent,
+        Digest::sha256(b"x").encoded()
+    );
+    let junk = format!("{}/layers/junk", s.parent);
+    run("zfs", &["create", &stranger]);
+    run("zfs", &["create", &junk]);
+
+    // Nothing kept, but every layer is held: the zones hold the tops, the tops the base.
+    let c = zs.collect(&HashSet::new()).unwrap();
+    assert!(c.destroyed.is_empty(), "{c:?}");
+    assert_eq!(c.held.len(), 3, "{c:?}");
+    let mut foreign = c.foreign.iter().map(|d| d.to_string()).collect::<Vec<_>>();
+    foreign.sort();
+    let mut want = vec![stranger.clone(), junk.clone()];
+    want.sort();
+    assert_eq!(foreign, want);
+
+    // Zone 2 gone and image 1 kept: image 2's own layer goes, the shared base stays.
+    zs.remove_zone("z2").unwrap();
+    let keep: HashSet<Digest> = chain_ids(&[b.diff_id(), a1.diff_id()])
+        .into_iter()
+        .collect();
+    let c = zs.collect(&keep).unwrap();
+    assert_eq!(c.destroyed, vec![p2.chain_id().clone()]);
+    assert!(c.held.is_empty(), "{c:?}");
+    assert!(!list(&format!("{}/layers", s.parent)).contains(&p2.top_dataset().to_string()));
+
+    // Zone 1 gone, nothing kept: image 1's layer, then the base.
+    zs.remove_zone("z1").unwrap();
+    let c = zs.collect(&HashSet::new()).unwrap();
+    let chains1 = chain_ids(&[b.diff_id(), a1.diff_id()]);
+    assert_eq!(
+        c.destroyed,
+        vec![chains1[1].clone(), chains1[0].clone()],
+        "{c:?}"
+    );
+    let mut left = layer_datasets(&s);
+    left.sort();
+    assert_eq!(left, want, "only the strangers are left");
+}
+
+#[test]
 fn a_layer_whose_diff_id_does_not_match_leaves_no_dataset_and_no_snapshot() {
     let s = setup("diffid");
     let zs = open(&s, "node");

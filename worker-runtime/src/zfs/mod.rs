@@ -6,6 +6,6 @@ mod store;
 
 pub use command::{DatasetName, DatasetNameError, Property, Zfs, ZfsError};
 pub use store::{
-    LAYER_SNAPSHOT, LayerOutcome, PROP_CHAIN_ID, PROP_KIND, PROP_OWNER, PROP_STATE, PROP_WORKER,
-    PROP_ZONE, PreparedImage, ZfsLayerStore, ZfsStoreError, ZoneDataset,
+    Collected, LAYER_SNAPSHOT, LayerOutcome, PROP_CHAIN_ID, PROP_KIND, PROP_OWNER, PROP_STATE,
+    PROP_WORKER, PROP_ZONE, PreparedImage, ZfsLayerStore, ZfsStoreError, ZoneDataset,
 };

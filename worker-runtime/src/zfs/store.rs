@@ -620,6 +620,91 @@ impl ZfsLayerStore {
     }
 }
 
+/// What [`ZfsLayerStore::collect`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Collected {
+    /// Layers destroyed (their ChainIDs), top layers first.
+    pub destroyed: Vec<Digest>,
+    /// Layers not kept but still held by a clone (a zone, or a kept layer above them); a
+    /// later pass destroys them once their clones are gone.
+    pub held: Vec<Digest>,
+    /// Datasets under `layers` that are not the store's (no or another's marks); untouched.
+    pub foreign: Vec<DatasetName>,
+}
+
+impl ZfsLayerStore {
+    /// Destroys the layer datasets whose ChainID is not in `keep` and that no clone depends
+    /// on, top layers first, repeating while that frees more (a destroyed top layer releases
+    /// the layer below). A layer still cloned (by a zone or a kept layer) stays until a later
+    /// call; a dataset without the store's marks is never touched.
+    pub fn collect(
+        &self,
+        keep: &std::collections::HashSet<Digest>,
+    ) -> Result<Collected, ZfsStoreError> {
+        let mut out = Collected::default();
+        let listing = self.zfs.run([
+            "list",
+            "-H",
+            "-o",
+            "name",
+            "-t",
+            "filesystem",
+            "-r",
+            "-d",
+            "1",
+            self.layers.as_str(),
+        ])?;
+        let mut candidates = Vec::new();
+        for name in listing
+            .lines()
+            .filter(|l| !l.is_empty() && *l != self.layers.as_str())
+        {
+            let ds = DatasetName::parse(name)?;
+            let chain = name
+                .rsplit('/')
+                .next()
+                .and_then(|leaf| leaf.split_once('-'))
+                .and_then(|(alg, hex)| Digest::parse(&format!("{alg}:{hex}")).ok());
+            let Some(chain) = chain else {
+                out.foreign.push(ds);
+                continue;
+            };
+            if keep.contains(&chain) {
+                continue;
+            }
+            match self.check(&ds, "layer", &[(PROP_CHAIN_ID, chain.to_string())]) {
+                Ok(Found::Ours(_)) => candidates.push((chain, ds)),
+                Ok(Found::Missing) => {}
+                Err(ZfsStoreError::Unmarked { .. } | ZfsStoreError::Foreign { .. }) => {
+                    out.foreign.push(ds)
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        loop {
+            let before = candidates.len();
+            let mut still = Vec::new();
+            for (chain, ds) in candidates {
+                let lock = self.chain_lock(&chain);
+                let _one = lock.lock().unwrap_or_else(|e| e.into_inner());
+                match self.zfs.destroy(ds.as_str(), true) {
+                    Ok(()) => out.destroyed.push(chain),
+                    Err(ZfsError::Failed { stderr, .. }) if stderr.contains("dependent clones") => {
+                        still.push((chain, ds))
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            candidates = still;
+            if candidates.len() == before || candidates.is_empty() {
+                break;
+            }
+        }
+        out.held = candidates.into_iter().map(|(c, _)| c).collect();
+        Ok(out)
+    }
+}
+
 /// Why applying a layer failed: in the unpacker (the layer is bad) or around it.
 enum Applied {
     Unpack(crate::unpack::UnpackError),
