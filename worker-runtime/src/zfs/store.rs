@@ -26,6 +26,9 @@
 //! (ZFS user properties are inherited down the tree, so only a *local* value counts). A
 //! dataset without the marks, or with another worker's or kind, is never changed or destroyed.
 //!
+//! **Collecting.** [`ZfsLayerStore::collect`] destroys the marked layers not kept and not
+//! cloned, top layers first; a layer a zone or a kept layer still clones waits for a later call.
+//!
 //! The store runs `zfs` through [`Zfs`] (argument vectors, no shell) and is synchronous; async
 //! callers run it on a blocking thread. Layers shared by images being prepared at the same
 //! time are applied once (one lock per ChainID).
