@@ -1,9 +1,9 @@
 //! `s3_redirect`: blob GETs answered with `307 Temporary Redirect` to a presigned GetObject URL
 //! of the object in SeaweedFS (a private instance whose S3 gateway checks signatures, so an
-//! expired or altered URL is refused). skopeo, crane and rdctl pull through the redirect while
-//! the registry sends none of the blob bytes (its response byte counter moves by less than one
-//! layer over all the pulls); an anonymous caller who may not pull gets a 401 and no URL;
-//! with the option off, the same bucket is served as before.
+//! expired or altered URL is refused). skopeo, crane, rdctl and the worker pull through the
+//! redirect while the registry sends none of the blob bytes (its response byte counter moves by
+//! less than a quarter of the layer over all the pulls); an anonymous caller who may not pull
+//! gets a 401 and no URL; with the option off, the same bucket is served as before.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -30,9 +30,9 @@ fn digest(data: &[u8]) -> String {
     format!("sha256:{hex}")
 }
 
-/// A one-layer illumos image: (config, layer) bytes; the layer is a tar of one file of
-/// [`LAYER_FILE`] bytes that do not repeat.
-fn image() -> (Vec<u8>, Vec<u8>) {
+/// A one-layer illumos image: (config, layer, file) bytes; the layer is a tar of one file,
+/// `opt/data.bin`, of [`LAYER_FILE`] bytes that do not repeat.
+fn image() -> (Vec<u8>, Vec<u8>, Vec<u8>) {
     let mut data = Vec::with_capacity(LAYER_FILE);
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     while data.len() < LAYER_FILE {
@@ -55,7 +55,7 @@ fn image() -> (Vec<u8>, Vec<u8>) {
         "config": {"Cmd": ["/usr/bin/true"]},
         "rootfs": {"type": "layers", "diff_ids": [digest(&layer)]},
     });
-    (config.to_string().into_bytes(), layer)
+    (config.to_string().into_bytes(), layer, data)
 }
 
 /// Pushes the image as `repo:v1` with `auth`; returns the layer's digest.
@@ -158,7 +158,7 @@ fn blob_gets_redirect_to_presigned_urls_and_clients_follow_them() {
         "Basic {}",
         base64::engine::general_purpose::STANDARD.encode("alice:alice-pw")
     );
-    let (config, layer) = image();
+    let (config, layer, file) = image();
     let l = push(server.addr, &alice, "open/img", &config, &layer);
     push(server.addr, &alice, "closed/img", &config, &layer);
 
@@ -287,17 +287,29 @@ fn blob_gets_redirect_to_presigned_urls_and_clients_follow_them() {
         });
         assert!(got == layer, "{out} wrote other bytes than the layer");
     }
+    // The worker pulls with the same client into a zone root.
+    let node = crate::worker_e2e::Node::new(&d.join("node"));
+    node.zone("web", &format!("{host}/open/img:v1"));
+    let out = node.run_once();
+    assert!(
+        out.status.success(),
+        "worker failed:\n{}",
+        crate::util::tail(&out.stderr)
+    );
+    assert_eq!(node.status()["web"]["phase"], "Ready");
+    let got = std::fs::read(node.root("web").join("opt/data.bin")).unwrap();
+    assert!(got == file, "the zone root has other bytes than the image");
     let sent = metric(server.addr, "registry_http_response_bytes_total") - sent_before;
     assert!(
         sent < layer.len() as u64 / 4,
-        "the registry sent {sent} bytes for four pulls of a {} byte layer",
+        "the registry sent {sent} bytes for five pulls of a {} byte layer",
         layer.len()
     );
     let redirected = metric(
         server.addr,
         "registry_http_requests_total{route=\"blob\",method=\"GET\",status=\"307\"}",
     );
-    assert!(redirected >= 5, "{redirected} blob GETs redirected");
+    assert!(redirected >= 6, "{redirected} blob GETs redirected");
     assert_eq!(
         metric(
             server.addr,
