@@ -148,6 +148,8 @@ pub struct ApiError {
     pub code: Code,
     /// What exactly was wrong, naming the input (sent as `detail`, except for internal errors).
     pub detail: String,
+    /// A message in place of the code's spec message (see [`ApiError::with_reason`]).
+    message: Option<String>,
     /// Extra headers (for example `Range` on a 416 for an upload).
     headers: Vec<(header::HeaderName, HeaderValue)>,
 }
@@ -158,8 +160,17 @@ impl ApiError {
         ApiError {
             code,
             detail: detail.into(),
+            message: None,
             headers: Vec::new(),
         }
+    }
+
+    /// The detail also as the `message`: containers/image (skopeo, podman), docker and
+    /// containerd print only `message`, so a refusal whose reason the user can act on (a
+    /// quota, an immutable tag) would otherwise read as the code's generic words.
+    pub fn with_reason(mut self) -> ApiError {
+        self.message = Some(self.detail.clone());
+        self
     }
 
     /// Adds a response header.
@@ -203,7 +214,7 @@ impl IntoResponse for ApiError {
         let body = serde_json::json!({
             "errors": [{
                 "code": self.code.as_str(),
-                "message": self.code.message(),
+                "message": self.message.as_deref().unwrap_or(self.code.message()),
                 "detail": detail,
             }]
         });

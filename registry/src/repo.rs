@@ -325,7 +325,8 @@ impl Repos {
                          document; remove entries from it (tags, referrers) first",
                         bytes.len()
                     ),
-                ));
+                )
+                .with_reason());
             }
             match self.store.put(key, Bytes::from(bytes), mode).await {
                 Ok(_) => return Ok(doc),

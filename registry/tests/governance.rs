@@ -168,6 +168,8 @@ impl Image {
 struct Answer {
     status: u16,
     code: Option<String>,
+    /// `errors[0].message`: what skopeo, podman and docker print.
+    message: String,
     detail: String,
 }
 
@@ -213,6 +215,10 @@ impl Cluster {
             code: v
                 .as_ref()
                 .and_then(|v| v["errors"][0]["code"].as_str().map(str::to_owned)),
+            message: v
+                .as_ref()
+                .and_then(|v| v["errors"][0]["message"].as_str().map(str::to_owned))
+                .unwrap_or_default(),
             detail: v
                 .as_ref()
                 .and_then(|v| v["errors"][0]["detail"].as_str().map(str::to_owned))
@@ -318,6 +324,12 @@ async fn immutable_tags(stores: (StoreFactory, Option<tempfile::TempDir>)) {
             .contains(r#"immutable[0] (repositories ["prod/**"], tags ["v*"])"#),
         "{}",
         r.detail
+    );
+    // The reason is also the message, the field containers/image and docker print.
+    assert!(
+        r.message.contains("is immutable under immutable[0]"),
+        "{}",
+        r.message
     );
     assert_eq!(c.resolve(&c.a, "prod/app", "v1").await, Ok(one.digest()));
     // The same digest again succeeds; so does a tag no rule covers, and a repository no
@@ -434,6 +446,10 @@ async fn quotas(stores: (StoreFactory, Option<tempfile::TempDir>)) {
             assert_eq!(
                 (a.status, a.code.as_deref()),
                 (403, Some("DENIED")),
+                "{a:?}"
+            );
+            assert!(
+                a.message.contains("quota[0]") && a.message.contains("limit of 5"),
                 "{a:?}"
             );
             assert!(

@@ -89,6 +89,7 @@ pub(crate) fn refusal(
             "tag {tag} of {name} is immutable under {rule}: it points at {old} and cannot move to {new}"
         ),
     )
+    .with_reason()
 }
 
 #[cfg(test)]

@@ -224,7 +224,7 @@ pub(crate) async fn reserve(
     if let Some(msg) = refused {
         metrics.denied.fetch_add(1, Ordering::Relaxed);
         tracing::info!(repository = %name, digest = %d, "{msg}");
-        return Err(ApiError::new(Code::Denied, msg));
+        return Err(ApiError::new(Code::Denied, msg).with_reason());
     }
     metrics.observe(name.as_str(), rule, doc.bytes, doc.manifests);
     Ok(())
