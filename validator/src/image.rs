@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::digest::Digest;
 use crate::document::{
-    Descriptor, Document, DocumentKind, MAX_CONFIG_SIZE, MAX_MANIFEST_SIZE, check_config,
+    Descriptor, Document, DocumentKind, Index, MAX_CONFIG_SIZE, MAX_MANIFEST_SIZE, check_config,
     check_document,
 };
 use crate::layer::{LayerLimits, check_layer};
@@ -113,25 +113,9 @@ pub fn validate_layout(
     reference: Option<&str>,
     opts: &ValidateOptions,
 ) -> LayoutReport {
-    let mut w = Walker {
-        layout,
-        opts,
-        out: LayoutReport::default(),
-        layers_seen: HashMap::new(),
-    };
-    let bytes = match layout.read_index_bytes() {
-        Ok(b) => b,
-        Err(e) => {
-            w.out
-                .report
-                .error(Rule::LayoutVersion, "index.json", e.to_string());
-            return w.out;
-        }
-    };
-    let (r, doc) = check_document(&bytes, Some(DocumentKind::Index), None, "index.json");
-    w.out.report.extend(r);
-    let Some(Document::Index(index)) = doc else {
-        return w.out;
+    let (mut w, index) = match Walker::open(layout, opts) {
+        Ok(v) => v,
+        Err(report) => return report,
     };
     let entries: Vec<&Descriptor> = match reference {
         None => index.manifests.iter().collect(),
@@ -188,25 +172,9 @@ pub fn validate_layout_manifest(
     digest: &Digest,
     opts: &ValidateOptions,
 ) -> LayoutReport {
-    let mut w = Walker {
-        layout,
-        opts,
-        out: LayoutReport::default(),
-        layers_seen: HashMap::new(),
-    };
-    let bytes = match layout.read_index_bytes() {
-        Ok(b) => b,
-        Err(e) => {
-            w.out
-                .report
-                .error(Rule::LayoutVersion, "index.json", e.to_string());
-            return w.out;
-        }
-    };
-    let (r, doc) = check_document(&bytes, Some(DocumentKind::Index), None, "index.json");
-    w.out.report.extend(r);
-    let Some(Document::Index(index)) = doc else {
-        return w.out;
+    let (mut w, index) = match Walker::open(layout, opts) {
+        Ok(v) => v,
+        Err(report) => return report,
     };
     if let Some((i, d)) = index
         .manifests
@@ -265,6 +233,37 @@ struct Walker<'a> {
     out: LayoutReport,
     /// Layers already checked: digest → computed DiffID.
     layers_seen: HashMap<Digest, Option<Digest>>,
+}
+
+impl<'a> Walker<'a> {
+    /// Starts a walk: reads and checks the layout's `index.json`. `Err` is the finished report
+    /// when there is no index to walk (unreadable, or not a valid index).
+    fn open(
+        layout: &'a ImageLayout,
+        opts: &'a ValidateOptions,
+    ) -> Result<(Self, Box<Index>), LayoutReport> {
+        let mut w = Walker {
+            layout,
+            opts,
+            out: LayoutReport::default(),
+            layers_seen: HashMap::new(),
+        };
+        let bytes = match layout.read_index_bytes() {
+            Ok(b) => b,
+            Err(e) => {
+                w.out
+                    .report
+                    .error(Rule::LayoutVersion, "index.json", e.to_string());
+                return Err(w.out);
+            }
+        };
+        let (r, doc) = check_document(&bytes, Some(DocumentKind::Index), None, "index.json");
+        w.out.report.extend(r);
+        match doc {
+            Some(Document::Index(index)) => Ok((w, index)),
+            _ => Err(w.out),
+        }
+    }
 }
 
 fn layout_rule(e: &LayoutError) -> Rule {
