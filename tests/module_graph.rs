@@ -35,18 +35,6 @@ const KNOWN_CYCLES: &[(&str, &[&str])] = &[
     ),
     (
         "registry-client",
-        &[
-            "auth",
-            "client",
-            "credential_provider",
-            "credentials",
-            "error",
-            "session",
-            "transport",
-        ],
-    ),
-    (
-        "registry-client",
         &["inspect", "manage", "signatures", "transfer::endpoint"],
     ),
     ("worker-runtime", &["capacity", "config", "provision"]),

@@ -22,7 +22,8 @@ use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue, WWW_AUTHENTICATE};
 use reqwest::{StatusCode, Url};
 
 use super::challenge::{self, Auth, BearerChallenge};
-use super::credentials::{Credential, Keychain, Source};
+use super::credentials::{Credential, Source};
+use super::keychain::Keychain;
 
 /// Longest token endpoint answer read.
 const MAX_TOKEN_ANSWER: u64 = 1 << 20;
@@ -226,13 +227,13 @@ impl AuthState {
             .await
             .map_err(|e| other(validator::error_chain(&e)))?;
         let status = resp.status();
-        let body = crate::client::read_limited(resp, MAX_TOKEN_ANSWER)
+        let body = crate::body::read_limited(resp, MAX_TOKEN_ANSWER)
             .await
             .map_err(|e| match e {
-                crate::client::ReadError::TooLarge => {
+                crate::body::ReadError::TooLarge => {
                     other(format!("answer larger than {MAX_TOKEN_ANSWER} bytes"))
                 }
-                crate::client::ReadError::Body(e) => other(e),
+                crate::body::ReadError::Body(e) => other(e),
             })?;
         if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
             return Err(TokenError::Refused {

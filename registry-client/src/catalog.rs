@@ -1,7 +1,8 @@
 //! Listing and deleting: `GET /v2/_catalog` and `GET /v2/<name>/tags/list` following `Link`
 //! pages (same host only, bounded), and `DELETE /v2/<name>/manifests/<tag-or-digest>`.
 
-use crate::client::{Client, ReadError, read_limited};
+use crate::body::{ReadError, read_limited};
+use crate::client::Client;
 use crate::error::ClientError;
 use crate::reference::Reference;
 use crate::referrers::next_link;

@@ -2,18 +2,16 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use futures_util::StreamExt;
+use reqwest::Url;
 use reqwest::header::LOCATION;
-use reqwest::{StatusCode, Url};
 
-use validator::{RegistryHost, error_chain};
+use validator::RegistryHost;
 
 use crate::auth;
 use crate::error::ClientError;
-use crate::session::Scope;
-use crate::transport::{ClientBuilder, Retry, authority};
+use crate::reference::authority;
 
 /// A Distribution client. Cheap to clone; clones share cached challenges and tokens.
 #[derive(Debug, Clone)]
@@ -33,11 +31,6 @@ pub struct Client {
 }
 
 impl Client {
-    /// A builder with defaults.
-    pub fn builder() -> ClientBuilder {
-        ClientBuilder::default()
-    }
-
     /// `scheme://HOST[:PORT]` of `registry`, decided on its canonical spelling: plain HTTP
     /// for a loopback host (unless TLS is configured), Docker Hub at `registry-1.docker.io`.
     pub(crate) fn base(&self, registry: &str) -> String {
@@ -71,22 +64,33 @@ impl Client {
             .token_fetches
             .load(std::sync::atomic::Ordering::Relaxed)
     }
+}
 
-    /// Checks that the registry accepts this client's credentials: `GET /v2/`, answering a
-    /// challenge as any request would (`rdctl login` runs this before saving).
-    pub async fn check_login(&self, registry: &str) -> Result<(), ClientError> {
-        let url = self.url(registry, "/v2/")?;
-        let scope = Scope {
-            host: registry,
-            repo: None,
-        };
-        let resp = self
-            .send(&scope, &url, &|| self.http_for(&url).get(url.clone()))
-            .await?;
-        if resp.status() != StatusCode::OK {
-            return Err(Self::unexpected(&url, resp).await);
+/// Retry policy for transient failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    /// Attempts per request, the first included (at least 1).
+    pub attempts: u32,
+    /// Delay before the first retry; doubled each time.
+    pub base_delay: Duration,
+    /// Longest delay between attempts.
+    pub max_delay: Duration,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Retry {
+            attempts: 5,
+            base_delay: Duration::from_millis(200),
+            max_delay: Duration::from_secs(5),
         }
-        Ok(())
+    }
+}
+
+impl Retry {
+    pub(crate) fn delay(&self, attempt: u32) -> Duration {
+        let factor = 1u32 << attempt.saturating_sub(1).min(16);
+        self.base_delay.saturating_mul(factor).min(self.max_delay)
     }
 }
 
@@ -104,22 +108,4 @@ pub(crate) fn location(base: &Url, resp: &reqwest::Response) -> Result<Url, Clie
         url: base.to_string(),
         reason: format!("bad Location {loc:?}: {e}"),
     })
-}
-
-pub(crate) enum ReadError {
-    TooLarge,
-    Body(String),
-}
-
-pub(crate) async fn read_limited(resp: reqwest::Response, limit: u64) -> Result<Bytes, ReadError> {
-    let mut stream = resp.bytes_stream();
-    let mut buf = BytesMut::new();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| ReadError::Body(error_chain(&e)))?;
-        if buf.len() as u64 + chunk.len() as u64 > limit {
-            return Err(ReadError::TooLarge);
-        }
-        buf.extend_from_slice(&chunk);
-    }
-    Ok(buf.freeze())
 }

@@ -22,7 +22,7 @@ use serde_json::Value;
 use validator::{DoubleStar, Glob, GlobSyntax};
 
 use crate::credentials::{Credential, CredentialError};
-use crate::transport::canonical_host;
+use crate::reference::canonical_host;
 
 /// The API version of the protocol.
 pub const API_VERSION: &str = "credentialprovider.kubelet.k8s.io/v1";

@@ -39,6 +39,7 @@
 
 mod auth;
 mod blob;
+mod body;
 mod catalog;
 pub mod challenge;
 mod client;
@@ -46,6 +47,7 @@ pub mod credential_provider;
 pub mod credentials;
 mod error;
 pub mod inspect;
+mod keychain;
 pub mod login;
 pub mod manage;
 mod manifest;
@@ -60,9 +62,10 @@ mod transport;
 
 pub use blob::{BlobReader, PushOutcome};
 pub use catalog::{DEFAULT_PAGE_SIZE, DeleteRefusal};
-pub use client::Client;
-pub use credentials::{AuthFile, Credential, CredentialError, Env as AuthEnv, Keychain};
+pub use client::{Client, Retry};
+pub use credentials::{AuthFile, Credential, CredentialError};
 pub use error::{ClientError, ErrorKind};
+pub use keychain::{Env as AuthEnv, Keychain};
 pub use login::{LoginError, LoginOutcome, Stored};
 pub use manifest::{Descriptor, MAX_MANIFEST_BYTES};
 pub use packages::PackageHit;
@@ -70,4 +73,4 @@ pub use reference::{Reference, ReferenceError, looks_like_host};
 pub use referrers::{
     MAX_REFERRERS, OCI_INDEX, Referrer, Referrers, ReferrersFrom, SubjectIndexed, fallback_tag,
 };
-pub use transport::{ClientBuilder, ClientOptions, DEFAULT_CERT_DIRS, Retry};
+pub use transport::{ClientBuilder, ClientOptions, DEFAULT_CERT_DIRS};

@@ -15,7 +15,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::credentials::{self, AuthFile, Credential, CredentialError, Keychain};
+use super::credentials::{self, AuthFile, Credential, CredentialError};
+use super::keychain::Keychain;
 use super::{Client, ClientBuilder, ClientError};
 
 /// Why a login or logout failed.

@@ -5,7 +5,8 @@ use reqwest::StatusCode;
 use reqwest::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE};
 use validator::{Digest, VerifyError};
 
-use crate::client::{Client, ReadError, header_str, read_limited};
+use crate::body::{ReadError, read_limited};
+use crate::client::{Client, header_str};
 use crate::error::ClientError;
 use crate::reference::Reference;
 use crate::session::Scope;

@@ -6,7 +6,8 @@ use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
 use validator::{Digest, SpdxPackage};
 
-use crate::client::{Client, ReadError, read_limited};
+use crate::body::{ReadError, read_limited};
+use crate::client::Client;
 use crate::error::ClientError;
 use crate::session::Scope;
 

@@ -8,6 +8,7 @@
 
 use std::fmt;
 
+use reqwest::Url;
 use validator::{Digest, Name, RegistryHost, Tag, canonical_repository};
 
 /// Why a reference string was refused.
@@ -158,6 +159,23 @@ impl fmt::Display for Reference {
         }
         Ok(())
     }
+}
+
+/// The canonical `HOST[:PORT]` ([`RegistryHost`]) of `host`, or `host` itself when it does not
+/// parse (then nothing canonical equals it).
+pub(crate) fn canonical_host(host: &str) -> String {
+    RegistryHost::parse(host).map_or_else(|_| host.to_owned(), |h| h.to_string())
+}
+
+/// The registry a URL belongs to, in the canonical spelling references use: so a request to
+/// `https://registry-1.docker.io/...` belongs to `docker.io`, and `http://LocalHost:5000/`
+/// to `localhost:5000`.
+pub(crate) fn authority(url: &Url) -> String {
+    let host = url.host_str().unwrap_or("");
+    canonical_host(&match url.port() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.to_owned(),
+    })
 }
 
 #[cfg(test)]

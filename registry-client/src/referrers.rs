@@ -20,12 +20,13 @@ use reqwest::StatusCode;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, LINK};
 use validator::{Digest, Tag};
 
-use crate::client::{Client, ReadError, header_str, read_limited};
+use crate::body::{ReadError, read_limited};
+use crate::client::{Client, header_str};
 use crate::error::{ClientError, ErrorKind};
 use crate::manifest::MAX_MANIFEST_BYTES;
 use crate::reference::Reference;
+use crate::reference::authority;
 use crate::session::Scope;
-use crate::transport::authority;
 
 /// The OCI image index media type: referrers lists and tag schema indexes are this type.
 pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";

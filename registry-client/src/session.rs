@@ -7,11 +7,12 @@ use reqwest::{StatusCode, Url};
 use validator::Name;
 
 use crate::auth;
+use crate::body::read_limited;
 use crate::challenge;
-use crate::client::{Client, read_limited};
+use crate::client::Client;
 use crate::credentials::{self, Credential};
 use crate::error::ClientError;
-use crate::transport::authority;
+use crate::reference::authority;
 use validator::error_chain;
 
 /// What a request needs access to: the registry host, and the repository with `pull` or
@@ -50,6 +51,23 @@ impl<'a> Scope<'a> {
 pub(crate) type Attempt = Result<reqwest::Response, reqwest::Error>;
 
 impl Client {
+    /// Checks that the registry accepts this client's credentials: `GET /v2/`, answering a
+    /// challenge as any request would (`rdctl login` runs this before saving).
+    pub async fn check_login(&self, registry: &str) -> Result<(), ClientError> {
+        let url = self.url(registry, "/v2/")?;
+        let scope = Scope {
+            host: registry,
+            repo: None,
+        };
+        let resp = self
+            .send(&scope, &url, &|| self.http_for(&url).get(url.clone()))
+            .await?;
+        if resp.status() != StatusCode::OK {
+            return Err(Self::unexpected(&url, resp).await);
+        }
+        Ok(())
+    }
+
     /// The `Authorization` header for a request in `scope` to `url`, from what the host asked
     /// for before: nothing for a host that never challenged, or for another host.
     pub(crate) async fn authorization(

@@ -6,43 +6,20 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::Url;
-use validator::RegistryHost;
-
 use crate::auth;
-use crate::client::Client;
-use crate::credentials::{Env as AuthEnv, Keychain};
+use crate::client::{Client, Retry};
 use crate::error::ClientError;
+use crate::keychain::{Env as AuthEnv, Keychain};
+use crate::reference::canonical_host;
 
 /// Where docker and the containers tools keep per-host TLS material; pass them to
 /// [`ClientBuilder::cert_dirs`] to read them as those tools do.
 pub const DEFAULT_CERT_DIRS: &[&str] = &["/etc/containers/certs.d", "/etc/docker/certs.d"];
 
-/// Retry policy for transient failures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Retry {
-    /// Attempts per request, the first included (at least 1).
-    pub attempts: u32,
-    /// Delay before the first retry; doubled each time.
-    pub base_delay: Duration,
-    /// Longest delay between attempts.
-    pub max_delay: Duration,
-}
-
-impl Default for Retry {
-    fn default() -> Self {
-        Retry {
-            attempts: 5,
-            base_delay: Duration::from_millis(200),
-            max_delay: Duration::from_secs(5),
-        }
-    }
-}
-
-impl Retry {
-    pub(crate) fn delay(&self, attempt: u32) -> Duration {
-        let factor = 1u32 << attempt.saturating_sub(1).min(16);
-        self.base_delay.saturating_mul(factor).min(self.max_delay)
+impl Client {
+    /// A builder with defaults.
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
     }
 }
 
@@ -296,26 +273,11 @@ pub(crate) fn read_host_dir(
     Ok((cas, identity))
 }
 
-/// The canonical `HOST[:PORT]` ([`RegistryHost`]) of `host`, or `host` itself when it does not
-/// parse (then nothing canonical equals it).
-pub(crate) fn canonical_host(host: &str) -> String {
-    RegistryHost::parse(host).map_or_else(|_| host.to_owned(), |h| h.to_string())
-}
-
-/// The registry a URL belongs to, in the canonical spelling references use: so a request to
-/// `https://registry-1.docker.io/...` belongs to `docker.io`, and `http://LocalHost:5000/`
-/// to `localhost:5000`.
-pub(crate) fn authority(url: &Url) -> String {
-    let host = url.host_str().unwrap_or("");
-    canonical_host(&match url.port() {
-        Some(p) => format!("{host}:{p}"),
-        None => host.to_owned(),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reference::authority;
+    use reqwest::Url;
 
     #[test]
     fn plain_http_for_loopback_hosts_in_any_spelling() {
