@@ -38,6 +38,7 @@ mod smf;
 mod splice_e2e;
 mod sync;
 mod sync_converged;
+mod sync_trust;
 mod transfer;
 mod util;
 mod validate_cli;

@@ -87,6 +87,9 @@ pub struct SyncEntry {
     pub referrers: bool,
     /// A tag gone upstream: keep or delete.
     pub on_upstream_delete: OnUpstreamDelete,
+    /// An admission policy file in the worker's format: copy only the images it admits
+    /// (`only_signed`; none: copy every image selected).
+    pub only_signed: Option<PathBuf>,
 }
 
 /// What one run of one entry did (the runner's answer).
@@ -104,6 +107,10 @@ pub struct RunOutcome {
     pub tags_deleted: u64,
     /// What failed: listing the upstream, an image, a deletion (empty: the run succeeded).
     pub errors: Vec<String>,
+    /// Images `only_signed` refused (not copied): `REPOSITORY:TAG (DIGEST): why`, naming the
+    /// policy's rule and the keys tried. A refusal does not fail the run.
+    #[serde(default)]
+    pub refused: Vec<String>,
 }
 
 /// Copies one entry from its upstream into the registry at `destination` (`HOST:PORT` of this
@@ -304,11 +311,14 @@ pub async fn run_due(
             let outcome = runner.run(e, destination).await;
             let finished = now_ms();
             let ok = outcome.errors.is_empty();
+            for r in &outcome.refused {
+                tracing::warn!(sync = %e.name, refused = %r, "sync: only_signed refused an image");
+            }
             if ok {
                 s.last_success_ms = Some(finished);
                 s.last_error = None;
                 s.runs_ok += 1;
-                tracing::info!(sync = %e.name, images = outcome.images, images_copied = outcome.images_copied, blobs_copied = outcome.blobs_copied, bytes_copied = outcome.bytes_copied, tags_deleted = outcome.tags_deleted, "sync finished");
+                tracing::info!(sync = %e.name, images = outcome.images, refused = outcome.refused.len(), images_copied = outcome.images_copied, blobs_copied = outcome.blobs_copied, bytes_copied = outcome.bytes_copied, tags_deleted = outcome.tags_deleted, "sync finished");
             } else {
                 s.last_error = outcome.errors.first().cloned();
                 s.runs_failed += 1;
@@ -377,6 +387,7 @@ pub(crate) struct FileSync {
     platform: Option<String>,
     referrers: Option<bool>,
     on_upstream_delete: Option<OnUpstreamDelete>,
+    only_signed: Option<PathBuf>,
 }
 
 impl FileSync {
@@ -445,6 +456,7 @@ impl FileSync {
             platform: self.platform,
             referrers: self.referrers.unwrap_or(true),
             on_upstream_delete: self.on_upstream_delete.unwrap_or_default(),
+            only_signed: self.only_signed,
         })
     }
 }

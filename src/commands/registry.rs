@@ -645,6 +645,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             registry_client::AuthFile::load(f)
                 .with_context(|| format!("[[sync]] {:?}: auth_file", e.name))?;
         }
+        if let Some(p) = &e.only_signed {
+            registry_client::sync::SignaturePolicy::load(p)
+                .with_context(|| format!("[[sync]] {:?}: only_signed", e.name))?;
+        }
     }
     for p in &config.proxy {
         if let Some(f) = &p.auth_file {
@@ -734,7 +738,7 @@ async fn sync_entry(
         Some(p) => Some(validator::Platform::parse(p).context("platform")?),
         None => None,
     };
-    let rule = SyncRule::new(
+    let mut rule = SyncRule::new(
         Endpoint::Registry {
             host: host.to_owned(),
             prefix: entry.upstream.prefix.clone(),
@@ -748,6 +752,12 @@ async fn sync_entry(
         platform,
         entry.referrers,
     )?;
+    if let Some(path) = &entry.only_signed {
+        // Read at every run, as auth_file is: a changed policy or key applies to the next run.
+        let policy = sync::SignaturePolicy::load(path)
+            .with_context(|| format!("only_signed {}", path.display()))?;
+        rule = rule.only_signed(policy)?;
+    }
     let report = sync::run(
         &client,
         std::slice::from_ref(&rule),
@@ -773,7 +783,14 @@ async fn sync_entry(
                 o.item.tag,
                 validator::error_chain(e)
             )),
-            None => {}
+            None => {
+                if let Some(refusal) = &o.refused {
+                    out.refused.push(format!(
+                        "{}:{} ({}): {}",
+                        o.item.destination_repository, o.item.tag, o.item.digest, refusal
+                    ));
+                }
+            }
         }
     }
     if entry.on_upstream_delete == registry::mirror::OnUpstreamDelete::Delete

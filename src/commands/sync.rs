@@ -53,6 +53,21 @@ pub struct SyncArgs {
     /// Copy only the images, not their referrers (SBOMs, signatures, attestations).
     #[arg(long, conflicts_with = "config")]
     pub no_referrers: bool,
+    /// Copy only the images this admission policy admits (the worker's policy file format:
+    /// `signed` rules with keys, threshold, required attestations); refused images are listed
+    /// with the rule, the keys tried and why (not with --config: use only_signed there).
+    #[arg(long, value_name = "POLICY", conflicts_with = "config")]
+    pub only_signed: Option<PathBuf>,
+    /// Sign the destination bundle's bundle.json with this private key (cosign's format or
+    /// PKCS#8): writes bundle.json.sig at the end of the run.
+    #[arg(long, value_name = "KEY")]
+    pub sign_key: Option<PathBuf>,
+    #[command(flatten)]
+    pub password: super::trust::PasswordArgs,
+    /// Read a source bundle only when its bundle.json.sig verifies with this public key
+    /// (repeatable: any one of them).
+    #[arg(long = "bundle-key", value_name = "PUB")]
+    pub bundle_keys: Vec<PathBuf>,
     /// Images copied at once (default 4, or the file's concurrency).
     #[arg(long, value_name = "N")]
     pub concurrency: Option<usize>,
@@ -69,7 +84,8 @@ pub struct SyncArgs {
 
 /// Runs `rdctl sync`.
 pub fn run(args: SyncArgs) -> anyhow::Result<ExitCode> {
-    let (rules, file_concurrency) = rules(&args)?;
+    let (mut rules, file_concurrency) = rules(&args)?;
+    signing(&args, &mut rules)?;
     let concurrency = args
         .concurrency
         .or(file_concurrency)
@@ -88,15 +104,18 @@ pub fn run(args: SyncArgs) -> anyhow::Result<ExitCode> {
                 done,
                 total,
             } => {
-                let status = match &outcome.result {
-                    Some(Ok(r)) => format!(
-                        "{} blob(s) copied ({} bytes), {} skipped",
+                let status = match (&outcome.result, &outcome.refused) {
+                    (Some(Ok(r)), _) => format!(
+                        "{} manifest(s) written, {} already there; {} blob(s) copied ({} bytes), {} skipped",
+                        r.manifests.len() + r.referrers.len(),
+                        r.manifests_present.len(),
                         r.blobs_copied.len(),
                         r.bytes_copied(),
                         r.blobs_skipped.len()
                     ),
-                    Some(Err(e)) => format!("FAILED: {}", validator::error_chain(e)),
-                    None => String::new(),
+                    (Some(Err(e)), _) => format!("FAILED: {}", validator::error_chain(e)),
+                    (None, Some(refusal)) => format!("REFUSED: {refusal}"),
+                    (None, None) => String::new(),
                 };
                 eprintln!(
                     "[{done}/{total}] {} -> {}: {status}",
@@ -126,6 +145,44 @@ pub fn run(args: SyncArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// `--sign-key` and `--bundle-key` on every rule (they act on bundle destinations and
+/// sources only).
+fn signing(args: &SyncArgs, rules: &mut [SyncRule]) -> anyhow::Result<()> {
+    if let Some(path) = &args.sign_key {
+        anyhow::ensure!(
+            rules.iter().any(|r| matches!(r.to, Endpoint::Bundle(_))),
+            "--sign-key signs a destination bundle's bundle.json, and no destination is a bundle"
+        );
+        let key = std::sync::Arc::new(super::trust::load_signing_key(path, &args.password)?);
+        for r in rules.iter_mut() {
+            r.sign_bundle = Some(key.clone());
+        }
+    }
+    if !args.bundle_keys.is_empty() {
+        anyhow::ensure!(
+            rules.iter().any(|r| matches!(r.from, Endpoint::Bundle(_))),
+            "--bundle-key verifies a source bundle's bundle.json, and no source is a bundle"
+        );
+        let keys = args
+            .bundle_keys
+            .iter()
+            .map(|p| {
+                let bytes = std::fs::read(p)
+                    .with_context(|| format!("cannot read the key {}", p.display()))?;
+                let name = p.display().to_string();
+                Ok(registry_client::sync::BundleKey {
+                    key: trust::VerifyingKey::from_pem(&bytes, &name)?,
+                    source: name,
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        for r in rules.iter_mut() {
+            r.bundle_keys = keys.clone();
+        }
+    }
+    Ok(())
+}
+
 fn rules(args: &SyncArgs) -> anyhow::Result<(Vec<SyncRule>, Option<usize>)> {
     if let Some(path) = &args.config {
         let text = std::fs::read_to_string(path)
@@ -136,7 +193,7 @@ fn rules(args: &SyncArgs) -> anyhow::Result<(Vec<SyncRule>, Option<usize>)> {
                 ("concurrency", "images copied at once, a whole number"),
                 (
                     "sync",
-                    "[[sync]] tables with from, to, repositories, tags, platform, referrers",
+                    "[[sync]] tables with from, to, repositories, tags, platform, referrers, only_signed",
                 ),
             ],
         )
@@ -167,7 +224,7 @@ fn rules(args: &SyncArgs) -> anyhow::Result<(Vec<SyncRule>, Option<usize>)> {
         ),
         None => None,
     };
-    let rule = SyncRule::new(
+    let mut rule = SyncRule::new(
         Endpoint::parse(src)?,
         Endpoint::parse(dst)?,
         args.repos.clone(),
@@ -176,6 +233,11 @@ fn rules(args: &SyncArgs) -> anyhow::Result<(Vec<SyncRule>, Option<usize>)> {
         !args.no_referrers,
     )
     .context("bad sync arguments")?;
+    if let Some(path) = &args.only_signed {
+        let policy = registry_client::sync::SignaturePolicy::load(path)
+            .with_context(|| format!("--only-signed {}", path.display()))?;
+        rule = rule.only_signed(policy).context("--only-signed")?;
+    }
     Ok((vec![rule], None))
 }
 
@@ -195,9 +257,11 @@ fn print_json(report: &SyncReport, dry_run: bool) -> anyhow::Result<()> {
             });
             match &o.result {
                 Some(Ok(r)) => {
-                    v["status"] = "copied".into();
+                    v["status"] = if written(r) { "copied" } else { "present" }.into();
                     v["root"] = r.root.digest.to_string().into();
                     v["manifests"] = r.manifests.iter().map(content).collect();
+                    v["manifests_present"] = r.manifests_present.iter().map(content).collect();
+                    v["tag_written"] = r.tag_written.into();
                     v["referrers"] = r.referrers.iter().map(content).collect();
                     v["blobs_copied"] = r.blobs_copied.len().into();
                     v["bytes_copied"] = r.bytes_copied().into();
@@ -208,7 +272,19 @@ fn print_json(report: &SyncReport, dry_run: bool) -> anyhow::Result<()> {
                     v["status"] = "failed".into();
                     v["error"] = validator::error_chain(e).into();
                 }
-                None => v["status"] = "planned".into(),
+                None => match &o.refused {
+                    Some(refusal) => {
+                        v["status"] = "refused".into();
+                        v["refused"] = serde_json::json!({
+                            "policy": refusal.policy.display().to_string(),
+                            "rule": refusal.rule,
+                            "keys": refusal.keys,
+                            "reason": refusal.reason,
+                            "message": refusal.message,
+                        });
+                    }
+                    None => v["status"] = "planned".into(),
+                },
             }
             v
         })
@@ -225,6 +301,8 @@ fn print_json(report: &SyncReport, dry_run: bool) -> anyhow::Result<()> {
             "images": report.images.len(),
             "copied": report.images.iter().filter(ok).count(),
             "failed": report.images.iter().filter(|o| matches!(o.result, Some(Err(_)))).count(),
+            "refused": report.images.iter().filter(|o| o.refused.is_some()).count(),
+            "present": report.images.iter().filter(|o| matches!(&o.result, Some(Ok(r)) if !written(r))).count(),
             "up_to_date": report.images.iter().filter(|o| o.item.up_to_date).count(),
             "blobs_copied": copied.clone().map(|o| match &o.result { Some(Ok(r)) => r.blobs_copied.len(), _ => 0 }).sum::<usize>(),
             "bytes_copied": copied.clone().map(|o| match &o.result { Some(Ok(r)) => r.bytes_copied(), _ => 0 }).sum::<u64>(),
@@ -237,12 +315,26 @@ fn print_json(report: &SyncReport, dry_run: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether a copy wrote anything at the destination (a manifest, a referrer, the tag, a blob).
+fn written(r: &registry_client::transfer::CopyReport) -> bool {
+    !r.manifests.is_empty()
+        || !r.referrers.is_empty()
+        || r.tag_written
+        || !r.blobs_copied.is_empty()
+}
+
 fn print(report: &SyncReport, dry_run: bool) -> anyhow::Result<()> {
     let mut w = std::io::stdout().lock();
-    let (mut copied, mut failed, mut blobs, mut bytes) = (0, 0, 0, 0u64);
+    let (mut copied, mut present, mut failed, mut refused, mut blobs, mut bytes) =
+        (0, 0, 0, 0, 0, 0u64);
     for o in &report.images {
         let (src, dst) = (&o.item.source, &o.item.destination);
         match &o.result {
+            None if o.refused.is_some() => {
+                refused += 1;
+                let r = o.refused.as_ref().expect("refused");
+                writeln!(w, "REFUSED {src} -> {dst}: {r}")?;
+            }
             None => writeln!(
                 w,
                 "{} {src} -> {dst} ({})",
@@ -253,18 +345,30 @@ fn print(report: &SyncReport, dry_run: bool) -> anyhow::Result<()> {
                 },
                 o.item.digest
             )?,
+            Some(Ok(r)) if !written(r) => {
+                present += 1;
+                writeln!(
+                    w,
+                    "present {src} -> {dst} ({}): nothing written, {} manifest(s) already there",
+                    r.root.digest,
+                    r.manifests_present.len()
+                )?;
+            }
             Some(Ok(r)) => {
                 copied += 1;
                 blobs += r.blobs_copied.len();
                 bytes += r.bytes_copied();
                 writeln!(
                     w,
-                    "copied {src} -> {dst} ({}): {} blob(s) copied ({} bytes), {} skipped, {} referrer manifest(s)",
+                    "copied {src} -> {dst} ({}): {} manifest(s) written ({} referrer(s)), {} already there{}; {} blob(s) copied ({} bytes), {} skipped",
                     r.root.digest,
+                    r.manifests.len() + r.referrers.len(),
+                    r.referrers.len(),
+                    r.manifests_present.len(),
+                    if r.tag_written { ", tag written" } else { "" },
                     r.blobs_copied.len(),
                     r.bytes_copied(),
                     r.blobs_skipped.len(),
-                    r.referrers.len()
                 )?;
             }
             Some(Err(e)) => {
@@ -281,7 +385,7 @@ fn print(report: &SyncReport, dry_run: bool) -> anyhow::Result<()> {
     } else {
         writeln!(
             w,
-            "{copied} image(s) synced, {failed} failed; {blobs} blob(s) copied ({bytes} bytes)"
+            "{copied} image(s) synced, {present} already present, {refused} refused, {failed} failed; {blobs} blob(s) copied ({bytes} bytes)"
         )?;
     }
     Ok(())

@@ -153,6 +153,8 @@ fn print_json(src: &ImageRef, dst: &ImageRef, r: &CopyReport) -> anyhow::Result<
         "tag": r.tag,
         "manifests": all(&r.manifests),
         "referrers": all(&r.referrers),
+        "manifests_present": all(&r.manifests_present),
+        "tag_written": r.tag_written,
         "blobs_copied": all(&r.blobs_copied),
         "blobs_skipped": all(&r.blobs_skipped),
         "bytes_copied": r.bytes_copied(),
@@ -191,16 +193,30 @@ fn print(src: &ImageRef, dst: &ImageRef, r: &CopyReport) -> anyhow::Result<()> {
             m.digest, m.media_type, m.size
         )?;
     }
+    for m in &r.manifests_present {
+        writeln!(
+            w,
+            "present manifest {} ({}, {} bytes, already there)",
+            m.digest, m.media_type, m.size
+        )?;
+    }
     writeln!(
         w,
-        "{src} -> {dst}: {} {}{}; {} manifest(s), {} referrer(s), {} blob(s) copied ({} bytes), {} blob(s) skipped ({} bytes)",
+        "{src} -> {dst}: {} {}{}; {} manifest(s) written, {} already there, {} referrer(s) written, {} blob(s) copied ({} bytes), {} blob(s) skipped ({} bytes)",
         r.root.media_type,
         r.root.digest,
         r.tag
             .as_deref()
-            .map(|t| format!(" tagged {t}"))
+            .map(|t| {
+                if r.tag_written {
+                    format!(" tagged {t}")
+                } else {
+                    format!(" tagged {t} (already)")
+                }
+            })
             .unwrap_or_default(),
         r.manifests.len(),
+        r.manifests_present.len(),
         r.referrers.len(),
         r.blobs_copied.len(),
         r.bytes_copied(),

@@ -1,5 +1,13 @@
 //! Air-gap bundles: one OCI layout per repository and `bundle.json`, the manifest of what the
 //! bundle holds.
+//!
+//! A bundle may be signed: `bundle.json.sig` holds the base64 ECDSA-P256-SHA256 signature
+//! (DER) over the exact bytes of `bundle.json`, the form `cosign sign-blob --key` writes, so
+//! `cosign verify-blob --key K --signature bundle.json.sig bundle.json` checks it too. Since
+//! `bundle.json` names the digest of every image and referrer, and every blob is verified
+//! against the digests its manifest names as it is read, a verified `bundle.json` covers the
+//! whole bundle: a bundle changed consistently (new blobs, new manifests, `bundle.json`
+//! rewritten to match) no longer verifies.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -10,6 +18,60 @@ use crate::transfer::CopyReport;
 
 /// The name of a bundle's manifest.
 pub const BUNDLE_MANIFEST: &str = "bundle.json";
+
+/// The name of the signature of a bundle's manifest.
+pub const BUNDLE_SIGNATURE: &str = "bundle.json.sig";
+
+/// A public key that may sign bundles, with the file it came from (named in refusals).
+#[derive(Debug, Clone)]
+pub struct BundleKey {
+    /// The key file, as given.
+    pub source: String,
+    /// The key.
+    pub key: trust::VerifyingKey,
+}
+
+impl BundleKey {
+    fn describe(&self) -> String {
+        format!("{} ({})", self.source, self.key.key_id().short())
+    }
+}
+
+/// Signs `DIR/bundle.json` as it is now: writes `DIR/bundle.json.sig` atomically.
+pub fn sign_bundle(dir: &Path, key: &trust::SigningKey) -> Result<(), SyncError> {
+    use base64::Engine as _;
+    let path = dir.join(BUNDLE_MANIFEST);
+    let bytes = read_limited(&path)?.ok_or_else(|| SyncError::Bundle {
+        path: path.clone(),
+        source: std::io::Error::new(std::io::ErrorKind::NotFound, "nothing to sign"),
+    })?;
+    let sig = base64::engine::general_purpose::STANDARD.encode(key.sign_der(&bytes));
+    let sig_path = dir.join(BUNDLE_SIGNATURE);
+    validator::write_file_atomic(&sig_path, sig.as_bytes()).map_err(|source| SyncError::Bundle {
+        path: sig_path,
+        source,
+    })
+}
+
+/// `DIR/bundle.json` if it exists, read through the size limit.
+fn read_limited(path: &Path) -> Result<Option<Vec<u8>>, SyncError> {
+    use std::io::Read as _;
+    let err = |source| SyncError::Bundle {
+        path: path.to_owned(),
+        source,
+    };
+    match std::fs::File::open(path) {
+        Ok(f) => {
+            let mut buf = Vec::new();
+            f.take(MAX_BUNDLE_MANIFEST)
+                .read_to_end(&mut buf)
+                .map_err(err)?;
+            Ok(Some(buf))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(err(e)),
+    }
+}
 
 /// The directory of a bundle that holds one layout per repository.
 const BUNDLE_REPOS: &str = "repos";
@@ -57,28 +119,55 @@ impl BundleManifest {
     /// Reads `DIR/bundle.json` (an empty manifest when there is none yet).
     pub fn read(dir: &Path) -> Result<BundleManifest, SyncError> {
         let path = dir.join(BUNDLE_MANIFEST);
+        match read_limited(&path)? {
+            Some(text) => Self::parse(&path, &text),
+            None => Ok(BundleManifest {
+                schema_version: 1,
+                images: Vec::new(),
+            }),
+        }
+    }
+
+    /// Reads `DIR/bundle.json` and checks `DIR/bundle.json.sig` over those same bytes with
+    /// `keys` (one verifying is enough); refused when the signature is missing, unreadable or
+    /// made by none of them, naming the keys and the files.
+    pub fn read_verified(dir: &Path, keys: &[BundleKey]) -> Result<BundleManifest, SyncError> {
+        use base64::Engine as _;
+        let path = dir.join(BUNDLE_MANIFEST);
+        let sig_path = dir.join(BUNDLE_SIGNATURE);
+        let refuse = |reason: String| SyncError::BundleSignature {
+            manifest: path.clone(),
+            signature: sig_path.clone(),
+            keys: keys.iter().map(BundleKey::describe).collect(),
+            reason,
+        };
+        let text = read_limited(&path)?
+            .ok_or_else(|| refuse("there is no bundle.json to verify".to_owned()))?;
+        let sig = match read_limited(&sig_path)? {
+            Some(s) => s,
+            None => {
+                return Err(refuse(
+                    "the bundle is not signed (no bundle.json.sig)".to_owned(),
+                ));
+            }
+        };
+        let der = base64::engine::general_purpose::STANDARD
+            .decode(String::from_utf8_lossy(&sig).trim())
+            .map_err(|e| refuse(format!("bundle.json.sig is not base64: {e}")))?;
+        if !keys.iter().any(|k| k.key.verify_der(&text, &der)) {
+            return Err(refuse(
+                "the signature does not verify with any of the keys: bundle.json was changed after signing, or another key signed it".to_owned(),
+            ));
+        }
+        Self::parse(&path, &text)
+    }
+
+    fn parse(path: &Path, text: &[u8]) -> Result<BundleManifest, SyncError> {
         let err = |source| SyncError::Bundle {
-            path: path.clone(),
+            path: path.to_owned(),
             source,
         };
-        let text = match std::fs::File::open(&path) {
-            Ok(f) => {
-                use std::io::Read as _;
-                let mut buf = Vec::new();
-                f.take(MAX_BUNDLE_MANIFEST)
-                    .read_to_end(&mut buf)
-                    .map_err(err)?;
-                buf
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(BundleManifest {
-                    schema_version: 1,
-                    images: Vec::new(),
-                });
-            }
-            Err(e) => return Err(err(e)),
-        };
-        let m: BundleManifest = serde_json::from_slice(&text)
+        let m: BundleManifest = serde_json::from_slice(text)
             .map_err(|e| err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
         if m.schema_version != 1 {
             return Err(err(std::io::Error::new(

@@ -121,6 +121,13 @@ pub struct SyncRule {
     pub platform: Option<Platform>,
     /// Copy referrers and cosign's tags too.
     pub referrers: bool,
+    /// Copy only images this admission policy admits (`only_signed`; a registry source only).
+    pub only_signed: Option<super::SignaturePolicy>,
+    /// A bundle source: `bundle.json` must carry a signature (`bundle.json.sig`) by one of
+    /// these keys (none: not checked).
+    pub bundle_keys: Vec<super::BundleKey>,
+    /// A bundle destination: sign its `bundle.json` with this key at the end of the run.
+    pub sign_bundle: Option<std::sync::Arc<trust::SigningKey>>,
 }
 
 /// The sync file: `[[sync]]` tables (see the crate's docs/operations.md for every key).
@@ -155,6 +162,9 @@ pub struct SyncFileRule {
     /// Copy referrers (default true).
     #[serde(default = "yes")]
     pub referrers: bool,
+    /// An admission policy file in the worker's format: copy only the images it admits.
+    #[serde(default)]
+    pub only_signed: Option<PathBuf>,
 }
 
 fn yes() -> bool {
@@ -171,14 +181,22 @@ impl SyncFileRule {
             })?),
             None => None,
         };
-        SyncRule::new(
+        let mut rule = SyncRule::new(
             Endpoint::parse(&self.from)?,
             Endpoint::parse(&self.to)?,
             self.repositories.clone(),
             self.tags.clone(),
             platform,
             self.referrers,
-        )
+        )?;
+        if let Some(path) = &self.only_signed {
+            let policy = super::SignaturePolicy::load(path).map_err(|e| SyncError::BadRule {
+                field: "only_signed",
+                reason: validator::error_chain(&e),
+            })?;
+            rule = rule.only_signed(policy)?;
+        }
+        Ok(rule)
     }
 }
 
@@ -211,7 +229,26 @@ impl SyncRule {
             tags,
             platform,
             referrers,
+            only_signed: None,
+            bundle_keys: Vec::new(),
+            sign_bundle: None,
         })
+    }
+
+    /// Copies only the images `policy` admits; refused for a bundle source (a bundle's
+    /// `bundle.json` is signed as a whole, see [`SyncRule::bundle_keys`]).
+    pub fn only_signed(mut self, policy: super::SignaturePolicy) -> Result<SyncRule, SyncError> {
+        if let Endpoint::Bundle(dir) = &self.from {
+            return Err(SyncError::BadRule {
+                field: "only_signed",
+                reason: format!(
+                    "the source bundle:{} is not a registry; verify a bundle's signed bundle.json with its key instead",
+                    dir.display()
+                ),
+            });
+        }
+        self.only_signed = Some(policy);
+        Ok(self)
     }
 
     pub(super) fn wants_repository(&self, relative: &str) -> bool {
