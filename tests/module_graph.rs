@@ -21,18 +21,6 @@ use crate::util::root;
 /// removing its line here.
 const KNOWN_CYCLES: &[(&str, &[&str])] = &[
     ("ips-bridge", &["depend", "lint", "manifest"]),
-    ("registry", &["gc", "governance::quota", "pkgindex", "repo"]),
-    (
-        "registry",
-        &[
-            "events",
-            "handlers::manifests",
-            "metrics",
-            "mirror",
-            "proxy",
-            "scrub",
-        ],
-    ),
     (
         "registry-client",
         &["inspect", "manage", "signatures", "transfer::endpoint"],

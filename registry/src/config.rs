@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::auth::{Auth, AuthConfig, AuthError, FileAuth};
+use crate::duration::parse_duration;
 use crate::events::{FileNotifications, NotificationsConfig};
 use crate::gc::{self, GcOptions};
 use crate::governance::{FileGovernance, Governance, RuleError};
@@ -499,7 +500,7 @@ impl ServeConfig {
             }
             if let Some(sc) = f.scrub.take() {
                 if let Some(v) = sc.interval {
-                    let d = gc::parse_duration(&v).map_err(|reason| ConfigError::Setting {
+                    let d = parse_duration(&v).map_err(|reason| ConfigError::Setting {
                         path: path.to_owned(),
                         key: "scrub.interval",
                         reason,
@@ -562,7 +563,7 @@ impl ServeConfig {
                 source,
             })?;
             if let Some(v) = f.pulls.take().and_then(|p| p.flush_interval) {
-                let d = gc::parse_duration(&v).map_err(|reason| ConfigError::Setting {
+                let d = parse_duration(&v).map_err(|reason| ConfigError::Setting {
                     path: path.to_owned(),
                     key: "pulls.flush_interval",
                     reason,
@@ -616,14 +617,14 @@ impl ServeConfig {
             reason,
         };
         if let Some(v) = g.interval {
-            let d = gc::parse_duration(&v).map_err(|r| bad("gc.interval", r))?;
+            let d = parse_duration(&v).map_err(|r| bad("gc.interval", r))?;
             if d.is_zero() {
                 return Err(bad("gc.interval", "must be longer than 0".to_owned()));
             }
             self.gc.interval = Some(d);
         }
         if let Some(v) = g.grace {
-            let d = gc::parse_duration(&v).map_err(|r| bad("gc.grace", r))?;
+            let d = parse_duration(&v).map_err(|r| bad("gc.grace", r))?;
             // The server collects while it takes pushes; a shorter window is unsafe then.
             if d < gc::MIN_SAFE_GRACE {
                 return Err(bad(
@@ -643,7 +644,7 @@ impl ServeConfig {
             self.gc.options.keep_referrers = v;
         }
         if let Some(v) = g.lease_ttl {
-            let d = gc::parse_duration(&v).map_err(|r| bad("gc.lease_ttl", r))?;
+            let d = parse_duration(&v).map_err(|r| bad("gc.lease_ttl", r))?;
             if d < gc::MIN_LEASE_TTL {
                 return Err(bad(
                     "gc.lease_ttl",

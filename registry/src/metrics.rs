@@ -3,10 +3,11 @@
 //! and errors (through [`crate::storage::Instrumented`]). The histograms are
 //! [`validator::Histogram`], the one the worker's metrics use too.
 
+use std::any::Any;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use validator::Histogram;
@@ -28,14 +29,9 @@ pub struct Metrics {
     bytes_out: AtomicU64,
     upload: Mutex<Histogram>,
     commit: Mutex<Histogram>,
-    gc: Mutex<GcCounters>,
-    /// Quota usage and refusals (`crate::governance::quota`).
-    pub(crate) quota: crate::governance::quota::QuotaMetrics,
-    retention: Mutex<(u64, u64, u64)>,
     events: Mutex<EventCounters>,
-    scrub: Mutex<ScrubCounters>,
-    /// Each `[[sync]]` entry's state as last read from the store.
-    sync: Mutex<BTreeMap<String, crate::mirror::SyncState>>,
+    /// The features' metrics ([`Metrics::source`]), rendered in the order they were added.
+    sources: Mutex<Vec<Arc<dyn MetricSource>>>,
 }
 
 impl Default for Metrics {
@@ -47,25 +43,10 @@ impl Default for Metrics {
             bytes_out: AtomicU64::default(),
             upload: Mutex::new(Histogram::new(BUCKETS)),
             commit: Mutex::new(Histogram::new(BUCKETS)),
-            gc: Mutex::default(),
-            quota: Default::default(),
-            retention: Mutex::default(),
             events: Mutex::default(),
-            scrub: Mutex::default(),
-            sync: Mutex::default(),
+            sources: Mutex::default(),
         }
     }
-}
-
-/// Garbage collection totals.
-#[derive(Debug, Default)]
-struct GcCounters {
-    runs_ok: u64,
-    runs_failed: u64,
-    deleted: BTreeMap<&'static str, u64>,
-    deleted_bytes: u64,
-    kept_held: u64,
-    last_duration: f64,
 }
 
 /// Event outbox counters per endpoint: (recorded, delivered, failed attempts, dead) and the
@@ -76,115 +57,28 @@ struct EventCounters {
     pending: BTreeMap<String, u64>,
 }
 
-/// Scrub totals.
-#[derive(Debug, Default)]
-struct ScrubCounters {
-    runs_ok: u64,
-    runs_failed: u64,
-    bytes: u64,
-    corrupt: u64,
-    manifest_problems: u64,
-    last_problems: u64,
+/// A feature's metrics (garbage collection, quota, retention, scrub, sync): it keeps its own
+/// counters and appends its own families to the exposition text. The core knows only this
+/// trait; a feature reaches its source through [`Metrics::source`].
+pub trait MetricSource: Any + Send + Sync + std::fmt::Debug {
+    /// Appends this source's families, each with its `# TYPE` line (also without samples).
+    fn render(&self, out: &mut String);
 }
 
 impl Metrics {
-    /// Records a `[[sync]]` entry's state as read from (or written to) the store.
-    pub fn sync_state(&self, name: &str, state: &crate::mirror::SyncState) {
-        self.sync
-            .lock()
-            .expect("metrics lock")
-            .insert(name.to_owned(), state.clone());
-    }
-
-    fn render_sync(&self, out: &mut String) {
-        // The families are declared without `[[sync]]` entries too (no samples then).
-        let sync = self.sync.lock().expect("metrics lock");
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_secs_f64())
-            .unwrap_or(0.0);
-        let family =
-            |out: &mut String,
-             name: &str,
-             kind: &str,
-             value: &dyn Fn(&crate::mirror::SyncState) -> Option<f64>| {
-                let _ = writeln!(out, "# TYPE {name} {kind}");
-                for (entry, s) in sync.iter() {
-                    if let Some(v) = value(s) {
-                        let _ = writeln!(out, "{name}{{sync=\"{entry}\"}} {v}");
-                    }
-                }
-            };
-        let last = |f: fn(&crate::mirror::RunOutcome) -> u64| {
-            move |s: &crate::mirror::SyncState| s.last_run.as_ref().map(|r| f(r) as f64)
-        };
-        family(
-            out,
-            "registry_sync_last_success_timestamp_seconds",
-            "gauge",
-            &|s| s.last_success_ms.map(|t| t as f64 / 1000.0),
-        );
-        family(out, "registry_sync_lag_seconds", "gauge", &|s| {
-            s.last_success_ms
-                .map(|t| (now - t as f64 / 1000.0).max(0.0))
-        });
-        family(out, "registry_sync_last_run_failed", "gauge", &|s| {
-            s.last_run
-                .as_ref()
-                .map(|r| f64::from(u8::from(!r.errors.is_empty())))
-        });
-        family(
-            out,
-            "registry_sync_last_run_images",
-            "gauge",
-            &last(|r| r.images),
-        );
-        family(
-            out,
-            "registry_sync_last_run_images_copied",
-            "gauge",
-            &last(|r| r.images_copied),
-        );
-        family(
-            out,
-            "registry_sync_last_run_blobs_copied",
-            "gauge",
-            &last(|r| r.blobs_copied),
-        );
-        family(
-            out,
-            "registry_sync_last_run_bytes_copied",
-            "gauge",
-            &last(|r| r.bytes_copied),
-        );
-        family(
-            out,
-            "registry_sync_last_run_tags_deleted",
-            "gauge",
-            &last(|r| r.tags_deleted),
-        );
-        let _ = writeln!(out, "# TYPE registry_sync_runs_total counter");
-        for (entry, s) in sync.iter() {
-            let _ = writeln!(
-                out,
-                "registry_sync_runs_total{{sync=\"{entry}\",result=\"ok\"}} {}\nregistry_sync_runs_total{{sync=\"{entry}\",result=\"failed\"}} {}",
-                s.runs_ok, s.runs_failed
-            );
+    /// The source of type `T`, added (empty) on first use. Adding every feature's source where
+    /// the registry is assembled declares their families from the first scrape on.
+    pub fn source<T: MetricSource + Default>(&self) -> Arc<T> {
+        let mut sources = self.sources.lock().expect("metrics lock");
+        for s in sources.iter() {
+            let any: Arc<dyn Any + Send + Sync> = s.clone();
+            if let Ok(t) = any.downcast::<T>() {
+                return t;
+            }
         }
-    }
-
-    /// Records a finished scrub (`None`: it failed).
-    pub fn scrub_run(&self, report: Option<&crate::scrub::ScrubReport>) {
-        let mut s = self.scrub.lock().expect("metrics lock");
-        let Some(r) = report else {
-            s.runs_failed += 1;
-            return;
-        };
-        s.runs_ok += 1;
-        s.bytes += r.bytes_read;
-        s.corrupt += r.corrupt_blobs.len() as u64;
-        s.manifest_problems += r.manifest_problems.len() as u64;
-        s.last_problems = (r.corrupt_blobs.len() + r.manifest_problems.len()) as u64;
+        let t = Arc::new(T::default());
+        sources.push(t.clone());
+        t
     }
 
     fn event_count(&self, endpoint: &str, i: usize) {
@@ -247,40 +141,6 @@ impl Metrics {
         self.commit.lock().expect("metrics lock").observe(d);
     }
 
-    /// Records a finished garbage collection run (`None`: it failed).
-    pub fn gc_run(&self, report: Option<&crate::gc::GcReport>) {
-        let mut g = self.gc.lock().expect("metrics lock");
-        let Some(r) = report else {
-            g.runs_failed += 1;
-            return;
-        };
-        g.runs_ok += 1;
-        if r.dry_run {
-            return;
-        }
-        for (kind, n) in [
-            ("blob", r.deleted_blobs),
-            ("blob_link", r.deleted_blob_links),
-            ("manifest_link", r.deleted_manifest_links),
-            ("record", r.deleted_records),
-        ] {
-            *g.deleted.entry(kind).or_default() += n;
-        }
-        g.deleted_bytes += r.deleted_bytes;
-        g.kept_held += r.kept_held;
-        g.last_duration = r.elapsed_secs;
-    }
-
-    /// Records a finished retention run (`None`: it failed): runs, tags and manifests removed.
-    pub fn retention_run(&self, plan: Option<&crate::governance::RetentionPlan>) {
-        let mut r = self.retention.lock().expect("metrics lock");
-        r.0 += 1;
-        if let Some(p) = plan.filter(|p| !p.dry_run) {
-            r.1 += p.tags.len() as u64;
-            r.2 += p.manifests.len() as u64;
-        }
-    }
-
     /// Counts one store operation on `store`, and whether it failed (not-found answers count
     /// as successes).
     pub fn store_op(&self, store: &'static str, op: &'static str, failed: bool) {
@@ -320,65 +180,9 @@ impl Metrics {
             .lock()
             .expect("metrics lock")
             .render(&mut out, "registry_commit_duration_seconds");
-        {
-            let g = self.gc.lock().expect("metrics lock");
-            let _ = writeln!(
-                out,
-                "# TYPE registry_gc_runs_total counter\nregistry_gc_runs_total{{result=\"ok\"}} {}\nregistry_gc_runs_total{{result=\"failed\"}} {}",
-                g.runs_ok, g.runs_failed
-            );
-            out.push_str("# TYPE registry_gc_deleted_objects_total counter\n");
-            for kind in ["blob", "blob_link", "manifest_link", "record"] {
-                let _ = writeln!(
-                    out,
-                    "registry_gc_deleted_objects_total{{kind=\"{kind}\"}} {}",
-                    g.deleted.get(kind).copied().unwrap_or(0)
-                );
-            }
-            let _ = writeln!(
-                out,
-                "# TYPE registry_gc_deleted_bytes_total counter\nregistry_gc_deleted_bytes_total {}",
-                g.deleted_bytes
-            );
-            let _ = writeln!(
-                out,
-                "# TYPE registry_gc_kept_held_total counter\nregistry_gc_kept_held_total {}",
-                g.kept_held
-            );
-            let _ = writeln!(
-                out,
-                "# TYPE registry_gc_last_duration_seconds gauge\nregistry_gc_last_duration_seconds {}",
-                g.last_duration
-            );
-        }
-        self.quota.render(&mut out);
-        {
-            let r = self.retention.lock().expect("metrics lock");
-            let _ = writeln!(
-                out,
-                "# TYPE registry_retention_runs_total counter\nregistry_retention_runs_total {}\n# TYPE registry_retention_removed_total counter\nregistry_retention_removed_total{{kind=\"tag\"}} {}\nregistry_retention_removed_total{{kind=\"manifest\"}} {}",
-                r.0, r.1, r.2
-            );
-        }
-        {
-            let s = self.scrub.lock().expect("metrics lock");
-            let _ = writeln!(
-                out,
-                "# TYPE registry_scrub_runs_total counter\nregistry_scrub_runs_total{{result=\"ok\"}} {}\nregistry_scrub_runs_total{{result=\"failed\"}} {}",
-                s.runs_ok, s.runs_failed
-            );
-            for (name, kind, v) in [
-                ("registry_scrub_bytes_total", "counter", s.bytes),
-                ("registry_scrub_corrupt_blobs_total", "counter", s.corrupt),
-                (
-                    "registry_scrub_manifest_problems_total",
-                    "counter",
-                    s.manifest_problems,
-                ),
-                ("registry_scrub_last_problems", "gauge", s.last_problems),
-            ] {
-                let _ = writeln!(out, "# TYPE {name} {kind}\n{name} {v}");
-            }
+        let sources = self.sources.lock().expect("metrics lock").clone();
+        for source in sources {
+            source.render(&mut out);
         }
         {
             let e = self.events.lock().expect("metrics lock");
@@ -401,7 +205,6 @@ impl Metrics {
                 }
             }
         }
-        self.render_sync(&mut out);
         out.push_str("# TYPE registry_store_operations_total counter\n");
         let ops = self.store_ops.lock().expect("metrics lock");
         for ((store, op), (n, _)) in ops.iter() {
@@ -441,19 +244,5 @@ mod tests {
         assert!(text.contains("registry_upload_duration_seconds_bucket{le=\"0.025\"} 0"));
         assert!(text.contains("registry_upload_duration_seconds_count 1"));
         assert!(text.contains("registry_store_errors_total{store=\"fs\",op=\"get\"} 1"));
-        let report = crate::gc::GcReport {
-            deleted_blobs: 2,
-            deleted_bytes: 300,
-            deleted_blob_links: 3,
-            ..Default::default()
-        };
-        m.gc_run(Some(&report));
-        m.gc_run(None);
-        let text = m.render();
-        assert!(text.contains("registry_gc_runs_total{result=\"ok\"} 1"));
-        assert!(text.contains("registry_gc_runs_total{result=\"failed\"} 1"));
-        assert!(text.contains("registry_gc_deleted_objects_total{kind=\"blob\"} 2"));
-        assert!(text.contains("registry_gc_deleted_objects_total{kind=\"blob_link\"} 3"));
-        assert!(text.contains("registry_gc_deleted_bytes_total 300"));
     }
 }

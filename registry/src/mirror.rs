@@ -265,7 +265,7 @@ pub async fn run_due(
     for e in entries {
         let s = read_state(store.as_ref(), &e.name).await?;
         any_due |= due(e, &s, now);
-        metrics.sync_state(&e.name, &s);
+        metrics.source::<SyncMetrics>().record(&e.name, &s);
     }
     if !any_due {
         return Ok(Vec::new());
@@ -336,7 +336,7 @@ pub async fn run_due(
                 s.history.pop_front();
             }
             write_state(store.as_ref(), &e.name, &s).await?;
-            metrics.sync_state(&e.name, &s);
+            metrics.source::<SyncMetrics>().record(&e.name, &s);
             ran.push(e.name.clone());
         }
         Ok(())
@@ -416,7 +416,8 @@ impl FileSync {
             "sync.interval",
             format!("[[sync]] {name:?} needs an interval (like 90s, 15m, 1h)"),
         ))?;
-        let interval = crate::gc::parse_duration(&interval).map_err(|e| ("sync.interval", e))?;
+        let interval =
+            crate::duration::parse_duration(&interval).map_err(|e| ("sync.interval", e))?;
         if interval < Duration::from_secs(1) {
             return Err(("sync.interval", format!("[[sync]] {name:?}: at least 1s")));
         }
@@ -458,6 +459,100 @@ impl FileSync {
             on_upstream_delete: self.on_upstream_delete.unwrap_or_default(),
             only_signed: self.only_signed,
         })
+    }
+}
+
+/// Each `[[sync]]` entry's state as last read from the store, rendered with the registry's
+/// metrics.
+#[derive(Debug, Default)]
+pub struct SyncMetrics(std::sync::Mutex<std::collections::BTreeMap<String, SyncState>>);
+
+impl SyncMetrics {
+    /// Records a `[[sync]]` entry's state as read from (or written to) the store.
+    pub fn record(&self, name: &str, state: &SyncState) {
+        self.0
+            .lock()
+            .expect("metrics lock")
+            .insert(name.to_owned(), state.clone());
+    }
+}
+
+impl crate::metrics::MetricSource for SyncMetrics {
+    fn render(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        // The families are declared without `[[sync]]` entries too (no samples then).
+        let sync = self.0.lock().expect("metrics lock");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        let family = |out: &mut String,
+                      name: &str,
+                      kind: &str,
+                      value: &dyn Fn(&SyncState) -> Option<f64>| {
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            for (entry, s) in sync.iter() {
+                if let Some(v) = value(s) {
+                    let _ = writeln!(out, "{name}{{sync=\"{entry}\"}} {v}");
+                }
+            }
+        };
+        let last = |f: fn(&RunOutcome) -> u64| {
+            move |s: &SyncState| s.last_run.as_ref().map(|r| f(r) as f64)
+        };
+        family(
+            out,
+            "registry_sync_last_success_timestamp_seconds",
+            "gauge",
+            &|s| s.last_success_ms.map(|t| t as f64 / 1000.0),
+        );
+        family(out, "registry_sync_lag_seconds", "gauge", &|s| {
+            s.last_success_ms
+                .map(|t| (now - t as f64 / 1000.0).max(0.0))
+        });
+        family(out, "registry_sync_last_run_failed", "gauge", &|s| {
+            s.last_run
+                .as_ref()
+                .map(|r| f64::from(u8::from(!r.errors.is_empty())))
+        });
+        family(
+            out,
+            "registry_sync_last_run_images",
+            "gauge",
+            &last(|r| r.images),
+        );
+        family(
+            out,
+            "registry_sync_last_run_images_copied",
+            "gauge",
+            &last(|r| r.images_copied),
+        );
+        family(
+            out,
+            "registry_sync_last_run_blobs_copied",
+            "gauge",
+            &last(|r| r.blobs_copied),
+        );
+        family(
+            out,
+            "registry_sync_last_run_bytes_copied",
+            "gauge",
+            &last(|r| r.bytes_copied),
+        );
+        family(
+            out,
+            "registry_sync_last_run_tags_deleted",
+            "gauge",
+            &last(|r| r.tags_deleted),
+        );
+        let _ = writeln!(out, "# TYPE registry_sync_runs_total counter");
+        for (entry, s) in sync.iter() {
+            let _ = writeln!(
+                out,
+                "registry_sync_runs_total{{sync=\"{entry}\",result=\"ok\"}} {}\nregistry_sync_runs_total{{sync=\"{entry}\",result=\"failed\"}} {}",
+                s.runs_ok, s.runs_failed
+            );
+        }
     }
 }
 

@@ -34,6 +34,7 @@ use validator::{Constraint, Digest, Name, PackageNameGlob, SPDX_ARTIFACT_TYPE, S
 
 use crate::auth::Access;
 use crate::errors::ApiResult;
+use crate::manifest_rules::spdx_layer;
 use crate::repo::INDEX_LIMIT;
 use crate::repo::Repos;
 use crate::storage::{StoreError, layout};
@@ -59,17 +60,23 @@ struct IndexDoc {
     images: BTreeMap<Digest, Sboms>,
 }
 
-/// The SPDX layer of a pushed manifest: `Some` when it has a `subject` and a layer of media
-/// type `application/spdx+json` (the first such layer).
-pub(crate) fn spdx_layer(manifest: &Value) -> Option<Digest> {
-    manifest.get("subject")?;
-    manifest
-        .get("layers")?
-        .as_array()?
-        .iter()
-        .find(|l| l.get("mediaType").and_then(Value::as_str) == Some(SPDX_ARTIFACT_TYPE))
-        .and_then(|l| l.get("digest")?.as_str())
-        .and_then(|d| Digest::parse(d).ok())
+/// The package index's part in manifest deletes: it forgets the manifest as a subject and as
+/// an SBOM ([`forget`]).
+pub(crate) struct PackageIndexHook;
+
+impl crate::repo::hooks::RepoHook for PackageIndexHook {
+    fn name(&self) -> &'static str {
+        "package index"
+    }
+
+    fn on_delete<'a>(
+        &'a self,
+        repos: &'a Repos,
+        name: &'a Name,
+        d: &'a Digest,
+    ) -> crate::storage::BoxFuture<'a, ApiResult<()>> {
+        Box::pin(forget(repos, name, d))
+    }
 }
 
 /// Reads the SPDX document `layer` of SBOM manifest `sbom` and records its packages against
@@ -567,24 +574,6 @@ mod tests {
         let name = format!("library/{}", "a".repeat(200));
         assert!(!name_matches(&format!("{}b", "*a".repeat(40)), &name));
         assert!(name_matches(&format!("{}a", "*a".repeat(40)), &name));
-    }
-
-    #[test]
-    fn spdx_layers_of_referrers() {
-        let d = Digest::sha256(b"doc");
-        let m = serde_json::json!({
-            "subject": {"digest": Digest::sha256(b"s").as_str()},
-            "layers": [{"mediaType": "application/x", "digest": Digest::sha256(b"x").as_str()},
-                       {"mediaType": SPDX_ARTIFACT_TYPE, "digest": d.as_str()}],
-        });
-        assert_eq!(spdx_layer(&m), Some(d));
-        let mut no_subject = m.clone();
-        no_subject.as_object_mut().unwrap().remove("subject");
-        assert_eq!(spdx_layer(&no_subject), None);
-        let mut other = m;
-        other["layers"] =
-            serde_json::json!([{"mediaType": "application/x", "digest": "sha256:00"}]);
-        assert_eq!(spdx_layer(&other), None);
     }
 
     #[test]

@@ -359,7 +359,7 @@ impl Proxy {
                 got
             }
         };
-        let checked = crate::handlers::manifests::check_document(&bytes, content_type.as_deref())?;
+        let checked = crate::manifest_rules::check_document(&bytes, content_type.as_deref())?;
         repos.put_manifest_bytes(&digest, bytes.clone()).await?;
         let link = ManifestLink {
             media_type: checked.media_type.clone(),

@@ -414,7 +414,7 @@ async fn check_manifest(
         }
         Err(e) => return Err(e.into()),
     };
-    let checked = match crate::handlers::manifests::check_document(&bytes, media_type.as_deref()) {
+    let checked = match crate::manifest_rules::check_document(&bytes, media_type.as_deref()) {
         Ok(c) => c,
         Err(e) => {
             problem(format!("does not parse: {}", e.detail));
@@ -434,6 +434,61 @@ async fn check_manifest(
         }
     }
     Ok(())
+}
+
+/// Scrub totals.
+#[derive(Debug, Default)]
+struct ScrubCounters {
+    runs_ok: u64,
+    runs_failed: u64,
+    bytes: u64,
+    corrupt: u64,
+    manifest_problems: u64,
+    last_problems: u64,
+}
+
+/// Scrub totals of this process, rendered with the registry's metrics.
+#[derive(Debug, Default)]
+pub struct ScrubMetrics(std::sync::Mutex<ScrubCounters>);
+
+impl ScrubMetrics {
+    /// Records a finished scrub (`None`: it failed).
+    pub fn run(&self, report: Option<&ScrubReport>) {
+        let mut s = self.0.lock().expect("metrics lock");
+        let Some(r) = report else {
+            s.runs_failed += 1;
+            return;
+        };
+        s.runs_ok += 1;
+        s.bytes += r.bytes_read;
+        s.corrupt += r.corrupt_blobs.len() as u64;
+        s.manifest_problems += r.manifest_problems.len() as u64;
+        s.last_problems = (r.corrupt_blobs.len() + r.manifest_problems.len()) as u64;
+    }
+}
+
+impl crate::metrics::MetricSource for ScrubMetrics {
+    fn render(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let s = self.0.lock().expect("metrics lock");
+        let _ = writeln!(
+            out,
+            "# TYPE registry_scrub_runs_total counter\nregistry_scrub_runs_total{{result=\"ok\"}} {}\nregistry_scrub_runs_total{{result=\"failed\"}} {}",
+            s.runs_ok, s.runs_failed
+        );
+        for (name, kind, v) in [
+            ("registry_scrub_bytes_total", "counter", s.bytes),
+            ("registry_scrub_corrupt_blobs_total", "counter", s.corrupt),
+            (
+                "registry_scrub_manifest_problems_total",
+                "counter",
+                s.manifest_problems,
+            ),
+            ("registry_scrub_last_problems", "gauge", s.last_problems),
+        ] {
+            let _ = writeln!(out, "# TYPE {name} {kind}\n{name} {v}");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -36,6 +36,12 @@ impl AppState {
     /// State over `store` (wrapped in [`Instrumented`]) with `config`.
     pub fn new(store: Arc<dyn Store>, config: RegistryConfig) -> AppState {
         let metrics = Arc::new(Metrics::default());
+        // The features' metrics, declared from the first scrape on (rendered in this order).
+        metrics.source::<crate::gc::GcMetrics>();
+        metrics.source::<crate::governance::quota::QuotaMetrics>();
+        metrics.source::<crate::governance::retention::RetentionMetrics>();
+        metrics.source::<crate::scrub::ScrubMetrics>();
+        metrics.source::<crate::mirror::SyncMetrics>();
         let store: Arc<dyn Store> = Arc::new(Instrumented::new(store, metrics.clone()));
         let events = Arc::new(Notifier::new(
             config.notifications.clone(),
@@ -44,7 +50,7 @@ impl AppState {
             config.notifications.source_addr.clone(),
         ));
         AppState(Arc::new(App {
-            repos: Repos::new(store),
+            repos: crate::features::with_hooks(Repos::new(store)),
             events,
             limiter: config.rate_limit.map(Limiter::new),
             pulls: Default::default(),
@@ -78,7 +84,10 @@ impl AppState {
         opts: &crate::gc::GcOptions,
     ) -> Result<crate::gc::GcReport, crate::gc::GcError> {
         let r = crate::gc::collect(self.0.repos.store().clone(), opts).await;
-        self.0.metrics.gc_run(r.as_ref().ok());
+        self.0
+            .metrics
+            .source::<crate::gc::GcMetrics>()
+            .run(r.as_ref().ok());
         r
     }
 
@@ -88,7 +97,10 @@ impl AppState {
         opts: &crate::scrub::ScrubOptions,
     ) -> Result<crate::scrub::ScrubReport, crate::scrub::ScrubError> {
         let r = crate::scrub::scrub(self.0.repos.store().clone(), opts).await;
-        self.0.metrics.scrub_run(r.as_ref().ok());
+        self.0
+            .metrics
+            .source::<crate::scrub::ScrubMetrics>()
+            .run(r.as_ref().ok());
         r
     }
 
@@ -117,7 +129,10 @@ impl AppState {
         } else {
             retention::apply(&self.0.repos, plan).await
         };
-        self.0.metrics.retention_run(r.as_ref().ok());
+        self.0
+            .metrics
+            .source::<retention::RetentionMetrics>()
+            .run(r.as_ref().ok());
         r
     }
 }

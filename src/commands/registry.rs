@@ -185,7 +185,7 @@ pub struct GcArgs {
     dry_run: bool,
     /// Keep anything written or used more recently than this (like 90s, 15m, 1h, 7d)
     /// [default: gc.grace of the config file, else 1h].
-    #[arg(long, value_name = "DUR", value_parser = registry::gc::parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = registry::duration::parse_duration)]
     grace: Option<std::time::Duration>,
     /// Also delete manifests no tag reaches (with their referrers and their own blobs).
     #[arg(long)]

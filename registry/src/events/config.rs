@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::auth::acl::Pattern;
-use crate::gc::parse_duration;
+use crate::duration::parse_duration;
 
 /// What an event reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -230,6 +230,25 @@ pub(crate) async fn reserve(
     Ok(())
 }
 
+/// Quota usage's part in manifest deletes: the manifest's entry leaves the usage document
+/// ([`forget`]).
+pub(crate) struct QuotaHook;
+
+impl crate::repo::hooks::RepoHook for QuotaHook {
+    fn name(&self) -> &'static str {
+        "quota usage"
+    }
+
+    fn on_delete<'a>(
+        &'a self,
+        repos: &'a Repos,
+        name: &'a Name,
+        d: &'a Digest,
+    ) -> crate::storage::BoxFuture<'a, ApiResult<()>> {
+        Box::pin(forget(repos, name, d))
+    }
+}
+
 /// Drops manifest `d` from the usage of `name` (nothing when the repository has no usage
 /// document or the manifest is not in it).
 pub(crate) async fn forget(repos: &Repos, name: &Name, d: &Digest) -> ApiResult<()> {
@@ -387,9 +406,10 @@ impl QuotaMetrics {
             (bytes, manifests, rule.max_bytes, rule.max_manifests),
         );
     }
+}
 
-    /// Appends the exposition text.
-    pub(crate) fn render(&self, out: &mut String) {
+impl crate::metrics::MetricSource for QuotaMetrics {
+    fn render(&self, out: &mut String) {
         use std::fmt::Write as _;
         let usage = self.usage.lock().expect("metrics lock");
         out.push_str("# TYPE registry_quota_usage_bytes gauge\n");

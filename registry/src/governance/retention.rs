@@ -97,7 +97,7 @@ impl RetentionRule {
     pub(crate) fn from_file(index: usize, f: FileRetention) -> Result<RetentionRule, RuleError> {
         let duration = |field: &str, v: Option<String>| {
             v.map(|v| {
-                crate::gc::parse_duration(&v)
+                crate::duration::parse_duration(&v)
                     .map_err(|r| RuleError::new(format!("retention[{index}].{field}"), r))
             })
             .transpose()
@@ -499,6 +499,34 @@ impl PullRecorder {
             Some(e) => Err(e),
             None => Ok(written),
         }
+    }
+}
+
+/// Retention totals of this process: runs, tags and manifests removed.
+#[derive(Debug, Default)]
+pub struct RetentionMetrics(std::sync::Mutex<(u64, u64, u64)>);
+
+impl RetentionMetrics {
+    /// Records a finished retention run (`None`: it failed).
+    pub fn run(&self, plan: Option<&RetentionPlan>) {
+        let mut r = self.0.lock().expect("metrics lock");
+        r.0 += 1;
+        if let Some(p) = plan.filter(|p| !p.dry_run) {
+            r.1 += p.tags.len() as u64;
+            r.2 += p.manifests.len() as u64;
+        }
+    }
+}
+
+impl crate::metrics::MetricSource for RetentionMetrics {
+    fn render(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let r = self.0.lock().expect("metrics lock");
+        let _ = writeln!(
+            out,
+            "# TYPE registry_retention_runs_total counter\nregistry_retention_runs_total {}\n# TYPE registry_retention_removed_total counter\nregistry_retention_removed_total{{kind=\"tag\"}} {}\nregistry_retention_removed_total{{kind=\"manifest\"}} {}",
+            r.0, r.1, r.2
+        );
     }
 }
 

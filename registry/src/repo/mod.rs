@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
@@ -13,9 +13,15 @@ use serde::{Deserialize, Serialize};
 use validator::Digest;
 
 use crate::errors::{ApiError, ApiResult, Code};
-use crate::gc::{Tombstone, Verdict};
 use crate::storage::{Key, ObjectMeta, PutMode, Store, StoreError, layout};
 use validator::{Name, Tag};
+
+mod barrier;
+mod doc_cache;
+pub(crate) mod hooks;
+
+use doc_cache::DocCache;
+use hooks::{Hooks, TagVeto};
 
 /// Largest index document (tags, referrers, catalog, package index), read or written.
 pub(crate) const INDEX_LIMIT: u64 = 64 << 20;
@@ -23,14 +29,6 @@ pub(crate) const INDEX_LIMIT: u64 = 64 << 20;
 const LINK_LIMIT: u64 = 64 << 10;
 /// Conditional-write attempts before giving up.
 const MAX_ATTEMPTS: usize = 1000;
-/// How long a request waits for a collector to finish with a digest it holds a tombstone on.
-const TOMBSTONE_WAIT: Duration = Duration::from_secs(30);
-/// A waiting request looks at the tombstone again after this, doubling each time up to
-/// [`TOMBSTONE_POLL_MAX`] (a collector deletes a digest's candidates in a few store requests;
-/// one that died expires after the lease's time to live).
-const TOMBSTONE_POLL_MIN: Duration = Duration::from_millis(10);
-/// The longest pause between two looks at a tombstone.
-const TOMBSTONE_POLL_MAX: Duration = Duration::from_millis(500);
 /// Longest time between a manifest PUT's holds and the end of its publication that garbage
 /// collection's grace window covers; a PUT that took longer holds its references again before
 /// it answers. See `docs/architecture.md`, "Garbage collection".
@@ -129,101 +127,8 @@ pub(crate) fn take_page<'a>(
 pub(crate) struct Repos {
     store: Arc<dyn Store>,
     parsed: Arc<DocCache>,
-}
-
-/// Large index documents (a repository's tag index, the catalog) as parsed at a known version.
-///
-/// A page of a tag list needs a few entries of an index of any size; parsing the whole index
-/// for each page made paging a 10,000-tag repository quadratic (docs/benchmarks.md, "Growth").
-/// Every read still asks the store whether the document changed ([`Store::get_if_changed`]),
-/// so a replica sees other replicas' writes as soon as it would without the cache; what is
-/// saved is the parse, and on S3 the body. Bounded by the stored size of what it holds.
-#[derive(Debug, Default)]
-struct DocCache {
-    docs: std::sync::Mutex<DocCacheInner>,
-}
-
-#[derive(Debug, Default)]
-struct DocCacheInner {
-    /// Key → (version, parsed document, stored size, last use).
-    entries: std::collections::HashMap<Key, CachedDoc>,
-    bytes: usize,
-    clock: u64,
-}
-
-#[derive(Debug)]
-struct CachedDoc {
-    etag: crate::storage::Etag,
-    doc: Arc<dyn std::any::Any + Send + Sync>,
-    size: usize,
-    used: u64,
-}
-
-/// Stored bytes of parsed documents one replica keeps (parsed, they take about twice that).
-const DOC_CACHE_BYTES: usize = 32 << 20;
-/// Documents smaller than this are parsed on every read: cheap, and not worth the memory.
-const DOC_CACHE_MIN: usize = 16 << 10;
-
-impl DocCache {
-    fn lookup(
-        &self,
-        key: &Key,
-    ) -> Option<(crate::storage::Etag, Arc<dyn std::any::Any + Send + Sync>)> {
-        let mut inner = self.docs.lock().unwrap_or_else(|e| e.into_inner());
-        inner.clock += 1;
-        let now = inner.clock;
-        let e = inner.entries.get_mut(key)?;
-        e.used = now;
-        Some((e.etag.clone(), e.doc.clone()))
-    }
-
-    fn insert(
-        &self,
-        key: &Key,
-        etag: crate::storage::Etag,
-        doc: Arc<dyn std::any::Any + Send + Sync>,
-        size: usize,
-    ) {
-        let mut inner = self.docs.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(old) = inner.entries.remove(key) {
-            inner.bytes -= old.size;
-        }
-        if !(DOC_CACHE_MIN..=DOC_CACHE_BYTES / 2).contains(&size) {
-            return;
-        }
-        while inner.bytes + size > DOC_CACHE_BYTES {
-            let Some(oldest) = inner
-                .entries
-                .iter()
-                .min_by_key(|(_, e)| e.used)
-                .map(|(k, _)| k.clone())
-            else {
-                break;
-            };
-            if let Some(e) = inner.entries.remove(&oldest) {
-                inner.bytes -= e.size;
-            }
-        }
-        inner.clock += 1;
-        let used = inner.clock;
-        inner.bytes += size;
-        inner.entries.insert(
-            key.clone(),
-            CachedDoc {
-                etag,
-                doc,
-                size,
-                used,
-            },
-        );
-    }
-
-    fn forget(&self, key: &Key) {
-        let mut inner = self.docs.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(old) = inner.entries.remove(key) {
-            inner.bytes -= old.size;
-        }
-    }
+    /// The features' part in deletes (`crate::features::repo_hooks`); none by default.
+    hooks: Hooks,
 }
 
 fn corrupt(key: &Key, e: serde_json::Error) -> ApiError {
@@ -235,7 +140,13 @@ impl Repos {
         Repos {
             store,
             parsed: Arc::default(),
+            hooks: Hooks::default(),
         }
+    }
+
+    /// These repositories with `hooks` installed (called in order on every manifest delete).
+    pub(crate) fn with_hooks(self, hooks: Hooks) -> Repos {
+        Repos { hooks, ..self }
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -339,93 +250,6 @@ impl Repos {
         Err(ApiError::internal(format!(
             "gave up updating {key} after {MAX_ATTEMPTS} conflicting writes"
         )))
-    }
-
-    // ---- the garbage collector's write barrier ----
-
-    /// Protects digest `d` from a concurrent collector before a request relies on its content:
-    /// rewrites the digest's hold record, then waits while a collector holds a tombstone on it,
-    /// then looks whether the bytes still exist. True: they exist, and no collector can delete
-    /// them (or the repository links to them) on the strength of a decision made before this
-    /// call. The write-then-read order against the collector's tombstone-then-read order is what
-    /// makes this safe without locks (see `crate::gc`).
-    pub async fn hold(&self, d: &Digest) -> ApiResult<bool> {
-        loop {
-            let at = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|t| t.as_nanos())
-                .unwrap_or(0);
-            // The stamp changes the bytes, so the version (an S3 ETag) changes with every hold.
-            let stamp = format!("{{\"at\":{at}}}");
-            self.store
-                .put(
-                    &layout::blob_used(d),
-                    Bytes::from(stamp),
-                    PutMode::Overwrite,
-                )
-                .await?;
-            // Released a collector's tombstone: hold again, so a collector that tombstones the
-            // digest from now on sees this request.
-            if self.wait_for_collector(d).await? {
-                break;
-            }
-        }
-        Ok(self.blob_stat(d).await?.is_some())
-    }
-
-    /// Waits until no collector is deleting under a tombstone on `d`. True: there is no
-    /// tombstone (or a released one). False: this call released one (a conditional replace on
-    /// the version read): a collector still deciding, which then deletes nothing of `d`; or
-    /// one that committed to deleting and expired (it died). What was deleted is gone, the rest
-    /// stays.
-    async fn wait_for_collector(&self, d: &Digest) -> ApiResult<bool> {
-        let key = layout::blob_tombstone(d);
-        let started = Instant::now();
-        let mut pause = TOMBSTONE_POLL_MIN;
-        loop {
-            let doc = match self.store.get(&key, LINK_LIMIT).await {
-                Err(e) if e.is_not_found() => return Ok(true),
-                Err(e) => return Err(e.into()),
-                Ok(doc) => doc,
-            };
-            let tombstone = Tombstone::parse(&doc.bytes);
-            if tombstone.released() {
-                return Ok(true);
-            }
-            let verdict = tombstone
-                .verdict(self.store.as_ref(), &key)
-                .await
-                .map_err(|e| {
-                    ApiError::internal(format!("judging the collector's tombstone {key}: {e}"))
-                })?;
-            if verdict == Verdict::Release {
-                match self
-                    .store
-                    .put(&key, Tombstone::released_body(), PutMode::Replace(doc.etag))
-                    .await
-                {
-                    Ok(_) => {
-                        tracing::info!(key = %key, "released a garbage collection's tombstone");
-                        return Ok(false);
-                    }
-                    // Rewritten or removed meanwhile: look again.
-                    Err(StoreError::PreconditionFailed { .. }) => continue,
-                    Err(e) if e.is_not_found() => continue,
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            if started.elapsed() > TOMBSTONE_WAIT {
-                // A collector is still deleting (or, an older one, deciding); the client
-                // retries later.
-                return Err(ApiError::new(
-                    Code::TooManyRequests,
-                    format!("{d} is held by a garbage collection ({key}); retry later"),
-                ));
-            }
-            let left = TOMBSTONE_WAIT.saturating_sub(started.elapsed());
-            tokio::time::sleep(pause.min(left).max(TOMBSTONE_POLL_MIN)).await;
-            pause = (pause * 2).min(TOMBSTONE_POLL_MAX);
-        }
     }
 
     // ---- repositories and the catalog ----
@@ -617,17 +441,18 @@ impl Repos {
             })
             .await?;
         }
-        // The package index forgets the manifest as a subject and as an SBOM (queries also check
-        // liveness, so a crash between here and the unlink leaves nothing visible).
-        if stopped || late() {
+        if stopped {
             return Ok(None);
         }
-        crate::pkgindex::forget(self, name, d).await?;
-        // Before the unlink, so a crash in between over-counts (safe) rather than under-counts.
-        if late() {
-            return Ok(None);
+        // The features forget the manifest (the package index, quota usage), each before the
+        // unlink: a crash in between leaves a record that over-counts or that queries skip
+        // (they check liveness), never one that under-counts.
+        for hook in self.hooks.iter() {
+            if late() {
+                return Ok(None);
+            }
+            hook.on_delete(self, name, d).await?;
         }
-        crate::governance::quota::forget(self, name, d).await?;
         let key = layout::manifest_link(name, d);
         let r = match until {
             // The store looks at `until` right before the request that removes the link.
@@ -751,17 +576,16 @@ impl Repos {
     }
 
     /// Points a tag at the manifest `link` describes (linked into the repository first).
-    /// With an `immutable` rule, a tag that already points at another digest is left alone and
-    /// the call answers `DENIED` naming the rule; the check runs inside the conditional write,
-    /// so a racing writer on another replica cannot slip in between (see
-    /// `crate::governance::immutable`).
+    /// With a `veto` (an immutable-tag rule), a tag that already points at another digest is
+    /// left alone and the call answers the veto's refusal; the check runs inside the
+    /// conditional write, so a racing writer on another replica cannot slip in between.
     pub async fn set_tag(
         &self,
         name: &Name,
         tag: &Tag,
         d: &Digest,
         link: &ManifestLink,
-        immutable: Option<&crate::governance::ImmutableRule>,
+        veto: Option<&dyn TagVeto>,
     ) -> ApiResult<()> {
         let entry = TagEntry::Target(TagTarget {
             digest: d.clone(),
@@ -771,7 +595,7 @@ impl Repos {
         let mut taken_by = None;
         self.update::<TagsDoc, _>(&layout::tags(name), |t| {
             taken_by = None;
-            if let (Some(_), Some(old)) = (immutable, t.tags.get(tag.as_str()))
+            if let (Some(_), Some(old)) = (veto, t.tags.get(tag.as_str()))
                 && old.digest() != d
             {
                 taken_by = Some(old.digest().clone());
@@ -783,10 +607,8 @@ impl Repos {
                 != Some(&entry)
         })
         .await?;
-        match (immutable, taken_by) {
-            (Some(rule), Some(old)) => Err(crate::governance::immutable::refusal(
-                rule, name, tag, &old, d,
-            )),
+        match (veto, taken_by) {
+            (Some(rule), Some(old)) => Err(rule.refusal(name, tag, &old, d)),
             _ => Ok(()),
         }
     }
@@ -1056,33 +878,5 @@ mod tests {
             page,
             (vec!["b/1".into(), "b/2".into(), "b/3".into()], false)
         );
-    }
-
-    #[test]
-    fn the_parsed_document_cache_stays_within_its_budget() {
-        let cache = DocCache::default();
-        let doc: Arc<dyn std::any::Any + Send + Sync> = Arc::new(());
-        let size = DOC_CACHE_BYTES / 8;
-        for i in 0..20 {
-            let key = Key::new(format!("repositories/r{i}/_tags")).unwrap();
-            cache.insert(&key, crate::storage::Etag(i.to_string()), doc.clone(), size);
-            let inner = cache.docs.lock().unwrap();
-            assert!(inner.bytes <= DOC_CACHE_BYTES, "{} bytes held", inner.bytes);
-        }
-        let inner = cache.docs.lock().unwrap();
-        assert_eq!(inner.entries.len(), 8);
-        assert_eq!(inner.bytes, 8 * size);
-        drop(inner);
-        // The least recently used went first; small and oversized documents are not held.
-        let key = |i: usize| Key::new(format!("repositories/r{i}/_tags")).unwrap();
-        assert!(cache.lookup(&key(11)).is_none() && cache.lookup(&key(12)).is_some());
-        cache.insert(&key(30), crate::storage::Etag("s".into()), doc.clone(), 10);
-        cache.insert(
-            &key(31),
-            crate::storage::Etag("l".into()),
-            doc,
-            DOC_CACHE_BYTES,
-        );
-        assert!(cache.lookup(&key(30)).is_none() && cache.lookup(&key(31)).is_none());
     }
 }

@@ -56,6 +56,11 @@ use crate::repo::INDEX_LIMIT;
 use crate::repo::{REFERENCE_WINDOW, Repos};
 use crate::storage::layout::{self, BlobPart, RepoPart};
 use crate::storage::{Etag, Key, PutMode, Store, StoreError};
+mod metrics;
+
+pub use metrics::GcMetrics;
+
+use crate::tombstone::{Phase, TOMBSTONE_LIMIT, Tombstone, aged};
 use validator::Name;
 
 /// Default grace window: content written or held within it is never collected.
@@ -308,7 +313,7 @@ async fn run(
 ) -> Result<GcReport, GcError> {
     let t0 = lease.map(Lease::started).unwrap_or_else(SystemTime::now);
     let cutoff = t0.checked_sub(opts.grace).unwrap_or(SystemTime::UNIX_EPOCH);
-    let repos = Repos::new(store.clone());
+    let repos = crate::features::with_hooks(Repos::new(store.clone()));
     let mut report = GcReport {
         dry_run: opts.dry_run,
         grace_secs: opts.grace.as_secs_f64(),
@@ -1059,112 +1064,6 @@ impl From<crate::lease::LeaseError> for GcError {
     }
 }
 
-/// What a tombstone `blobs/…/gc` says: the run that wrote it and how far it got, or that a
-/// request released it.
-///
-/// A collector writes `{"run", "phase": "deciding", "ttl_secs"}`, reads the digest's hold
-/// record, then commits with a conditional replace to `"phase": "deleting"`; only then does it
-/// delete, and only within half of `ttl_secs` after sending the commit. A request that meets a
-/// deciding tombstone releases it at once (a conditional replace, so at most one of the
-/// release and the commit succeeds); a deleting one it waits for until it is gone or `ttl_secs`
-/// old. A tombstone without a phase comes from a collector from before commits: requests wait
-/// for it while that run holds a live lease.
-#[derive(Debug, Default)]
-pub(crate) struct Tombstone {
-    run: Option<String>,
-    released: bool,
-    phase: Option<Phase>,
-    ttl: Option<Duration>,
-}
-
-/// How far the collector that wrote a tombstone got.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// Written, the hold record maybe not read yet: nothing deleted, nothing will be once a
-    /// request released it.
-    Deciding,
-    /// Committed to deleting the digest's candidates.
-    Deleting,
-}
-
-/// What a request does about a tombstone it met.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Verdict {
-    /// Release it (conditionally on the version read) and go on.
-    Release,
-    /// A collector is deleting (or, for an old collector, deciding); look again later.
-    Wait,
-}
-
-impl Tombstone {
-    pub(crate) fn parse(bytes: &[u8]) -> Tombstone {
-        let v: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
-        Tombstone {
-            run: v.get("run").and_then(Value::as_str).map(str::to_owned),
-            released: v.get("released").is_some(),
-            phase: match v.get("phase").and_then(Value::as_str) {
-                Some("deciding") => Some(Phase::Deciding),
-                Some("deleting") => Some(Phase::Deleting),
-                _ => None,
-            },
-            ttl: v
-                .get("ttl_secs")
-                .and_then(Value::as_f64)
-                .filter(|t| t.is_finite() && *t >= 0.0)
-                .map(Duration::from_secs_f64),
-        }
-    }
-
-    /// True when it no longer stops requests (a request released it).
-    pub(crate) fn released(&self) -> bool {
-        self.released
-    }
-
-    /// What a request that met this tombstone at `key` does: release a deciding tombstone at
-    /// once, wait for a deleting one until it is as old as its time to live, and for one
-    /// without a phase while its run holds a live lease.
-    pub(crate) async fn verdict(&self, store: &dyn Store, key: &Key) -> Result<Verdict, GcError> {
-        let release = |yes| {
-            if yes { Verdict::Release } else { Verdict::Wait }
-        };
-        Ok(match (self.phase, self.ttl) {
-            (Some(Phase::Deciding), _) => Verdict::Release,
-            (Some(Phase::Deleting), Some(ttl)) => release(aged(store, key, ttl).await?),
-            _ => release(!self.live(store).await?),
-        })
-    }
-
-    /// True when the collector that wrote it still holds a live lease. False when there is no
-    /// lease, it is stale, or it belongs to another run.
-    async fn live(&self, store: &dyn Store) -> Result<bool, GcError> {
-        Ok(match read_lease(store).await? {
-            None => false,
-            Some(l) if l.is_stale() => false,
-            // A tombstone of a collector from before tombstones named their run.
-            Some(l) => self.run.is_none() || self.run == l.run,
-        })
-    }
-
-    /// The body a request replaces a tombstone with (unique, so its version differs from
-    /// every other).
-    pub(crate) fn released_body() -> Bytes {
-        Bytes::from(serde_json::json!({"released": uuid::Uuid::new_v4().to_string()}).to_string())
-    }
-}
-
-/// True when the object at `key` was last written `ttl` or longer ago (store clock against
-/// ours, as lease ages), or is gone.
-async fn aged(store: &dyn Store, key: &Key, ttl: Duration) -> Result<bool, GcError> {
-    match store.stat(key).await {
-        Ok(m) => Ok(SystemTime::now()
-            .duration_since(m.modified)
-            .unwrap_or_default()
-            >= ttl),
-        Err(e) if e.is_not_found() => Ok(true),
-        Err(e) => Err(e.into()),
-    }
-}
-
 /// What became of a tombstone a run found left over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Leftover {
@@ -1198,8 +1097,6 @@ async fn remove_leftover(store: &dyn Store, d: &Digest) -> Result<Leftover, GcEr
     }
 }
 
-/// Largest tombstone read.
-const TOMBSTONE_LIMIT: u64 = 64 << 10;
 /// Conditional writes a run tries before it leaves a digest whose tombstone keeps changing.
 const TOMBSTONE_ATTEMPTS: usize = 8;
 
@@ -1241,53 +1138,20 @@ impl Lease {
 
     /// The body of this run's tombstones while it decides.
     fn tombstone_body(&self) -> Bytes {
-        self.tombstone("deciding")
+        self.tombstone(Phase::Deciding)
     }
 
     /// The body of a tombstone once this run committed to deleting.
     fn commit_body(&self) -> Bytes {
-        self.tombstone("deleting")
+        self.tombstone(Phase::Deleting)
     }
 
-    fn tombstone(&self, phase: &str) -> Bytes {
-        Bytes::from(
-            serde_json::json!({
-                "run": self.0.run(),
-                "phase": phase,
-                "ttl_secs": self.0.ttl().as_secs_f64(),
-            })
-            .to_string(),
-        )
+    fn tombstone(&self, phase: Phase) -> Bytes {
+        Tombstone::body(self.0.run(), phase, self.0.ttl())
     }
 
     async fn release(self) {
         self.0.release().await;
-    }
-}
-
-/// Parses a duration such as `0`, `500ms`, `90s`, `15m`, `1h` or `7d` (one number, one unit;
-/// a bare number is seconds).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration (like 90s, 15m, 1h, 7d)"))?;
-    let secs = |k: u64| {
-        n.checked_mul(k)
-            .map(Duration::from_secs)
-            .ok_or_else(|| format!("{s:?} is too long"))
-    };
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "" | "s" => secs(1),
-        "m" => secs(60),
-        "h" => secs(3600),
-        "d" => secs(86400),
-        _ => Err(format!(
-            "{s:?} has an unknown unit {unit:?} (use ms, s, m, h or d)"
-        )),
     }
 }
 
@@ -1332,26 +1196,5 @@ mod tests {
         assert!(matches!(lease.check(), Err(GcError::LeaseLost { .. })));
         lease.release().await;
         assert!(read_lease(store.as_ref()).await.unwrap().is_none());
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
-        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("15m"), Ok(Duration::from_secs(900)));
-        assert_eq!(parse_duration(" 1h "), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86400)));
-        for bad in [
-            "",
-            "h",
-            "1x",
-            "-1s",
-            "1.5h",
-            "1h30m",
-            "99999999999999999999d",
-        ] {
-            assert!(parse_duration(bad).is_err(), "{bad:?}");
-        }
     }
 }
