@@ -71,6 +71,17 @@ fn find_quarantine_heal(server: &Server, store: &[&str], flip: &dyn Fn(&str)) {
         "{report:#}"
     );
 
+    // The manifest naming the quarantined layer is withdrawn: 404 by tag and digest, GET and
+    // HEAD alike, naming the layer, so clients push the image again.
+    let withdrawn = report["withdrawn_manifests"].as_array().unwrap();
+    assert_eq!(withdrawn.len(), 1, "{report:#}");
+    assert_eq!(withdrawn[0]["digest"], m.as_str(), "{report:#}");
+    assert!(
+        withdrawn[0]["because"].as_str().unwrap().contains(&layer),
+        "{report:#}"
+    );
+    assert_manifest_withdrawn(server, "team/app", &["v1", &m], &layer);
+
     for _ in 0..2 {
         let (status, code, body) = get_blob(server, "team/app", &layer);
         assert_eq!(
@@ -89,11 +100,90 @@ fn find_quarantine_heal(server: &Server, store: &[&str], flip: &dyn Fn(&str)) {
     );
     assert_eq!(status, 404);
 
-    // A re-push of the same digest heals it; the scrub is clean again.
+    // A re-push of the same digest heals the blob; the image's re-push heals the manifest;
+    // the scrub is clean again.
     assert_eq!(push_blob(server, "team/app", LAYER), layer);
     let (status, _, body) = get_blob(server, "team/app", &layer);
     assert_eq!((status, body.as_slice()), (200, LAYER));
+    assert_eq!(push_image(server, "team/app", "v1", b"{\"c\":1}", LAYER), m);
+    let (status, _, _) = http(
+        server.addr,
+        "HEAD",
+        "/v2/team/app/manifests/v1",
+        &[("accept", crate::registry_gc::MANIFEST)],
+        b"",
+    );
+    assert_eq!(status, 200);
     let (code, report, _) = scrub(store);
+    assert_eq!(code, 0, "healed: {report:#}");
+}
+
+/// GET and HEAD of each reference answer 404; the GET's error is `MANIFEST_UNKNOWN` and its
+/// message names the quarantined `layer`.
+fn assert_manifest_withdrawn(server: &Server, repo: &str, references: &[&str], layer: &str) {
+    for reference in references {
+        for method in ["GET", "HEAD"] {
+            let (status, _, body) = http(
+                server.addr,
+                method,
+                &format!("/v2/{repo}/manifests/{reference}"),
+                &[("accept", crate::registry_gc::MANIFEST)],
+                b"",
+            );
+            assert_eq!(
+                status,
+                404,
+                "{method} {reference}: {}",
+                String::from_utf8_lossy(&body)
+            );
+            if method == "GET" {
+                let v: Value = serde_json::from_slice(&body).expect("an error body");
+                assert_eq!(v["errors"][0]["code"], "MANIFEST_UNKNOWN", "{v:#}");
+                let message = v["errors"][0]["message"].as_str().unwrap_or_default();
+                assert!(
+                    message.contains("withdrawn by a scrub") && message.contains(layer),
+                    "{v:#}"
+                );
+            }
+        }
+    }
+}
+
+/// crane copies an image again into a registry where a scrub quarantined one of its layers:
+/// the withdrawn manifest answers 404, so crane uploads the missing layer and puts the
+/// manifest, and the image is whole again (before, HEAD said 200 and crane copied nothing).
+#[test]
+fn scrub_withdrawn_image_is_healed_by_a_crane_copy() {
+    let (src_data, data) = (tempdir(), tempdir());
+    let source = Server::start(src_data.path(), &[]);
+    let server = Server::start(data.path(), &[]);
+    let config = b"{\"c\":\"crane\"}";
+    let m = push_image(&source, "team/app", "v1", config, LAYER);
+    assert_eq!(push_image(&server, "team/app", "v1", config, LAYER), m);
+    let layer = digest(LAYER);
+    flip_file(&blob_file(data.path(), &layer));
+    let (code, report, _) = scrub(&["--data", s(data.path())]);
+    assert_eq!(code, 1, "{report:#}");
+    assert_manifest_withdrawn(&server, "team/app", &["v1", &m], &layer);
+
+    crate::util::ok(crate::util::tool("crane").args([
+        "copy",
+        "--insecure",
+        &format!("{}/team/app:v1", source.addr),
+        &format!("{}/team/app:v1", server.addr),
+    ]));
+    let (status, _, body) = get_blob(&server, "team/app", &layer);
+    assert_eq!((status, body.as_slice()), (200, LAYER));
+    let (status, headers, _) = http(
+        server.addr,
+        "HEAD",
+        "/v2/team/app/manifests/v1",
+        &[("accept", crate::registry_gc::MANIFEST)],
+        b"",
+    );
+    assert_eq!(status, 200);
+    assert!(format!("{headers:?}").contains(&m), "{headers:?}");
+    let (code, report, _) = scrub(&["--data", s(data.path())]);
     assert_eq!(code, 0, "healed: {report:#}");
 }
 
@@ -119,10 +209,11 @@ fn scrub_fs_finds_a_flipped_byte_quarantines_and_heals() {
     find_quarantine_heal(&server, &["--data", s(data.path())], &|d| {
         flip_file(&blob_file(data.path(), d))
     });
+    // The corrupt layer and the withdrawn manifest.
     let record = std::fs::read_dir(data.path().join("_rd/quarantine/sha256"))
         .expect("a quarantine")
         .count();
-    assert_eq!(record, 1);
+    assert_eq!(record, 2);
 }
 
 /// A manifest whose bytes were quarantined is unknown to a GET and to a HEAD alike (a HEAD

@@ -90,6 +90,10 @@ async fn dispatch_inner(
     let (mut parts, body) = req.into_parts();
     let method = parts.method.clone();
     let access = parts.extensions.remove::<auth::Access>();
+    let peer = parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<crate::ratelimit::PeerAddr>>()
+        .map(|c| c.0.0);
     let r = Req {
         state,
         name,
@@ -98,6 +102,7 @@ async fn dispatch_inner(
         body,
         head: method == Method::HEAD,
         access,
+        peer,
     };
     use Route::*;
     match (route, method) {

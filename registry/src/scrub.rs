@@ -12,7 +12,14 @@
 //!    fresh bytes under the key (commits are create-only, so it succeeds): that heals it.
 //! 2. **Manifests.** Every manifest link of every repository: its bytes must exist, pass the
 //!    registry's push checks (`check_document`), and every blob and child manifest it names must
-//!    be in the repository with its bytes present. Problems are reported, nothing is changed.
+//!    be in the repository with its bytes present. Problems are reported.
+//! 3. **Withdrawal.** A manifest naming a blob that was quarantined (by this pass or an earlier
+//!    one, and not pushed again since) is *withdrawn*: its own (intact) bytes are moved to the
+//!    quarantine the same way, with a record naming the quarantined blob, and so is every index
+//!    listing a withdrawn manifest. A manifest GET or HEAD then answers 404 `MANIFEST_UNKNOWN`
+//!    whose detail names the quarantined blob, so crane, skopeo and rdctl push the image again
+//!    instead of finding it present, and that push heals it: the missing layer is uploaded and
+//!    the manifest's bytes are committed afresh. Tags and links are left as they are.
 //!
 //! A blob GET does not hash what it serves: the filesystem store hands out mapped file windows
 //! so pulls run at `sendfile` speed, and a full hash per GET would halve that. It does compare
@@ -62,6 +69,21 @@ pub struct CorruptBlob {
     pub size: u64,
     /// Whether it was quarantined (false in a dry run).
     pub quarantined: bool,
+    /// The repositories that link it.
+    pub repositories: Vec<String>,
+}
+
+/// A manifest withdrawn because content it names was quarantined (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WithdrawnManifest {
+    /// The repository whose link was checked.
+    pub repository: String,
+    /// The manifest.
+    pub digest: String,
+    /// Why: the quarantined blob, or the withdrawn child manifest of an index.
+    pub because: String,
+    /// Whether its bytes were moved aside (false in a dry run).
+    pub withdrawn: bool,
 }
 
 /// A manifest that does not hold up.
@@ -88,6 +110,9 @@ pub struct ScrubReport {
     pub manifests_checked: u64,
     /// Manifests that are unreadable, invalid or reference missing content.
     pub manifest_problems: Vec<ManifestProblem>,
+    /// Manifests withdrawn because a blob they name was quarantined (one entry per repository
+    /// linking one).
+    pub withdrawn_manifests: Vec<WithdrawnManifest>,
     /// Report only, nothing quarantined.
     pub dry_run: bool,
     /// Wall time.
@@ -97,7 +122,9 @@ pub struct ScrubReport {
 impl ScrubReport {
     /// True when nothing was found.
     pub fn clean(&self) -> bool {
-        self.corrupt_blobs.is_empty() && self.manifest_problems.is_empty()
+        self.corrupt_blobs.is_empty()
+            && self.manifest_problems.is_empty()
+            && self.withdrawn_manifests.is_empty()
     }
 }
 
@@ -196,7 +223,7 @@ pub async fn scrub(store: Arc<dyn Store>, opts: &ScrubOptions) -> Result<ScrubRe
         }
         tracing::error!(digest = %d, found = %found, size, key = %key, quarantine = !opts.dry_run, "scrub: blob bytes do not match their digest");
         if !opts.dry_run {
-            quarantine(store.as_ref(), &key, &d, &found, size).await?;
+            quarantine(store.as_ref(), &key, &d, &found, size, None).await?;
             quarantined.insert(d.clone());
         }
         report.corrupt_blobs.push(CorruptBlob {
@@ -204,6 +231,7 @@ pub async fn scrub(store: Arc<dyn Store>, opts: &ScrubOptions) -> Result<ScrubRe
             found: found.to_string(),
             size,
             quarantined: !opts.dry_run,
+            repositories: Vec::new(),
         });
     }
     let content = Content {
@@ -211,7 +239,7 @@ pub async fn scrub(store: Arc<dyn Store>, opts: &ScrubOptions) -> Result<ScrubRe
         present,
         quarantined,
     };
-    check_manifests(&content, &mut report).await?;
+    check_manifests(&content, opts.dry_run, &mut report).await?;
     report.elapsed_secs = started.elapsed().as_secs_f64();
     Ok(report)
 }
@@ -254,13 +282,27 @@ fn backend(store: &dyn Store, key: &Key, source: std::io::Error) -> StoreError {
     }
 }
 
-#[derive(Serialize)]
-struct QuarantineRecord<'a> {
-    digest: &'a str,
-    found: &'a str,
+#[derive(Serialize, Deserialize)]
+struct QuarantineRecord {
+    digest: String,
+    found: String,
     size: u64,
     at: String,
     bytes_kept: bool,
+    /// Set for a withdrawn manifest: why (its bytes are intact).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    withdrawn: Option<String>,
+}
+
+/// Why a manifest whose bytes are gone was withdrawn by a scrub (`at <time>: <why>`), read
+/// from its quarantine record; None when it was not withdrawn (missing or corrupt bytes).
+pub async fn withdrawal(store: &dyn Store, d: &Digest) -> Option<String> {
+    let doc = store
+        .get(&layout::quarantine_record(d), LINK_LIMIT)
+        .await
+        .ok()?;
+    let r: QuarantineRecord = serde_json::from_slice(&doc.bytes).ok()?;
+    r.withdrawn.map(|why| format!("at {}: {why}", r.at))
 }
 
 /// Copies the bytes aside (best effort), writes the record, and removes the blob key.
@@ -270,6 +312,7 @@ async fn quarantine(
     d: &Digest,
     found: &Digest,
     size: u64,
+    withdrawn: Option<String>,
 ) -> Result<(), StoreError> {
     let kept = match copy_aside(store, key, d).await {
         Ok(()) => true,
@@ -283,11 +326,12 @@ async fn quarantine(
         .map(|t| t.as_secs())
         .unwrap_or(0);
     let record = QuarantineRecord {
-        digest: d.as_str(),
-        found: found.as_str(),
+        digest: d.to_string(),
+        found: found.to_string(),
         size,
         at: validator::rfc3339(now),
         bytes_kept: kept,
+        withdrawn,
     };
     let body = Bytes::from(serde_json::to_vec(&record).expect("records serialize"));
     store
@@ -331,6 +375,19 @@ struct Content<'a> {
 }
 
 impl Content<'_> {
+    /// Whether a blob's bytes were quarantined: by this pass, or by an earlier one whose
+    /// record stays (call only for a blob whose bytes are missing).
+    async fn was_quarantined(&self, d: &Digest) -> Result<bool, StoreError> {
+        if self.quarantined.contains(d) {
+            return Ok(true);
+        }
+        match self.store.stat(&layout::quarantine_record(d)).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.is_not_found() => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     async fn exists(&self, d: &Digest) -> Result<bool, StoreError> {
         if self.quarantined.contains(d) {
             return Ok(false);
@@ -346,9 +403,11 @@ impl Content<'_> {
     }
 }
 
-/// Checks every manifest link against the blob bytes and the repository's links.
+/// Checks every manifest link against the blob bytes and the repository's links, then
+/// withdraws the manifests that name quarantined content (unless `dry_run`).
 async fn check_manifests(
     content: &Content<'_>,
+    dry_run: bool,
     report: &mut ScrubReport,
 ) -> Result<(), ScrubError> {
     let store = content.store;
@@ -363,14 +422,34 @@ async fn check_manifests(
             _ => {}
         }
     }
+    for c in &mut report.corrupt_blobs {
+        c.repositories = blob_links
+            .iter()
+            .filter(|(_, d)| d.as_str() == c.digest)
+            .map(|(n, _)| n.to_string())
+            .collect();
+    }
     let linked: BTreeSet<(Name, Digest)> = manifest_links.iter().cloned().collect();
+    // Why each manifest is to be withdrawn, and the children of every index.
+    let mut withdraw: Vec<(Name, Digest, String)> = Vec::new();
+    let mut indexes: Vec<(Name, Digest, Vec<Digest>)> = Vec::new();
     for (name, d) in &manifest_links {
         report.manifests_checked += 1;
         let mut problems = Vec::new();
         if !content.exists(d).await? {
             problems.push("its bytes are missing or were quarantined".to_owned());
         } else {
-            check_manifest(content, name, d, &blob_links, &linked, &mut problems).await?;
+            let found =
+                check_manifest(content, name, d, &blob_links, &linked, &mut problems).await?;
+            if let Some(b) = found.quarantined_blob {
+                withdraw.push((
+                    name.clone(),
+                    d.clone(),
+                    format!("its blob {b} was quarantined"),
+                ));
+            } else if !found.children.is_empty() {
+                indexes.push((name.clone(), d.clone(), found.children));
+            }
         }
         for p in problems {
             tracing::error!(repository = %name, digest = %d, problem = %p, "scrub: manifest problem");
@@ -381,7 +460,58 @@ async fn check_manifests(
             });
         }
     }
+    // Indexes listing a withdrawn manifest go too, up to any depth.
+    let mut gone: BTreeSet<Digest> = withdraw.iter().map(|(_, d, _)| d.clone()).collect();
+    loop {
+        let before = withdraw.len();
+        indexes.retain(
+            |(name, d, children)| match children.iter().find(|c| gone.contains(*c)) {
+                Some(c) => {
+                    withdraw.push((
+                        name.clone(),
+                        d.clone(),
+                        format!("its manifest {c} was withdrawn"),
+                    ));
+                    false
+                }
+                None => true,
+            },
+        );
+        if withdraw.len() == before {
+            break;
+        }
+        gone.extend(withdraw[before..].iter().map(|(_, d, _)| d.clone()));
+    }
+    let mut moved: BTreeSet<Digest> = BTreeSet::new();
+    for (name, d, because) in withdraw {
+        tracing::error!(repository = %name, digest = %d, because, withdraw = !dry_run, "scrub: manifest withdrawn");
+        if !dry_run && moved.insert(d.clone()) {
+            let key = layout::blob_data(&d);
+            match store.stat(&key).await {
+                Ok(meta) => {
+                    quarantine(store, &key, &d, &d, meta.size, Some(because.clone())).await?
+                }
+                Err(e) if e.is_not_found() => {} // gone since the check
+                Err(e) => return Err(e.into()),
+            }
+        }
+        report.withdrawn_manifests.push(WithdrawnManifest {
+            repository: name.to_string(),
+            digest: d.to_string(),
+            because,
+            withdrawn: !dry_run,
+        });
+    }
     Ok(())
+}
+
+/// What checking one manifest found besides its problems.
+#[derive(Default)]
+struct Checked {
+    /// A blob it names whose bytes a scrub quarantined and no push brought back.
+    quarantined_blob: Option<Digest>,
+    /// The manifests an index lists.
+    children: Vec<Digest>,
 }
 
 /// The problems of one manifest whose bytes exist.
@@ -392,25 +522,26 @@ async fn check_manifest(
     blob_links: &BTreeSet<(Name, Digest)>,
     linked: &BTreeSet<(Name, Digest)>,
     problems: &mut Vec<String>,
-) -> Result<(), ScrubError> {
+) -> Result<Checked, ScrubError> {
     let store = content.store;
+    let mut found = Checked::default();
     let mut problem = |p: String| problems.push(p);
     let media_type = match store.get(&layout::manifest_link(name, d), LINK_LIMIT).await {
         Ok(doc) => serde_json::from_slice::<serde_json::Value>(&doc.bytes)
             .ok()
             .and_then(|v| v.get("mediaType")?.as_str().map(str::to_owned)),
-        Err(e) if e.is_not_found() => return Ok(()), // deleted since the listing
+        Err(e) if e.is_not_found() => return Ok(found), // deleted since the listing
         Err(e) => return Err(e.into()),
     };
     let bytes = match store.get(&layout::blob_data(d), MANIFEST_LIMIT).await {
         Ok(doc) => doc.bytes,
         Err(e) if e.is_not_found() => {
             problem("its bytes are missing".to_owned());
-            return Ok(());
+            return Ok(found);
         }
         Err(StoreError::TooLarge { limit, .. }) => {
             problem(format!("larger than {limit} bytes"));
-            return Ok(());
+            return Ok(found);
         }
         Err(e) => return Err(e.into()),
     };
@@ -418,7 +549,7 @@ async fn check_manifest(
         Ok(c) => c,
         Err(e) => {
             problem(format!("does not parse: {}", e.detail));
-            return Ok(());
+            return Ok(found);
         }
     };
     for b in &checked.blobs {
@@ -426,14 +557,18 @@ async fn check_manifest(
             problem(format!("blob {b} is not linked in the repository"));
         } else if !content.exists(b).await? {
             problem(format!("blob {b} is missing or was quarantined"));
+            if found.quarantined_blob.is_none() && content.was_quarantined(b).await? {
+                found.quarantined_blob = Some(b.clone());
+            }
         }
     }
+    found.children = checked.manifests.clone();
     for m in &checked.manifests {
         if !linked.contains(&(name.clone(), m.clone())) {
             problem(format!("child manifest {m} is not in the repository"));
         }
     }
-    Ok(())
+    Ok(found)
 }
 
 /// Scrub totals.

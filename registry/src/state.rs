@@ -101,7 +101,55 @@ impl AppState {
             .metrics
             .source::<crate::scrub::ScrubMetrics>()
             .run(r.as_ref().ok());
+        if let Ok(report) = &r {
+            self.record_scrub_findings(report).await;
+        }
         r
+    }
+
+    /// `quarantine` events for what a scrub moved aside: one per repository linking a
+    /// quarantined blob, one per withdrawn manifest link. A dry run's findings are not events.
+    async fn record_scrub_findings(&self, report: &crate::scrub::ScrubReport) {
+        use crate::events::{Action, Target};
+        let events = &self.0.events;
+        if !events.wants(Action::Quarantine) {
+            return;
+        }
+        let mut findings: Vec<(Target, String)> = Vec::new();
+        for b in report.corrupt_blobs.iter().filter(|b| b.quarantined) {
+            let reason = format!(
+                "blob bytes hash to {} instead of their digest; quarantined",
+                b.found
+            );
+            for repo in &b.repositories {
+                let target = Target {
+                    media_type: Some("application/octet-stream".to_owned()),
+                    digest: Some(b.digest.clone()),
+                    size: Some(b.size),
+                    length: Some(b.size),
+                    repository: repo.clone(),
+                    ..Target::default()
+                };
+                findings.push((target, reason.clone()));
+            }
+        }
+        for m in report.withdrawn_manifests.iter().filter(|m| m.withdrawn) {
+            let target = Target {
+                digest: Some(m.digest.clone()),
+                repository: m.repository.clone(),
+                ..Target::default()
+            };
+            findings.push((target, format!("manifest withdrawn: {}", m.because)));
+        }
+        for (target, reason) in findings {
+            let repository = target.repository.clone();
+            if let Err(e) = events
+                .record_finding(Action::Quarantine, target, reason)
+                .await
+            {
+                tracing::warn!(repository, error = %e.detail, "cannot record a quarantine event");
+            }
+        }
     }
 
     /// Removes uploads untouched for `max_age`; returns how many objects went.

@@ -398,6 +398,60 @@ async fn immutable_tags(stores: (StoreFactory, Option<tempfile::TempDir>)) {
     assert_eq!(c.push(&c.a, "prod/app", "v1", &two).await.status, 201);
 }
 
+/// `protect_delete = true` (Harbor's behaviour): a covered tag cannot be deleted, nor the
+/// manifest it points at, even by a caller with the delete right; `DENIED` names the rule in
+/// `message`. A rule without it, and tags no protecting rule covers, delete as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protect_delete_refuses_deleting_an_immutable_tag_and_its_manifest() {
+    let c = cluster(
+        fs_stores(),
+        "[[immutable]]\nrepositories = [\"prod/**\"]\ntags = [\"v*\"]\nprotect_delete = true\n\
+         [[immutable]]\nrepositories = [\"dev/**\"]\ntags = [\"v*\"]\n",
+    )
+    .await;
+    let img = Image::unique("protected");
+    assert_eq!(c.push(&c.a, "prod/app", "v1", &img).await.status, 201);
+    assert_eq!(c.push(&c.a, "prod/app", "latest", &img).await.status, 201);
+    let c = &c;
+    let delete =
+        |path: String| async move { c.request(&c.b, reqwest::Method::DELETE, &path, None).await };
+    for reference in ["v1".to_owned(), img.digest().to_string()] {
+        let r = delete(format!("/v2/prod/app/manifests/{reference}")).await;
+        assert_eq!(
+            (r.status, r.code.as_deref()),
+            (403, Some("DENIED")),
+            "{reference}: {r:?}"
+        );
+        assert!(
+            r.message.contains("tag v1 of prod/app")
+                && r.message.contains("immutable[0]")
+                && r.message.contains("protect_delete"),
+            "{}",
+            r.message
+        );
+        assert_eq!(c.resolve(&c.a, "prod/app", "v1").await, Ok(img.digest()));
+        assert_eq!(
+            c.resolve(&c.a, "prod/app", img.digest().as_str()).await,
+            Ok(img.digest())
+        );
+    }
+    // A tag no rule covers still goes; the protected one stays.
+    assert_eq!(
+        delete("/v2/prod/app/manifests/latest".to_owned())
+            .await
+            .status,
+        202
+    );
+    assert_eq!(c.resolve(&c.a, "prod/app", "v1").await, Ok(img.digest()));
+    // Without protect_delete the default is unchanged: the delete right suffices.
+    assert_eq!(c.push(&c.a, "dev/app", "v1", &img).await.status, 201);
+    assert_eq!(
+        delete("/v2/dev/app/manifests/v1".to_owned()).await.status,
+        202
+    );
+    assert_eq!(c.resolve(&c.a, "dev/app", "v1").await, Err("404".into()));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fs_immutable_tags() {
     immutable_tags(fs_stores()).await;

@@ -2,6 +2,7 @@
 //! parsed once into [`NotificationsConfig`] with every duration, pattern and name checked.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -20,6 +21,12 @@ pub enum Action {
     Delete,
     /// A manifest or blob was pulled (GET, not HEAD); off unless an endpoint lists it.
     Pull,
+    /// A governance rule refused a request (quota, immutable tag, index size); the event's
+    /// `reason` says which rule and why. Off unless an endpoint lists it.
+    Refuse,
+    /// A scrub quarantined corrupt bytes, or withdrew a manifest whose blob it quarantined;
+    /// the event's `reason` says which. Off unless an endpoint lists it.
+    Quarantine,
 }
 
 impl Action {
@@ -30,13 +37,22 @@ impl Action {
             Action::Mount => "mount",
             Action::Delete => "delete",
             Action::Pull => "pull",
+            Action::Refuse => "refuse",
+            Action::Quarantine => "quarantine",
         }
     }
 
     fn parse(s: &str) -> Option<Action> {
-        [Action::Push, Action::Mount, Action::Delete, Action::Pull]
-            .into_iter()
-            .find(|a| a.as_str() == s)
+        [
+            Action::Push,
+            Action::Mount,
+            Action::Delete,
+            Action::Pull,
+            Action::Refuse,
+            Action::Quarantine,
+        ]
+        .into_iter()
+        .find(|a| a.as_str() == s)
     }
 }
 
@@ -101,6 +117,66 @@ pub struct NotificationsConfig {
     pub lease: Duration,
     /// The `source.addr` of recorded events: set by `serve` to the address it listens on.
     pub source_addr: String,
+    /// Proxies whose `X-Forwarded-For` names the client in an event's `request.addr`
+    /// (`notifications.trusted_proxies`: addresses or CIDR ranges); empty: the connection's
+    /// address, whatever the headers say.
+    pub trusted_proxies: Vec<IpRange>,
+}
+
+/// An address or a CIDR range (`10.0.0.1`, `10.0.0.0/8`, `fd00::/8`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpRange {
+    net: IpAddr,
+    prefix: u8,
+}
+
+impl IpRange {
+    /// Parses `ADDR` or `ADDR/PREFIX`.
+    pub fn parse(s: &str) -> Result<IpRange, String> {
+        let (addr, prefix) = match s.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s, None),
+        };
+        let net: IpAddr = addr
+            .parse()
+            .map_err(|_| format!("{s:?} is not an IP address or CIDR range"))?;
+        let max = if net.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            None => max,
+            Some(p) => match p.parse::<u8>() {
+                Ok(p) if p <= max => p,
+                _ => {
+                    return Err(format!(
+                        "{s:?} has a prefix length over {max} or not a number"
+                    ));
+                }
+            },
+        };
+        Ok(IpRange { net, prefix })
+    }
+
+    /// Whether `ip` is in the range.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        match (self.net, ip) {
+            (IpAddr::V4(n), IpAddr::V4(a)) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u32::from(n) & mask == u32::from(a) & mask
+            }
+            (IpAddr::V6(n), IpAddr::V6(a)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u128::from(n) & mask == u128::from(a) & mask
+            }
+            _ => false,
+        }
+    }
 }
 
 impl Default for NotificationsConfig {
@@ -110,6 +186,7 @@ impl Default for NotificationsConfig {
             poll_interval: Duration::from_secs(1),
             lease: Duration::from_secs(30),
             source_addr: String::new(),
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -120,6 +197,8 @@ impl Default for NotificationsConfig {
 pub(crate) struct FileNotifications {
     poll_interval: Option<String>,
     lease: Option<String>,
+    #[serde(default)]
+    trusted_proxies: Vec<String>,
     #[serde(default)]
     endpoints: Vec<FileEndpoint>,
 }
@@ -181,6 +260,11 @@ impl FileNotifications {
             d.poll_interval,
         )?;
         let lease = duration("notifications.lease", self.lease, d.lease)?;
+        let trusted_proxies = self
+            .trusted_proxies
+            .iter()
+            .map(|p| IpRange::parse(p).map_err(|r| ("notifications.trusted_proxies", r)))
+            .collect::<Result<_, _>>()?;
         let mut endpoints: Vec<Endpoint> = Vec::new();
         for (i, e) in self.endpoints.into_iter().enumerate() {
             if e.disabled {
@@ -236,7 +320,9 @@ impl FileNotifications {
                         Action::parse(a).ok_or_else(|| {
                             (
                                 "notifications.endpoints.actions",
-                                at(format!("{a:?} is not one of push, mount, delete, pull")),
+                                at(format!(
+                                    "{a:?} is not one of push, mount, delete, pull, refuse, quarantine"
+                                )),
                             )
                         })
                     })
@@ -294,6 +380,7 @@ impl FileNotifications {
             poll_interval,
             lease,
             source_addr: String::new(),
+            trusted_proxies,
         })
     }
 }
@@ -301,6 +388,31 @@ impl FileNotifications {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trusted_proxy_ranges() {
+        let r = IpRange::parse("10.1.0.0/16").unwrap();
+        assert!(r.contains("10.1.200.3".parse().unwrap()));
+        assert!(r.contains("::ffff:10.1.0.9".parse().unwrap()));
+        assert!(!r.contains("10.2.0.1".parse().unwrap()));
+        assert!(!r.contains("fd00::1".parse().unwrap()));
+        let one = IpRange::parse("127.0.0.1").unwrap();
+        assert!(one.contains("127.0.0.1".parse().unwrap()));
+        assert!(!one.contains("127.0.0.2".parse().unwrap()));
+        assert!(
+            IpRange::parse("fd00::/8")
+                .unwrap()
+                .contains("fd12::1".parse().unwrap())
+        );
+        assert!(
+            IpRange::parse("0.0.0.0/0")
+                .unwrap()
+                .contains("8.8.8.8".parse().unwrap())
+        );
+        for bad in ["10.0.0.0/33", "host", "10.0.0.0/x", ""] {
+            assert!(IpRange::parse(bad).is_err(), "{bad}");
+        }
+    }
 
     fn parse(toml_text: &str) -> Result<NotificationsConfig, SettingError> {
         config_toml::from_str::<FileNotifications>(toml_text, &[])

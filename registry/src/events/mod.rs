@@ -28,7 +28,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 pub(crate) use config::FileNotifications;
-pub use config::{Action, Endpoint, NotificationsConfig};
+pub use config::{Action, Endpoint, IpRange, NotificationsConfig};
 pub use outbox::DeliveryReport;
 
 use crate::errors::ApiResult;
@@ -45,7 +45,7 @@ pub struct Event {
     pub id: String,
     /// When it happened (RFC 3339, UTC).
     pub timestamp: String,
-    /// `push`, `mount`, `delete` or `pull`.
+    /// `push`, `mount`, `delete` or `pull` (distribution's), `refuse` or `quarantine` (ours).
     pub action: String,
     /// What it happened to.
     pub target: Target,
@@ -55,6 +55,10 @@ pub struct Event {
     pub actor: Actor,
     /// The registry replica that recorded it.
     pub source: Source,
+    /// Why, for `refuse` (the refusal's message, naming the rule) and `quarantine` (what the
+    /// scrub found). Not in distribution's envelope; absent on its actions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// The subject of an [`Event`]: a manifest or blob descriptor with its repository, or a tag.
@@ -75,6 +79,13 @@ pub struct Target {
     pub length: Option<u64>,
     /// The repository.
     pub repository: String,
+    /// For a cross-repository mount: the repository the blob was mounted from.
+    #[serde(
+        rename = "fromRepository",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub from_repository: Option<String>,
     /// Where to fetch it (from the request's `Host`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
@@ -88,6 +99,10 @@ pub struct Target {
 pub struct RequestInfo {
     /// A per-request id.
     pub id: String,
+    /// The client's address (`ip:port` of the connection, or the first `X-Forwarded-For`
+    /// entry when the connection comes from a configured trusted proxy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addr: Option<String>,
     /// The `Host` the client used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
@@ -174,6 +189,7 @@ impl Notifier {
         target: Target,
         request: &RequestInfo,
         actor: Option<&str>,
+        reason: Option<String>,
     ) -> ApiResult<()> {
         let endpoints: Vec<&Endpoint> = self
             .config
@@ -195,6 +211,7 @@ impl Notifier {
                 name: actor.map(str::to_owned),
             },
             source: self.source.clone(),
+            reason,
         };
         let writes = endpoints
             .iter()
@@ -204,6 +221,22 @@ impl Notifier {
             self.metrics.event_recorded(&e.name);
         }
         Ok(())
+    }
+
+    /// Records an event no request caused (a scrub's findings): its `request` carries only
+    /// an id, it has no actor, and `reason` says what was found.
+    pub(crate) async fn record_finding(
+        &self,
+        action: Action,
+        target: Target,
+        reason: String,
+    ) -> ApiResult<()> {
+        let request = RequestInfo {
+            id: uuid::Uuid::new_v4().to_string(),
+            ..RequestInfo::default()
+        };
+        self.record(action, target, &request, None, Some(reason))
+            .await
     }
 
     /// One delivery pass over every endpoint's outbox (endpoints in parallel).

@@ -10,7 +10,10 @@
 //!
 //! Deleting an immutable tag (or the manifest it points at) is allowed only to callers with
 //! the delete right on the repository (with `[auth]`; without it everyone has every right) and
-//! is logged at warning level with the rule, the tag, the digest and the caller.
+//! is logged at warning level with the rule, the tag, the digest and the caller. A rule with
+//! `protect_delete = true` (Harbor's behaviour) refuses that delete too, whatever the caller's
+//! rights: `DENIED` naming the rule, the tag and the digest. Such a tag only goes when the rule
+//! is changed.
 
 use std::fmt;
 
@@ -27,6 +30,8 @@ use validator::{Digest, Name, Tag};
 pub(crate) struct FileImmutable {
     repositories: Vec<String>,
     tags: Vec<String>,
+    #[serde(default)]
+    protect_delete: bool,
 }
 
 /// Tags matching one of `tags` in a repository matching one of `repositories` never move.
@@ -38,6 +43,8 @@ pub struct ImmutableRule {
     pub repositories: Vec<Pattern>,
     /// Tag globs.
     pub tags: Vec<TagPattern>,
+    /// Whether deleting a covered tag, or the manifest one points at, is refused too.
+    pub protect_delete: bool,
 }
 
 impl ImmutableRule {
@@ -54,6 +61,7 @@ impl ImmutableRule {
             index,
             repositories,
             tags,
+            protect_delete: f.protect_delete,
         })
     }
 
@@ -92,6 +100,23 @@ pub(crate) fn refusal(
     .with_reason()
 }
 
+/// The `DENIED` answer to deleting `tag` of `name` (pointing at `digest`) under a rule with
+/// `protect_delete`.
+pub(crate) fn delete_refusal(
+    rule: &ImmutableRule,
+    name: &Name,
+    tag: &str,
+    digest: &Digest,
+) -> ApiError {
+    ApiError::new(
+        Code::Denied,
+        format!(
+            "tag {tag} of {name} (at {digest}) is immutable under {rule} with protect_delete: it cannot be deleted, nor the manifest it points at"
+        ),
+    )
+    .with_reason()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,6 +128,7 @@ mod tests {
             FileImmutable {
                 repositories: vec!["prod/**".into()],
                 tags: vec!["v*".into(), "stable".into()],
+                protect_delete: false,
             },
         )
         .unwrap();
@@ -117,6 +143,7 @@ mod tests {
             FileImmutable {
                 repositories: vec!["a".into()],
                 tags: vec![],
+                protect_delete: false,
             },
         )
         .unwrap_err();
@@ -126,6 +153,7 @@ mod tests {
             FileImmutable {
                 repositories: vec!["A".into()],
                 tags: vec!["x".into()],
+                protect_delete: false,
             },
         )
         .unwrap_err();

@@ -213,6 +213,7 @@ pub(crate) fn blob_target(req: &Req, name: &Name, d: &Digest, size: Option<u64>)
         repository: name.to_string(),
         url: req.target_url(&format!("/v2/{name}/blobs/{d}")),
         tag: None,
+        ..Target::default()
     }
 }
 

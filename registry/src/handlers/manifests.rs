@@ -96,7 +96,7 @@ pub(crate) async fn get(req: Req, reference: &str) -> ApiResult<Response> {
     // client that checks existence before it pulls is not told 200 and then 404.
     if req.head {
         if repos.blob_stat(&d).await?.is_none() {
-            return Err(unknown());
+            return Err(withdrawn(repos, &name, &d).await.unwrap_or_else(unknown));
         }
         return b.body(Body::empty()).map_err(ApiError::internal);
     }
@@ -105,7 +105,7 @@ pub(crate) async fn get(req: Req, reference: &str) -> ApiResult<Response> {
         .await
     {
         Err(e) if e.code == Code::Internal && repos.blob_stat(&d).await?.is_none() => {
-            return Err(unknown());
+            return Err(withdrawn(repos, &name, &d).await.unwrap_or_else(unknown));
         }
         r => r?,
     };
@@ -123,7 +123,38 @@ pub(crate) async fn get(req: Req, reference: &str) -> ApiResult<Response> {
 }
 
 /// PUT a manifest by tag or digest.
-pub(crate) async fn put(mut req: Req, reference: &str) -> ApiResult<Response> {
+/// The 404 of a manifest a scrub withdrew because content it names was quarantined (see
+/// [`crate::scrub`]): `MANIFEST_UNKNOWN`, so clients push the image again, with the reason.
+async fn withdrawn(repos: &Repos, name: &Name, d: &Digest) -> Option<ApiError> {
+    let why = crate::scrub::withdrawal(repos.store().as_ref(), d).await?;
+    let msg = format!(
+        "manifest {d} in {name} was withdrawn by a scrub {why}; push the image again to heal it"
+    );
+    Some(ApiError::new(Code::ManifestUnknown, msg).with_reason())
+}
+
+pub(crate) async fn put(req: Req, reference: &str) -> ApiResult<Response> {
+    let refuse = req.event(Action::Refuse, "PUT");
+    let name = req.name().clone();
+    let answer = put_checked(req, reference).await;
+    // In a manifest PUT, DENIED comes only from governance: an immutable tag, a quota, an
+    // index document's size limit.
+    if let Err(e) = &answer
+        && e.code == Code::Denied
+    {
+        let (tag, digest) = match parse_reference(reference) {
+            Ok(Reference::Tag(t)) => (Some(t.as_str().to_owned()), None),
+            Ok(Reference::Digest(d)) => (None, Some(d)),
+            Err(_) => (None, None),
+        };
+        refuse
+            .refusal(e, &name, tag.as_deref(), digest.as_ref())
+            .await;
+    }
+    answer
+}
+
+async fn put_checked(mut req: Req, reference: &str) -> ApiResult<Response> {
     let name = req.name().clone();
     let reference = parse_reference(reference)?;
     let limit = req.state.app().config.max_manifest_bytes;
@@ -314,6 +345,7 @@ fn manifest_target(
         repository: name.to_string(),
         url: req.target_url(&format!("/v2/{name}/manifests/{d}")),
         tag,
+        ..Target::default()
     }
 }
 
@@ -437,6 +469,15 @@ pub(crate) async fn delete(req: Req, reference: &str) -> ApiResult<Response> {
         };
         for (tag, d) in tags {
             if let Some(rule) = governance.immutable_rule(name.as_str(), &tag) {
+                if rule.protect_delete {
+                    tracing::warn!(repository = %name, tag, digest = %d, caller, rule = %rule, "refused deleting a delete-protected immutable tag");
+                    let refusal =
+                        crate::governance::immutable::delete_refusal(rule, &name, &tag, &d);
+                    req.event(Action::Refuse, "DELETE")
+                        .refusal(&refusal, &name, Some(&tag), Some(&d))
+                        .await;
+                    return Err(refusal);
+                }
                 tracing::warn!(repository = %name, tag, digest = %d, caller, rule = %rule, "deleting an immutable tag");
             }
         }

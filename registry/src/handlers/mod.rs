@@ -30,6 +30,8 @@ pub(crate) struct Req {
     pub head: bool,
     /// The caller, when access control is on.
     pub access: Option<crate::auth::Access>,
+    /// The connection's remote address (None in-process, without the accept loop).
+    pub peer: Option<std::net::SocketAddr>,
 }
 
 impl Req {
@@ -64,10 +66,29 @@ impl Req {
     pub fn event_request(&self, method: &str) -> crate::events::RequestInfo {
         crate::events::RequestInfo {
             id: uuid::Uuid::new_v4().to_string(),
+            addr: self.client_addr(),
             host: self.header("host").map(str::to_owned),
             method: method.to_owned(),
             useragent: self.header("user-agent").unwrap_or_default().to_owned(),
         }
+    }
+
+    /// The client's address for events: the connection's, or, when the connection comes from
+    /// one of `notifications.trusted_proxies`, the first `X-Forwarded-For` entry (the client
+    /// as the first proxy saw it; distribution reads the same header, but from anyone).
+    pub fn client_addr(&self) -> Option<String> {
+        let peer = self.peer?;
+        let trusted = &self.state.app().config.notifications.trusted_proxies;
+        if trusted.iter().any(|r| r.contains(peer.ip()))
+            && let Some(first) = self
+                .header("x-forwarded-for")
+                .and_then(|v| v.split(',').next())
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+        {
+            return Some(first.to_owned());
+        }
+        Some(peer.to_string())
     }
 
     /// Records an event of this request in the outbox (a no-op when no endpoint wants it);
@@ -139,11 +160,47 @@ impl PendingEvent {
 
     /// Writes the event into the outbox of every endpoint that wants it.
     pub async fn send(self, target: crate::events::Target) -> ApiResult<()> {
+        self.send_with_reason(target, None).await
+    }
+
+    /// Records this (`refuse`) event for `refusal`, a governance rule's `DENIED`, whose
+    /// detail becomes the event's `reason`. A failure to store it is logged, not returned: the
+    /// client must still learn why it was refused.
+    pub async fn refusal(
+        self,
+        refusal: &ApiError,
+        name: &Name,
+        tag: Option<&str>,
+        digest: Option<&Digest>,
+    ) {
+        if !self.wanted() {
+            return;
+        }
+        let target = crate::events::Target {
+            repository: name.to_string(),
+            tag: tag.map(str::to_owned),
+            digest: digest.map(Digest::to_string),
+            ..crate::events::Target::default()
+        };
+        if let Err(e) = self
+            .send_with_reason(target, Some(refusal.detail.clone()))
+            .await
+        {
+            tracing::warn!(repository = %name, error = %e.detail, "cannot record a refuse event");
+        }
+    }
+
+    /// [`PendingEvent::send`] with the event's `reason` (refusals, scrub findings).
+    pub async fn send_with_reason(
+        self,
+        target: crate::events::Target,
+        reason: Option<String>,
+    ) -> ApiResult<()> {
         let Some((request, actor)) = &self.request else {
             return Ok(());
         };
         self.events
-            .record(self.action, target, request, actor.as_deref())
+            .record(self.action, target, request, actor.as_deref(), reason)
             .await
     }
 }

@@ -11,7 +11,7 @@ use validator::Algorithm;
 use super::{Req, hv, parse_digest};
 use crate::auth::acl::Action;
 use crate::errors::{ApiError, ApiResult, Code};
-use crate::events::Action as EventAction;
+use crate::events::{Action as EventAction, Target};
 use crate::upload::{ChunkRange, Upload, range_header};
 use validator::Name;
 
@@ -125,12 +125,11 @@ pub(crate) async fn start(mut req: Req) -> ApiResult<Response> {
         };
         if let Some(size) = size {
             repos.link_blob(&name, &d, size).await?;
-            req.notify(
-                EventAction::Mount,
-                "POST",
-                super::blobs::blob_target(&req, &name, &d, Some(size)),
-            )
-            .await?;
+            let target = Target {
+                from_repository: from.as_ref().map(Name::to_string),
+                ..super::blobs::blob_target(&req, &name, &d, Some(size))
+            };
+            req.notify(EventAction::Mount, "POST", target).await?;
             return created(&name, &d);
         }
     }
