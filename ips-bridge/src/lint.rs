@@ -622,6 +622,38 @@ fn compared(a: &Action) -> BTreeMap<&str, Vec<String>> {
         .collect()
 }
 
+/// Linting is a view of a manifest: the manifest module knows nothing of it.
+impl Manifest {
+    /// Lints manifest text as `rdctl ips lint` reports it: every parse error and every
+    /// finding of [`Manifest::check`], sorted by line. Empty when the manifest is clean.
+    pub fn lint(text: &str) -> Vec<LintFinding> {
+        let (m, errors) = Self::parse_all(text);
+        let mut out: Vec<LintFinding> = errors.into_iter().map(LintFinding::from_parse).collect();
+        out.extend(m.check());
+        out.sort_by_key(|f| (f.line, f.column));
+        out
+    }
+
+    /// [`Manifest::lint`] on bytes: text that is not UTF-8 is one `parse` finding at the
+    /// first invalid byte.
+    pub fn lint_bytes(bytes: &[u8]) -> Vec<LintFinding> {
+        match std::str::from_utf8(bytes) {
+            Ok(text) => Self::lint(text),
+            Err(_) => match Self::parse_bytes(bytes) {
+                Err(e) => vec![LintFinding::from_parse(e)],
+                Ok(m) => m.check(),
+            },
+        }
+    }
+
+    /// Every rule `pkgsend publish`, pkg's action validation and pkglint's duplicate checks
+    /// apply to these actions (see [`crate::LintRule`]); findings name the line each action
+    /// started on when the manifest was parsed from text.
+    pub fn check(&self) -> Vec<LintFinding> {
+        check_manifest(self)
+    }
+}
+
 /// Every check of one parsed manifest: each action's, then pkg.fmri, then duplicates.
 pub(crate) fn check_manifest(m: &Manifest) -> Vec<LintFinding> {
     let acts = m.actions();

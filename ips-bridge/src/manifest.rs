@@ -4,7 +4,6 @@ use std::fmt;
 
 use crate::action::{Action, ActionErrorKind, ActionKind};
 use crate::fmri::Fmri;
-use crate::lint::LintFinding;
 
 /// A manifest error, naming the physical line and column (both 1-based).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -206,35 +205,6 @@ impl Manifest {
             },
             errors,
         )
-    }
-
-    /// Lints manifest text as `rdctl ips lint` reports it: every parse error and every
-    /// finding of [`Manifest::check`], sorted by line. Empty when the manifest is clean.
-    pub fn lint(text: &str) -> Vec<LintFinding> {
-        let (m, errors) = Self::parse_all(text);
-        let mut out: Vec<LintFinding> = errors.into_iter().map(LintFinding::from_parse).collect();
-        out.extend(m.check());
-        out.sort_by_key(|f| (f.line, f.column));
-        out
-    }
-
-    /// [`Manifest::lint`] on bytes: text that is not UTF-8 is one `parse` finding at the
-    /// first invalid byte.
-    pub fn lint_bytes(bytes: &[u8]) -> Vec<LintFinding> {
-        match std::str::from_utf8(bytes) {
-            Ok(text) => Self::lint(text),
-            Err(_) => match Self::parse_bytes(bytes) {
-                Err(e) => vec![LintFinding::from_parse(e)],
-                Ok(m) => m.check(),
-            },
-        }
-    }
-
-    /// Every rule `pkgsend publish`, pkg's action validation and pkglint's duplicate checks
-    /// apply to these actions (see [`crate::LintRule`]); findings name the line each action
-    /// started on when the manifest was parsed from text.
-    pub fn check(&self) -> Vec<LintFinding> {
-        crate::lint::check_manifest(self)
     }
 
     /// The 1-based line the action at `index` started on, when the manifest was parsed from
