@@ -29,7 +29,8 @@
 # openssl: the client auth tests make their CA, certificates and token-signing certificate;
 # chromium: tests/web_ui.rs loads the registry's web pages in headless Chromium;
 # zfs-fuse: worker-runtime/tests/zfs_store.rs runs the ZFS layer store on a real pool, its
-# fixture starts and stops the daemon itself, so nothing here starts it)
+# fixture starts and stops the daemon itself, so nothing here starts it;
+# curl and jq: tests/getting_started.rs runs docs/getting-started.md, which uses both)
 # are installed with apt only when one is missing; apt-get update runs only then.
 set -euo pipefail
 
@@ -40,7 +41,7 @@ STAMPS="$TOOLS/stamps"
 CACHE="$ROOT/.cache"
 
 # ---- pins (keep in sync with the design's "Real peers used in tests") --------------------
-APT_PKGS=(skopeo umoci zstd pigz docker-registry openssl chromium zfs-fuse)
+APT_PKGS=(skopeo umoci zstd pigz docker-registry openssl chromium zfs-fuse curl jq)
 CRANE_PKG=github.com/google/go-containerregistry/cmd/crane
 CRANE_VER=v0.22.1
 ORAS_PKG=oras.land/oras/cmd/oras

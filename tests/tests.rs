@@ -10,6 +10,7 @@ mod depot_tls;
 mod distribution_s3;
 mod docs;
 mod fault_proxy;
+mod getting_started;
 mod image_spelling;
 mod inspect_cli;
 mod ips_cli;
