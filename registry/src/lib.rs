@@ -12,7 +12,8 @@
 //!   with conditional writes.
 //! - Upload sessions (`upload`) keep their offset and hash state in the store, so they survive
 //!   restarts and can be continued by another replica; `repo` holds the repository
-//!   operations handlers call.
+//!   operations handlers call, `manifest_rules` the one manifest check, `tombstone` the
+//!   garbage collector's mark that every hold honours.
 //! - [`AppState`] (module [`state`]): what every request shares (repositories over the
 //!   instrumented store, [`RegistryConfig`], [`metrics::Metrics`], the rate limiter).
 //! - [`router()`] (module [`router`](mod@router)) declares every route in one function;
@@ -44,7 +45,10 @@
 //! - `ui`: the web pages at `/ui/` (`[ui] enabled`): repositories, tags, images and the
 //!   package search as server-rendered HTML, showing only what the caller may pull.
 //!
-//! Module dependencies point one way: `state` knows no routes; `handlers`, `auth` and
+//! Module dependencies point one way. The core (`repo`, `upload`, [`storage`], [`lease`],
+//! `tombstone`, `manifest_rules`, [`metrics`], [`errors`], [`duration`]) imports no feature;
+//! features plug in through `repo::hooks` (`RepoHook` on delete, `TagVeto` on a tag move),
+//! installed by `features`, and [`metrics::MetricSource`]. `state` knows no routes; `handlers`, `auth` and
 //! `middleware` use `state` (and `api` for paths); only `router` uses the handlers and `ui`, and only
 //! `server` uses `router`.
 //!
