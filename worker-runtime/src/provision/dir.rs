@@ -159,7 +159,7 @@ impl DirProvisioner {
     /// Writes the zone's files into the staging directory and re-marks it as a zone.
     fn fill(&self, d: &ZoneDescription, staging: &Path) -> Result<(), ProvisionError> {
         let z = d.zone.as_str();
-        let zonecfg = zonecfg_script(d);
+        let zonecfg = zonecfg_script(z, &d.zonepath, &d.brand, &d.limits);
         let plan = command_plan(d, &d.zonepath.join("zonecfg.txt"));
         let json = serde_json::to_vec_pretty(d).expect("a description serialises");
         let files: [(&str, Option<Vec<u8>>); 4] = [
