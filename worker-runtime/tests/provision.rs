@@ -60,6 +60,14 @@ fn description() -> ZoneDescription {
             cpus: Some(1.5),
             memory: Some("512m".into()),
         },
+        zone_config: worker_runtime::provision::zonecfg::ZoneConfig::from_image(
+            None,
+            &ResourceLimits {
+                cpus: Some(1.5),
+                memory: Some("512m".into()),
+            },
+        )
+        .unwrap(),
         zonepath: PathBuf::from("/zones/web"),
     }
 }
@@ -79,10 +87,7 @@ fn stop_signal_maps_to_the_smf_kill_method() {
 #[test]
 fn zonecfg_smf_and_commands_match_the_expected_files() {
     let d = description();
-    golden(
-        "zonecfg-web.txt",
-        &zonecfg_script(&d.zone, &d.zonepath, &d.brand, &d.limits),
-    );
+    golden("zonecfg-web.txt", &zonecfg_script(&d));
     golden("entrypoint-web.xml", &smf_manifest(&d).unwrap());
     golden(
         "commands-web.txt",
@@ -91,15 +96,13 @@ fn zonecfg_smf_and_commands_match_the_expected_files() {
     // No limits, no user, no env: the optional parts are left out.
     let mut bare = description();
     bare.limits = ResourceLimits::default();
+    bare.zone_config = Default::default();
     bare.user = None;
     bare.env.clear();
     bare.working_dir = None;
     bare.zonepath = PathBuf::from("/zones/with space/web");
     bare.smf_stop_exec = smf_stop_exec("SIGTERM");
-    golden(
-        "zonecfg-bare.txt",
-        &zonecfg_script(&bare.zone, &bare.zonepath, &bare.brand, &bare.limits),
-    );
+    golden("zonecfg-bare.txt", &zonecfg_script(&bare));
     golden("entrypoint-bare.xml", &smf_manifest(&bare).unwrap());
     // An image with no command gets no entrypoint service.
     bare.entrypoint.clear();

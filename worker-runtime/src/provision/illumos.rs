@@ -16,7 +16,7 @@ use super::{
     Capabilities, DEFAULT_STOP_TIMEOUT_SECS, DirProvisioner, ProvisionError, Provisioner,
     ZoneDescription,
 };
-use crate::config::{ResourceLimits, ZoneSpec};
+use crate::config::ZoneSpec;
 use crate::verify::VerifiedRoot;
 
 /// The brands the illumos provisioner creates zones of: those whose install takes a root
@@ -34,26 +34,22 @@ pub fn smf_stop_exec(stop_signal: &str) -> String {
     format!(":kill -{name}")
 }
 
-/// The zonecfg command file for a zone.
-pub fn zonecfg_script(zone: &str, zonepath: &Path, brand: &str, limits: &ResourceLimits) -> String {
+/// The zonecfg command file for a zone: its zonepath and brand, then the resources and
+/// properties of its [`super::zonecfg::ZoneConfig`] (the image's `solaris` section under the
+/// manifest's limits).
+pub fn zonecfg_script(d: &ZoneDescription) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "create -b");
     let _ = writeln!(
         s,
         "set zonepath={}",
-        zonecfg_quote(&zonepath.to_string_lossy())
+        zonecfg_quote(&d.zonepath.to_string_lossy())
     );
-    let _ = writeln!(s, "set brand={brand}");
+    let _ = writeln!(s, "set brand={}", d.brand);
     let _ = writeln!(s, "set autoboot=false");
     let _ = writeln!(s, "set ip-type=exclusive");
-    if let Some(c) = limits.cpus {
-        let _ = writeln!(s, "add capped-cpu\nset ncpus={c}\nend");
-    }
-    if let Some(m) = &limits.memory {
-        let _ = writeln!(s, "add capped-memory\nset physical={m}\nend");
-    }
+    s.push_str(&d.zone_config.commands());
     let _ = writeln!(s, "verify\ncommit");
-    let _ = zone;
     s
 }
 
@@ -145,6 +141,15 @@ pub fn smf_manifest(d: &ZoneDescription) -> Option<String> {
         "      <service_fmri value=\"svc:/system/filesystem/local:default\"/>"
     );
     let _ = writeln!(s, "    </dependency>");
+    // The runtime spec's `milestone`: online before the entrypoint starts.
+    if let Some(m) = &d.zone_config.milestone {
+        let _ = writeln!(
+            s,
+            "    <dependency name=\"milestone\" grouping=\"require_all\" restart_on=\"none\" type=\"service\">"
+        );
+        let _ = writeln!(s, "      <service_fmri value=\"{}\"/>", xml_escape(m));
+        let _ = writeln!(s, "    </dependency>");
+    }
     let wd = d.working_dir.as_deref().unwrap_or("/");
     let _ = writeln!(
         s,

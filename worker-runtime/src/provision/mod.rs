@@ -13,6 +13,7 @@
 
 mod dir;
 pub mod illumos;
+pub mod zonecfg;
 
 use std::path::PathBuf;
 
@@ -70,6 +71,10 @@ pub struct ZoneDescription {
     pub smf_stop_exec: String,
     /// Caps.
     pub limits: ResourceLimits,
+    /// The zonecfg resources and properties from the image's `solaris` section under the
+    /// manifest's limits (absent in descriptions written before it existed).
+    #[serde(default)]
+    pub zone_config: zonecfg::ZoneConfig,
     /// Where the zone lives.
     pub zonepath: PathBuf,
 }
@@ -253,6 +258,12 @@ pub fn describe(
             None => DEFAULT_STOP_TIMEOUT_SECS,
         },
     };
+    let solaris = c
+        .labels()
+        .as_ref()
+        .and_then(|l| l.get(zonecfg::SOLARIS_LABEL));
+    let zone_config = zonecfg::ZoneConfig::from_image(solaris.map(String::as_str), &spec.limits)
+        .map_err(|e| bad("Labels", format!("{}: {e}", zonecfg::SOLARIS_LABEL)))?;
     Ok(ZoneDescription {
         zone: spec.name.clone(),
         brand: spec.brand.clone(),
@@ -269,6 +280,7 @@ pub fn describe(
         stop_signal,
         stop_timeout_secs,
         limits: spec.limits.clone(),
+        zone_config,
         zonepath,
     })
 }
