@@ -17,8 +17,8 @@ use serde::Serialize;
 use tokio::io::AsyncReadExt;
 use validator::{Digest, Document, MAX_CONFIG_SIZE, Tag};
 
-use crate::transfer::endpoint::{Source, layout_index, layout_subject};
-use crate::transfer::{Content, ImageRef, TransferError, checked, content_of};
+use crate::image::endpoint::{Source, layout_index, layout_subject};
+use crate::image::{Content, ImageRef, TransferError, checked, content_of};
 use crate::{Client, ErrorKind as ClientErrorKind, ReferrersFrom, fallback_tag};
 
 /// `artifactType` of the SPDX SBOM the builder attaches.

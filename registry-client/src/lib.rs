@@ -46,6 +46,7 @@ mod client;
 pub mod credential_provider;
 pub mod credentials;
 mod error;
+mod image;
 pub mod inspect;
 mod keychain;
 pub mod login;

@@ -15,9 +15,10 @@ use futures_util::{StreamExt, stream};
 use serde::Serialize;
 use validator::{Digest, Document, IndexEntry, Tag};
 
+pub use crate::image::cosign::tag_name_kind;
+use crate::image::endpoint::{Source, layout_index, layout_subject};
+use crate::image::{Content, ImageRef, TransferError, content_of};
 use crate::inspect::{image_details, read_doc, referrers_of};
-use crate::transfer::endpoint::{Source, layout_index, layout_subject};
-use crate::transfer::{Content, ImageRef, TransferError, content_of};
 use crate::{Client, ClientError, Reference};
 
 /// How many tags' details are fetched at once.
@@ -25,30 +26,6 @@ pub const LIST_CONCURRENCY: usize = 8;
 
 /// Most other tags [`plan_removal`] reads before it calls its answer an estimate.
 pub const MAX_TAGS_EXAMINED: usize = 200;
-
-/// What a tag's name says it is, before reading anything: `signature`, `attestation` or `sbom`
-/// for cosign's `<alg>-<hex>.sig|.att|.sbom`, `referrers` for the referrers tag schema's
-/// `<alg>-<hex>`; `None` for any other tag.
-pub fn tag_name_kind(tag: &str) -> Option<&'static str> {
-    let (base, suffix) = match tag.rsplit_once('.') {
-        Some((b, s)) => (b, Some(s)),
-        None => (tag, None),
-    };
-    let (alg, hex) = base.split_once('-')?;
-    let digest_like = matches!(alg, "sha256" | "sha512")
-        && (hex.len() == 64 || hex.len() == 128)
-        && hex.bytes().all(|b| b.is_ascii_hexdigit());
-    if !digest_like {
-        return None;
-    }
-    match suffix {
-        None => Some("referrers"),
-        Some("sig") => Some("signature"),
-        Some("att") => Some("attestation"),
-        Some("sbom") => Some("sbom"),
-        Some(_) => None,
-    }
-}
 
 /// One row of `rdctl ls HOST/REPO` or `rdctl ls oci:DIR`.
 #[derive(Debug, Clone, Serialize)]

@@ -39,25 +39,16 @@ use trust::cosign::{
     OCI_MANIFEST_MEDIA_TYPE, SignatureLayer, VerifiedSignature,
 };
 use trust::{KeyId, SignatureError, VerifyingKey, bundle};
-use validator::{Digest, ImageLayout, IndexEntry, Replaces, Tag};
+use validator::{Digest, Tag};
 
+pub use crate::image::cosign::{KIND_ANNOTATION, KIND_ATTS, KIND_IMAGE, KIND_SIGS};
+use crate::image::endpoint::{Dest, Source, layout_index, layout_subject, write_cosign_entries};
+use crate::image::{Content, ImageRef, TransferError, content_of};
 use crate::inspect::read_blob;
-use crate::transfer::endpoint::{Dest, Source, layout_index, layout_subject};
-use crate::transfer::{Content, ImageRef, TransferError, content_of};
 use crate::{Client, ReferrersFrom};
 
 /// Largest signature payload or attestation envelope read.
 pub const MAX_PAYLOAD_BYTES: u64 = 4 << 20;
-
-/// The `index.json` annotation cosign's layouts use to tell the image, its signatures and
-/// its attestations apart.
-pub const KIND_ANNOTATION: &str = "kind";
-/// [`KIND_ANNOTATION`] of the image entry.
-pub const KIND_IMAGE: &str = "dev.cosignproject.cosign/image";
-/// [`KIND_ANNOTATION`] of the signatures manifest.
-pub const KIND_SIGS: &str = "dev.cosignproject.cosign/sigs";
-/// [`KIND_ANNOTATION`] of the attestations manifest.
-pub const KIND_ATTS: &str = "dev.cosignproject.cosign/atts";
 
 /// What a push wrote.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -380,7 +371,7 @@ pub async fn fetch_evidence(
                     tag: None,
                 },
             )),
-            Err(e) if e.kind() == crate::transfer::ErrorKind::NotFound => {}
+            Err(e) if e.kind() == crate::image::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
     }
@@ -565,7 +556,7 @@ async fn verify_bundles(
 /// A payload, envelope or bundle that could not be read: bytes that are not the layer's
 /// digest are the tampered payload the trust check would name.
 fn unreadable(kind: &'static str, layer: &Digest, origin: &Origin, e: &TransferError) -> Rejection {
-    let tampered = e.kind() == crate::transfer::ErrorKind::Invalid;
+    let tampered = e.kind() == crate::image::ErrorKind::Invalid;
     Rejection {
         kind,
         layer: layer.clone(),
@@ -793,65 +784,12 @@ fn manifest_content(m: &AttachedManifest) -> Content {
     }
 }
 
-/// Names a cosign manifest in a layout's `index.json` as `cosign save` does: tagged `tag` with
-/// `kind` (`dev.cosignproject.cosign/sigs` or `/atts`), and, when the image is given, an
-/// untagged entry of the image with `kind: dev.cosignproject.cosign/image` (what `cosign
-/// verify --local-image` takes as the image).
-pub(crate) fn write_cosign_entries(
-    layout: &ImageLayout,
-    tag: &Tag,
-    kind: &str,
-    manifest: &Content,
-    image: Option<&Content>,
-) -> Result<(), TransferError> {
-    let mut entry = IndexEntry::new(
-        manifest.media_type.clone(),
-        manifest.digest.clone(),
-        manifest.size,
-    );
-    entry
-        .annotations
-        .insert(KIND_ANNOTATION.to_owned(), kind.to_owned());
-    layout
-        .edit_index(|e| {
-            e.set_tag(tag, entry);
-            if let Some(image) = image {
-                let mut img =
-                    IndexEntry::new(image.media_type.clone(), image.digest.clone(), image.size);
-                img.annotations
-                    .insert(KIND_ANNOTATION.to_owned(), KIND_IMAGE.to_owned());
-                // One image entry for cosign: the previous one (of any image) goes.
-                e.retain(|v| {
-                    v.get("annotations")
-                        .and_then(|a| a.get(KIND_ANNOTATION))
-                        .and_then(Value::as_str)
-                        != Some(KIND_IMAGE)
-                        || v.get("annotations")
-                            .and_then(|a| a.get(validator::REF_NAME_ANNOTATION))
-                            .is_some()
-                });
-                e.add_untagged(img, Replaces::SameDigest);
-            }
-        })
-        .map_err(Source::layout_err(layout))
-}
-
-/// Whether a layout `index.json` entry is one of cosign's `.sig`/`.att`/`.sbom` manifests
-/// rather than an image to choose.
-pub(crate) fn is_cosign_entry(d: &validator::Descriptor) -> bool {
-    matches!(
-        d.annotations.get(KIND_ANNOTATION).map(String::as_str),
-        Some(KIND_SIGS | KIND_ATTS)
-    ) || d
-        .ref_name()
-        .is_some_and(|t| crate::manage::tag_name_kind(t).is_some())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transfer::LayoutRef;
+    use crate::image::LayoutRef;
     use trust::intoto::{PREDICATE_SPDX, Statement};
+    use validator::{ImageLayout, IndexEntry};
 
     /// A layout with one small image tagged v1; returns its reference and the image.
     fn layout(dir: &std::path::Path) -> (ImageRef, Content) {

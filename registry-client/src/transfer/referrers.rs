@@ -7,13 +7,12 @@ use std::collections::{HashMap, HashSet};
 
 use validator::{Digest, Document, Tag};
 
-use super::endpoint::{Dest, Source, layout_index, layout_subject};
-use super::{Content, CopyReport, MAX_DOCUMENTS, Node, TransferError, checked, copy_blobs, walk};
+use super::{
+    Content, CopyReport, MAX_DOCUMENTS, MAX_REFERRER_DEPTH, Node, TransferError, checked,
+    copy_blobs, walk,
+};
 use crate::Client;
-
-/// Most levels of referrers of referrers one copy follows (a signature of an SBOM of an image
-/// is two).
-pub const MAX_REFERRER_DEPTH: usize = 8;
+use crate::image::endpoint::{Dest, Source, layout_index, layout_subject};
 
 /// Where the source's referrers are looked up.
 enum Finder<'a> {

@@ -9,7 +9,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use validator::{Digest, ImageLayout};
 
 use super::Content;
-use super::endpoint::{Dest, Source};
+use crate::image::endpoint::{Dest, Source};
 use crate::{Client, Reference};
 
 /// Buffer size for streaming between blocking file I/O and async HTTP.

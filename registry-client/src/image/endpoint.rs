@@ -6,6 +6,9 @@ use validator::{
     Tag, VerifyError, check_document,
 };
 
+use super::cosign::{
+    KIND_ANNOTATION, KIND_ATTS, KIND_IMAGE, KIND_SIGS, is_cosign_entry, tag_name_kind,
+};
 use super::{Content, ImageRef, TransferError, content_of};
 use crate::{Client, ClientError, ErrorKind as ClientErrorKind, Reference, Referrer};
 
@@ -63,7 +66,7 @@ impl<'a> Source<'a> {
                     None => match index
                         .manifests
                         .iter()
-                        .filter(|d| !crate::signatures::is_cosign_entry(d))
+                        .filter(|d| !is_cosign_entry(d))
                         .filter(|d| layout_subject(layout, &content_of(d)).is_none())
                         .fold(Vec::<&validator::Descriptor>::new(), |mut v, d| {
                             if !v.iter().any(|e| e.digest == d.digest) {
@@ -246,7 +249,7 @@ impl Dest {
     /// Opens the destination. A layout directory that holds no layout yet is written in a
     /// hidden sibling, returned here to be committed when the copy has succeeded; a failed
     /// copy leaves it for the rerun to resume from, and nothing at the path itself.
-    pub(super) fn open(r: &ImageRef) -> Result<(Self, Option<NewLayout>), TransferError> {
+    pub(crate) fn open(r: &ImageRef) -> Result<(Self, Option<NewLayout>), TransferError> {
         Ok(match r {
             ImageRef::Layout(l) => {
                 let new = ImageLayout::create_staged(&l.dir, true).map_err(|source| {
@@ -261,7 +264,7 @@ impl Dest {
         })
     }
 
-    pub(super) async fn has_blob(
+    pub(crate) async fn has_blob(
         &self,
         client: &Client,
         c: &Content,
@@ -282,7 +285,7 @@ impl Dest {
 
     /// The destination spelled once, as a [`super::flight::BlobKey`] needs it: `HOST/NAME`
     /// for a registry repository, `oci:DIR` for a layout.
-    pub(super) fn identity(&self) -> String {
+    pub(crate) fn identity(&self) -> String {
         match self {
             Dest::Layout(layout) => format!("oci:{}", layout.root().display()),
             Dest::Registry(r) => format!("{}/{}", r.registry(), r.name()),
@@ -291,7 +294,7 @@ impl Dest {
 
     /// Whether a registry destination already holds this manifest or index by digest (a
     /// HEAD). A layout answers false: writing into it again is local and idempotent.
-    pub(super) async fn has_manifest(
+    pub(crate) async fn has_manifest(
         &self,
         client: &Client,
         c: &Content,
@@ -312,7 +315,7 @@ impl Dest {
 
     /// Whether a registry destination's `tag` already names `digest` (a HEAD of the tag). A
     /// layout answers false.
-    pub(super) async fn tag_names(
+    pub(crate) async fn tag_names(
         &self,
         client: &Client,
         tag: &Tag,
@@ -334,7 +337,7 @@ impl Dest {
 
     /// The digests a registry destination lists as referrers of `subject` (its referrers API
     /// or tag schema index); empty for a layout.
-    pub(super) async fn referrers_listed(
+    pub(crate) async fn referrers_listed(
         &self,
         client: &Client,
         subject: &Digest,
@@ -390,7 +393,7 @@ impl Dest {
     /// Writes one of cosign's manifests byte-exact under its tag (`sha256-<hex>.sig`, `.att`,
     /// `.sbom`): a registry tag, or in a layout a tagged `index.json` entry with cosign's
     /// `kind` annotation (and cosign's untagged entry of `image`), as `cosign save` writes.
-    pub(super) async fn put_cosign_tag(
+    pub(crate) async fn put_cosign_tag(
         &self,
         client: &Client,
         c: &Content,
@@ -401,12 +404,12 @@ impl Dest {
         match self {
             Dest::Layout(layout) => {
                 self.put_manifest(client, c, bytes, None).await?;
-                let kind = match crate::manage::tag_name_kind(tag.as_str()) {
-                    Some("signature") => crate::signatures::KIND_SIGS,
-                    Some("attestation") => crate::signatures::KIND_ATTS,
+                let kind = match tag_name_kind(tag.as_str()) {
+                    Some("signature") => KIND_SIGS,
+                    Some("attestation") => KIND_ATTS,
                     _ => return update_index(layout, c, Some(tag), None),
                 };
-                crate::signatures::write_cosign_entries(layout, tag, kind, c, Some(image))
+                write_cosign_entries(layout, tag, kind, c, Some(image))
             }
             Dest::Registry(_) => self.put_manifest(client, c, bytes, Some(tag)).await,
         }
@@ -470,7 +473,7 @@ pub(crate) fn layout_index(layout: &ImageLayout) -> Result<validator::Index, Tra
 /// Names `c` in the layout's `index.json`: under `tag` (replacing that tag's entry), or as an
 /// untagged entry (replacing an untagged one of the same digest), through the layout's one
 /// index writer.
-pub(super) fn update_index(
+pub(crate) fn update_index(
     layout: &ImageLayout,
     c: &Content,
     tag: Option<&Tag>,
@@ -483,6 +486,49 @@ pub(super) fn update_index(
         None => layout.add_untagged(entry, Replaces::SameDigest),
     }
     .map_err(Source::layout_err(layout))
+}
+
+/// Names a cosign manifest in a layout's `index.json` as `cosign save` does: tagged `tag` with
+/// `kind` (`dev.cosignproject.cosign/sigs` or `/atts`), and, when the image is given, an
+/// untagged entry of the image with `kind: dev.cosignproject.cosign/image` (what `cosign
+/// verify --local-image` takes as the image).
+pub(crate) fn write_cosign_entries(
+    layout: &ImageLayout,
+    tag: &Tag,
+    kind: &str,
+    manifest: &Content,
+    image: Option<&Content>,
+) -> Result<(), TransferError> {
+    let mut entry = IndexEntry::new(
+        manifest.media_type.clone(),
+        manifest.digest.clone(),
+        manifest.size,
+    );
+    entry
+        .annotations
+        .insert(KIND_ANNOTATION.to_owned(), kind.to_owned());
+    layout
+        .edit_index(|e| {
+            e.set_tag(tag, entry);
+            if let Some(image) = image {
+                let mut img =
+                    IndexEntry::new(image.media_type.clone(), image.digest.clone(), image.size);
+                img.annotations
+                    .insert(KIND_ANNOTATION.to_owned(), KIND_IMAGE.to_owned());
+                // One image entry for cosign: the previous one (of any image) goes.
+                e.retain(|v| {
+                    v.get("annotations")
+                        .and_then(|a| a.get(KIND_ANNOTATION))
+                        .and_then(serde_json::Value::as_str)
+                        != Some(KIND_IMAGE)
+                        || v.get("annotations")
+                            .and_then(|a| a.get(validator::REF_NAME_ANNOTATION))
+                            .is_some()
+                });
+                e.add_untagged(img, Replaces::SameDigest);
+            }
+        })
+        .map_err(Source::layout_err(layout))
 }
 
 #[cfg(test)]
