@@ -34,7 +34,6 @@ const KNOWN_CYCLES: &[(&str, &[&str])] = &[
         ],
     ),
     ("worker-runtime", &["capacity", "config", "provision"]),
-    ("trust", &["keys", "sigstore_key"]),
 ];
 
 /// Where an edge comes from: the file and 1-based line of the first path that makes it.

@@ -22,7 +22,7 @@ pub const PEM_ENCRYPTED_PRIVATE_KEY: &str = "ENCRYPTED PRIVATE KEY";
 /// PEM label of a SEC1 EC private key.
 pub const PEM_EC_PRIVATE_KEY: &str = "EC PRIVATE KEY";
 /// PEM label cosign writes for its scrypt + secretbox encrypted keys.
-pub const PEM_SIGSTORE_PRIVATE_KEY: &str = "ENCRYPTED SIGSTORE PRIVATE KEY";
+pub const PEM_SIGSTORE_PRIVATE_KEY: &str = sigstore_key::LABEL;
 /// The older label of the same format, still read by cosign.
 pub const PEM_COSIGN_PRIVATE_KEY: &str = "ENCRYPTED COSIGN PRIVATE KEY";
 /// PEM label of a SubjectPublicKeyInfo public key.
@@ -96,6 +96,26 @@ pub enum KeyError {
         /// The encoder's complaint.
         detail: String,
     },
+}
+
+impl KeyError {
+    /// The error for a cosign key file `source_name` that [`sigstore_key`] could not open or
+    /// seal.
+    fn sealed(e: sigstore_key::SealError, source_name: &str) -> KeyError {
+        match e {
+            sigstore_key::SealError::Malformed(detail) => KeyError::Malformed {
+                source_name: source_name.to_owned(),
+                detail,
+            },
+            sigstore_key::SealError::WrongPassword => KeyError::WrongPassword {
+                source_name: source_name.to_owned(),
+            },
+            sigstore_key::SealError::Encode(detail) => KeyError::Encode {
+                what: "private key",
+                detail,
+            },
+        }
+    }
 }
 
 /// A key's identity for display and for [`crate::policy`] evidence: `sha256:<hex>` of the
@@ -281,7 +301,8 @@ impl SigningKey {
             }
             PEM_SIGSTORE_PRIVATE_KEY | PEM_COSIGN_PRIVATE_KEY => {
                 let pw = ask()?;
-                let plain = sigstore_key::decrypt(&der, pw.as_bytes(), source_name)?;
+                let plain = sigstore_key::decrypt(&der, pw.as_bytes())
+                    .map_err(|e| KeyError::sealed(e, source_name))?;
                 Self::from_pkcs8_der(&plain, source_name)
             }
             _ => Err(KeyError::UnsupportedPemType {
@@ -352,6 +373,7 @@ impl SigningKey {
     pub fn to_cosign_pem(&self, password: &str) -> Result<Zeroizing<String>, KeyError> {
         let der = self.pkcs8_der()?;
         sigstore_key::encrypt_pem(&der, password.as_bytes())
+            .map_err(|e| KeyError::sealed(e, "cosign key file"))
     }
 }
 

@@ -10,7 +10,20 @@ use crypto_secretbox::aead::{AeadInPlace, KeyInit};
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
-use crate::keys::{KeyError, PEM_SIGSTORE_PRIVATE_KEY};
+/// The PEM label of the files cosign writes (`keys::PEM_SIGSTORE_PRIVATE_KEY`).
+pub(crate) const LABEL: &str = "ENCRYPTED SIGSTORE PRIVATE KEY";
+
+/// Why a cosign key file could not be opened or sealed; the caller names the file (this
+/// module sees only bytes).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum SealError {
+    /// Its structure is broken: which part.
+    Malformed(String),
+    /// The password did not open the secretbox.
+    WrongPassword,
+    /// Sealing a new file failed: why.
+    Encode(String),
+}
 
 /// scrypt cost parameters cosign accepts when decrypting, `(N, r, p)`; anything else is
 /// refused before any work is done (as cosign does, against costly inputs).
@@ -76,15 +89,8 @@ fn derive_key(password: &[u8], salt: &[u8], (n, r, p): (u64, u32, u32)) -> Zeroi
 }
 
 /// Decrypts the PEM body (`der` is the base64-decoded JSON) to PKCS#8 DER.
-pub(crate) fn decrypt(
-    body: &[u8],
-    password: &[u8],
-    source_name: &str,
-) -> Result<Zeroizing<Vec<u8>>, KeyError> {
-    let malformed = |detail: String| KeyError::Malformed {
-        source_name: source_name.to_owned(),
-        detail,
-    };
+pub(crate) fn decrypt(body: &[u8], password: &[u8]) -> Result<Zeroizing<Vec<u8>>, SealError> {
+    let malformed = SealError::Malformed;
     let doc: Encrypted =
         serde_json::from_slice(body).map_err(|e| malformed(format!("encrypted key JSON: {e}")))?;
     if doc.kdf.name != "scrypt" {
@@ -126,21 +132,16 @@ pub(crate) fn decrypt(
             &mut plain,
             tag.into(),
         )
-        .map_err(|_| KeyError::WrongPassword {
-            source_name: source_name.to_owned(),
-        })?;
+        .map_err(|_| SealError::WrongPassword)?;
     Ok(plain)
 }
 
 /// Encrypts PKCS#8 DER into a complete `ENCRYPTED SIGSTORE PRIVATE KEY` PEM document.
-pub(crate) fn encrypt_pem(pkcs8: &[u8], password: &[u8]) -> Result<Zeroizing<String>, KeyError> {
+pub(crate) fn encrypt_pem(pkcs8: &[u8], password: &[u8]) -> Result<Zeroizing<String>, SealError> {
     let mut salt = [0u8; SALT_LEN];
     let mut nonce = [0u8; NONCE_LEN];
     let rng = |buf: &mut [u8]| {
-        getrandom::fill(buf).map_err(|e| KeyError::Encode {
-            what: "private key",
-            detail: format!("random source: {e}"),
-        })
+        getrandom::fill(buf).map_err(|e| SealError::Encode(format!("random source: {e}")))
     };
     rng(&mut salt)?;
     rng(&mut nonce)?;
@@ -149,10 +150,7 @@ pub(crate) fn encrypt_pem(pkcs8: &[u8], password: &[u8]) -> Result<Zeroizing<Str
     let mut sealed = Zeroizing::new(pkcs8.to_vec());
     let tag = cipher
         .encrypt_in_place_detached(nonce.as_slice().into(), b"", &mut sealed)
-        .map_err(|_| KeyError::Encode {
-            what: "private key",
-            detail: "secretbox sealing failed".to_owned(),
-        })?;
+        .map_err(|_| SealError::Encode("secretbox sealing failed".to_owned()))?;
     let mut ciphertext = tag.to_vec();
     ciphertext.extend_from_slice(&sealed);
     let doc = Encrypted {
@@ -174,12 +172,12 @@ pub(crate) fn encrypt_pem(pkcs8: &[u8], password: &[u8]) -> Result<Zeroizing<Str
     let json = serde_json::to_vec(&doc).expect("the key document serializes");
     let body = STANDARD.encode(&json);
     let mut pem = String::with_capacity(body.len() + 100);
-    pem.push_str(&format!("-----BEGIN {PEM_SIGSTORE_PRIVATE_KEY}-----\n"));
+    pem.push_str(&format!("-----BEGIN {LABEL}-----\n"));
     for line in body.as_bytes().chunks(64) {
         pem.push_str(std::str::from_utf8(line).expect("base64 is ASCII"));
         pem.push('\n');
     }
-    pem.push_str(&format!("-----END {PEM_SIGSTORE_PRIVATE_KEY}-----\n"));
+    pem.push_str(&format!("-----END {LABEL}-----\n"));
     Ok(Zeroizing::new(pem))
 }
 
@@ -191,7 +189,7 @@ mod tests {
     fn layout_matches_cosign() {
         let pem = encrypt_pem(b"not really pkcs8", b"pw").unwrap();
         let (label, body) = pkcs8::der::pem::decode_vec(pem.as_bytes()).unwrap();
-        assert_eq!(label, PEM_SIGSTORE_PRIVATE_KEY);
+        assert_eq!(label, LABEL);
         let text = String::from_utf8(body.clone()).unwrap();
         assert!(
             text.starts_with(
@@ -207,7 +205,7 @@ mod tests {
         assert_eq!(doc.kdf.salt.len(), SALT_LEN);
         assert_eq!(doc.cipher.nonce.len(), NONCE_LEN);
         assert_eq!(doc.ciphertext.len(), b"not really pkcs8".len() + TAG_LEN);
-        assert_eq!(&*decrypt(&body, b"pw", "k").unwrap(), b"not really pkcs8");
+        assert_eq!(&*decrypt(&body, b"pw").unwrap(), b"not really pkcs8");
     }
 
     #[test]
@@ -217,12 +215,10 @@ mod tests {
         let text = String::from_utf8(body)
             .unwrap()
             .replace("\"N\":65536", "\"N\":1048576");
-        let e = decrypt(text.as_bytes(), b"pw", "k.key")
-            .unwrap_err()
-            .to_string();
+        let e = decrypt(text.as_bytes(), b"pw").unwrap_err();
         assert!(
-            e.starts_with("k.key: malformed key: kdf.params N=1048576"),
-            "{e}"
+            matches!(&e, SealError::Malformed(d) if d.starts_with("kdf.params N=1048576")),
+            "{e:?}"
         );
     }
 }
