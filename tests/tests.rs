@@ -18,6 +18,7 @@ mod module_graph;
 mod package_search;
 mod pkg_version_agreement;
 mod pull_through;
+mod pull_through_token;
 mod referrers;
 mod registry_client_auth;
 mod registry_cluster;

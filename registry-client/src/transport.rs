@@ -73,6 +73,7 @@ impl ClientOptions {
 #[derive(Debug, Clone)]
 pub struct ClientBuilder {
     plain_http: bool,
+    tls: bool,
     insecure: bool,
     retry: Retry,
     chunk_size: u64,
@@ -86,6 +87,7 @@ impl Default for ClientBuilder {
     fn default() -> Self {
         ClientBuilder {
             plain_http: false,
+            tls: false,
             insecure: false,
             retry: Retry::default(),
             chunk_size: 8 << 20,
@@ -101,6 +103,13 @@ impl ClientBuilder {
     /// Talk plain HTTP to every registry.
     pub fn plain_http(mut self, yes: bool) -> Self {
         self.plain_http = yes;
+        self
+    }
+
+    /// Use TLS for loopback hosts too (they default to plain HTTP unless a CA file or
+    /// `insecure` is given): for a caller that was told `https://` for such a host.
+    pub fn tls(mut self, yes: bool) -> Self {
+        self.tls = yes;
         self
     }
 
@@ -204,7 +213,7 @@ impl ClientBuilder {
         Ok(Client {
             http,
             per_host: Arc::new(per_host),
-            tls_configured: !global.is_empty() || self.insecure,
+            tls_configured: self.tls || !global.is_empty() || self.insecure,
             auth: Arc::new(auth::AuthState::new(self.keychain)),
             plain_http: self.plain_http,
             retry: Retry {

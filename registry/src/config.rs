@@ -49,9 +49,6 @@ pub struct RegistryConfig {
     pub proxy: Vec<crate::proxy::ProxyRule>,
     /// Scheduled sync entries (`[[sync]]`), for the status endpoint; none by default.
     pub sync: Vec<crate::mirror::SyncEntry>,
-    /// Reads the `auth_file`s of `[[proxy]]` rules (injected by the process; none: a rule
-    /// with `auth_file` cannot fetch).
-    pub upstream_credentials: Option<Arc<dyn crate::proxy::UpstreamCredentials>>,
     /// Answer blob GETs with a 307 to a presigned URL of the object in the S3 store
     /// (`s3_redirect`); none: the registry sends the bytes itself.
     #[cfg(feature = "s3")]
@@ -71,7 +68,6 @@ impl Default for RegistryConfig {
             notifications: NotificationsConfig::default(),
             proxy: Vec::new(),
             sync: Vec::new(),
-            upstream_credentials: None,
             #[cfg(feature = "s3")]
             blob_redirect: None,
         }
@@ -406,6 +402,11 @@ struct FileProxy {
     upstreams: Option<Vec<String>>,
     tag_ttl_secs: Option<u64>,
     auth_file: Option<PathBuf>,
+    #[serde(default)]
+    ca_files: Vec<PathBuf>,
+    #[serde(default)]
+    cert_dirs: Vec<PathBuf>,
+    insecure: Option<bool>,
 }
 
 /// The `[ui]` table of the TOML file.
@@ -704,12 +705,29 @@ impl ServeConfig {
                 .iter()
                 .map(|u| crate::proxy::Upstream::parse(u).map_err(|e| bad("proxy.upstreams", e)))
                 .collect::<Result<Vec<_>, _>>()?;
-            self.proxy.push(crate::proxy::ProxyRule {
+            let rule = crate::proxy::ProxyRule {
                 prefix,
                 upstreams,
                 tag_ttl: Duration::from_secs(r.tag_ttl_secs.unwrap_or(300)),
                 auth_file: r.auth_file,
-            });
+                ca_files: r.ca_files,
+                cert_dirs: r.cert_dirs,
+                insecure: r.insecure.unwrap_or(false),
+            };
+            // A CA file or certs.d entry that cannot be read fails here, naming it.
+            for u in &rule.upstreams {
+                rule.client_for(u).map_err(|e| {
+                    bad(
+                        "proxy.ca_files",
+                        format!(
+                            "[[proxy]] {:?}: {u}: {}",
+                            rule.prefix,
+                            validator::error_chain(&e)
+                        ),
+                    )
+                })?;
+            }
+            self.proxy.push(rule);
         }
         Ok(())
     }

@@ -54,6 +54,9 @@ pub enum Code {
     /// A query parameter of an extension endpoint (`/v2/_rd/...`) is missing or malformed
     /// (400, no OCI code of its own).
     QueryInvalid,
+    /// A pull-through upstream could not supply what is not cached (503, distribution's
+    /// `UNAVAILABLE`).
+    Unavailable,
     /// Something failed inside the registry (500).
     Internal,
 }
@@ -81,6 +84,7 @@ impl Code {
             Code::RangeInvalid => "RANGE_INVALID",
             Code::ManifestTooLarge => "SIZE_INVALID",
             Code::QueryInvalid => "QUERY_INVALID",
+            Code::Unavailable => "UNAVAILABLE",
             Code::Internal => "UNKNOWN",
         }
     }
@@ -107,6 +111,7 @@ impl Code {
             Code::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
             Code::RangeInvalid => StatusCode::RANGE_NOT_SATISFIABLE,
             Code::ManifestTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Code::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -135,6 +140,7 @@ impl Code {
             Code::RangeInvalid => "requested range not satisfiable",
             Code::ManifestTooLarge => "manifest is larger than the registry accepts",
             Code::QueryInvalid => "invalid query",
+            Code::Unavailable => "service unavailable",
             Code::Internal => "internal server error",
         }
     }

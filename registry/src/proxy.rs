@@ -3,46 +3,69 @@
 //! single upstream).
 //!
 //! - A manifest GET or HEAD by digest that the repository lacks is fetched from the first
-//!   upstream that has it, checked against the digest and by the same document rules as a
-//!   push, and stored; then the request is served from the store.
+//!   upstream that has it and serves it verified (digest, size limit, the same document rules
+//!   as a push), and stored; then the request is served from the store. An upstream whose
+//!   manifest fails verification is passed over like one that is down or lacks it: the next
+//!   is asked, and nothing of the bad one is stored.
 //! - A manifest by tag is revalidated at the upstreams once its last check is older than the
 //!   rule's `tag_ttl_secs`; when no upstream answers, the cached tag is served (stale), so a
-//!   site keeps working while the upstream is down.
+//!   site keeps working while the upstream is down. With nothing cached, a failure of every
+//!   upstream is `503 UNAVAILABLE` whose detail names each upstream and why it failed; only
+//!   when every upstream answered "not found" is it `404 MANIFEST_UNKNOWN`.
 //! - A blob the repository lacks is fetched once however many requests ask for it at the same
 //!   time (one fetch per digest in this process; the others wait for it and are served from
 //!   the store). The fetch goes through the registry's own upload path, so the bytes become
 //!   visible only after `finish_upload` verified size and digest. The request that started the
 //!   fetch gets the bytes as they arrive, except the last chunk, which is sent only after the
 //!   verification succeeded: a client either receives verified bytes or sees the transfer
-//!   fail. The fetch runs on its own task and completes even when that client goes away.
+//!   fail. When an upstream's bytes fail verification the fetch goes on at the next upstream
+//!   (that client's transfer has failed; the waiting and later requests get the verified
+//!   blob). The fetch runs on its own task and completes even when that client goes away.
+//! - Referrers of a proxied repository ([`Proxy::referrers`]) are the cached ones merged with
+//!   what the upstreams list (their referrers API, or the `sha256-<hex>` tag schema for a
+//!   registry without it); the listed signatures and SBOMs are then fetched on demand like any
+//!   manifest and blob.
+//! - containerd's mirror requests (`/v2/NAME/...?ns=HOST`) are the requests for
+//!   `PREFIX/NAME` of the rule with an upstream at `HOST` (`NAME` without that upstream's
+//!   repository prefix; [`Proxy::local_name_for_namespace`]).
 //!
-//! The upstream fetcher is this module's own small HTTP client (`reqwest`): the registry crate
-//! does not depend on `registry-client` (crate arrows point down), and the only part a
-//! pull-through needs is a verified GET, which is short. A rule with `auth_file` sends HTTP
-//! Basic credentials; they come from an [`UpstreamCredentials`] the process injects (`rdctl
-//! registry serve` reads the docker `config.json` / `auth.json` with `registry-client`'s one
-//! parser), looked up at every fetch so a rewritten file counts. There is no token (Bearer)
-//! flow: an upstream that answers with a token challenge is not reachable with credentials.
-//! Revalidation times are kept in memory: they only decide when to ask again, never what is
-//! served, so a restarted replica revalidates once more.
+//! Upstreams are reached with `registry-client`, the workspace's one HTTP stack: a 401's
+//! challenge is answered with Basic credentials or a bearer token from its realm (tokens
+//! cached per scope), credentials come from the rule's `auth_file` (a docker `config.json` or
+//! containers `auth.json`, credential helpers included; none: anonymous, never the process's
+//! own docker config), TLS trusts the rule's `ca_files` and `certs.d` directories (per host;
+//! default docker's and containers' `/etc/*/certs.d`) or skips verification with `insecure`,
+//! and transient failures are retried with [`UPSTREAM_RETRY`]. Revalidation times are kept
+//! in memory: they only decide when to ask again, never what is served, so a restarted
+//! replica revalidates once more.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use axum::response::Response;
 use bytes::Bytes;
 use futures_util::StreamExt as _;
-use validator::{Algorithm, Digest, Name, Tag};
+use registry_client::{AuthEnv, Client, ClientError, ErrorKind, Keychain, Reference, Retry};
+use validator::{Digest, Name, RegistryHost, Tag, error_chain};
 
 use crate::errors::{ApiError, ApiResult, Code};
 use crate::repo::{ManifestLink, Repos};
 
-/// Media types asked for when fetching a manifest.
-const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.v2+json, application/vnd.docker.distribution.manifest.list.v2+json";
+/// How the cache retries an upstream's transient failures (5xx, 429, cut connections): three
+/// attempts 200 ms and 400 ms apart, so a dead upstream costs a client about a second before
+/// the next upstream or the cache answers.
+pub const UPSTREAM_RETRY: Retry = Retry {
+    attempts: 3,
+    base_delay: Duration::from_millis(200),
+    max_delay: Duration::from_secs(2),
+};
+
+/// Connect and read timeout for upstream requests.
+const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// One upstream: a base URL (`http[s]://HOST[:PORT]`) and a repository prefix there.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +95,7 @@ impl Upstream {
         {
             return Err(format!("{s:?}: bad host {host:?}"));
         }
+        RegistryHost::parse(host).map_err(|e| format!("{s:?}: bad host {host:?}: {e}"))?;
         if let Some(p) = prefix {
             Name::parse(p).map_err(|e| format!("{s:?}: prefix {p:?}: {e}"))?;
         }
@@ -81,11 +105,37 @@ impl Upstream {
         })
     }
 
+    /// `HOST[:PORT]` as written.
+    fn authority(&self) -> &str {
+        self.base.split_once("://").map_or("", |(_, h)| h)
+    }
+
+    /// The canonical `HOST[:PORT]` (how `registry-client` names the registry).
+    pub fn host(&self) -> RegistryHost {
+        RegistryHost::parse(self.authority()).expect("checked by Upstream::parse")
+    }
+
+    /// True for an `http://` upstream.
+    pub fn plain_http(&self) -> bool {
+        self.base.starts_with("http://")
+    }
+
     fn repository(&self, remote: &str) -> String {
         match &self.prefix {
             Some(p) => format!("{p}/{remote}"),
             None => remote.to_owned(),
         }
+    }
+
+    /// The client reference of `remote` at this upstream: `reference` is a tag or a digest.
+    fn reference(&self, remote: &str, reference: &str) -> Result<Reference, String> {
+        let sep = if reference.contains(':') { '@' } else { ':' };
+        let s = format!(
+            "{}/{}{sep}{reference}",
+            self.host(),
+            self.repository(remote)
+        );
+        Reference::parse(&s).map_err(|e| format!("{self}: {e}"))
     }
 }
 
@@ -99,14 +149,6 @@ impl std::fmt::Display for Upstream {
     }
 }
 
-/// Finds the credentials for an upstream host in an auth file (`[[proxy]] auth_file`,
-/// `[[sync]] auth_file`): the process injects it, this crate reads no credential files.
-pub trait UpstreamCredentials: Send + Sync + std::fmt::Debug {
-    /// User name and password for `host` (`HOST[:PORT]`) in `file`; `None`: anonymous. The
-    /// error names the file and what is wrong.
-    fn basic(&self, file: &Path, host: &str) -> Result<Option<(String, String)>, String>;
-}
-
 /// One `[[proxy]]` rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProxyRule {
@@ -116,20 +158,68 @@ pub struct ProxyRule {
     pub upstreams: Vec<Upstream>,
     /// A tag is revalidated at the upstreams once its last check is this old.
     pub tag_ttl: Duration,
-    /// A docker `config.json` / containers `auth.json` with the upstreams' credentials (none:
-    /// anonymous).
+    /// A docker `config.json` / containers `auth.json` with the upstreams' credentials and
+    /// credential helpers (none: anonymous).
     pub auth_file: Option<PathBuf>,
+    /// PEM files of CAs trusted for every upstream of the rule (besides the system's).
+    pub ca_files: Vec<PathBuf>,
+    /// `certs.d`-style directories (`<dir>/<host:port>/*.crt`, `client.cert`/`client.key`);
+    /// empty: [`registry_client::DEFAULT_CERT_DIRS`].
+    pub cert_dirs: Vec<PathBuf>,
+    /// TLS without verifying the upstreams' certificates.
+    pub insecure: bool,
+}
+
+impl ProxyRule {
+    /// The client that reaches upstream `u` of this rule: its credentials, CAs and `certs.d`,
+    /// TLS unless `u` is `http://`, the cache's retry policy. Fails naming a CA or `certs.d`
+    /// file that cannot be read.
+    pub fn client_for(&self, u: &Upstream) -> Result<Client, ClientError> {
+        let keychain = match &self.auth_file {
+            // Only the configured file: a server never reads its user's docker config.
+            Some(f) => Keychain::from_env(Some(f), &AuthEnv::default()),
+            None => Keychain::empty(),
+        };
+        let mut b = Client::builder()
+            .plain_http(u.plain_http())
+            .tls(!u.plain_http())
+            .insecure(self.insecure)
+            .keychain(keychain)
+            .retry(UPSTREAM_RETRY)
+            .timeout(UPSTREAM_TIMEOUT);
+        for f in &self.ca_files {
+            b = b.ca_file(f);
+        }
+        b = if self.cert_dirs.is_empty() {
+            b.cert_dirs(registry_client::DEFAULT_CERT_DIRS.iter().map(PathBuf::from))
+        } else {
+            b.cert_dirs(self.cert_dirs.iter().cloned())
+        };
+        b.build()
+    }
 }
 
 /// How a blob fetch ended: `None` while it runs, then `Ok` or why it failed.
 type FetchEnd = Option<Result<(), String>>;
 
+/// A rule with a client per upstream (or why it could not be built).
+#[derive(Debug)]
+struct Routed {
+    rule: ProxyRule,
+    clients: Vec<Result<Client, String>>,
+}
+
+impl Routed {
+    /// Each upstream with its client, in order.
+    fn upstreams(&self) -> impl Iterator<Item = (&Upstream, &Result<Client, String>)> {
+        self.rule.upstreams.iter().zip(&self.clients)
+    }
+}
+
 /// The pull-through cache of one registry process.
 #[derive(Debug)]
 pub(crate) struct Proxy {
-    rules: Vec<ProxyRule>,
-    http: reqwest::Client,
-    credentials: Option<Arc<dyn UpstreamCredentials>>,
+    rules: Vec<Arc<Routed>>,
     /// When each `(repository, tag)` was last revalidated.
     checked: Mutex<HashMap<(String, String), Instant>>,
     /// Blob fetches under way, by digest: a receiver that turns `Some` when the fetch ended
@@ -137,146 +227,169 @@ pub(crate) struct Proxy {
     inflight: Mutex<HashMap<Digest, tokio::sync::watch::Receiver<FetchEnd>>>,
 }
 
-/// What an upstream answered for a manifest.
+/// What the upstreams answered for a manifest.
 enum Fetched {
+    /// Verified bytes from `upstream`.
     Found {
+        upstream: String,
+        digest: Digest,
         bytes: Bytes,
-        content_type: Option<String>,
-        digest_header: Option<String>,
+        checked: Box<crate::manifest_rules::CheckedManifest>,
     },
+    /// Every upstream answered "not found".
     Missing,
+    /// Some upstream failed (down, refused, bad content): each one's error.
+    Failed(Vec<String>),
 }
 
 impl Proxy {
-    /// A cache over `rules`; `None` without rules. `credentials` resolves the rules'
-    /// `auth_file`s.
-    pub(crate) fn new(
-        rules: Vec<ProxyRule>,
-        credentials: Option<Arc<dyn UpstreamCredentials>>,
-    ) -> Option<Arc<Proxy>> {
+    /// A cache over `rules`; `None` without rules. An upstream whose client cannot be built
+    /// (the configuration check reports that at start) fails each fetch with that reason.
+    pub(crate) fn new(rules: Vec<ProxyRule>) -> Option<Arc<Proxy>> {
         if rules.is_empty() {
             return None;
         }
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5))
-            .read_timeout(Duration::from_secs(60))
-            .build()
-            .expect("an HTTP client with default TLS settings");
+        let rules = rules
+            .into_iter()
+            .map(|rule| {
+                let clients = rule
+                    .upstreams
+                    .iter()
+                    .map(|u| {
+                        rule.client_for(u)
+                            .map_err(|e| format!("{u}: {}", error_chain(&e)))
+                    })
+                    .collect();
+                Arc::new(Routed { rule, clients })
+            })
+            .collect();
         Some(Arc::new(Proxy {
             rules,
-            http,
-            credentials,
             checked: Mutex::new(HashMap::new()),
             inflight: Mutex::new(HashMap::new()),
         }))
     }
 
-    /// A GET of `url` at upstream `u` of `rule`, with the rule's credentials for its host.
-    fn get(
-        &self,
-        rule: &ProxyRule,
-        u: &Upstream,
-        url: &str,
-    ) -> Result<reqwest::RequestBuilder, String> {
-        let req = self.http.get(url);
-        let Some(file) = &rule.auth_file else {
-            return Ok(req);
-        };
-        let Some(creds) = &self.credentials else {
-            return Err(format!(
-                "{url}: {} is set but this process reads no credential files",
-                file.display()
-            ));
-        };
-        let host = u.base.split_once("://").map_or("", |(_, h)| h);
-        Ok(match creds.basic(file, host)? {
-            Some((user, password)) => req.basic_auth(user, Some(password)),
-            None => req,
-        })
-    }
-
     /// The rule for a local repository and the name at the upstreams.
-    fn route(&self, name: &Name) -> Option<(&ProxyRule, String)> {
+    fn route(&self, name: &Name) -> Option<(&Arc<Routed>, String)> {
         self.rules.iter().find_map(|r| {
-            let rest = name.as_str().strip_prefix(&r.prefix)?.strip_prefix('/')?;
+            let rest = name
+                .as_str()
+                .strip_prefix(&r.rule.prefix)?
+                .strip_prefix('/')?;
             Some((r, rest.to_owned()))
         })
     }
 
-    /// GET a manifest at the upstreams in order; the first that has it answers.
+    /// The local repository a containerd mirror request for `name` with `ns=host` means:
+    /// `PREFIX/REST` of the rule with an upstream at `host` whose repository prefix `name`
+    /// is under (`REST` is `name` without that prefix). Hosts are compared in canonical
+    /// spelling (`Docker.IO`, `index.docker.io` and `registry-1.docker.io` are `docker.io`);
+    /// the error names the host and the hosts served.
+    pub(crate) fn local_name_for_namespace(
+        &self,
+        host: &str,
+        name: &str,
+    ) -> Result<String, String> {
+        let want = RegistryHost::parse(host).map_err(|e| format!("ns={host:?}: {e}"))?;
+        for r in &self.rules {
+            for u in r.rule.upstreams.iter().filter(|u| u.host() == want) {
+                let rest = match &u.prefix {
+                    None => Some(name),
+                    Some(p) => name
+                        .strip_prefix(p.as_str())
+                        .and_then(|n| n.strip_prefix('/')),
+                };
+                if let Some(rest) = rest {
+                    return Ok(format!("{}/{rest}", r.rule.prefix));
+                }
+            }
+        }
+        let mut served: Vec<String> = self
+            .rules
+            .iter()
+            .flat_map(|r| r.rule.upstreams.iter().map(|u| u.to_string()))
+            .collect();
+        served.dedup();
+        Err(format!(
+            "ns={host:?}: no [[proxy]] rule has an upstream at {want} for {name:?} (upstreams here: {})",
+            served.join(", ")
+        ))
+    }
+
+    /// GET a manifest at the upstreams in order; the first whose answer verifies wins.
     async fn fetch_manifest(
         &self,
-        rule: &ProxyRule,
+        routed: &Routed,
         remote: &str,
         reference: &str,
         limit: u64,
-    ) -> Result<Fetched, String> {
+    ) -> Fetched {
         let mut errors = Vec::new();
-        for u in &rule.upstreams {
-            let url = format!(
-                "{}/v2/{}/manifests/{reference}",
-                u.base,
-                u.repository(remote)
-            );
-            let req = match self.get(rule, u, &url) {
+        for (u, client) in routed.upstreams() {
+            let client = match client {
+                Ok(c) => c,
+                Err(e) => {
+                    errors.push(e.clone());
+                    continue;
+                }
+            };
+            let r = match u.reference(remote, reference) {
                 Ok(r) => r,
                 Err(e) => {
                     errors.push(e);
                     continue;
                 }
             };
-            match self.get_manifest(req, &url, limit).await {
-                Ok(Fetched::Missing) => errors.push(format!("{url}: not found")),
-                Ok(found) => return Ok(found),
-                Err(e) => errors.push(e),
+            let (desc, bytes) = match client.get_manifest(&r).await {
+                Ok(found) => found,
+                Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                Err(e) => {
+                    if e.kind() == ErrorKind::Verify {
+                        tracing::warn!(upstream = %u, reference = %r, error = %error_chain(&e), "upstream sent a manifest that does not match its digest; not cached, trying the next upstream");
+                    }
+                    errors.push(format!("{u}: {}", error_chain(&e)));
+                    continue;
+                }
+            };
+            if bytes.len() as u64 > limit {
+                errors.push(format!(
+                    "{u}: manifest {} is {} bytes, more than this registry accepts ({limit})",
+                    desc.digest,
+                    bytes.len()
+                ));
+                continue;
+            }
+            let media_type = (!desc.media_type.is_empty()).then_some(desc.media_type.as_str());
+            match crate::manifest_rules::check_document(&bytes, media_type) {
+                Ok(checked) => {
+                    return Fetched::Found {
+                        upstream: u.to_string(),
+                        digest: desc.digest,
+                        bytes,
+                        checked: Box::new(checked),
+                    };
+                }
+                Err(e) => {
+                    tracing::warn!(upstream = %u, reference = %r, error = %e.detail, "upstream sent a manifest this registry refuses; not cached, trying the next upstream");
+                    errors.push(format!(
+                        "{u}: {} is not a valid manifest: {}",
+                        desc.digest, e.detail
+                    ));
+                }
             }
         }
-        if errors.iter().all(|e| e.ends_with(": not found")) {
-            return Ok(Fetched::Missing);
+        if errors.is_empty() {
+            Fetched::Missing
+        } else {
+            Fetched::Failed(errors)
         }
-        Err(errors.join("; "))
-    }
-
-    async fn get_manifest(
-        &self,
-        req: reqwest::RequestBuilder,
-        url: &str,
-        limit: u64,
-    ) -> Result<Fetched, String> {
-        let resp = req
-            .header(header::ACCEPT, MANIFEST_ACCEPT)
-            .send()
-            .await
-            .map_err(|e| format!("{url}: {}", validator::error_chain(&e)))?;
-        match resp.status() {
-            StatusCode::OK => {}
-            StatusCode::NOT_FOUND => return Ok(Fetched::Missing),
-            s => return Err(format!("{url}: upstream answered {s}")),
-        }
-        let h = resp.headers();
-        let text = |k: &str| h.get(k).and_then(|v| v.to_str().ok()).map(str::to_owned);
-        let content_type =
-            text("content-type").map(|c| c.split(';').next().unwrap_or_default().trim().to_owned());
-        let digest_header = text("docker-content-digest");
-        let mut body = resp.bytes_stream();
-        let mut buf = Vec::new();
-        while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| format!("{url}: {}", validator::error_chain(&e)))?;
-            if (buf.len() + chunk.len()) as u64 > limit {
-                return Err(format!("{url}: manifest larger than {limit} bytes"));
-            }
-            buf.extend_from_slice(&chunk);
-        }
-        Ok(Fetched::Found {
-            bytes: Bytes::from(buf),
-            content_type,
-            digest_header,
-        })
     }
 
     /// Makes sure `name` has the manifest `reference` names when the repository is proxied:
     /// fetches a digest it lacks, revalidates a tag whose check is older than the TTL (a
-    /// failed revalidation keeps the cached tag). Does nothing for other repositories.
+    /// failed revalidation keeps the cached tag; with nothing cached it is a 503 naming the
+    /// upstreams). Does nothing for other repositories.
     pub(crate) async fn ensure_manifest(
         &self,
         repos: &Repos,
@@ -284,7 +397,7 @@ impl Proxy {
         reference: &str,
         limit: u64,
     ) -> ApiResult<()> {
-        let Some((rule, remote)) = self.route(name) else {
+        let Some((routed, remote)) = self.route(name) else {
             return Ok(());
         };
         let tag = if reference.contains(':') {
@@ -305,61 +418,46 @@ impl Proxy {
                 .lock()
                 .expect("proxy tag checks")
                 .get(&key)
-                .is_some_and(|at| at.elapsed() < rule.tag_ttl);
+                .is_some_and(|at| at.elapsed() < routed.rule.tag_ttl);
             if fresh && repos.resolve_tag_target(name, &t).await?.is_some() {
                 return Ok(());
             }
             Some(t)
         };
-        let fetched = self.fetch_manifest(rule, &remote, reference, limit).await;
-        let (bytes, content_type, digest_header) = match fetched {
-            Ok(Fetched::Found {
+        let (upstream, digest, bytes, checked) = match self
+            .fetch_manifest(routed, &remote, reference, limit)
+            .await
+        {
+            Fetched::Found {
+                upstream,
+                digest,
                 bytes,
-                content_type,
-                digest_header,
-            }) => (bytes, content_type, digest_header),
-            Ok(Fetched::Missing) => {
+                checked,
+            } => (upstream, digest, bytes, checked),
+            Fetched::Missing => {
                 tracing::debug!(repository = %name, reference, "not at any upstream");
                 return Ok(());
             }
-            Err(e) => {
-                // Upstream down: what is cached is served; a miss is a miss.
-                tracing::warn!(repository = %name, reference, error = %e, "upstreams unavailable; serving the cache");
-                return Ok(());
+            Fetched::Failed(errors) => {
+                let errors = errors.join("; ");
+                let cached = match &tag {
+                    Some(t) => repos.resolve_tag_target(name, t).await?.is_some(),
+                    None => false,
+                };
+                if cached {
+                    tracing::warn!(repository = %name, reference, error = %errors, "upstreams unavailable; serving the cache");
+                    return Ok(());
+                }
+                tracing::warn!(repository = %name, reference, error = %errors, "upstreams unavailable and nothing cached");
+                return Err(ApiError::new(
+                        Code::Unavailable,
+                        format!(
+                            "{name}:{reference} is not cached and its upstreams could not supply it: {errors}"
+                        ),
+                    )
+                    .with_reason());
             }
         };
-        let digest = match (&tag, Digest::parse(reference)) {
-            (None, Ok(want)) => {
-                let got = Digest::of(want.algorithm(), &bytes);
-                if got != want {
-                    tracing::warn!(repository = %name, %want, %got, "upstream sent a manifest that does not match its digest; not cached");
-                    return Err(ApiError::new(
-                        Code::ManifestUnknown,
-                        format!("the upstream of {name} served {got} for {want}"),
-                    ));
-                }
-                want
-            }
-            _ => {
-                let algorithm = digest_header
-                    .as_deref()
-                    .and_then(|h| Digest::parse(h).ok())
-                    .map(|d| d.algorithm())
-                    .unwrap_or(Algorithm::Sha256);
-                let got = Digest::of(algorithm, &bytes);
-                if let Some(h) = &digest_header
-                    && h != got.as_str()
-                {
-                    tracing::warn!(repository = %name, reference, header = %h, %got, "upstream's digest header does not match the manifest; not cached");
-                    return Err(ApiError::new(
-                        Code::ManifestUnknown,
-                        format!("the upstream of {name} served {got} for {reference}, saying {h}"),
-                    ));
-                }
-                got
-            }
-        };
-        let checked = crate::manifest_rules::check_document(&bytes, content_type.as_deref())?;
         repos.put_manifest_bytes(&digest, bytes.clone()).await?;
         let link = ManifestLink {
             media_type: checked.media_type.clone(),
@@ -369,18 +467,14 @@ impl Proxy {
         repos.link_manifest(name, &digest, &link).await?;
         if let Some(subject) = &checked.subject {
             // Listed under its subject as a pushed referrer is.
-            let mut desc = serde_json::json!({
-                "mediaType": checked.media_type,
-                "digest": digest.as_str(),
-                "size": bytes.len(),
-            });
-            if let Some(t) = &checked.artifact_type {
-                desc["artifactType"] = serde_json::Value::String(t.clone());
-            }
-            if let Some(a) = &checked.annotations {
-                desc["annotations"] = a.clone();
-            }
-            repos.add_referrer(name, subject, &digest, desc).await?;
+            repos
+                .add_referrer(
+                    name,
+                    subject,
+                    &digest,
+                    descriptor(&checked, &digest, bytes.len()),
+                )
+                .await?;
         }
         if let Some(t) = &tag {
             // The cache follows its upstream: `[[immutable]]` rules govern pushes, not this.
@@ -390,8 +484,47 @@ impl Proxy {
                 Instant::now(),
             );
         }
-        tracing::info!(repository = %name, reference, %digest, "manifest cached from upstream");
+        tracing::info!(repository = %name, reference, %digest, %upstream, "manifest cached from upstream");
         Ok(())
+    }
+
+    /// The referrers of `subject` in a proxied repository: `cached` (what the store lists)
+    /// merged with what each upstream lists, cached entries first, one entry per digest. An
+    /// upstream that cannot be asked is logged and left out: the listing never fails for it.
+    /// `None` for repositories that are not proxied.
+    pub(crate) async fn referrers(
+        &self,
+        name: &Name,
+        subject: &Digest,
+        cached: Vec<serde_json::Value>,
+    ) -> Option<Vec<serde_json::Value>> {
+        let (routed, remote) = self.route(name)?;
+        let mut merged = cached;
+        for (u, client) in routed.upstreams() {
+            let listed = match client {
+                Ok(c) => match u.reference(&remote, subject.as_str()) {
+                    Ok(r) => c.referrers(&r, subject).await.map_err(|e| error_chain(&e)),
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e.clone()),
+            };
+            match listed {
+                Ok(list) => {
+                    for m in list.manifests {
+                        let known = merged.iter().any(|v| {
+                            v.get("digest").and_then(|d| d.as_str()) == Some(m.digest.as_str())
+                        });
+                        if !known && let Ok(v) = serde_json::to_value(&m) {
+                            merged.push(v);
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(repository = %name, %subject, upstream = %u, error = %e, "upstream referrers unavailable; listing the cached ones");
+                }
+            }
+        }
+        Some(merged)
     }
 
     /// For a proxied repository that lacks blob `d`: fetches it once. The request that starts
@@ -404,10 +537,10 @@ impl Proxy {
         d: &Digest,
         stream_to_caller: bool,
     ) -> ApiResult<Option<Response>> {
-        let Some((rule, remote)) = self.route(name) else {
+        let Some((routed, remote)) = self.route(name) else {
             return Ok(None);
         };
-        let rule = rule.clone();
+        let routed = Arc::clone(routed);
         let (rx, leader) = {
             let mut inflight = self.inflight.lock().expect("proxy fetches");
             match inflight.get(d) {
@@ -423,42 +556,46 @@ impl Proxy {
             // Someone else fetches it: wait, then the store answers.
             return fetched(rx, name, d).await;
         };
-        // This request fetches: find an upstream that has the blob.
+        // This request fetches: the first upstream that has the blob streams it.
         let mut errors = Vec::new();
-        let mut found = None;
-        for u in &rule.upstreams {
-            let url = format!("{}/v2/{}/blobs/{d}", u.base, u.repository(&remote));
-            let req = match self.get(&rule, u, &url) {
-                Ok(r) => r,
-                Err(e) => {
-                    errors.push(e);
-                    continue;
-                }
-            };
-            match req.send().await {
-                Ok(r) if r.status() == StatusCode::OK => {
-                    found = Some((url, r));
-                    break;
-                }
-                Ok(r) => errors.push(format!("{url}: upstream answered {}", r.status())),
-                Err(e) => errors.push(format!("{url}: {}", validator::error_chain(&e))),
-            }
-        }
-        let Some((url, resp)) = found else {
+        let Some(first) = open_blob(&routed, 0, &remote, d, &mut errors).await else {
             let e = errors.join("; ");
             self.finish(d, &done, Err(e.clone()));
             return Err(unavailable(name, d, &e));
         };
-        let size = resp.content_length();
+        let size = first.size;
         let (tx, body_rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
-        let client = (stream_to_caller && size.is_some()).then_some(tx);
+        let client = stream_to_caller.then_some(tx);
         let me = Arc::clone(self);
         let (repos, name2, d2) = (repos.clone(), name.clone(), d.clone());
         tokio::spawn(async move {
-            let r = me.store_blob(&repos, &name2, &d2, &url, resp, client).await;
-            me.finish(&d2, &done, r);
+            let mut errors = errors;
+            let mut next = Some(first);
+            let mut client = client;
+            let mut result = Err(String::new());
+            while let Some(open) = next.take() {
+                let index = open.index;
+                match me
+                    .store_blob(&repos, &name2, &d2, open, client.take())
+                    .await
+                {
+                    Ok(()) => {
+                        result = Ok(());
+                        break;
+                    }
+                    Err(e) => {
+                        // Bad bytes (or a failed transfer) from this upstream: the next one.
+                        errors.push(e);
+                        next = open_blob(&routed, index + 1, &remote, &d2, &mut errors).await;
+                    }
+                }
+            }
+            if result.is_err() {
+                result = Err(errors.join("; "));
+            }
+            me.finish(&d2, &done, result);
         });
-        if !stream_to_caller || size.is_none() {
+        if !stream_to_caller {
             return fetched(rx, name, d).await;
         }
         let stream = futures_util::stream::unfold(body_rx, |mut rx| async move {
@@ -467,7 +604,7 @@ impl Proxy {
         let r = Response::builder()
             .header(header::CONTENT_TYPE, "application/octet-stream")
             .header("docker-content-digest", d.as_str())
-            .header(header::CONTENT_LENGTH, size.expect("checked above"))
+            .header(header::CONTENT_LENGTH, size)
             .body(Body::from_stream(stream))
             .map_err(ApiError::internal)?;
         Ok(Some(r))
@@ -483,7 +620,7 @@ impl Proxy {
         let _ = done.send(Some(r));
     }
 
-    /// Writes the upstream body through an upload (verified on commit, then linked into the
+    /// Writes an upstream's blob through an upload (verified on commit, then linked into the
     /// repository), passing each chunk on to `client` one chunk behind; the last chunk goes to
     /// the client only after the commit verified the digest, else the client's body fails.
     async fn store_blob(
@@ -491,8 +628,7 @@ impl Proxy {
         repos: &Repos,
         name: &Name,
         d: &Digest,
-        url: &str,
-        resp: reqwest::Response,
+        open: OpenBlob,
         client: Option<tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>>,
     ) -> Result<(), String> {
         let held: Arc<Mutex<Option<Bytes>>> = Arc::new(Mutex::new(None));
@@ -501,10 +637,11 @@ impl Proxy {
             .await
             .map_err(|e| format!("starting the upload of {d}: {}", e.detail))?;
         let (h, c) = (held.clone(), client.clone());
-        let body = resp.bytes_stream().then(move |item| {
-            let (h, c) = (h.clone(), c.clone());
+        let upstream = open.upstream.clone();
+        let body = tokio_util::io::ReaderStream::new(open.reader).then(move |item| {
+            let (h, c, upstream) = (h.clone(), c.clone(), upstream.clone());
             async move {
-                let b = item.map_err(|e| validator::error_chain(&e))?;
+                let b = item.map_err(|e| format!("{upstream}: {}", error_chain(&e)))?;
                 let prev = h.lock().expect("held chunk").replace(b.clone());
                 if let (Some(prev), Some(c)) = (prev, &c) {
                     // A client that went away does not stop the cache fill.
@@ -517,7 +654,7 @@ impl Proxy {
             .finish_upload(name, upload, body, None, None, d)
             .await
             .map(|_| ())
-            .map_err(|e| format!("{url}: {}", e.detail));
+            .map_err(|e| format!("{}: {}", open.upstream, e.detail));
         if let Some(c) = client {
             match &r {
                 Ok(()) => {
@@ -536,7 +673,9 @@ impl Proxy {
             }
         }
         match &r {
-            Ok(()) => tracing::info!(repository = %name, digest = %d, "blob cached from upstream"),
+            Ok(()) => {
+                tracing::info!(repository = %name, digest = %d, upstream = %open.upstream, "blob cached from upstream")
+            }
             Err(e) => {
                 tracing::warn!(repository = %name, digest = %d, error = %e, "blob from upstream refused; not cached")
             }
@@ -545,11 +684,99 @@ impl Proxy {
     }
 }
 
+/// The descriptor a referrers listing shows for a cached manifest with a subject.
+fn descriptor(
+    checked: &crate::manifest_rules::CheckedManifest,
+    digest: &Digest,
+    size: usize,
+) -> serde_json::Value {
+    let mut desc = serde_json::json!({
+        "mediaType": checked.media_type,
+        "digest": digest.as_str(),
+        "size": size,
+    });
+    if let Some(t) = &checked.artifact_type {
+        desc["artifactType"] = serde_json::Value::String(t.clone());
+    }
+    if let Some(a) = &checked.annotations {
+        desc["annotations"] = a.clone();
+    }
+    desc
+}
+
+/// An upstream's blob body, not yet verified (the upload verifies it).
+struct OpenBlob {
+    /// Which upstream of the rule (its index) and how it prints.
+    index: usize,
+    upstream: String,
+    size: u64,
+    reader: std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>,
+}
+
+/// Opens blob `d` at the first upstream from `from` on that has it (its size from a HEAD, then
+/// a GET that resumes a cut body); what each upstream that could not answered goes to
+/// `errors` ("not found" included, so the final message names every upstream).
+async fn open_blob(
+    routed: &Routed,
+    from: usize,
+    remote: &str,
+    d: &Digest,
+    errors: &mut Vec<String>,
+) -> Option<OpenBlob> {
+    for (index, (u, client)) in routed.upstreams().enumerate().skip(from) {
+        let client = match client {
+            Ok(c) => c,
+            Err(e) => {
+                errors.push(e.clone());
+                continue;
+            }
+        };
+        let repo = match Name::parse(&u.repository(remote)) {
+            Ok(n) => n,
+            Err(e) => {
+                errors.push(format!("{u}: {e}"));
+                continue;
+            }
+        };
+        let host = u.host();
+        let size = match client.blob_exists(host.as_str(), &repo, d).await {
+            Ok(Some(size)) => size,
+            Ok(None) => {
+                errors.push(format!("{u}: blob not found"));
+                continue;
+            }
+            Err(e) => {
+                errors.push(format!("{u}: {}", error_chain(&e)));
+                continue;
+            }
+        };
+        match client.get_blob_from(host.as_str(), &repo, d, 0).await {
+            Ok((_, reader)) => {
+                return Some(OpenBlob {
+                    index,
+                    upstream: u.to_string(),
+                    size,
+                    reader,
+                });
+            }
+            Err(e) => errors.push(format!("{u}: {}", error_chain(&e))),
+        }
+    }
+    None
+}
+
 fn unavailable(name: &Name, d: &Digest, why: &str) -> ApiError {
+    let all_missing = why.split("; ").all(|e| e.ends_with(": blob not found"));
+    let code = if all_missing {
+        Code::BlobUnknown
+    } else {
+        Code::Unavailable
+    };
     ApiError::new(
-        Code::BlobUnknown,
+        code,
         format!("blob {d} is not in {name} and its upstreams could not supply it: {why}"),
     )
+    .with_reason()
 }
 
 /// What a blob fetch led by another request (or handed to a task) ended with: `None` once the
@@ -575,28 +802,86 @@ async fn fetched(
 mod tests {
     use super::*;
 
+    fn rule(prefix: &str, upstreams: &[&str]) -> ProxyRule {
+        ProxyRule {
+            prefix: prefix.into(),
+            upstreams: upstreams
+                .iter()
+                .map(|u| Upstream::parse(u).unwrap())
+                .collect(),
+            tag_ttl: Duration::from_secs(1),
+            auth_file: None,
+            ca_files: Vec::new(),
+            cert_dirs: Vec::new(),
+            insecure: false,
+        }
+    }
+
     #[test]
     fn upstreams_parse_and_routes_strip_the_prefix() {
         let u = Upstream::parse("http://127.0.0.1:5000/zones/").unwrap();
         assert_eq!(u.base, "http://127.0.0.1:5000");
         assert_eq!(u.repository("apps/web"), "zones/apps/web");
+        assert_eq!(
+            u.reference("apps/web", "1").unwrap().to_string(),
+            "127.0.0.1:5000/zones/apps/web:1"
+        );
         assert_eq!(Upstream::parse("https://reg.example").unwrap().prefix, None);
-        for bad in ["reg.example", "ftp://x", "http://", "http://h/UPPER"] {
+        for bad in [
+            "reg.example",
+            "ftp://x",
+            "http://",
+            "http://h/UPPER",
+            "http://h:99999",
+        ] {
             assert!(Upstream::parse(bad).is_err(), "{bad}");
         }
-        let p = Proxy::new(
-            vec![ProxyRule {
-                prefix: "central".into(),
-                upstreams: vec![u],
-                tag_ttl: Duration::from_secs(1),
-                auth_file: None,
-            }],
-            None,
-        )
-        .unwrap();
+        let p = Proxy::new(vec![rule("central", &["http://127.0.0.1:5000/zones/"])]).unwrap();
         let n = Name::parse("central/apps/web").unwrap();
         assert_eq!(p.route(&n).map(|(_, r)| r), Some("apps/web".to_owned()));
         assert!(p.route(&Name::parse("centralx/a").unwrap()).is_none());
         assert!(p.route(&Name::parse("central").unwrap()).is_none());
+    }
+
+    #[test]
+    fn mirror_namespaces_map_to_rules_by_canonical_host() {
+        let p = Proxy::new(vec![
+            rule("hub", &["https://registry-1.docker.io"]),
+            rule(
+                "local",
+                &["http://LocalHost:5000", "https://quay.io:443/team"],
+            ),
+        ])
+        .unwrap();
+        for (ns, name, local) in [
+            ("docker.io", "library/nginx", "hub/library/nginx"),
+            ("index.docker.io", "library/nginx", "hub/library/nginx"),
+            ("Docker.IO", "a", "hub/a"),
+            ("localhost:5000", "apps/web", "local/apps/web"),
+            ("quay.io", "team/app", "local/app"),
+            ("quay.io:443", "team/x/y", "local/x/y"),
+        ] {
+            assert_eq!(
+                p.local_name_for_namespace(ns, name).as_deref(),
+                Ok(local),
+                "{ns} {name}"
+            );
+        }
+        let e = p.local_name_for_namespace("ghcr.io", "a").unwrap_err();
+        assert!(
+            e.contains("ghcr.io") && e.contains("registry-1.docker.io"),
+            "{e}"
+        );
+        // Not under the upstream's prefix: not that upstream's repository.
+        assert!(p.local_name_for_namespace("quay.io", "other/app").is_err());
+        assert!(p.local_name_for_namespace("bad host", "a").is_err());
+    }
+
+    #[test]
+    fn a_bad_ca_file_names_the_file() {
+        let mut r = rule("c", &["https://reg.example"]);
+        r.ca_files = vec![PathBuf::from("/nonexistent/ca.pem")];
+        let e = error_chain(&r.client_for(&r.upstreams[0]).unwrap_err());
+        assert!(e.contains("/nonexistent/ca.pem"), "{e}");
     }
 }

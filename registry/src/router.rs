@@ -27,6 +27,11 @@ pub fn router(state: AppState) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::http::middleware,
+        ))
+        // Outside access control, so it decides on the repository really asked for.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            mirror_namespace,
         ));
     let mut r = Router::new().merge(api);
     if state
@@ -50,6 +55,58 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(handlers::probes::metrics))
         .fallback(handlers::base::not_found);
     middleware::stack(r, &state).with_state(state)
+}
+
+/// containerd's mirror requests: `/v2/NAME/...?ns=HOST` is `/v2/PREFIX/REST/...` of the
+/// `[[proxy]]` rule with an upstream at `HOST` (`REST`: `NAME` without that upstream's
+/// repository prefix); an `ns` no rule serves is `404 NAME_UNKNOWN` naming it. Requests
+/// without `ns` (or for `/v2/` itself) pass unchanged.
+async fn mirror_namespace(
+    State(state): State<AppState>,
+    mut req: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some(ns) = req.uri().query().and_then(|q| {
+        form_urlencoded::parse(q.as_bytes())
+            .find(|(k, _)| k == "ns")
+            .map(|(_, v)| v.into_owned())
+    }) else {
+        return next.run(req).await;
+    };
+    let path = req.uri().path().to_owned();
+    let Some((name, rest)) = path.strip_prefix("/v2/").and_then(|rest| {
+        let name = Route::parse(rest)?.name()?.to_owned();
+        Some((name, rest))
+    }) else {
+        return next.run(req).await;
+    };
+    let local = match state.app().proxy.as_ref() {
+        Some(p) => p.local_name_for_namespace(&ns, &name),
+        None => Err(format!(
+            "ns={ns:?}: this registry has no [[proxy]] rules, so it mirrors no registry"
+        )),
+    };
+    let local = match local {
+        Ok(l) => l,
+        Err(e) => {
+            return ApiError::new(Code::NameUnknown, e)
+                .with_reason()
+                .into_response();
+        }
+    };
+    let after = rest.strip_prefix(name.as_str()).unwrap_or(rest);
+    let mut uri = format!("/v2/{local}{after}");
+    if let Some(q) = req.uri().query() {
+        uri.push('?');
+        uri.push_str(q);
+    }
+    match uri.parse() {
+        Ok(u) => *req.uri_mut() = u,
+        Err(e) => {
+            return ApiError::new(Code::NameInvalid, format!("{uri:?}: {e}")).into_response();
+        }
+    }
+    next.run(req).await
 }
 
 /// Splits the path, checks the name, and calls the handler for the route and method.

@@ -169,7 +169,7 @@ async fn run_scheduled_scrub(state: &AppState, schedule: &ScrubSchedule, every: 
 
 /// Opens the store, binds, and serves until `shutdown` resolves; then stops accepting, lets
 /// in-flight requests finish for at most the configured timeout, and returns. A configuration
-/// with `[[sync]]` entries or `[[proxy]]` credentials needs [`serve_with`].
+/// with `[[sync]]` entries needs [`serve_with`].
 pub async fn serve(
     config: ServeConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -183,23 +183,15 @@ pub struct Injected {
     /// The copy of the `[[sync]]` schedule ([`crate::mirror`]); it pushes into this registry
     /// through its loopback address.
     pub sync_runner: Option<Arc<dyn crate::mirror::SyncRunner>>,
-    /// Reads `[[proxy]] auth_file`s.
-    pub upstream_credentials: Option<Arc<dyn crate::proxy::UpstreamCredentials>>,
 }
 
-/// [`serve`] with what the process injects (the `[[sync]]` copy, upstream credentials).
+/// [`serve`] with what the process injects (the `[[sync]]` copy).
 pub async fn serve_with(
     config: ServeConfig,
     injected: Injected,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let runner = injected.sync_runner;
-    if config.proxy.iter().any(|p| p.auth_file.is_some()) && injected.upstream_credentials.is_none()
-    {
-        return Err(ServeError::Sync(
-            "a [[proxy]] auth_file needs credentials this process cannot read".to_owned(),
-        ));
-    }
     if !config.sync.is_empty() {
         if runner.is_none() {
             return Err(ServeError::Sync(
@@ -265,7 +257,6 @@ pub async fn serve_with(
             notifications,
             proxy: config.proxy.clone(),
             sync: config.sync.clone(),
-            upstream_credentials: injected.upstream_credentials,
             #[cfg(feature = "s3")]
             blob_redirect,
         },

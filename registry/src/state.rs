@@ -54,10 +54,7 @@ impl AppState {
             events,
             limiter: config.rate_limit.map(Limiter::new),
             pulls: Default::default(),
-            proxy: crate::proxy::Proxy::new(
-                config.proxy.clone(),
-                config.upstream_credentials.clone(),
-            ),
+            proxy: crate::proxy::Proxy::new(config.proxy.clone()),
             config,
             metrics,
         }))

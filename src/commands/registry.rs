@@ -658,7 +658,6 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     let injected = registry::Injected {
         sync_runner: (!config.sync.is_empty()).then(|| std::sync::Arc::new(ClientSyncRunner) as _),
-        upstream_credentials: Some(std::sync::Arc::new(AuthFileCredentials)),
     };
     crate::runtime::block_on(registry::serve_with(
         config,
@@ -667,33 +666,6 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     ))?
     .context("registry serve")?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// `[[proxy]] auth_file` for `registry serve`: registry-client's auth file parser (the one
-/// `rdctl login` writes with), credential helpers included.
-#[derive(Debug)]
-struct AuthFileCredentials;
-
-impl registry::proxy::UpstreamCredentials for AuthFileCredentials {
-    fn basic(
-        &self,
-        file: &std::path::Path,
-        host: &str,
-    ) -> Result<Option<(String, String)>, String> {
-        let found = registry_client::AuthFile::load(file)
-            .and_then(|f| f.get(host))
-            .map_err(|e| validator::error_chain(&e))?;
-        match found {
-            None => Ok(None),
-            Some(registry_client::Credential::Basic { username, password }) => {
-                Ok(Some((username, password)))
-            }
-            Some(registry_client::Credential::IdentityToken { .. }) => Err(format!(
-                "{}: the entry for {host} is an identity token, which the pull-through cannot use (it sends Basic credentials)",
-                file.display()
-            )),
-        }
-    }
 }
 
 /// The `[[sync]]` copy for `registry serve`: one `registry_client::sync` run of the entry

@@ -1,4 +1,5 @@
-//! `GET /v2/<name>/referrers/<digest>` with the `artifactType` filter.
+//! `GET /v2/<name>/referrers/<digest>` with the `artifactType` filter; in a pull-through
+//! repository, merged with what its upstreams list ([`crate::proxy::Proxy::referrers`]).
 
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -11,6 +12,11 @@ pub(crate) async fn list(req: Req, digest: &str) -> ApiResult<Response> {
     let subject = parse_digest(digest)?;
     let name = req.name().clone();
     let mut manifests = req.state.app().repos.referrers(&name, &subject).await?;
+    if let Some(proxy) = &req.state.app().proxy
+        && let Some(merged) = proxy.referrers(&name, &subject, manifests.clone()).await
+    {
+        manifests = merged;
+    }
     let filter = req.param("artifactType").map(str::to_owned);
     if let Some(t) = &filter {
         manifests.retain(|m| m.get("artifactType").and_then(|v| v.as_str()) == Some(t.as_str()));
