@@ -2,14 +2,17 @@
 //! pulls through its mirrors in order, past one that is down and one that serves wrong bytes
 //! for every blob (the fault proxy), from a site registry filled by `rdctl sync`; the zone's
 //! root holds the image's bytes. With `resolve_tags = false` a tag needs the origin, while a
-//! digest reference still comes from the mirrors.
+//! digest reference still comes from the mirrors. With an admission policy, the signatures
+//! are read from the mirror too: a signed image is admitted with the origin stopped.
 
 use std::net::TcpListener;
 
 use crate::fault_proxy::{Fault, FaultProxy, Rule};
 use crate::registry_e2e::http;
+use crate::signing::{key_id, rd};
 use crate::util::{Server, ok, rdctl, tail, tempdir};
 use crate::worker_e2e::{Node, RawImage};
+use crate::worker_policy::{illumos_image, policy_node};
 
 fn mirrors_toml(origin: &str, endpoints: &[String], resolve_tags: bool) -> String {
     let list: Vec<String> = endpoints.iter().map(|e| format!("\"{e}\"")).collect();
@@ -121,4 +124,56 @@ fn worker_pulls_through_mirrors_past_a_down_one_and_a_lying_one_while_the_origin
         st["tagged"]
     );
     drop((site, liar));
+}
+
+#[test]
+fn with_a_policy_signatures_are_read_from_the_mirror_while_the_origin_is_down() {
+    let dir = tempdir();
+    let d = dir.path();
+    for k in ["ours", "stranger"] {
+        ok(rd(d).args(["key", "generate", "--output-key-prefix", k]));
+    }
+    let (d_origin, d_site) = (tempdir(), tempdir());
+    let origin = Server::start(d_origin.path(), &[]);
+    let site = Server::start(d_site.path(), &[]);
+    let origin_host = origin.host();
+    let signed = format!("{origin_host}/apps/signed:1");
+    let digest = illumos_image(d, "signed", &signed);
+    ok(rd(d).args(["sign", "--key", "ours.key", &signed]));
+    let unsigned = format!("{origin_host}/apps/unsigned:1");
+    illumos_image(d, "unsigned", &unsigned);
+    // The site holds the origin's repositories, signatures included, under central/.
+    ok(rdctl().args(["sync", &origin_host, &format!("{}/central", site.host())]));
+    drop(origin);
+
+    std::fs::write(
+        d.join("policy.toml"),
+        "default = \"reject\"\n[[rule]]\nmatch = \"**/apps/*\"\naction = \"signed\"\nkeys = [\"ours.pub\"]\n",
+    )
+    .unwrap();
+    let node = policy_node(
+        &d.join("node"),
+        "../policy.toml",
+        &mirrors_toml(&origin_host, &[format!("{}/central", site.host())], true),
+    );
+    node.zone("web", &signed);
+    node.zone("other", &unsigned);
+    let out = node.run_once();
+    let st = node.status();
+    let z = &st["web"];
+    assert_eq!(z["phase"], "Ready", "{z:#}\n{}", tail(&out.stderr));
+    assert_eq!(z["current_digest"], digest.as_str());
+    let ours = key_id(d, "ours.pub");
+    assert_eq!(
+        z["admission"]["keys"],
+        serde_json::json!([&ours[..ours.len().min("sha256:".len() + 12)]]),
+        "{z:#}"
+    );
+    // The mirror cannot admit what the keys did not sign: the unsigned image is refused as
+    // unsigned (the mirror answered), not for want of the origin.
+    let z = &st["other"];
+    assert_eq!(z["phase"], "Denied", "{z:#}");
+    assert_eq!(z["denial"]["reason"], "unsigned", "{z:#}");
+    assert!(!node.zonepath("other").exists());
+    drop(site);
 }

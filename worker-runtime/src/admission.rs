@@ -19,6 +19,8 @@ use trust::policy::Action;
 use trust::{Decision, DenyReason, Policy};
 use validator::Digest;
 
+use crate::mirrors::Sources;
+
 /// What admitted the image a zone runs (recorded in its status).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Admission {
@@ -87,31 +89,60 @@ pub enum AdmissionError {
     },
 }
 
-/// Checks `digest` (what `reference` resolved to) against `policy`: fetches signatures and
-/// attestations only when the deciding rule is `signed`.
+/// Checks `digest` (what the origin reference of `sources` resolved to) against `policy`:
+/// fetches signatures and attestations only when the deciding rule is `signed`.
+///
+/// Evidence is read where the image is: from each of the pull's sources in order, mirrors
+/// first (a mirror made by `rdctl sync` holds the signatures beside the image), then the
+/// origin. Signatures are checked against the rule's keys wherever they were read, so a mirror
+/// cannot admit what the keys did not sign. The first source whose evidence admits the image
+/// decides; when none does, the origin's refusal is returned (else the last mirror's), and
+/// only when no source could be read at all is the image refused for want of evidence
+/// ([`AdmissionError::Evidence`], the origin's error). The policy matches the reference as
+/// the zone manifest writes it, never the mirror's name.
 pub async fn check(
     client: &Client,
     policy: &Policy,
-    reference: &Reference,
+    sources: &Sources,
     digest: &Digest,
 ) -> Result<Admission, AdmissionError> {
+    let reference = sources.origin();
     let name = reference.to_string();
-    let evidence = match policy.rule_for(&name) {
-        Some(rule) if rule.action == Action::Signed => {
-            let image = ImageRef::Registry(reference.clone());
-            Some(
-                fetch_evidence(client, &image, digest, &rule.keys)
-                    .await
-                    .map_err(|source| AdmissionError::Evidence {
-                        reference: name.clone(),
-                        digest: digest.clone(),
-                        source: Box::new(source),
-                    })?,
-            )
-        }
-        _ => None,
+    let rule = match policy.rule_for(&name) {
+        Some(rule) if rule.action == Action::Signed => rule,
+        _ => return decide(policy, reference, digest, None),
     };
-    decide(policy, reference, digest, evidence.as_ref())
+    let mut refused = None;
+    let mut failed = None;
+    for (_, source) in sources.usable() {
+        let image = ImageRef::Registry(source.reference.clone());
+        match fetch_evidence(client, &image, digest, &rule.keys).await {
+            Ok(evidence) => match decide(policy, reference, digest, Some(&evidence)) {
+                Ok(a) => {
+                    if source.mirror {
+                        tracing::debug!(%reference, mirror = %source.reference, %digest, "admitted on the mirror's signatures");
+                    }
+                    return Ok(a);
+                }
+                Err(e) => refused = Some(e),
+            },
+            Err(e) => {
+                if source.mirror {
+                    tracing::warn!(%reference, mirror = %source.reference, error = %validator::error_chain(&e), "reading signatures at the mirror failed; trying the next source");
+                }
+                failed = Some(e);
+            }
+        }
+    }
+    match (refused, failed) {
+        (Some(denial), _) => Err(denial),
+        (None, Some(source)) => Err(AdmissionError::Evidence {
+            reference: name,
+            digest: digest.clone(),
+            source: Box::new(source),
+        }),
+        (None, None) => unreachable!("the origin is always a source"),
+    }
 }
 
 /// The decision on gathered evidence (`None`: nothing fetched, the rule needs none).

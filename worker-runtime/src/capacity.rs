@@ -7,11 +7,15 @@
 //!
 //! A zone's request is its caps (`limits.cpus`, `limits.memory`): as in Kubernetes when only
 //! limits are given, the request equals the limit. A zone without caps requests nothing but
-//! one zone slot.
+//! one zone slot. A zone whose manifest is gone holds what it was given until it is removed
+//! (while it waits out `gc_grace_secs`), as a terminating pod holds its node's resources.
+//!
+//! The node's conditions ([`NodeCondition`], kubelet's `DiskPressure` and, for zones the node
+//! could not admit, `ResourcePressure`) are written with the rest after every pass.
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::ZoneSpec;
+use crate::config::{ResourceLimits, ZoneSpec};
 use crate::provision::Capabilities;
 
 /// Amounts of each resource; `None` is unknown (capacity) or unlimited (allocatable).
@@ -47,8 +51,83 @@ pub struct NodeStatus {
     pub allocated: Allocated,
     /// What the provisioner supports.
     pub capabilities: Option<Capabilities>,
+    /// The node's conditions (kubelet's `node.status.conditions`); empty before the first
+    /// pass that wrote them.
+    #[serde(default)]
+    pub conditions: Vec<NodeCondition>,
     /// When the worker wrote this (seconds since the epoch).
     pub updated_unix: u64,
+}
+
+/// Which condition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ConditionType {
+    /// The content store's file system is at or above `image_gc_high_percent` after image GC
+    /// (kubelet's `DiskPressure`).
+    DiskPressure,
+    /// A zone was not admitted for want of CPUs, memory or zone slots (kubelet reports this
+    /// per pod as `OutOfcpu`/`OutOfmemory`; here it is also a node condition).
+    ResourcePressure,
+}
+
+impl std::fmt::Display for ConditionType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ConditionType::DiskPressure => "DiskPressure",
+            ConditionType::ResourcePressure => "ResourcePressure",
+        })
+    }
+}
+
+/// Whether a condition holds (Kubernetes writes `"True"`, `"False"`, `"Unknown"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ConditionStatus {
+    /// It holds.
+    True,
+    /// It does not.
+    False,
+    /// It could not be measured (the disk usage could not be read).
+    Unknown,
+}
+
+/// One node condition, as kubelet writes it into `node.status.conditions`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeCondition {
+    /// Which.
+    #[serde(rename = "type")]
+    pub kind: ConditionType,
+    /// Whether it holds.
+    pub status: ConditionStatus,
+    /// One CamelCase word (kubelet's: `KubeletHasDiskPressure`, `KubeletHasNoDiskPressure`).
+    pub reason: String,
+    /// What was measured.
+    pub message: String,
+    /// When the status last changed (seconds since the epoch).
+    pub last_transition_unix: u64,
+}
+
+impl NodeCondition {
+    /// A condition now, keeping `previous`'s transition time when the status did not change.
+    pub fn new(
+        kind: ConditionType,
+        status: ConditionStatus,
+        reason: &str,
+        message: String,
+        previous: &[NodeCondition],
+        now_unix: u64,
+    ) -> NodeCondition {
+        let last_transition_unix = previous
+            .iter()
+            .find(|c| c.kind == kind && c.status == status)
+            .map_or(now_unix, |c| c.last_transition_unix);
+        NodeCondition {
+            kind,
+            status,
+            reason: reason.to_owned(),
+            message,
+            last_transition_unix,
+        }
+    }
 }
 
 /// The host's capacity: online CPUs, and physical memory on Linux (`sysinfo`); zones have no
@@ -99,14 +178,14 @@ pub struct Request {
 
 /// The zone's request: its caps.
 pub fn request(spec: &ZoneSpec) -> Request {
+    limits_request(&spec.limits)
+}
+
+/// What caps amount to.
+pub fn limits_request(limits: &ResourceLimits) -> Request {
     Request {
-        cpus: spec.limits.cpus.unwrap_or(0.0),
-        memory_bytes: spec
-            .limits
-            .memory
-            .as_deref()
-            .and_then(size_bytes)
-            .unwrap_or(0),
+        cpus: limits.cpus.unwrap_or(0.0),
+        memory_bytes: limits.memory.as_deref().and_then(size_bytes).unwrap_or(0),
     }
 }
 

@@ -60,7 +60,7 @@
 //! # zones/web.toml
 //! name = "web"
 //! image = "registry.example:5000/apps/web:1.4"   # tag or @digest
-//! pull_policy = "Always"                         # or IfNotPresent
+//! pull_policy = "Always"                         # or IfNotPresent, Never (kubelet's names)
 //! brand = "nlipkg"
 //! stop_timeout_secs = 10                       # default: the image's stop-timeout label, else 10
 //! [limits]
@@ -159,6 +159,11 @@ pub enum PullPolicy {
     Always,
     /// Pull only when the zone has no image yet.
     IfNotPresent,
+    /// Never ask a registry for the image (kubelet's `Never`): a zone that exists keeps its
+    /// image; one that does not is made only from blobs already in the content store (a
+    /// digest reference, or the digest this node last resolved the reference to), else it
+    /// fails with `ErrImageNeverPull`.
+    Never,
 }
 
 /// Resource caps for zonecfg.

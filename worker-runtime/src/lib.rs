@@ -56,7 +56,9 @@ mod verify;
 pub mod zfs;
 
 pub use admission::{Admission, AdmissionError, Denial, check as check_admission};
-pub use capacity::{Allocated, NodeStatus, Resources};
+pub use capacity::{
+    Allocated, ConditionStatus, ConditionType, NodeCondition, NodeStatus, Resources,
+};
 pub use config::{
     ConfigError, ProvisionerConfig, PullPolicy, ResourceLimits, WorkerConfig, ZoneLoadError,
     ZoneSpec, load_zone, load_zones, valid_name,

@@ -83,6 +83,8 @@ pub struct Mirrors(pub Vec<Mirror>);
 pub struct Sources {
     list: Vec<Source>,
     aside: Vec<AtomicBool>,
+    /// `pull_policy = "Never"`: documents and blobs come only from the content store.
+    local_only: bool,
 }
 
 impl Sources {
@@ -105,6 +107,19 @@ impl Sources {
     pub fn origin(&self) -> &Reference {
         &self.list[self.list.len() - 1].reference
     }
+
+    /// True when nothing may be fetched: the image must already be in the content store
+    /// (`pull_policy = "Never"`).
+    pub fn local_only(&self) -> bool {
+        self.local_only
+    }
+
+    /// The same sources, reading only the content store (`pull_policy = "Never"`); the
+    /// sources stay known for reading signatures.
+    pub fn into_local_only(mut self) -> Sources {
+        self.local_only = true;
+        self
+    }
 }
 
 impl Mirrors {
@@ -112,7 +127,11 @@ impl Mirrors {
     pub fn for_pull(&self, r: &Reference) -> Sources {
         let list = self.sources(r);
         let aside = list.iter().map(|_| AtomicBool::new(false)).collect();
-        Sources { list, aside }
+        Sources {
+            list,
+            aside,
+            local_only: false,
+        }
     }
 
     /// The sources of `r`: its registry's mirrors in order, then the origin.

@@ -85,6 +85,27 @@ pub enum PullError {
         /// The served size.
         served: u64,
     },
+    /// `pull_policy = "Never"` and the image is not on this node (kubelet's
+    /// `ErrImageNeverPull`).
+    #[error(
+        "ErrImageNeverPull: {what} {digest} of {reference} is not in the content store and pull_policy is Never"
+    )]
+    NeverPull {
+        /// The zone's image reference.
+        reference: String,
+        /// manifest, config or layer.
+        what: &'static str,
+        /// The missing digest.
+        digest: Digest,
+    },
+    /// `pull_policy = "Never"` and the tag was never resolved on this node.
+    #[error(
+        "ErrImageNeverPull: {reference} names a tag this node never resolved, and pull_policy is Never"
+    )]
+    NeverResolved {
+        /// The zone's image reference.
+        reference: String,
+    },
     /// A layer has a media type that cannot be applied, or a nested index.
     #[error("{digest}: unsupported {what} {media_type}")]
     Unsupported {
@@ -111,6 +132,7 @@ impl PullError {
             | PullError::NoPlatform { digest, .. }
             | PullError::ConfigPlatform { digest, .. }
             | PullError::Size { digest, .. }
+            | PullError::NeverPull { digest, .. }
             | PullError::Unsupported { digest, .. } => Some(digest),
             _ => None,
         }
@@ -208,6 +230,9 @@ async fn document(
     kind: Option<DocumentKind>,
     declared_size: Option<u64>,
 ) -> Result<Document, PullError> {
+    if sources.local_only() {
+        return local_document(store, sources, digest, kind);
+    }
     let mut last = None;
     let mut fetched = None;
     for (i, source) in sources.usable() {
@@ -254,6 +279,32 @@ async fn document(
     })
 }
 
+/// A document already in the content store (verified when it was stored), checked again.
+fn local_document(
+    store: &ContentStore,
+    sources: &Sources,
+    digest: &Digest,
+    kind: Option<DocumentKind>,
+) -> Result<Document, PullError> {
+    let bytes = match store.read_small(digest, validator::MAX_MANIFEST_SIZE as u64) {
+        Ok(b) => b,
+        Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Err(PullError::NeverPull {
+                reference: sources.origin().to_string(),
+                what: "manifest",
+                digest: digest.clone(),
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let (report, doc) = check_document(&bytes, kind, None, &format!("stored {digest}"));
+    doc.ok_or_else(|| PullError::Document {
+        what: "manifest",
+        digest: digest.clone(),
+        findings: findings(&report),
+    })
+}
+
 /// Fetches a blob into the store from the first source that serves it verified. A download
 /// cut short keeps its partial file, which the next source continues; if that continuation
 /// then fails verification (the cut source may have sent wrong bytes), the next source is
@@ -267,6 +318,17 @@ async fn fetch_blob(
     progress: Option<&crate::throttle::PullProgress>,
     feed: Option<&LayerFeed>,
 ) -> Result<(), PullError> {
+    if sources.local_only() {
+        return if store.contains(digest, size) {
+            Ok(())
+        } else {
+            Err(PullError::NeverPull {
+                reference: sources.origin().to_string(),
+                what: "blob",
+                digest: digest.clone(),
+            })
+        };
+    }
     let mut last = None;
     let mut partial_left = false;
     for (i, source) in sources.usable() {

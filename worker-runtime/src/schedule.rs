@@ -329,6 +329,7 @@ impl Worker {
     async fn admit(
         &self,
         spec: &ZoneSpec,
+        sources: &crate::mirrors::Sources,
         digest: &Digest,
     ) -> Result<Option<Admission>, AdmissionError> {
         if self.config.policy.is_none() {
@@ -336,7 +337,7 @@ impl Worker {
         }
         let policy = self.policy();
         let t = std::time::Instant::now();
-        let r = crate::admission::check(&self.client, &policy, &spec.image, digest).await;
+        let r = crate::admission::check(&self.client, &policy, sources, digest).await;
         let (denied, error) = match &r {
             Ok(_) => (None, false),
             Err(AdmissionError::Denied(d)) => (Some(d.reason.as_str()), false),
@@ -371,6 +372,9 @@ impl Worker {
         let mut tasks = JoinSet::new();
         let mut names = HashMap::new();
         let wanted: HashSet<String> = specs.iter().map(|s| s.name.clone()).collect();
+        // Zones past their grace period go first, so what they held is free for this pass;
+        // the others still hold theirs (`admit_by_resources`).
+        self.remove_orphans(&wanted, &mut summary)?;
         let specs = self.admit_by_resources(specs, &mut summary)?;
         for spec in specs {
             let prev = self.state.load(&spec.name).unwrap_or_default();
@@ -488,7 +492,6 @@ impl Worker {
         for st in results.values() {
             self.state.save(st)?;
         }
-        self.remove_orphans(&wanted, &mut summary)?;
         // Between passes nothing is downloading: blobs no zone uses go after the grace period.
         match self.referenced_blobs(&results) {
             Ok(keep) => {
@@ -505,6 +508,7 @@ impl Worker {
             }
             Err(e) => tracing::warn!(error = %error_chain(&e), "blob garbage collection skipped"),
         }
+        self.record_disk_pressure()?;
         self.metrics.pass(started.elapsed());
         summary.provisioned.sort();
         summary.unchanged.sort();
@@ -536,7 +540,27 @@ impl Worker {
             (!existing.contains(&a.name), &a.name).cmp(&(!existing.contains(&b.name), &b.name))
         });
         let mut allocated = crate::capacity::Allocated::default();
+        // Zones whose manifest is gone still exist until their grace period is over and they
+        // are removed: they hold what they were given (their description's caps) until then.
+        let wanted: HashSet<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+        let mut leaving: Vec<&String> = existing
+            .iter()
+            .filter(|z| !wanted.contains(z.as_str()))
+            .collect();
+        leaving.sort();
+        for zone in leaving {
+            let limits = match self.provisioner.current(zone) {
+                Ok(Some(d)) => d.limits,
+                Ok(None) => Default::default(),
+                Err(e) => {
+                    tracing::warn!(zone, error = %error_chain(&e), "reading a leaving zone's caps failed; counting its slot only");
+                    Default::default()
+                }
+            };
+            allocated.add(crate::capacity::limits_request(&limits));
+        }
         let mut admitted = Vec::new();
+        let mut refused = Vec::new();
         for spec in specs {
             match crate::capacity::fit(&caps, &self.config.allocatable, &allocated, &spec) {
                 Ok(r) => {
@@ -544,6 +568,9 @@ impl Worker {
                     admitted.push(spec);
                 }
                 Err(reason) => {
+                    if !reason.starts_with("UnsupportedBrand") {
+                        refused.push(format!("{}: {reason}", spec.name));
+                    }
                     tracing::warn!(zone = %spec.name, %reason, "zone not admitted");
                     let prev = self.state.load(&spec.name).unwrap_or_default();
                     self.state.save(&ZoneStatus {
@@ -561,14 +588,103 @@ impl Worker {
                 }
             }
         }
+        use crate::capacity::{ConditionStatus, ConditionType, NodeCondition};
+        let previous = self
+            .state
+            .load_node()
+            .map(|n| n.conditions)
+            .unwrap_or_default();
+        let pressure = if refused.is_empty() {
+            NodeCondition::new(
+                ConditionType::ResourcePressure,
+                ConditionStatus::False,
+                "ZonesFit",
+                "every zone fits in what is allocatable".into(),
+                &previous,
+                now_unix(),
+            )
+        } else {
+            NodeCondition::new(
+                ConditionType::ResourcePressure,
+                ConditionStatus::True,
+                "ZonesNotAdmitted",
+                refused.join("; "),
+                &previous,
+                now_unix(),
+            )
+        };
+        // The disk condition is measured after the pass's image GC (`record_disk_pressure`);
+        // until then the last one stands.
+        let mut conditions: Vec<NodeCondition> = previous
+            .iter()
+            .filter(|c| c.kind == ConditionType::DiskPressure)
+            .cloned()
+            .collect();
+        conditions.push(pressure);
         self.state.save_node(&crate::capacity::NodeStatus {
             capacity: crate::capacity::host_capacity(),
             allocatable: self.config.allocatable.clone(),
             allocated,
             capabilities: Some(caps),
+            conditions,
             updated_unix: now_unix(),
         })?;
         Ok(admitted)
+    }
+
+    /// Measures the content store's file system against `image_gc_high_percent` (after the
+    /// pass's image GC) and records `DiskPressure` in the node status.
+    fn record_disk_pressure(&self) -> Result<(), WorkerError> {
+        use crate::capacity::{ConditionStatus, ConditionType, NodeCondition};
+        let Some(mut node) = self.state.load_node() else {
+            return Ok(());
+        };
+        let high = self.config.image_gc_high_percent;
+        let (status, reason, message) = match self.disk.space(self.store.dir()) {
+            Ok(space) => {
+                let used = space.used_percent();
+                if used >= f64::from(high) {
+                    (
+                        ConditionStatus::True,
+                        "KubeletHasDiskPressure",
+                        format!(
+                            "{used:.1} % of {} used after image GC, at or above image_gc_high_percent = {high}",
+                            self.store.dir().display()
+                        ),
+                    )
+                } else {
+                    (
+                        ConditionStatus::False,
+                        "KubeletHasNoDiskPressure",
+                        format!(
+                            "{used:.1} % of {} used, under image_gc_high_percent = {high}",
+                            self.store.dir().display()
+                        ),
+                    )
+                }
+            }
+            Err(e) => (
+                ConditionStatus::Unknown,
+                "DiskUsageUnknown",
+                format!(
+                    "reading the disk usage of {} failed: {e}",
+                    self.store.dir().display()
+                ),
+            ),
+        };
+        let c = NodeCondition::new(
+            ConditionType::DiskPressure,
+            status,
+            reason,
+            message,
+            &node.conditions,
+            now_unix(),
+        );
+        node.conditions
+            .retain(|c| c.kind != ConditionType::DiskPressure);
+        node.conditions.insert(0, c);
+        self.state.save_node(&node)?;
+        Ok(())
     }
 
     /// Zones of ours whose manifest is gone are removed once they have been orphaned for the
@@ -652,26 +768,52 @@ impl Worker {
             .provisioner
             .current(&spec.name)
             .map_err(|e| (e.into(), None))?;
-        if spec.pull_policy == PullPolicy::IfNotPresent
-            && current.is_some()
+        if matches!(
+            spec.pull_policy,
+            PullPolicy::IfNotPresent | PullPolicy::Never
+        ) && current.is_some()
             && let Some(d) = &prev.current_digest
         {
             return Ok((Outcome::Unchanged, d.clone(), None));
         }
         let sources = self.config.mirrors.for_pull(&spec.image);
-        // A reference that does not resolve is a failed pull too.
-        let desired = resolve(&self.client, &sources, &spec.image)
-            .await
-            .map_err(|e| {
-                self.metrics.pull(false);
-                (e.into(), None)
-            })?;
+        let desired = if spec.pull_policy == PullPolicy::Never {
+            // Never: no registry is asked for the image. A digest reference, or the digest
+            // this node last resolved the same reference to, must be in the content store.
+            let known = spec.image.digest().cloned().or_else(|| {
+                (prev.image == spec.image.to_string())
+                    .then(|| prev.desired_digest.clone().or(prev.current_digest.clone()))
+                    .flatten()
+            });
+            known.ok_or_else(|| {
+                (
+                    PullError::NeverResolved {
+                        reference: spec.image.to_string(),
+                    }
+                    .into(),
+                    None,
+                )
+            })?
+        } else {
+            // A reference that does not resolve is a failed pull too.
+            resolve(&self.client, &sources, &spec.image)
+                .await
+                .map_err(|e| {
+                    self.metrics.pull(false);
+                    (e.into(), None)
+                })?
+        };
+        let sources = if spec.pull_policy == PullPolicy::Never {
+            sources.into_local_only()
+        } else {
+            sources
+        };
         if current.is_some() && prev.current_digest.as_ref() == Some(&desired) {
             return Ok((Outcome::Unchanged, desired, None));
         }
         let fail = |e: ZoneError| (e, Some(desired.clone()));
         // The policy decides on the resolved digest before any layer is fetched.
-        self.admit(spec, &desired)
+        self.admit(spec, &sources, &desired)
             .await
             .map_err(|e| fail(e.into()))?;
         let root = self
@@ -680,7 +822,7 @@ impl Worker {
             .map_err(fail)?;
         // Checked again right before the zone changes: a signature removed (or a policy
         // reloaded) while the layers were fetched refuses the image.
-        let admission = match self.admit(spec, &desired).await {
+        let admission = match self.admit(spec, &sources, &desired).await {
             Ok(a) => a,
             Err(e) => {
                 // Dropping the unused root removes its staging tree: off the async threads.
@@ -725,6 +867,25 @@ impl Worker {
         sources: &crate::mirrors::Sources,
         desired: &Digest,
     ) -> Result<crate::verify::VerifiedRoot, ZoneError> {
+        if sources.local_only() {
+            // pull_policy = "Never": every blob must be in the store already; nothing is
+            // downloaded, so no slot, token or feed.
+            let image = pull_documents(
+                &self.client,
+                &self.store,
+                sources,
+                desired,
+                &self.host,
+                None,
+            )
+            .await?;
+            fetch_layers(&self.client, &self.store, sources, &image, None, 1, None).await?;
+            let root = self
+                .spawn_unpack(&spec.name, &image, None)
+                .await
+                .map_err(|e| ZoneError::Task(e.to_string()))??;
+            return Ok(root);
+        }
         let slot = match &self.pull_slots {
             Some(s) => Some(
                 s.clone()

@@ -652,6 +652,218 @@ async fn zones_asking_for_more_than_is_allocatable_are_unschedulable() {
     assert_eq!(node.status("bravo").phase, Phase::Ready);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zone_waiting_out_its_grace_period_holds_its_resources_until_it_is_gone() {
+    let reg = registry().await;
+    let c = client();
+    let r = Reference::parse(&format!("{}/apps/web:v1", reg.addr)).unwrap();
+    good_image("v1").push(&c, &r).await;
+    let node = Node::new();
+    let cfg = node.config_path();
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        format!(
+            "{}[allocatable]\ncpus = 2.0\nmemory = \"1G\"\n",
+            text.replace("gc_grace_secs = 0", "gc_grace_secs = 3600")
+        ),
+    )
+    .unwrap();
+    let zone = |name: &str, limits: &str| {
+        std::fs::write(
+            node.t.path().join("zones").join(format!("{name}.toml")),
+            format!("name = \"{name}\"\nimage = \"{r}\"\npull_policy = \"Always\"\n{limits}"),
+        )
+        .unwrap();
+    };
+    let condition = |kind: &str| {
+        let json = serde_json::to_value(worker_runtime::status_report(&cfg).unwrap()).unwrap();
+        json["node"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == kind)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {kind} condition: {json:#}"))
+    };
+    zone("alpha", "[limits]\ncpus = 1.5\nmemory = \"768m\"\n");
+    let w = node.worker();
+    let s = w.pass(true).await.unwrap();
+    assert_eq!(s.provisioned, ["alpha"]);
+    let ok = condition("ResourcePressure");
+    assert_eq!(ok["status"], "False", "{ok:#}");
+    // alpha's manifest goes; it waits out gc_grace_secs and still runs meanwhile.
+    std::fs::remove_file(node.t.path().join("zones/alpha.toml")).unwrap();
+    zone("bravo", "[limits]\ncpus = 1.0\n");
+    zone("charlie", "[limits]\nmemory = \"512m\"\n");
+    let s = w.pass(true).await.unwrap();
+    assert!(s.removed.is_empty());
+    assert!(node.root("alpha").is_dir(), "alpha is still there");
+    assert_eq!(s.unschedulable, ["bravo", "charlie"]);
+    assert_eq!(
+        node.status("bravo").last_error.as_deref(),
+        Some("OutOfcpu: asks for 1 cpus; 1.5 of 2 allocatable are in use")
+    );
+    assert_eq!(
+        node.status("charlie").last_error.as_deref(),
+        Some("OutOfmemory: asks for 0.50 GiB; 0.75 GiB of 1.00 GiB allocatable are in use")
+    );
+    let report = worker_runtime::status_report(&cfg).unwrap();
+    let n = report.node.unwrap();
+    assert_eq!(
+        n.allocated,
+        worker_runtime::Allocated {
+            cpus: 1.5,
+            memory_bytes: 768 << 20,
+            zones: 1,
+        }
+    );
+    let pressure = condition("ResourcePressure");
+    assert_eq!(pressure["status"], "True", "{pressure:#}");
+    assert_eq!(pressure["reason"], "ZonesNotAdmitted");
+    let message = pressure["message"].as_str().unwrap();
+    assert!(
+        message.contains("bravo: OutOfcpu") && message.contains("charlie: OutOfmemory"),
+        "{message}"
+    );
+    let since = pressure["last_transition_unix"].as_u64().unwrap();
+    // Still under pressure on the next pass: the transition time stays.
+    w.pass(true).await.unwrap();
+    assert_eq!(
+        condition("ResourcePressure")["last_transition_unix"].as_u64(),
+        Some(since)
+    );
+    // Once alpha is gone (grace over), what it held is free in the same pass.
+    drop(w);
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        text.replace("gc_grace_secs = 3600", "gc_grace_secs = 0"),
+    )
+    .unwrap();
+    let s = node.worker().pass(true).await.unwrap();
+    assert_eq!(s.removed, ["alpha"]);
+    assert_eq!(s.provisioned, ["bravo", "charlie"]);
+    assert!(s.unschedulable.is_empty());
+    assert_eq!(condition("ResourcePressure")["status"], "False");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pull_policy_never_asks_no_registry_and_uses_only_what_the_node_has() {
+    let reg = registry().await;
+    let c = client();
+    let r = Reference::parse(&format!("{}/apps/web:v1", reg.addr)).unwrap();
+    let img = good_image("v1");
+    img.push(&c, &r).await;
+    let digest = img.manifest_digest();
+    let node = Node::new();
+    // A tag never resolved here: refused without asking (the registry is unreachable).
+    node.zone("fresh", "127.0.0.1:9/apps/web:v1", "Never");
+    // The image's blobs come onto the node through another zone.
+    node.zone("seed", &r.to_string(), "Always");
+    let w = node.worker();
+    let s = w.pass(true).await.unwrap();
+    assert_eq!(s.provisioned, ["seed"]);
+    assert_eq!(s.failed, ["fresh"]);
+    assert_eq!(
+        node.status("fresh").last_error.as_deref(),
+        Some(
+            "pull: ErrImageNeverPull: 127.0.0.1:9/apps/web:v1 names a tag this node never resolved, and pull_policy is Never"
+        )
+    );
+    // The registry goes away: a digest reference whose blobs are in the store is made from
+    // them; one whose manifest is not is refused naming it.
+    drop(reg);
+    let pinned = format!("{}/apps/web@{digest}", r.registry());
+    node.zone("pinned", &pinned, "Never");
+    let absent = Digest::sha256(b"not on this node");
+    node.zone(
+        "absent",
+        &format!("{}/apps/web@{absent}", r.registry()),
+        "Never",
+    );
+    std::fs::remove_file(node.t.path().join("zones/fresh.toml")).unwrap();
+    let s = w.pass(true).await.unwrap();
+    assert_eq!(s.provisioned, ["pinned"]);
+    assert_eq!(node.status("pinned").phase, Phase::Ready);
+    assert_eq!(
+        std::fs::read(node.root("pinned").join("etc/release")).unwrap(),
+        b"v1"
+    );
+    let e = node.status("absent").last_error.unwrap();
+    assert_eq!(
+        e,
+        format!(
+            "pull: ErrImageNeverPull: manifest {absent} of {}/apps/web@{absent} is not in the content store and pull_policy is Never",
+            r.registry()
+        )
+    );
+    // A zone that exists keeps its image with Never, registry or not.
+    node.zone("seed", &r.to_string(), "Never");
+    let s = w.pass(true).await.unwrap();
+    assert!(s.unchanged.contains(&"seed".to_owned()), "{s:?}");
+    assert_eq!(node.status("seed").phase, Phase::Ready);
+}
+
+/// `img` with the runtime spec's `solaris` section in its config's labels.
+fn with_solaris(mut img: Image, solaris: &str) -> Image {
+    let mut config: serde_json::Value = serde_json::from_slice(&img.config).unwrap();
+    config["config"]["Labels"] = json!({ "org.reddwarf.zone.solaris": solaris });
+    img.config = serde_json::to_vec(&config).unwrap();
+    let mut manifest: serde_json::Value = serde_json::from_slice(&img.manifest).unwrap();
+    manifest["config"]["digest"] = json!(Digest::sha256(&img.config).to_string());
+    manifest["config"]["size"] = json!(img.config.len());
+    img.manifest = serde_json::to_vec(&manifest).unwrap();
+    img
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_images_solaris_section_becomes_the_zones_config_or_fails_naming_the_field() {
+    let reg = registry().await;
+    let c = client();
+    let good = Reference::parse(&format!("{}/apps/net:v1", reg.addr)).unwrap();
+    with_solaris(
+        good_image("net"),
+        r#"{"cappedCPU": {"ncpus": "4"}, "anet": [{"linkname": "net0", "lowerLink": "igb0", "allowedAddress": "10.0.0.2/24", "defrouter": "10.0.0.1"}]}"#,
+    )
+    .push(&c, &good)
+    .await;
+    let bad = Reference::parse(&format!("{}/apps/badnet:v1", reg.addr)).unwrap();
+    with_solaris(
+        good_image("bad"),
+        r#"{"anet": [{"linkname": "net0"}, {"linkname": "net1", "macAddress": "zz"}]}"#,
+    )
+    .push(&c, &bad)
+    .await;
+    let node = Node::new();
+    std::fs::write(
+        node.t.path().join("zones/net.toml"),
+        format!("name = \"net\"\nimage = \"{good}\"\n[limits]\ncpus = 1.5\n"),
+    )
+    .unwrap();
+    node.zone("badnet", &bad.to_string(), "Always");
+    let s = node.worker().pass(true).await.unwrap();
+    assert_eq!(s.provisioned, ["net"]);
+    assert_eq!(s.failed, ["badnet"]);
+    let zonecfg = std::fs::read_to_string(node.roots().join("net/zonecfg.txt")).unwrap();
+    // The manifest's cap wins over the image's; the network comes from the image.
+    assert!(
+        zonecfg.contains("add capped-cpu\nset ncpus=1.5\nend\n")
+            && zonecfg.contains(
+                "add net\nset physical=net0\nset global-nic=igb0\nset allowed-address=10.0.0.2/24\nset defrouter=10.0.0.1\nend\n"
+            ),
+        "{zonecfg}"
+    );
+    assert_eq!(node.description("net").zone_config.nets.len(), 1);
+    assert_eq!(
+        node.status("badnet").last_error.as_deref(),
+        Some(
+            "provision: zone badnet: image config Labels: org.reddwarf.zone.solaris: solaris.anet[1].macAddress: \"zz\" is not a MAC address"
+        )
+    );
+    assert!(!node.roots().join("badnet").exists(), "nothing made");
+}
+
 /// What the registry saw: blob GETs in flight at once (each held 100 ms so overlaps show) and
 /// when each manifest was fetched by digest (the first request of a pull).
 #[derive(Default)]
@@ -847,6 +1059,16 @@ async fn image_gc_by_disk_usage_keeps_every_blob_in_use() {
             .with_disk_usage(disk(0)),
     );
     w.pass(true).await.unwrap();
+    let disk_pressure = || {
+        let n = worker_runtime::status_report(&cfg).unwrap().node.unwrap();
+        n.conditions
+            .into_iter()
+            .find(|c| c.kind == worker_runtime::ConditionType::DiskPressure)
+            .expect("a DiskPressure condition")
+    };
+    let c0 = disk_pressure();
+    assert_eq!(c0.status, worker_runtime::ConditionStatus::False, "{c0:?}");
+    assert_eq!(c0.reason, "KubeletHasNoDiskPressure");
     let with_b = blobs(&node);
     node.zone("two", &rc.to_string(), "Always");
     let s = w.pass(true).await.unwrap();
@@ -902,4 +1124,9 @@ async fn image_gc_by_disk_usage_keeps_every_blob_in_use() {
         );
     }
     assert_eq!(after.len(), before.len() - 4);
+    // Still above the high threshold after GC (others fill the disk): DiskPressure.
+    let c1 = disk_pressure();
+    assert_eq!(c1.status, worker_runtime::ConditionStatus::True, "{c1:?}");
+    assert_eq!(c1.reason, "KubeletHasDiskPressure");
+    assert!(c1.message.contains("image_gc_high_percent = 85"), "{c1:?}");
 }
