@@ -21,6 +21,14 @@
 //! `bundle.json`, and an image whose layout tag names another digest than the manifest is
 //! refused before anything is copied.
 //!
+//! A rule may copy only signed images: with `only_signed` ([`SyncRule::only_signed`]) an
+//! admission policy in the worker's format decides on the digest listed before anything is
+//! copied ([`check_signed`], the check a pull-through cache can call too); a refused image is
+//! not copied and its [`ItemOutcome::refused`] names the rule, the keys tried and why. A
+//! bundle's `bundle.json` may be signed at export ([`SyncRule::sign_bundle`], written as
+//! `bundle.json.sig` once the run is over) and verified at import ([`SyncRule::bundle_keys`]):
+//! see [`BundleManifest::read_verified`].
+//!
 //! Globs: in repository patterns `*` and `?` stay within one path segment and `**` crosses
 //! segments; in tag patterns `*` is any run of characters and `?` one. Referrer tags (the
 //! tag schema's `sha256-<hex>` and cosign's `sha256-<hex>.sig|.att|.sbom`) are never images of
@@ -35,10 +43,15 @@ use futures_util::StreamExt as _;
 
 mod bundle;
 mod rule;
+mod signed;
 
 use bundle::record_in_bundle;
-pub use bundle::{BUNDLE_MANIFEST, BundleImage, BundleManifest, bundle_layout_dir};
+pub use bundle::{
+    BUNDLE_MANIFEST, BUNDLE_SIGNATURE, BundleImage, BundleKey, BundleManifest, bundle_layout_dir,
+    sign_bundle,
+};
 pub use rule::{Endpoint, SyncFile, SyncFileRule, SyncRule, glob_match};
+pub use signed::{Admitted, Refusal, SignaturePolicy, SignedCheckError, check_signed};
 use validator::{Digest, Tag};
 
 use crate::transfer::{self, CopyOptions, CopyReport, ImageRef, TransferError};
@@ -97,8 +110,10 @@ pub struct SyncItem {
 pub struct ItemOutcome {
     /// The image.
     pub item: SyncItem,
-    /// The copy's report, or why it failed (`None` in a dry run).
+    /// The copy's report, or why it failed (`None` in a dry run, or when refused).
     pub result: Option<Result<CopyReport, TransferError>>,
+    /// Why the rule's `only_signed` policy refused the image (then nothing was copied).
+    pub refused: Option<Refusal>,
 }
 
 /// What a sync did.
@@ -190,6 +205,18 @@ pub enum SyncError {
         /// The layout's.
         found: String,
     },
+    /// A bundle's signed `bundle.json` did not verify with the keys given.
+    #[error("bundle {} refused: {reason} (signature {}; keys: {})", manifest.display(), signature.display(), keys.join(", "))]
+    BundleSignature {
+        /// The bundle's `bundle.json`.
+        manifest: PathBuf,
+        /// Its signature file.
+        signature: PathBuf,
+        /// The keys tried: file and short key id.
+        keys: Vec<String>,
+        /// What is wrong.
+        reason: String,
+    },
     /// More than [`MAX_ITEMS`] images.
     #[error("{from}: more than {MAX_ITEMS} images selected")]
     TooMany {
@@ -246,7 +273,11 @@ pub async fn plan(client: &Client, rule: &SyncRule) -> Result<Vec<SyncItem>, Syn
             }
         }
         Endpoint::Bundle(dir) => {
-            let manifest = BundleManifest::read(dir)?;
+            let manifest = if rule.bundle_keys.is_empty() {
+                BundleManifest::read(dir)?
+            } else {
+                BundleManifest::read_verified(dir, &rule.bundle_keys)?
+            };
             if !dir.join(BUNDLE_MANIFEST).is_file() {
                 return Err(SyncError::Bundle {
                     path: dir.join(BUNDLE_MANIFEST),
@@ -380,7 +411,11 @@ pub async fn run(
     if opts.dry_run {
         report.images = work
             .into_iter()
-            .map(|(_, item)| ItemOutcome { item, result: None })
+            .map(|(_, item)| ItemOutcome {
+                item,
+                result: None,
+                refused: None,
+            })
             .collect();
         return report;
     }
@@ -414,13 +449,8 @@ pub async fn run(
             async move {
                 for (n, rule, item) in group {
                     let rule = &rules[rule];
-                    let copy_opts = CopyOptions {
-                        platform: rule.platform.clone(),
-                        referrers: rule.referrers,
-                    };
-                    let result =
-                        transfer::copy(client, &item.source, &item.destination, &copy_opts).await;
-                    if let (Ok(r), Endpoint::Bundle(dir)) = (&result, &rule.to)
+                    let (result, refused) = copy_item(client, rule, &item).await;
+                    if let (Some(Ok(r)), Endpoint::Bundle(dir)) = (&result, &rule.to)
                         && let Err(e) = record_in_bundle(bundles, dir, &item, r)
                     {
                         bundle_errors
@@ -430,7 +460,8 @@ pub async fn run(
                     }
                     let outcome = ItemOutcome {
                         item,
-                        result: Some(result),
+                        result,
+                        refused,
                     };
                     let finished = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                     progress(Event::Finished {
@@ -443,6 +474,18 @@ pub async fn run(
             }
         })
         .await;
+    // Signed last, over what the bundle finally lists.
+    let mut signed: Vec<&Path> = Vec::new();
+    for rule in rules {
+        if let (Some(key), Endpoint::Bundle(dir)) = (&rule.sign_bundle, &rule.to)
+            && !signed.contains(&dir.as_path())
+        {
+            signed.push(dir);
+            if let Err(e) = sign_bundle(dir, key) {
+                report.rule_errors.push((rule.to.to_string(), e));
+            }
+        }
+    }
     let mut outcomes = outcomes.into_inner().expect("outcomes");
     outcomes.sort_by_key(|(n, _)| *n);
     report.images = outcomes.into_iter().map(|(_, o)| o).collect();
@@ -450,6 +493,35 @@ pub async fn run(
         .rule_errors
         .extend(bundle_errors.into_inner().expect("bundle error list"));
     report
+}
+
+/// Copies one image: with `only_signed`, only once the policy admits the digest listed, and
+/// then from that digest (a tag moved since cannot bring unchecked content).
+async fn copy_item(
+    client: &Client,
+    rule: &SyncRule,
+    item: &SyncItem,
+) -> (Option<Result<CopyReport, TransferError>>, Option<Refusal>) {
+    let copy_opts = CopyOptions {
+        platform: rule.platform.clone(),
+        referrers: rule.referrers,
+    };
+    let mut source = item.source.clone();
+    if let (Some(policy), ImageRef::Registry(r)) = (&rule.only_signed, &item.source) {
+        match check_signed(client, policy, r, &item.digest).await {
+            Ok(admitted) => {
+                tracing::debug!(image = %r, digest = %item.digest, rule = ?admitted.rule, keys = ?admitted.keys, "only_signed: admitted");
+                source = ImageRef::Registry(r.with_digest(item.digest.clone()));
+            }
+            Err(SignedCheckError::Refused(refusal)) => {
+                tracing::warn!(image = %r, digest = %item.digest, reason = refusal.reason, error = %refusal, "only_signed: not copied");
+                return (None, Some(*refusal));
+            }
+            Err(SignedCheckError::Evidence { source, .. }) => return (Some(Err(*source)), None),
+        }
+    }
+    let result = transfer::copy(client, &source, &item.destination, &copy_opts).await;
+    (Some(result), None)
 }
 
 /// What [`prune`] did.
