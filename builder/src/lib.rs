@@ -47,8 +47,8 @@ pub use imagefile::{
     lockfile_path,
 };
 pub use lock::{
-    LOCKFILE_VERSION, LockError, LockOptions, LockedPackage, Lockfile, PackageNotFound,
-    image_checksum, lock, lock_with,
+    LOCKFILE_VERSION, LockChanges, LockError, LockOptions, LockedPackage, Lockfile,
+    PackageNotFound, PinChange, Update, image_checksum, lock, lock_with, relock,
 };
 pub use progress::Progress;
 pub use sbom::SBOM_ARTIFACT_TYPE;

@@ -12,6 +12,12 @@
 //! package in the set whose stem is not in the set yet adds the newest version at or above
 //! the dependency that every `incorporate` dependency in the set allows. The result must pass
 //! the checks of [`crate::checks`].
+//!
+//! Relocking keeps pins: when a lockfile is already there, a package it pins keeps that
+//! version as long as the version is still in the catalog and still allowed (by the pattern
+//! that wants it and every incorporation in the set), whatever else changed in the image file;
+//! only [`Update::All`] or [`Update::Packages`] move pins on purpose. [`relock`] says what
+//! changed ([`LockChanges`]).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
@@ -242,6 +248,95 @@ struct Wanted {
 pub struct LockOptions {
     /// How `https://` depot origins are trusted (CA files, certs.d, insecure).
     pub depot_tls: ips_bridge::TlsSettings,
+    /// Which pins of an existing lockfile may move.
+    pub update: Update,
+}
+
+/// Which pins of an existing lockfile a relock may move (`rdctl lock --update[=PKG]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Update {
+    /// None: every pin that still satisfies the image file stays (the default).
+    #[default]
+    Keep,
+    /// Every package resolves to the newest allowed version.
+    All,
+    /// Only these packages move, named by stem (`web/server/nginx`) or by its last component
+    /// (`nginx`); the rest keep their pins.
+    Packages(Vec<String>),
+}
+
+impl Update {
+    fn moves(&self, stem: &str) -> bool {
+        match self {
+            Update::Keep => false,
+            Update::All => true,
+            Update::Packages(names) => names.iter().any(|n| names_stem(n, stem)),
+        }
+    }
+}
+
+/// Whether a `--update` name (`pkg:/a/b`, `a/b`, `b`) names `stem`.
+fn names_stem(name: &str, stem: &str) -> bool {
+    let n = name.strip_prefix("pkg:/").unwrap_or(name);
+    n == stem || leaf(stem) == n
+}
+
+/// One pin that moved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PinChange {
+    /// The FMRI pinned before.
+    pub from: String,
+    /// The FMRI pinned now.
+    pub to: String,
+}
+
+/// How a relock changed the lockfile's pins, each list in stem order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct LockChanges {
+    /// Packages pinned now and not before.
+    pub added: Vec<String>,
+    /// Packages pinned before and not now.
+    pub removed: Vec<String>,
+    /// Packages whose pin moved.
+    pub updated: Vec<PinChange>,
+}
+
+impl LockChanges {
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.updated.is_empty()
+    }
+
+    fn between(before: &[LockedPackage], after: &[LockedPackage]) -> LockChanges {
+        let stems = |v: &[LockedPackage]| -> BTreeMap<String, String> {
+            v.iter()
+                .map(|p| {
+                    let stem = Fmri::parse(&p.fmri)
+                        .map(|f| f.stem().to_owned())
+                        .unwrap_or_else(|_| p.fmri.clone());
+                    (stem, p.fmri.clone())
+                })
+                .collect()
+        };
+        let (old, new) = (stems(before), stems(after));
+        let mut c = LockChanges::default();
+        for (stem, fmri) in &new {
+            match old.get(stem) {
+                None => c.added.push(fmri.clone()),
+                Some(was) if was != fmri => c.updated.push(PinChange {
+                    from: was.clone(),
+                    to: fmri.clone(),
+                }),
+                Some(_) => {}
+            }
+        }
+        c.removed = old
+            .iter()
+            .filter(|(stem, _)| !new.contains_key(*stem))
+            .map(|(_, f)| f.clone())
+            .collect();
+        c
+    }
 }
 
 /// Resolves the image file against its publishers and writes the lockfile beside it.
@@ -250,18 +345,80 @@ pub fn lock(image: &ImageFile) -> Result<(Lockfile, PathBuf), LockError> {
     lock_with(image, &LockOptions::default())
 }
 
-/// [`lock()`] with options (TLS settings for depots).
+/// [`lock()`] with options (TLS settings for depots, which pins may move).
 pub fn lock_with(image: &ImageFile, opts: &LockOptions) -> Result<(Lockfile, PathBuf), LockError> {
-    let sources = Sources::open(&image.publishers, None, &opts.depot_tls)?;
-    let lockfile = resolve(image, &sources)?;
+    relock(image, opts).map(|(l, p, _)| (l, p))
+}
+
+/// [`lock_with`], also saying how the pins changed from the lockfile that was there (all
+/// added when there was none). Pins of the existing lockfile are kept unless `opts.update`
+/// moves them (see the module docs); a `--update` name that is in neither the old nor the new
+/// set is an error.
+pub fn relock(
+    image: &ImageFile,
+    opts: &LockOptions,
+) -> Result<(Lockfile, PathBuf, LockChanges), LockError> {
     let path = image.lockfile_path();
+    // `--update` moves every pin, so an unreadable old lockfile is only rewritten.
+    let previous = match (&opts.update, previous_pins(&path)) {
+        (_, Ok(p)) => p,
+        (Update::All, Err(_)) => Vec::new(),
+        (_, Err(e)) => return Err(e),
+    };
+    let sources = Sources::open(&image.publishers, None, &opts.depot_tls)?;
+    let pins: BTreeMap<String, Fmri> = previous
+        .iter()
+        .filter_map(|p| Fmri::parse(&p.fmri).ok())
+        .filter(|f| !opts.update.moves(f.stem()))
+        .map(|f| (f.stem().to_owned(), f))
+        .collect();
+    let lockfile = resolve_pinned(image, &sources, &pins)?;
+    if let Update::Packages(names) = &opts.update {
+        let known = |n: &String| {
+            previous
+                .iter()
+                .chain(&lockfile.packages)
+                .filter_map(|p| Fmri::parse(&p.fmri).ok())
+                .any(|f| names_stem(n, f.stem()))
+        };
+        if let Some(n) = names.iter().find(|n| !known(n)) {
+            return Err(LockError::Invalid {
+                lockfile: path,
+                message: format!(
+                    "--update {n}: no package of that name is pinned or resolved for {}",
+                    image.path.display()
+                ),
+            });
+        }
+    }
+    let changes = LockChanges::between(&previous, &lockfile.packages);
     let mut text = serde_json::to_string_pretty(&lockfile).expect("lockfile serialises");
     text.push('\n');
     validator::write_file_atomic(&path, text.as_bytes()).map_err(|source| LockError::Io {
         path: path.clone(),
         source,
     })?;
-    Ok((lockfile, path))
+    Ok((lockfile, path, changes))
+}
+
+/// The pins of the lockfile at `path`, whatever image file it was made from; none when there
+/// is no lockfile.
+fn previous_pins(path: &std::path::Path) -> Result<Vec<LockedPackage>, LockError> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(LockError::Io {
+                path: path.to_owned(),
+                source,
+            });
+        }
+    };
+    let old: Lockfile = serde_json::from_slice(&bytes).map_err(|e| LockError::Invalid {
+        lockfile: path.to_owned(),
+        message: format!("{e}; `rdctl lock --update` resolves everything afresh and rewrites it"),
+    })?;
+    Ok(old.packages)
 }
 
 fn depends(manifest: &Manifest, image: &ImageFile) -> Vec<(DependType, Vec<Fmri>, Action)> {
@@ -276,8 +433,13 @@ fn depends(manifest: &Manifest, image: &ImageFile) -> Vec<(DependType, Vec<Fmri>
         .collect()
 }
 
-/// Resolves the image file's package set (see the module documentation).
-pub(crate) fn resolve(image: &ImageFile, sources: &Sources) -> Result<Lockfile, LockError> {
+/// Resolves the image file's package set (see the module documentation), preferring the
+/// version `pins` names for a stem while that version is in the catalog and allowed.
+fn resolve_pinned(
+    image: &ImageFile,
+    sources: &Sources,
+    pins: &BTreeMap<String, Fmri>,
+) -> Result<Lockfile, LockError> {
     let mut catalogs: BTreeMap<String, Vec<PackageRef>> = BTreeMap::new();
     for name in sources.names() {
         let src = sources.get(name).expect("listed");
@@ -346,6 +508,7 @@ pub(crate) fn resolve(image: &ImageFile, sources: &Sources) -> Result<Lockfile, 
                 .is_none_or(|vs| vs.iter().all(|inc| v.matches(inc)))
         };
         let mut best: Option<&PackageRef> = None;
+        let pin = pins.get(w.pattern.stem());
         for p in &publishers {
             for r in catalogs.get(*p).map(Vec::as_slice).unwrap_or_default() {
                 if r.fmri.stem() == w.pattern.stem()
@@ -355,6 +518,22 @@ pub(crate) fn resolve(image: &ImageFile, sources: &Sources) -> Result<Lockfile, 
                     best = Some(r);
                 }
             }
+        }
+        // A pin still in the catalog and still allowed wins over anything newer.
+        if let Some(pin) = pin
+            && let Some(kept) = publishers
+                .iter()
+                .flat_map(|p| catalogs.get(*p).map(Vec::as_slice).unwrap_or_default())
+                .find(|r| {
+                    r.fmri.stem() == pin.stem()
+                        && r.fmri.version() == pin.version()
+                        && pin
+                            .publisher()
+                            .is_none_or(|p| r.fmri.publisher() == Some(p))
+                        && allowed(&r.fmri)
+                })
+        {
+            best = Some(kept);
         }
         let Some(best) = best else {
             let line = w
@@ -518,5 +697,125 @@ impl Lockfile {
             }
         }
         Ok(lock)
+    }
+}
+
+#[cfg(test)]
+mod pin_tests {
+    use std::path::Path;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use ips_bridge::FileRepo;
+
+    use super::*;
+
+    fn publish(repo: &FileRepo, stem: &str, version: &str, stamp: &str, depends: &str) {
+        let text = format!(
+            "set name=pkg.fmri value=pkg:/{stem}@{version},5.11-2024.0:{stamp}\nset name=pkg.summary value=\"{stem}\"\n{depends}"
+        );
+        let m = Manifest::parse(&text).unwrap();
+        repo.publish_at(
+            "example.org",
+            &m,
+            None,
+            UNIX_EPOCH + Duration::from_secs(1_710_000_000),
+        )
+        .unwrap();
+    }
+
+    fn image(dir: &Path, includes: &[&str]) -> ImageFile {
+        let list: Vec<String> = includes.iter().map(|i| format!("{i:?}")).collect();
+        let text = format!(
+            "platform = \"illumos/amd64\"\n[publishers]\n\"example.org\" = \"repo\"\n[packages]\ninclude = [{}]\n",
+            list.join(", ")
+        );
+        let path = dir.join("image.toml");
+        std::fs::write(&path, text).unwrap();
+        ImageFile::load(&path).unwrap()
+    }
+
+    fn relock_with(image: &ImageFile, update: Update) -> (Vec<String>, LockChanges) {
+        let opts = LockOptions {
+            update,
+            ..LockOptions::default()
+        };
+        let (lockfile, _, changes) = relock(image, &opts).unwrap();
+        (
+            lockfile.packages.iter().map(|p| p.fmri.clone()).collect(),
+            changes,
+        )
+    }
+
+    const TOOL_21: &str = "pkg://example.org/demo/tool@2.1,5.11-2024.0:20240102T000000Z";
+    const TOOL_22: &str = "pkg://example.org/demo/tool@2.2,5.11-2024.0:20240202T000000Z";
+    const CORE_10: &str = "pkg://example.org/system/core@1.0,5.11-2024.0:20240101T000000Z";
+    const CORE_11: &str = "pkg://example.org/system/core@1.1,5.11-2024.0:20240201T000000Z";
+    const EXTRA: &str = "pkg://example.org/demo/extra@1.0,5.11-2024.0:20240101T000000Z";
+
+    #[test]
+    fn relocking_keeps_pins_unless_asked_and_says_what_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = FileRepo::create(dir.path().join("repo"), "example.org").unwrap();
+        let require_core = "depend type=require fmri=system/core@1.0\n";
+        publish(&repo, "system/core", "1.0", "20240101T000000Z", "");
+        publish(&repo, "demo/tool", "2.1", "20240102T000000Z", require_core);
+        publish(&repo, "demo/extra", "1.0", "20240101T000000Z", "");
+        let first = image(dir.path(), &["demo/tool"]);
+        let (pins, changes) = relock_with(&first, Update::Keep);
+        assert_eq!(pins, [TOOL_21, CORE_10]);
+        assert_eq!(changes.added, [TOOL_21, CORE_10]);
+
+        // Newer versions appear and the image file is edited: the pins stay, the new
+        // package is added at its newest version.
+        publish(&repo, "system/core", "1.1", "20240201T000000Z", "");
+        publish(&repo, "demo/tool", "2.2", "20240202T000000Z", require_core);
+        let edited = image(dir.path(), &["demo/tool", "demo/extra"]);
+        let (pins, changes) = relock_with(&edited, Update::Keep);
+        assert_eq!(pins, [EXTRA, TOOL_21, CORE_10]);
+        assert_eq!(
+            changes,
+            LockChanges {
+                added: vec![EXTRA.to_owned()],
+                ..LockChanges::default()
+            }
+        );
+
+        // --update=tool moves the tool only.
+        let (pins, changes) = relock_with(&edited, Update::Packages(vec!["tool".into()]));
+        assert_eq!(pins, [EXTRA, TOOL_22, CORE_10]);
+        assert_eq!(
+            changes.updated,
+            [PinChange {
+                from: TOOL_21.into(),
+                to: TOOL_22.into()
+            }]
+        );
+        assert!(changes.added.is_empty() && changes.removed.is_empty());
+
+        // --update moves everything; dropping an include removes its pin.
+        let (pins, changes) = relock_with(&edited, Update::All);
+        assert_eq!(pins, [EXTRA, TOOL_22, CORE_11]);
+        assert_eq!(changes.updated.len(), 1, "{changes:?}");
+        let (pins, changes) = relock_with(&first, Update::Keep);
+        assert_eq!(pins, [TOOL_22, CORE_11]);
+        assert_eq!(changes.removed, [EXTRA]);
+
+        // A pin the image file no longer allows moves, and says so.
+        let (_, _, _) = relock(&first, &LockOptions::default()).unwrap();
+        let older = image(dir.path(), &["demo/tool@2.1", "system/core@1.0"]);
+        let (pins, changes) = relock_with(&older, Update::Keep);
+        assert_eq!(pins, [TOOL_21, CORE_10]);
+        assert_eq!(changes.updated.len(), 2, "{changes:?}");
+
+        // A name that is nowhere is refused.
+        let e = relock(
+            &older,
+            &LockOptions {
+                update: Update::Packages(vec!["nothing/here".into()]),
+                ..LockOptions::default()
+            },
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("--update nothing/here"), "{e}");
     }
 }

@@ -12,16 +12,26 @@ use anyhow::Context;
   rdctl lock image.toml        resolves the packages and writes image.lock.json
   rdctl lock --json image.toml | jq -r '.packages[].fmri'
   rdctl lock image.toml --ca-file ./depot-ca.pem     an https:// depot with a private CA
+  rdctl lock image.toml --update                     every package to its newest allowed version
+  rdctl lock image.toml --update=nginx --update=web/php-82   only these packages
 
-Prints each pinned FMRI (or, with --json, the lockfile's path and packages).
+An existing lockfile's pins are kept, whatever changed in the image file, as long as the
+pinned version is still in the catalog and still allowed; --update moves every pin,
+--update=PKG (a stem or its last component, repeatable) only that package's. Prints each
+pinned FMRI on stdout (or, with --json, the lockfile's path, packages and changes) and on
+stderr what changed: added, removed and updated pins.
 
 Exit status: 0 locked, 2 the image file or its publishers could not be resolved.")]
 pub struct Args {
     /// The image file (TOML).
     pub image_file: PathBuf,
-    /// Print a JSON summary (lockfile path, pinned packages).
+    /// Print a JSON summary (lockfile path, pinned packages, changes {added, removed,
+    /// updated [{from, to}]}).
     #[arg(long)]
     pub json: bool,
+    /// Move pins: every one (`--update`), or only PKG's (`--update=PKG`, repeatable).
+    #[arg(long, value_name = "PKG", num_args = 0..=1, require_equals = true, action = clap::ArgAction::Append, default_missing_value = "")]
+    pub update: Option<Vec<String>>,
     /// How to trust https:// depots.
     #[command(flatten)]
     pub tls: super::client::TlsArgs,
@@ -30,10 +40,16 @@ pub struct Args {
 /// Runs `rdctl lock`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let image = builder::ImageFile::load(&args.image_file)?;
+    let update = match &args.update {
+        None => builder::Update::Keep,
+        Some(names) if names.iter().any(String::is_empty) => builder::Update::All,
+        Some(names) => builder::Update::Packages(names.clone()),
+    };
     let opts = builder::LockOptions {
         depot_tls: args.tls.depot_tls_warned(),
+        update,
     };
-    let (lockfile, path) = builder::lock_with(&image, &opts)
+    let (lockfile, path, changes) = builder::relock(&image, &opts)
         .with_context(|| format!("cannot lock {}", args.image_file.display()))?;
     let mut out = std::io::stdout().lock();
     if args.json {
@@ -46,6 +62,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "lockfile": path.display().to_string(),
             "image_file_checksum": lockfile.image_file_checksum,
             "packages": packages,
+            "changes": changes,
         });
         serde_json::to_writer_pretty(&mut out, &doc)?;
         writeln!(out)?;
@@ -54,10 +71,24 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             writeln!(out, "{}", p.fmri)?;
         }
     }
+    if !args.json {
+        for f in &changes.added {
+            eprintln!("added   {f}");
+        }
+        for c in &changes.updated {
+            eprintln!("updated {} -> {}", c.from, c.to);
+        }
+        for f in &changes.removed {
+            eprintln!("removed {f}");
+        }
+    }
     eprintln!(
-        "wrote {} ({} packages)",
+        "wrote {} ({} packages; {} added, {} updated, {} removed)",
         path.display(),
-        lockfile.packages.len()
+        lockfile.packages.len(),
+        changes.added.len(),
+        changes.updated.len(),
+        changes.removed.len()
     );
     Ok(ExitCode::SUCCESS)
 }
