@@ -422,3 +422,224 @@ fn conformance_passes_with_events_and_scrub_configured() {
         Some(0)
     );
 }
+
+/// Pushes `config` and `layer` into `repo` and PUTs the manifest under `reference`; the
+/// answer's status and body.
+fn try_push(
+    server: &Server,
+    repo: &str,
+    reference: &str,
+    config: &[u8],
+    layer: &[u8],
+) -> (u16, String) {
+    let c = crate::registry_gc::push_blob(server, repo, config);
+    let l = crate::registry_gc::push_blob(server, repo, layer);
+    let m = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2, "mediaType": MANIFEST,
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": c, "size": config.len()},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": l, "size": layer.len()}],
+    }))
+    .unwrap();
+    let (status, _, body) = http(
+        server.addr,
+        "PUT",
+        &format!("/v2/{repo}/manifests/{reference}"),
+        &[("content-type", MANIFEST)],
+        &m,
+    );
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// What distribution's receivers and our governance expect of the envelope: `request.addr`
+/// (the connection's address, or `X-Forwarded-For`'s first entry from a trusted proxy),
+/// `target.fromRepository` on a cross-repository mount, a tag delete as `delete` with
+/// `target.tag`, `refuse` events for immutable and quota refusals with the reason, and
+/// `quarantine` events for what a scheduled scrub quarantined and withdrew.
+#[test]
+fn events_carry_addr_mount_source_tag_deletes_refusals_and_scrub_findings() {
+    let rx = Receiver::start();
+    rx.accept.store(true, Ordering::SeqCst);
+    let dir = tempdir();
+    let cfg = dir.path().join("registry.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"
+[scrub]
+interval = "500ms"
+
+[notifications]
+poll_interval = "50ms"
+trusted_proxies = ["127.0.0.0/8"]
+
+[[notifications.endpoints]]
+name = "all"
+url = "{}"
+actions = ["push", "mount", "delete", "refuse", "quarantine"]
+
+[[immutable]]
+repositories = ["prod/**"]
+tags = ["v*"]
+
+[[quota]]
+repositories = ["small/**"]
+max_manifests = 1
+"#,
+            rx.url("/all")
+        ),
+    )
+    .unwrap();
+    let data = tempdir();
+    let server = Server::start(data.path(), &["--config", cfg.to_str().unwrap()]);
+    let first = |events: &[Value], pred: &dyn Fn(&Value) -> bool| -> Value {
+        events
+            .iter()
+            .find(|e| pred(e))
+            .cloned()
+            .unwrap_or_else(|| panic!("no such event among {events:#?}"))
+    };
+
+    // request.addr: the connection's address.
+    let m = push_image(&server, "prod/app", "v1", b"{\"e\":1}", b"event layer one");
+    let events = rx.wait_for("/all", 3, &[&server]);
+    let push = first(&events, &|e| {
+        e["action"] == "push" && e["target"]["digest"] == m.as_str()
+    });
+    let addr = push["request"]["addr"].as_str().expect("request.addr");
+    assert!(addr.starts_with("127.0.0.1:"), "{push:#}");
+
+    // A cross-repository mount names its source; through a trusted proxy, addr is the
+    // client X-Forwarded-For names.
+    let layer = crate::registry_gc::digest(b"event layer one");
+    let (status, _, body) = http(
+        server.addr,
+        "POST",
+        &format!("/v2/team/copy/blobs/uploads/?mount={layer}&from=prod/app"),
+        &[("x-forwarded-for", "203.0.113.7, 10.1.1.1")],
+        b"",
+    );
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+    let events = rx.wait_for("/all", 4, &[&server]);
+    let mount = first(&events, &|e| e["action"] == "mount");
+    assert_eq!(mount["target"]["repository"], "team/copy", "{mount:#}");
+    assert_eq!(mount["target"]["fromRepository"], "prod/app", "{mount:#}");
+    assert_eq!(mount["request"]["addr"], "203.0.113.7", "{mount:#}");
+
+    // A tag delete is a delete event with the tag.
+    push_image(
+        &server,
+        "team/app",
+        "latest",
+        b"{\"e\":2}",
+        b"event layer two",
+    );
+    let (status, _, _) = http(
+        server.addr,
+        "DELETE",
+        "/v2/team/app/manifests/latest",
+        &[],
+        b"",
+    );
+    assert_eq!(status, 202);
+    let n = rx.events("/all").len();
+    let events = rx.wait_for("/all", n.max(7), &[&server]);
+    let delete = first(&events, &|e| e["action"] == "delete");
+    assert_eq!(delete["target"]["tag"], "latest", "{delete:#}");
+    assert_eq!(delete["target"]["repository"], "team/app", "{delete:#}");
+
+    // Refusals: moving an immutable tag, going over a quota.
+    let (status, body) = try_push(
+        &server,
+        "prod/app",
+        "v1",
+        b"{\"e\":3}",
+        b"event layer three",
+    );
+    assert_eq!(status, 403, "{body}");
+    push_image(&server, "small/app", "a", b"{\"e\":4}", b"event layer four");
+    let (status, body) = try_push(&server, "small/app", "b", b"{\"e\":5}", b"event layer five");
+    assert_eq!(status, 403, "{body}");
+    let start = Instant::now();
+    let refusals = loop {
+        let r: Vec<Value> = rx
+            .events("/all")
+            .into_iter()
+            .filter(|e| e["action"] == "refuse")
+            .collect();
+        if r.len() >= 2 {
+            break r;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{r:#?}\n{}",
+            server.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let immutable = first(&refusals, &|e| e["target"]["repository"] == "prod/app");
+    assert_eq!(immutable["target"]["tag"], "v1", "{immutable:#}");
+    assert!(
+        immutable["reason"]
+            .as_str()
+            .unwrap()
+            .contains("immutable[0]"),
+        "{immutable:#}"
+    );
+    let quota = first(&refusals, &|e| e["target"]["repository"] == "small/app");
+    assert!(
+        quota["reason"].as_str().unwrap().contains("quota exceeded"),
+        "{quota:#}"
+    );
+
+    // Scrub findings: the flipped layer is quarantined and the manifest naming it withdrawn.
+    let hex = layer.strip_prefix("sha256:").unwrap();
+    let file = data
+        .path()
+        .join(format!("blobs/sha256/{}/{hex}/data", &hex[..2]));
+    let mut perms = std::fs::metadata(&file).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o644);
+    std::fs::set_permissions(&file, perms).unwrap();
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[2] ^= 0x20;
+    std::fs::write(&file, bytes).unwrap();
+    let start = Instant::now();
+    let found = loop {
+        let q: Vec<Value> = rx
+            .events("/all")
+            .into_iter()
+            .filter(|e| e["action"] == "quarantine")
+            .collect();
+        // The layer in both repositories linking it, and the manifest of prod/app.
+        if q.len() >= 3 {
+            break q;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{q:#?}\n{}",
+            server.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let blob = first(&found, &|e| e["target"]["digest"] == layer.as_str());
+    assert!(
+        blob["reason"].as_str().unwrap().contains("quarantined"),
+        "{blob:#}"
+    );
+    let withdrawn = first(&found, &|e| e["target"]["digest"] == m.as_str());
+    assert_eq!(
+        withdrawn["target"]["repository"], "prod/app",
+        "{withdrawn:#}"
+    );
+    assert!(
+        withdrawn["reason"].as_str().unwrap().contains(&layer),
+        "{withdrawn:#}"
+    );
+    let mut repos: Vec<&str> = found
+        .iter()
+        .filter(|e| e["target"]["digest"] == layer.as_str())
+        .map(|e| e["target"]["repository"].as_str().unwrap())
+        .collect();
+    repos.sort();
+    repos.dedup();
+    assert_eq!(repos, ["prod/app", "team/copy"]);
+}

@@ -730,3 +730,260 @@ fn pages_can_be_switched_off() {
     assert_eq!(header(&h, "location"), Some("/ui/"));
     assert_eq!(get(&reg, "/ui/", None).0, 200);
 }
+
+/// A size as the pages write it (B below 1 KiB, else one decimal of KiB, MiB, …).
+fn human(n: usize) -> String {
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit < 4 {
+        v /= 1024.0;
+        unit += 1;
+    }
+    match unit {
+        0 => format!("{n} B"),
+        u => format!("{v:.1} {}", ["", "KiB", "MiB", "GiB", "TiB"][u]),
+    }
+}
+
+/// Pushes an image of `config` and `layers` into `repo` as `tag`; its digest and manifest size.
+fn small_image(
+    reg: &Server,
+    repo: &str,
+    tag: &str,
+    config: &[u8],
+    layers: &[&[u8]],
+) -> (String, usize) {
+    let c = put_blob(reg, repo, config);
+    let layers: Vec<serde_json::Value> = layers
+        .iter()
+        .map(|l| {
+            serde_json::json!({"mediaType": "application/vnd.oci.image.layer.v1.tar",
+                "digest": put_blob(reg, repo, l), "size": l.len()})
+        })
+        .collect();
+    let m = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": c,
+                   "size": config.len()},
+        "layers": layers,
+    });
+    (
+        put_manifest(reg, repo, tag, &m),
+        serde_json::to_vec(&m).unwrap().len(),
+    )
+}
+
+/// The repository list shows each repository's tag count, size and last push and sorts by
+/// each; sizes follow the one definition (manifest + config + layers, an index adding its own
+/// bytes and each platform's, every digest once), the same number `rdctl inspect` reports;
+/// the tag page's pull command names the host the page was reached at.
+#[test]
+fn repository_list_columns_sorting_sizes_and_pull_host() {
+    let dir = tempdir();
+    let reg = Server::start(&dir.path().join("data"), &[]);
+    let host = reg.host();
+    // One image: 3 + 100 bytes of blobs.
+    let (_, m_small) = small_image(&reg, "size/small", "1", b"{ }", &[&[1u8; 100]]);
+    // Two tags of one bigger image: counted once.
+    let big_layer = [2u8; 900];
+    let (_, m_big) = small_image(&reg, "size/big", "1", b"{\"b\":1}", &[&big_layer]);
+    small_image(&reg, "size/big", "2", b"{\"b\":1}", &[&big_layer]);
+    // An index of two platform images sharing a layer.
+    let shared = [3u8; 300];
+    let (p1, m1) = small_image(
+        &reg,
+        "size/multi",
+        "amd64",
+        b"{\"p\":1}",
+        &[&shared, b"one"],
+    );
+    let (p2, m2) = small_image(&reg, "size/multi", "sparc", b"{\"p\":22}", &[&shared]);
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": p1, "size": m1,
+             "platform": {"os": "illumos", "architecture": "amd64"}},
+            {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": p2, "size": m2,
+             "platform": {"os": "illumos", "architecture": "sparc"}},
+        ],
+    });
+    let index_bytes = serde_json::to_vec(&index).unwrap();
+    let (st, _, body) = http(
+        reg.addr,
+        "PUT",
+        "/v2/size/multi/manifests/all",
+        &[("content-type", "application/vnd.oci.image.index.v1+json")],
+        &index_bytes,
+    );
+    assert_eq!(st, 201, "{}", String::from_utf8_lossy(&body));
+    let small = m_small + 3 + 100;
+    let big = m_big + 7 + 900;
+    let multi_index = index_bytes.len() + m1 + m2 + 7 + 8 + 300 + 3;
+    // size/multi's tags: amd64, sparc and the index; the index's content covers both.
+    let multi_repo = multi_index;
+
+    let row = |page: &str, repo: &str| -> String {
+        let start = page
+            .find(&format!("<a href=\"/ui/r/{repo}\">"))
+            .unwrap_or_else(|| panic!("no row of {repo}: {page}"));
+        let end = start + page[start..].find("</tr>").unwrap();
+        page[start..end].to_owned()
+    };
+    let (st, _, page) = get(&reg, "/ui/", None);
+    assert_eq!(st, 200);
+    for want in ["Repository", "Tags", "Size", "Last push"] {
+        assert!(page.contains(want), "{want}: {page}");
+    }
+    for (repo, tags, size) in [
+        ("size/small", 1, small),
+        ("size/big", 2, big),
+        ("size/multi", 3, multi_repo),
+    ] {
+        let r = row(&page, repo);
+        assert!(r.contains(&format!("<td>{tags}</td>")), "{repo}: {r}");
+        assert!(
+            r.contains(&format!("<td>{}</td>", human(size))),
+            "{repo}: {r}"
+        );
+        assert!(r.contains("ago") || r.contains("now"), "{repo}: {r}");
+    }
+    let order = |page: &str| -> Vec<&str> {
+        let mut at: Vec<(usize, &str)> = ["size/small", "size/big", "size/multi"]
+            .into_iter()
+            .map(|r| (page.find(&format!("<a href=\"/ui/r/{r}\">")).unwrap(), r))
+            .collect();
+        at.sort();
+        at.into_iter().map(|(_, r)| r).collect()
+    };
+    assert_eq!(order(&page), ["size/big", "size/multi", "size/small"]);
+    let (_, _, by_size) = get(&reg, "/ui/?sort=size", None);
+    let mut want: Vec<(usize, &str)> = vec![
+        (small, "size/small"),
+        (big, "size/big"),
+        (multi_repo, "size/multi"),
+    ];
+    want.sort_by(|a, b| b.0.cmp(&a.0));
+    assert_eq!(
+        order(&by_size),
+        want.iter().map(|w| w.1).collect::<Vec<_>>()
+    );
+    let (_, _, by_tags) = get(&reg, "/ui/?sort=tags", None);
+    assert_eq!(order(&by_tags), ["size/multi", "size/big", "size/small"]);
+    // The last push: size/small pushed again last comes first.
+    std::thread::sleep(Duration::from_millis(1100));
+    small_image(&reg, "size/small", "2", b"{ }", &[&[1u8; 100]]);
+    let (_, _, by_push) = get(&reg, "/ui/?sort=pushed", None);
+    assert_eq!(order(&by_push)[0], "size/small", "{by_push}");
+    assert!(by_size.contains("aria-sort=\"descending\""), "{by_size}");
+
+    // The image and index pages and `rdctl inspect` give the same sizes.
+    for (reference, size) in [("size/small:1", small), ("size/multi:all", multi_index)] {
+        let (_, _, page) = get(&reg, &format!("/ui/r/{reference}"), None);
+        assert!(
+            page.contains(&format!("<dd>{}</dd>", human(size))),
+            "{reference}: {page}"
+        );
+        let out = ok(rdctl().args(["inspect", "--json", &format!("{host}/{reference}")]));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["total_size"], size, "{reference}: {v:#}");
+    }
+
+    // `rdctl ls` gives each tag the same size.
+    let out = ok(rdctl().args(["ls", "--json", &format!("{host}/size/multi")]));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let all = v["tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tag"] == "all")
+        .unwrap_or_else(|| panic!("{v:#}"));
+    assert_eq!(all["size"], multi_index, "{v:#}");
+
+    // The pull command names this registry, not a placeholder.
+    let (_, _, tags) = get(&reg, "/ui/r/size/big", None);
+    assert!(
+        tags.contains(&format!("<code>rdctl pull {host}/size/big:TAG</code>")),
+        "{tags}"
+    );
+    assert!(!tags.contains("HOST/"), "{tags}");
+}
+
+/// An SBOM referrer's page is an artifact's: its artifact type, a link to its subject, and the
+/// SPDX document to read (escaped) and to download; not an image's config and layers.
+#[test]
+fn sbom_referrer_page_shows_type_subject_and_document() {
+    let dir = tempdir();
+    let reg = Server::start(&dir.path().join("data"), &[]);
+    let repo = "sbom/app";
+    let (subject, subject_size) = small_image(&reg, repo, "1", b"{ }", &[b"rootfs"]);
+    let spdx = serde_json::json!({
+        "spdxVersion": "SPDX-2.3", "SPDXID": "SPDXRef-DOCUMENT", "name": "<b>app</b>",
+        "packages": [{"SPDXID": "SPDXRef-P", "name": "system/core", "versionInfo": "1.0"}],
+    });
+    let doc = serde_json::to_vec(&spdx).unwrap();
+    let empty = put_blob(&reg, repo, b"{}");
+    let layer = put_blob(&reg, repo, &doc);
+    let m = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "artifactType": "application/spdx+json",
+        "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": empty, "size": 2},
+        "layers": [{"mediaType": "application/spdx+json", "digest": layer, "size": doc.len()}],
+        "subject": {"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                    "digest": subject, "size": subject_size},
+    });
+    let bytes = serde_json::to_vec(&m).unwrap();
+    let sbom = put_manifest(
+        &reg,
+        repo,
+        &format!("sha256:{}", {
+            use sha2::Digest as _;
+            sha2::Sha256::digest(&bytes)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        }),
+        &m,
+    );
+    let (st, _, page) = get(&reg, &format!("/ui/r/{repo}@{sbom}"), None);
+    assert_eq!(st, 200, "{page}");
+    assert!(page.contains("<h2>Artifact</h2>"), "{page}");
+    assert!(page.contains("application/spdx+json"), "{page}");
+    assert!(
+        page.contains(&format!("href=\"/ui/r/{repo}@{subject}\"")),
+        "the subject is linked: {page}"
+    );
+    assert!(
+        page.contains(&format!("href=\"/v2/{repo}/blobs/{layer}\"")),
+        "the document is offered for download: {page}"
+    );
+    assert!(
+        page.contains("SPDX-2.3") && page.contains("system/core"),
+        "{page}"
+    );
+    assert!(
+        page.contains("&lt;b&gt;app&lt;/b&gt;") && !page.contains("<b>app"),
+        "{page}"
+    );
+    assert!(
+        !page.contains("<h2>Config</h2>") && !page.contains("<h2>Layers</h2>"),
+        "{page}"
+    );
+    // The download link serves the document itself.
+    let (st, _, body) = http(
+        reg.addr,
+        "GET",
+        &format!("/v2/{repo}/blobs/{layer}"),
+        &[],
+        b"",
+    );
+    assert_eq!((st, body), (200, doc));
+    // The image's page lists the SBOM among its referrers, linked.
+    let (_, _, image) = get(&reg, &format!("/ui/r/{repo}@{subject}"), None);
+    assert!(
+        image.contains(&format!("href=\"/ui/r/{repo}@{sbom}\"")),
+        "{image}"
+    );
+}

@@ -41,7 +41,9 @@ pub struct TagRow {
     pub digest: Digest,
     /// Its media type.
     pub media_type: String,
-    /// Manifest, config and layers (an index: itself and its manifests' descriptors).
+    /// The image's size as every surface reports it (docs/api.md, "Image size"): manifest,
+    /// config and layers; an index, itself and each platform's manifest, config and layers;
+    /// every distinct digest once.
     pub size: u64,
     /// `os/arch[/variant]` of each image.
     pub platforms: Vec<String>,
@@ -160,12 +162,22 @@ async fn summarize(
         created: None,
         artifact_type: None,
     };
+    // The one definition of an image's size: every distinct digest once.
+    let mut counted = BTreeSet::from([c.digest.clone()]);
+    let mut add = |d: &Digest, size: u64, total: &mut u64| {
+        if counted.insert(d.clone()) {
+            *total += size;
+        }
+    };
     match read_doc(source, &c).await? {
         Document::Manifest(m) => {
             let is_image = m.artifact_type.is_none() && m.config.media_type.is_image_config();
             if is_image {
                 let i = image_details(source, &m).await?;
-                row.size += i.config_size + i.layers.iter().map(|l| l.size).sum::<u64>();
+                add(&i.config_digest, i.config_size, &mut row.size);
+                for l in &i.layers {
+                    add(&l.digest, l.size, &mut row.size);
+                }
                 row.platforms.push(i.platform);
                 row.created = i.created;
             } else {
@@ -176,7 +188,10 @@ async fn summarize(
                         .as_str()
                         .to_owned(),
                 );
-                row.size += m.config.size + m.layers.iter().map(|l| l.size).sum::<u64>();
+                add(&m.config.digest, m.config.size, &mut row.size);
+                for l in &m.layers {
+                    add(&l.digest, l.size, &mut row.size);
+                }
                 if by_name.is_none() {
                     row.kind = "artifact".to_owned();
                 }
@@ -190,7 +205,20 @@ async fn summarize(
             if by_name.is_none() {
                 row.kind = "index".to_owned();
             }
-            row.size += i.manifests.iter().map(|d| d.size).sum::<u64>();
+            for d in &i.manifests {
+                let child = content_of(d);
+                add(&child.digest, child.size, &mut row.size);
+                if let Document::Manifest(m) = read_doc(source, &child).await?
+                    && m.artifact_type.is_none()
+                    && m.config.media_type.is_image_config()
+                {
+                    let img = image_details(source, &m).await?;
+                    add(&img.config_digest, img.config_size, &mut row.size);
+                    for l in &img.layers {
+                        add(&l.digest, l.size, &mut row.size);
+                    }
+                }
+            }
             row.platforms = i
                 .manifests
                 .iter()

@@ -148,7 +148,94 @@ fn now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// `GET /ui/`: the repositories the caller may pull, filtered by `q` (a part of the name).
+/// The order of the repository list (`?sort=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CatalogSort {
+    /// By name, A to Z (the default; paged with `last=`).
+    Name,
+    /// Most tags first.
+    Tags,
+    /// Largest first (the sum of the distinct content of its tagged images).
+    Size,
+    /// Most recent push first.
+    Pushed,
+}
+
+impl CatalogSort {
+    fn parse(s: Option<&str>) -> CatalogSort {
+        match s {
+            Some("tags") => CatalogSort::Tags,
+            Some("size") => CatalogSort::Size,
+            Some("pushed") => CatalogSort::Pushed,
+            _ => CatalogSort::Name,
+        }
+    }
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            CatalogSort::Name => "name",
+            CatalogSort::Tags => "tags",
+            CatalogSort::Size => "size",
+            CatalogSort::Pushed => "pushed",
+        }
+    }
+}
+
+/// One row of the repository list.
+pub(crate) struct RepoRow {
+    pub name: String,
+    /// Tags, cosign's signature, attestation and SBOM tags not counted.
+    pub tags: usize,
+    /// The distinct content of its tagged images, each counted as [`image_size`] does.
+    pub size: u64,
+    /// When a tag of it was last set or removed (the tag index's last write), in seconds
+    /// since 1970.
+    pub pushed: Option<u64>,
+}
+
+/// The facts of one repository's row.
+async fn repo_row(repos: &Repos, name: String) -> ApiResult<RepoRow> {
+    let Ok(n) = Name::parse(&name) else {
+        return Ok(RepoRow {
+            name,
+            tags: 0,
+            size: 0,
+            pushed: None,
+        });
+    };
+    let tags = repos.tag_map(&n).await?;
+    let digests: BTreeSet<&Digest> = tags
+        .iter()
+        .filter(|(t, _)| !is_cosign_tag(t))
+        .map(|(_, d)| d)
+        .collect();
+    let mut c = Counted::default();
+    for d in &digests {
+        if let Some(m) = read_manifest(repos, 16 << 20, d).await? {
+            content_of(repos, d, &m, &mut c).await?;
+        }
+    }
+    let pushed = match repos.store().stat(&layout::tags(&n)).await {
+        Ok(meta) => meta
+            .modified
+            .duration_since(UNIX_EPOCH)
+            .ok()
+            .map(|t| t.as_secs()),
+        Err(e) if e.is_not_found() => None,
+        Err(e) => return Err(e.into()),
+    };
+    Ok(RepoRow {
+        tags: tags.iter().filter(|(t, _)| !is_cosign_tag(t)).count(),
+        size: c.total(),
+        pushed,
+        name,
+    })
+}
+
+/// `GET /ui/?q=&sort=&last=|start=`: the repositories the caller may pull, filtered by `q`
+/// (a part of the name), with their tag count, size and last push, sorted by `sort` (`name`,
+/// `tags`, `size`, `pushed`). By name a page is read after `last`; in the other orders every
+/// matching repository is summed up to sort them, and a page starts at `start`.
 async fn catalog(
     State(state): State<AppState>,
     RawQuery(query): RawQuery,
@@ -160,7 +247,9 @@ async fn catalog(
     };
     let p = params(query.as_deref());
     let q = param(&p, "q").unwrap_or("").trim().to_lowercase();
-    let all = match state.app().repos.catalog().await {
+    let sort = CatalogSort::parse(param(&p, "sort"));
+    let repos = &state.app().repos;
+    let all = match repos.catalog().await {
         Ok(a) => a,
         Err(e) => return failed(&v, e),
     };
@@ -168,10 +257,53 @@ async fn catalog(
         .into_iter()
         .filter(|r| v.sees(r) && (q.is_empty() || r.contains(&q)))
         .collect();
-    let (rows, more) = crate::handlers::page(shown, Some(PAGE), param(&p, "last"));
+    let (names, start) = if sort == CatalogSort::Name {
+        let (rows, _) = crate::handlers::page(shown.clone(), Some(PAGE), param(&p, "last"));
+        (rows, 0)
+    } else {
+        let start = param(&p, "start")
+            .and_then(|s| s.parse::<usize>().ok())
+            .unwrap_or(0);
+        (shown.clone(), start)
+    };
+    let rows: Vec<ApiResult<RepoRow>> = futures_util::stream::iter(names)
+        .map(|n| repo_row(repos, n))
+        .buffered(CONCURRENCY)
+        .collect()
+        .await;
+    let mut rows = match rows.into_iter().collect::<ApiResult<Vec<RepoRow>>>() {
+        Ok(r) => r,
+        Err(e) => return failed(&v, e),
+    };
+    let next = match sort {
+        CatalogSort::Name => {
+            let after = rows.last().map(|r| r.name.clone());
+            let more = after.as_deref().is_some_and(|l| {
+                let i = shown.partition_point(|x| x.as_str() <= l);
+                i < shown.len()
+            });
+            after
+                .filter(|_| more)
+                .map(|l| format!("last={}", html::Q(&l)))
+        }
+        _ => {
+            match sort {
+                CatalogSort::Tags => rows.sort_by(|a, b| b.tags.cmp(&a.tags)),
+                CatalogSort::Size => rows.sort_by(|a, b| b.size.cmp(&a.size)),
+                _ => rows.sort_by(|a, b| b.pushed.cmp(&a.pushed)),
+            }
+            let total = rows.len();
+            rows = rows.into_iter().skip(start).take(PAGE).collect();
+            (start + PAGE < total).then(|| format!("start={}", start + PAGE))
+        }
+    };
     answer(
         StatusCode::OK,
-        html::page("Repositories", v.who(), &pages::catalog(&q, &rows, more)),
+        html::page(
+            "Repositories",
+            v.who(),
+            &pages::catalog(&q, sort, &rows, next.as_deref(), now()),
+        ),
     )
 }
 
@@ -255,7 +387,8 @@ async fn repository_or_image(
     let r = match target {
         Target::Repository(_) => {
             let p = params(query.as_deref());
-            repository(repos, &name, param(&p, "last")).await
+            let host = pull_host(&headers);
+            repository(repos, &name, &host, param(&p, "last")).await
         }
         Target::ByDigest(_, d) => match Digest::parse(&d) {
             Ok(d) => image(&state, &name, d).await,
@@ -344,14 +477,8 @@ fn platform_of(v: &Value) -> Option<String> {
     })
 }
 
-fn summary(m: &Manifest) -> Summary {
-    let sizes = |key: &str| -> u64 {
-        m.doc
-            .get(key)
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|l| l.get("size")?.as_u64()).sum())
-            .unwrap_or(0)
-    };
+/// The facts of `m`, whose [`image_size`] is `size`.
+fn summary(m: &Manifest, size: u64) -> Summary {
     if is_index(&m.doc) {
         let platforms = m.doc["manifests"]
             .as_array()
@@ -370,20 +497,14 @@ fn summary(m: &Manifest) -> Summary {
             .and_then(Value::as_str)
             .and_then(parse_time);
         return Summary {
-            size: m.bytes + sizes("manifests"),
+            size,
             platforms,
             created,
             index: true,
         };
     }
-    let config_size = m
-        .doc
-        .get("config")
-        .and_then(|c| c.get("size"))
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
     Summary {
-        size: config_size + sizes("layers"),
+        size,
         platforms: m
             .config
             .as_ref()
@@ -397,6 +518,87 @@ fn summary(m: &Manifest) -> Summary {
             .and_then(parse_time),
         index: false,
     }
+}
+
+/// Distinct digests and their sizes: what one definition of size counts.
+#[derive(Default)]
+struct Counted(BTreeMap<String, u64>);
+
+impl Counted {
+    fn add(&mut self, digest: &str, size: u64) {
+        self.0.entry(digest.to_owned()).or_insert(size);
+    }
+
+    /// The config and layers of an image manifest.
+    fn add_blobs(&mut self, doc: &Value) {
+        let config = doc.get("config").into_iter();
+        let layers = doc
+            .get("layers")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten();
+        for d in config.chain(layers) {
+            if let (Some(digest), Some(size)) = (
+                d.get("digest").and_then(Value::as_str),
+                d.get("size").and_then(Value::as_u64),
+            ) {
+                self.add(digest, size);
+            }
+        }
+    }
+
+    fn total(&self) -> u64 {
+        self.0.values().sum()
+    }
+}
+
+/// An image's size, the one definition the page, `rdctl inspect` and `rdctl ls` share
+/// (docs/api.md, "Image size"): the manifest's own bytes, its config and its layers; for an
+/// index, its own bytes plus each platform manifest with that manifest's config and layers.
+/// Every distinct digest counts once (a layer two platforms share, a config two tags share).
+async fn image_size(repos: &Repos, d: &Digest, m: &Manifest) -> ApiResult<u64> {
+    let mut c = Counted::default();
+    content_of(repos, d, m, &mut c).await?;
+    Ok(c.total())
+}
+
+/// Adds what [`image_size`] counts for one manifest or index to `c`.
+async fn content_of(repos: &Repos, d: &Digest, m: &Manifest, c: &mut Counted) -> ApiResult<()> {
+    c.add(d.as_str(), m.bytes);
+    if !is_index(&m.doc) {
+        c.add_blobs(&m.doc);
+        return Ok(());
+    }
+    let children = m.doc["manifests"].as_array().cloned().unwrap_or_default();
+    for child in children {
+        let (Some(cd), Some(size)) = (
+            child.get("digest").and_then(Value::as_str),
+            child.get("size").and_then(Value::as_u64),
+        ) else {
+            continue;
+        };
+        c.add(cd, size);
+        let Ok(cd) = Digest::parse(cd) else { continue };
+        // A platform manifest, read once per page through the document cache; a nested
+        // index counts its own bytes only.
+        if let Ok(Some(bytes)) = repos
+            .manifest_bytes(&cd, 16 << 20)
+            .await
+            .map(Some)
+            .or_else(|e| {
+                if e.code == Code::Internal {
+                    Err(e)
+                } else {
+                    Ok(None)
+                }
+            })
+            && let Ok(doc) = serde_json::from_slice::<Value>(&bytes)
+            && !is_index(&doc)
+        {
+            c.add_blobs(&doc);
+        }
+    }
+    Ok(())
 }
 
 /// Seconds since 1970 of an RFC 3339 time (before 1970 is no time for an image's age).
@@ -438,10 +640,22 @@ pub(crate) struct TagRow {
     pub signed: bool,
 }
 
+/// The registry as a client names it in a pull: the `Host` the browser used (behind a
+/// proxy that keeps the client's `Host`, the name people reach).
+fn pull_host(headers: &HeaderMap) -> String {
+    headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| !h.is_empty())
+        .unwrap_or("HOST")
+        .to_owned()
+}
+
 /// A repository's tags, one page after `last`; None when the repository does not exist.
 async fn repository(
     repos: &Repos,
     name: &Name,
+    host: &str,
     last: Option<&str>,
 ) -> ApiResult<Option<(String, String)>> {
     if !repos.exists(name).await? {
@@ -462,9 +676,10 @@ async fn repository(
     let facts: Vec<ApiResult<(Digest, Option<Summary>, bool)>> =
         futures_util::stream::iter(digests)
             .map(|d| async move {
-                let s = read_manifest(repos, 16 << 20, &d)
-                    .await?
-                    .map(|m| summary(&m));
+                let s = match read_manifest(repos, 16 << 20, &d).await? {
+                    Some(m) => Some(summary(&m, image_size(repos, &d, &m).await?)),
+                    None => None,
+                };
                 let signed = tag_names.contains(cosign_tag(&d, "sig").as_str())
                     || repos.referrers(name, &d).await?.iter().any(|r| {
                         r.get("artifactType")
@@ -495,7 +710,7 @@ async fn repository(
         .collect();
     Ok(Some((
         name.to_string(),
-        pages::repository(name, all.len(), cosign.len(), &rows, more, now()),
+        pages::repository(name, host, all.len(), cosign.len(), &rows, more, now()),
     )))
 }
 
@@ -518,7 +733,119 @@ pub(crate) struct ImageView<'a> {
     pub tags: Vec<String>,
     pub packages: Vec<validator::SpdxPackage>,
     pub referrers: Vec<Referrer>,
+    /// Set when the manifest is an artifact (a signature, an SBOM), not a runnable image.
+    pub artifact: Option<Artifact>,
     pub now: u64,
+}
+
+/// What the page shows of an artifact: its type, the image it refers to, and its document.
+pub(crate) struct Artifact {
+    /// `artifactType`, or the config's media type when there is none.
+    pub artifact_type: String,
+    /// The manifest's `subject`: the image this artifact is about.
+    pub subject: Option<Digest>,
+    /// The first SPDX, CycloneDX or other JSON layer.
+    pub document: Option<ArtifactDocument>,
+}
+
+/// An artifact's document layer, with its text when it is small enough to show.
+pub(crate) struct ArtifactDocument {
+    pub digest: Digest,
+    pub media_type: String,
+    pub size: u64,
+    /// The text (pretty-printed when it is JSON); None when over [`DOCUMENT_SHOWN`] bytes or
+    /// not UTF-8.
+    pub text: Option<String>,
+}
+
+/// The largest artifact document shown inline (a bigger one is offered as a download).
+pub(crate) const DOCUMENT_SHOWN: u64 = 1 << 20;
+
+/// The image config media types (everything else in `config` makes an artifact).
+fn is_image_config(media_type: &str) -> bool {
+    matches!(
+        media_type,
+        "application/vnd.oci.image.config.v1+json"
+            | "application/vnd.docker.container.image.v1+json"
+    )
+}
+
+/// The artifact facts of `doc`; None for an image or an index.
+async fn artifact_of(repos: &Repos, doc: &Value) -> ApiResult<Option<Artifact>> {
+    if is_index(doc) {
+        return Ok(None);
+    }
+    let config_type = doc
+        .get("config")
+        .and_then(|c| c.get("mediaType"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let artifact_type = doc.get("artifactType").and_then(Value::as_str);
+    let subject = doc
+        .get("subject")
+        .and_then(|s| s.get("digest"))
+        .and_then(Value::as_str)
+        .and_then(|d| Digest::parse(d).ok());
+    if artifact_type.is_none() && subject.is_none() && is_image_config(config_type) {
+        return Ok(None);
+    }
+    let layer = doc
+        .get("layers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|l| {
+            l.get("mediaType").and_then(Value::as_str).is_some_and(|m| {
+                m.contains("spdx") || m.contains("cyclonedx") || m.ends_with("json")
+            })
+        });
+    let document = match layer {
+        None => None,
+        Some(l) => {
+            let digest = l
+                .get("digest")
+                .and_then(Value::as_str)
+                .and_then(|d| Digest::parse(d).ok());
+            let size = l.get("size").and_then(Value::as_u64).unwrap_or(0);
+            match digest {
+                None => None,
+                Some(digest) => {
+                    let text = if size <= DOCUMENT_SHOWN {
+                        match repos
+                            .store()
+                            .get(&layout::blob_data(&digest), DOCUMENT_SHOWN)
+                            .await
+                        {
+                            Ok(b) => match serde_json::from_slice::<Value>(&b.bytes) {
+                                Ok(v) => serde_json::to_string_pretty(&v).ok(),
+                                Err(_) => String::from_utf8(b.bytes.to_vec()).ok(),
+                            },
+                            Err(e) if e.is_not_found() => None,
+                            Err(crate::storage::StoreError::TooLarge { .. }) => None,
+                            Err(e) => return Err(e.into()),
+                        }
+                    } else {
+                        None
+                    };
+                    Some(ArtifactDocument {
+                        digest,
+                        media_type: l
+                            .get("mediaType")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_owned(),
+                        size,
+                        text,
+                    })
+                }
+            }
+        }
+    };
+    Ok(Some(Artifact {
+        artifact_type: artifact_type.unwrap_or(config_type).to_owned(),
+        subject,
+        document,
+    }))
 }
 
 fn kind_of(artifact_type: &str) -> &'static str {
@@ -591,16 +918,18 @@ async fn image(
         }
     }
     let packages = pkgindex::packages_of(repos, name, &digest).await?.packages;
+    let artifact = artifact_of(repos, &m.doc).await?;
     let view = ImageView {
         name,
         digest: &digest,
         media_type: link.media_type,
         doc: &m.doc,
         config: m.config.as_ref(),
-        summary: summary(&m),
+        summary: summary(&m, image_size(repos, &digest, &m).await?),
         tags,
         packages,
         referrers,
+        artifact,
         now: now(),
     };
     Ok(Some((

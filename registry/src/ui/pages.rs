@@ -7,7 +7,7 @@ use serde_json::Value;
 use validator::{Digest, Name};
 
 use super::html::{Esc, Html, Q, age, size};
-use super::{ImageView, STOP_TIMEOUT_LABEL, TagRow, short};
+use super::{CatalogSort, ImageView, RepoRow, STOP_TIMEOUT_LABEL, TagRow, short};
 use crate::pkgindex::SearchResult;
 
 /// The link of an image page.
@@ -42,15 +42,26 @@ fn table_end(h: &mut Html) {
     h.raw("</tbody></table></div>");
 }
 
-/// The repositories page: the filter form, one page of names, and the next link.
-pub(crate) fn catalog(q: &str, rows: &[String], more: bool) -> String {
+/// The repositories page: the filter form, one page of repositories (tags, size, last push)
+/// in `sort` order with sorting links in the column heads, and the link to the next page.
+pub(crate) fn catalog(
+    q: &str,
+    sort: CatalogSort,
+    rows: &[RepoRow],
+    next: Option<&str>,
+    now: u64,
+) -> String {
     let mut h = Html::default();
     h.raw("<form method=\"get\" action=\"/ui/\" role=\"search\">")
         .raw("<label for=\"q\">Filter repositories")
         .raw("<input id=\"q\" name=\"q\" type=\"search\" value=\"");
-    h.text(q).raw(
-        "\" placeholder=\"part of a name\"></label><button type=\"submit\">Filter</button></form>",
+    h.text(q).raw("\" placeholder=\"part of a name\"></label>");
+    let _ = write!(
+        h,
+        "<input type=\"hidden\" name=\"sort\" value=\"{}\">",
+        Esc(sort.as_str())
     );
+    h.raw("<button type=\"submit\">Filter</button></form>");
     if rows.is_empty() {
         h.raw("<p>No repositories");
         if !q.is_empty() {
@@ -59,22 +70,57 @@ pub(crate) fn catalog(q: &str, rows: &[String], more: bool) -> String {
         h.raw(".</p>");
         return h.into_string();
     }
-    table_start(&mut h, "Repositories", &["Repository"]);
+    let _ = write!(
+        h,
+        "<div class=\"scroll\" role=\"region\" aria-label=\"Repositories\" tabindex=\"0\"><table><thead><tr>"
+    );
+    for (label, key) in [
+        ("Repository", CatalogSort::Name),
+        ("Tags", CatalogSort::Tags),
+        ("Size", CatalogSort::Size),
+        ("Last push", CatalogSort::Pushed),
+    ] {
+        if key == sort {
+            let _ = write!(
+                h,
+                "<th scope=\"col\" aria-sort=\"{}\">{}</th>",
+                if key == CatalogSort::Name {
+                    "ascending"
+                } else {
+                    "descending"
+                },
+                Esc(label)
+            );
+        } else {
+            let _ = write!(
+                h,
+                "<th scope=\"col\"><a href=\"/ui/?q={}&amp;sort={}\">{}</a></th>",
+                Q(q),
+                Esc(key.as_str()),
+                Esc(label)
+            );
+        }
+    }
+    h.raw("</tr></thead><tbody>");
     for r in rows {
         let _ = write!(
             h,
-            "<tr><td><a href=\"/ui/r/{}\">{}</a></td></tr>",
-            Esc(r),
-            Esc(r)
+            "<tr><td><a href=\"/ui/r/{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            Esc(&r.name),
+            Esc(&r.name),
+            r.tags,
+            Esc(&size(r.size)),
+            Esc(&r.pushed.map_or("—".to_owned(), |t| age(t, now)))
         );
     }
     table_end(&mut h);
-    if more && let Some(last) = rows.last() {
+    if let Some(next) = next {
         let _ = write!(
             h,
-            "<nav class=\"pages\" aria-label=\"Pages\"><a rel=\"next\" href=\"/ui/?q={}&amp;last={}\">Next repositories</a></nav>",
+            "<nav class=\"pages\" aria-label=\"Pages\"><a rel=\"next\" href=\"/ui/?q={}&amp;sort={}&amp;{}\">Next repositories</a></nav>",
             Q(q),
-            Q(last)
+            Esc(sort.as_str()),
+            Esc(next)
         );
     }
     h.into_string()
@@ -83,6 +129,7 @@ pub(crate) fn catalog(q: &str, rows: &[String], more: bool) -> String {
 /// A repository's tag page.
 pub(crate) fn repository(
     name: &Name,
+    host: &str,
     total: usize,
     cosign: usize,
     rows: &[TagRow],
@@ -92,13 +139,14 @@ pub(crate) fn repository(
     let mut h = Html::default();
     let _ = write!(
         h,
-        "<p class=\"muted\">{total} tag{}{}. Pull with <code>rdctl pull HOST/{}:TAG</code>.</p>",
+        "<p class=\"muted\">{total} tag{}{}. Pull with <code>rdctl pull {}/{}:TAG</code>.</p>",
         if total == 1 { "" } else { "s" },
         match cosign {
             0 => String::new(),
             1 => " (and 1 cosign tag, shown with its image)".to_owned(),
             n => format!(" (and {n} cosign tags, shown with their images)"),
         },
+        Esc(host),
         Esc(name.as_str())
     );
     if rows.is_empty() {
@@ -271,23 +319,69 @@ pub(crate) fn image(v: &ImageView<'_>) -> String {
             );
         }
         table_end(&mut h);
+    } else if let Some(a) = &v.artifact {
+        artifact(&mut h, name, a);
     } else {
         config(&mut h, v.config);
         layers(&mut h, v);
     }
 
+    if v.artifact.is_some() {
+        // An artifact has no packages of its own; its document is above.
+    } else {
+        packages(&mut h, v);
+    }
+    referrers(&mut h, v);
+    h.into_string()
+}
+
+/// An artifact's type, its subject (linked), and its document to read and download.
+fn artifact(h: &mut Html, name: &str, a: &super::Artifact) {
+    h.raw("<h2>Artifact</h2><dl>");
+    fact(h, "Artifact type", &a.artifact_type);
+    if let Some(s) = &a.subject {
+        h.raw("<dt>Subject</dt><dd>");
+        digest_link(h, name, s);
+        h.raw("</dd>");
+    }
+    h.raw("</dl>");
+    let Some(d) = &a.document else {
+        h.raw("<p class=\"muted\">No document layer.</p>");
+        return;
+    };
+    h.raw("<h2>Document</h2>");
+    let _ = write!(
+        h,
+        "<p>{} ({}), <a href=\"/v2/{}/blobs/{}\" download=\"{}.json\">download</a></p>",
+        Esc(&d.media_type),
+        Esc(&size(d.size)),
+        Esc(name),
+        Esc(d.digest.as_str()),
+        Esc(d.digest.encoded())
+    );
+    match &d.text {
+        Some(t) => {
+            let _ = write!(
+                h,
+                "<div class=\"scroll\" role=\"region\" aria-label=\"Document\" tabindex=\"0\"><pre class=\"mono\">{}</pre></div>",
+                Esc(t)
+            );
+        }
+        None => {
+            h.raw("<p class=\"muted\">Too large, or not text, to show here; download it.</p>");
+        }
+    }
+}
+
+fn packages(h: &mut Html, v: &ImageView<'_>) {
     h.raw("<h2>Packages</h2>");
     if v.packages.is_empty() {
         h.raw("<p class=\"muted\">No SBOM with packages is indexed for this image.</p>");
     } else {
-        table_start(
-            &mut h,
-            "Packages",
-            &["Package", "Version", "Publisher", "FMRI"],
-        );
+        table_start(h, "Packages", &["Package", "Version", "Publisher", "FMRI"]);
         for p in &v.packages {
             h.raw("<tr><td>");
-            package_link(&mut h, &p.name, &p.name);
+            package_link(h, &p.name, &p.name);
             let _ = write!(
                 h,
                 "</td><td>{}</td><td>{}</td><td class=\"mono\">{}</td></tr>",
@@ -296,9 +390,12 @@ pub(crate) fn image(v: &ImageView<'_>) -> String {
                 Esc(p.fmri.as_deref().unwrap_or("—"))
             );
         }
-        table_end(&mut h);
+        table_end(h);
     }
+}
 
+fn referrers(h: &mut Html, v: &ImageView<'_>) {
+    let name = v.name.as_str();
     h.raw("<h2>Referrers</h2>");
     if v.referrers.is_empty() {
         h.raw(
@@ -306,7 +403,7 @@ pub(crate) fn image(v: &ImageView<'_>) -> String {
         );
     } else {
         table_start(
-            &mut h,
+            h,
             "Referrers",
             &["Kind", "Artifact type", "Digest", "Found by"],
         );
@@ -321,12 +418,11 @@ pub(crate) fn image(v: &ImageView<'_>) -> String {
                     &r.artifact_type
                 })
             );
-            digest_link(&mut h, name, &r.digest);
+            digest_link(h, name, &r.digest);
             let _ = write!(h, "</td><td>{}</td></tr>", Esc(r.found_by));
         }
-        table_end(&mut h);
+        table_end(h);
     }
-    h.into_string()
 }
 
 fn config(h: &mut Html, c: Option<&Value>) {
@@ -539,7 +635,13 @@ mod tests {
 
     #[test]
     fn values_are_escaped() {
-        let body = catalog("<script>", &["a/<b>".to_owned()], true);
+        let row = RepoRow {
+            name: "a/<b>".to_owned(),
+            tags: 1,
+            size: 10,
+            pushed: None,
+        };
+        let body = catalog("<script>", CatalogSort::Size, &[row], Some("start=100"), 0);
         assert!(!body.contains("<script>"), "{body}");
         assert!(!body.contains("<b>"), "{body}");
         assert!(body.contains("q=%3Cscript%3E"), "{body}");
