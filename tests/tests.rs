@@ -42,6 +42,7 @@ mod sync;
 mod sync_converged;
 mod sync_trust;
 mod transfer;
+mod transfer_progress;
 mod util;
 mod validate_cli;
 mod validate_tools;

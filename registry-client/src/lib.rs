@@ -29,7 +29,8 @@
 //!   package, for `rdctl search`.
 //! - [`signatures`]: cosign signatures and attestations pushed to and read from registries
 //!   and layouts, verified with the `trust` crate ([`signatures::fetch_evidence`]).
-//! - [`transfer`]: the one copy path between OCI layouts and registries, referrers included.
+//! - [`transfer`]: the one copy path between OCI layouts and registries, referrers included;
+//!   [`progress`] is how a front end sees its blobs' bytes move.
 //! - [`sync`]: many images at once over that copy path (`rdctl sync`): registry to registry,
 //!   to and from air-gap bundles, with repository and tag globs.
 //!
@@ -53,6 +54,7 @@ pub mod login;
 pub mod manage;
 mod manifest;
 mod packages;
+pub mod progress;
 mod reference;
 mod referrers;
 mod session;

@@ -8,6 +8,7 @@ pub mod lock;
 pub mod login;
 pub mod manage;
 pub mod meta;
+pub mod progress;
 pub mod registry;
 pub mod search;
 pub mod sync;

@@ -93,12 +93,15 @@ pub fn run(args: SyncArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(concurrency >= 1, "--concurrency must be at least 1");
     let client = args.client.client()?;
     let terminal = std::io::stderr().is_terminal();
-    let progress = move |e: Event<'_>| {
+    let bars = super::progress::Bars::new(args.json);
+    let progress = |e: Event<'_>| {
         if !terminal {
             return;
         }
         match e {
-            Event::Planned { from, images } => eprintln!("{from}: {images} image(s) selected"),
+            Event::Planned { from, images } => {
+                bars.println(&format!("{from}: {images} image(s) selected"))
+            }
             Event::Finished {
                 outcome,
                 done,
@@ -117,22 +120,25 @@ pub fn run(args: SyncArgs) -> anyhow::Result<ExitCode> {
                     (None, Some(refusal)) => format!("REFUSED: {refusal}"),
                     (None, None) => String::new(),
                 };
-                eprintln!(
+                bars.println(&format!(
                     "[{done}/{total}] {} -> {}: {status}",
                     outcome.item.source, outcome.item.destination
-                );
+                ));
             }
         }
     };
-    let report = crate::runtime::block_on(registry_client::sync::run(
-        &client,
-        &rules,
-        &SyncOptions {
-            concurrency,
-            dry_run: args.dry_run,
-        },
-        &progress,
+    let opts = SyncOptions {
+        concurrency,
+        dry_run: args.dry_run,
+    };
+    let report = crate::runtime::block_on(bars.until_interrupted(
+        "the destinations",
+        false,
+        registry_client::sync::run_with_progress(&client, &rules, &opts, &progress, &bars),
     ))?;
+    let Some(report) = report else {
+        return Ok(ExitCode::from(super::progress::INTERRUPTED));
+    };
     if args.json {
         print_json(&report, args.dry_run)?;
     } else {

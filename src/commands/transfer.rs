@@ -41,7 +41,10 @@ pub struct Common {
 Without a tag on REF the layout's tag is used. The image's referrers (the SBOM rdctl build
 attaches, signatures, attestations) are pushed too, found in the layout's index.json by their
 subject; a registry without the referrers API gets the referrers tag (sha256-<hex>) instead. Credentials come from `rdctl login` (see
-rdctl login --help for the files read); a 401 names the registry and asks to log in. Exit status: 0 pushed, 2 failed.")]
+rdctl login --help for the files read); a 401 names the registry and asks to log in. On a
+terminal each blob gets a progress bar on stderr (none with --json or when stderr is not a
+terminal). Ctrl-C says which blobs are kept; the same command again resumes. Exit status: 0
+pushed, 2 failed, 130 interrupted.")]
 pub struct PushArgs {
     /// The OCI image layout, `DIR[:TAG]` (the tag is an org.opencontainers.image.ref.name).
     pub layout: String,
@@ -60,8 +63,10 @@ pub struct PushArgs {
   rdctl pull --no-referrers 127.0.0.1:5000/zones/base:1.0 ./image
 
 Without a tag on LAYOUT the reference's tag names the index.json entry. Referrers (SBOM,
-signatures) come along as untagged index.json entries with their artifactType. Exit status: 0 pulled,
-2 failed.")]
+signatures) come along as untagged index.json entries with their artifactType. On a terminal
+each blob gets a progress bar on stderr; ctrl-c keeps the complete blobs and the part of a
+download that arrived, and the same command again resumes. Exit status: 0 pulled, 2 failed,
+130 interrupted.")]
 pub struct PullArgs {
     /// The source, `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]`.
     pub reference: String,
@@ -79,7 +84,9 @@ pub struct PullArgs {
   rdctl copy --platform illumos/amd64 docker://reg.example/base:1 oci:./image:1
   rdctl copy --no-referrers 127.0.0.1:5000/a:1 127.0.0.1:5001/b:1
 
-Referrers are copied too (recursively) unless --no-referrers is given. Exit status: 0 copied, 2 failed.")]
+Referrers are copied too (recursively) unless --no-referrers is given. On a terminal each blob
+gets a progress bar on stderr; after ctrl-c the same command again resumes. Exit status: 0
+copied, 2 failed, 130 interrupted.")]
 pub struct CopyArgs {
     /// The source: `oci:DIR[:TAG|@DIGEST]` or `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]`.
     pub source: String,
@@ -119,16 +126,20 @@ fn run(verb: &str, src: &ImageRef, dst: &ImageRef, common: &Common) -> anyhow::R
         None => None,
     };
     let client = common.client.client()?;
-    let report = crate::runtime::block_on(registry_client::transfer::copy(
-        &client,
-        src,
-        dst,
-        &CopyOptions {
-            platform,
-            referrers: !common.no_referrers,
-        },
-    ))?
-    .with_context(|| format!("cannot {verb} {src} to {dst}"))?;
+    let bars = super::progress::Bars::new(common.json);
+    let opts = CopyOptions {
+        platform,
+        referrers: !common.no_referrers,
+    };
+    let copied = crate::runtime::block_on(bars.until_interrupted(
+        &dst.to_string(),
+        true,
+        registry_client::transfer::copy_with_progress(&client, src, dst, &opts, &bars),
+    ))?;
+    let Some(copied) = copied else {
+        return Ok(ExitCode::from(super::progress::INTERRUPTED));
+    };
+    let report = copied.with_context(|| format!("cannot {verb} {src} to {dst}"))?;
     if common.json {
         print_json(src, dst, &report)?;
     } else {

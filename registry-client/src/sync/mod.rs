@@ -392,6 +392,18 @@ pub async fn run(
     opts: &SyncOptions,
     progress: &(dyn Fn(Event<'_>) + Sync),
 ) -> SyncReport {
+    run_with_progress(client, rules, opts, progress, &crate::progress::NoProgress).await
+}
+
+/// [`run`], reporting the bytes of every blob any of its copies moves to `blobs` (copies run
+/// at once, so their blobs interleave; see [`crate::progress`]).
+pub async fn run_with_progress(
+    client: &Client,
+    rules: &[SyncRule],
+    opts: &SyncOptions,
+    progress: &(dyn Fn(Event<'_>) + Sync),
+    blobs: &dyn crate::progress::Progress,
+) -> SyncReport {
     let mut report = SyncReport::default();
     // (rule index, item)
     let mut work: Vec<(usize, SyncItem)> = Vec::new();
@@ -449,7 +461,7 @@ pub async fn run(
             async move {
                 for (n, rule, item) in group {
                     let rule = &rules[rule];
-                    let (result, refused) = copy_item(client, rule, &item).await;
+                    let (result, refused) = copy_item(client, rule, &item, blobs).await;
                     if let (Some(Ok(r)), Endpoint::Bundle(dir)) = (&result, &rule.to)
                         && let Err(e) = record_in_bundle(bundles, dir, &item, r)
                     {
@@ -501,6 +513,7 @@ async fn copy_item(
     client: &Client,
     rule: &SyncRule,
     item: &SyncItem,
+    blobs: &dyn crate::progress::Progress,
 ) -> (Option<Result<CopyReport, TransferError>>, Option<Refusal>) {
     let copy_opts = CopyOptions {
         platform: rule.platform.clone(),
@@ -520,7 +533,8 @@ async fn copy_item(
             Err(SignedCheckError::Evidence { source, .. }) => return (Some(Err(*source)), None),
         }
     }
-    let result = transfer::copy(client, &source, &item.destination, &copy_opts).await;
+    let result =
+        transfer::copy_with_progress(client, &source, &item.destination, &copy_opts, blobs).await;
     (Some(result), None)
 }
 

@@ -39,7 +39,7 @@
 
 pub(crate) mod flight;
 mod referrers;
-mod stream;
+pub(crate) mod stream;
 
 use std::collections::HashSet;
 
@@ -120,6 +120,18 @@ pub async fn copy(
     dst: &ImageRef,
     opts: &CopyOptions,
 ) -> Result<CopyReport, TransferError> {
+    copy_with_progress(client, src, dst, opts, &crate::progress::NoProgress).await
+}
+
+/// [`copy`], reporting every blob's bytes to `progress` as they move (the contract is in
+/// [`crate::progress`]).
+pub async fn copy_with_progress(
+    client: &Client,
+    src: &ImageRef,
+    dst: &ImageRef,
+    opts: &CopyOptions,
+    progress: &dyn crate::progress::Progress,
+) -> Result<CopyReport, TransferError> {
     if let ImageRef::Layout(l) = dst
         && l.digest.is_some()
     {
@@ -189,7 +201,7 @@ pub async fn copy(
     let mut done: HashSet<Digest> = HashSet::new();
     for node in &order {
         // Blobs are checked (HEAD) either way, and one the destination lacks is uploaded.
-        copy_blobs(client, &source, &dest, node, &mut done, &mut report).await?;
+        copy_blobs(client, &source, &dest, node, &mut done, &mut report, progress).await?;
         if tag_current || dest.has_manifest(client, &node.content).await? {
             report.manifests_present.push(node.content.clone());
             continue;
@@ -199,8 +211,18 @@ pub async fn copy(
         report.manifests.push(node.content.clone());
     }
     if opts.referrers {
-        referrers::copy_referrers(client, &source, &dest, &order, &mut done, &mut report).await?;
-        referrers::copy_cosign_tags(client, &source, &dest, &order, &mut done, &mut report).await?;
+        referrers::copy_referrers(client, &source, &dest, &order, &mut done, &mut report, progress)
+            .await?;
+        referrers::copy_cosign_tags(
+            client,
+            &source,
+            &dest,
+            &order,
+            &mut done,
+            &mut report,
+            progress,
+        )
+        .await?;
     }
     if let Some(t) = &tag {
         if !tag_current {
@@ -266,6 +288,7 @@ async fn copy_blobs(
     node: &Node,
     done: &mut HashSet<Digest>,
     report: &mut CopyReport,
+    progress: &dyn crate::progress::Progress,
 ) -> Result<(), TransferError> {
     for blob in &node.blobs {
         if !done.insert(blob.digest.clone()) {
@@ -279,9 +302,10 @@ async fn copy_blobs(
             })
             .await;
         if dest.has_blob(client, blob).await? {
+            progress.blob_present(blob);
             report.blobs_skipped.push(blob.clone());
         } else {
-            copy_blob(client, source, dest, blob)
+            copy_blob(client, source, dest, blob, progress)
                 .await
                 .map_err(|source| TransferError::Blob {
                     digest: blob.digest.clone(),

@@ -96,6 +96,7 @@ pub(super) async fn copy_referrers(
     graph: &[Node],
     done: &mut HashSet<Digest>,
     report: &mut CopyReport,
+    progress: &dyn crate::progress::Progress,
 ) -> Result<(), TransferError> {
     let finder = Finder::open(source)?;
     let mut seen: HashSet<Digest> = graph.iter().map(|n| n.content.digest.clone()).collect();
@@ -154,7 +155,7 @@ pub(super) async fn copy_referrers(
                 for node in &nodes {
                     seen.insert(node.content.digest.clone());
                     next.push(node.content.digest.clone());
-                    copy_blobs(client, source, dest, node, done, report).await?;
+                    copy_blobs(client, source, dest, node, done, report, progress).await?;
                     if present {
                         report.manifests_present.push(node.content.clone());
                         continue;
@@ -191,6 +192,7 @@ pub(super) async fn copy_cosign_tags(
     graph: &[Node],
     done: &mut HashSet<Digest>,
     report: &mut CopyReport,
+    progress: &dyn crate::progress::Progress,
 ) -> Result<(), TransferError> {
     for node in graph {
         for tag in crate::inspect::cosign_tags(&node.content.digest) {
@@ -202,7 +204,7 @@ pub(super) async fn copy_cosign_tags(
             let nodes = walk(source, c.clone(), bytes, doc).await?;
             let present = dest.tag_names(client, &tag, &c.digest).await?;
             for n in &nodes {
-                copy_blobs(client, source, dest, n, done, report).await?;
+                copy_blobs(client, source, dest, n, done, report, progress).await?;
                 if present {
                     report.manifests_present.push(n.content.clone());
                     continue;
