@@ -597,7 +597,8 @@ echo run >> \"$OUT/runs\"
             "credentialprovider.kubelet.k8s.io/v1"
         );
         assert_eq!(request["kind"], "CredentialProviderRequest");
-        assert_eq!(request["image"], host.as_str());
+        // The image the pull is for, not only its registry.
+        assert_eq!(request["image"], format!("{host}/mirror/hello"));
         std::fs::read_to_string(out_dir.join("runs"))
             .unwrap()
             .lines()

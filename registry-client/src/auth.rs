@@ -22,7 +22,7 @@ use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue, WWW_AUTHENTICATE};
 use reqwest::{StatusCode, Url};
 
 use super::challenge::{self, Auth, BearerChallenge};
-use super::credentials::{Credential, Source};
+use super::credentials::{Credential, CredentialError, Source};
 use super::keychain::Keychain;
 
 /// Longest token endpoint answer read.
@@ -42,7 +42,8 @@ struct Token {
 /// Per-host challenges and per-scope tokens, shared by clones of a [`super::Client`].
 #[derive(Default)]
 pub(super) struct AuthState {
-    pub(super) keychain: Keychain,
+    /// Shared with the blocking threads that run its lookups.
+    pub(super) keychain: std::sync::Arc<Keychain>,
     challenges: Mutex<HashMap<String, Auth>>,
     tokens: Mutex<HashMap<(String, String), Token>>,
     /// Token fetches made (tests and metrics read it).
@@ -79,21 +80,35 @@ fn renew_at(now: Instant, expires_in: u64) -> Instant {
 impl AuthState {
     pub(super) fn new(keychain: Keychain) -> AuthState {
         AuthState {
-            keychain,
+            keychain: std::sync::Arc::new(keychain),
             ..AuthState::default()
         }
     }
 
-    pub(super) fn credential(
+    /// The credential for `host` (reading `image`, `host/repository`, when known). The lookup
+    /// may run credential helpers and provider plugins (up to a minute each): it runs on a
+    /// blocking thread, never on the async workers.
+    pub(super) async fn credential(
         &self,
         host: &str,
+        image: Option<String>,
     ) -> Result<Option<(Credential, Source)>, super::ClientError> {
-        self.keychain
-            .get(host)
-            .map_err(|source| super::ClientError::Credentials {
+        let keychain = self.keychain.clone();
+        let h = host.to_owned();
+        let found = tokio::task::spawn_blocking(move || keychain.get_for(&h, image.as_deref()))
+            .await
+            .map_err(|e| super::ClientError::Credentials {
                 registry: host.to_owned(),
-                source: Box::new(source),
-            })
+                source: Box::new(CredentialError::Provider {
+                    provider: "keychain".into(),
+                    host: host.to_owned(),
+                    reason: format!("the lookup's thread failed: {e}"),
+                }),
+            })?;
+        found.map_err(|source| super::ClientError::Credentials {
+            registry: host.to_owned(),
+            source: Box::new(source),
+        })
     }
 
     pub(super) fn challenge(&self, host: &str) -> Option<Auth> {
@@ -311,6 +326,35 @@ pub(super) fn bearer_header(token: &str) -> Option<HeaderValue> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A plugin that takes half a second does not hold the async thread: on a one-thread
+    /// runtime a timer set beside the lookup fires while the plugin runs.
+    #[tokio::test(flavor = "current_thread")]
+    async fn credential_lookups_run_off_the_async_thread() {
+        use crate::credential_provider::tests::{plugin, requests, scratch};
+        let dir = scratch("offruntime");
+        let state =
+            AuthState::new(Keychain::empty().with_providers(vec![plugin(&dir, "0.5", "0s")]));
+        let lookup = async {
+            let c = state
+                .credential("reg.example", Some("reg.example/apps/web".into()))
+                .await
+                .unwrap();
+            (c, Instant::now())
+        };
+        let timer = async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Instant::now()
+        };
+        let ((found, looked_up), ticked) = tokio::join!(lookup, timer);
+        assert!(matches!(found, Some((_, Source::Provider(ref n))) if n == "plugin"));
+        assert!(
+            ticked < looked_up,
+            "the timer fired only after the plugin finished: the lookup blocked the runtime"
+        );
+        assert_eq!(requests(&dir), ["reg.example/apps/web"]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn renewal_comes_before_expiry() {

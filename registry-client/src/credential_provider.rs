@@ -1,10 +1,16 @@
 //! kubelet's exec credential provider plugins (`credentialprovider.kubelet.k8s.io/v1`): for a
 //! registry host that matches one of a provider's `match_images` patterns, the plugin is run
-//! with a `CredentialProviderRequest` on stdin and answers a `CredentialProviderResponse` on
+//! with a `CredentialProviderRequest` naming the image (`host/repository`; the host alone for
+//! requests outside a repository) on stdin and answers a `CredentialProviderResponse` on
 //! stdout (`auth` by pattern, `cacheKeyType`, `cacheDuration`). Answers are cached for
-//! `cacheDuration` (else the provider's default; `0` means not cached) under the registry
-//! (`Registry`, and `Image` here, where the request names the registry host) or for every
-//! host (`Global`).
+//! `cacheDuration` (else the provider's default; `0` means not cached) under the image
+//! (`Image`), the registry (`Registry`) or for every host (`Global`).
+//!
+//! As kubelet does, a plugin gets one minute ([`PLUGIN_TIMEOUT`]) and is killed after it;
+//! callers that ask for the same image while a plugin runs for it wait for that run and share
+//! its answer (one run per image for concurrent pulls, cached or not). [`Providers::get`]
+//! blocks while a plugin runs: the client calls it on a blocking thread, never on the async
+//! workers.
 //!
 //! Patterns are kubelet's `matchImages`: a host with an optional port and path; `*` globs
 //! within one domain segment (`*.registry.io` matches `a.registry.io`, not `registry.io` or
@@ -119,62 +125,130 @@ struct Cached {
     until: Instant,
 }
 
+/// The longest a plugin may run (kubelet's limit on one exec plugin call).
+pub const PLUGIN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One plugin call that others for the same image wait on: its answer, with when it came,
+/// so a caller that arrived while it ran takes it instead of running the plugin again.
+type Flight = std::sync::Arc<Mutex<Option<(Instant, Result<Answer, String>)>>>;
+
 /// The configured plugins and their cached answers (shared by clones of a keychain).
-#[derive(Default)]
 pub struct Providers {
     list: Vec<CredentialProvider>,
-    /// (provider index, cache key: the host, or "" for Global) → answer.
+    /// (provider index, cache key: the image, the host, or "" for Global) → answer.
     cache: Mutex<HashMap<(usize, String), Cached>>,
+    /// (provider index, image) → the call in flight or just made: concurrent pulls of one
+    /// image run the plugin once.
+    flights: Mutex<HashMap<(usize, String), Flight>>,
+    /// How long a plugin may run before it is killed.
+    timeout: Duration,
+}
+
+impl Default for Providers {
+    fn default() -> Self {
+        Providers::new(Vec::new())
+    }
 }
 
 impl std::fmt::Debug for Providers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Providers")
             .field("list", &self.list)
+            .field("timeout", &self.timeout)
             .finish_non_exhaustive()
     }
 }
 
 impl Providers {
-    /// Plugins consulted in order.
+    /// Plugins consulted in order, each killed after [`PLUGIN_TIMEOUT`].
     pub fn new(list: Vec<CredentialProvider>) -> Providers {
         Providers {
             list,
             cache: Mutex::default(),
+            flights: Mutex::default(),
+            timeout: PLUGIN_TIMEOUT,
         }
     }
 
+    /// Another limit on a plugin's run than kubelet's minute (tests).
+    pub fn with_timeout(mut self, timeout: Duration) -> Providers {
+        self.timeout = timeout;
+        self
+    }
+
+    fn cached(&self, i: usize, keys: [&str; 3], host: &str) -> Option<Option<Credential>> {
+        let now = Instant::now();
+        let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        keys.iter().find_map(|key| {
+            cache
+                .get(&(i, (*key).to_owned()))
+                .filter(|c| c.until > now)
+                .map(|c| pick(&c.auth, host))
+        })
+    }
+
     /// The credential for `host` from the first matching plugin that has one, and the
-    /// plugin's name; `None` when no plugin matches or none answers for the host.
-    pub fn get(&self, host: &str) -> Result<Option<(Credential, String)>, CredentialError> {
+    /// plugin's name; `None` when no plugin matches or none answers for the host. `image`
+    /// (`host/repository`) is what the plugin is told; callers asking for one image at the
+    /// same time share one run of the plugin. Blocks while a plugin runs (at most the
+    /// timeout): async callers call it on a blocking thread.
+    pub fn get(
+        &self,
+        host: &str,
+        image: &str,
+    ) -> Result<Option<(Credential, String)>, CredentialError> {
         for (i, p) in self.list.iter().enumerate() {
             if !p.match_images.iter().any(|m| matches(m, host)) {
                 continue;
             }
-            let now = Instant::now();
-            {
-                let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-                for key in [host, ""] {
-                    if let Some(c) = cache.get(&(i, key.to_owned()))
-                        && c.until > now
-                    {
-                        return Ok(pick(&c.auth, host).map(|c| (c, p.name.clone())));
-                    }
-                }
+            let keys = [image, host, ""];
+            if let Some(hit) = self.cached(i, keys, host) {
+                return Ok(hit.map(|c| (c, p.name.clone())));
             }
-            let (auth, key, ttl) = run(p, host)?;
+            let arrived = Instant::now();
+            let flight = self
+                .flights
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry((i, image.to_owned()))
+                .or_default()
+                .clone();
+            let mut slot = flight.lock().unwrap_or_else(|e| e.into_inner());
+            let answer = match &*slot {
+                // Another caller ran the plugin while this one waited: its answer serves.
+                Some((at, answer)) if *at >= arrived => answer.clone(),
+                _ => {
+                    // The cache may have been filled while this caller waited for the slot.
+                    if let Some(hit) = self.cached(i, keys, host) {
+                        return Ok(hit.map(|c| (c, p.name.clone())));
+                    }
+                    let answer = run(p, host, image, self.timeout).map_err(|e| match e {
+                        CredentialError::Provider { reason, .. } => reason,
+                        other => other.to_string(),
+                    });
+                    *slot = Some((Instant::now(), answer.clone()));
+                    answer
+                }
+            };
+            drop(slot);
+            let (auth, key, ttl) = answer.map_err(|reason| CredentialError::Provider {
+                provider: p.name.clone(),
+                host: host.to_owned(),
+                reason,
+            })?;
             let found = pick(&auth, host);
             let ttl = ttl.unwrap_or(p.default_cache_duration);
             if !ttl.is_zero() {
                 let key = match key.as_str() {
                     "Global" => String::new(),
+                    "Image" => image.to_owned(),
                     _ => host.to_owned(),
                 };
                 self.cache.lock().unwrap_or_else(|e| e.into_inner()).insert(
                     (i, key),
                     Cached {
                         auth,
-                        until: now + ttl,
+                        until: arrived + ttl,
                     },
                 );
             }
@@ -195,8 +269,26 @@ fn pick(auth: &[(String, Credential)], host: &str) -> Option<Credential> {
 /// A plugin's answer: `auth` entries by pattern, `cacheKeyType`, `cacheDuration`.
 type Answer = (Vec<(String, Credential)>, String, Option<Duration>);
 
-/// Runs the plugin for `host`.
-fn run(p: &CredentialProvider, host: &str) -> Result<Answer, CredentialError> {
+/// Reads a child's pipe on its own thread (so neither pipe can fill and stall the plugin),
+/// keeping at most 1 MiB.
+fn drain(pipe: Option<impl std::io::Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut out = Vec::new();
+        if let Some(mut p) = pipe {
+            let _ = std::io::Read::read_to_end(&mut std::io::Read::take(&mut p, 1 << 20), &mut out);
+            let _ = std::io::copy(&mut p, &mut std::io::sink());
+        }
+        out
+    })
+}
+
+/// Runs the plugin for `image` on `host`, killing it after `timeout`.
+fn run(
+    p: &CredentialProvider,
+    host: &str,
+    image: &str,
+    timeout: Duration,
+) -> Result<Answer, CredentialError> {
     let fail = |reason: String| CredentialError::Provider {
         provider: p.name.clone(),
         host: host.to_owned(),
@@ -205,7 +297,7 @@ fn run(p: &CredentialProvider, host: &str) -> Result<Answer, CredentialError> {
     let request = serde_json::json!({
         "apiVersion": API_VERSION,
         "kind": "CredentialProviderRequest",
-        "image": host,
+        "image": image,
     });
     let mut child = Command::new(&p.command)
         .args(&p.args)
@@ -215,14 +307,33 @@ fn run(p: &CredentialProvider, host: &str) -> Result<Answer, CredentialError> {
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| fail(format!("cannot run {}: {e}", p.command.display())))?;
+    let stdout = drain(child.stdout.take());
+    let stderr = drain(child.stderr.take());
     if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(request.to_string().as_bytes())
-            .map_err(|e| fail(format!("writing the request: {e}")))?;
+        // A plugin that exits without reading its request is judged by its exit status.
+        let _ = stdin.write_all(request.to_string().as_bytes());
     }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| fail(format!("waiting for it: {e}")))?;
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if started.elapsed() >= timeout => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(fail(format!(
+                    "did not answer within {} s; killed",
+                    timeout.as_secs_f64()
+                )));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            Err(e) => return Err(fail(format!("waiting for it: {e}"))),
+        }
+    };
+    let out = std::process::Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    };
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         return Err(fail(format!("exited with {}: {}", out.status, err.trim())));
@@ -265,7 +376,7 @@ fn run(p: &CredentialProvider, host: &str) -> Result<Answer, CredentialError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -300,6 +411,115 @@ mod tests {
         ] {
             assert_eq!(matches(p, h), want, "{p} vs {h}");
         }
+    }
+
+    /// A fresh directory for one test's plugin and what it records.
+    pub(crate) fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("rdctl-cp-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// A plugin that records each request, sleeps `secs`, then answers `user` for every host
+    /// with `cacheDuration` `ttl`.
+    pub(crate) fn plugin(dir: &std::path::Path, secs: &str, ttl: &str) -> CredentialProvider {
+        let script = dir.join("plugin");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\nn=$$\ncat > \"{d}/request.$n\"\nsleep {secs}\n\
+                 printf '{{\"apiVersion\":\"{API_VERSION}\",\"kind\":\"CredentialProviderResponse\",\
+                 \"cacheKeyType\":\"Image\",\"cacheDuration\":\"{ttl}\",\
+                 \"auth\":{{\"*.example\":{{\"username\":\"user\",\"password\":\"pw\"}}}}}}'\n",
+                d = dir.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        CredentialProvider {
+            name: "plugin".into(),
+            command: script,
+            args: vec![],
+            env: vec![],
+            match_images: vec!["*.example".into()],
+            default_cache_duration: Duration::ZERO,
+        }
+    }
+
+    /// The requests the plugin received, as the `image` each named.
+    pub(crate) fn requests(dir: &std::path::Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| {
+                let e = e.unwrap();
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("request.")
+                    .then(|| {
+                        let r: Value =
+                            serde_json::from_slice(&std::fs::read(e.path()).unwrap()).unwrap();
+                        assert_eq!(r["kind"], "CredentialProviderRequest");
+                        r["image"].as_str().unwrap().to_owned()
+                    })
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn concurrent_lookups_of_one_image_run_the_plugin_once_and_name_the_image() {
+        let dir = scratch("flight");
+        // Not cached ("0s"): only the single-flight can spare the second run.
+        let providers = Providers::new(vec![plugin(&dir, "0.3", "0s")]);
+        std::thread::scope(|s| {
+            let mut runs = Vec::new();
+            for i in 0..6 {
+                let image = if i < 4 {
+                    "reg.example/apps/web"
+                } else {
+                    "reg.example/apps/db"
+                };
+                let p = &providers;
+                runs.push(s.spawn(move || p.get("reg.example", image).unwrap()));
+            }
+            for r in runs {
+                let (c, name) = r.join().unwrap().expect("a credential");
+                assert_eq!(name, "plugin");
+                assert!(matches!(c, Credential::Basic { username, .. } if username == "user"));
+            }
+        });
+        assert_eq!(
+            requests(&dir),
+            ["reg.example/apps/db", "reg.example/apps/web"],
+            "one run per image"
+        );
+        // Later (not concurrent) lookups run it again: nothing was cached.
+        providers
+            .get("reg.example", "reg.example/apps/web")
+            .unwrap();
+        assert_eq!(requests(&dir).len(), 3);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_plugin_that_does_not_answer_in_time_is_killed_and_named() {
+        let dir = scratch("slow");
+        let providers =
+            Providers::new(vec![plugin(&dir, "30", "0s")]).with_timeout(Duration::from_millis(200));
+        let e = providers
+            .get("reg.example", "reg.example/apps/web")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "credential provider plugin for reg.example: did not answer within 0.2 s; killed"
+        );
+        assert_eq!(Providers::new(vec![]).timeout, PLUGIN_TIMEOUT);
+        assert_eq!(PLUGIN_TIMEOUT, Duration::from_secs(60));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -137,13 +137,24 @@ impl Keychain {
 
     /// The credential for `host` and where it came from; `None` means anonymous.
     pub fn get(&self, host: &str) -> Result<Option<(Credential, Source)>, CredentialError> {
+        self.get_for(host, None)
+    }
+
+    /// The credential for `host` when reading `image` (`host/repository`, what a credential
+    /// provider plugin is told; `None`: the host alone). This may run credential helpers and
+    /// plugins, which can take up to a minute: async callers run it on a blocking thread.
+    pub fn get_for(
+        &self,
+        host: &str,
+        image: Option<&str>,
+    ) -> Result<Option<(Credential, Source)>, CredentialError> {
         let host = canonical_host(host);
         let host = host.as_str();
         if let Some(c) = self.fixed.get(host) {
             return Ok(Some((c.clone(), Source::Explicit)));
         }
         // Plugins keep their own cache, for as long as their answer says.
-        if let Some((c, name)) = self.providers.get(host)? {
+        if let Some((c, name)) = self.providers.get(host, image.unwrap_or(host))? {
             return Ok(Some((c, Source::Provider(name))));
         }
         if let Some(hit) = self.cache.lock().expect("keychain lock").get(host) {

@@ -58,7 +58,7 @@ impl Client {
         };
         // The answer depends on who asks, and anonymous callers may ask too: no challenge
         // would ever make the client send its credential.
-        self.offer_credentials(registry)?;
+        self.offer_credentials(registry).await?;
         let mut out = Vec::new();
         let mut last: Option<String> = None;
         for _ in 0..MAX_PAGES {

@@ -38,6 +38,12 @@ impl<'a> Scope<'a> {
         }
     }
 
+    /// The image a credential provider plugin is told about: `host/repository`, or `None`
+    /// for requests outside a repository.
+    pub(crate) fn image(&self) -> Option<String> {
+        self.repo.map(|(n, _)| format!("{}/{n}", self.host))
+    }
+
     /// The token scope, `repository:<name>:pull[,push]`, or empty.
     pub(crate) fn token_scope(&self) -> String {
         match self.repo {
@@ -80,12 +86,14 @@ impl Client {
         }
         match self.auth.challenge(scope.host) {
             None => Ok(None),
-            Some(challenge::Auth::Basic) => Ok(match self.auth.credential(scope.host)? {
-                Some((Credential::Basic { username, password }, _)) => {
-                    Some(auth::basic_header(&username, &password))
-                }
-                _ => None,
-            }),
+            Some(challenge::Auth::Basic) => Ok(
+                match self.auth.credential(scope.host, scope.image()).await? {
+                    Some((Credential::Basic { username, password }, _)) => {
+                        Some(auth::basic_header(&username, &password))
+                    }
+                    _ => None,
+                },
+            ),
             Some(challenge::Auth::Bearer(b)) => {
                 let key = scope.token_scope();
                 if let Some(t) = self.auth.cached_token(scope.host, &key) {
@@ -104,10 +112,10 @@ impl Client {
     /// stored for `host` from the first request instead of waiting for a challenge that never
     /// comes. A registry that wants tokens answers 401 with its challenge, which is then
     /// followed as usual.
-    pub(crate) fn offer_credentials(&self, host: &str) -> Result<(), ClientError> {
+    pub(crate) async fn offer_credentials(&self, host: &str) -> Result<(), ClientError> {
         if self.auth.challenge(host).is_none()
             && matches!(
-                self.auth.credential(host)?,
+                self.auth.credential(host, None).await?,
                 Some((Credential::Basic { .. }, _))
             )
         {
@@ -123,7 +131,7 @@ impl Client {
         b: &challenge::BearerChallenge,
         scopes: &[String],
     ) -> Result<String, ClientError> {
-        let cred = self.auth.credential(scope.host)?;
+        let cred = self.auth.credential(scope.host, scope.image()).await?;
         let http = self.http_for(&b.realm);
         self.auth
             .fetch_token(
@@ -183,7 +191,7 @@ impl Client {
             // Basic credentials already sent were refused; unsent ones are worth a try.
             Some(challenge::Auth::Basic) => Ok(!sent
                 && matches!(
-                    self.auth.credential(scope.host)?,
+                    self.auth.credential(scope.host, scope.image()).await?,
                     Some((Credential::Basic { .. }, _))
                 )),
             Some(challenge::Auth::Bearer(b)) => {
@@ -234,7 +242,12 @@ impl Client {
             ClientError::Registry { code, message, .. } => (code, message),
             _ => (String::new(), String::new()),
         };
-        let cred = self.auth.credential(scope.host).ok().flatten();
+        let cred = self
+            .auth
+            .credential(scope.host, scope.image())
+            .await
+            .ok()
+            .flatten();
         let mut detail = match (&cred, status) {
             (None, 401) => format!(
                 "authentication required and no credentials for {} (log in first)",
