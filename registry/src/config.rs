@@ -207,6 +207,8 @@ pub struct ServeConfig {
     pub proxy: Vec<crate::proxy::ProxyRule>,
     /// Scheduled sync from upstream registries (`[[sync]]`; default: none).
     pub sync: Vec<crate::mirror::SyncEntry>,
+    /// Replication of pushes to other registries (`[[sync]]` with `to` and `on_push`).
+    pub replicate: Vec<crate::replicate::ReplicationEntry>,
 }
 
 /// The `[scrub]` table: when the serving process scrubs and how fast. Its rate is also the
@@ -262,6 +264,7 @@ impl Default for ServeConfig {
             scrub: ScrubSchedule::default(),
             proxy: Vec::new(),
             sync: Vec::new(),
+            replicate: Vec::new(),
         }
     }
 }
@@ -537,12 +540,29 @@ impl ServeConfig {
                 c.apply_proxy(p, path)?;
             }
             for s in f.sync.take().unwrap_or_default() {
-                let entry = s.check().map_err(|(key, reason)| ConfigError::Setting {
+                let setting = |(key, reason)| ConfigError::Setting {
                     path: path.to_owned(),
                     key,
                     reason,
-                })?;
-                if c.sync.iter().any(|e| e.name == entry.name) {
+                };
+                if s.replicates() {
+                    let entry = s.check_replication().map_err(setting)?;
+                    if c.sync.iter().any(|e| e.name == entry.name)
+                        || c.replicate.iter().any(|e| e.name == entry.name)
+                    {
+                        return Err(ConfigError::Setting {
+                            path: path.to_owned(),
+                            key: "sync.name",
+                            reason: format!("two [[sync]] entries are named {:?}", entry.name),
+                        });
+                    }
+                    c.replicate.push(entry);
+                    continue;
+                }
+                let entry = s.check().map_err(setting)?;
+                if c.sync.iter().any(|e| e.name == entry.name)
+                    || c.replicate.iter().any(|e| e.name == entry.name)
+                {
                     return Err(ConfigError::Setting {
                         path: path.to_owned(),
                         key: "sync.name",

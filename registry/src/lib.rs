@@ -42,6 +42,9 @@
 //!   replica at a time, [`lease`], shared with [`gc`]'s kind of lease), the state in the store
 //!   and `GET /v2/_rd/sync`; the copy itself is a [`mirror::SyncRunner`] the process injects
 //!   ([`serve_with`]), so this crate needs no client.
+//! - [`replicate`]: replication on push (`[[sync]]` with `to` and `on_push`): an outbox
+//!   endpoint per entry whose events are delivered in the process
+//!   ([`events::InProcess`]) to a [`replicate::Replicator`] the process injects.
 //! - `ui`: the web pages at `/ui/` (`[ui] enabled`): repositories, tags, images and the
 //!   package search as server-rendered HTML, showing only what the caller may pull.
 //!
@@ -78,6 +81,7 @@ pub mod mirror;
 pub mod pkgindex;
 pub mod proxy;
 pub mod ratelimit;
+pub mod replicate;
 mod repo;
 pub mod router;
 pub mod scrub;

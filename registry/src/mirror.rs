@@ -388,23 +388,78 @@ pub(crate) struct FileSync {
     referrers: Option<bool>,
     on_upstream_delete: Option<OnUpstreamDelete>,
     only_signed: Option<PathBuf>,
+    to: Option<String>,
+    on_push: Option<bool>,
 }
 
 impl FileSync {
+    /// Whether the entry replicates pushes here to another registry (`to`, `on_push`)
+    /// rather than mirroring an upstream.
+    pub(crate) fn replicates(&self) -> bool {
+        self.to.is_some() || self.on_push.is_some()
+    }
+
+    /// The checked replication entry ([`crate::replicate`]), or the key that is wrong.
+    pub(crate) fn check_replication(
+        self,
+    ) -> Result<crate::replicate::ReplicationEntry, (&'static str, String)> {
+        let name = self
+            .name
+            .ok_or(("sync.name", "every [[sync]] entry needs a name".to_owned()))?;
+        check_name(&name)?;
+        let to = self.to.ok_or((
+            "sync.to",
+            format!("[[sync]] {name:?}: on_push replicates pushes here to the registry named by to (http[s]://HOST[:PORT][/PREFIX])"),
+        ))?;
+        let to = Upstream::parse(&to).map_err(|e| ("sync.to", e))?;
+        if self.on_push != Some(true) {
+            return Err((
+                "sync.on_push",
+                format!(
+                    "[[sync]] {name:?}: an entry with to replicates on push; set on_push = true"
+                ),
+            ));
+        }
+        for (key, given) in [
+            ("sync.upstream", self.upstream.is_some()),
+            ("sync.interval", self.interval.is_some()),
+            ("sync.destination", self.destination.is_some()),
+            ("sync.platform", self.platform.is_some()),
+            ("sync.on_upstream_delete", self.on_upstream_delete.is_some()),
+        ] {
+            if given {
+                return Err((
+                    key,
+                    format!(
+                        "[[sync]] {name:?}: not with to (it replicates every push here as it comes)"
+                    ),
+                ));
+            }
+        }
+        check_globs(&self.repositories, &self.tags)?;
+        Ok(crate::replicate::ReplicationEntry {
+            name,
+            to,
+            auth_file: self.auth_file,
+            repositories: self.repositories,
+            tags: self.tags,
+            referrers: self.referrers.unwrap_or(true),
+            only_signed: self.only_signed,
+        })
+    }
+
     /// The checked entry, or the key that is wrong and why.
     pub(crate) fn check(self) -> Result<SyncEntry, (&'static str, String)> {
         let name = self
             .name
             .ok_or(("sync.name", "every [[sync]] entry needs a name".to_owned()))?;
-        if name.is_empty()
-            || name.len() > 64
-            || !name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_'))
-        {
+        check_name(&name)?;
+        if self.on_push.is_some() || self.to.is_some() {
             return Err((
-                "sync.name",
-                format!("{name:?}: use 1 to 64 of a-z, 0-9, '-' and '_'"),
+                "sync.on_push",
+                format!(
+                    "[[sync]] {name:?}: on_push and to replicate pushes here, not with upstream"
+                ),
             ));
         }
         let upstream = self.upstream.ok_or((
@@ -430,17 +485,7 @@ impl FileSync {
             }
             None => None,
         };
-        for (key, globs) in [
-            ("sync.repositories", &self.repositories),
-            ("sync.tags", &self.tags),
-        ] {
-            if let Some(g) = globs
-                .iter()
-                .find(|g| g.is_empty() || g.contains(char::is_whitespace))
-            {
-                return Err((key, format!("{g:?} is not a glob")));
-            }
-        }
+        check_globs(&self.repositories, &self.tags)?;
         if let Some(p) = &self.platform
             && validator::Platform::parse(p).is_none()
         {
@@ -554,6 +599,33 @@ impl crate::metrics::MetricSource for SyncMetrics {
             );
         }
     }
+}
+
+fn check_name(name: &str) -> Result<(), (&'static str, String)> {
+    if name.is_empty()
+        || name.len() > 64
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_'))
+    {
+        return Err((
+            "sync.name",
+            format!("{name:?}: use 1 to 64 of a-z, 0-9, '-' and '_'"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_globs(repositories: &[String], tags: &[String]) -> Result<(), (&'static str, String)> {
+    for (key, globs) in [("sync.repositories", repositories), ("sync.tags", tags)] {
+        if let Some(g) = globs
+            .iter()
+            .find(|g| g.is_empty() || g.contains(char::is_whitespace))
+        {
+            return Err((key, format!("{g:?} is not a glob")));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

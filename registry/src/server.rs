@@ -183,6 +183,9 @@ pub struct Injected {
     /// The copy of the `[[sync]]` schedule ([`crate::mirror`]); it pushes into this registry
     /// through its loopback address.
     pub sync_runner: Option<Arc<dyn crate::mirror::SyncRunner>>,
+    /// The copy of replication on push (`[[sync]]` with `to`, [`crate::replicate`]); it
+    /// reads from this registry through its loopback address.
+    pub replicator: Option<Arc<dyn crate::replicate::Replicator>>,
 }
 
 /// [`serve`] with what the process injects (the `[[sync]]` copy).
@@ -192,8 +195,13 @@ pub async fn serve_with(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let runner = injected.sync_runner;
-    if !config.sync.is_empty() {
-        if runner.is_none() {
+    if !config.replicate.is_empty() && injected.replicator.is_none() {
+        return Err(ServeError::Sync(
+            "replication on push needs a replicator (rdctl registry serve has one)".to_owned(),
+        ));
+    }
+    if !config.sync.is_empty() || !config.replicate.is_empty() {
+        if !config.sync.is_empty() && runner.is_none() {
             return Err(ServeError::Sync(
                 "this process has no sync runner (rdctl registry serve has one)".to_owned(),
             ));
@@ -239,6 +247,10 @@ pub async fn serve_with(
     };
     let store_name = store.name();
     let mut notifications = config.notifications.clone();
+    // Replication on push: an outbox endpoint per entry, delivered in this process.
+    notifications
+        .endpoints
+        .extend(config.replicate.iter().map(|e| e.endpoint()));
     notifications.source_addr = listener
         .local_addr()
         .map(|a| a.to_string())
@@ -345,14 +357,27 @@ pub async fn serve_with(
         })
     });
 
-    // Every replica runs the schedule; the sync lease lets one of them copy at a time.
-    let mirror = runner.filter(|_| !config.sync.is_empty()).map(|runner| {
+    // This registry's own endpoint, for the copies of [[sync]] entries.
+    let loopback = {
         let ip = match addr.ip() {
             ip if ip.is_unspecified() && ip.is_ipv6() => std::net::Ipv6Addr::LOCALHOST.into(),
             ip if ip.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
             ip => ip,
         };
-        let destination = std::net::SocketAddr::new(ip, addr.port()).to_string();
+        std::net::SocketAddr::new(ip, addr.port()).to_string()
+    };
+    if let Some(replicator) = injected.replicator.filter(|_| !config.replicate.is_empty()) {
+        state
+            .events()
+            .set_in_process(Arc::new(crate::replicate::Delivery {
+                entries: config.replicate.clone(),
+                replicator,
+                source: loopback.clone(),
+            }));
+    }
+    // Every replica runs the schedule; the sync lease lets one of them copy at a time.
+    let mirror = runner.filter(|_| !config.sync.is_empty()).map(|runner| {
+        let destination = loopback.clone();
         tokio::spawn(crate::mirror::schedule(
             state.app().repos.store().clone(),
             config.sync.clone(),
@@ -363,7 +388,7 @@ pub async fn serve_with(
     });
 
     // Every replica delivers from the shared outbox; claims keep them from sending twice.
-    let delivery = (!config.notifications.endpoints.is_empty())
+    let delivery = (!config.notifications.endpoints.is_empty() || !config.replicate.is_empty())
         .then(|| tokio::spawn(state.events().clone().deliver_forever()));
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

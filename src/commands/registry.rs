@@ -650,6 +650,16 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("[[sync]] {:?}: only_signed", e.name))?;
         }
     }
+    for e in &config.replicate {
+        if let Some(f) = &e.auth_file {
+            registry_client::AuthFile::load(f)
+                .with_context(|| format!("[[sync]] {:?}: auth_file", e.name))?;
+        }
+        if let Some(p) = &e.only_signed {
+            registry_client::sync::SignaturePolicy::load(p)
+                .with_context(|| format!("[[sync]] {:?}: only_signed", e.name))?;
+        }
+    }
     for p in &config.proxy {
         if let Some(f) = &p.auth_file {
             registry_client::AuthFile::load(f)
@@ -658,6 +668,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     let injected = registry::Injected {
         sync_runner: (!config.sync.is_empty()).then(|| std::sync::Arc::new(ClientSyncRunner) as _),
+        replicator: (!config.replicate.is_empty())
+            .then(|| std::sync::Arc::new(ClientSyncRunner) as _),
     };
     crate::runtime::block_on(registry::serve_with(
         config,
@@ -690,6 +702,88 @@ impl registry::mirror::SyncRunner for ClientSyncRunner {
             out
         })
     }
+}
+
+impl registry::replicate::Replicator for ClientSyncRunner {
+    fn copy<'a>(
+        &'a self,
+        entry: &'a registry::replicate::ReplicationEntry,
+        source: &'a str,
+        repository: &'a str,
+        digest: &'a str,
+        tag: Option<&'a str>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, String>> + Send + 'a>>
+    {
+        Box::pin(async move {
+            replicate(entry, source, repository, digest, tag)
+                .await
+                .map_err(|e| format!("{e:#}"))
+        })
+    }
+}
+
+/// Replication on push: one pushed manifest, by digest, from this registry (`source`, its
+/// loopback `HOST:PORT`) to the entry's destination, tagged as pushed, with its referrers
+/// (the one copy path). With `only_signed`, an image the policy refuses is not copied and the
+/// event is settled (a refusal is not retried).
+async fn replicate(
+    entry: &registry::replicate::ReplicationEntry,
+    source: &str,
+    repository: &str,
+    digest: &str,
+    tag: Option<&str>,
+) -> anyhow::Result<String> {
+    use registry_client::transfer::{CopyOptions, ImageRef};
+    let keychain =
+        registry_client::Keychain::from_env(entry.auth_file.as_deref(), &Default::default());
+    let client = registry_client::Client::builder()
+        .keychain(keychain)
+        .plain_http(entry.to.base.starts_with("http://"))
+        .build()
+        .context("building the replication client")?;
+    let digest = validator::Digest::parse(digest).context("the pushed digest")?;
+    let from = registry_client::Reference::parse(&format!("{source}/{repository}@{digest}"))
+        .context("the pushed image")?;
+    let host = entry.to.base.split_once("://").map_or("", |(_, h)| h);
+    let name = match &entry.to.prefix {
+        Some(p) => format!("{host}/{p}/{repository}"),
+        None => format!("{host}/{repository}"),
+    };
+    let to = registry_client::Reference::parse(&match tag {
+        Some(t) => format!("{name}:{t}"),
+        None => format!("{name}@{digest}"),
+    })
+    .with_context(|| format!("the destination {name}"))?;
+    if let Some(path) = &entry.only_signed {
+        let policy = registry_client::sync::SignaturePolicy::load(path)
+            .with_context(|| format!("only_signed {}", path.display()))?;
+        match registry_client::sync::check_signed(&client, &policy, &from, &digest).await {
+            Ok(_) => {}
+            Err(registry_client::sync::SignedCheckError::Refused(r)) => {
+                tracing::warn!(sync = %entry.name, image = %from, error = %r, "sync: only_signed refused an image; not replicated");
+                return Ok(format!("refused by only_signed: {r}"));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let report = registry_client::transfer::copy(
+        &client,
+        &ImageRef::Registry(from),
+        &ImageRef::Registry(to.clone()),
+        &CopyOptions {
+            platform: None,
+            referrers: entry.referrers,
+        },
+    )
+    .await
+    .with_context(|| format!("copying to {to}"))?;
+    Ok(format!(
+        "{to}: {} manifest(s) written, {} already there, {} blob(s) copied ({} bytes)",
+        report.manifests.len() + report.referrers.len(),
+        report.manifests_present.len(),
+        report.blobs_copied.len(),
+        report.bytes_copied()
+    ))
 }
 
 async fn sync_entry(

@@ -1,5 +1,9 @@
 //! The outbox in the store: one document per (event, endpoint) under
 //! `_rd/events/<endpoint>/`, claimed with a conditional replace, deleted once delivered.
+//!
+//! An endpoint is a webhook (its events are POSTed) or, when its URL starts with
+//! [`IN_PROCESS`], a sink in this process ([`InProcess`]: replication on push,
+//! [`crate::replicate`]) that gets the event with the same claim, retry and order.
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -7,6 +11,21 @@ use serde::{Deserialize, Serialize};
 use super::{ENVELOPE_MEDIA_TYPE, Endpoint, Event, Notifier, now_ms};
 use crate::errors::ApiResult;
 use crate::storage::{Etag, Key, PutMode, Store, StoreError, layout};
+
+/// The URL scheme of an endpoint delivered in this process: `in-process:TARGET` hands its
+/// events to the notifier's [`InProcess`] sink with `TARGET`.
+pub const IN_PROCESS: &str = "in-process:";
+
+/// Where the events of [`IN_PROCESS`] endpoints go: `Ok` settles the entry (deleted), `Err`
+/// is a failed delivery (retried with the endpoint's backoff, the pass ends).
+pub trait InProcess: Send + Sync + std::fmt::Debug {
+    /// Handles one event for `target` (the endpoint URL after [`IN_PROCESS`]).
+    fn deliver<'a>(
+        &'a self,
+        target: &'a str,
+        event: &'a Event,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), String>>;
+}
 
 /// Largest outbox document read.
 const ENTRY_LIMIT: u64 = 1 << 20;
@@ -178,7 +197,7 @@ async fn deliver(n: &Notifier, endpoint: &Endpoint, key: &Key) -> Result<Outcome
         Some(etag) => etag,
         None => return Ok(Outcome::Skipped),
     };
-    match post(n, endpoint, &entry.event).await {
+    match send(n, endpoint, &entry.event).await {
         Ok(()) => {
             delete(n.store.as_ref(), key).await?;
             tracing::debug!(endpoint = %endpoint.name, event = %entry.event.id, "event delivered");
@@ -233,6 +252,27 @@ async fn delete(store: &dyn Store, key: &Key) -> Result<(), StoreError> {
         Ok(()) => Ok(()),
         Err(e) if e.is_not_found() => Ok(()),
         Err(e) => Err(e),
+    }
+}
+
+/// Delivers one event: to the in-process sink for an [`IN_PROCESS`] endpoint (within the
+/// endpoint's timeout), else by [`post`].
+async fn send(n: &Notifier, endpoint: &Endpoint, event: &Event) -> Result<(), String> {
+    let Some(target) = endpoint.url.strip_prefix(IN_PROCESS) else {
+        return post(n, endpoint, event).await;
+    };
+    let Some(sink) = n.in_process() else {
+        return Err(format!(
+            "{}: nothing in this process takes its events",
+            endpoint.name
+        ));
+    };
+    match tokio::time::timeout(endpoint.timeout, sink.deliver(target, event)).await {
+        Ok(r) => r,
+        Err(_) => Err(format!(
+            "{}: not done within {:?}",
+            endpoint.name, endpoint.timeout
+        )),
     }
 }
 
