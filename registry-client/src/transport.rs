@@ -185,6 +185,17 @@ impl ClientBuilder {
         })
     }
 
+    /// A plain HTTP client with this builder's CA files, `insecure` and timeouts (and the
+    /// same rustls and user agent), for an upstream that is not a registry: the registry's
+    /// event endpoints. Reads every CA file now, so a bad one fails here, naming it.
+    pub fn http_client(&self) -> Result<reqwest::Client, ClientError> {
+        let mut cas = Vec::new();
+        for f in &self.ca_files {
+            cas.extend(read_cas(f)?);
+        }
+        self.http(&cas, None)
+    }
+
     /// Builds the client (reads every CA file and `certs.d` entry now, so a bad one fails
     /// here, naming the file).
     pub fn build(self) -> Result<Client, ClientError> {
@@ -226,59 +237,50 @@ impl ClientBuilder {
     }
 }
 
-pub(crate) fn tls_err(path: &Path, reason: String) -> ClientError {
+/// A TLS file [`tls_files`] refused, as the client's error (naming the file).
+fn tls_err(e: tls_files::TlsFileError) -> ClientError {
     ClientError::Tls {
-        path: path.to_owned(),
-        reason,
+        reason: e.reason(),
+        path: e.path,
     }
 }
 
-/// Every certificate in a PEM file.
-pub(crate) fn read_cas(path: &Path) -> Result<Vec<reqwest::Certificate>, ClientError> {
-    let pem = std::fs::read(path).map_err(|e| tls_err(path, format!("cannot read: {e}")))?;
-    let certs = reqwest::Certificate::from_pem_bundle(&pem)
-        .map_err(|e| tls_err(path, format!("not PEM certificates: {e}")))?;
-    if certs.is_empty() {
-        return Err(tls_err(path, "no PEM certificate in it".to_owned()));
-    }
-    Ok(certs)
+/// Every certificate in a PEM file of CAs.
+fn read_cas(path: &Path) -> Result<Vec<reqwest::Certificate>, ClientError> {
+    tls_files::read_certs(path)
+        .map_err(tls_err)?
+        .iter()
+        .map(|c| reqwest::Certificate::from_der(c.as_ref()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| ClientError::Tls {
+            path: path.to_owned(),
+            reason: format!("not DER certificates: {e}"),
+        })
 }
 
-/// A `certs.d/<host>` directory: `*.crt` CAs; `X.cert` with `X.key` a client identity.
-pub(crate) fn read_host_dir(
+/// A `certs.d/<host>` directory ([`tls_files::read_host_dir`]) as reqwest's CAs and identity.
+fn read_host_dir(
     dir: &Path,
 ) -> Result<(Vec<reqwest::Certificate>, Option<reqwest::Identity>), ClientError> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| tls_err(dir, format!("cannot list: {e}")))?
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    files.sort();
-    let mut cas = Vec::new();
-    let mut identity = None;
-    for f in &files {
-        match f.extension().and_then(|e| e.to_str()) {
-            Some("crt") => cas.extend(read_cas(f)?),
-            Some("cert") => {
-                let key = f.with_extension("key");
-                let mut pem =
-                    std::fs::read(f).map_err(|e| tls_err(f, format!("cannot read: {e}")))?;
-                let k = std::fs::read(&key).map_err(|e| {
-                    tls_err(
-                        &key,
-                        format!("cannot read the key for the client certificate: {e}"),
-                    )
-                })?;
-                pem.push(b'\n');
-                pem.extend_from_slice(&k);
-                identity = Some(
-                    reqwest::Identity::from_pem(&pem)
-                        .map_err(|e| tls_err(f, format!("not a PEM certificate and key: {e}")))?,
-                );
-            }
-            _ => {}
-        }
-    }
+    let found = tls_files::read_host_dir(dir).map_err(tls_err)?;
+    let cas = found
+        .cas
+        .iter()
+        .map(|c| reqwest::Certificate::from_der(c.as_ref()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| ClientError::Tls {
+            path: dir.to_owned(),
+            reason: format!("not DER certificates: {e}"),
+        })?;
+    let identity = match found.identity {
+        None => None,
+        Some(id) => Some(
+            reqwest::Identity::from_pem(&id.pem()).map_err(|e| ClientError::Tls {
+                path: id.cert_file.clone(),
+                reason: format!("not a PEM certificate and key: {e}"),
+            })?,
+        ),
+    };
     Ok((cas, identity))
 }
 

@@ -2,11 +2,13 @@
 //! directories, unverified TLS), turned into a ureq [`TlsConfig`] for one origin, and how a
 //! failed handshake is described.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use rustls::pki_types::pem::PemObject as _;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tls_files::{read_certs, read_host_dir};
 use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig};
+
+pub use tls_files::TlsFileError;
+pub(crate) use tls_files::read_key;
 
 /// How the depot client trusts servers over `https://`: the settings every registry
 /// command takes too (`--ca-file`, `--cert-dir`, `--insecure`), kept here as plain data
@@ -27,61 +29,6 @@ pub struct TlsSettings {
     pub cert_dirs: Vec<PathBuf>,
     /// Use TLS without verifying the server's certificate.
     pub insecure: bool,
-}
-
-/// A TLS file that cannot be used (names the file).
-#[derive(Debug, thiserror::Error)]
-#[error("{path}: {problem}", path = path.display())]
-pub struct TlsFileError {
-    /// The file or directory.
-    pub path: PathBuf,
-    /// What is wrong with it.
-    pub problem: &'static str,
-    /// The underlying error, when there is one.
-    #[source]
-    pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
-}
-
-fn file_err(
-    path: &Path,
-    problem: &'static str,
-    source: Option<Box<dyn std::error::Error + Send + Sync>>,
-) -> TlsFileError {
-    TlsFileError {
-        path: path.to_owned(),
-        problem,
-        source,
-    }
-}
-
-fn read(path: &Path) -> Result<Vec<u8>, TlsFileError> {
-    std::fs::read(path).map_err(|e| file_err(path, "cannot read", Some(Box::new(e))))
-}
-
-/// Every certificate in a PEM file, each checked to be a certificate rustls can use as a
-/// root; a file without one is an error.
-pub(crate) fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsFileError> {
-    let pem = read(path)?;
-    let certs = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| file_err(path, "not PEM certificates", Some(Box::new(e))))?;
-    if certs.is_empty() {
-        return Err(file_err(path, "no PEM certificate in it", None));
-    }
-    let mut store = rustls::RootCertStore::empty();
-    for c in &certs {
-        store
-            .add(c.clone())
-            .map_err(|e| file_err(path, "not a usable CA certificate", Some(Box::new(e))))?;
-    }
-    Ok(certs)
-}
-
-/// The private key in a PEM file.
-pub(crate) fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsFileError> {
-    let pem = read(path)?;
-    PrivateKeyDer::from_pem_slice(&pem)
-        .map_err(|e| file_err(path, "no PEM private key in it", Some(Box::new(e))))
 }
 
 /// `host[:port]` of an `https://` URL, the port only when the URL names it (docker's
@@ -108,9 +55,9 @@ impl TlsSettings {
                 .map(|d| d.join(host))
                 .find(|d| d.is_dir());
             if let Some(dir) = entry {
-                let (cas, id) = read_host_dir(&dir)?;
-                extra.extend(cas);
-                identity = id;
+                let found = read_host_dir(&dir)?;
+                extra.extend(found.cas);
+                identity = found.identity.map(client_cert).transpose()?;
             }
         }
         // The system's roots, as registries use, plus the extra CAs (a system store that
@@ -134,43 +81,19 @@ impl TlsSettings {
     }
 }
 
-/// A `certs.d/<host>` directory: `*.crt` CAs; `X.cert` with `X.key` a client identity.
-fn read_host_dir(
-    dir: &Path,
-) -> Result<(Vec<CertificateDer<'static>>, Option<ClientCert>), TlsFileError> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| file_err(dir, "cannot list", Some(Box::new(e))))?
-        .flatten()
-        .map(|e| e.path())
+/// A `certs.d` client certificate as ureq presents it.
+fn client_cert(id: tls_files::ClientIdentity) -> Result<ClientCert, TlsFileError> {
+    let key = PrivateKey::from_pem(&id.key_pem).map_err(|e| TlsFileError {
+        path: id.key_file.clone(),
+        problem: "no PEM private key in it",
+        source: Some(Box::new(e)),
+    })?;
+    let chain: Vec<Certificate<'static>> = id
+        .chain
+        .iter()
+        .map(|c| Certificate::from_der(c.as_ref()).to_owned())
         .collect();
-    files.sort();
-    let mut cas = Vec::new();
-    let mut identity = None;
-    for f in &files {
-        match f.extension().and_then(|e| e.to_str()) {
-            Some("crt") => cas.extend(read_certs(f)?),
-            Some("cert") => {
-                let chain = read(f)?;
-                let chain = CertificateDer::pem_slice_iter(&chain)
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| file_err(f, "not PEM certificates", Some(Box::new(e))))?;
-                if chain.is_empty() {
-                    return Err(file_err(f, "no PEM certificate in it", None));
-                }
-                let key_path = f.with_extension("key");
-                let key = PrivateKey::from_pem(&read(&key_path)?).map_err(|e| {
-                    file_err(&key_path, "no PEM private key in it", Some(Box::new(e)))
-                })?;
-                let chain: Vec<Certificate<'static>> = chain
-                    .iter()
-                    .map(|c| Certificate::from_der(c.as_ref()).to_owned())
-                    .collect();
-                identity = Some(ClientCert::new_with_certs(&chain, key));
-            }
-            _ => {}
-        }
-    }
-    Ok((cas, identity))
+    Ok(ClientCert::new_with_certs(&chain, key))
 }
 
 /// What went wrong in a failed TLS connection, for the error message.

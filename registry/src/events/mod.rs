@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 pub(crate) use config::FileNotifications;
 pub use config::{Action, Endpoint, IpRange, NotificationsConfig};
-pub use outbox::{DeliveryReport, IN_PROCESS, InProcess};
+pub use outbox::DeliveryReport;
 
 use crate::errors::ApiResult;
 use crate::metrics::Metrics;
@@ -138,8 +138,6 @@ pub struct Notifier {
     metrics: Arc<Metrics>,
     source: Source,
     client: reqwest::Client,
-    /// Where [`IN_PROCESS`] endpoints' events go (set once by `serve`).
-    in_process: std::sync::OnceLock<Arc<dyn InProcess>>,
 }
 
 /// Milliseconds since the epoch.
@@ -166,18 +164,13 @@ impl Notifier {
                 addr: source_addr,
                 instance_id: uuid::Uuid::new_v4().to_string(),
             },
-            client: reqwest::Client::new(),
-            in_process: std::sync::OnceLock::new(),
+            // The workspace's one HTTP setup (rustls, connect and read timeouts); each
+            // delivery also has its endpoint's own timeout. Without CA files this fails only
+            // where reqwest::Client::new() would panic too.
+            client: registry_client::ClientBuilder::default()
+                .http_client()
+                .expect("an HTTP client without CA files builds"),
         }
-    }
-
-    /// Sets where [`IN_PROCESS`] endpoints' events go; only the first call counts.
-    pub fn set_in_process(&self, sink: Arc<dyn InProcess>) {
-        let _ = self.in_process.set(sink);
-    }
-
-    pub(crate) fn in_process(&self) -> Option<&Arc<dyn InProcess>> {
-        self.in_process.get()
     }
 
     /// The configuration.
