@@ -43,6 +43,7 @@ mod sync_converged;
 mod sync_on_push;
 mod sync_trust;
 mod transfer;
+mod transfer_progress;
 mod util;
 mod validate_cli;
 mod validate_tools;
