@@ -46,7 +46,6 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use bytes::Bytes;
 use futures_util::StreamExt;
 use serde::Serialize;
 use serde_json::Value;
@@ -57,8 +56,11 @@ use crate::repo::{REFERENCE_WINDOW, Repos};
 use crate::storage::layout::{self, BlobPart, RepoPart};
 use crate::storage::{Etag, Key, PutMode, Store, StoreError};
 mod metrics;
+mod run_lease;
 
 pub use metrics::GcMetrics;
+use run_lease::Lease;
+pub use run_lease::{LeaseInfo, break_lease, read_lease};
 
 use crate::tombstone::{Phase, TOMBSTONE_LIMIT, Tombstone, aged};
 use validator::Name;
@@ -320,8 +322,32 @@ async fn run(
         ..GcReport::default()
     };
 
-    // Mark, one repository at a time as the listing of `repositories/` reaches it.
     let mut pass = Pass::default();
+    report.repositories =
+        mark_all(store.as_ref(), &repos, opts, lease, &mut pass, &mut report).await?;
+    pass.kept.seal();
+    let ctx = Sweep {
+        store: store.as_ref(),
+        repos: &repos,
+        cutoff,
+        dry_run: opts.dry_run,
+        lease,
+    };
+    sweep_all(&ctx, opts, &mut pass, &mut report).await?;
+    report.deleted.sort();
+    Ok(report)
+}
+
+/// Marks, one repository at a time as the listing of `repositories/` reaches it; returns how
+/// many repositories it saw.
+async fn mark_all(
+    store: &dyn Store,
+    repos: &Repos,
+    opts: &GcOptions,
+    lease: Option<&Lease>,
+    pass: &mut Pass,
+    report: &mut GcReport,
+) -> Result<usize, GcError> {
     let mut seen: BTreeSet<Name> = BTreeSet::new();
     let mut current: Option<(Name, RepoSnapshot)> = None;
     let mut after: Option<Key> = None;
@@ -369,30 +395,27 @@ async fn run(
         if end {
             ready.extend(current.take());
         }
-        pass.mark(store.as_ref(), &repos, opts, lease, ready, &mut report)
-            .await?;
+        pass.mark(store, repos, opts, lease, ready, report).await?;
         if end {
             break;
         }
     }
-    report.repositories = seen.len();
-    drop(seen);
-    pass.kept.seal();
+    Ok(seen.len())
+}
 
-    // Sweep, digest by digest as the listing of `blobs/` reaches them, then the link candidates
-    // of digests without any object under `blobs/`.
-    let ctx = Sweep {
-        store: store.as_ref(),
-        repos: &repos,
-        cutoff,
-        dry_run: opts.dry_run,
-        lease,
-    };
-    let mut first_error = None;
+/// Sweeps digest by digest as the listing of `blobs/` reaches them, then the link candidates
+/// of digests without any object under `blobs/`.
+async fn sweep_all(
+    ctx: &Sweep<'_>,
+    opts: &GcOptions,
+    pass: &mut Pass,
+    report: &mut GcReport,
+) -> Result<(), GcError> {
     let mut current: Option<(Digest, BlobSnapshot)> = None;
     let mut after: Option<Key> = None;
     loop {
-        let page = store
+        let page = ctx
+            .store
             .list_page(&layout::blobs_root(), after.as_ref(), LIST_PAGE)
             .await?;
         let end = page.len() < LIST_PAGE;
@@ -418,80 +441,103 @@ async fn run(
         if end {
             found.extend(current.take());
         }
-        let mut batch = Vec::new();
-        for (d, b) in found {
-            let mut plan = pass.links.remove(&d).unwrap_or_default();
-            // A tombstone found now was left by a run that died or lost its lease (this run's
-            // own tombstones are gone before the listing passes on); requests waiting on it may
-            // go on. One whose run committed to deleting and may still be at it stays until it
-            // expires, and its digest waits for the next run.
-            if b.tombstone && !opts.dry_run {
-                if let Some(lease) = lease {
-                    lease.check()?;
-                }
-                match remove_leftover(store.as_ref(), &d).await? {
-                    Leftover::Removed => report.deleted_records += 1,
-                    Leftover::Gone => {}
-                    Leftover::Deleting => continue,
-                }
-            }
-            // Bytes nobody marked have no marked link either: every link of theirs is a
-            // candidate, so they go if the links do.
-            if !pass.kept.contains(&d) {
-                plan.data = b.data;
-                plan.used = b.used;
-            }
-            if plan.data
-                || plan.used
-                || !plan.blob_links.is_empty()
-                || !plan.manifest_links.is_empty()
-            {
-                batch.push((d, plan));
-            }
-        }
+        let mut batch = plan_batch(ctx, opts, pass, found, report).await?;
         if end {
             batch.extend(std::mem::take(&mut pass.links));
         }
-        let mut outcomes = futures_util::stream::iter(batch)
-            .map(|(d, plan)| {
-                let ctx = &ctx;
-                async move { ctx.sweep(d, plan).await }
-            })
-            .buffer_unordered(opts.concurrency.max(1));
-        while let Some(r) = outcomes.next().await {
-            match r {
-                Ok(o) => {
-                    for del in &o.deleted {
-                        match del.kind {
-                            ObjectKind::Blob => {
-                                report.deleted_blobs += 1;
-                                report.deleted_bytes += del.bytes;
-                            }
-                            ObjectKind::BlobLink => report.deleted_blob_links += 1,
-                            ObjectKind::ManifestLink => report.deleted_manifest_links += 1,
-                        }
-                    }
-                    report.deleted.extend(o.deleted);
-                    report.deleted_records += o.records;
-                    report.kept_young += o.young;
-                    report.kept_held += u64::from(o.held);
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "garbage collection: sweeping a digest failed");
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        drop(outcomes);
-        if let Some(e) = first_error {
-            return Err(e);
-        }
+        sweep_batch(ctx, opts, batch, report).await?;
         if end {
             break;
         }
     }
-    report.deleted.sort();
-    Ok(report)
+    Ok(())
+}
+
+/// The candidates of the digests one listing page `found`: their link candidates from the mark,
+/// and their bytes and hold record when nobody marked them. Leftover tombstones of other runs
+/// are removed on the way.
+async fn plan_batch(
+    ctx: &Sweep<'_>,
+    opts: &GcOptions,
+    pass: &mut Pass,
+    found: Vec<(Digest, BlobSnapshot)>,
+    report: &mut GcReport,
+) -> Result<Vec<(Digest, Plan)>, GcError> {
+    let mut batch = Vec::new();
+    for (d, b) in found {
+        let mut plan = pass.links.remove(&d).unwrap_or_default();
+        // A tombstone found now was left by a run that died or lost its lease (this run's
+        // own tombstones are gone before the listing passes on); requests waiting on it may
+        // go on. One whose run committed to deleting and may still be at it stays until it
+        // expires, and its digest waits for the next run.
+        if b.tombstone && !opts.dry_run {
+            if let Some(lease) = ctx.lease {
+                lease.check()?;
+            }
+            match remove_leftover(ctx.store, &d).await? {
+                Leftover::Removed => report.deleted_records += 1,
+                Leftover::Gone => {}
+                Leftover::Deleting => continue,
+            }
+        }
+        // Bytes nobody marked have no marked link either: every link of theirs is a
+        // candidate, so they go if the links do.
+        if !pass.kept.contains(&d) {
+            plan.data = b.data;
+            plan.used = b.used;
+        }
+        if plan.data || plan.used || !plan.blob_links.is_empty() || !plan.manifest_links.is_empty()
+        {
+            batch.push((d, plan));
+        }
+    }
+    Ok(batch)
+}
+
+/// Sweeps `batch` with `opts.concurrency` digests at a time; the first failure is returned
+/// once the others finished.
+async fn sweep_batch(
+    ctx: &Sweep<'_>,
+    opts: &GcOptions,
+    batch: Vec<(Digest, Plan)>,
+    report: &mut GcReport,
+) -> Result<(), GcError> {
+    let mut first_error = None;
+    let mut outcomes = futures_util::stream::iter(batch)
+        .map(|(d, plan)| ctx.sweep(d, plan))
+        .buffer_unordered(opts.concurrency.max(1));
+    while let Some(r) = outcomes.next().await {
+        match r {
+            Ok(o) => tally(report, o),
+            Err(e) => {
+                tracing::warn!(error = %e, "garbage collection: sweeping a digest failed");
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    drop(outcomes);
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Adds what sweeping one digest did to the report.
+fn tally(report: &mut GcReport, o: Outcome) {
+    for del in &o.deleted {
+        match del.kind {
+            ObjectKind::Blob => {
+                report.deleted_blobs += 1;
+                report.deleted_bytes += del.bytes;
+            }
+            ObjectKind::BlobLink => report.deleted_blob_links += 1,
+            ObjectKind::ManifestLink => report.deleted_manifest_links += 1,
+        }
+    }
+    report.deleted.extend(o.deleted);
+    report.deleted_records += o.records;
+    report.kept_young += o.young;
+    report.kept_held += u64::from(o.held);
 }
 
 /// Keys read per listing page while walking `repositories/` and `blobs/`.
@@ -1019,51 +1065,6 @@ impl Sweep<'_> {
     }
 }
 
-pub use crate::lease::LeaseInfo;
-
-/// Reads the garbage collection lease; `None` when no collector holds one.
-pub async fn read_lease(store: &dyn Store) -> Result<Option<LeaseInfo>, GcError> {
-    Ok(crate::lease::read(store, &layout::gc_lock()).await?)
-}
-
-/// Removes the lease of a collector that died, so the next run need not wait for it to turn
-/// stale. A live lease is refused ([`GcError::LeaseLive`]) unless `force`; a forced break makes
-/// the running holder stop at its next renewal. Returns the lease removed (`None`: there was
-/// none). Tombstones the holder left are released by the requests that meet them and removed
-/// by the next run.
-pub async fn break_lease(store: &dyn Store, force: bool) -> Result<Option<LeaseInfo>, GcError> {
-    Ok(crate::lease::break_lease(store, &layout::gc_lock(), force).await?)
-}
-
-impl From<crate::lease::LeaseError> for GcError {
-    fn from(e: crate::lease::LeaseError) -> GcError {
-        use crate::lease::LeaseError as L;
-        match e {
-            L::Store(e) => GcError::Store(e),
-            L::Locked {
-                key,
-                age_secs,
-                stale_secs,
-            } => GcError::Locked {
-                key,
-                age_secs,
-                stale_secs,
-            },
-            L::Live {
-                key,
-                holder,
-                age_secs,
-                ttl_secs,
-            } => GcError::LeaseLive {
-                key,
-                holder,
-                age_secs,
-                ttl_secs,
-            },
-        }
-    }
-}
-
 /// What became of a tombstone a run found left over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Leftover {
@@ -1099,102 +1100,3 @@ async fn remove_leftover(store: &dyn Store, d: &Digest) -> Result<Leftover, GcEr
 
 /// Conditional writes a run tries before it leaves a digest whose tombstone keeps changing.
 const TOMBSTONE_ATTEMPTS: usize = 8;
-
-/// The collector's lease on `gc/lock` ([`crate::lease::Lease`]), with the run's own checks.
-struct Lease(crate::lease::Lease);
-
-impl Lease {
-    async fn acquire(store: Arc<dyn Store>, ttl: Duration) -> Result<Lease, GcError> {
-        Ok(Lease(
-            crate::lease::Lease::acquire(store, layout::gc_lock(), ttl).await?,
-        ))
-    }
-
-    /// The run's start `t0` on the store's clock.
-    fn started(&self) -> SystemTime {
-        self.0.started()
-    }
-
-    /// `Err(LeaseLost)` unless the store says this run still holds the lease
-    /// ([`crate::lease::Lease::still_held`]).
-    async fn ensure_held(&self) -> Result<(), GcError> {
-        if self.0.still_held().await? {
-            return Ok(());
-        }
-        Err(GcError::LeaseLost {
-            key: layout::gc_lock(),
-        })
-    }
-
-    /// `Err(LeaseLost)` when the lease was lost (see [`crate::lease::Lease::lost`]).
-    fn check(&self) -> Result<(), GcError> {
-        if self.0.lost() {
-            return Err(GcError::LeaseLost {
-                key: layout::gc_lock(),
-            });
-        }
-        Ok(())
-    }
-
-    /// The body of this run's tombstones while it decides.
-    fn tombstone_body(&self) -> Bytes {
-        self.tombstone(Phase::Deciding)
-    }
-
-    /// The body of a tombstone once this run committed to deleting.
-    fn commit_body(&self) -> Bytes {
-        self.tombstone(Phase::Deleting)
-    }
-
-    fn tombstone(&self, phase: Phase) -> Bytes {
-        Tombstone::body(self.0.run(), phase, self.0.ttl())
-    }
-
-    async fn release(self) {
-        self.0.release().await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A live holder renews its lease past its time to live; one that is gone (its run
-    /// dropped) lets it turn stale; a broken lease makes the holder stop at its next renewal.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn lease_renews_and_expires() {
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> = Arc::new(crate::storage::FsStore::open(dir.path()).unwrap());
-        let ttl = Duration::from_secs(2);
-        let lease = Lease::acquire(store.clone(), ttl).await.unwrap();
-        assert!(matches!(
-            Lease::acquire(store.clone(), ttl).await,
-            Err(GcError::Locked { .. })
-        ));
-        tokio::time::sleep(Duration::from_millis(3300)).await;
-        let info = read_lease(store.as_ref()).await.unwrap().unwrap();
-        assert!(!info.is_stale(), "{info:?}");
-        assert!(info.renewal.unwrap() >= 4, "{info:?}");
-        assert_eq!(info.run.as_deref(), Some(lease.0.run()));
-        assert!(!lease.0.lost());
-        // The holder dies.
-        drop(lease);
-        tokio::time::sleep(Duration::from_millis(3300)).await;
-        assert!(
-            read_lease(store.as_ref())
-                .await
-                .unwrap()
-                .unwrap()
-                .is_stale()
-        );
-        // Taken over; then broken under the new holder, which notices.
-        let lease = Lease::acquire(store.clone(), ttl).await.unwrap();
-        assert!(break_lease(store.as_ref(), false).await.is_err());
-        assert!(break_lease(store.as_ref(), true).await.unwrap().is_some());
-        tokio::time::sleep(Duration::from_millis(800)).await;
-        assert!(lease.0.lost());
-        assert!(matches!(lease.check(), Err(GcError::LeaseLost { .. })));
-        lease.release().await;
-        assert!(read_lease(store.as_ref()).await.unwrap().is_none());
-    }
-}
