@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 pub(crate) use config::FileNotifications;
 pub use config::{Action, Endpoint, IpRange, NotificationsConfig};
-pub use outbox::DeliveryReport;
+pub use outbox::{DeliveryReport, IN_PROCESS, InProcess};
 
 use crate::errors::ApiResult;
 use crate::metrics::Metrics;
@@ -138,6 +138,8 @@ pub struct Notifier {
     metrics: Arc<Metrics>,
     source: Source,
     client: reqwest::Client,
+    /// Where [`IN_PROCESS`] endpoints' events go (set once by `serve`).
+    in_process: std::sync::OnceLock<Arc<dyn InProcess>>,
 }
 
 /// Milliseconds since the epoch.
@@ -170,7 +172,17 @@ impl Notifier {
             client: registry_client::ClientBuilder::default()
                 .http_client()
                 .expect("an HTTP client without CA files builds"),
+            in_process: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Sets where [`IN_PROCESS`] endpoints' events go; only the first call counts.
+    pub fn set_in_process(&self, sink: Arc<dyn InProcess>) {
+        let _ = self.in_process.set(sink);
+    }
+
+    pub(crate) fn in_process(&self) -> Option<&Arc<dyn InProcess>> {
+        self.in_process.get()
     }
 
     /// The configuration.
