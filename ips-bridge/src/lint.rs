@@ -201,6 +201,136 @@ struct Sink<'a> {
 }
 
 impl Sink<'_> {
+    /// The rules of a `file` action.
+    fn file_rules(&mut self) {
+        let a = self.action;
+        self.generic(
+            &[
+                "chash",
+                "preserve",
+                "overlay",
+                "elfarch",
+                "elfbits",
+                "elfhash",
+                "original_name",
+                "preserve-version",
+            ],
+            &["pkg.csize", "pkg.size"],
+            &["owner", "group"],
+        );
+        self.mode();
+        if let Some(p) = a.get("preserve")
+            && !matches!(
+                p,
+                "true" | "renameold" | "renamenew" | "legacy" | "abandon" | "install-only"
+            )
+        {
+            self.push(
+                LintRule::Preserve,
+                "preserve",
+                format!("invalid preserve value {p:?}"),
+            );
+        }
+        if let Some(pv) = a.get("preserve-version") {
+            if a.get("preserve").is_none() {
+                self.push(
+                    LintRule::Preserve,
+                    "preserve-version",
+                    "preserve-version needs preserve".into(),
+                );
+            }
+            if pv.contains([',', '-', ':']) || Version::parse(pv).is_err() {
+                self.push(
+                    LintRule::Preserve,
+                    "preserve-version",
+                    format!("preserve-version {pv:?} must be a release only, such as 1.2"),
+                );
+            }
+        }
+        if let Some(t) = a.get("timestamp")
+            && !valid_timestamp(t)
+        {
+            self.push(
+                LintRule::Timestamp,
+                "timestamp",
+                format!("invalid timestamp {t:?}: it is YYYYMMDDTHHMMSSZ (UTC)"),
+            );
+        }
+    }
+
+    /// The rules of a `depend` action.
+    fn depend_rules(&mut self) {
+        let a = self.action;
+        let t = a.get("type");
+        let mut required = vec!["type", "fmri"];
+        if t == Some("conditional") {
+            required.push("predicate");
+        }
+        let mut single = vec!["predicate", "root-image", "ignore-check", "type"];
+        if !matches!(t, Some("require-any" | "group-any")) {
+            single.push("fmri");
+        }
+        self.generic(&single, &[], &required);
+        if let Some(t) = t
+            && DependType::parse(t).is_none()
+        {
+            self.push(
+                LintRule::DependType,
+                "type",
+                format!(
+                    "unknown dependency type {t:?} (require, require-any, optional, incorporate, group, group-any, conditional, exclude, origin, parent)"
+                ),
+            );
+        }
+        if a.get("predicate").is_some() && t != Some("conditional") {
+            self.push(
+                LintRule::DependAttr,
+                "predicate",
+                "a predicate is only allowed with type=conditional".into(),
+            );
+        }
+        if a.get("root-image").is_some() && t != Some("origin") {
+            self.push(
+                LintRule::DependAttr,
+                "root-image",
+                "root-image is only allowed with type=origin".into(),
+            );
+        }
+        for f in a.get_all("fmri") {
+            // pkgdepend's placeholder for a dependency it could not resolve.
+            if f != "__TBD" {
+                self.fmri_value("fmri", f);
+            }
+        }
+        for p in a.get_all("predicate") {
+            self.fmri_value("predicate", p);
+        }
+    }
+
+    /// The rules of a `license` action.
+    fn license_rules(&mut self) {
+        let a = self.action;
+        self.generic(
+            &["chash", "must-accept", "must-display"],
+            &["pkg.csize", "pkg.size"],
+            &[],
+        );
+        if a.hash().is_none() {
+            self.push(
+                LintRule::Payload,
+                "hash",
+                "no payload: give the license text's file (or hash) after 'license'".into(),
+            );
+        }
+        if a.get("path").is_some() {
+            self.push(
+                LintRule::LicensePath,
+                "path",
+                "license actions must not have a path attribute".into(),
+            );
+        }
+    }
+
     fn push(&mut self, rule: LintRule, attr: &str, problem: String) {
         let message = format!("{problem} ({})", what(self.action));
         self.out.push((rule, Some(attr.to_owned()), message));
@@ -401,60 +531,7 @@ fn check_action(a: &Action) -> Vec<(LintRule, Option<String>, String)> {
         out: Vec::new(),
     };
     match a.kind() {
-        ActionKind::File => {
-            s.generic(
-                &[
-                    "chash",
-                    "preserve",
-                    "overlay",
-                    "elfarch",
-                    "elfbits",
-                    "elfhash",
-                    "original_name",
-                    "preserve-version",
-                ],
-                &["pkg.csize", "pkg.size"],
-                &["owner", "group"],
-            );
-            s.mode();
-            if let Some(p) = a.get("preserve")
-                && !matches!(
-                    p,
-                    "true" | "renameold" | "renamenew" | "legacy" | "abandon" | "install-only"
-                )
-            {
-                s.push(
-                    LintRule::Preserve,
-                    "preserve",
-                    format!("invalid preserve value {p:?}"),
-                );
-            }
-            if let Some(pv) = a.get("preserve-version") {
-                if a.get("preserve").is_none() {
-                    s.push(
-                        LintRule::Preserve,
-                        "preserve-version",
-                        "preserve-version needs preserve".into(),
-                    );
-                }
-                if pv.contains([',', '-', ':']) || Version::parse(pv).is_err() {
-                    s.push(
-                        LintRule::Preserve,
-                        "preserve-version",
-                        format!("preserve-version {pv:?} must be a release only, such as 1.2"),
-                    );
-                }
-            }
-            if let Some(t) = a.get("timestamp")
-                && !valid_timestamp(t)
-            {
-                s.push(
-                    LintRule::Timestamp,
-                    "timestamp",
-                    format!("invalid timestamp {t:?}: it is YYYYMMDDTHHMMSSZ (UTC)"),
-                );
-            }
-        }
+        ActionKind::File => s.file_rules(),
         ActionKind::Dir => {
             s.generic(&[], &[], &["owner", "group"]);
             s.mode();
@@ -490,73 +567,8 @@ fn check_action(a: &Action) -> Vec<(LintRule, Option<String>, String)> {
             s.username(a.key().unwrap_or(""));
         }
         ActionKind::Group => s.generic(&["gid"], &["gid"], &[]),
-        ActionKind::Depend => {
-            let t = a.get("type");
-            let mut required = vec!["type", "fmri"];
-            if t == Some("conditional") {
-                required.push("predicate");
-            }
-            let mut single = vec!["predicate", "root-image", "ignore-check", "type"];
-            if !matches!(t, Some("require-any" | "group-any")) {
-                single.push("fmri");
-            }
-            s.generic(&single, &[], &required);
-            if let Some(t) = t
-                && DependType::parse(t).is_none()
-            {
-                s.push(
-                    LintRule::DependType,
-                    "type",
-                    format!(
-                        "unknown dependency type {t:?} (require, require-any, optional, incorporate, group, group-any, conditional, exclude, origin, parent)"
-                    ),
-                );
-            }
-            if a.get("predicate").is_some() && t != Some("conditional") {
-                s.push(
-                    LintRule::DependAttr,
-                    "predicate",
-                    "a predicate is only allowed with type=conditional".into(),
-                );
-            }
-            if a.get("root-image").is_some() && t != Some("origin") {
-                s.push(
-                    LintRule::DependAttr,
-                    "root-image",
-                    "root-image is only allowed with type=origin".into(),
-                );
-            }
-            for f in a.get_all("fmri") {
-                // pkgdepend's placeholder for a dependency it could not resolve.
-                if f != "__TBD" {
-                    s.fmri_value("fmri", f);
-                }
-            }
-            for p in a.get_all("predicate") {
-                s.fmri_value("predicate", p);
-            }
-        }
-        ActionKind::License => {
-            s.generic(
-                &["chash", "must-accept", "must-display"],
-                &["pkg.csize", "pkg.size"],
-                &[],
-            );
-            if a.hash().is_none() {
-                s.push(
-                    LintRule::Payload,
-                    "hash",
-                    "no payload: give the license text's file (or hash) after 'license'".into(),
-                );
-            }
-            if a.get("path").is_some() {
-                s.push(
-                    LintRule::LicensePath,
-                    "path",
-                    "license actions must not have a path attribute".into(),
-                );
-            }
-        }
+        ActionKind::Depend => s.depend_rules(),
+        ActionKind::License => s.license_rules(),
         ActionKind::Legacy => s.generic(
             &["category", "desc", "hotline", "name", "vendor", "version"],
             &[],
