@@ -173,13 +173,7 @@ fn pages_in_a_browser_follow_catalog_repository_image_search() {
     let dir = tempdir();
     let d = dir.path();
     let profile = d.join("chromium");
-    let reg = Server::start(&d.join("data"), &[]);
-    let host = reg.host();
-    let base = format!("http://{host}");
-    push(&imgs.old.0, &format!("{host}/zones/app:1.0"), &[]);
-    push(&imgs.new.0, &format!("{host}/zones/app:2.0"), &[]);
-    let (old, new) = (&imgs.old.1, &imgs.new.1);
-    // Sign 2.0 with rdctl (the referrer form at our registry).
+    // Sign 2.0 with rdctl (the referrer form at our registry), with a key the page trusts.
     let signing = |c: &mut Command| {
         c.current_dir(d)
             .env("COSIGN_PASSWORD", "pw")
@@ -188,6 +182,21 @@ fn pages_in_a_browser_follow_catalog_repository_image_search() {
     let mut keygen = rdctl();
     signing(&mut keygen);
     ok(keygen.args(["key", "generate", "--output-key-prefix", "ours"]));
+    let cfg = d.join("registry.toml");
+    fs::write(
+        &cfg,
+        format!(
+            "[ui]\ntrusted_keys = [\"{}\"]\n",
+            d.join("ours.pub").display()
+        ),
+    )
+    .unwrap();
+    let reg = Server::start(&d.join("data"), &["--config", s(&cfg)]);
+    let host = reg.host();
+    let base = format!("http://{host}");
+    push(&imgs.old.0, &format!("{host}/zones/app:1.0"), &[]);
+    push(&imgs.new.0, &format!("{host}/zones/app:2.0"), &[]);
+    let (old, new) = (&imgs.old.1, &imgs.new.1);
     let mut sign = rdctl();
     signing(&mut sign);
     ok(sign.args([
@@ -247,7 +256,11 @@ fn pages_in_a_browser_follow_catalog_repository_image_search() {
         let at = dom.find(&format!(">{tag}</a>")).unwrap();
         dom[at..at + dom[at..].find("</tr>").unwrap()].to_owned()
     };
-    assert!(row("2.0").contains("signed"), "{}", row("2.0"));
+    assert!(
+        row("2.0").contains("signed by <span class=\"mono\">sha256:"),
+        "{}",
+        row("2.0")
+    );
     assert!(!row("1.0").contains("signed"), "{}", row("1.0"));
     assert!(
         row("1.0").contains("KiB") || row("1.0").contains(" B<"),
@@ -362,7 +375,7 @@ fn pages_in_a_browser_follow_catalog_repository_image_search() {
     let (dom, _) = dump_dom(&profile, &old_url);
     assert!(dom.contains(TOOL_21) && !dom.contains(TOOL_22), "{dom}");
     assert!(
-        !dom.contains("class=\"badge\">signed"),
+        !dom.contains("signed by") && !dom.contains("signature present"),
         "1.0 is not signed: {dom}"
     );
     // A version constraint through the form's fields, and a refused one.
@@ -986,4 +999,103 @@ fn sbom_referrer_page_shows_type_subject_and_document() {
         image.contains(&format!("href=\"/ui/r/{repo}@{sbom}\"")),
         "{image}"
     );
+}
+
+/// The signed badge verifies: a signature by a key of `[ui] trusted_keys` shows `signed by`
+/// and the key's id (on the tags page and the image page); a signature by any other key, or
+/// any signature when no keys are configured, shows "signature present, not verified".
+#[test]
+fn signed_badge_verifies_against_the_configured_keys() {
+    let dir = tempdir();
+    let d = dir.path();
+    for prefix in ["ours", "other"] {
+        ok(rdctl()
+            .current_dir(d)
+            .env("COSIGN_PASSWORD", "pw")
+            .env_remove("RDCTL_PASSWORD")
+            .args(["key", "generate", "--output-key-prefix", prefix]));
+    }
+    let config = |name: &str, keys: &[&str]| -> PathBuf {
+        let list: Vec<String> = keys
+            .iter()
+            .map(|k| format!("\"{}\"", d.join(format!("{k}.pub")).display()))
+            .collect();
+        let path = d.join(name);
+        fs::write(
+            &path,
+            format!("[ui]\ntrusted_keys = [{}]\n", list.join(", ")),
+        )
+        .unwrap();
+        path
+    };
+    // The id of ours.pub: sha256 of the SubjectPublicKeyInfo DER, first 12 hex digits.
+    let pem = fs::read_to_string(d.join("ours.pub")).unwrap();
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(
+            pem.lines()
+                .filter(|l| !l.starts_with("-----"))
+                .collect::<String>(),
+        )
+        .unwrap();
+    let id = {
+        use sha2::Digest as _;
+        let hex: String = sha2::Sha256::digest(&der)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("sha256:{}", &hex[..12])
+    };
+    let data = d.join("data");
+    let badge = |cfg: &Path| -> (String, String) {
+        let reg = Server::start(&data, &["--config", s(cfg)]);
+        let (_, _, tags) = get(&reg, "/ui/r/sig/app", None);
+        let (_, _, image) = get(&reg, "/ui/r/sig/app:1", None);
+        (tags, image)
+    };
+    {
+        let reg = Server::start(&data, &[]);
+        small_image(&reg, "sig/app", "1", b"{ }", &[b"signed layer"]);
+        small_image(&reg, "sig/app", "2", b"{ }", &[b"unsigned layer"]);
+        ok(rdctl()
+            .current_dir(d)
+            .env("COSIGN_PASSWORD", "pw")
+            .env_remove("RDCTL_PASSWORD")
+            .args([
+                "sign",
+                "--key",
+                "ours.key",
+                &format!("{}/sig/app:1", reg.host()),
+            ]));
+    }
+    let verified = format!("signed by <span class=\"mono\">{id}</span>");
+    for (cfg, want_verified) in [
+        (config("ours.toml", &["other", "ours"]), true),
+        (config("other.toml", &["other"]), false),
+        (config("none.toml", &[]), false),
+    ] {
+        let (tags, image) = badge(&cfg);
+        let row1 = &tags[tags.find("sig/app:1\"").unwrap()..];
+        let row1 = &row1[..row1.find("</tr>").unwrap()];
+        let row2 = &tags[tags.find("sig/app:2\"").unwrap()..];
+        let row2 = &row2[..row2.find("</tr>").unwrap()];
+        assert!(
+            !row2.contains("signed by") && !row2.contains("signature present"),
+            "{row2}"
+        );
+        if want_verified {
+            assert!(row1.contains(&verified), "{}: {row1}", cfg.display());
+            assert!(image.contains(&verified), "{}: {image}", cfg.display());
+        } else {
+            assert!(
+                row1.contains("signature present, not verified") && !row1.contains("signed by"),
+                "{}: {row1}",
+                cfg.display()
+            );
+            assert!(
+                image.contains("signature present, not verified") && !image.contains("signed by"),
+                "{}: {image}",
+                cfg.display()
+            );
+        }
+    }
 }

@@ -40,6 +40,9 @@ pub struct RegistryConfig {
     pub rate_limit: Option<RateLimit>,
     /// Whether the web pages (`/` and `/ui/`) are served (`[ui] enabled`, default true).
     pub ui_enabled: bool,
+    /// The public keys the pages verify signatures with (`[ui] trusted_keys`); none: a
+    /// signature is shown as present, not verified.
+    pub ui_trusted_keys: Arc<Vec<trust::VerifyingKey>>,
     /// Immutable tags, quotas and retention (`[[immutable]]`, `[[quota]]`, `[[retention]]`);
     /// empty by default.
     pub governance: Arc<Governance>,
@@ -64,6 +67,7 @@ impl Default for RegistryConfig {
             https: false,
             rate_limit: None,
             ui_enabled: true,
+            ui_trusted_keys: Arc::default(),
             governance: Arc::default(),
             notifications: NotificationsConfig::default(),
             proxy: Vec::new(),
@@ -194,6 +198,8 @@ pub struct ServeConfig {
     pub rate_limit: Option<RateLimit>,
     /// Serve the web pages at `/` and `/ui/` (`[ui] enabled`; default true).
     pub ui_enabled: bool,
+    /// Keys the pages verify signatures with (`[ui] trusted_keys`, PEM public keys).
+    pub ui_trusted_keys: Vec<trust::VerifyingKey>,
     /// `[[immutable]]`, `[[quota]]` and `[[retention]]` rules (default: none).
     pub governance: Governance,
     /// How often a replica writes the pull times it recorded (`pulls.flush_interval`;
@@ -258,6 +264,7 @@ impl Default for ServeConfig {
             tls: None,
             rate_limit: None,
             ui_enabled: true,
+            ui_trusted_keys: Vec::new(),
             governance: Governance::default(),
             pull_flush_interval: Duration::from_secs(60),
             notifications: NotificationsConfig::default(),
@@ -417,6 +424,8 @@ struct FileProxy {
 #[serde(deny_unknown_fields)]
 struct FileUi {
     enabled: Option<bool>,
+    #[serde(default)]
+    trusted_keys: Vec<PathBuf>,
 }
 
 /// The `[tls]` table of the TOML file.
@@ -571,8 +580,24 @@ impl ServeConfig {
                 }
                 c.sync.push(entry);
             }
-            if let Some(enabled) = f.ui.take().and_then(|u| u.enabled) {
-                c.ui_enabled = enabled;
+            if let Some(ui) = f.ui.take() {
+                if let Some(enabled) = ui.enabled {
+                    c.ui_enabled = enabled;
+                }
+                for k in &ui.trusted_keys {
+                    let bytes = std::fs::read(k).map_err(|e| ConfigError::Setting {
+                        path: path.to_owned(),
+                        key: "ui.trusted_keys",
+                        reason: format!("cannot read {}: {e}", k.display()),
+                    })?;
+                    let key = trust::VerifyingKey::from_pem(&bytes, &k.display().to_string())
+                        .map_err(|e| ConfigError::Setting {
+                            path: path.to_owned(),
+                            key: "ui.trusted_keys",
+                            reason: e.to_string(),
+                        })?;
+                    c.ui_trusted_keys.push(key);
+                }
             }
             c.governance = Governance::from_file(FileGovernance {
                 immutable: std::mem::take(&mut f.immutable),

@@ -265,6 +265,7 @@ pub async fn serve_with(
             https: config.tls.is_some(),
             rate_limit: config.rate_limit,
             ui_enabled: config.ui_enabled,
+            ui_trusted_keys: Arc::new(config.ui_trusted_keys.clone()),
             governance: Arc::new(config.governance.clone()),
             notifications,
             proxy: config.proxy.clone(),

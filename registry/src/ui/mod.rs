@@ -388,7 +388,8 @@ async fn repository_or_image(
         Target::Repository(_) => {
             let p = params(query.as_deref());
             let host = pull_host(&headers);
-            repository(repos, &name, &host, param(&p, "last")).await
+            let keys = state.app().config.ui_trusted_keys.clone();
+            repository(repos, &keys, &name, &host, param(&p, "last")).await
         }
         Target::ByDigest(_, d) => match Digest::parse(&d) {
             Ok(d) => image(&state, &name, d).await,
@@ -632,12 +633,108 @@ fn cosign_tag(d: &Digest, suffix: &str) -> String {
     format!("{}-{}.{suffix}", d.algorithm().as_str(), d.encoded())
 }
 
+/// What the page says about an image's signatures.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Signed {
+    /// No signature referrer or `.sig` tag.
+    No,
+    /// A signature exists, but none verifies with a key of `[ui] trusted_keys`.
+    Unverified,
+    /// A signature verifies with this key (its short id).
+    By(String),
+}
+
+/// Largest signature manifest and payload read to verify a signature.
+const SIGNATURE_LIMIT: u64 = 1 << 20;
+
+/// Whether one of `sigs` (signature manifests: referrers or the `.sig` tag's) verifies over
+/// `subject` with one of `keys`: cosign's simple-signing layers (`cosign sign`, v2) and
+/// sigstore bundles (v3), through the `trust` crate's checks, the ones `rdctl verify` runs.
+async fn signed(
+    repos: &Repos,
+    keys: &[trust::VerifyingKey],
+    subject: &Digest,
+    sigs: &[Digest],
+) -> ApiResult<Signed> {
+    if sigs.is_empty() {
+        return Ok(Signed::No);
+    }
+    if keys.is_empty() {
+        return Ok(Signed::Unverified);
+    }
+    let blob = |d: Digest| async move {
+        match repos
+            .store()
+            .get(&layout::blob_data(&d), SIGNATURE_LIMIT)
+            .await
+        {
+            Ok(b) => Ok(Some(b.bytes)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(crate::storage::StoreError::TooLarge { .. }) => Ok(None),
+            Err(e) => Err(ApiError::from(e)),
+        }
+    };
+    for sig in sigs {
+        let Some(manifest) = blob(sig.clone()).await? else {
+            continue;
+        };
+        if let Ok(layers) = trust::cosign::signature_layers(&manifest) {
+            for l in layers {
+                if let Some(payload) = blob(l.payload.digest.clone()).await?
+                    && let Ok(v) =
+                        trust::cosign::verify_signature_layer(keys, &l, &payload, subject)
+                {
+                    return Ok(Signed::By(v.key_id.short().to_owned()));
+                }
+            }
+        }
+        if let Ok(layers) = trust::bundle::bundle_layers(&manifest) {
+            for l in layers {
+                if let Some(bytes) = blob(l.digest.clone()).await?
+                    && let Ok(v) = trust::bundle::verify_bundle_layer(keys, &l, &bytes, subject)
+                    && v.is_signature()
+                {
+                    return Ok(Signed::By(v.key_id.short().to_owned()));
+                }
+            }
+        }
+    }
+    Ok(Signed::Unverified)
+}
+
+/// The signature manifests of `d`: its signature referrers and cosign's `.sig` tag.
+async fn signatures_of(
+    repos: &Repos,
+    name: &Name,
+    d: &Digest,
+    tag_map: &[(String, Digest)],
+) -> ApiResult<Vec<Digest>> {
+    let mut sigs: Vec<Digest> = repos
+        .referrers(name, d)
+        .await?
+        .iter()
+        .filter(|r| {
+            r.get("artifactType")
+                .and_then(Value::as_str)
+                .is_some_and(is_signature)
+        })
+        .filter_map(|r| Digest::parse(r.get("digest")?.as_str()?).ok())
+        .collect();
+    let tag = cosign_tag(d, "sig");
+    if let Some((_, s)) = tag_map.iter().find(|(t, _)| *t == tag)
+        && !sigs.contains(s)
+    {
+        sigs.push(s.clone());
+    }
+    Ok(sigs)
+}
+
 /// One row of a tag page.
 pub(crate) struct TagRow {
     pub tag: String,
     pub digest: Digest,
     pub summary: Option<Summary>,
-    pub signed: bool,
+    pub signed: Signed,
 }
 
 /// The registry as a client names it in a pull: the `Host` the browser used (behind a
@@ -654,6 +751,7 @@ fn pull_host(headers: &HeaderMap) -> String {
 /// A repository's tags, one page after `last`; None when the repository does not exist.
 async fn repository(
     repos: &Repos,
+    keys: &[trust::VerifyingKey],
     name: &Name,
     host: &str,
     last: Option<&str>,
@@ -662,7 +760,6 @@ async fn repository(
         return Ok(None);
     }
     let everything = repos.tag_map(name).await?;
-    let tag_names: BTreeSet<&str> = everything.iter().map(|(t, _)| t.as_str()).collect();
     // cosign's signature, attestation and SBOM tags are listed with their image (on its page,
     // as referrers), not as tags of their own.
     let (cosign, all): (Vec<_>, Vec<_>) = everything.iter().partition(|(t, _)| is_cosign_tag(t));
@@ -672,20 +769,16 @@ async fn repository(
     let rows = &rows[..rows.len().min(PAGE)];
     // Each distinct manifest of the page is read once, however many tags point at it.
     let digests: BTreeSet<Digest> = rows.iter().map(|(_, d)| (*d).clone()).collect();
-    let tag_names = &tag_names;
-    let facts: Vec<ApiResult<(Digest, Option<Summary>, bool)>> =
+    let everything = &everything;
+    let facts: Vec<ApiResult<(Digest, Option<Summary>, Signed)>> =
         futures_util::stream::iter(digests)
             .map(|d| async move {
                 let s = match read_manifest(repos, 16 << 20, &d).await? {
                     Some(m) => Some(summary(&m, image_size(repos, &d, &m).await?)),
                     None => None,
                 };
-                let signed = tag_names.contains(cosign_tag(&d, "sig").as_str())
-                    || repos.referrers(name, &d).await?.iter().any(|r| {
-                        r.get("artifactType")
-                            .and_then(Value::as_str)
-                            .is_some_and(is_signature)
-                    });
+                let sigs = signatures_of(repos, name, &d, everything).await?;
+                let signed = signed(repos, keys, &d, &sigs).await?;
                 Ok((d, s, signed))
             })
             .buffer_unordered(CONCURRENCY)
@@ -699,7 +792,7 @@ async fn repository(
     let rows: Vec<TagRow> = rows
         .iter()
         .map(|(t, d)| {
-            let (s, signed) = by_digest.get(d).cloned().unwrap_or((None, false));
+            let (s, signed) = by_digest.get(d).cloned().unwrap_or((None, Signed::No));
             TagRow {
                 tag: t.clone(),
                 digest: d.clone(),
@@ -735,6 +828,8 @@ pub(crate) struct ImageView<'a> {
     pub referrers: Vec<Referrer>,
     /// Set when the manifest is an artifact (a signature, an SBOM), not a runnable image.
     pub artifact: Option<Artifact>,
+    /// Whether a signature of it verifies, and by which key.
+    pub signed: Signed,
     pub now: u64,
 }
 
@@ -919,6 +1014,8 @@ async fn image(
     }
     let packages = pkgindex::packages_of(repos, name, &digest).await?.packages;
     let artifact = artifact_of(repos, &m.doc).await?;
+    let sigs = signatures_of(repos, name, &digest, &tag_map).await?;
+    let signed = signed(repos, &state.app().config.ui_trusted_keys, &digest, &sigs).await?;
     let view = ImageView {
         name,
         digest: &digest,
@@ -930,6 +1027,7 @@ async fn image(
         packages,
         referrers,
         artifact,
+        signed,
         now: now(),
     };
     Ok(Some((

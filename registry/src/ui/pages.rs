@@ -7,7 +7,7 @@ use serde_json::Value;
 use validator::{Digest, Name};
 
 use super::html::{Esc, Html, Q, age, size};
-use super::{CatalogSort, ImageView, RepoRow, STOP_TIMEOUT_LABEL, TagRow, short};
+use super::{CatalogSort, ImageView, RepoRow, STOP_TIMEOUT_LABEL, Signed, TagRow, short};
 use crate::pkgindex::SearchResult;
 
 /// The link of an image page.
@@ -186,11 +186,9 @@ pub(crate) fn repository(
                 h.raw("<td>—</td><td>—</td><td>—</td>");
             }
         }
-        if r.signed {
-            h.raw("<td><span class=\"badge\">signed</span></td></tr>");
-        } else {
-            h.raw("<td></td></tr>");
-        }
+        h.raw("<td>");
+        signed_badge(&mut h, &r.signed);
+        h.raw("</td></tr>");
     }
     table_end(&mut h);
     if more && let Some(last) = rows.last() {
@@ -202,6 +200,24 @@ pub(crate) fn repository(
         );
     }
     h.into_string()
+}
+
+/// `signed by sha256:…` when a signature verifies with a configured key, `signature present,
+/// not verified` when one exists but none does (or no keys are configured), nothing otherwise.
+fn signed_badge(h: &mut Html, s: &Signed) {
+    match s {
+        Signed::No => {}
+        Signed::Unverified => {
+            h.raw("<span class=\"muted\">signature present, not verified</span>");
+        }
+        Signed::By(key) => {
+            let _ = write!(
+                h,
+                "<span class=\"badge\" title=\"verified with a key of [ui] trusted_keys\">signed by <span class=\"mono\">{}</span></span>",
+                Esc(key)
+            );
+        }
+    }
 }
 
 fn strings(v: Option<&Value>) -> Vec<String> {
@@ -267,9 +283,10 @@ fn package_link(h: &mut Html, name: &str, text: &str) {
 pub(crate) fn image(v: &ImageView<'_>) -> String {
     let mut h = Html::default();
     let name = v.name.as_str();
-    let signed = v.referrers.iter().any(|r| r.kind == "signature");
-    if signed {
-        h.raw("<p><span class=\"badge\">signed</span></p>");
+    if v.signed != Signed::No {
+        h.raw("<p>");
+        signed_badge(&mut h, &v.signed);
+        h.raw("</p>");
     }
     h.raw("<dl>");
     let _ = write!(
