@@ -72,6 +72,31 @@ enum Command {
     Rm(commands::manage::RmArgs),
     /// List the IPS packages of an image from its SPDX SBOM.
     Sbom(commands::inspect::SbomArgs),
+    /// Print a manifest or index byte for byte (`manifest get`).
+    #[command(
+        subcommand,
+        after_help = "Example:
+  rdctl manifest get 127.0.0.1:5000/zones/base:1.0 | jq ."
+    )]
+    Manifest(commands::raw::ManifestCommand),
+    /// Write a blob, verified while it streams (`blob get`).
+    #[command(
+        subcommand,
+        after_help = "Example:
+  rdctl blob get 127.0.0.1:5000/zones/base@sha256:<hex> -o layer.tar.gz"
+    )]
+    Blob(commands::raw::BlobCommand),
+    /// Print an image's config blob byte for byte.
+    Config(commands::raw::ConfigArgs),
+    /// Print the digest of the manifest or index a reference names.
+    Digest(commands::raw::DigestArgs),
+    /// Push or get oras-style artifacts (files with an artifactType, maybe a subject).
+    #[command(
+        subcommand,
+        after_help = "Example:
+  rdctl artifact put --artifact-type application/vnd.example.notes 127.0.0.1:5000/docs/notes:1 notes.txt"
+    )]
+    Artifact(commands::artifact::Command),
     /// Find the images at a registry that hold a package (by name and pkg(5) version).
     Search(commands::search::SearchArgs),
     /// Generate a key pair for signing images (cosign-compatible).
@@ -214,6 +239,11 @@ fn main() -> ExitCode {
         Command::Tag(args) => commands::manage::tag(args),
         Command::Rm(args) => commands::manage::rm(args),
         Command::Sbom(args) => commands::inspect::sbom(args),
+        Command::Manifest(cmd) => commands::raw::manifest(cmd),
+        Command::Blob(cmd) => commands::raw::blob(cmd),
+        Command::Config(args) => commands::raw::config(args),
+        Command::Digest(args) => commands::raw::digest(args),
+        Command::Artifact(cmd) => commands::artifact::run(cmd),
         Command::Search(args) => commands::search::run(args),
         Command::Key(cmd) => commands::trust::key(cmd),
         Command::Sign(args) => commands::trust::sign(args),

@@ -19,6 +19,7 @@ mod package_search;
 mod pkg_version_agreement;
 mod pull_through;
 mod pull_through_token;
+mod raw_access;
 mod referrers;
 mod registry_client_auth;
 mod registry_cluster;

@@ -597,6 +597,14 @@ pub struct Sbom {
 
 /// The packages of the SPDX JSON SBOM referrer of the image `r` names.
 pub async fn sbom(client: &Client, r: &ImageRef) -> Result<Sbom, TransferError> {
+    sbom_with_document(client, r).await.map(|(s, _)| s)
+}
+
+/// [`sbom`], with the SPDX document's bytes as read (verified).
+pub(crate) async fn sbom_with_document(
+    client: &Client,
+    r: &ImageRef,
+) -> Result<(Sbom, Vec<u8>), TransferError> {
     let source = Source::open(client, r)?;
     let (root, _) = source.root(r).await?;
     let referrers = referrers_of(&source, &root.digest, true).await?;
@@ -641,13 +649,16 @@ pub async fn sbom(client: &Client, r: &ImageRef) -> Result<Sbom, TransferError> 
             media_type: doc.media_type.clone(),
             problems,
         })?;
-    Ok(Sbom {
-        subject: root.digest,
-        referrer: c.digest,
-        document: doc.digest,
-        name,
-        packages,
-    })
+    Ok((
+        Sbom {
+            subject: root.digest,
+            referrer: c.digest,
+            document: doc.digest,
+            name,
+            packages,
+        },
+        bytes,
+    ))
 }
 
 /// The document name and packages of an SPDX 2.x JSON document ([`validator::parse_spdx`]).

@@ -31,6 +31,8 @@
 //!   and layouts, verified with the `trust` crate ([`signatures::fetch_evidence`]).
 //! - [`transfer`]: the one copy path between OCI layouts and registries, referrers included;
 //!   [`progress`] is how a front end sees its blobs' bytes move.
+//! - [`raw`]: manifests, blobs, configs and digests byte for byte, oras-style artifacts, the
+//!   SBOM's SPDX document (`rdctl manifest|blob|config|digest|artifact`, `sbom --document`).
 //! - [`sync`]: many images at once over that copy path (`rdctl sync`): registry to registry,
 //!   to and from air-gap bundles, with repository and tag globs.
 //!
@@ -55,6 +57,7 @@ pub mod manage;
 mod manifest;
 mod packages;
 pub mod progress;
+pub mod raw;
 mod reference;
 mod referrers;
 mod session;

@@ -47,8 +47,9 @@ pub struct InspectArgs {
 
 Reads the image's SPDX SBOM (the application/spdx+json referrer rdctl build attaches) and lists
 its IPS packages: name, publisher, version and FMRI. --json fields: subject, referrer, document,
-name, packages [{fmri, name, publisher, version}]. An image without an SBOM is an error.
-Exit status: 0 listed, 2 no SBOM or it could not be read.")]
+name, packages [{fmri, name, publisher, version}]. --document prints the SPDX document itself,
+byte for byte and verified (rdctl sbom --document REF | jq .). An image without an SBOM is an
+error. Exit status: 0 listed, 2 no SBOM or it could not be read.")]
 pub struct SbomArgs {
     /// The image: `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]`, `oci:DIR[:TAG|@DIGEST]` or
     /// `DIR[:TAG|@DIGEST]` (a path starting with `/` or `.`, or a directory here).
@@ -56,8 +57,11 @@ pub struct SbomArgs {
     #[command(flatten)]
     pub client: ClientArgs,
     /// Print the packages as one JSON document.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "document")]
     pub json: bool,
+    /// Print the SPDX document itself, byte for byte.
+    #[arg(long)]
+    pub document: bool,
 }
 
 /// Runs `rdctl inspect`.
@@ -80,6 +84,14 @@ pub fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
 pub fn sbom(args: SbomArgs) -> anyhow::Result<ExitCode> {
     let r = ImageRef::parse(&args.reference)?;
     let client = args.client.client()?;
+    if args.document {
+        let (_, doc) = crate::runtime::block_on(registry_client::raw::sbom_document(&client, &r))?
+            .with_context(|| format!("cannot read the SBOM of {r}"))?;
+        let mut w = std::io::stdout().lock();
+        w.write_all(&doc)?;
+        w.flush()?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let s = crate::runtime::block_on(registry_client::inspect::sbom(&client, &r))?
         .with_context(|| format!("cannot read the SBOM of {r}"))?;
     let mut w = std::io::stdout().lock();

@@ -1,5 +1,6 @@
 //! One module per subcommand: each turns its arguments into a library call and prints.
 
+pub mod artifact;
 pub mod build;
 pub mod client;
 pub mod inspect;
@@ -9,6 +10,7 @@ pub mod login;
 pub mod manage;
 pub mod meta;
 pub mod progress;
+pub mod raw;
 pub mod registry;
 pub mod search;
 pub mod sync;
