@@ -175,5 +175,18 @@ fn with_a_policy_signatures_are_read_from_the_mirror_while_the_origin_is_down() 
     assert_eq!(z["phase"], "Denied", "{z:#}");
     assert_eq!(z["denial"]["reason"], "unsigned", "{z:#}");
     assert!(!node.zonepath("other").exists());
+    // The table ends with the node's conditions (nothing was short of resources).
+    let table = ok(rdctl().args([
+        "worker",
+        "status",
+        "--config",
+        &node.config().to_string_lossy(),
+    ]));
+    let table = String::from_utf8_lossy(&table.stdout);
+    let last = table.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("conditions: DiskPressure=") && last.ends_with(" ResourcePressure=False"),
+        "{table}"
+    );
     drop(site);
 }

@@ -26,7 +26,8 @@ Exit status: 0 stopped by SIGTERM, or a --once pass where every zone is ready; 1
 where a zone failed or was not admitted; 2 the configuration could not be loaded.")]
     Run(RunArgs),
     /// Show every zone's desired and current image digest, phase, what admitted it and the
-    /// last error; with --json also the node's capacity, allocatable and allocated resources.
+    /// last error, then the node's conditions (DiskPressure, ResourcePressure); with --json
+    /// also the node's capacity, allocatable and allocated resources.
     #[command(after_help = "Examples:
   rdctl worker status
   rdctl worker status --json --config ./worker.toml | jq '.zones[].phase'
@@ -199,7 +200,36 @@ fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
         })
         .collect();
     write_table(&mut out, &HEADER, &rows)?;
+    if let Some(line) = report
+        .node
+        .as_ref()
+        .and_then(|n| conditions_line(n, args.wide))
+    {
+        writeln!(out, "{line}")?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The node's conditions under the table: `conditions: DiskPressure=False
+/// ResourcePressure=True (ZonesNotAdmitted: …)`, the reason and message for those that hold.
+fn conditions_line(node: &worker_runtime::NodeStatus, wide: bool) -> Option<String> {
+    if node.conditions.is_empty() {
+        return None;
+    }
+    let words: Vec<String> = node
+        .conditions
+        .iter()
+        .map(|c| match c.status {
+            worker_runtime::ConditionStatus::False => format!("{}=False", c.kind),
+            status => format!(
+                "{}={status:?} ({}: {})",
+                c.kind,
+                c.reason,
+                error_cell(Some(&c.message), wide)
+            ),
+        })
+        .collect();
+    Some(format!("conditions: {}", words.join(" ")))
 }
 
 /// `worker status --packages`: one line per zone and package (zones whose packages cannot be
