@@ -58,3 +58,89 @@ impl fmt::Debug for Hooks {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::errors::Code;
+    use crate::repo::ManifestLink;
+    use crate::storage::{FsStore, Store};
+
+    /// Records the deletes it is told about; refuses them when `fail`.
+    #[derive(Default)]
+    struct Recorder {
+        seen: Mutex<Vec<(String, Digest)>>,
+        fail: bool,
+    }
+
+    impl RepoHook for Recorder {
+        fn name(&self) -> &'static str {
+            "recorder"
+        }
+
+        fn on_delete<'a>(
+            &'a self,
+            repos: &'a Repos,
+            name: &'a Name,
+            d: &'a Digest,
+        ) -> BoxFuture<'a, ApiResult<()>> {
+            Box::pin(async move {
+                // The link is still there while the hooks run.
+                assert!(repos.manifest_link(name, d).await?.is_some());
+                self.seen
+                    .lock()
+                    .unwrap()
+                    .push((name.to_string(), d.clone()));
+                if self.fail {
+                    return Err(ApiError::new(Code::Denied, "the recorder refused"));
+                }
+                Ok(())
+            })
+        }
+    }
+
+    async fn repos_with(hooks: Vec<Arc<dyn RepoHook>>) -> (tempfile::TempDir, Repos, Name, Digest) {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path()).unwrap());
+        let repos = Repos::new(store).with_hooks(Hooks::new(hooks));
+        let (name, d) = (Name::parse("hooked/app").unwrap(), Digest::sha256(b"m"));
+        let link = ManifestLink {
+            media_type: "application/vnd.oci.image.manifest.v1+json".into(),
+            size: 1,
+            subject: None,
+        };
+        repos.link_manifest(&name, &d, &link).await.unwrap();
+        (dir, repos, name, d)
+    }
+
+    #[tokio::test]
+    async fn every_hook_hears_of_a_delete_before_the_link_goes() {
+        let (a, b) = (Arc::new(Recorder::default()), Arc::new(Recorder::default()));
+        let (_dir, repos, name, d) = repos_with(vec![a.clone(), b.clone()]).await;
+        assert!(repos.delete_manifest(&name, &d).await.unwrap());
+        for r in [&a, &b] {
+            assert_eq!(*r.seen.lock().unwrap(), vec![(name.to_string(), d.clone())]);
+        }
+        assert!(repos.manifest_link(&name, &d).await.unwrap().is_none());
+        // A manifest the repository does not hold is no delete: no hook hears of it.
+        assert!(!repos.delete_manifest(&name, &d).await.unwrap());
+        assert_eq!(a.seen.lock().unwrap().len(), 1);
+        assert_eq!(format!("{:?}", repos.hooks), "[\"recorder\", \"recorder\"]");
+    }
+
+    #[tokio::test]
+    async fn a_failing_hook_stops_the_delete_before_the_link_goes() {
+        let failing = Arc::new(Recorder {
+            fail: true,
+            ..Recorder::default()
+        });
+        let after = Arc::new(Recorder::default());
+        let (_dir, repos, name, d) = repos_with(vec![failing.clone(), after.clone()]).await;
+        let e = repos.delete_manifest(&name, &d).await.unwrap_err();
+        assert_eq!(e.code, Code::Denied);
+        assert!(repos.manifest_link(&name, &d).await.unwrap().is_some());
+        assert!(after.seen.lock().unwrap().is_empty(), "hooks run in order");
+    }
+}
