@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::Receiver;
 
-use ips_bridge::{HashAlg, Manifest, PackageRef, hash_hex};
+use ips_bridge::{HashAlg, ImageFilter, Manifest, PackageRef, hash_hex};
 use serde_json::{Value, json};
 use validator::{
     Algorithm, Digest, ImageLayout, IndexEntry, LayoutError, MediaType, Replaces, StagedBlob, Tag,
@@ -109,6 +109,122 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
     )?;
     let filter = image.filter();
 
+    let (packages, mut warnings) = load_packages(&image, &lock, &sources, &filter)?;
+
+    let epoch = opts
+        .source_date_epoch
+        .unwrap_or_else(|| newest_package(&packages));
+
+    let out_dir = opts.output.clone();
+    // A new output directory is written beside its path and moved there only when the
+    // build has passed validation: a failed build leaves nothing that looks like a layout.
+    let new_layout = ImageLayout::create_staged(&out_dir, false)?;
+    let layout = new_layout.layout().clone();
+    let staging = tempfile::Builder::new()
+        .prefix(".rdctl-build-")
+        .tempdir_in(layout.root())
+        .map_err(|source| BuildError::Io {
+            path: layout.root().to_owned(),
+            source,
+        })?;
+
+    let tree = compose(&packages, &filter, epoch, &staging.path().join("root"))?;
+    let threads = match opts.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+        n => n,
+    };
+
+    // Layers.
+    let groups: Vec<(String, Vec<&str>)> = match image.layering {
+        Layering::Single => vec![("image".into(), tree.keys().map(String::as_str).collect())],
+        Layering::PerPackage => per_package_groups(&tree, &packages),
+        Layering::Budget(n) => budget_groups(&tree, &packages, n as usize),
+    };
+    let cache = opts.layer_cache.as_deref().map(LayerCache::new);
+    let progress = opts.progress.as_deref();
+    let cx = LayerContext {
+        layout: &layout,
+        staging: staging.path(),
+        tree: &tree,
+        packages: &packages,
+        image: &image,
+        threads,
+        progress,
+    };
+    // Each layer is synced and renamed into place on another thread as soon as it is written,
+    // while the next layer or the documents that refer to it are made (the sync of a 100 MiB
+    // layer is tens of milliseconds of waiting); `index.json`, the layout's entry point, is
+    // written only once they are all in place.
+    let publisher = Publisher::start();
+    let layers = write_layers(&cx, &groups, cache.as_ref(), &publisher, &mut warnings)?;
+
+    // Config and manifest, and the SBOM as a referrer of the image manifest.
+    let Documents {
+        config,
+        manifest,
+        manifest_len,
+        sbom,
+        sbom_len,
+    } = write_documents(&layout, &image, &packages, &tree, &layers, epoch)?;
+    let sbom_of = image.tags.join(",");
+
+    // index.json: our image under each tag, and its SBOM (entries of other images are kept;
+    // the SBOM entry of the same tags is replaced).
+    let tags = image
+        .tags
+        .iter()
+        .map(|t| {
+            Tag::parse(t).map_err(|e| BuildError::LayoutIndex {
+                path: out_dir.join("index.json"),
+                message: format!("tag {t:?}: {e}"),
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let image_entry = IndexEntry {
+        platform: Some(image.platform.clone()),
+        ..IndexEntry::new(
+            MediaType::OciManifest.as_str(),
+            manifest.clone(),
+            manifest_len,
+        )
+    };
+    let sbom_entry = IndexEntry {
+        artifact_type: Some(SBOM_ARTIFACT_TYPE.to_owned()),
+        annotations: BTreeMap::from([(SBOM_OF_ANNOTATION.to_owned(), sbom_of)]),
+        ..IndexEntry::new(MediaType::OciManifest.as_str(), sbom.clone(), sbom_len)
+    };
+    publisher.finish()?;
+    layout.edit_index(|index| {
+        for t in &tags {
+            index.set_tag(t, image_entry.clone());
+        }
+        index.add_untagged(sbom_entry, Replaces::SameAnnotation(SBOM_OF_ANNOTATION));
+    })?;
+    drop(staging);
+
+    check_output(&layout, &image, &layers, &out_dir)?;
+    new_layout.commit()?;
+
+    Ok(BuildSummary {
+        manifest,
+        config,
+        sbom,
+        layers,
+        packages: packages.iter().map(|p| p.fmri.to_string()).collect(),
+        tags: image.tags.clone(),
+        output: out_dir,
+        warnings,
+    })
+}
+
+/// Every manifest of the lockfile, checked against the lockfile's SHA-1, and the set checks
+/// again; the packages with what those checks warn about.
+fn load_packages<'s>(
+    image: &ImageFile,
+    lock: &Lockfile,
+    sources: &'s Sources,
+    filter: &ImageFilter,
+) -> Result<(Vec<Package<'s>>, Vec<String>), BuildError> {
     // Every manifest, checked against the lockfile's SHA-1. The parsed manifests are
     // collected apart from the rest first, so the set checks below can borrow them without
     // a copy; they then move into the packages.
@@ -161,7 +277,7 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
     }
     // The lockfile passed these checks when it was made; they run again because the
     // lockfile is an input like any other (edited by hand, or from another rdctl).
-    let mut warnings: Vec<String> = check_set(&set, &filter)?
+    let warnings: Vec<String> = check_set(&set, filter)?
         .iter()
         .map(ToString::to_string)
         .collect();
@@ -175,87 +291,56 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
             source,
         })
         .collect();
+    Ok((packages, warnings))
+}
 
-    let epoch = match opts.source_date_epoch {
-        Some(e) => e,
-        None => packages
-            .iter()
-            .filter_map(|p| p.fmri.version()?.timestamp())
-            .filter_map(|t| parse_timestamp(t.as_str()))
-            .max()
-            .unwrap_or(0),
-    };
+/// `SOURCE_DATE_EPOCH` when none is given: the newest package's timestamp (0 without one).
+fn newest_package(packages: &[Package<'_>]) -> u64 {
+    packages
+        .iter()
+        .filter_map(|p| p.fmri.version()?.timestamp())
+        .filter_map(|t| parse_timestamp(t.as_str()))
+        .max()
+        .unwrap_or(0)
+}
 
-    let out_dir = opts.output.clone();
-    // A new output directory is written beside its path and moved there only when the
-    // build has passed validation: a failed build leaves nothing that looks like a layout.
-    let new_layout = ImageLayout::create_staged(&out_dir, false)?;
-    let layout = new_layout.layout().clone();
-    let staging = tempfile::Builder::new()
-        .prefix(".rdctl-build-")
-        .tempdir_in(layout.root())
-        .map_err(|source| BuildError::Io {
-            path: layout.root().to_owned(),
-            source,
-        })?;
-
-    let tree = compose(&packages, &filter, epoch, &staging.path().join("root"))?;
-    let threads = match opts.threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
-        n => n,
-    };
-
-    // Layers.
-    let groups: Vec<(String, Vec<&str>)> = match image.layering {
-        Layering::Single => vec![("image".into(), tree.keys().map(String::as_str).collect())],
-        Layering::PerPackage => per_package_groups(&tree, &packages),
-        Layering::Budget(n) => budget_groups(&tree, &packages, n as usize),
-    };
-    let cache = opts.layer_cache.as_deref().map(LayerCache::new);
-    let progress = opts.progress.as_deref();
-    let cx = LayerContext {
-        layout: &layout,
-        staging: staging.path(),
-        tree: &tree,
-        packages: &packages,
-        image: &image,
-        threads,
-        progress,
-    };
+/// Writes (or restores from the layer cache) one layer per group, in order. Each layer is
+/// synced and renamed into place on `publisher`'s thread as soon as it is written, while the
+/// next layer or the documents that refer to it are made (the sync of a 100 MiB layer is tens
+/// of milliseconds of waiting).
+fn write_layers(
+    cx: &LayerContext<'_>,
+    groups: &[(String, Vec<&str>)],
+    cache: Option<&LayerCache>,
+    publisher: &Publisher,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<BuiltLayer>, BuildError> {
     let mut layers = Vec::new();
-    // Each layer is synced and renamed into place on another thread as soon as it is written,
-    // while the next layer or the documents that refer to it are made (the sync of a 100 MiB
-    // layer is tens of milliseconds of waiting); `index.json`, the layout's entry point, is
-    // written only once they are all in place.
-    let publisher = Publisher::start();
     for (index, (label, paths)) in groups.iter().enumerate() {
         let in_layer = with_ancestors(paths);
-        if let Some(p) = progress {
-            p.layer_started(index, groups.len(), label, tar_bytes(&tree, &in_layer));
+        if let Some(p) = cx.progress {
+            p.layer_started(index, groups.len(), label, tar_bytes(cx.tree, &in_layer));
         }
-        let key = cache
-            .as_ref()
-            .map(|_| layer_key(&tree, &in_layer, &packages, image.compression));
-        let restored = match (&cache, &key) {
-            (Some(c), Some(k)) => {
-                c.restore(k, &layout, image.compression)
-                    .unwrap_or_else(|reason| {
-                        warnings.push(reason);
-                        None
-                    })
-            }
+        let key = cache.map(|_| layer_key(cx.tree, &in_layer, cx.packages, cx.image.compression));
+        let restored = match (cache, &key) {
+            (Some(c), Some(k)) => c
+                .restore(k, cx.layout, cx.image.compression)
+                .unwrap_or_else(|reason| {
+                    warnings.push(reason);
+                    None
+                }),
             _ => None,
         };
         let cached = restored.is_some();
         let d = match restored {
             Some(d) => d,
             None => {
-                let (d, blob) = write_layer(&cx, &in_layer)?;
-                match (&cache, &key) {
+                let (d, blob) = write_layer(cx, &in_layer)?;
+                match (cache, &key) {
                     // The cache copies the published file.
                     (Some(c), Some(k)) => {
                         blob.publish().map_err(LayoutError::from)?;
-                        if let Err(e) = c.store(k, &layout.blob_path(&d.digest), &d) {
+                        if let Err(e) = c.store(k, &cx.layout.blob_path(&d.digest), &d) {
                             warnings.push(e);
                         }
                     }
@@ -271,15 +356,36 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
             contents: label.clone(),
             cached,
         };
-        if let Some(p) = progress {
+        if let Some(p) = cx.progress {
             p.layer_finished(index, groups.len(), &layer);
         }
         layers.push(layer);
     }
+    Ok(layers)
+}
 
+/// What [`write_documents`] wrote.
+struct Documents {
+    config: Digest,
+    manifest: Digest,
+    manifest_len: u64,
+    /// The SBOM referrer manifest.
+    sbom: Digest,
+    sbom_len: u64,
+}
+
+/// The image config, the image manifest, and the SPDX SBOM as a referrer of the manifest.
+fn write_documents(
+    layout: &ImageLayout,
+    image: &ImageFile,
+    packages: &[Package<'_>],
+    tree: &Tree,
+    layers: &[BuiltLayer],
+    epoch: u64,
+) -> Result<Documents, BuildError> {
     // Config and manifest.
     let created = validator::rfc3339(epoch);
-    let config_bytes = config_json(&image, &layers, &created);
+    let config_bytes = config_json(image, layers, &created);
     let config = layout.write_document(&config_bytes)?;
     let layer_media = match image.compression.algorithm {
         CompressionAlg::Gzip => MediaType::OciLayerGzip,
@@ -313,8 +419,8 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
     let manifest = layout.write_document(&manifest_bytes)?;
     // The SBOM, as a referrer of the image manifest.
     let sbom_bytes = crate::sbom::spdx(
-        &packages,
-        &tree,
+        packages,
+        tree,
         &manifest,
         &created,
         image.name.as_deref().unwrap_or("image"),
@@ -344,46 +450,22 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
     }))
     .expect("json");
     let sbom = layout.write_document(&referrer_bytes)?;
-    let sbom_of = image.tags.join(",");
+    Ok(Documents {
+        config,
+        manifest,
+        manifest_len: manifest_bytes.len() as u64,
+        sbom,
+        sbom_len: referrer_bytes.len() as u64,
+    })
+}
 
-    // index.json: our image under each tag, and its SBOM (entries of other images are kept;
-    // the SBOM entry of the same tags is replaced).
-    let tags = image
-        .tags
-        .iter()
-        .map(|t| {
-            Tag::parse(t).map_err(|e| BuildError::LayoutIndex {
-                path: out_dir.join("index.json"),
-                message: format!("tag {t:?}: {e}"),
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let image_entry = IndexEntry {
-        platform: Some(image.platform.clone()),
-        ..IndexEntry::new(
-            MediaType::OciManifest.as_str(),
-            manifest.clone(),
-            manifest_bytes.len() as u64,
-        )
-    };
-    let sbom_entry = IndexEntry {
-        artifact_type: Some(SBOM_ARTIFACT_TYPE.to_owned()),
-        annotations: BTreeMap::from([(SBOM_OF_ANNOTATION.to_owned(), sbom_of)]),
-        ..IndexEntry::new(
-            MediaType::OciManifest.as_str(),
-            sbom.clone(),
-            referrer_bytes.len() as u64,
-        )
-    };
-    publisher.finish()?;
-    layout.edit_index(|index| {
-        for t in &tags {
-            index.set_tag(t, image_entry.clone());
-        }
-        index.add_untagged(sbom_entry, Replaces::SameAnnotation(SBOM_OF_ANNOTATION));
-    })?;
-    drop(staging);
-
+/// The builder's own output must pass the validator before it counts.
+fn check_output(
+    layout: &ImageLayout,
+    image: &ImageFile,
+    layers: &[BuiltLayer],
+    out_dir: &Path,
+) -> Result<(), BuildError> {
     // The builder's own output must pass the validator before it counts: every document is
     // read back against its digest, and the whole image is checked (media types, platform,
     // config, layer order, DiffIDs). The layers were hashed here as they were written (or,
@@ -392,7 +474,7 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
     // of reading every layer back and decompressing it a second time (`rdctl validate`
     // still does both).
     let report = validate_layout(
-        &layout,
+        layout,
         Some(&image.tags[0]),
         &ValidateOptions {
             deep: true,
@@ -407,7 +489,7 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
     );
     if !report.report.is_ok() {
         return Err(BuildError::Invalid {
-            path: out_dir.clone(),
+            path: out_dir.to_owned(),
             violations: report
                 .report
                 .errors()
@@ -416,18 +498,7 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
                 .join("\n  "),
         });
     }
-    new_layout.commit()?;
-
-    Ok(BuildSummary {
-        manifest,
-        config,
-        sbom,
-        layers,
-        packages: fmris,
-        tags: image.tags.clone(),
-        output: out_dir,
-        warnings,
-    })
+    Ok(())
 }
 
 /// Publishes finished layer blobs (sync, rename) on a thread of its own, in the order sent.
