@@ -288,9 +288,9 @@ async fn catalog(
         }
         _ => {
             match sort {
-                CatalogSort::Tags => rows.sort_by(|a, b| b.tags.cmp(&a.tags)),
-                CatalogSort::Size => rows.sort_by(|a, b| b.size.cmp(&a.size)),
-                _ => rows.sort_by(|a, b| b.pushed.cmp(&a.pushed)),
+                CatalogSort::Tags => rows.sort_by_key(|r| std::cmp::Reverse(r.tags)),
+                CatalogSort::Size => rows.sort_by_key(|r| std::cmp::Reverse(r.size)),
+                _ => rows.sort_by_key(|r| std::cmp::Reverse(r.pushed)),
             }
             let total = rows.len();
             rows = rows.into_iter().skip(start).take(PAGE).collect();
