@@ -50,6 +50,10 @@
 //! kind = "dir"                       # or "illumos" (only on illumos)
 //! base = "/var/lib/rdctl/zones"      # zonepaths go here
 //!
+//! [layer_store]                      # optional: where zone roots come from
+//! kind = "directory"                 # default: each zone root a full copy; or "zfs"
+//! dataset = "rpool/rdctl"            # zfs: the store's parent dataset (must exist)
+//!
 //! [allocatable]                      # optional: what zones may be given (kubelet's
 //! cpus = 6.0                         # allocatable); each key unset means no limit
 //! memory = "24G"
@@ -126,6 +130,22 @@ pub struct WorkerConfig {
     pub image_gc_low_percent: u8,
     /// Unused blobs younger than this are never removed by image GC.
     pub image_minimum_gc_age: Duration,
+    /// Where zone roots come from (`[layer_store]`).
+    pub layer_store: LayerStoreConfig,
+}
+
+/// Where zone roots come from (`[layer_store]` in worker.toml).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum LayerStoreConfig {
+    /// Each zone root is a full copy of the image, unpacked into a directory (the default).
+    #[default]
+    Directory,
+    /// A dataset per layer ChainID under `dataset`; a zone root is a clone of the image's top
+    /// snapshot (`worker_runtime::zfs`).
+    Zfs {
+        /// The parent dataset (it must exist, and be empty or already the store's).
+        dataset: String,
+    },
 }
 
 /// Which provisioner the worker uses.
@@ -257,6 +277,7 @@ struct FileConfig {
     provisioner: FileProvisioner,
     #[serde(default)]
     allocatable: FileAllocatable,
+    layer_store: Option<FileLayerStore>,
     max_parallel_pulls: Option<usize>,
     max_concurrent_downloads: Option<usize>,
     registry_pull_qps: Option<f64>,
@@ -297,6 +318,13 @@ struct FileMirror {
     registry: String,
     endpoints: Vec<String>,
     resolve_tags: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileLayerStore {
+    kind: String,
+    dataset: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -415,6 +443,36 @@ impl WorkerConfig {
                     format!("{other:?} is neither \"dir\" nor \"illumos\""),
                 ));
             }
+        };
+        let layer_store = match f.layer_store {
+            None => LayerStoreConfig::Directory,
+            Some(ls) => match (ls.kind.as_str(), ls.dataset) {
+                ("directory", None) => LayerStoreConfig::Directory,
+                ("directory", Some(_)) => {
+                    return Err(value(
+                        "layer_store.dataset",
+                        "is only for kind = \"zfs\"".into(),
+                    ));
+                }
+                ("zfs", Some(dataset)) => {
+                    crate::zfs::DatasetName::parse(&dataset)
+                        .map_err(|e| value("layer_store.dataset", e.to_string()))?;
+                    LayerStoreConfig::Zfs { dataset }
+                }
+                ("zfs", None) => {
+                    return Err(value(
+                        "layer_store.dataset",
+                        "missing; kind = \"zfs\" needs the parent dataset (e.g. \"rpool/rdctl\")"
+                            .into(),
+                    ));
+                }
+                (other, _) => {
+                    return Err(value(
+                        "layer_store.kind",
+                        format!("{other:?} is neither \"directory\" nor \"zfs\""),
+                    ));
+                }
+            },
         };
         let (plain_http, insecure) = (f.plain_http.unwrap_or(false), f.insecure.unwrap_or(false));
         if plain_http && insecure {
@@ -601,6 +659,7 @@ impl WorkerConfig {
                 credential_providers,
             },
             provisioner,
+            layer_store,
             gc_grace: Duration::from_secs(f.gc_grace_secs.unwrap_or(3600)),
         })
     }

@@ -60,8 +60,8 @@ pub use capacity::{
     Allocated, ConditionStatus, ConditionType, NodeCondition, NodeStatus, Resources,
 };
 pub use config::{
-    ConfigError, ProvisionerConfig, PullPolicy, ResourceLimits, WorkerConfig, ZoneLoadError,
-    ZoneSpec, load_zone, load_zones, valid_name,
+    ConfigError, LayerStoreConfig, ProvisionerConfig, PullPolicy, ResourceLimits, WorkerConfig,
+    ZoneLoadError, ZoneSpec, load_zone, load_zones, valid_name,
 };
 pub use mirrors::{
     Mirror, MirrorEndpoint, Mirrors, Source as MirrorSource, Sources as PullSources,
@@ -81,4 +81,4 @@ pub use store::{ContentStore, FetchStats, StoreError};
 pub use throttle::{DiskSpace, DiskUsage, PullBytes, Statvfs};
 pub use unpack::{LayerStats, RootDir, UnpackError, UnpackOptions, apply_layer, apply_stream};
 pub use verify::{PulledImage, RootError, VerifiedImage, VerifiedRoot, build_root};
-pub use zfs::{PreparedImage, ZfsLayerStore, ZfsStoreError};
+pub use zfs::{PreparedImage, ZfsLayerStore, ZfsStoreError, ZoneDatasets};

@@ -55,6 +55,9 @@ pub enum WorkerError {
     /// The admission policy file named by `policy` could not be loaded.
     #[error("policy")]
     Policy(#[from] PolicyError),
+    /// The ZFS layer store (`[layer_store] kind = "zfs"`) could not be opened.
+    #[error("layer_store")]
+    LayerStore(#[from] crate::zfs::ZfsStoreError),
     /// The metrics address could not be bound.
     #[error("metrics_listen {addr}: cannot listen")]
     Metrics {
@@ -82,9 +85,22 @@ pub enum ZoneError {
     /// Creating the zone.
     #[error("provision")]
     Provision(#[from] ProvisionError),
+    /// The ZFS layer store failed around a layer (not the layer itself: that is `Root`).
+    #[error("layer store")]
+    LayerStore(#[source] crate::zfs::ZfsStoreError),
     /// A blocking task died.
     #[error("internal: {0}")]
     Task(String),
+}
+
+impl From<crate::zfs::ZfsStoreError> for ZoneError {
+    fn from(e: crate::zfs::ZfsStoreError) -> ZoneError {
+        match e {
+            // A layer that does not apply or verify fails as it does in a directory root.
+            crate::zfs::ZfsStoreError::Layer { source, .. } => ZoneError::Root(*source),
+            e => ZoneError::LayerStore(e),
+        }
+    }
 }
 
 impl ZoneError {
@@ -133,6 +149,26 @@ pub struct PassSummary {
     pub unschedulable: Vec<String>,
 }
 
+/// The dataset quota of a zone on the ZFS layer store: the image manifest's
+/// [`crate::zfs::QUOTA_ANNOTATION`] (`10G`, `512m`); an unreadable value refuses the zone.
+fn zone_quota(zone: &str, image: &crate::verify::PulledImage) -> Result<Option<u64>, ZoneError> {
+    let Some(v) = image.manifest.annotations.get(crate::zfs::QUOTA_ANNOTATION) else {
+        return Ok(None);
+    };
+    match crate::capacity::size_bytes(v) {
+        Some(b) if b > 0 => Ok(Some(b)),
+        _ => Err(ProvisionError::Config {
+            zone: zone.to_owned(),
+            field: "manifest annotations",
+            reason: format!(
+                "{}={v:?} is not a size like 512m or 10G",
+                crate::zfs::QUOTA_ANNOTATION
+            ),
+        }
+        .into()),
+    }
+}
+
 /// A worker ready to run passes. Cheap to share (`Arc`).
 pub struct Worker {
     config: WorkerConfig,
@@ -140,6 +176,8 @@ pub struct Worker {
     store: ContentStore,
     state: StateDir,
     provisioner: Box<dyn Provisioner>,
+    /// The ZFS zonepath datasets when `[layer_store] kind = "zfs"`.
+    layer_store: Option<crate::zfs::ZoneDatasets>,
     host: HostPlatform,
     unpack: UnpackOptions,
     metrics: Arc<Metrics>,
@@ -227,14 +265,30 @@ impl Worker {
         let store = ContentStore::open(&config.state_dir.join("content"), &config.worker_id)?
             .with_metrics(metrics.clone())
             .with_progress_deadline(config.image_pull_progress_deadline);
-        let provisioner: Box<dyn Provisioner> = match &config.provisioner {
-            ProvisionerConfig::Dir { base } => {
-                Box::new(DirProvisioner::new(base, &config.worker_id)?)
+        let layer_store = match &config.layer_store {
+            crate::config::LayerStoreConfig::Directory => None,
+            crate::config::LayerStoreConfig::Zfs { dataset } => {
+                let layers = crate::zfs::ZfsLayerStore::open(
+                    crate::zfs::Zfs::default(),
+                    dataset,
+                    &config.worker_id,
+                )?;
+                Some(crate::zfs::ZoneDatasets::open(
+                    layers,
+                    config.provisioner.base(),
+                )?)
             }
+        };
+        let zone_base = |base: &std::path::Path| match &layer_store {
+            None => DirProvisioner::new(base, &config.worker_id),
+            Some(d) => DirProvisioner::on_datasets(d.clone(), &config.worker_id),
+        };
+        let provisioner: Box<dyn Provisioner> = match &config.provisioner {
+            ProvisionerConfig::Dir { base } => Box::new(zone_base(base)?),
             #[cfg(target_os = "illumos")]
             ProvisionerConfig::Illumos { base } => {
                 Box::new(crate::provision::IllumosProvisioner::new(
-                    DirProvisioner::new(base, &config.worker_id)?,
+                    zone_base(base)?,
                     crate::provision::SystemRunner,
                 ))
             }
@@ -249,6 +303,7 @@ impl Worker {
             store,
             state,
             provisioner,
+            layer_store,
             unpack: UnpackOptions::default(),
             metrics,
             policy: std::sync::RwLock::new(Arc::new(policy)),
@@ -504,6 +559,9 @@ impl Worker {
                 }
                 if let Err(e) = self.gc_by_disk_usage(&keep) {
                     tracing::warn!(error = %error_chain(&e), "image garbage collection by disk usage failed");
+                }
+                if let Err(e) = self.gc_layers() {
+                    tracing::warn!(error = %error_chain(&e), "layer garbage collection on the ZFS layer store failed");
                 }
             }
             Err(e) => tracing::warn!(error = %error_chain(&e), "blob garbage collection skipped"),
@@ -929,7 +987,13 @@ impl Worker {
                     .map(|_| Arc::new(LayerFeed::default()))
                     .collect(),
             );
-            unpack = Some(self.spawn_unpack(&spec.name, &image, Some(&feeds.0)));
+            // The ZFS layer store applies layers from the verified blobs once all are in
+            // (a layer dataset is shared by every image above it: it is never fed a
+            // download that could start over).
+            let overlapped = self.layer_store.is_none();
+            if overlapped {
+                unpack = Some(self.spawn_unpack(&spec.name, &image, Some(&feeds.0)));
+            }
             fetch_layers(
                 &self.client,
                 &self.store,
@@ -937,7 +1001,7 @@ impl Worker {
                 &image,
                 Some(&progress),
                 self.config.max_concurrent_downloads,
-                Some(&feeds.0),
+                overlapped.then_some(&feeds.0[..]),
             )
             .await?;
             Ok::<_, PullError>(image)
@@ -960,7 +1024,10 @@ impl Worker {
                 return Err(e.into());
             }
         };
-        let unpack = unpack.expect("started once the documents were in");
+        let unpack = match unpack {
+            Some(u) => u,
+            None => self.spawn_unpack(&spec.name, &image, None),
+        };
         match unpack.await.map_err(task_err)? {
             Ok(root) => Ok(root),
             Err(e) => {
@@ -980,8 +1047,9 @@ impl Worker {
         zone: &str,
         image: &crate::verify::PulledImage,
         feeds: Option<&[Arc<LayerFeed>]>,
-    ) -> tokio::task::JoinHandle<Result<crate::verify::VerifiedRoot, RootError>> {
+    ) -> tokio::task::JoinHandle<Result<crate::verify::VerifiedRoot, ZoneError>> {
         let me = Arc::clone(self);
+        let zone = zone.to_owned();
         let staging = self.provisioner.staging_dir().join(format!(
             "{}.{}.{}",
             zone,
@@ -992,7 +1060,11 @@ impl Worker {
         let feeds = feeds.map(<[_]>::to_vec);
         tokio::task::spawn_blocking(move || {
             let (store, id, opts) = (&me.store, &me.config.worker_id, &me.unpack);
-            match feeds {
+            if let Some(zd) = &me.layer_store {
+                let quota = zone_quota(&zone, &image)?;
+                return Ok(zd.build_root(store, &staging, id, &image, opts, quota)?);
+            }
+            Ok(match feeds {
                 None => build_root(store, &staging, id, &image, opts),
                 Some(feeds) => build_root_from(&staging, id, &image, opts, |i, layer| {
                     let reader = FeedReader::new(
@@ -1002,7 +1074,7 @@ impl Worker {
                     );
                     Ok(std::io::BufReader::with_capacity(256 * 1024, reader))
                 }),
-            }
+            }?)
         })
     }
 
@@ -1042,6 +1114,50 @@ impl Worker {
             freed,
             "image garbage collection by disk usage"
         );
+        Ok(())
+    }
+
+    /// Layer GC on the ZFS layer store, under image GC's thresholds: when the file system of
+    /// the zones (the pool) is at least `image_gc_high_percent` full, every layer chain that
+    /// no zone's image uses and no clone holds is destroyed ([`crate::zfs::ZfsLayerStore::collect`],
+    /// top layers first). A layer a zone's clone still depends on stays until that zone is
+    /// gone (ZFS's deferred destroy, without leaving marked snapshots behind).
+    fn gc_layers(&self) -> Result<(), WorkerError> {
+        let Some(zd) = &self.layer_store else {
+            return Ok(());
+        };
+        let space = self
+            .disk
+            .space(zd.base())
+            .map_err(|source| StoreError::Io {
+                path: zd.base().to_owned(),
+                op: "reading disk usage",
+                source,
+            })?;
+        let used = space.used_percent();
+        if used < f64::from(self.config.image_gc_high_percent) {
+            return Ok(());
+        }
+        let mut keep = HashSet::new();
+        for zone in self.provisioner.zones()? {
+            if let Some(d) = self.provisioner.current(&zone)?
+                && let Some(chain) = d.chain_id
+            {
+                keep.insert(chain);
+            }
+        }
+        let c = zd.layers().collect(&keep)?;
+        tracing::info!(
+            used_percent = used,
+            high = self.config.image_gc_high_percent,
+            destroyed = c.destroyed.len(),
+            held = c.held.len(),
+            foreign = c.foreign.len(),
+            "layer garbage collection on the ZFS layer store"
+        );
+        for ds in &c.foreign {
+            tracing::warn!(dataset = %ds, "a dataset under the layer store is not the store's; left alone");
+        }
         Ok(())
     }
 

@@ -110,8 +110,10 @@ pub struct VerifiedImage {
     pub layers: Vec<LayerStats>,
 }
 
-/// A directory tree whose every layer digest and DiffID verified. Only [`build_root`] makes
-/// one. Dropping it removes the tree, so a root that no provisioner took leaves nothing behind.
+/// A directory tree whose every layer digest and DiffID verified. Only [`build_root`] (a
+/// directory tree) and the ZFS layer store (a clone of the image's verified top snapshot,
+/// `ZoneDatasets::build_root`) make one. Dropping it removes the tree (destroys the clone), so
+/// a root that no provisioner took leaves nothing behind.
 #[derive(Debug)]
 pub struct VerifiedRoot {
     /// The staging directory holding `root/` and the ownership mark.
@@ -119,6 +121,20 @@ pub struct VerifiedRoot {
     image: VerifiedImage,
     mark: OwnerMark,
     taken: bool,
+    /// How an unused root is removed when it is not a plain directory (a ZFS clone).
+    remover: Option<Remover>,
+}
+
+/// How an unused root that is not a plain directory is removed; the error is logged.
+pub(crate) type RemoveFn = dyn Fn() -> Result<(), String> + Send + Sync;
+
+/// Removes an unused root that is a ZFS dataset (checking its marks).
+pub(crate) struct Remover(pub(crate) Box<RemoveFn>);
+
+impl std::fmt::Debug for Remover {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Remover")
+    }
 }
 
 impl VerifiedRoot {
@@ -137,6 +153,23 @@ impl VerifiedRoot {
         &self.image
     }
 
+    /// A root whose staging directory is a dataset clone made by the ZFS layer store from
+    /// verified layers; `remover` destroys it when no provisioner takes it.
+    pub(crate) fn on_dataset(
+        staging: PathBuf,
+        image: VerifiedImage,
+        mark: OwnerMark,
+        remover: Remover,
+    ) -> VerifiedRoot {
+        VerifiedRoot {
+            staging,
+            image,
+            mark,
+            taken: false,
+            remover: Some(remover),
+        }
+    }
+
     /// Hands the staging directory to a provisioner, which now owns it (it must move or remove
     /// it).
     pub fn into_staging(mut self) -> (PathBuf, VerifiedImage) {
@@ -147,9 +180,14 @@ impl VerifiedRoot {
 
 impl Drop for VerifiedRoot {
     fn drop(&mut self) {
-        if !self.taken
-            && let Err(e) = owner::remove_owned(&self.staging, &self.mark)
-        {
+        if self.taken {
+            return;
+        }
+        let removed = match &self.remover {
+            Some(r) => (r.0)(),
+            None => owner::remove_owned(&self.staging, &self.mark).map_err(|e| e.to_string()),
+        };
+        if let Err(e) = removed {
             tracing::warn!(dir = %self.staging.display(), error = %e, "removing an unused verified root failed");
         }
     }
@@ -219,6 +257,7 @@ pub(crate) fn build_root_from<B: BufRead + Send>(
         },
         mark,
         taken: false,
+        remover: None,
     };
     // From here on, dropping `root` on an error removes the staging directory.
     std::fs::create_dir(&root_path).map_err(|e| {

@@ -188,6 +188,13 @@ impl Backend for IllumosBackend {
     fn ignore_stop(&self, zone: &str) {
         self.fake.ignore_stop(zone);
     }
+    fn fail_tools(&self, sub: &str) -> bool {
+        self.fake.fail_on(sub);
+        true
+    }
+    fn heal_tools(&self) {
+        self.fake.heal();
+    }
 }
 
 conformance_tests!(dir, DirBackend::new());

@@ -14,6 +14,13 @@
 //!
 //! A zonepath appears by one rename of a complete staging directory; a replaced one is first
 //! renamed into `.trash`, so at every moment `<base>/<zone>` is either the old or the new zone.
+//! What is in `.trash` is removed entry by entry, its mark last (the step hook is asked before
+//! each entry, so injected crashes land inside the removal too).
+//!
+//! With the ZFS layer store ([`DirProvisioner::on_datasets`]) the same layout is made of
+//! datasets ([`ZoneDatasets`]): a staging root is a clone of the image's top snapshot, and
+//! the renames and removals are `zfs rename` and `zfs destroy` of datasets carrying the
+//! store's marks.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,6 +33,7 @@ use crate::config::ZoneSpec;
 use crate::owner::{self, MARK_FILE, OwnerMark, write_atomic};
 use crate::unpack::RootDir;
 use crate::verify::VerifiedRoot;
+use crate::zfs::ZoneDatasets;
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
@@ -35,6 +43,7 @@ pub struct DirProvisioner {
     base: PathBuf,
     worker_id: String,
     hook: Option<StepHook>,
+    datasets: Option<ZoneDatasets>,
 }
 
 impl std::fmt::Debug for DirProvisioner {
@@ -43,6 +52,7 @@ impl std::fmt::Debug for DirProvisioner {
             .field("base", &self.base)
             .field("worker_id", &self.worker_id)
             .field("hook", &self.hook.is_some())
+            .field("datasets", &self.datasets)
             .finish()
     }
 }
@@ -51,6 +61,29 @@ impl DirProvisioner {
     /// Claims `base` (absolute, no quotes or control characters: it appears in zonecfg text)
     /// and removes leftovers of interrupted runs from `.staging` and `.trash`.
     pub fn new(base: &Path, worker_id: &str) -> Result<DirProvisioner, ProvisionError> {
+        Self::open(base, worker_id, None)
+    }
+
+    /// The provisioner on the ZFS layer store: zonepaths, staging roots and the trash are
+    /// datasets of `datasets`, under its base directory.
+    pub fn on_datasets(
+        datasets: ZoneDatasets,
+        worker_id: &str,
+    ) -> Result<DirProvisioner, ProvisionError> {
+        let base = datasets.base().to_owned();
+        Self::open(&base, worker_id, Some(datasets))
+    }
+
+    /// The ZFS zonepath datasets, when the provisioner is on the layer store.
+    pub fn datasets(&self) -> Option<&ZoneDatasets> {
+        self.datasets.as_ref()
+    }
+
+    fn open(
+        base: &Path,
+        worker_id: &str,
+        datasets: Option<ZoneDatasets>,
+    ) -> Result<DirProvisioner, ProvisionError> {
         let err_zone = String::new();
         if !safe_base_path(base) {
             return Err(ProvisionError::Io {
@@ -70,6 +103,7 @@ impl DirProvisioner {
             base: base.to_owned(),
             worker_id: worker_id.to_owned(),
             hook: None,
+            datasets,
         };
         // A staging root is marked `staging` while it is built and `zone` once filled; an
         // interrupted run can leave either kind there, and replaced zones in `.trash`.
@@ -82,6 +116,16 @@ impl DirProvisioner {
             let entries = std::fs::read_dir(&dir).map_err(p.io("", "listing", &dir))?;
             for e in entries.flatten() {
                 let path = e.path();
+                // A dataset of the store's goes whatever its files say (its ZFS marks are the
+                // store's; a clone cut short may not have its file mark yet).
+                match p.datasets.as_ref().map(|d| d.destroy(&path)) {
+                    Some(Ok(true)) => continue,
+                    Some(Err(err)) => {
+                        tracing::warn!(path = %path.display(), error = %err, "leaving a leftover dataset that is not ours");
+                        continue;
+                    }
+                    Some(Ok(false)) | None => {}
+                }
                 let kind = match owner::read_mark(&path) {
                     Ok(Some(m)) if kinds.contains(&m.kind.as_str()) => m.kind,
                     // A worker killed while it claimed a staging root leaves it without a
@@ -159,7 +203,7 @@ impl DirProvisioner {
     /// Writes the zone's files into the staging directory and re-marks it as a zone.
     fn fill(&self, d: &ZoneDescription, staging: &Path) -> Result<(), ProvisionError> {
         let z = d.zone.as_str();
-        let zonecfg = zonecfg_script(z, &d.zonepath, &d.brand, &d.limits);
+        let zonecfg = zonecfg_script(d);
         let plan = command_plan(d, &d.zonepath.join("zonecfg.txt"));
         let json = serde_json::to_vec_pretty(d).expect("a description serialises");
         let files: [(&str, Option<Vec<u8>>); 4] = [
@@ -192,26 +236,78 @@ impl DirProvisioner {
             self.own(zone, zonepath)?;
             let trash = self.trash_path(zone);
             self.step(zone, "move the old zonepath aside")?;
-            std::fs::rename(zonepath, &trash).map_err(self.io(
+            self.rename(zonepath, &trash).map_err(self.io(
                 zone,
                 "moving the old zone aside",
                 zonepath,
             ))?;
             self.step(zone, "place the new zonepath")?;
-            if let Err(e) = std::fs::rename(staging, zonepath) {
+            if let Err(e) = self.rename(staging, zonepath) {
                 // Put the old zone back: the zone keeps running its old image.
-                let _ = std::fs::rename(&trash, zonepath);
+                let _ = self.rename(&trash, zonepath);
                 return Err(self.io(zone, "placing the new zone", zonepath)(e));
             }
             self.step(zone, "remove the replaced zonepath")?;
-            if let Err(e) = owner::remove_owned(&trash, &self.zone_mark()) {
-                tracing::warn!(zone, error = %e, "removing the replaced zone failed; it stays in .trash");
+            match self.remove_tree(zone, &trash) {
+                Err(e @ ProvisionError::Interrupted { .. }) => return Err(e),
+                Err(e) => {
+                    tracing::warn!(zone, error = %e, "removing the replaced zone failed; it stays in .trash")
+                }
+                Ok(()) => {}
             }
             Ok(())
         } else {
             self.step(zone, "place the zonepath")?;
-            std::fs::rename(staging, zonepath).map_err(self.io(zone, "placing the zone", zonepath))
+            self.rename(staging, zonepath)
+                .map_err(self.io(zone, "placing the zone", zonepath))
         }
+    }
+
+    /// A rename within the base: `zfs rename` when `from` is a dataset of the store's.
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        if let Some(d) = &self.datasets
+            && d.rename(from, to).map_err(std::io::Error::other)?
+        {
+            return Ok(());
+        }
+        std::fs::rename(from, to)
+    }
+
+    /// Removes `path`, a zonepath of ours moved into `.trash`: a dataset of the store's by
+    /// `zfs destroy` (its marks checked), a directory entry by entry after its mark was
+    /// checked, asking the step hook before each entry, and its mark last, so a removal cut
+    /// short leaves a directory in `.trash` that is still ours and goes at the next start.
+    fn remove_tree(&self, zone: &str, path: &Path) -> Result<(), ProvisionError> {
+        if let Some(d) = &self.datasets
+            && d.destroy(path)
+                .map_err(|e| self.io(zone, "destroying", path)(std::io::Error::other(e)))?
+        {
+            return Ok(());
+        }
+        let owned = |source| ProvisionError::Ownership {
+            zone: zone.to_owned(),
+            source,
+        };
+        owner::check(path, &self.zone_mark()).map_err(owned)?;
+        let entries = std::fs::read_dir(path).map_err(self.io(zone, "listing", path))?;
+        let mut names: Vec<_> = entries
+            .flatten()
+            .map(|e| e.file_name())
+            .filter(|n| n != MARK_FILE)
+            .collect();
+        names.sort();
+        for name in names {
+            self.step(zone, &format!("remove {}", name.to_string_lossy()))?;
+            let p = path.join(&name);
+            let is_dir = std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir());
+            let removed = if is_dir {
+                std::fs::remove_dir_all(&p)
+            } else {
+                std::fs::remove_file(&p)
+            };
+            removed.map_err(self.io(zone, "removing", &p))?;
+        }
+        owner::remove_owned(path, &self.zone_mark()).map_err(owned)
     }
 }
 
@@ -262,7 +358,12 @@ impl Provisioner for DirProvisioner {
             && staging.exists()
         {
             // Ours either way (marked staging or zone): nothing half-made stays.
-            if let Err(e) = std::fs::remove_dir_all(&staging) {
+            let removed = match self.datasets.as_ref().map(|d| d.destroy(&staging)) {
+                Some(Ok(true)) => Ok(()),
+                Some(Err(e)) => Err(std::io::Error::other(e)),
+                Some(Ok(false)) | None => std::fs::remove_dir_all(&staging),
+            };
+            if let Err(e) = removed {
                 tracing::warn!(path = %staging.display(), error = %e, "removing a failed staging root");
             }
         }
@@ -279,16 +380,13 @@ impl Provisioner for DirProvisioner {
         // next start empties, never a half-deleted zonepath.
         let trash = self.trash_path(zone);
         self.step(zone, "move the zonepath aside")?;
-        std::fs::rename(&zonepath, &trash).map_err(self.io(
+        self.rename(&zonepath, &trash).map_err(self.io(
             zone,
             "moving the zone aside",
             &zonepath,
         ))?;
         self.step(zone, "remove the zonepath")?;
-        owner::remove_owned(&trash, &self.zone_mark()).map_err(|source| ProvisionError::Ownership {
-            zone: zone.to_owned(),
-            source,
-        })
+        self.remove_tree(zone, &trash)
     }
 
     fn zones(&self) -> Result<Vec<String>, ProvisionError> {

@@ -582,6 +582,9 @@ impl<R: CommandRunner> Provisioner for IllumosProvisioner<R> {
         root: VerifiedRoot,
     ) -> Result<ZoneDescription, ProvisionError> {
         let zone = spec.name.as_str();
+        // An image config the zone cannot be made from is refused before a running zone of
+        // this name is brought down (the conformance suite's failed-create case).
+        super::describe(spec, root.image(), self.zonepath(zone))?;
         // Refused before anything changes when the name belongs to someone else.
         if self.entry(zone)?.is_some() {
             self.bring_down(zone, self.grace(zone))?;

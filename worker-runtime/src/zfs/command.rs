@@ -262,11 +262,20 @@ impl Zfs {
             args.push("-r");
         }
         args.push(target);
+        self.run_while_busy(&args).map(drop)
+    }
+
+    /// [`Zfs::run`], retried for up to 10 s while ZFS says a dataset or mountpoint is busy
+    /// (zfs-fuse does for a moment after a mount or unmount).
+    pub fn run_while_busy<A: Clone + Into<OsString>>(
+        &self,
+        args: &[A],
+    ) -> Result<String, ZfsError> {
         let started = std::time::Instant::now();
         let mut pause = Duration::from_millis(50);
         loop {
-            match self.run(&args) {
-                Ok(_) => return Ok(()),
+            match self.run(args.iter().cloned()) {
+                Ok(out) => return Ok(out),
                 Err(e) if e.is_busy() && started.elapsed() < BUSY_RETRY => {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(Duration::from_millis(500));

@@ -231,17 +231,17 @@ impl ZoneDataset {
 /// The layer store on ZFS (see the module docs).
 #[derive(Debug, Clone)]
 pub struct ZfsLayerStore {
-    zfs: Zfs,
+    pub(super) zfs: Zfs,
     parent: DatasetName,
     layers: DatasetName,
-    zones: DatasetName,
+    pub(super) zones: DatasetName,
     worker_id: String,
     /// One lock per ChainID being prepared.
     busy: Arc<Mutex<HashMap<Digest, Arc<Mutex<()>>>>>,
 }
 
 /// How a dataset stands against the marks wanted on it.
-enum Found {
+pub(super) enum Found {
     Missing,
     Ours(Vec<Property>),
 }
@@ -272,6 +272,11 @@ impl ZfsLayerStore {
             }
         }
         Ok(store)
+    }
+
+    /// The worker whose marks the store sets and checks.
+    pub fn worker_id(&self) -> &str {
+        &self.worker_id
     }
 
     /// The configured parent dataset.
@@ -338,7 +343,7 @@ impl ZfsLayerStore {
     }
 
     /// `-o prop=value` for each mark.
-    fn mark_args(&self, kind: &str, extra: &[(&'static str, String)]) -> Vec<String> {
+    pub(super) fn mark_args(&self, kind: &str, extra: &[(&'static str, String)]) -> Vec<String> {
         self.marks(kind, extra)
             .into_iter()
             .flat_map(|(p, v)| ["-o".to_owned(), format!("{p}={v}")])
@@ -347,7 +352,7 @@ impl ZfsLayerStore {
 
     /// Reads `ds`'s marks and `PROP_STATE`: `Missing`, `Ours` (with the properties read, in
     /// the order owner, worker, kind, extras…, state), or an error when it is not ours.
-    fn check(
+    pub(super) fn check(
         &self,
         ds: &DatasetName,
         kind: &str,
@@ -397,7 +402,7 @@ impl ZfsLayerStore {
     }
 
     /// The mounted directory of `ds`.
-    fn mountpoint(&self, ds: &DatasetName) -> Result<PathBuf, ZfsStoreError> {
+    pub(super) fn mountpoint(&self, ds: &DatasetName) -> Result<PathBuf, ZfsStoreError> {
         let props = self
             .zfs
             .get(ds.as_str(), &["mountpoint", "mounted"])?

@@ -11,8 +11,15 @@
 //! - replace on a moved tag with stop semantics: the image's `StopSignal` through the SMF stop
 //!   method, the zone's stop timeout as the grace period, then halt when it runs out;
 //! - a crash before any step of create, replace and remove converges on the next pass (a
-//!   fresh provisioner, as after a restart) without touching another worker's zone;
-//! - two workers with different ids never touch each other's zones.
+//!   fresh provisioner, as after a restart) without touching another worker's zone; steps
+//!   include each entry of a removal, so crashes land inside it too, and right after every
+//!   crash the zone is whole (absent, or described with one of the images it had): a
+//!   zonepath deleted in place instead of through the trash fails here;
+//! - two workers with different ids never touch each other's zones;
+//! - what the worker did not create (a directory or dataset where a zonepath goes) is never
+//!   claimed, changed or removed;
+//! - zone tools that fail fail the create (a backend reporting success fails the suite), and
+//!   a failed create leaves nothing half-made: no staging root, no zone described.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -47,6 +54,46 @@ pub trait Backend {
     fn stops(&self) -> Option<Vec<StopEvent>>;
     /// Makes the zone's application ignore its stop signal (backends that run processes).
     fn ignore_stop(&self, zone: &str);
+    /// A verified root of `img` at `staging` for worker `worker`'s provisioner `p` (default:
+    /// a directory root, [`build_root`]).
+    fn root(&self, p: &Self::P, worker: &str, img: &PulledImage, staging: &Path) -> VerifiedRoot {
+        let _ = p;
+        build_root(
+            self.store(),
+            staging,
+            worker,
+            img,
+            &UnpackOptions::default(),
+        )
+        .unwrap()
+    }
+    /// Puts something worker `worker` did not create where its zone `zone`'s zonepath goes
+    /// (default: a directory without a mark, holding `data`) and returns that path.
+    fn plant(&self, worker: &str, zone: &str) -> PathBuf {
+        let zp = zonepath(&self.open(worker, None), zone);
+        std::fs::create_dir_all(&zp).unwrap();
+        std::fs::write(zp.join("data"), PLANTED).unwrap();
+        zp
+    }
+    /// Makes the zone tools fail at `zoneadm <sub>` until [`Backend::heal_tools`]; `false`
+    /// when the backend runs no zone tools.
+    fn fail_tools(&self, sub: &str) -> bool {
+        let _ = sub;
+        false
+    }
+    /// Ends [`Backend::fail_tools`].
+    fn heal_tools(&self) {}
+}
+
+/// What [`Backend::plant`] puts in the planted zonepath's `data`.
+pub const PLANTED: &[u8] = b"not rdctl's";
+
+/// Where `p` puts zone `zone`'s zonepath: next to its staging directory.
+pub fn zonepath<P: Provisioner>(p: &P, zone: &str) -> PathBuf {
+    p.staging_dir()
+        .parent()
+        .expect("the staging directory is inside the base")
+        .join(zone)
 }
 
 pub const STOP_TIMEOUT: u32 = 7;
@@ -90,11 +137,15 @@ static ROOTS: AtomicUsize = AtomicUsize::new(0);
 
 /// A verified root of the image tagged `tag`, built where `p` wants staging roots.
 pub fn root<B: Backend>(b: &B, p: &B::P, worker: &str, tag: &str) -> VerifiedRoot {
-    let img = pulled(b.store(), tag);
+    root_of(b, p, worker, &pulled(b.store(), tag))
+}
+
+/// A verified root of `img`, built where `p` wants staging roots.
+pub fn root_of<B: Backend>(b: &B, p: &B::P, worker: &str, img: &PulledImage) -> VerifiedRoot {
     let staging = p
         .staging_dir()
         .join(format!("suite.{}", ROOTS.fetch_add(1, Ordering::Relaxed)));
-    build_root(b.store(), &staging, worker, &img, &UnpackOptions::default()).unwrap()
+    b.root(p, worker, img, &staging)
 }
 
 fn release(zonepath: &Path) -> String {
@@ -283,6 +334,7 @@ fn assert_foreign_intact<B: Backend>(b: &B, other: &B::P, d: &worker_runtime::Zo
 fn crash_everywhere<B: Backend>(
     b: &B,
     what: &str,
+    whole: &[&str],
     setup: impl Fn(&B::P),
     op: impl Fn(&B::P) -> Result<(), ProvisionError>,
     check: impl Fn(&B::P),
@@ -317,6 +369,16 @@ fn crash_everywhere<B: Backend>(
         }
         drop(p);
         assert_foreign_intact(b, &other, &theirs);
+        // Right after the crash the zone is whole: absent, or one of its images complete.
+        match b.open("node-a", None).current("web") {
+            Ok(None) => {}
+            Ok(Some(d)) => assert!(
+                whole.contains(&release(&d.zonepath).as_str()),
+                "{what}: after a crash before {step:?} the zone's root is half-made (etc/release {:?})",
+                release(&d.zonepath)
+            ),
+            Err(e) => panic!("{what}: after a crash before {step:?} the zone is half-made: {e:?}"),
+        }
         // The next pass, after a restart.
         let p = b.open("node-a", None);
         op(&p).unwrap_or_else(|e| panic!("{what}: after a crash before {step:?}: {e:?}"));
@@ -331,6 +393,7 @@ pub fn crash_during_create_converges<B: Backend>(b: &B) {
     crash_everywhere(
         b,
         "create",
+        &["v1"],
         |_| {},
         |p| {
             p.provision(&spec("web"), root(b, p, "node-a", "v1"))
@@ -344,6 +407,7 @@ pub fn crash_during_replace_converges<B: Backend>(b: &B) {
     crash_everywhere(
         b,
         "replace",
+        &["v1", "v2"],
         |p| {
             p.provision(&spec("web"), root(b, p, "node-a", "v1"))
                 .unwrap();
@@ -360,6 +424,7 @@ pub fn crash_during_remove_converges<B: Backend>(b: &B) {
     crash_everywhere(
         b,
         "remove",
+        &["v1"],
         |p| {
             p.provision(&spec("web"), root(b, p, "node-a", "v1"))
                 .unwrap();
@@ -400,6 +465,102 @@ pub fn workers_never_touch_each_others_zones<B: Backend>(b: &B) {
     assert_no_staging_left(&p);
 }
 
+pub fn never_touches_what_it_did_not_create<B: Backend>(b: &B) {
+    let planted = b.plant("node-a", "web");
+    let intact = || {
+        assert_eq!(
+            std::fs::read(planted.join("data")).ok().as_deref(),
+            Some(PLANTED),
+            "{} was not the worker's and changed",
+            planted.display()
+        )
+    };
+    let p = b.open("node-a", None);
+    let r = p.provision(&spec("web"), root(b, &p, "node-a", "v1"));
+    assert!(
+        r.is_err(),
+        "creating a zone over {} (not the worker's) succeeded",
+        planted.display()
+    );
+    intact();
+    assert!(
+        !matches!(p.current("web"), Ok(Some(_))),
+        "{} is described as the worker's zone",
+        planted.display()
+    );
+    assert!(!p.zones().unwrap().contains(&"web".to_owned()));
+    let _ = p.remove("web");
+    intact();
+    // A restart's clean-up leaves it too.
+    let p = b.open("node-a", None);
+    for z in p.zones().unwrap() {
+        p.remove(&z).unwrap();
+    }
+    intact();
+    assert_no_staging_left(&p);
+}
+
+pub fn failed_zone_tools_fail_the_create<B: Backend>(b: &B) {
+    if !b.fail_tools("install") {
+        return; // no zone tools to fail: the file-level cases cover the backend
+    }
+    let p = b.open("node-a", None);
+    let r = p.provision(&spec("web"), root(b, &p, "node-a", "v1"));
+    b.heal_tools();
+    assert!(
+        matches!(r, Err(ProvisionError::Command { .. })),
+        "zoneadm install failed and the create gave {r:?}"
+    );
+    assert!(!b.running("web"), "a zone whose install failed is up");
+    assert!(p.current("web").unwrap().is_none());
+    assert_no_staging_left(&p);
+    // The next pass converges.
+    p.provision(&spec("web"), root(b, &p, "node-a", "v1"))
+        .unwrap();
+    assert_zone(b, &p, "web", "v1");
+    // A replacement whose boot fails is reported too, and the pass after it converges.
+    assert!(b.fail_tools("boot"));
+    let r = p.provision(&spec("web"), root(b, &p, "node-a", "v2"));
+    b.heal_tools();
+    assert!(
+        matches!(r, Err(ProvisionError::Command { .. })),
+        "zoneadm boot failed and the replace gave {r:?}"
+    );
+    assert!(!b.running("web"), "a zone whose boot failed is up");
+    assert_no_staging_left(&p);
+    p.provision(&spec("web"), root(b, &p, "node-a", "v2"))
+        .unwrap();
+    assert_zone(b, &p, "web", "v2");
+    p.remove("web").unwrap();
+}
+
+pub fn a_failed_create_leaves_nothing_half_made<B: Backend>(b: &B) {
+    let p = b.open("node-a", None);
+    // An image whose config the provisioner refuses (a stop signal no system has; the
+    // validator refuses it at pull time, so this stands for any refusal at create time).
+    let mut bad = pulled(b.store(), "bad");
+    bad.config.stop_signal = Some("SIGNOPE".into());
+    let r = p.provision(&spec("web"), root_of(b, &p, "node-a", &bad));
+    assert!(
+        matches!(r, Err(ProvisionError::Config { .. })),
+        "a refused config gave {r:?}"
+    );
+    assert_no_staging_left(&p);
+    assert!(p.current("web").unwrap().is_none());
+    assert!(p.zones().unwrap().is_empty(), "{:?}", p.zones());
+    assert!(!zonepath(&p, "web").exists(), "a zonepath was left");
+    assert!(!b.running("web"));
+    // The same over a running zone leaves it as it was.
+    p.provision(&spec("web"), root(b, &p, "node-a", "v1"))
+        .unwrap();
+    let r = p.provision(&spec("web"), root_of(b, &p, "node-a", &bad));
+    assert!(r.is_err(), "a refused config gave {r:?}");
+    assert_no_staging_left(&p);
+    assert_zone(b, &p, "web", "v1");
+    p.remove("web").unwrap();
+    assert_no_staging_left(&p);
+}
+
 /// One named test per case for the backend `$make()` builds.
 #[macro_export]
 macro_rules! conformance_tests {
@@ -433,6 +594,18 @@ macro_rules! conformance_tests {
             #[test]
             fn workers_never_touch_each_others_zones() {
                 conformance::workers_never_touch_each_others_zones(&$make);
+            }
+            #[test]
+            fn never_touches_what_it_did_not_create() {
+                conformance::never_touches_what_it_did_not_create(&$make);
+            }
+            #[test]
+            fn failed_zone_tools_fail_the_create() {
+                conformance::failed_zone_tools_fail_the_create(&$make);
+            }
+            #[test]
+            fn a_failed_create_leaves_nothing_half_made() {
+                conformance::a_failed_create_leaves_nothing_half_made(&$make);
             }
         }
     };

@@ -9,7 +9,10 @@
 //! method and honours its timeout. A zone's application can be told to ignore its stop
 //! signal: shutdown then needs the method's `timeout_seconds` (after which SMF kills the
 //! contract), so a caller with a shorter grace sees it time out and must halt. Time is
-//! virtual: nothing sleeps.
+//! virtual: nothing sleeps. The tools can be made to fail on demand (`fail_on`).
+
+// Each test binary that includes it uses a different part.
+#![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -82,6 +85,8 @@ struct Host {
     ignores_stop: BTreeSet<String>,
     calls: Vec<(String, Option<Duration>)>,
     stops: Vec<StopEvent>,
+    /// zoneadm subcommands made to fail (`install`, `boot`, ...), as a broken brand would.
+    failing: BTreeSet<String>,
 }
 
 /// The fake host; clones share one host (one global zone namespace, as on a real system).
@@ -140,6 +145,17 @@ impl FakeZones {
         self.host().calls.clone()
     }
 
+    /// Makes `zoneadm <zone> <sub>` fail (exit 1, the zone's state unchanged) until
+    /// [`FakeZones::heal`]: the zone tools failing on demand.
+    pub fn fail_on(&self, sub: &str) {
+        self.host().failing.insert(sub.to_owned());
+    }
+
+    /// Ends every [`FakeZones::fail_on`].
+    pub fn heal(&self) {
+        self.host().failing.clear();
+    }
+
     /// Every stop, in order.
     pub fn stops(&self) -> Vec<StopEvent> {
         self.host().stops.clone()
@@ -149,6 +165,11 @@ impl FakeZones {
         let Some(sub) = args.first().copied() else {
             return fail("zoneadm: no subcommand".into());
         };
+        if h.failing.contains(sub) && h.zones.contains_key(zone) {
+            return fail(format!(
+                "zoneadm: zone '{zone}': {sub} failed (made to fail by the test)"
+            ));
+        }
         if sub == "list" {
             return match h.zones.get(zone) {
                 Some(z) => ok(list_line(zone, z)),
