@@ -685,7 +685,19 @@ pub(crate) fn check_manifest(m: &Manifest) -> Vec<LintFinding> {
         }
     }
 
-    // pkg.fmri: exactly one action with one value, an FMRI with a version.
+    check_pkg_fmri(m, &mut add);
+    check_duplicates(m, &mut add);
+    check_parents(m, &mut add);
+    out.sort_by_key(|f| (f.line, f.column));
+    out
+}
+
+/// pkg.fmri: exactly one action with one value, an FMRI with a version.
+fn check_pkg_fmri(
+    m: &Manifest,
+    add: &mut impl FnMut(Option<usize>, LintRule, Option<&str>, String),
+) {
+    let acts = m.actions();
     let fmris: Vec<usize> = (0..acts.len())
         .filter(|&i| acts[i].kind() == ActionKind::Set && acts[i].get("name") == Some("pkg.fmri"))
         .collect();
@@ -736,8 +748,14 @@ pub(crate) fn check_manifest(m: &Manifest) -> Vec<LintFinding> {
             }
         }
     }
+}
 
-    // Duplicates among actions that can meet in one image: each reported on the later one.
+/// Duplicates among actions that can meet in one image: each reported on the later one.
+fn check_duplicates(
+    m: &Manifest,
+    add: &mut impl FnMut(Option<usize>, LintRule, Option<&str>, String),
+) {
+    let acts = m.actions();
     let mut by_key: BTreeMap<(&str, &str), Vec<usize>> = BTreeMap::new();
     for (i, a) in acts.iter().enumerate() {
         let group = match a.kind() {
@@ -790,8 +808,14 @@ pub(crate) fn check_manifest(m: &Manifest) -> Vec<LintFinding> {
             }
         }
     }
+}
 
-    // A path's parents must be directories wherever the manifest delivers them.
+/// A path's parents must be directories wherever the manifest delivers them.
+fn check_parents(
+    m: &Manifest,
+    add: &mut impl FnMut(Option<usize>, LintRule, Option<&str>, String),
+) {
+    let acts = m.actions();
     let mut by_path: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, a) in acts.iter().enumerate() {
         if matches!(
@@ -836,8 +860,6 @@ pub(crate) fn check_manifest(m: &Manifest) -> Vec<LintFinding> {
             }
         }
     }
-    out.sort_by_key(|f| (f.line, f.column));
-    out
 }
 
 /// The conflict between two actions at one path, if any (pkglint.dupaction001, 007, 008).
