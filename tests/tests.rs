@@ -4,6 +4,7 @@
 mod builder_e2e;
 mod cli_edges;
 mod cli_help;
+mod cli_rights;
 mod client_auth_layers;
 mod client_faults;
 mod depot_tls;

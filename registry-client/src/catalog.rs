@@ -72,6 +72,9 @@ impl Client {
         page_size: usize,
         limit: Option<usize>,
     ) -> Result<Vec<String>, ClientError> {
+        // The catalog is filtered by who asks, and anonymous callers may be allowed to read
+        // it: offer the stored credential instead of listing what anonymous callers see.
+        self.offer_credentials(registry).await?;
         let scope = Scope {
             host: registry,
             repo: None,
@@ -176,7 +179,7 @@ impl Client {
                 if force { "?force=true" } else { "" }
             ),
         )?;
-        let scope = Scope::push(r.registry(), r.name());
+        let scope = Scope::delete(r.registry(), r.name());
         let resp = self
             .send(&scope, &url, &|| self.http_for(&url).delete(url.clone()))
             .await?;

@@ -20,21 +20,37 @@ use validator::error_chain;
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Scope<'a> {
     pub(crate) host: &'a str,
-    pub(crate) repo: Option<(&'a Name, bool)>,
+    pub(crate) repo: Option<(&'a Name, Access)>,
+}
+
+/// What a request does in its repository: the right it needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    Pull,
+    Push,
+    Delete,
 }
 
 impl<'a> Scope<'a> {
     pub(crate) fn pull(host: &'a str, name: &'a Name) -> Self {
         Scope {
             host,
-            repo: Some((name, false)),
+            repo: Some((name, Access::Pull)),
         }
     }
 
     pub(crate) fn push(host: &'a str, name: &'a Name) -> Self {
         Scope {
             host,
-            repo: Some((name, true)),
+            repo: Some((name, Access::Push)),
+        }
+    }
+
+    /// Deleting a manifest or tag: the `delete` right (distribution's token action).
+    pub(crate) fn delete(host: &'a str, name: &'a Name) -> Self {
+        Scope {
+            host,
+            repo: Some((name, Access::Delete)),
         }
     }
 
@@ -44,11 +60,12 @@ impl<'a> Scope<'a> {
         self.repo.map(|(n, _)| format!("{}/{n}", self.host))
     }
 
-    /// The token scope, `repository:<name>:pull[,push]`, or empty.
+    /// The token scope, `repository:<name>:pull[,push|,delete]`, or empty.
     pub(crate) fn token_scope(&self) -> String {
         match self.repo {
-            Some((n, false)) => format!("repository:{n}:pull"),
-            Some((n, true)) => format!("repository:{n}:pull,push"),
+            Some((n, Access::Pull)) => format!("repository:{n}:pull"),
+            Some((n, Access::Push)) => format!("repository:{n}:pull,push"),
+            Some((n, Access::Delete)) => format!("repository:{n}:pull,delete"),
             None => String::new(),
         }
     }
@@ -256,10 +273,14 @@ impl Client {
             (_, 401) => format!("{} refused", who(cred.as_ref())),
             _ => format!("{} may not do this", who(cred.as_ref())),
         };
-        if let Some((n, push)) = scope.repo {
+        if let Some((n, access)) = scope.repo {
             detail.push_str(&format!(
                 " ({} {n})",
-                if push { "push to" } else { "pull from" }
+                match access {
+                    Access::Pull => "pull from",
+                    Access::Push => "push to",
+                    Access::Delete => "delete in",
+                }
             ));
         }
         if !code.is_empty() {
