@@ -888,6 +888,62 @@ mod tests {
     }
 
     #[test]
+    fn layer_store_kinds_and_errors_naming_the_field() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("worker.toml");
+        let load = |text: &str| {
+            std::fs::write(
+                &p,
+                format!("zones_dir = \"z\"\nstate_dir = \"s\"\n{text}[provisioner]\nkind = \"dir\"\nbase = \"b\"\n"),
+            )
+            .unwrap();
+            WorkerConfig::load(&p)
+        };
+        assert_eq!(load("").unwrap().layer_store, LayerStoreConfig::Directory);
+        assert_eq!(
+            load("[layer_store]\nkind = \"directory\"\n")
+                .unwrap()
+                .layer_store,
+            LayerStoreConfig::Directory
+        );
+        assert_eq!(
+            load("[layer_store]\nkind = \"zfs\"\ndataset = \"rpool/rdctl\"\n")
+                .unwrap()
+                .layer_store,
+            LayerStoreConfig::Zfs {
+                dataset: "rpool/rdctl".into()
+            }
+        );
+        for (text, field, says) in [
+            ("kind = \"zfs\"\n", "layer_store.dataset", "missing"),
+            (
+                "kind = \"zfs\"\ndataset = \"pool/a b\"\n",
+                "layer_store.dataset",
+                "only",
+            ),
+            (
+                "kind = \"zfs\"\ndataset = \"-o\"\n",
+                "layer_store.dataset",
+                "`-`",
+            ),
+            (
+                "kind = \"directory\"\ndataset = \"p/x\"\n",
+                "layer_store.dataset",
+                "only for",
+            ),
+            ("kind = \"btrfs\"\n", "layer_store.kind", "\"btrfs\""),
+        ] {
+            match load(&format!("[layer_store]\n{text}")) {
+                Err(e @ ConfigError::Value { field: f, .. }) => {
+                    assert_eq!(f, field, "{text}");
+                    assert!(e.to_string().contains(says), "{text}: {e}");
+                }
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
     fn zone_manifests_good_bad_and_duplicate() {
         let t = tempfile::tempdir().unwrap();
         let w = |n: &str, s: &str| std::fs::write(t.path().join(n), s).unwrap();
