@@ -20,6 +20,7 @@ mod package_search;
 mod pkg_version_agreement;
 mod pull_through;
 mod pull_through_token;
+mod pull_through_trust;
 mod raw_access;
 mod referrers;
 mod registry_client_auth;

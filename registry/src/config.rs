@@ -417,6 +417,7 @@ struct FileProxy {
     #[serde(default)]
     cert_dirs: Vec<PathBuf>,
     insecure: Option<bool>,
+    only_signed: Option<PathBuf>,
 }
 
 /// The `[ui]` table of the TOML file.
@@ -758,7 +759,22 @@ impl ServeConfig {
                 ca_files: r.ca_files,
                 cert_dirs: r.cert_dirs,
                 insecure: r.insecure.unwrap_or(false),
+                only_signed: r.only_signed,
             };
+            // A policy that cannot be loaded fails here, naming the file and why.
+            if let Some(p) = &rule.only_signed {
+                registry_client::sync::SignaturePolicy::load(p).map_err(|e| {
+                    bad(
+                        "proxy.only_signed",
+                        format!(
+                            "[[proxy]] {:?}: {}: {}",
+                            rule.prefix,
+                            p.display(),
+                            validator::error_chain(&e)
+                        ),
+                    )
+                })?;
+            }
             // A CA file or certs.d entry that cannot be read fails here, naming it.
             for u in &rule.upstreams {
                 rule.client_for(u).map_err(|e| {
@@ -1158,6 +1174,10 @@ mod tests {
             (
                 "[[proxy]]\nprefix = \"c\"\nupstreams = [\"http://a.example\"]\n[[proxy]]\nprefix = \"c/d\"\nupstreams = [\"http://b.example\"]\n",
                 "proxy.prefix",
+            ),
+            (
+                "[[proxy]]\nprefix = \"c\"\nupstreams = [\"http://a.example\"]\nonly_signed = \"/nonexistent/policy.toml\"\n",
+                "proxy.only_signed",
             ),
         ] {
             let e = load(text).unwrap_err();

@@ -39,7 +39,7 @@
 //! in memory: they only decide when to ask again, never what is served, so a restarted
 //! replica revalidates once more.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -49,6 +49,7 @@ use axum::http::header;
 use axum::response::Response;
 use bytes::Bytes;
 use futures_util::StreamExt as _;
+use registry_client::sync::{SignaturePolicy, SignedCheckError, check_signed};
 use registry_client::{AuthEnv, Client, ClientError, ErrorKind, Keychain, Reference, Retry};
 use validator::{Digest, Name, RegistryHost, Tag, error_chain};
 
@@ -168,6 +169,9 @@ pub struct ProxyRule {
     pub cert_dirs: Vec<PathBuf>,
     /// TLS without verifying the upstreams' certificates.
     pub insecure: bool,
+    /// An admission policy file in the worker's format: cache and serve only the images it
+    /// admits (`only_signed`; none: every image). See [`Proxy`]'s admission rules.
+    pub only_signed: Option<PathBuf>,
 }
 
 impl ProxyRule {
@@ -207,6 +211,9 @@ type FetchEnd = Option<Result<(), String>>;
 struct Routed {
     rule: ProxyRule,
     clients: Vec<Result<Client, String>>,
+    /// The rule's `only_signed` policy, loaded at start (or why it could not be: then every
+    /// fetch from an upstream is refused with that reason).
+    policy: Option<Result<SignaturePolicy, String>>,
 }
 
 impl Routed {
@@ -225,12 +232,16 @@ pub(crate) struct Proxy {
     /// Blob fetches under way, by digest: a receiver that turns `Some` when the fetch ended
     /// (`Ok` or the reason it failed).
     inflight: Mutex<HashMap<Digest, tokio::sync::watch::Receiver<FetchEnd>>>,
+    /// For `only_signed` rules: `(repository, digest)` of the manifests and blobs an admitted
+    /// (or cached) manifest names, which may then be fetched from the upstreams.
+    admitted: Mutex<HashSet<(String, Digest)>>,
 }
 
 /// What the upstreams answered for a manifest.
 enum Fetched {
-    /// Verified bytes from `upstream`.
+    /// Verified bytes from `upstream` (the rule's upstream number `index`).
     Found {
+        index: usize,
         upstream: String,
         digest: Digest,
         bytes: Bytes,
@@ -260,13 +271,23 @@ impl Proxy {
                             .map_err(|e| format!("{u}: {}", error_chain(&e)))
                     })
                     .collect();
-                Arc::new(Routed { rule, clients })
+                let policy = rule.only_signed.as_ref().map(|p| {
+                    SignaturePolicy::load(p).map_err(|e| {
+                        format!("only_signed policy {}: {}", p.display(), error_chain(&e))
+                    })
+                });
+                Arc::new(Routed {
+                    rule,
+                    clients,
+                    policy,
+                })
             })
             .collect();
         Some(Arc::new(Proxy {
             rules,
             checked: Mutex::new(HashMap::new()),
             inflight: Mutex::new(HashMap::new()),
+            admitted: Mutex::new(HashSet::new()),
         }))
     }
 
@@ -326,7 +347,7 @@ impl Proxy {
         limit: u64,
     ) -> Fetched {
         let mut errors = Vec::new();
-        for (u, client) in routed.upstreams() {
+        for (index, (u, client)) in routed.upstreams().enumerate() {
             let client = match client {
                 Ok(c) => c,
                 Err(e) => {
@@ -364,6 +385,7 @@ impl Proxy {
             match crate::manifest_rules::check_document(&bytes, media_type) {
                 Ok(checked) => {
                     return Fetched::Found {
+                        index,
                         upstream: u.to_string(),
                         digest: desc.digest,
                         bytes,
@@ -405,6 +427,7 @@ impl Proxy {
                 return Ok(()); // the handler refuses it
             };
             if repos.manifest_link(name, &d).await?.is_some() {
+                self.note_cached(routed, repos, name, &d, limit).await;
                 return Ok(());
             }
             None
@@ -419,21 +442,24 @@ impl Proxy {
                 .expect("proxy tag checks")
                 .get(&key)
                 .is_some_and(|at| at.elapsed() < routed.rule.tag_ttl);
-            if fresh && repos.resolve_tag_target(name, &t).await?.is_some() {
+            if fresh && let Some(target) = repos.resolve_tag_target(name, &t).await? {
+                self.note_cached(routed, repos, name, &target.digest, limit)
+                    .await;
                 return Ok(());
             }
             Some(t)
         };
-        let (upstream, digest, bytes, checked) = match self
+        let (index, upstream, digest, bytes, checked) = match self
             .fetch_manifest(routed, &remote, reference, limit)
             .await
         {
             Fetched::Found {
+                index,
                 upstream,
                 digest,
                 bytes,
                 checked,
-            } => (upstream, digest, bytes, checked),
+            } => (index, upstream, digest, bytes, checked),
             Fetched::Missing => {
                 tracing::debug!(repository = %name, reference, "not at any upstream");
                 return Ok(());
@@ -458,6 +484,20 @@ impl Proxy {
                     .with_reason());
             }
         };
+        if routed.policy.is_some() {
+            // `only_signed`: decided before anything of it is stored.
+            self.admit(
+                routed,
+                repos,
+                name,
+                &remote,
+                index,
+                tag.as_ref(),
+                &digest,
+                &checked,
+            )
+            .await?;
+        }
         repos.put_manifest_bytes(&digest, bytes.clone()).await?;
         let link = ManifestLink {
             media_type: checked.media_type.clone(),
@@ -486,6 +526,153 @@ impl Proxy {
         }
         tracing::info!(repository = %name, reference, %digest, %upstream, "manifest cached from upstream");
         Ok(())
+    }
+
+    /// Whether `(name, d)` was admitted in this process (an admitted manifest, or a blob or
+    /// platform manifest one names).
+    fn is_admitted(&self, name: &Name, d: &Digest) -> bool {
+        self.admitted
+            .lock()
+            .expect("proxy admissions")
+            .contains(&(name.as_str().to_owned(), d.clone()))
+    }
+
+    /// Records manifest `d` of `name` as admitted, with the blobs and platform manifests it
+    /// names.
+    fn record(&self, name: &Name, d: &Digest, checked: &crate::manifest_rules::CheckedManifest) {
+        let mut admitted = self.admitted.lock().expect("proxy admissions");
+        for x in std::iter::once(d)
+            .chain(&checked.blobs)
+            .chain(&checked.manifests)
+        {
+            admitted.insert((name.as_str().to_owned(), x.clone()));
+        }
+    }
+
+    /// For an `only_signed` rule: a manifest the cache holds (stored before, so admitted then,
+    /// or before the rule had `only_signed`) is served as it is, and what it names may be
+    /// fetched. Best effort: a manifest that cannot be read records nothing.
+    async fn note_cached(
+        &self,
+        routed: &Routed,
+        repos: &Repos,
+        name: &Name,
+        d: &Digest,
+        limit: u64,
+    ) {
+        if routed.policy.is_none() || self.is_admitted(name, d) {
+            return;
+        }
+        let Ok(Some(link)) = repos.manifest_link(name, d).await else {
+            return;
+        };
+        let Ok(bytes) = repos.manifest_bytes(d, limit.max(link.size)).await else {
+            return;
+        };
+        if let Ok(checked) =
+            crate::manifest_rules::check_document(&bytes, Some(link.media_type.as_str()))
+        {
+            self.record(name, d, &checked);
+        }
+    }
+
+    /// `only_signed`: admits manifest `digest` of `name` (fetched from upstream `index`) or
+    /// answers `403 DENIED` naming the rule, the image, the keys tried and why:
+    /// - cosign's `.sig`/`.att`/`.sbom` tags and the tag schema's `sha256-<hex>` tags, and any
+    ///   manifest with a `subject` (cosign v3 bundles, SBOMs), are admitted when the image
+    ///   they belong to is: without them no client could verify anything;
+    /// - a manifest an admitted index lists (a platform's) is admitted with it;
+    /// - any other manifest must verify under the rule's policy ([`check_signed`] at the
+    ///   upstream that served it; an index by its own digest, as cosign signs it).
+    #[allow(clippy::too_many_arguments)]
+    async fn admit(
+        &self,
+        routed: &Routed,
+        repos: &Repos,
+        name: &Name,
+        remote: &str,
+        index: usize,
+        tag: Option<&Tag>,
+        digest: &Digest,
+        checked: &crate::manifest_rules::CheckedManifest,
+    ) -> ApiResult<()> {
+        let belongs_to = match (tag, &checked.subject) {
+            (_, Some(subject)) => Some(subject.clone()),
+            (Some(t), None) if registry_client::manage::tag_name_kind(t.as_str()).is_some() => {
+                let base = t.as_str().split('.').next().unwrap_or_default();
+                base.split_once('-')
+                    .and_then(|(alg, hex)| Digest::parse(&format!("{alg}:{hex}")).ok())
+            }
+            _ => None,
+        };
+        let image = belongs_to.as_ref().unwrap_or(digest);
+        let admitted = self.is_admitted(name, image)
+            || repos.manifest_link(name, image).await?.is_some()
+            || (belongs_to.is_none() && !repos.indexes_listing(name, image, 1).await?.is_empty());
+        if !admitted {
+            self.check(routed, name, remote, index, image).await?;
+        }
+        self.admitted
+            .lock()
+            .expect("proxy admissions")
+            .insert((name.as_str().to_owned(), image.clone()));
+        self.record(name, digest, checked);
+        Ok(())
+    }
+
+    /// [`check_signed`] of `digest` at upstream `index` of the rule; a refusal is `403
+    /// DENIED`, a policy that could not be loaded too, signatures that could not be read
+    /// `503 UNAVAILABLE`.
+    async fn check(
+        &self,
+        routed: &Routed,
+        name: &Name,
+        remote: &str,
+        index: usize,
+        digest: &Digest,
+    ) -> ApiResult<()> {
+        let prefix = &routed.rule.prefix;
+        let denied = |why: String| {
+            tracing::warn!(repository = %name, %digest, rule = %prefix, reason = %why, "only_signed: refused; nothing cached");
+            ApiError::new(
+                Code::Denied,
+                format!("[[proxy]] {prefix:?} only_signed refused {name}@{digest}: {why}"),
+            )
+            .with_reason()
+        };
+        let policy = match &routed.policy {
+            Some(Ok(p)) => p,
+            Some(Err(e)) => return Err(denied(e.clone())),
+            None => return Ok(()),
+        };
+        let (u, client) = routed
+            .upstreams()
+            .nth(index)
+            .expect("the upstream that served the manifest");
+        let client = client.as_ref().map_err(|e| denied(e.clone()))?;
+        let r = u
+            .reference(remote, digest.as_str())
+            .map_err(|e| denied(e.clone()))?;
+        match check_signed(client, policy, &r, digest).await {
+            Ok(a) => {
+                tracing::info!(repository = %name, %digest, rule = ?a.rule, keys = ?a.keys, "only_signed: admitted");
+                Ok(())
+            }
+            Err(SignedCheckError::Refused(refusal)) => {
+                Err(denied(format!("{} ({})", refusal, refusal.reason)))
+            }
+            Err(e) => {
+                let why = error_chain(&e);
+                tracing::warn!(repository = %name, %digest, error = %why, "only_signed: signatures unreadable; nothing cached");
+                Err(ApiError::new(
+                    Code::Unavailable,
+                    format!(
+                        "[[proxy]] {prefix:?} only_signed could not check {name}@{digest}: {why}"
+                    ),
+                )
+                .with_reason())
+            }
+        }
     }
 
     /// The referrers of `subject` in a proxied repository: `cached` (what the store lists)
@@ -540,6 +727,16 @@ impl Proxy {
         let Some((routed, remote)) = self.route(name) else {
             return Ok(None);
         };
+        if routed.policy.is_some() && !self.is_admitted(name, d) {
+            // `only_signed`: only the blobs of manifests admitted (or cached) here.
+            let why = format!(
+                "[[proxy]] {:?} only_signed: blob {d} is not part of an image admitted in {name} \
+                 (request its manifest first; a signed image's blobs are fetched after it)",
+                routed.rule.prefix
+            );
+            tracing::warn!(repository = %name, digest = %d, "only_signed: blob of no admitted image; not fetched");
+            return Err(ApiError::new(Code::Denied, why).with_reason());
+        }
         let routed = Arc::clone(routed);
         let (rx, leader) = {
             let mut inflight = self.inflight.lock().expect("proxy fetches");
@@ -814,6 +1011,7 @@ mod tests {
             ca_files: Vec::new(),
             cert_dirs: Vec::new(),
             insecure: false,
+            only_signed: None,
         }
     }
 
