@@ -57,6 +57,7 @@ pub mod manage;
 mod manifest;
 mod packages;
 pub mod progress;
+pub mod publish;
 pub mod raw;
 mod reference;
 mod referrers;

@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use registry_client::transfer::{self, CopyOptions, ImageRef, LayoutRef};
+use registry_client::publish;
+use registry_client::transfer::ImageRef;
 use validator::Tag;
 
 /// Arguments of `rdctl build`.
@@ -135,32 +136,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for w in &summary.warnings {
         eprintln!("{w}");
     }
-    let mut signed = Vec::new();
-    if let Some(key) = &sign_key {
-        let docker_reference = match &push {
-            Some(ImageRef::Registry(r)) => format!("{}/{}", r.registry(), r.name()),
-            _ => summary.output.display().to_string(),
-        };
-        signed = super::trust::sign_build(
-            &super::trust::BuildSigning {
-                key,
-                attest: args.attest,
-                docker_reference,
-                image_file: &args.image_file,
-                source_date_epoch,
-            },
-            &summary,
-        )
-        .with_context(|| {
-            format!(
-                "cannot sign the image built from {}",
-                args.image_file.display()
-            )
-        })?;
-    }
-    let mut pushed = Vec::new();
-    if let Some(ImageRef::Registry(target)) = &push {
-        let tags: Vec<Tag> = match target.tag() {
+    let tags: Vec<Tag> = match &push {
+        Some(ImageRef::Registry(target)) => match target.tag() {
             Some(t) => vec![t.clone()],
             None => summary
                 .tags
@@ -168,39 +145,73 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .map(|t| Tag::parse(t))
                 .collect::<Result<_, _>>()
                 .context("the image file's tags")?,
-        };
-        // Not `args.client.builder()`: the --insecure warning was given before the build.
-        let client = args
+        },
+        _ => Vec::new(),
+    };
+    let built = publish::Built {
+        layout: summary.output.clone(),
+        tag: Some(Tag::parse(&summary.tags[0]).context("the image file's first tag")?),
+        manifest: summary.manifest.clone(),
+    };
+    let docker_reference = match &push {
+        Some(ImageRef::Registry(r)) => format!("{}/{}", r.registry(), r.name()),
+        _ => summary.output.display().to_string(),
+    };
+    let statements = match (&sign_key, args.attest) {
+        (Some(_), true) => {
+            let p = super::provenance::Provenance {
+                image_file: &args.image_file,
+                source_date_epoch,
+            };
+            super::provenance::statements(&p, &docker_reference, &summary).with_context(|| {
+                format!(
+                    "cannot attest the image built from {}",
+                    args.image_file.display()
+                )
+            })?
+        }
+        _ => Vec::new(),
+    };
+    // Not `args.client.builder()`: the --insecure warning was given before the build. Signing
+    // writes into the layout only, with a client that needs no settings.
+    let client = match &push {
+        Some(_) => args
             .client
             .options()
             .builder(&registry_client::AuthEnv::current())
-            .build()
-            .context("cannot build the registry client")?;
-        for tag in tags {
-            let src = ImageRef::Layout(LayoutRef {
-                dir: summary.output.clone(),
-                tag: Some(Tag::parse(&summary.tags[0]).context("the image file's first tag")?),
-                digest: None,
-            });
-            let tagged = target.with_tag(tag);
-            if !args.quiet {
-                eprintln!("pushing to {tagged}");
-            }
-            let dst = ImageRef::Registry(tagged.clone());
-            let report = crate::runtime::block_on(transfer::copy(
-                &client,
-                &src,
-                &dst,
-                &CopyOptions {
-                    referrers: !args.no_referrers,
-                    ..CopyOptions::default()
-                },
-            ))?
-            .with_context(|| format!("cannot push {} to {dst}", args.image_file.display()))?;
-            debug_assert_eq!(report.root.digest, summary.manifest);
-            pushed.push(tagged.to_string());
-        }
+            .build(),
+        None => registry_client::Client::builder().build(),
     }
+    .context("cannot build the registry client")?;
+    let quiet = args.quiet;
+    let (signed, pushed) = crate::runtime::block_on(async {
+        let signed = match &sign_key {
+            Some(key) => publish::sign_built(&client, &built, &docker_reference, key, &statements)
+                .await
+                .with_context(|| {
+                    format!(
+                        "cannot sign the image built from {}",
+                        args.image_file.display()
+                    )
+                })?,
+            None => Vec::new(),
+        };
+        let pushed = match &push {
+            Some(ImageRef::Registry(target)) => {
+                let before = |r: &registry_client::Reference| {
+                    if !quiet {
+                        eprintln!("pushing to {r}");
+                    }
+                };
+                publish::push_built(&client, &built, target, &tags, !args.no_referrers, &before)
+                    .await
+                    .with_context(|| format!("cannot push {}", args.image_file.display()))?
+            }
+            _ => Vec::new(),
+        };
+        anyhow::Ok((signed, pushed))
+    })??;
+    let pushed: Vec<String> = pushed.iter().map(ToString::to_string).collect();
     // writeln, not println: a closed pipe (`| head`) is an error main() ends quietly on, not
     // a panic.
     let mut out = std::io::stdout().lock();

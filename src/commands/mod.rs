@@ -10,6 +10,7 @@ pub mod login;
 pub mod manage;
 pub mod meta;
 pub mod progress;
+pub mod provenance;
 pub mod raw;
 pub mod registry;
 pub mod search;

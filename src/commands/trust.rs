@@ -8,13 +8,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
-use registry_client::Client;
+use registry_client::publish::{SignAs, attest_image, sign_image};
 use registry_client::signatures::{self, Evidence, Pushed};
-use registry_client::transfer::{Content, ImageRef};
-use trust::cosign::{self, SimpleSigning};
+use registry_client::transfer::ImageRef;
+use trust::cosign;
 use trust::intoto::{self, Statement};
 use trust::{SigningKey, VerifyingKey};
-use validator::Digest;
 use zeroize::Zeroizing;
 
 use super::client::ClientArgs;
@@ -225,18 +224,6 @@ pub enum SignatureFormat {
     Bundle,
 }
 
-/// How [`sign_image`] writes a signature.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SignAs {
-    /// At the `.sig` tag, and as a referrer too when asked and the registry has the API.
-    Legacy {
-        /// Also push the `.sig` layer set as an OCI 1.1 referrer.
-        also_referrer: bool,
-    },
-    /// A sigstore bundle referrer.
-    Bundle,
-}
-
 /// Arguments of `rdctl sign`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:
@@ -298,110 +285,6 @@ fn parse_annotations(list: &[String]) -> anyhow::Result<Option<BTreeMap<String, 
         out.insert(k.to_owned(), v.to_owned());
     }
     Ok(Some(out))
-}
-
-/// Signs the image `subject` at `target` and pushes the signature.
-pub async fn sign_image(
-    client: &Client,
-    target: &ImageRef,
-    subject: &Content,
-    docker_reference: &str,
-    key: &SigningKey,
-    annotations: Option<&BTreeMap<String, String>>,
-    how: SignAs,
-) -> anyhow::Result<Pushed> {
-    let SignAs::Legacy { also_referrer } = how else {
-        let mut st = trust::bundle::statement(
-            docker_reference,
-            &subject.digest,
-            trust::bundle::COSIGN_SIGN_PREDICATE,
-            serde_json::json!({}),
-        );
-        if let Some(a) = annotations {
-            st.subject[0].annotations = a
-                .iter()
-                .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
-                .collect();
-        }
-        return push_bundle(client, target, subject, &st, key).await;
-    };
-    let payload = SimpleSigning::new(docker_reference, &subject.digest, annotations).to_bytes();
-    let sig = cosign::sign(key, &payload);
-    let pushed = signatures::push_signature(
-        client,
-        target,
-        subject,
-        &payload,
-        &sig,
-        key.verifying_key(),
-        also_referrer,
-    )
-    .await
-    .with_context(|| format!("cannot push the signature of {}", subject.digest))?;
-    Ok(pushed)
-}
-
-/// Signs `statement` into a sigstore bundle and pushes it as a referrer of `subject`.
-async fn push_bundle(
-    client: &Client,
-    target: &ImageRef,
-    subject: &Content,
-    statement: &Statement,
-    key: &SigningKey,
-) -> anyhow::Result<Pushed> {
-    let bundle = trust::bundle::sign_bundle(key, statement);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    signatures::push_bundle(
-        client,
-        target,
-        subject,
-        &bundle,
-        &statement.predicate_type,
-        Some(&validator::rfc3339(now)),
-    )
-    .await
-    .with_context(|| {
-        format!(
-            "cannot push the {} bundle of {}",
-            statement.predicate_type, subject.digest
-        )
-    })
-}
-
-/// Signs `statement` and pushes it as an attestation of `subject`.
-pub async fn attest_image(
-    client: &Client,
-    target: &ImageRef,
-    subject: &Content,
-    statement: &Statement,
-    key: &SigningKey,
-    replace: bool,
-    format: SignatureFormat,
-) -> anyhow::Result<Pushed> {
-    if format == SignatureFormat::Bundle {
-        let mut st = statement.clone();
-        st.statement_type = intoto::STATEMENT_V1.to_owned();
-        return push_bundle(client, target, subject, &st, key).await;
-    }
-    let envelope = trust::attestation::sign_statement(key, statement);
-    signatures::push_attestation(
-        client,
-        target,
-        subject,
-        &envelope,
-        &statement.predicate_type,
-        replace,
-    )
-    .await
-    .with_context(|| {
-        format!(
-            "cannot push the {} attestation of {}",
-            statement.predicate_type, subject.digest
-        )
-    })
 }
 
 fn print_pushed(json: bool, what: &str, r: &ImageRef, p: &Pushed) -> anyhow::Result<()> {
@@ -466,6 +349,7 @@ pub fn sign(args: SignArgs) -> anyhow::Result<ExitCode> {
             },
         )
         .await
+        .map_err(anyhow::Error::from)
     })??;
     print_pushed(args.json, "signed", &target, &pushed)?;
     Ok(ExitCode::SUCCESS)
@@ -595,9 +479,10 @@ pub fn attest(args: AttestArgs) -> anyhow::Result<ExitCode> {
             &statement,
             &key,
             args.replace,
-            args.format,
+            args.format == SignatureFormat::Bundle,
         )
         .await
+        .map_err(anyhow::Error::from)
     })??;
     print_pushed(args.json, "attested", &target, &pushed)?;
     Ok(ExitCode::SUCCESS)
@@ -786,166 +671,4 @@ pub fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(1))
         }
     }
-}
-
-/// What `rdctl build --sign-key` attaches.
-pub struct BuildSigning<'a> {
-    /// The key.
-    pub key: &'a SigningKey,
-    /// Attach the SBOM and an SLSA v1 provenance as attestations too.
-    pub attest: bool,
-    /// The repository named in the payload and statements.
-    pub docker_reference: String,
-    /// The image file.
-    pub image_file: &'a Path,
-    /// SOURCE_DATE_EPOCH.
-    pub source_date_epoch: Option<u64>,
-}
-
-/// Signs the built image in its layout (before any push, which then carries the signature
-/// and attestations along): the signature, and with `attest` the build's SPDX SBOM (the
-/// layout's SBOM referrer) and an SLSA v1 provenance of the build.
-pub fn sign_build(
-    s: &BuildSigning<'_>,
-    summary: &builder::BuildSummary,
-) -> anyhow::Result<Vec<Pushed>> {
-    let tag = summary
-        .tags
-        .first()
-        .map(|t| validator::Tag::parse(t))
-        .transpose()
-        .context("the image file's first tag")?;
-    let target = ImageRef::Layout(registry_client::transfer::LayoutRef {
-        dir: summary.output.clone(),
-        tag,
-        digest: None,
-    });
-    let statements = if s.attest {
-        vec![
-            Statement::for_image(
-                &s.docker_reference,
-                &summary.manifest,
-                intoto::PREDICATE_SPDX,
-                build_sbom(summary)?,
-            ),
-            Statement::for_image(
-                &s.docker_reference,
-                &summary.manifest,
-                intoto::PREDICATE_SLSA_V1,
-                build_provenance(s, summary)?,
-            ),
-        ]
-    } else {
-        Vec::new()
-    };
-    let client = Client::builder()
-        .build()
-        .context("cannot build the registry client")?;
-    crate::runtime::block_on(async {
-        let subject = signatures::resolve(&client, &target)
-            .await
-            .with_context(|| format!("cannot resolve {target}"))?;
-        anyhow::ensure!(
-            subject.digest == summary.manifest,
-            "{target} names {}, not the built image {}",
-            subject.digest,
-            summary.manifest
-        );
-        let mut out = vec![
-            sign_image(
-                &client,
-                &target,
-                &subject,
-                &s.docker_reference,
-                s.key,
-                None,
-                SignAs::Legacy {
-                    also_referrer: false,
-                },
-            )
-            .await?,
-        ];
-        for st in &statements {
-            out.push(
-                attest_image(
-                    &client,
-                    &target,
-                    &subject,
-                    st,
-                    s.key,
-                    true,
-                    SignatureFormat::Legacy,
-                )
-                .await?,
-            );
-        }
-        Ok(out)
-    })?
-}
-
-/// The SPDX document of the build's SBOM referrer, read from the layout.
-fn build_sbom(summary: &builder::BuildSummary) -> anyhow::Result<serde_json::Value> {
-    let layout = validator::ImageLayout::open(&summary.output)
-        .with_context(|| format!("cannot open {}", summary.output.display()))?;
-    let read = |d: &Digest, limit: u64| -> anyhow::Result<Vec<u8>> {
-        let size = std::fs::metadata(layout.blob_path(d))
-            .with_context(|| format!("{d} is missing from {}", summary.output.display()))?
-            .len();
-        Ok(layout.read_document(d, size, limit)?)
-    };
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&read(&summary.sbom, validator::MAX_MANIFEST_SIZE as u64)?)
-            .context("the SBOM manifest")?;
-    let layer = manifest["layers"][0]["digest"]
-        .as_str()
-        .and_then(|d| Digest::parse(d).ok())
-        .context("the SBOM manifest has no layer")?;
-    let bytes = read(&layer, registry_client::inspect::MAX_SBOM_SIZE)?;
-    serde_json::from_slice(&bytes).context("the SBOM is not JSON")
-}
-
-/// The SLSA v1 provenance of the build: image file and lockfile digests, publishers,
-/// packages, rdctl's version, SOURCE_DATE_EPOCH.
-fn build_provenance(
-    s: &BuildSigning<'_>,
-    summary: &builder::BuildSummary,
-) -> anyhow::Result<serde_json::Value> {
-    let image_bytes = std::fs::read(s.image_file)
-        .with_context(|| format!("cannot read {}", s.image_file.display()))?;
-    let image_digest = Digest::sha256(&image_bytes);
-    let image = builder::ImageFile::load(s.image_file)
-        .with_context(|| format!("cannot read {}", s.image_file.display()))?;
-    let lock_path = image.lockfile_path();
-    let lock_bytes = std::fs::read(&lock_path)
-        .with_context(|| format!("cannot read {}", lock_path.display()))?;
-    let lock_digest = Digest::sha256(&lock_bytes);
-    let lock = builder::Lockfile::load_for(&image)
-        .with_context(|| format!("cannot read {}", lock_path.display()))?;
-    let publishers: Vec<(&str, &str)> = lock
-        .publishers
-        .iter()
-        .map(|(n, u)| (n.as_str(), u.as_str()))
-        .collect();
-    let packages: Vec<(&str, Option<&Digest>)> = summary
-        .packages
-        .iter()
-        .map(|p| (p.as_str(), None))
-        .collect();
-    let image_name = s.image_file.display().to_string();
-    let lock_name = lock_path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| lock_path.display().to_string());
-    let p = trust::slsa::Provenance::for_rdctl_build(&trust::slsa::RdctlBuild {
-        image_file: &image_name,
-        image_file_digest: &image_digest,
-        lockfile: Some((&lock_name, &lock_digest)),
-        publishers: &publishers,
-        packages: &packages,
-        builder_id: "https://reddwarf.invalid/rdctl",
-        rdctl_version: env!("CARGO_PKG_VERSION"),
-        source_date_epoch: s.source_date_epoch,
-        invocation_id: None,
-    });
-    Ok(p.to_value())
 }
