@@ -1,0 +1,153 @@
+//! The worker with `[layer_store] kind = "zfs"` on real ZFS (zfs-fuse, `zfspool/`), against
+//! the real registry: a pass pulls, applies each layer once into the layer store and makes
+//! each zone's root a clone of the image's top snapshot; a moved tag replaces the zone; with
+//! the disk over `image_gc_high_percent`, layers no zone uses are destroyed after the zones
+//! that held them are gone.
+
+mod image;
+mod tarbuild;
+mod zfspool;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use image::{Image, Layer, Spec};
+use registry::storage::FsStore;
+use registry::{AppState, RegistryConfig, router};
+use registry_client::{Client, Reference, Retry};
+use tarbuild::Tar;
+use worker_runtime::{DiskSpace, DiskUsage, Worker, WorkerConfig};
+
+const OS_VERSION: &str = "omnios-r151054";
+
+fn layers(tag: &str) -> Vec<Layer> {
+    vec![
+        Layer::new(Tar::new().dir("etc").file("etc/motd", b"base").finish()),
+        Layer::new(Tar::new().file("etc/release", tag.as_bytes()).finish()),
+    ]
+}
+
+fn good_image(tag: &str) -> Image {
+    image::image(
+        layers(tag),
+        &Spec {
+            os_version: Some(OS_VERSION),
+            ..Spec::default()
+        },
+    )
+}
+
+/// A disk `used` percent full.
+struct Disk(u64);
+
+impl DiskUsage for Disk {
+    fn space(&self, _path: &Path) -> std::io::Result<DiskSpace> {
+        Ok(DiskSpace {
+            total: 100,
+            available: 100 - self.0,
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zones_are_clones_of_verified_layers_and_unused_layers_are_collected() {
+    let pool = zfspool::pool();
+    let parent = pool.dataset("worker");
+    let dir = tempfile::tempdir().unwrap();
+    let (addr, task) = {
+        let store = FsStore::open(dir.path().join("registry")).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let app = router(AppState::new(Arc::new(store), RegistryConfig::default()));
+        let task = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (addr, task)
+    };
+    let c = Client::builder()
+        .retry(Retry {
+            attempts: 4,
+            base_delay: Duration::from_millis(10),
+            max_delay: Duration::from_millis(40),
+        })
+        .build()
+        .unwrap();
+    let r = Reference::parse(&format!("{addr}/apps/web:v1")).unwrap();
+    good_image("v1").push(&c, &r).await;
+
+    let t = dir.path();
+    std::fs::create_dir(t.join("zones")).unwrap();
+    std::fs::write(
+        t.join("worker.toml"),
+        format!(
+            "zones_dir = \"zones\"\nstate_dir = \"state\"\nworker_id = \"zfs-node\"\nos_version = \"{OS_VERSION}\"\ngc_grace_secs = 0\nplain_http = true\n[provisioner]\nkind = \"dir\"\nbase = \"roots\"\n[layer_store]\nkind = \"zfs\"\ndataset = \"{parent}\"\n"
+        ),
+    )
+    .unwrap();
+    let zone = |name: &str| {
+        std::fs::write(
+            t.join("zones").join(format!("{name}.toml")),
+            format!("name = \"{name}\"\nimage = \"{r}\"\npull_policy = \"Always\"\n"),
+        )
+        .unwrap();
+    };
+    zone("web");
+    zone("api");
+    let worker = |used: u64| {
+        let cfg = WorkerConfig::load(&t.join("worker.toml")).unwrap();
+        Arc::new(
+            Worker::new(cfg)
+                .unwrap()
+                .with_client(c.clone())
+                .with_disk_usage(Arc::new(Disk(used))),
+        )
+    };
+    let layer_datasets = || -> Vec<String> {
+        zfspool::list(&format!("{parent}/layers"))
+            .into_iter()
+            .skip(1)
+            .filter(|n| !n.contains('@'))
+            .collect()
+    };
+    let origin_of = |zone: &str| -> String {
+        let zp = t.join("roots").join(zone);
+        zfspool::list(&format!("{parent}/roots"))
+            .into_iter()
+            .find(|n| zfspool::get("mountpoint", n) == zp.to_str().unwrap())
+            .map(|n| zfspool::get("origin", &n))
+            .unwrap_or_else(|| panic!("no dataset is mounted at {}", zp.display()))
+    };
+
+    let s = worker(10).pass(true).await.unwrap();
+    assert_eq!(s.provisioned, ["api", "web"], "{s:?}");
+    for z in ["web", "api"] {
+        let root = t.join("roots").join(z).join("root");
+        assert_eq!(std::fs::read(root.join("etc/release")).unwrap(), b"v1");
+        assert_eq!(std::fs::read(root.join("etc/motd")).unwrap(), b"base");
+    }
+    // Two zones from one image: its two layers were applied once, both roots are clones of
+    // the top one.
+    assert_eq!(layer_datasets().len(), 2, "{:?}", layer_datasets());
+    assert_eq!(origin_of("web"), origin_of("api"));
+    assert!(origin_of("web").ends_with("@layer"));
+
+    // The tag moves: both zones are replaced; the base layer is shared with the new image.
+    good_image("v2")
+        .push(
+            &c,
+            &Reference::parse(&format!("{addr}/apps/web:v1")).unwrap(),
+        )
+        .await;
+    let s = worker(10).pass(true).await.unwrap();
+    assert_eq!(s.provisioned, ["api", "web"], "{s:?}");
+    let root = t.join("roots").join("web").join("root");
+    assert_eq!(std::fs::read(root.join("etc/release")).unwrap(), b"v2");
+    assert_eq!(layer_datasets().len(), 3, "{:?}", layer_datasets());
+    // Under the high threshold nothing is collected; over it, v1's top layer (no zone uses
+    // it) goes, the shared base and v2's top stay.
+    let s = worker(90).pass(true).await.unwrap();
+    assert!(s.provisioned.is_empty(), "{s:?}");
+    assert_eq!(layer_datasets().len(), 2, "{:?}", layer_datasets());
+    assert!(origin_of("web").ends_with("@layer"));
+    assert_eq!(std::fs::read(root.join("etc/release")).unwrap(), b"v2");
+    task.abort();
+}
