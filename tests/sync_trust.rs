@@ -232,6 +232,12 @@ fn only_signed_copies_what_the_policy_admits() {
     }
     let log = mirror.log_tail();
     assert!(log.contains("only_signed refused"), "{log}");
+    let (_, _, body) = http(mirror.addr, "GET", "/metrics", &[], b"");
+    let metrics = String::from_utf8_lossy(&body);
+    assert!(
+        metrics.contains("registry_sync_last_run_images_refused{sync=\"signed\"} 2"),
+        "{metrics}"
+    );
 }
 
 /// A bundle signed at export: `cosign verify-blob` accepts its signature, an import with the

@@ -574,6 +574,12 @@ impl crate::metrics::MetricSource for SyncMetrics {
         );
         family(
             out,
+            "registry_sync_last_run_images_refused",
+            "gauge",
+            &last(|r| r.refused.len() as u64),
+        );
+        family(
+            out,
             "registry_sync_last_run_blobs_copied",
             "gauge",
             &last(|r| r.blobs_copied),
