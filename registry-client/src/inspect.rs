@@ -200,6 +200,29 @@ pub fn bundle_kind(
     })
 }
 
+/// `os/arch[/variant]` of an image config, or `-` when it names none (cosign's signature and
+/// attestation configs write empty fields, which are not the platform "/").
+fn config_platform(v: &serde_json::Value) -> String {
+    let field = |k: &str| v.get(k).and_then(|x| x.as_str()).filter(|x| !x.is_empty());
+    match (field("os"), field("architecture")) {
+        (None, None) => "-".to_owned(),
+        (os, arch) => {
+            let mut p = format!("{}/{}", os.unwrap_or("?"), arch.unwrap_or("?"));
+            if let Some(variant) = field("variant") {
+                p = format!("{p}/{variant}");
+            }
+            p
+        }
+    }
+}
+
+/// Whether `created` is a time worth showing: cosign writes Go's zero time
+/// (`0001-01-01T00:00:00Z`), which would read as "2025 years ago"; times before the Unix epoch
+/// and text that is no RFC 3339 time are left out.
+fn meaningful_time(created: &str) -> bool {
+    validator::parse_rfc3339(created).is_some_and(|t| t >= 0)
+}
+
 /// The packages a layer holds, from its history `created_by`.
 pub fn layer_packages(created_by: &str) -> Vec<String> {
     let contents = created_by
@@ -383,14 +406,7 @@ pub(crate) async fn image_details(
         exposed_ports: keys(field("ExposedPorts")),
         volumes: keys(field("Volumes")),
     };
-    let mut platform = format!(
-        "{}/{}",
-        s(v.get("os")).unwrap_or_default(),
-        s(v.get("architecture")).unwrap_or_default()
-    );
-    if let Some(variant) = s(v.get("variant")) {
-        platform = format!("{platform}/{variant}");
-    }
+    let platform = config_platform(&v);
     let diff_ids: Vec<Option<Digest>> = v
         .get("rootfs")
         .and_then(|r| r.get("diff_ids"))
@@ -444,7 +460,7 @@ pub(crate) async fn image_details(
         config_digest: config.digest,
         config_size: config.size,
         platform,
-        created: s(v.get("created")),
+        created: s(v.get("created")).filter(|c| meaningful_time(c)),
         config: run,
         layers,
     })
@@ -669,6 +685,21 @@ pub fn parse_spdx(bytes: &[u8]) -> Result<(Option<String>, Vec<SbomPackage>), St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cosign_empty_fields_are_no_platform_and_no_time() {
+        let cosign =
+            serde_json::json!({"architecture": "", "os": "", "created": "0001-01-01T00:00:00Z"});
+        assert_eq!(config_platform(&cosign), "-");
+        assert!(!meaningful_time("0001-01-01T00:00:00Z"));
+        assert!(meaningful_time("2024-01-02T03:04:05Z"));
+        let arm = serde_json::json!({"architecture": "arm64", "os": "linux", "variant": "v8"});
+        assert_eq!(config_platform(&arm), "linux/arm64/v8");
+        assert_eq!(
+            config_platform(&serde_json::json!({"os": "illumos", "architecture": "amd64"})),
+            "illumos/amd64"
+        );
+    }
 
     #[test]
     fn layer_packages_from_history() {

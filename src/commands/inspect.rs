@@ -292,8 +292,13 @@ pub(crate) fn human_size(bytes: u64) -> String {
 }
 
 /// `3 days ago`, from an RFC 3339 time and the current time (`-` when it is not one).
+/// A time before the Unix epoch (cosign's Go zero time `0001-01-01T00:00:00Z`) is `-`
+/// too, not "2025 years ago".
 pub(crate) fn age(created: &str, now: i64) -> String {
-    validator::parse_rfc3339(created).map_or_else(|| "-".into(), |t| validator::age(t, now))
+    match validator::parse_rfc3339(created) {
+        Some(t) if t >= 0 => validator::age(t, now),
+        _ => "-".into(),
+    }
 }
 
 #[cfg(test)]
@@ -303,6 +308,7 @@ mod tests {
     #[test]
     fn rfc3339_and_age() {
         assert_eq!(age("yesterday", 0), "-");
+        assert_eq!(age("0001-01-01T00:00:00Z", 1_800_000_000), "-");
         assert_eq!(age("1970-01-01T00:00:00Z", 3 * 86_400), "3 days ago");
         assert_eq!(age("1970-01-01T00:00:00Z", 59), "59 seconds ago");
         assert_eq!(age("1970-01-01T00:00:00Z", 3600), "1 hour ago");
