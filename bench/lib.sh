@@ -1,5 +1,10 @@
 # Shared by bench/run.sh, bench/memory.sh and bench/growth.sh (sourced, not run): starting our registry, CNCF
 # distribution and one SeaweedFS on loopback, and reading a server's peak RSS.
+#
+# The sides of a comparison: `ours`, `dist` (CNCF distribution v3, the main peer: what users
+# deploy today, built by scripts/install-deps.sh into .tools/bin/distribution-v3) and `dist28`
+# (Debian's docker-registry, distribution 2.8, kept as a second column). BENCH_PEERS narrows the
+# peers ("dist" alone halves a run); DIST3_BIN runs another v3 build.
 # The caller calls `bench_scratch` (WORK, a scratch directory for configs and logs, and PIDS,
 # every process started here, killed on exit) and sets RDCTL (the rdctl binary) and WEED
 # (the weed binary).
@@ -46,11 +51,37 @@ start_ours() {
 	wait_http "http://127.0.0.1:$port/v2/"
 }
 
-# start_dist NAME PORT STORAGE_YAML ; sets STARTED_PID. No blob descriptor cache (our
+BENCH_PEERS="${BENCH_PEERS:-dist dist28}"
+SERVERS="ours $BENCH_PEERS"
+DIST3_BIN="${DIST3_BIN:-${ROOT:?}/.tools/bin/distribution-v3}"
+
+# dist_program SIDE: the binary of a distribution side.
+dist_program() {
+	case "$1" in
+	dist) echo "$DIST3_BIN" ;;
+	dist28) echo docker-registry ;;
+	*) echo "$(basename "$0"): no distribution side named $1" >&2; exit 2 ;;
+	esac
+}
+# dist_version SIDE: its version line, for the report's machine line.
+dist_version() { "$(dist_program "$1")" --version 2>&1 | head -1; }
+# check_peers: every side of BENCH_PEERS can run, or the script stops naming the missing one.
+check_peers() {
+	local p prog
+	for p in $BENCH_PEERS; do
+		prog=$(dist_program "$p")
+		command -v "$prog" > /dev/null || {
+			echo "$(basename "$0"): $prog ($p) is missing; run scripts/install-deps.sh" >&2
+			exit 1
+		}
+	done
+}
+
+# start_dist SIDE NAME PORT STORAGE_YAML ; sets STARTED_PID. No blob descriptor cache (our
 # registry has none either), deletes enabled, redirects off (bytes flow through the registry
-# on both sides), logs at error level.
+# on both sides), logs at error level. Both versions read the same configuration.
 start_dist() {
-	local name=$1 port=$2 storage=$3
+	local side=$1 name=$2 port=$3 storage=$4
 	cat > "$WORK/$name.yml" <<-EOC
 		version: 0.1
 		log:
@@ -71,7 +102,7 @@ start_dist() {
 	EOC
 	# Without AWS_CA_BUNDLE: distribution 2.8's aws-sdk-go panics at start when it is set
 	# ("LoadCustomCABundleError ... transport unsupported type"); plain HTTP needs no CA.
-	env -u AWS_CA_BUNDLE docker-registry serve "$WORK/$name.yml" >> "$WORK/$name.log" 2>&1 &
+	env -u AWS_CA_BUNDLE "$(dist_program "$side")" serve "$WORK/$name.yml" >> "$WORK/$name.log" 2>&1 &
 	STARTED_PID=$!
 	PIDS+=("$STARTED_PID")
 	wait_http "http://127.0.0.1:$port/v2/"
@@ -83,18 +114,28 @@ stop_pid() {
 }
 
 hwm() { awk '/VmHWM/{print $2}' "/proc/$1/status"; }
+# cpu_secs PID: the CPU time (user + system) a process has used so far, in seconds. A cell's
+# server CPU is the difference around the operation: the server's cost per byte, which is what
+# scales, whoever's client is the bottleneck in wall time.
+cpu_secs() {
+	awk -v hz="$(getconf CLK_TCK)" '{ split($0, a, ") "); split(a[2], f, " "); printf "%.3f", (f[12] + f[13]) / hz }' "/proc/$1/stat"
+}
 # Resets the peak RSS counter (VmHWM) of a process we started.
 reset_hwm() { echo 5 > "/proc/$1/clear_refs"; }
 
-order() { # run → the two servers, alternating who goes first
-	if [ $(($1 % 2)) = 1 ]; then echo "ours dist"; else echo "dist ours"; fi
+order() { # run → the sides of SERVERS, rotated by the run so each goes first in turn
+	local -a s
+	read -ra s <<< "$SERVERS"
+	local n=${#s[@]} i out=()
+	for ((i = 0; i < n; i++)); do out+=("${s[$(((i + $1) % n))]}"); done
+	echo "${out[*]}"
 }
 
 fs_server() { # server dir port ; sets STARTED_PID
 	if [ "$1" = ours ]; then
 		start_ours "ours-fs" "$3" --data "$2"
 	else
-		start_dist "dist-fs" "$3" "  filesystem:
+		start_dist "$1" "$1-fs" "$3" "  filesystem:
     rootdirectory: $2"
 	fi
 }
@@ -150,11 +191,13 @@ s3_server() { # server endpoint bucket port ; sets STARTED_PID
 	if [ "$1" = ours ]; then
 		start_ours "ours-s3" "$4" --s3-endpoint "$2" --s3-bucket "$3"
 	else
-		start_dist "dist-s3" "$4" "  s3:
+		# forcepathstyle: v3's driver addresses BUCKET.HOST otherwise (2.8 always used the path).
+		start_dist "$1" "$1-s3" "$4" "  s3:
     accesskey: bench
     secretkey: bench-secret
     region: us-east-1
     regionendpoint: $2
+    forcepathstyle: true
     bucket: $3
     secure: false
     v4auth: true"

@@ -6,7 +6,8 @@
 #             `Transfer-Encoding: chunked` and no Content-Length, PUT ?digest=; `rd-bench push
 #             --mode stream`, whose blobs are slices of one shared 64 MiB random pool, so the
 #             client holds none of them), and the throughput; `rdctl registry serve` against
-#             CNCF distribution 2.8 on the filesystem (each on an empty directory) and on one
+#             CNCF distribution v3 and 2.8 (bench/lib.sh's sides) on the filesystem (each on an
+#             empty directory) and on one
 #             SeaweedFS (`weed server -s3`, a fresh bucket per run, distribution's s3 driver),
 #             A/B interleaved. Peak RSS is the server's VmHWM (/proc/PID/status) after the push.
 #             Each store is deleted before the next side starts: one side holds UPLOADS x 256 MiB.
@@ -19,12 +20,13 @@
 #     --no-docs  print the tables only (bench/out/memory.md), do not append to docs
 #     --quick    a smoke run: 8 uploads of 32 MiB, trees of 20 and 40 MiB, 1 run
 #   MEM_PARTS (a subset of "registry builder worker"), MEM_STORES ("fs s3"), MEM_UPLOADS (64),
-#   MEM_BLOB_MIB (256), MEM_SIDES ("ours dist": the registry part's sides), MEM_BUILDER_SIZES
+#   MEM_BLOB_MIB (256), MEM_SIDES ("ours dist dist28": the registry part's sides; dist is
+#   distribution v3, dist28 is 2.8), MEM_BUILDER_SIZES
 #   (tree MiB, or MiB:files to set the file count;
 #   "50 200 800 800:5000": 800 MiB in as many files as the 200 MiB tree), MEM_WORKER_SIZES
 #   ("50 200 400"; worker.sh keeps every run's trees until its last run, 3 runs of 800 MiB
 #   took 8 GiB) narrow a run.
-# Needs: release builds of rdctl and rd-bench, docker-registry, .tools/bin/weed, jq, curl,
+# Needs: release builds of rdctl and rd-bench, docker-registry, .tools/bin/distribution-v3, .tools/bin/weed, jq, curl,
 # python3, /usr/bin/time, and what bench/builder.sh and bench/worker.sh need.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -67,6 +69,7 @@ MD="$OUT/memory.md"
 : > "$MD"
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
+check_peers
 bench_scratch rd-memory
 
 stats() { # numbers -> "min median max" ("0 0 0" for none)
@@ -95,7 +98,7 @@ if [[ "$PARTS" == *" registry "* ]]; then
 		[ "$store" != s3 ] || [ -n "${S3URL:-}" ] || { log "starting SeaweedFS"; weed_start; }
 		for run in $(seq "$RUNS"); do
 			for srv in $(order "$run"); do
-				[[ " ${MEM_SIDES:-ours dist} " == *" $srv "* ]] || continue
+				[[ " ${MEM_SIDES:-ours dist dist28} " == *" $srv "* ]] || continue
 				seed=$((seed + 1))
 				port=$(free_port)
 				if [ "$store" = fs ]; then
@@ -131,29 +134,30 @@ if [[ "$PARTS" == *" registry "* ]]; then
 	{
 		echo "### Registry: $UPLOADS concurrent streamed uploads of $BLOB_MIB MiB ($COMMIT)"
 		echo
-		echo "Machine: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) cores; load average $START_LOAD at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end; $(docker-registry --version); SeaweedFS $("$WEED" version 2>&1 | head -1 | awk '{print $3}'); $RUNS runs per cell, interleaved; $(date -u +%Y-%m-%d)."
+		echo "Machine: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) cores; load average $START_LOAD at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end; SeaweedFS $("$WEED" version 2>&1 | head -1 | awk '{print $3}'); $RUNS runs per cell, interleaved; $(date -u +%Y-%m-%d)."
 		echo
-		echo "| store | ours peak RSS MiB (min / median / max) | distribution peak RSS MiB (min / median / max) | ours / distribution (median) | ours MiB/s (min / median / max) | distribution MiB/s (min / median / max) | throughput ours / distribution | idle RSS ours / distribution |"
-		echo "|---|---|---|---|---|---|---|---|"
+		echo "| store | server | peak RSS MiB (min / median / max) | ours / this server (median peak RSS) | MiB/s (min / median / max) | throughput ours / this server | idle RSS MiB |"
+		echo "|---|---|---|---|---|---|---|"
+		ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2f×", a / b; else printf "–" }'; }
 		for store in $STORES; do
-			# shellcheck disable=SC2086
-			read -r omin omed omax <<< "$(stats ${RSS[$store-ours]:-})"
-			# shellcheck disable=SC2086
-			read -r dmin dmed dmax <<< "$(stats ${RSS[$store-dist]:-})"
-			# shellcheck disable=SC2086
-			read -r otmin otmed otmax <<< "$(stats ${TPUT[$store-ours]:-})"
-			# shellcheck disable=SC2086
-			read -r dtmin dtmed dtmax <<< "$(stats ${TPUT[$store-dist]:-})"
-			# shellcheck disable=SC2086
-			read -r _ oi _ <<< "$(stats ${IDLE[$store-ours]:-})"
-			# shellcheck disable=SC2086
-			read -r _ di _ <<< "$(stats ${IDLE[$store-dist]:-})"
 			name=$([ "$store" = fs ] && echo "filesystem" || echo "SeaweedFS S3")
-			for srv in ours dist; do
-				[ -z "${FAILED[$store-$srv]:-}" ] || name+=" ($srv: ${FAILED[$store-$srv]} of $RUNS pushes failed, left out; peak RSS when they failed: ${FAILRSS[$store-$srv]% } MiB)"
+			# shellcheck disable=SC2086
+			read -r _ omed _ <<< "$(stats ${RSS[$store-ours]:-})"
+			# shellcheck disable=SC2086
+			read -r _ otmed _ <<< "$(stats ${TPUT[$store-ours]:-})"
+			for srv in $SERVERS; do
+				[[ " ${MEM_SIDES:-ours dist dist28} " == *" $srv "* ]] || continue
+				# shellcheck disable=SC2086
+				read -r min med max <<< "$(stats ${RSS[$store-$srv]:-})"
+				# shellcheck disable=SC2086
+				read -r tmin tmed tmax <<< "$(stats ${TPUT[$store-$srv]:-})"
+				# shellcheck disable=SC2086
+				read -r _ idle _ <<< "$(stats ${IDLE[$store-$srv]:-})"
+				label=$(case "$srv" in ours) echo ours ;; dist) dist_version dist ;; *) dist_version "$srv" ;; esac)
+				[ -z "${FAILED[$store-$srv]:-}" ] || label+=" (${FAILED[$store-$srv]} of $RUNS pushes failed, left out; peak RSS when they failed: ${FAILRSS[$store-$srv]% } MiB)"
+				if [ "$srv" = ours ]; then r1="–" r2="–"; else r1=$(ratio "$omed" "$med") r2=$(ratio "$otmed" "$tmed"); fi
+				echo "| $name | $label | $(mib "$min") / $(mib "$med") / $(mib "$max") | $r1 | $tmin / $tmed / $tmax | $r2 | $(mib "$idle") |"
 			done
-			ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2f×", a / b; else printf "–" }'; }
-			echo "| $name | $(mib "$omin") / $(mib "$omed") / $(mib "$omax") | $(mib "$dmin") / $(mib "$dmed") / $(mib "$dmax") | $(ratio "$omed" "$dmed") | $otmin / $otmed / $otmax | $dtmin / $dtmed / $dtmax | $(ratio "$otmed" "$dtmed") | $(mib "$oi") / $(mib "$di") MiB |"
 		done
 		echo
 		echo "Reproduce: \`MEM_PARTS=registry bench/memory.sh $ARGS\`$([ "$UPLOADS" = 64 ] || echo " (MEM_UPLOADS=$UPLOADS)")$([ "$BLOB_MIB" = 256 ] || echo " (MEM_BLOB_MIB=$BLOB_MIB)")"

@@ -50,6 +50,23 @@ def mib(kib_values):
     return f"{max(v) / 1024:.0f} MiB" if v else "–"
 
 
+# The sides: ours and the distribution peers. `dist` is the main peer (CNCF distribution v3
+# since the third wave; in results written before, which have no "peers" in their machine line,
+# it was Debian's 2.8), `dist28` the second column.
+PEER_NAMES = {"dist": "distribution v3", "dist28": "distribution 2.8"}
+
+
+def peers_of(results):
+    """The peers this run measured, main first."""
+    return [p for p in ("dist", "dist28") if any(r.get("server") == p for r in results)]
+
+
+def cpu_per_gib(rs):
+    """Median server CPU seconds per GiB moved, or '–' when the run did not record it."""
+    v = [r["server_cpu_s"] / (r["bytes"] / (1 << 30)) for r in rs if r.get("server_cpu_s") is not None and r.get("bytes")]
+    return f"{med(v):.2f}" if v else "–"
+
+
 def size_label(size):
     return f"{size >> 20} MiB"
 
@@ -64,8 +81,12 @@ def rows(results, section, **match):
     return out
 
 
-def blob_tables(results, section, goal, peer_name):
+def blob_tables(results, section, goal):
     lines = []
+    peers = peers_of(results)
+    main = PEER_NAMES[peers[0]] if peers else "distribution"
+    sides = ["ours"] + peers
+    names = ["ours"] + [PEER_NAMES[p] for p in peers]
     cells = sorted(
         {(r["op"], r["size"], r["conc"], r.get("mode", "")) for r in rows(results, section)},
         key=lambda c: (c[0] != "push", c[3], c[1], c[2]),
@@ -73,25 +94,33 @@ def blob_tables(results, section, goal, peer_name):
     for op in ("push", "pull"):
         lines.append(f"**{op.capitalize()}**" + (" (blobs pushed monolithically just before)" if op == "pull" else ""))
         lines.append("")
+        extra = [f"ratio (ours / {PEER_NAMES[p]})" for p in peers[1:]]
         lines.append(
-            f"| ratio (ours / {peer_name}, median MiB/s) | blob | clients | mode | total | ours MiB/s (min / median / max) "
-            f"| {peer_name} MiB/s (min / median / max) | ours peak RSS | {peer_name} peak RSS |"
+            f"| ratio (ours / {main}, median MiB/s) | " + "".join(e + " | " for e in extra)
+            + "blob | clients | mode | total | "
+            + " | ".join(f"{n} MiB/s (min / median / max)" for n in names)
+            + " | server CPU s per GiB (" + " / ".join(names) + ") | peak RSS (" + " / ".join(names) + ") |"
         )
-        lines.append("|---|---|---|---|---|---|---|---|---|")
+        lines.append("|" + "---|" * (7 + len(extra) + len(names)))
         for cop, size, conc, mode in cells:
             if cop != op:
                 continue
             m = dict(op=op, size=size, conc=conc)
             if mode:
                 m["mode"] = mode
-            ours = rows(results, section, server="ours", **m)
-            dist = rows(results, section, server="dist", **m)
+            by = {side: rows(results, section, server=side, **m) for side in sides}
+            ours = by["ours"]
             total = ours[0]["bytes"] >> 20 if ours else 0
+            ratios = [
+                ratio_cell([r["mib_s"] for r in ours], [r["mib_s"] for r in by[p]], goal)
+                for p in peers
+            ] or ["–"]
             lines.append(
-                f"| {ratio_cell([r['mib_s'] for r in ours], [r['mib_s'] for r in dist], goal if op == 'push' else None)} "
-                f"| {size_label(size)} | {conc} | {mode or '–'} | {total} MiB "
-                f"| {mmm([r['mib_s'] for r in ours])} | {mmm([r['mib_s'] for r in dist])} "
-                f"| {mib([r['rss_kib'] for r in ours])} | {mib([r['rss_kib'] for r in dist])} |"
+                "| " + " | ".join(ratios)
+                + f" | {size_label(size)} | {conc} | {mode or '–'} | {total} MiB | "
+                + " | ".join(mmm([r["mib_s"] for r in by[x]]) for x in sides)
+                + " | " + " / ".join(cpu_per_gib(by[x]) for x in sides)
+                + " | " + " / ".join(mib([r["rss_kib"] for r in by[x]]) for x in sides) + " |"
             )
         lines.append("")
     return lines
@@ -105,7 +134,7 @@ def plot_blobs(results, section, path, title, quick):
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for ax, op in zip(axes, ("push", "pull")):
-        for server, color in (("ours", "tab:red"), ("dist", "tab:blue")):
+        for server, color in (("ours", "tab:red"), ("dist", "tab:blue"), ("dist28", "tab:gray")):
             for conc, style in ((1, "-"), (4, "--")):
                 modes = ["mono", "chunked"] if op == "push" else [None]
                 for mode in modes:
@@ -117,7 +146,7 @@ def plot_blobs(results, section, path, title, quick):
                     if not sizes:
                         continue
                     ys = [med([r["mib_s"] for r in pts if r["size"] == s]) for s in sizes]
-                    label = f"{'ours' if server == 'ours' else 'distribution'} ×{conc}" + (f" {mode}" if mode else "")
+                    label = f"{PEER_NAMES.get(server, 'ours')} ×{conc}" + (f" {mode}" if mode else "")
                     marker = "o" if mode != "chunked" else "x"
                     ax.plot([s >> 20 for s in sizes], ys, style, color=color, marker=marker,
                             alpha=1.0 if mode != "chunked" else 0.6, label=label)
@@ -142,11 +171,12 @@ def plot_small(results, path, quick):
 
     kinds = ["head", "get", "tags"]
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
-    for i, (server, color) in enumerate((("ours", "tab:red"), ("dist", "tab:blue"))):
+    sides = [("ours", "tab:red")] + [(p, c) for p, c in (("dist", "tab:blue"), ("dist28", "tab:gray")) if p in peers_of(results)]
+    w = 0.8 / len(sides)
+    for i, (server, color) in enumerate(sides):
         ys = [med([r["rps"] for r in rows(results, "fs-small", server=server, kind=k)]) for k in kinds]
-        ax.bar([x + i * 0.38 for x in range(len(kinds))], ys, 0.38, color=color,
-               label="ours" if server == "ours" else "distribution")
-    ax.set_xticks([x + 0.19 for x in range(len(kinds))], ["manifest HEAD", "manifest GET", "tag list"])
+        ax.bar([x + i * w for x in range(len(kinds))], ys, w, color=color, label=PEER_NAMES.get(server, "ours"))
+    ax.set_xticks([x + w * (len(sides) - 1) / 2 for x in range(len(kinds))], ["manifest HEAD", "manifest GET", "tag list"])
     ax.set_ylabel("requests/s at 64 connections (median)")
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
@@ -163,16 +193,23 @@ def main():
     end = next((r for r in results if r.get("section") == "machine-end"), {})
     quick = bool(machine.get("quick"))
     flag = " --quick" if quick else ""
+    if "peers" not in machine:
+        PEER_NAMES["dist"] = "distribution 2.8"
+    peers = peers_of(results)
+    sides = ["ours"] + peers
+    names = ["ours"] + [PEER_NAMES[p] for p in peers]
+    main_peer = names[1] if peers else "distribution"
+    versions = machine["distribution"] + (f"; {machine['distribution28']}" if "dist28" in peers else "")
     os.makedirs(plot_dir, exist_ok=True)
     rel = os.path.relpath(plot_dir, os.path.dirname(doc_path) or ".")
 
     L = [BEGIN, "", "## Side by side with the peers (`bench/run.sh`)", ""]
     L.append(
         f"Machine: {machine['cpu']}, {machine['cores']} cores, {machine['mem_gib']} GiB, Linux "
-        f"{machine['kernel']}; {machine['rustc']}; {machine['distribution']}; SeaweedFS "
+        f"{machine['kernel']}; {machine['rustc']}; {versions}; SeaweedFS "
         f"{machine['weed']}; {machine['openssl']}. Run {machine['date']} to {end.get('date', '?')}"
-        f"{' (`--quick`)' if quick else ' (full)'}, {machine['runs']} runs per cell, A/B interleaved "
-        f"(the side that goes first alternates). Load average (1/5/15 min) {machine['load_start']} at "
+        f"{' (`--quick`)' if quick else ' (full)'}, {machine['runs']} runs per cell, interleaved "
+        f"(the side that goes first rotates). Load average (1/5/15 min) {machine['load_start']} at "
         f"the start and {end.get('load_end', '?')} at the end: the machine is shared with other "
         "builds, so absolute numbers are noisy and lower than on an idle machine; both sides ran "
         "under the same load, which is why only ratios of medians are compared."
@@ -180,23 +217,26 @@ def main():
     L.append("")
     L.append(
         "The load client is `rd-bench` (`bench/src/main.rs`, two tokio worker threads, reqwest), the "
-        "same binary against both servers; blob contents are incompressible and unique per run; "
+        "same binary against every server; blob contents are incompressible and unique per run; "
         "digests are computed before the clock starts; pulls count bytes and check lengths. Each "
-        "blob run starts both servers on empty stores. Distribution runs without its blob "
+        "blob run starts each server on an empty store. Distribution runs without its blob "
         "descriptor cache (our registry has none) and with redirects off. Peak RSS is the "
         "server's `VmHWM`, reset before each operation (`/proc/PID/clear_refs`), largest over "
-        "the runs. Ratio = ours / distribution, higher is better for us."
+        "the runs. Server CPU is the server process's user + system time during the operation "
+        "(`/proc/PID/stat`), per GiB moved: the cost that scales, whoever's client limits the "
+        f"wall time. Ratio = ours / {main_peer} (the main peer; distribution 2.8 in its own "
+        "column), higher is better for us."
     )
     L.append("")
 
     fs_rows = rows(results, "fs")
     small = rows(results, "fs-small")
     if fs_rows or small:
-        L += ["### Registry, filesystem store vs distribution (filesystem driver)", ""]
+        L += [f"### Registry, filesystem store vs {' and '.join(names[1:]) or 'distribution'} (filesystem driver)", ""]
     # A run narrowed with BENCH_ONLY leaves out what it did not measure (no empty tables, and
     # the plots of the sections it skipped stay as they were).
     if fs_rows:
-        L += blob_tables(results, "fs", 1.5, "distribution")
+        L += blob_tables(results, "fs", 1.5)
         plot_blobs(results, "fs", os.path.join(plot_dir, "registry-fs.png"), "filesystem store", quick)
         L += [f"![registry fs throughput]({rel}/registry-fs.png)", "",
               f"Figure: fs push and pull throughput against blob size, 1 and 4 clients. {REPRO.format(flag)}", ""]
@@ -205,38 +245,41 @@ def main():
     if clients:
         L += ["**Real clients: `skopeo copy` and `crane push` of a 512 MiB image** (two 256 MiB "
               "layers from an OCI layout; each client streams every blob in one chunked PATCH)", ""]
-        L.append("| ratio (ours / distribution, median time) | client | image | ours s (min / median / max) "
-                 "| distribution s (min / median / max) | ours peak RSS | distribution peak RSS |")
-        L.append("|---|---|---|---|---|---|---|")
+        L.append("| " + " | ".join(f"ratio (ours / {n}, median time)" for n in names[1:]) + " | client | image | "
+                 + " | ".join(f"{n} s (min / median / max)" for n in names)
+                 + " | server CPU s per GiB (" + " / ".join(names) + ") | peak RSS (" + " / ".join(names) + ") |")
+        L.append("|" + "---|" * (2 + 2 * len(names) + len(peers) + 1))
         for client in ("skopeo", "crane"):
-            o = rows(results, "clients", server="ours", client=client)
-            d = rows(results, "clients", server="dist", client=client)
+            by = {x: rows(results, "clients", server=x, client=client) for x in sides}
+            o = by["ours"]
             if not o:
                 continue
             # Ratio of speeds (peer time / our time): higher is better for us, as above.
             L.append(
-                f"| {ratio_cell([1 / r['secs'] for r in o], [1 / r['secs'] for r in d], 1.5)} | {client} "
-                f"| {o[0]['bytes'] >> 20} MiB | {mmm([r['secs'] for r in o], '{:.2f}')} "
-                f"| {mmm([r['secs'] for r in d], '{:.2f}')} "
-                f"| {mib([r['rss_kib'] for r in o])} | {mib([r['rss_kib'] for r in d])} |"
+                "| " + " | ".join(ratio_cell([1 / r["secs"] for r in o], [1 / r["secs"] for r in by[p]], 1.5) for p in peers)
+                + f" | {client} | {o[0]['bytes'] >> 20} MiB | "
+                + " | ".join(mmm([r["secs"] for r in by[x]], "{:.2f}") for x in sides)
+                + " | " + " / ".join(cpu_per_gib(by[x]) for x in sides)
+                + " | " + " / ".join(mib([r["rss_kib"] for r in by[x]]) for x in sides) + " |"
             )
         L.append("")
 
     if small:
         L += ["**Small requests at 64 connections** (goal ≥3×)", ""]
-        L.append("| ratio (ours / distribution, median req/s) | request | ours req/s (min / median / max) "
-                 "| distribution req/s | ours p50 / p99 ms | distribution p50 / p99 ms | ours peak RSS | distribution peak RSS |")
-        L.append("|---|---|---|---|---|---|---|---|")
-        names = {"head": "manifest HEAD", "get": "manifest GET", "tags": "tag list (100 tags)"}
+        L.append("| " + " | ".join(f"ratio (ours / {n}, median req/s)" for n in names[1:]) + " | request | "
+                 + " | ".join(f"{n} req/s (min / median / max)" for n in names)
+                 + " | p50 / p99 ms (" + " / ".join(names) + ") | peak RSS (" + " / ".join(names) + ") |")
+        L.append("|" + "---|" * (len(peers) + 1 + len(names) + 2))
+        kinds = {"head": "manifest HEAD", "get": "manifest GET", "tags": "tag list (100 tags)"}
         for kind in ("head", "get", "tags"):
-            o = rows(results, "fs-small", server="ours", kind=kind)
-            d = rows(results, "fs-small", server="dist", kind=kind)
+            by = {x: rows(results, "fs-small", server=x, kind=kind) for x in sides}
+            o = by["ours"]
             L.append(
-                f"| {ratio_cell([r['rps'] for r in o], [r['rps'] for r in d], 3.0)} | {names[kind]} "
-                f"| {mmm([r['rps'] for r in o])} | {mmm([r['rps'] for r in d])} "
-                f"| {med([r['p50_ms'] for r in o]):.1f} / {med([r['p99_ms'] for r in o]):.1f} "
-                f"| {med([r['p50_ms'] for r in d]):.1f} / {med([r['p99_ms'] for r in d]):.1f} "
-                f"| {mib([r['rss_kib'] for r in o])} | {mib([r['rss_kib'] for r in d])} |"
+                "| " + " | ".join(ratio_cell([r["rps"] for r in o], [r["rps"] for r in by[p]], 3.0) for p in peers)
+                + f" | {kinds[kind]} | "
+                + " | ".join(mmm([r["rps"] for r in by[x]]) for x in sides)
+                + " | " + " / ".join(f"{med([r['p50_ms'] for r in by[x]]):.1f} / {med([r['p99_ms'] for r in by[x]]):.1f}" for x in sides)
+                + " | " + " / ".join(mib([r["rss_kib"] for r in by[x]]) for x in sides) + " |"
             )
         L.append("")
         L.append("p50/p99 are the medians over the runs of each run's percentiles.")
@@ -250,7 +293,7 @@ def main():
         L.append("Each run uses a fresh bucket on one `weed server -s3` (flags as `s3-fixtures`), "
                  "dropped after the run; monolithic pushes.")
         L.append("")
-        L += blob_tables(results, "s3", 1.5, "distribution")
+        L += blob_tables(results, "s3", 1.5)
         plot_blobs(results, "s3", os.path.join(plot_dir, "registry-s3.png"), "SeaweedFS S3", quick)
         L += [f"![registry s3 throughput]({rel}/registry-s3.png)", "",
               f"Figure: S3 push and pull throughput against blob size. {REPRO.format(flag)}", ""]
@@ -258,8 +301,9 @@ def main():
     if counts:
         L += ["**S3 requests per registry operation** (counted per S3 operation at the `s3-fixtures` "
               "proxy; fewer is better; chunked pushes use 8 MiB chunks)", ""]
-        L.append("| operation | ours total | distribution total | ours by S3 operation | distribution by S3 operation |")
-        L.append("|---|---|---|---|---|")
+        L.append("| operation | " + " | ".join(f"{n} total" for n in names) + " | "
+                 + " | ".join(f"{n} by S3 operation" for n in names) + " |")
+        L.append("|" + "---|" * (1 + 2 * len(names)))
         labels = []
         for r in counts:
             if r["op"] not in labels:
@@ -270,11 +314,12 @@ def main():
             return r["total"] / n, ", ".join(f"{k} {v / n:.1f}".replace(".0", "") for k, v in sorted(r["counts"].items()))
 
         for label in labels:
-            o = next((r for r in counts if r["op"] == label and r["server"] == "ours"), None)
-            d = next((r for r in counts if r["op"] == label and r["server"] == "dist"), None)
-            ot, ob = per(o) if o else (float("nan"), "–")
-            dt, db = per(d) if d else (float("nan"), "–")
-            L.append(f"| {label} | {ot:.1f} | {dt:.1f} | {ob} | {db} |")
+            cells = []
+            for x in sides:
+                r = next((r for r in counts if r["op"] == label and r["server"] == x), None)
+                cells.append(per(r) if r else (float("nan"), "–"))
+            L.append(f"| {label} | " + " | ".join(f"{t:.1f}" for t, _ in cells) + " | "
+                     + " | ".join(b for _, b in cells) + " |")
         L.append("")
 
     hashes = rows(results, "hash")

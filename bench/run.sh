@@ -7,7 +7,7 @@
 #   bench/run.sh [--quick]      --quick: about 10 minutes on 2 cores; full: under an hour
 #
 # Work:
-#   fs      our registry (filesystem store) vs CNCF distribution 2.8 (filesystem driver):
+#   fs      our registry (filesystem store) vs CNCF distribution v3 and 2.8 (filesystem driver):
 #           push of TOTAL bytes in blobs of 1, 32, 256 MiB with 1 and 4 clients, monolithic and
 #           chunked; pull of the same; manifest HEAD/GET and tag list at 64 connections;
 #           peak RSS (VmHWM) of each server per operation.
@@ -81,6 +81,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
 	log "installing ${missing[*]} from Debian"
 	$SUDO apt-get install -y --no-install-recommends "${missing[@]}"
 fi
+check_peers
 WEED="${WEED:-$ROOT/.tools/bin/weed}"
 [ -x "$WEED" ] || { echo "bench/run.sh: $WEED missing; run scripts/install-deps.sh" >&2; exit 1; }
 PY="$ROOT/.tools/venv/bin/python"
@@ -100,18 +101,22 @@ BENCH="${BENCH_BIN:-$ROOT/target/release/rd-bench}"
 	echo "{\"section\":\"machine\",\"quick\":$QUICK,\"runs\":$RUNS,\"date\":\"$(date -u +%FT%TZ)\","
 	echo "\"cpu\":$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //' | jq -R .),"
 	echo "\"cores\":$(nproc),\"kernel\":\"$(uname -r)\",\"mem_gib\":$(awk '/MemTotal/{printf "%d", $2/1048576}' /proc/meminfo),"
-	echo "\"rustc\":$(rustc --version | jq -R .),\"distribution\":$(docker-registry --version | jq -R .),"
+	echo "\"rustc\":$(rustc --version | jq -R .),\"peers\":\"$BENCH_PEERS\","
+	echo "\"distribution\":$(dist_version dist | jq -R .),\"distribution28\":$(dist_version dist28 | jq -R .),"
 	echo "\"weed\":$("$WEED" version 2>&1 | head -1 | jq -R .),\"openssl\":$(openssl version | jq -R .),"
 	echo "\"load_start\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}"
 } | jq -c . >> "$RESULTS"
 
 # --- helpers (servers, ports and peak RSS are in bench/lib.sh) ---------------------------------
 
-# record SECTION SERVER RUN RSS_KIB JSON
+# record SECTION SERVER RUN RSS_KIB JSON [CPU_SECS]: CPU_SECS is the server's CPU time for the
+# operation (cpu_secs after minus before).
 record() {
-	jq -c --arg s "$1" --arg v "$2" --argjson r "$3" --argjson rss "${4:-null}" \
-		'. + {section: $s, server: $v, run: $r, rss_kib: $rss}' <<< "$5" >> "$RESULTS"
+	jq -c --arg s "$1" --arg v "$2" --argjson r "$3" --argjson rss "${4:-null}" --argjson cpu "${6:-null}" \
+		'. + {section: $s, server: $v, run: $r, rss_kib: $rss, server_cpu_s: $cpu}' <<< "$5" >> "$RESULTS"
 }
+# cpu_since PID START: the CPU seconds PID used since cpu_secs printed START.
+cpu_since() { echo "$(cpu_secs "$1") - $2" | bc -l; }
 
 # --- fs: blob push and pull ------------------------------------------------------------------
 seed=0
@@ -131,14 +136,16 @@ want_blobs && for size in $FS_SIZES; do
 					fs_server "$srv" "$dir" "$port"
 					pid=$STARTED_PID
 					url="http://127.0.0.1:$port"
+					c0=$(cpu_secs "$pid")
 					r=$("$BENCH" push --url "$url" --repo bench/blobs --size $((size * MiB)) \
 						--total "$FS_TOTAL" --conc "$conc" --mode "$mode" --seed "$seed" \
 						--digests "$WORK/digests")
-					record fs "$srv" "$run" "$(hwm "$pid")" "$r"
+					record fs "$srv" "$run" "$(hwm "$pid")" "$r" "$(cpu_since "$pid" "$c0")"
 					if [ "$mode" = mono ]; then
 						reset_hwm "$pid"
+						c0=$(cpu_secs "$pid")
 						r=$("$BENCH" pull --url "$url" --repo bench/blobs --digests "$WORK/digests" --conc "$conc")
-						record fs "$srv" "$run" "$(hwm "$pid")" "$r"
+						record fs "$srv" "$run" "$(hwm "$pid")" "$r" "$(cpu_since "$pid" "$c0")"
 					fi
 					stop_pid "$pid"
 					rm -rf "$dir"
@@ -160,9 +167,10 @@ want push && for conc in 1 4; do
 			port=$(free_port)
 			fs_server "$srv" "$dir" "$port"
 			pid=$STARTED_PID
+			c0=$(cpu_secs "$pid")
 			r=$("$BENCH" push --url "http://127.0.0.1:$port" --repo bench/blobs --size "$PUSH_SIZE" \
 				--total "$PUSH_TOTAL" --conc "$conc" --mode stream --seed "$seed" --digests "$WORK/digests")
-			record fs "$srv" "$run" "$(hwm "$pid")" "$r"
+			record fs "$srv" "$run" "$(hwm "$pid")" "$r" "$(cpu_since "$pid" "$c0")"
 			stop_pid "$pid"
 			rm -rf "$dir"
 		done
@@ -233,6 +241,7 @@ if want push; then
 				port=$(free_port)
 				fs_server "$srv" "$dir" "$port"
 				pid=$STARTED_PID
+				c0=$(cpu_secs "$pid")
 				t0=$(date +%s.%N)
 				if [ "$client" = skopeo ]; then
 					skopeo copy -q --dest-tls-verify=false "oci:$IMG:bench" "docker://127.0.0.1:$port/bench/image:v1" > /dev/null
@@ -242,7 +251,8 @@ if want push; then
 				t1=$(date +%s.%N)
 				record clients "$srv" "$run" "$(hwm "$pid")" "$(jq -c -n --arg c "$client" --argjson b "$IMG_BYTES" \
 					--argjson s "$(echo "$t1 - $t0" | bc -l)" \
-					'{op: "push", client: $c, bytes: $b, secs: $s, mib_s: ($b / $s / 1048576)}')"
+					'{op: "push", client: $c, bytes: $b, secs: $s, mib_s: ($b / $s / 1048576)}')" \
+					"$(cpu_since "$pid" "$c0")"
 				stop_pid "$pid"
 				rm -rf "$dir"
 			done
@@ -255,7 +265,7 @@ fi
 # --- fs: small requests ----------------------------------------------------------------------
 declare -A SURL SPID
 want small && log "fs: manifest HEAD/GET and tag list at 64 connections, ${SMALL_SECS}s per run"
-want small && for srv in ours dist; do
+want small && for srv in $SERVERS; do
 	dir="$WORK/small-$srv"
 	mkdir -p "$dir"
 	port=$(free_port)
@@ -274,7 +284,7 @@ want small && for kind in head get tags; do
 	done
 	log "fs: small $kind done"
 done
-want small && for srv in ours dist; do stop_pid "${SPID[$srv]}"; done
+want small && for srv in $SERVERS; do stop_pid "${SPID[$srv]}"; done
 
 # --- s3: both registries on one SeaweedFS ----------------------------------------------------
 if want s3 || want pull; then
@@ -293,12 +303,14 @@ for size in $S3_SIZES; do
 				s3_server "$srv" "$S3URL" "$b" "$port"
 				pid=$STARTED_PID
 				url="http://127.0.0.1:$port"
+				c0=$(cpu_secs "$pid")
 				r=$("$BENCH" push --url "$url" --repo bench/blobs --size $((size * MiB)) \
 					--total "$S3_TOTAL" --conc "$conc" --mode mono --seed "$seed" --digests "$WORK/digests")
-				record s3 "$srv" "$run" "$(hwm "$pid")" "$r"
+				record s3 "$srv" "$run" "$(hwm "$pid")" "$r" "$(cpu_since "$pid" "$c0")"
 				reset_hwm "$pid"
+				c0=$(cpu_secs "$pid")
 				r=$("$BENCH" pull --url "$url" --repo bench/blobs --digests "$WORK/digests" --conc "$conc")
-				record s3 "$srv" "$run" "$(hwm "$pid")" "$r"
+				record s3 "$srv" "$run" "$(hwm "$pid")" "$r" "$(cpu_since "$pid" "$c0")"
 				stop_pid "$pid"
 				bucket_drop "$b"
 			done
@@ -316,9 +328,10 @@ want push && for conc in 1 4; do
 			port=$(free_port)
 			s3_server "$srv" "$S3URL" "$b" "$port"
 			pid=$STARTED_PID
+			c0=$(cpu_secs "$pid")
 			r=$("$BENCH" push --url "http://127.0.0.1:$port" --repo bench/blobs --size "$PUSH_SIZE" \
 				--total "$PUSH_TOTAL" --conc "$conc" --mode stream --seed "$seed" --digests "$WORK/digests")
-			record s3 "$srv" "$run" "$(hwm "$pid")" "$r"
+			record s3 "$srv" "$run" "$(hwm "$pid")" "$r" "$(cpu_since "$pid" "$c0")"
 			stop_pid "$pid"
 			bucket_drop "$b"
 		done
@@ -333,7 +346,7 @@ PIDS+=("$PROXY_PID")
 read -r PROXY_URL <&"${PROXY[0]}"
 proxy_cmd() { echo "$1" >&"${PROXY[1]}"; local line; read -r line <&"${PROXY[0]}"; echo "$line"; }
 declare -A CURL CPID
-for srv in ours dist; do
+for srv in $SERVERS; do
 	seed=$((seed + 1))
 	b="c$seed$srv"
 	bucket_new "$b"
@@ -354,7 +367,7 @@ count() {
 	record s3-count "$srv" 0 null "$(jq -c -n --arg l "$label" --argjson n "$n" --argjson c "$c" \
 		'{op: $l, ops: $n, counts: $c, total: ([$c[]] | add // 0)}')"
 }
-for srv in ours dist; do
+for srv in $SERVERS; do
 	u="${CURL[$srv]}"
 	for spec in "1 mono" "32 mono" "32 chunked" "256 mono"; do
 		set -- $spec
@@ -368,7 +381,7 @@ for srv in ours dist; do
 		count "$srv" "small $kind" requests "$BENCH" small --url "$u" --repo bench/count --kind "$kind" --conns 1 --secs 1 --warmup 0
 	done
 done
-for srv in ours dist; do stop_pid "${CPID[$srv]}"; done
+for srv in $SERVERS; do stop_pid "${CPID[$srv]}"; done
 stop_pid "$PROXY_PID"
 fi
 stop_pid "$WEED_PID"
