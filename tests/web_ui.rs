@@ -877,7 +877,7 @@ fn repository_list_columns_sorting_sizes_and_pull_host() {
         (big, "size/big"),
         (multi_repo, "size/multi"),
     ];
-    want.sort_by(|a, b| b.0.cmp(&a.0));
+    want.sort_by_key(|w| std::cmp::Reverse(w.0));
     assert_eq!(
         order(&by_size),
         want.iter().map(|w| w.1).collect::<Vec<_>>()
