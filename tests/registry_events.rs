@@ -451,7 +451,8 @@ fn try_push(
 }
 
 /// What distribution's receivers and our governance expect of the envelope: `request.addr`
-/// (the connection's address, or `X-Forwarded-For`'s first entry from a trusted proxy),
+/// (the connection's address, or from a trusted proxy the `X-Forwarded-For` entry nearest
+/// the right end that is not itself a trusted proxy: a client-written first entry is ignored),
 /// `target.fromRepository` on a cross-repository mount, a tag delete as `delete` with
 /// `target.tag`, `refuse` events for immutable and quota refusals with the reason, and
 /// `quarantine` events for what a scheduled scrub quarantined and withdrew.
@@ -470,7 +471,7 @@ interval = "500ms"
 
 [notifications]
 poll_interval = "50ms"
-trusted_proxies = ["127.0.0.0/8"]
+trusted_proxies = ["127.0.0.0/8", "10.0.0.0/8"]
 
 [[notifications.endpoints]]
 name = "all"
@@ -508,14 +509,15 @@ max_manifests = 1
     let addr = push["request"]["addr"].as_str().expect("request.addr");
     assert!(addr.starts_with("127.0.0.1:"), "{push:#}");
 
-    // A cross-repository mount names its source; through a trusted proxy, addr is the
-    // client X-Forwarded-For names.
+    // A cross-repository mount names its source; through trusted proxies (127.0.0.1, then
+    // 10.1.1.1), addr is the address the outer proxy saw, not the first entry the client
+    // wrote itself.
     let layer = crate::registry_gc::digest(b"event layer one");
     let (status, _, body) = http(
         server.addr,
         "POST",
         &format!("/v2/team/copy/blobs/uploads/?mount={layer}&from=prod/app"),
-        &[("x-forwarded-for", "203.0.113.7, 10.1.1.1")],
+        &[("x-forwarded-for", "198.51.100.66, 203.0.113.7, 10.1.1.1")],
         b"",
     );
     assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));

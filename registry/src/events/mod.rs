@@ -99,8 +99,8 @@ pub struct Target {
 pub struct RequestInfo {
     /// A per-request id.
     pub id: String,
-    /// The client's address (`ip:port` of the connection, or the first `X-Forwarded-For`
-    /// entry when the connection comes from a configured trusted proxy).
+    /// The client's address (`ip:port` of the connection, or, when the connection comes from
+    /// a configured trusted proxy, the rightmost `X-Forwarded-For` entry that is not one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub addr: Option<String>,
     /// The `Host` the client used.

@@ -74,19 +74,17 @@ impl Req {
     }
 
     /// The client's address for events: the connection's, or, when the connection comes from
-    /// one of `notifications.trusted_proxies`, the first `X-Forwarded-For` entry (the client
-    /// as the first proxy saw it; distribution reads the same header, but from anyone).
+    /// one of `notifications.trusted_proxies`, the address [`forwarded_client`] finds in
+    /// `X-Forwarded-For` (read right to left past the trusted proxies).
     pub fn client_addr(&self) -> Option<String> {
         let peer = self.peer?;
         let trusted = &self.state.app().config.notifications.trusted_proxies;
         if trusted.iter().any(|r| r.contains(peer.ip()))
-            && let Some(first) = self
+            && let Some(client) = self
                 .header("x-forwarded-for")
-                .and_then(|v| v.split(',').next())
-                .map(str::trim)
-                .filter(|v| !v.is_empty())
+                .and_then(|v| forwarded_client(v, trusted))
         {
-            return Some(first.to_owned());
+            return Some(client.to_owned());
         }
         Some(peer.to_string())
     }
@@ -238,9 +236,30 @@ pub(crate) fn page(all: Vec<String>, n: Option<usize>, last: Option<&str>) -> (V
     crate::repo::take_page(all[start..].iter(), n)
 }
 
+/// The client an `X-Forwarded-For` value names, for a request that came from a trusted proxy.
+/// Each proxy appends the address it got the request from, so only the right end is
+/// trustworthy: read the entries right to left, skip those inside `trusted`, and take the first
+/// one that is not (an entry that is not an IP address also stops the walk: nothing to its left
+/// can be believed). When every entry is a trusted proxy, the leftmost one. `None` for a header
+/// with no entries.
+pub fn forwarded_client<'h>(
+    header: &'h str,
+    trusted: &[crate::events::IpRange],
+) -> Option<&'h str> {
+    let mut leftmost = None;
+    for entry in header.rsplit(',').map(str::trim).filter(|e| !e.is_empty()) {
+        match entry.parse::<std::net::IpAddr>() {
+            Ok(ip) if trusted.iter().any(|r| r.contains(ip)) => leftmost = Some(entry),
+            _ => return Some(entry),
+        }
+    }
+    leftmost
+}
+
 #[cfg(test)]
 mod tests {
-    use super::page;
+    use super::{forwarded_client, page};
+    use crate::events::IpRange;
 
     #[test]
     fn pages() {
@@ -259,5 +278,38 @@ mod tests {
             (vec!["c".into(), "d".into()], false)
         );
         assert_eq!(page(all, Some(9), Some("d")), (vec![], false));
+    }
+
+    #[test]
+    fn forwarded_client_reads_right_to_left_past_trusted_proxies() {
+        let trusted = [
+            IpRange::parse("10.0.0.0/8").unwrap(),
+            IpRange::parse("fd00::/8").unwrap(),
+        ];
+        // The client wrote the first entry itself; the trusted proxy appended the real one.
+        assert_eq!(
+            forwarded_client("198.51.100.66, 203.0.113.7, 10.1.1.1", &trusted),
+            Some("203.0.113.7")
+        );
+        assert_eq!(
+            forwarded_client("203.0.113.7,fd00::1 , 10.2.2.2", &trusted),
+            Some("203.0.113.7")
+        );
+        // The nearest untrusted hop wins even when it is the last entry.
+        assert_eq!(
+            forwarded_client("198.51.100.66, 192.0.2.9", &trusted),
+            Some("192.0.2.9")
+        );
+        // Garbage stops the walk: what is left of it cannot be believed.
+        assert_eq!(
+            forwarded_client("203.0.113.7, unknown, 10.1.1.1", &trusted),
+            Some("unknown")
+        );
+        // Only proxies: the leftmost one; nothing at all: none.
+        assert_eq!(
+            forwarded_client("10.9.9.9, 10.1.1.1", &trusted),
+            Some("10.9.9.9")
+        );
+        assert_eq!(forwarded_client(" , ", &trusted), None);
     }
 }
