@@ -68,6 +68,18 @@ pub const UPSTREAM_RETRY: Retry = Retry {
 /// Connect and read timeout for upstream requests.
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long one upstream's referrers listing may take (retries included) before the listing
+/// goes on without it (with its last answer, when there is one).
+const REFERRERS_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// After an upstream's referrers listing failed, it is not asked again for that subject for
+/// this long (or the rule's `tag_ttl_secs` when shorter); its last answer is served meanwhile.
+const REFERRERS_RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// Upstream referrers answers kept (one per repository, subject and upstream); when full the
+/// oldest is dropped.
+const REFERRERS_CACHED: usize = 4096;
+
 /// One upstream: a base URL (`http[s]://HOST[:PORT]`) and a repository prefix there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Upstream {
@@ -119,6 +131,22 @@ impl Upstream {
     /// True for an `http://` upstream.
     pub fn plain_http(&self) -> bool {
         self.base.starts_with("http://")
+    }
+
+    /// Whether `self` and `other` name some repository in common: the same host (canonical
+    /// spelling) and repository prefixes of which one is under the other (no prefix: every
+    /// repository of the host). A containerd `?ns=` request for such a repository could
+    /// mean either.
+    pub fn overlaps(&self, other: &Upstream) -> bool {
+        if self.host() != other.host() {
+            return false;
+        }
+        match (&self.prefix, &other.prefix) {
+            (None, _) | (_, None) => true,
+            (Some(a), Some(b)) => {
+                a == b || a.starts_with(&format!("{b}/")) || b.starts_with(&format!("{a}/"))
+            }
+        }
     }
 
     fn repository(&self, remote: &str) -> String {
@@ -203,6 +231,28 @@ impl ProxyRule {
     }
 }
 
+/// Pairs of rules with upstreams that reach the same repositories of one host (see
+/// [`Upstream::overlaps`]), each as a sentence naming both rules and upstreams. A containerd
+/// mirror request (`?ns=HOST`) for such a repository goes to the first rule in file order:
+/// that is documented, not refused, because one upstream under two rules is a legitimate
+/// setup (other credentials or another `only_signed` policy per local prefix).
+pub fn mirror_ambiguities(rules: &[ProxyRule]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (i, first) in rules.iter().enumerate() {
+        for later in &rules[i + 1..] {
+            for u in &later.upstreams {
+                if let Some(f) = first.upstreams.iter().find(|f| f.overlaps(u)) {
+                    found.push(format!(
+                        "[[proxy]] {:?} upstream {f} and [[proxy]] {:?} upstream {u} reach the same repositories; ?ns= requests for them go to {:?}",
+                        first.prefix, later.prefix, first.prefix
+                    ));
+                }
+            }
+        }
+    }
+    found
+}
+
 /// How a blob fetch ended: `None` while it runs, then `Ok` or why it failed.
 type FetchEnd = Option<Result<(), String>>;
 
@@ -235,6 +285,31 @@ pub(crate) struct Proxy {
     /// For `only_signed` rules: `(repository, digest)` of the manifests and blobs an admitted
     /// (or cached) manifest names, which may then be fetched from the upstreams.
     admitted: Mutex<HashSet<(String, Digest)>>,
+    /// Each upstream's last referrers answer, by `(repository, subject, upstream number)`.
+    listed: Mutex<HashMap<(String, Digest, usize), Listed>>,
+}
+
+/// One upstream's referrers of one subject, as last asked.
+#[derive(Debug, Clone)]
+struct Listed {
+    /// When the upstream was last asked.
+    asked: Instant,
+    /// Whether that failed (then `manifests` is the answer before, if any).
+    failed: bool,
+    /// The descriptors it listed.
+    manifests: Option<Vec<serde_json::Value>>,
+}
+
+impl Listed {
+    /// Whether the upstream need not be asked again yet.
+    fn fresh(&self, ttl: Duration) -> bool {
+        let for_ = if self.failed {
+            ttl.min(REFERRERS_RETRY_AFTER)
+        } else {
+            ttl
+        };
+        self.asked.elapsed() < for_
+    }
 }
 
 /// What the upstreams answered for a manifest.
@@ -259,6 +334,9 @@ impl Proxy {
     pub(crate) fn new(rules: Vec<ProxyRule>) -> Option<Arc<Proxy>> {
         if rules.is_empty() {
             return None;
+        }
+        for a in mirror_ambiguities(&rules) {
+            tracing::warn!(ambiguity = %a, "[[proxy]] rules share an upstream host; mirror requests (?ns=) go to the first");
         }
         let rules = rules
             .into_iter()
@@ -288,6 +366,7 @@ impl Proxy {
             checked: Mutex::new(HashMap::new()),
             inflight: Mutex::new(HashMap::new()),
             admitted: Mutex::new(HashSet::new()),
+            listed: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -306,7 +385,8 @@ impl Proxy {
     /// `PREFIX/REST` of the rule with an upstream at `host` whose repository prefix `name`
     /// is under (`REST` is `name` without that prefix). Hosts are compared in canonical
     /// spelling (`Docker.IO`, `index.docker.io` and `registry-1.docker.io` are `docker.io`);
-    /// the error names the host and the hosts served.
+    /// the error names the host asked for and never the configured upstreams (it is answered
+    /// before authentication).
     pub(crate) fn local_name_for_namespace(
         &self,
         host: &str,
@@ -326,15 +406,16 @@ impl Proxy {
                 }
             }
         }
-        let mut served: Vec<String> = self
+        // The upstreams are internal hosts: the log names them, the (unauthenticated) caller
+        // learns only that the ns it asked for is not served.
+        let served: Vec<String> = self
             .rules
             .iter()
             .flat_map(|r| r.rule.upstreams.iter().map(|u| u.to_string()))
             .collect();
-        served.dedup();
+        tracing::debug!(ns = %host, repository = %name, upstreams = %served.join(", "), "mirror request for a host no [[proxy]] rule serves");
         Err(format!(
-            "ns={host:?}: no [[proxy]] rule has an upstream at {want} for {name:?} (upstreams here: {})",
-            served.join(", ")
+            "ns={host:?}: this registry mirrors no repository {name:?} of {want}"
         ))
     }
 
@@ -676,9 +757,12 @@ impl Proxy {
     }
 
     /// The referrers of `subject` in a proxied repository: `cached` (what the store lists)
-    /// merged with what each upstream lists, cached entries first, one entry per digest. An
-    /// upstream that cannot be asked is logged and left out: the listing never fails for it.
-    /// `None` for repositories that are not proxied.
+    /// merged with what each upstream lists, cached entries first, one entry per digest. Each
+    /// upstream's answer is kept for the rule's `tag_ttl_secs` (so repeated listings do not
+    /// reach the upstreams again); an upstream that cannot be asked within
+    /// [`REFERRERS_TIMEOUT`] is logged and contributes its last answer (or nothing), and is
+    /// not asked again for that subject for [`REFERRERS_RETRY_AFTER`]: the listing never fails
+    /// or stalls for it. `None` for repositories that are not proxied.
     pub(crate) async fn referrers(
         &self,
         name: &Name,
@@ -686,32 +770,84 @@ impl Proxy {
         cached: Vec<serde_json::Value>,
     ) -> Option<Vec<serde_json::Value>> {
         let (routed, remote) = self.route(name)?;
+        let ttl = routed.rule.tag_ttl;
         let mut merged = cached;
-        for (u, client) in routed.upstreams() {
-            let listed = match client {
-                Ok(c) => match u.reference(&remote, subject.as_str()) {
-                    Ok(r) => c.referrers(&r, subject).await.map_err(|e| error_chain(&e)),
-                    Err(e) => Err(e),
-                },
-                Err(e) => Err(e.clone()),
-            };
-            match listed {
-                Ok(list) => {
-                    for m in list.manifests {
-                        let known = merged.iter().any(|v| {
-                            v.get("digest").and_then(|d| d.as_str()) == Some(m.digest.as_str())
-                        });
-                        if !known && let Ok(v) = serde_json::to_value(&m) {
-                            merged.push(v);
+        for (index, (u, client)) in routed.upstreams().enumerate() {
+            let key = (name.as_str().to_owned(), subject.clone(), index);
+            let last = self.listed.lock().unwrap().get(&key).cloned();
+            let listed = match last {
+                Some(l) if l.fresh(ttl) => l.manifests.unwrap_or_default(),
+                last => {
+                    let stale = last.and_then(|l| l.manifests);
+                    let entry = match self.ask_referrers(u, client, &remote, subject).await {
+                        Ok(list) => Listed {
+                            asked: Instant::now(),
+                            failed: false,
+                            manifests: Some(list),
+                        },
+                        Err(e) => {
+                            tracing::warn!(repository = %name, %subject, upstream = %u, error = %e, "upstream referrers unavailable; listing the cached ones");
+                            Listed {
+                                asked: Instant::now(),
+                                failed: true,
+                                manifests: stale,
+                            }
                         }
-                    }
+                    };
+                    let list = entry.manifests.clone().unwrap_or_default();
+                    self.remember_listed(key, entry);
+                    list
                 }
-                Err(e) => {
-                    tracing::warn!(repository = %name, %subject, upstream = %u, error = %e, "upstream referrers unavailable; listing the cached ones");
+            };
+            for v in listed {
+                let digest = v.get("digest").and_then(|d| d.as_str());
+                let known = merged
+                    .iter()
+                    .any(|m| m.get("digest").and_then(|d| d.as_str()) == digest);
+                if !known {
+                    merged.push(v);
                 }
             }
         }
         Some(merged)
+    }
+
+    /// What upstream `u` lists as referrers of `subject` in `remote`, within
+    /// [`REFERRERS_TIMEOUT`].
+    async fn ask_referrers(
+        &self,
+        u: &Upstream,
+        client: &Result<Client, String>,
+        remote: &str,
+        subject: &Digest,
+    ) -> Result<Vec<serde_json::Value>, String> {
+        let c = client.as_ref().map_err(Clone::clone)?;
+        let r = u.reference(remote, subject.as_str())?;
+        let list = tokio::time::timeout(REFERRERS_TIMEOUT, c.referrers(&r, subject))
+            .await
+            .map_err(|_| format!("no answer within {REFERRERS_TIMEOUT:?}"))?
+            .map_err(|e| error_chain(&e))?;
+        Ok(list
+            .manifests
+            .iter()
+            .filter_map(|m| serde_json::to_value(m).ok())
+            .collect())
+    }
+
+    /// Keeps an upstream's referrers answer, dropping the oldest when [`REFERRERS_CACHED`]
+    /// are kept.
+    fn remember_listed(&self, key: (String, Digest, usize), entry: Listed) {
+        let mut listed = self.listed.lock().unwrap();
+        if listed.len() >= REFERRERS_CACHED
+            && !listed.contains_key(&key)
+            && let Some(oldest) = listed
+                .iter()
+                .min_by_key(|(_, l)| l.asked)
+                .map(|(k, _)| k.clone())
+        {
+            listed.remove(&oldest);
+        }
+        listed.insert(key, entry);
     }
 
     /// For a proxied repository that lacks blob `d`: fetches it once. The request that starts
@@ -1065,14 +1201,95 @@ mod tests {
                 "{ns} {name}"
             );
         }
+        // Answered before authentication: names the ns asked for, never an upstream.
         let e = p.local_name_for_namespace("ghcr.io", "a").unwrap_err();
-        assert!(
-            e.contains("ghcr.io") && e.contains("registry-1.docker.io"),
-            "{e}"
-        );
+        assert!(e.contains("ghcr.io"), "{e}");
+        for internal in [
+            "docker.io",
+            "LocalHost",
+            "localhost",
+            "5000",
+            "quay.io",
+            "team",
+        ] {
+            assert!(!e.contains(internal), "{internal} disclosed: {e}");
+        }
         // Not under the upstream's prefix: not that upstream's repository.
         assert!(p.local_name_for_namespace("quay.io", "other/app").is_err());
         assert!(p.local_name_for_namespace("bad host", "a").is_err());
+    }
+
+    #[test]
+    fn rules_sharing_an_upstream_host_are_reported_and_the_first_serves_ns() {
+        let overlap = |a: &str, b: &str| {
+            Upstream::parse(a)
+                .unwrap()
+                .overlaps(&Upstream::parse(b).unwrap())
+        };
+        assert!(overlap("https://quay.io", "https://quay.io:443/team"));
+        assert!(overlap("https://quay.io/team", "https://quay.io/team/sub"));
+        assert!(overlap(
+            "https://index.docker.io",
+            "https://registry-1.docker.io"
+        ));
+        assert!(!overlap("https://quay.io/team", "https://quay.io/teams"));
+        assert!(!overlap("https://quay.io/a", "https://quay.io/b"));
+        assert!(!overlap("http://h:5000", "http://h:5001"));
+        let rules = vec![
+            rule("signed", &["https://reg.example/apps"]),
+            rule("other", &["https://quay.io/b"]),
+            rule("all", &["https://quay.io/a", "https://reg.example"]),
+        ];
+        let found = mirror_ambiguities(&rules);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].contains("\"signed\"")
+                && found[0].contains("\"all\"")
+                && found[0].contains("https://reg.example/apps"),
+            "{found:?}"
+        );
+        // First in file order wins for ?ns=; disjoint prefixes at one host stay distinct.
+        let p = Proxy::new(rules).unwrap();
+        assert_eq!(
+            p.local_name_for_namespace("reg.example", "apps/web")
+                .as_deref(),
+            Ok("signed/web")
+        );
+        assert_eq!(
+            p.local_name_for_namespace("reg.example", "x/web")
+                .as_deref(),
+            Ok("all/x/web")
+        );
+        assert_eq!(
+            p.local_name_for_namespace("quay.io", "a/x").as_deref(),
+            Ok("all/x")
+        );
+        assert_eq!(
+            p.local_name_for_namespace("quay.io", "b/x").as_deref(),
+            Ok("other/x")
+        );
+    }
+
+    #[test]
+    fn kept_referrers_answers_are_bounded() {
+        let p = Proxy::new(vec![rule("c", &["http://127.0.0.1:5000"])]).unwrap();
+        let at = Instant::now();
+        for i in 0..REFERRERS_CACHED + 10 {
+            let d = Digest::parse(&format!("sha256:{i:064x}")).unwrap();
+            p.remember_listed(
+                ("c/a".to_owned(), d, 0),
+                Listed {
+                    asked: at + Duration::from_millis(i as u64),
+                    failed: false,
+                    manifests: Some(Vec::new()),
+                },
+            );
+        }
+        let listed = p.listed.lock().unwrap();
+        assert_eq!(listed.len(), REFERRERS_CACHED);
+        // The oldest went first.
+        let first = Digest::parse(&format!("sha256:{:064x}", 0)).unwrap();
+        assert!(!listed.contains_key(&("c/a".to_owned(), first, 0)));
     }
 
     #[test]
