@@ -82,8 +82,12 @@ pub struct WithdrawnManifest {
     pub digest: String,
     /// Why: the quarantined blob, or the withdrawn child manifest of an index.
     pub because: String,
-    /// Whether its bytes were moved aside (false in a dry run).
+    /// Whether its bytes were moved aside (false in a dry run, or when they were kept).
     pub withdrawn: bool,
+    /// Why its (intact) bytes were kept although it was to be withdrawn: copying them aside
+    /// failed, or the content it lost came back since the check (a push healed it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept: Option<String>,
 }
 
 /// A manifest that does not hold up.
@@ -223,7 +227,7 @@ pub async fn scrub(store: Arc<dyn Store>, opts: &ScrubOptions) -> Result<ScrubRe
         }
         tracing::error!(digest = %d, found = %found, size, key = %key, quarantine = !opts.dry_run, "scrub: blob bytes do not match their digest");
         if !opts.dry_run {
-            quarantine(store.as_ref(), &key, &d, &found, size, None).await?;
+            quarantine(store.as_ref(), &key, &d, &found, size).await?;
             quarantined.insert(d.clone());
         }
         report.corrupt_blobs.push(CorruptBlob {
@@ -305,14 +309,13 @@ pub async fn withdrawal(store: &dyn Store, d: &Digest) -> Option<String> {
     r.withdrawn.map(|why| format!("at {}: {why}", r.at))
 }
 
-/// Copies the bytes aside (best effort), writes the record, and removes the blob key.
+/// Copies corrupt bytes aside (best effort), writes the record, and removes the blob key.
 async fn quarantine(
     store: &dyn Store,
     key: &Key,
     d: &Digest,
     found: &Digest,
     size: u64,
-    withdrawn: Option<String>,
 ) -> Result<(), StoreError> {
     let kept = match copy_aside(store, key, d).await {
         Ok(()) => true,
@@ -321,6 +324,32 @@ async fn quarantine(
             false
         }
     };
+    set_aside(store, key, d, found, size, kept, None).await
+}
+
+/// Moves a withdrawn manifest's intact bytes aside: unlike corrupt bytes they are only
+/// removed once the copy is stored. On any error the bytes are still under their key.
+async fn withdraw_bytes(
+    store: &dyn Store,
+    key: &Key,
+    d: &Digest,
+    size: u64,
+    because: String,
+) -> Result<(), StoreError> {
+    copy_aside(store, key, d).await?;
+    set_aside(store, key, d, d, size, true, Some(because)).await
+}
+
+/// Writes the quarantine record and removes the blob key.
+async fn set_aside(
+    store: &dyn Store,
+    key: &Key,
+    d: &Digest,
+    found: &Digest,
+    size: u64,
+    kept: bool,
+    withdrawn: Option<String>,
+) -> Result<(), StoreError> {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|t| t.as_secs())
@@ -431,7 +460,7 @@ async fn check_manifests(
     }
     let linked: BTreeSet<(Name, Digest)> = manifest_links.iter().cloned().collect();
     // Why each manifest is to be withdrawn, and the children of every index.
-    let mut withdraw: Vec<(Name, Digest, String)> = Vec::new();
+    let mut withdraw: Vec<(Name, Digest, Lost)> = Vec::new();
     let mut indexes: Vec<(Name, Digest, Vec<Digest>)> = Vec::new();
     for (name, d) in &manifest_links {
         report.manifests_checked += 1;
@@ -442,11 +471,7 @@ async fn check_manifests(
             let found =
                 check_manifest(content, name, d, &blob_links, &linked, &mut problems).await?;
             if let Some(b) = found.quarantined_blob {
-                withdraw.push((
-                    name.clone(),
-                    d.clone(),
-                    format!("its blob {b} was quarantined"),
-                ));
+                withdraw.push((name.clone(), d.clone(), Lost::Blob(b)));
             } else if !found.children.is_empty() {
                 indexes.push((name.clone(), d.clone(), found.children));
             }
@@ -467,11 +492,7 @@ async fn check_manifests(
         indexes.retain(
             |(name, d, children)| match children.iter().find(|c| gone.contains(*c)) {
                 Some(c) => {
-                    withdraw.push((
-                        name.clone(),
-                        d.clone(),
-                        format!("its manifest {c} was withdrawn"),
-                    ));
+                    withdraw.push((name.clone(), d.clone(), Lost::Manifest(c.clone())));
                     false
                 }
                 None => true,
@@ -482,27 +503,90 @@ async fn check_manifests(
         }
         gone.extend(withdraw[before..].iter().map(|(_, d, _)| d.clone()));
     }
-    let mut moved: BTreeSet<Digest> = BTreeSet::new();
-    for (name, d, because) in withdraw {
+    // Per digest: None when its bytes were moved aside (or are gone), else why they were kept.
+    let mut outcome: std::collections::BTreeMap<Digest, Option<String>> = Default::default();
+    for (name, d, lost) in withdraw {
+        let because = lost.to_string();
         tracing::error!(repository = %name, digest = %d, because, withdraw = !dry_run, "scrub: manifest withdrawn");
-        if !dry_run && moved.insert(d.clone()) {
-            let key = layout::blob_data(&d);
-            match store.stat(&key).await {
-                Ok(meta) => {
-                    quarantine(store, &key, &d, &d, meta.size, Some(because.clone())).await?
-                }
-                Err(e) if e.is_not_found() => {} // gone since the check
-                Err(e) => return Err(e.into()),
+        let kept = if dry_run {
+            None
+        } else {
+            if !outcome.contains_key(&d) {
+                let result = withdraw_one(store, &d, &lost, &because, &outcome).await?;
+                outcome.insert(d.clone(), result);
             }
+            outcome[&d].clone()
+        };
+        if let Some(why) = &kept {
+            tracing::error!(repository = %name, digest = %d, why, "scrub: manifest to withdraw kept");
         }
         report.withdrawn_manifests.push(WithdrawnManifest {
             repository: name.to_string(),
             digest: d.to_string(),
             because,
-            withdrawn: !dry_run,
+            withdrawn: !dry_run && kept.is_none(),
+            kept,
         });
     }
     Ok(())
+}
+
+/// What a withdrawn manifest lost.
+enum Lost {
+    /// A blob it names was quarantined.
+    Blob(Digest),
+    /// A manifest it lists (it is an index) was withdrawn.
+    Manifest(Digest),
+}
+
+impl std::fmt::Display for Lost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Lost::Blob(b) => write!(f, "its blob {b} was quarantined"),
+            Lost::Manifest(m) => write!(f, "its manifest {m} was withdrawn"),
+        }
+    }
+}
+
+/// Moves one manifest's bytes aside, after checking again that what it lost is still lost
+/// (`outcome`: the manifests handled so far, children before the indexes listing them).
+/// None when the bytes were moved or are gone; else why they were kept.
+async fn withdraw_one(
+    store: &dyn Store,
+    d: &Digest,
+    lost: &Lost,
+    because: &str,
+    outcome: &std::collections::BTreeMap<Digest, Option<String>>,
+) -> Result<Option<String>, ScrubError> {
+    match lost {
+        Lost::Blob(b) => match store.stat(&layout::blob_data(b)).await {
+            Ok(_) => {
+                return Ok(Some(format!(
+                    "its blob {b} was pushed again since the check"
+                )));
+            }
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e.into()),
+        },
+        Lost::Manifest(m) => {
+            if let Some(Some(_)) = outcome.get(m) {
+                return Ok(Some(format!("its manifest {m} was kept")));
+            }
+        }
+    }
+    let key = layout::blob_data(d);
+    let meta = match store.stat(&key).await {
+        Ok(meta) => meta,
+        Err(e) if e.is_not_found() => return Ok(None), // gone since the check
+        Err(e) => return Err(e.into()),
+    };
+    match withdraw_bytes(store, &key, d, meta.size, because.to_owned()).await {
+        Ok(()) => Ok(None),
+        Err(e) => {
+            let e = validator::error_chain(&e);
+            Ok(Some(format!("moving its bytes aside failed: {e}")))
+        }
+    }
 }
 
 /// What checking one manifest found besides its problems.
@@ -727,5 +811,93 @@ mod tests {
                 .unwrap()
                 .clean()
         );
+    }
+
+    /// A repository whose manifest names a layer whose bytes rotted: the scrub quarantines
+    /// the layer and withdraws the manifest.
+    async fn image_with_rotten_layer(store: &dyn Store) -> (Digest, Digest) {
+        let name = Name::parse("team/app").unwrap();
+        let config = b"{}".as_slice();
+        let layer = Digest::sha256(b"layer as pushed");
+        let (cd, ld) = (Digest::sha256(config), layer.clone());
+        let manifest = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cd.to_string(), "size": config.len()},
+            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": ld.to_string(), "size": 15}],
+        });
+        let manifest = Bytes::from(serde_json::to_vec(&manifest).unwrap());
+        let md = Digest::sha256(&manifest);
+        let link =
+            Bytes::from_static(b"{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\"}");
+        for (key, body) in [
+            (layout::blob_data(&cd), Bytes::copy_from_slice(config)),
+            (
+                layout::blob_data(&ld),
+                Bytes::from_static(b"layer as stored"),
+            ),
+            (layout::blob_data(&md), manifest),
+            (layout::blob_link(&name, &cd), Bytes::new()),
+            (layout::blob_link(&name, &ld), Bytes::new()),
+            (layout::manifest_link(&name, &md), link),
+        ] {
+            store.put(&key, body, PutMode::Create).await.unwrap();
+        }
+        (md, layer)
+    }
+
+    #[tokio::test]
+    async fn a_withdrawn_manifest_keeps_its_bytes_when_they_cannot_be_copied_aside() {
+        let (dir, store) = store_with(&[]).await;
+        let (m, layer) = image_with_rotten_layer(store.as_ref()).await;
+        // A directory where the copy goes: storing the copy fails.
+        let blocked = dir.path().join(layout::quarantine_data(&m).as_str());
+        std::fs::create_dir_all(blocked.join("in-the-way")).unwrap();
+        let r = scrub(store.clone(), &ScrubOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(r.corrupt_blobs.len(), 1, "{r:?}");
+        assert_eq!(r.corrupt_blobs[0].digest, layer.to_string());
+        assert_eq!(r.withdrawn_manifests.len(), 1, "{r:?}");
+        let w = &r.withdrawn_manifests[0];
+        assert_eq!(w.digest, m.to_string());
+        assert!(!w.withdrawn, "{w:?}");
+        let kept = w.kept.as_deref().expect("why the bytes were kept");
+        assert!(kept.contains("moving its bytes aside failed"), "{kept}");
+        // The intact manifest bytes are still there, and no record says it was withdrawn.
+        assert!(store.stat(&layout::blob_data(&m)).await.is_ok());
+        assert_eq!(withdrawal(store.as_ref(), &m).await, None);
+
+        // Once the copy can be stored, the next scrub withdraws it.
+        std::fs::remove_dir_all(&blocked).unwrap();
+        let r = scrub(store.clone(), &ScrubOptions::default())
+            .await
+            .unwrap();
+        assert!(r.withdrawn_manifests[0].withdrawn, "{r:?}");
+        assert!(store.stat(&layout::blob_data(&m)).await.is_err());
+        assert!(withdrawal(store.as_ref(), &m).await.is_some());
+    }
+
+    #[tokio::test]
+    async fn a_manifest_whose_blob_came_back_is_not_withdrawn() {
+        let (_dir, store) = store_with(&[]).await;
+        let (m, layer) = image_with_rotten_layer(store.as_ref()).await;
+        let content = Content {
+            store: store.as_ref(),
+            present: BTreeSet::new(),
+            quarantined: BTreeSet::new(),
+        };
+        // The layer's bytes are there (a push healed it after the check that found it lost).
+        let kept = withdraw_one(
+            store.as_ref(),
+            &m,
+            &Lost::Blob(layer.clone()),
+            "test",
+            &Default::default(),
+        )
+        .await
+        .unwrap();
+        assert!(kept.unwrap().contains("pushed again"));
+        assert!(content.exists(&m).await.unwrap());
     }
 }
