@@ -5,9 +5,12 @@
 //! `Unschedulable` with the reason, and it is tried again on every pass (kubelet's admit
 //! handlers: `OutOfcpu`, `OutOfmemory`, `OutOfpods`).
 //!
-//! A zone's request is its caps (`limits.cpus`, `limits.memory`): as in Kubernetes when only
-//! limits are given, the request equals the limit. A zone without caps requests nothing but
-//! one zone slot. A zone whose manifest is gone holds what it was given until it is removed
+//! A zone's request is its caps: as in Kubernetes when only limits are given, the request
+//! equals the limit. The caps are the effective ones: the manifest's `limits.cpus` and
+//! `limits.memory` where set, else the image's `cappedCPU.ncpus` and `cappedMemory.physical`
+//! (its `org.reddwarf.zone.solaris` label) as the zone was made with them. The image's caps
+//! are known once the zone exists (its description); a zone not made yet is admitted on its
+//! manifest's caps. A zone without caps requests nothing but one zone slot. A zone whose manifest is gone holds what it was given until it is removed
 //! (while it waits out `gc_grace_secs`), as a terminating pod holds its node's resources.
 //!
 //! The node's conditions ([`NodeCondition`], kubelet's `DiskPressure` and, for zones the node
@@ -17,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{ResourceLimits, ZoneSpec};
 use crate::provision::Capabilities;
+use crate::provision::zonecfg::ZoneConfig;
 
 /// Amounts of each resource; `None` is unknown (capacity) or unlimited (allocatable).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -181,6 +185,27 @@ pub fn request(spec: &ZoneSpec) -> Request {
     limits_request(&spec.limits)
 }
 
+/// The effective caps of a zone: the manifest's `limits` win field by field, else the caps
+/// the zone was configured with (`made`: its description's zone config, which holds the
+/// image's `cappedCPU`/`cappedMemory`), else nothing.
+pub fn effective_request(limits: &ResourceLimits, made: Option<&ZoneConfig>) -> Request {
+    let from_limits = limits_request(limits);
+    Request {
+        cpus: match limits.cpus {
+            Some(_) => from_limits.cpus,
+            None => made
+                .and_then(|c| c.ncpus.as_ref())
+                .map_or(0.0, |n| n.value()),
+        },
+        memory_bytes: match &limits.memory {
+            Some(_) => from_limits.memory_bytes,
+            None => made
+                .and_then(|c| c.physical.as_ref())
+                .map_or(0, |p| p.bytes()),
+        },
+    }
+}
+
 /// What caps amount to.
 pub fn limits_request(limits: &ResourceLimits) -> Request {
     Request {
@@ -200,6 +225,7 @@ pub fn fit(
     allocatable: &Resources,
     allocated: &Allocated,
     spec: &ZoneSpec,
+    made: Option<&ZoneConfig>,
 ) -> Result<Request, String> {
     if !caps.brands.is_empty() && !caps.brands.contains(&spec.brand) {
         return Err(format!(
@@ -208,7 +234,7 @@ pub fn fit(
             spec.brand
         ));
     }
-    let r = request(spec);
+    let r = effective_request(&spec.limits, made);
     if let Some(max) = allocatable.zones
         && allocated.zones + 1 > max
     {
@@ -272,5 +298,40 @@ mod tests {
         for bad in ["", "m", "1.5g", "lots", "-1k"] {
             assert_eq!(size_bytes(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn the_images_caps_count_where_the_manifest_sets_none() {
+        let made = ZoneConfig::from_image(
+            Some(r#"{"cappedCPU": {"ncpus": "1.5"}, "cappedMemory": {"physical": "768m"}}"#),
+            &ResourceLimits::default(),
+        )
+        .unwrap();
+        let none = ResourceLimits::default();
+        assert_eq!(
+            effective_request(&none, Some(&made)),
+            Request {
+                cpus: 1.5,
+                memory_bytes: 768 << 20
+            }
+        );
+        let cpus_only = ResourceLimits {
+            cpus: Some(0.5),
+            ..ResourceLimits::default()
+        };
+        assert_eq!(
+            effective_request(&cpus_only, Some(&made)),
+            Request {
+                cpus: 0.5,
+                memory_bytes: 768 << 20
+            }
+        );
+        assert_eq!(
+            effective_request(&none, None),
+            Request {
+                cpus: 0.0,
+                memory_bytes: 0
+            }
+        );
     }
 }

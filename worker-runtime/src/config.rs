@@ -58,6 +58,12 @@
 //! cpus = 6.0                         # allocatable); each key unset means no limit
 //! memory = "24G"
 //! zones = 20                         # kubelet's maxPods
+//!
+//! [zones]                            # optional: what an image's solaris label may ask for
+//! allowed_privileges = ["dtrace_proc"]   # limitpriv beyond illumos's default set (none)
+//! allowed_lower_links = ["igb0"]     # anet lowerLink other than auto (none)
+//! allowed_address_ranges = ["10.0.0.0/24"]   # every allowedAddress within one (none)
+//! allow_mac_address = false          # anet macAddress other than auto
 //! ```
 //!
 //! ```toml
@@ -114,6 +120,9 @@ pub struct WorkerConfig {
     pub policy: Option<PathBuf>,
     /// What zones may be given (`[allocatable]`); `None` fields are unlimited.
     pub allocatable: crate::capacity::Resources,
+    /// What an image's `solaris` label may ask for (`[zones]`); the default allows no
+    /// escalation.
+    pub zone_policy: crate::provision::zonecfg::ZonePolicy,
     /// Image pulls in flight at most (`None`: no cap).
     pub max_parallel_pulls: Option<usize>,
     /// Layers of one pull downloaded at once (at least 1).
@@ -277,6 +286,8 @@ struct FileConfig {
     provisioner: FileProvisioner,
     #[serde(default)]
     allocatable: FileAllocatable,
+    #[serde(default)]
+    zones: FileZonePolicy,
     layer_store: Option<FileLayerStore>,
     max_parallel_pulls: Option<usize>,
     max_concurrent_downloads: Option<usize>,
@@ -289,6 +300,19 @@ struct FileConfig {
     image_credential_provider_bin_dir: Option<PathBuf>,
     #[serde(default)]
     credential_providers: Vec<FileProvider>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileZonePolicy {
+    #[serde(default)]
+    allowed_privileges: Vec<String>,
+    #[serde(default)]
+    allowed_lower_links: Vec<String>,
+    #[serde(default)]
+    allowed_address_ranges: Vec<String>,
+    #[serde(default)]
+    allow_mac_address: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -344,6 +368,47 @@ struct FileZone {
     stop_timeout_secs: Option<u32>,
     #[serde(default)]
     limits: ResourceLimits,
+}
+
+/// `[zones]` checked: privilege names (no removals), datalink names, CIDR ranges.
+fn zone_policy(
+    z: FileZonePolicy,
+) -> Result<crate::provision::zonecfg::ZonePolicy, (&'static str, String)> {
+    use crate::provision::zonecfg::{AddressPrefix, ZonePolicy, privilege_word, valid_link_name};
+    for p in &z.allowed_privileges {
+        if p.starts_with('!') || !privilege_word(p) {
+            return Err((
+                "zones.allowed_privileges",
+                format!("{p:?} is not a privilege name such as dtrace_proc (lower case)"),
+            ));
+        }
+    }
+    for l in &z.allowed_lower_links {
+        if !valid_link_name(l) {
+            return Err((
+                "zones.allowed_lower_links",
+                format!("{l:?} is not a datalink name such as igb0"),
+            ));
+        }
+    }
+    let mut ranges = Vec::new();
+    for r in &z.allowed_address_ranges {
+        match AddressPrefix::parse(r) {
+            Some(a) if a.prefix.is_some() => ranges.push(a),
+            _ => {
+                return Err((
+                    "zones.allowed_address_ranges",
+                    format!("{r:?} is not a CIDR range such as 10.0.0.0/24"),
+                ));
+            }
+        }
+    }
+    Ok(ZonePolicy {
+        allowed_privileges: z.allowed_privileges,
+        allowed_lower_links: z.allowed_lower_links,
+        allowed_address_ranges: ranges,
+        allow_mac_address: z.allow_mac_address,
+    })
 }
 
 /// What keys of `worker.toml` and the zone manifests mean, in the words their errors use.
@@ -544,6 +609,7 @@ impl WorkerConfig {
                 )
             })?),
         };
+        let zone_policy = zone_policy(f.zones).map_err(|(field, reason)| value(field, reason))?;
         if f.max_parallel_pulls == Some(0) {
             return Err(value("max_parallel_pulls", "must be at least 1".into()));
         }
@@ -634,6 +700,7 @@ impl WorkerConfig {
             image_gc_high_percent: high,
             image_gc_low_percent: low,
             image_minimum_gc_age: Duration::from_secs(f.image_minimum_gc_age_secs.unwrap_or(120)),
+            zone_policy,
             allocatable: crate::capacity::Resources {
                 cpus: f.allocatable.cpus,
                 memory_bytes: allocatable_memory,
@@ -847,6 +914,18 @@ mod tests {
                 "credential_providers",
             ),
             ("[allocatable]\nmemory = \"lots\"\n", "allocatable.memory"),
+            (
+                "[zones]\nallowed_privileges = [\"!proc_info\"]\n",
+                "zones.allowed_privileges",
+            ),
+            (
+                "[zones]\nallowed_lower_links = [\"igb\"]\n",
+                "zones.allowed_lower_links",
+            ),
+            (
+                "[zones]\nallowed_address_ranges = [\"10.0.0.2\"]\n",
+                "zones.allowed_address_ranges",
+            ),
         ] {
             std::fs::write(
                 &p,
@@ -1002,6 +1081,11 @@ mod tests {
         assert_eq!((c.image_gc_high_percent, c.image_gc_low_percent), (85, 80));
         assert_eq!(c.image_minimum_gc_age, Duration::from_secs(120));
         assert_eq!(c.allocatable, crate::capacity::Resources::default());
+        assert_eq!(
+            c.zone_policy,
+            crate::provision::zonecfg::ZonePolicy::default(),
+            "no escalation by default"
+        );
         assert!(c.client.credential_providers.is_empty());
         std::fs::write(
             &p,

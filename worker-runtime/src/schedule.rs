@@ -17,7 +17,7 @@ use crate::config::{
 };
 use crate::feed::{FeedReader, LayerFeed};
 use crate::metrics::{Metrics, VerifyStage};
-use crate::provision::{DirProvisioner, ProvisionError, Provisioner};
+use crate::provision::{DirProvisioner, ProvisionError, Provisioner, check_zone_policy};
 use crate::pull::{HostPlatform, PullError, fetch_layers, pull_documents, resolve};
 use crate::state::{Phase, StateDir, StateError, ZoneStatus, now_unix};
 use crate::store::{ContentStore, StoreError};
@@ -607,20 +607,38 @@ impl Worker {
             .collect();
         leaving.sort();
         for zone in leaving {
-            let limits = match self.provisioner.current(zone) {
-                Ok(Some(d)) => d.limits,
-                Ok(None) => Default::default(),
+            let r = match self.provisioner.current(zone) {
+                Ok(Some(d)) => crate::capacity::effective_request(&d.limits, Some(&d.zone_config)),
+                Ok(None) => crate::capacity::effective_request(&Default::default(), None),
                 Err(e) => {
                     tracing::warn!(zone, error = %error_chain(&e), "reading a leaving zone's caps failed; counting its slot only");
-                    Default::default()
+                    crate::capacity::effective_request(&Default::default(), None)
                 }
             };
-            allocated.add(crate::capacity::limits_request(&limits));
+            allocated.add(r);
         }
         let mut admitted = Vec::new();
         let mut refused = Vec::new();
         for spec in specs {
-            match crate::capacity::fit(&caps, &self.config.allocatable, &allocated, &spec) {
+            // A zone that exists was configured with the image's caps too (its description).
+            let made = if existing.contains(&spec.name) {
+                match self.provisioner.current(&spec.name) {
+                    Ok(d) => d.map(|d| d.zone_config),
+                    Err(e) => {
+                        tracing::warn!(zone = %spec.name, error = %error_chain(&e), "reading a zone's caps failed; counting its manifest's limits only");
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            match crate::capacity::fit(
+                &caps,
+                &self.config.allocatable,
+                &allocated,
+                &spec,
+                made.as_ref(),
+            ) {
                 Ok(r) => {
                     allocated.add(r);
                     admitted.push(spec);
@@ -894,10 +912,15 @@ impl Worker {
         // provisioner's stop of the old zone through the boot of the new one.
         let replacing = current.is_some();
         let t = std::time::Instant::now();
-        tokio::task::spawn_blocking(move || me.provisioner.provision(&spec2, root))
-            .await
-            .map_err(|e| fail(ZoneError::Task(e.to_string())))?
-            .map_err(|e| fail(e.into()))?;
+        tokio::task::spawn_blocking(move || {
+            // The operator's `[zones]` rules on what the image's label asks for; a refused
+            // root is dropped (its staging removed) here, off the async threads.
+            check_zone_policy(&spec2, root.image(), &me.config.zone_policy)?;
+            me.provisioner.provision(&spec2, root)
+        })
+        .await
+        .map_err(|e| fail(ZoneError::Task(e.to_string())))?
+        .map_err(|e| fail(e.into()))?;
         if replacing {
             let ms = u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX);
             tracing::info!(zone = %spec.name, downtime_ms = ms, "zone replaced");

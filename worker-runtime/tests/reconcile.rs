@@ -836,6 +836,21 @@ async fn the_images_solaris_section_becomes_the_zones_config_or_fails_naming_the
     .push(&c, &bad)
     .await;
     let node = Node::new();
+    let cfg = node.config_path();
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        format!(
+            "{text}[zones]\nallowed_lower_links = [\"igb0\"]\nallowed_address_ranges = [\"10.0.0.0/24\"]\n"
+        ),
+    )
+    .unwrap();
+    // The operator allows igb0 and 10.0.0.0/24, no more privileges than the default set.
+    let escalating = Reference::parse(&format!("{}/apps/priv:v1", reg.addr)).unwrap();
+    with_solaris(good_image("priv"), r#"{"limitpriv": "default,sys_admin"}"#)
+        .push(&c, &escalating)
+        .await;
+    node.zone("priv", &escalating.to_string(), "Always");
     std::fs::write(
         node.t.path().join("zones/net.toml"),
         format!("name = \"net\"\nimage = \"{good}\"\n[limits]\ncpus = 1.5\n"),
@@ -844,7 +859,14 @@ async fn the_images_solaris_section_becomes_the_zones_config_or_fails_naming_the
     node.zone("badnet", &bad.to_string(), "Always");
     let s = node.worker().pass(true).await.unwrap();
     assert_eq!(s.provisioned, ["net"]);
-    assert_eq!(s.failed, ["badnet"]);
+    assert_eq!(s.failed, ["badnet", "priv"]);
+    assert_eq!(
+        node.status("priv").last_error.as_deref(),
+        Some(
+            "provision: zone priv: image config Labels: org.reddwarf.zone.solaris: solaris.limitpriv: \"sys_admin\" is not in worker.toml zones.allowed_privileges (a zone gets illumos's default set and may only take from it unless the operator allows more)"
+        )
+    );
+    assert!(!node.roots().join("priv").exists(), "nothing made");
     let zonecfg = std::fs::read_to_string(node.roots().join("net/zonecfg.txt")).unwrap();
     // The manifest's cap wins over the image's; the network comes from the image.
     assert!(
@@ -1129,4 +1151,49 @@ async fn image_gc_by_disk_usage_keeps_every_blob_in_use() {
     assert_eq!(c1.status, worker_runtime::ConditionStatus::True, "{c1:?}");
     assert_eq!(c1.reason, "KubeletHasDiskPressure");
     assert!(c1.message.contains("image_gc_high_percent = 85"), "{c1:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zone_capped_only_by_its_images_label_holds_those_caps() {
+    let reg = registry().await;
+    let c = client();
+    let r = Reference::parse(&format!("{}/apps/capped:v1", reg.addr)).unwrap();
+    with_solaris(
+        good_image("capped"),
+        r#"{"cappedCPU": {"ncpus": "1.5"}, "cappedMemory": {"physical": "768m"}}"#,
+    )
+    .push(&c, &r)
+    .await;
+    let node = Node::new();
+    let cfg = node.config_path();
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        format!("{text}[allocatable]\ncpus = 2.0\nmemory = \"1G\"\n"),
+    )
+    .unwrap();
+    // No [limits]: the image's label alone caps the zone.
+    node.zone("alpha", &r.to_string(), "Always");
+    let w = node.worker();
+    assert_eq!(w.pass(true).await.unwrap().provisioned, ["alpha"]);
+    std::fs::write(
+        node.t.path().join("zones/bravo.toml"),
+        format!("name = \"bravo\"\nimage = \"{r}\"\n[limits]\ncpus = 1.0\n"),
+    )
+    .unwrap();
+    let s = w.pass(true).await.unwrap();
+    assert_eq!(s.unschedulable, ["bravo"]);
+    assert_eq!(
+        node.status("bravo").last_error.as_deref(),
+        Some("OutOfcpu: asks for 1 cpus; 1.5 of 2 allocatable are in use")
+    );
+    let n = worker_runtime::status_report(&cfg).unwrap().node.unwrap();
+    assert_eq!(
+        n.allocated,
+        worker_runtime::Allocated {
+            cpus: 1.5,
+            memory_bytes: 768 << 20,
+            zones: 1,
+        }
+    );
 }

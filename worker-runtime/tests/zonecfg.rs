@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use validator::Digest;
 use worker_runtime::provision::illumos::{smf_manifest, smf_stop_exec, zonecfg_script};
-use worker_runtime::provision::zonecfg::{SOLARIS_LABEL, ZoneConfig};
+use worker_runtime::provision::zonecfg::{AddressPrefix, SOLARIS_LABEL, ZoneConfig, ZonePolicy};
 use worker_runtime::{ResourceLimits, ZoneDescription};
 
 fn golden(name: &str, actual: &str) {
@@ -259,4 +259,102 @@ fn what_cannot_be_mapped_is_refused_naming_the_field() {
             .starts_with(&format!("solaris: the {SOLARIS_LABEL} label is not JSON")),
         "{e}"
     );
+}
+
+/// A policy allowing what the golden `anet` and `limitpriv` cases ask for.
+fn permissive() -> ZonePolicy {
+    ZonePolicy {
+        allowed_privileges: vec!["dtrace_proc".into()],
+        allowed_lower_links: vec!["igb0".into(), "e1000g0".into()],
+        allowed_address_ranges: ["10.0.0.0/16", "fd00::/48"]
+            .iter()
+            .map(|r| AddressPrefix::parse(r).unwrap())
+            .collect(),
+        allow_mac_address: true,
+    }
+}
+
+#[test]
+fn the_default_zone_policy_allows_no_escalation_and_names_the_field_and_rule() {
+    let lim = ResourceLimits::default();
+    let default = ZonePolicy::default();
+    // What every zone may ask for: caps, the default set (or basic) less some privileges,
+    // an anet over the default link without fixed addresses.
+    for ok in [
+        r#"{"cappedCPU": {"ncpus": "1"}, "limitpriv": "default,!proc_info,!file_link_any"}"#,
+        r#"{"limitpriv": "basic"}"#,
+        r#"{"anet": [{"linkname": "net0", "lowerLink": "auto", "macAddress": "auto"}]}"#,
+    ] {
+        let c = ZoneConfig::from_image(Some(ok), &lim).unwrap();
+        assert_eq!(c.check_policy(&default), Ok(()), "{ok}");
+    }
+    for (label, want) in [
+        (
+            r#"{"limitpriv": "default,sys_admin"}"#,
+            r#"solaris.limitpriv: "sys_admin" is not in worker.toml zones.allowed_privileges (a zone gets illumos's default set and may only take from it unless the operator allows more)"#,
+        ),
+        (
+            r#"{"limitpriv": "all"}"#,
+            r#"solaris.limitpriv: "all" is not in worker.toml zones.allowed_privileges (a zone gets illumos's default set and may only take from it unless the operator allows more)"#,
+        ),
+        (
+            r#"{"anet": [{"linkname": "net0"}, {"linkname": "net1", "lowerLink": "igb0"}]}"#,
+            r#"solaris.anet[1].lowerLink: "igb0" is not in worker.toml zones.allowed_lower_links"#,
+        ),
+        (
+            r#"{"anet": [{"linkname": "net0", "allowedAddress": "10.0.0.2/24"}]}"#,
+            r#"solaris.anet[0].allowedAddress: "10.0.0.2/24" is not within worker.toml zones.allowed_address_ranges"#,
+        ),
+        (
+            r#"{"anet": [{"linkname": "net0", "macAddress": "random"}]}"#,
+            r#"solaris.anet[0].macAddress: "random" is refused: worker.toml zones.allow_mac_address is false"#,
+        ),
+    ] {
+        let c = ZoneConfig::from_image(Some(label), &lim).unwrap();
+        assert_eq!(
+            c.check_policy(&default).unwrap_err().to_string(),
+            want,
+            "{label}"
+        );
+    }
+}
+
+#[test]
+fn an_allowing_zone_policy_admits_exactly_what_it_lists() {
+    let lim = ResourceLimits::default();
+    let p = permissive();
+    for label in [
+        r#"{"limitpriv": "default,dtrace_proc,!proc_info"}"#,
+        r#"{"anet": [{"linkname": "net0", "lowerLink": "igb0", "allowedAddress": "10.0.0.2/24,10.0.200.9", "defrouter": "10.0.0.1", "macAddress": "02:08:20:AB:cd:0e"}]}"#,
+        r#"{"anet": [{"linkname": "net0", "allowedAddress": "fd00::2/64"}]}"#,
+    ] {
+        let c = ZoneConfig::from_image(Some(label), &lim).unwrap();
+        assert_eq!(c.check_policy(&p), Ok(()), "{label}");
+    }
+    for (label, want) in [
+        (
+            r#"{"limitpriv": "default,dtrace_kernel"}"#,
+            r#"solaris.limitpriv: "dtrace_kernel" is not in worker.toml zones.allowed_privileges (a zone gets illumos's default set and may only take from it unless the operator allows more)"#,
+        ),
+        (
+            r#"{"anet": [{"linkname": "net0", "lowerLink": "ixgbe0"}]}"#,
+            r#"solaris.anet[0].lowerLink: "ixgbe0" is not in worker.toml zones.allowed_lower_links"#,
+        ),
+        // Outside the range, a wider prefix than the range, the other family.
+        (
+            r#"{"anet": [{"linkname": "net0", "allowedAddress": "10.1.0.2"}]}"#,
+            r#"solaris.anet[0].allowedAddress: "10.1.0.2" is not within worker.toml zones.allowed_address_ranges"#,
+        ),
+        (
+            r#"{"anet": [{"linkname": "net0", "allowedAddress": "10.0.0.2/8"}]}"#,
+            r#"solaris.anet[0].allowedAddress: "10.0.0.2/8" is not within worker.toml zones.allowed_address_ranges"#,
+        ),
+        (
+            r#"{"anet": [{"linkname": "net0", "allowedAddress": "fd01::2/64"}]}"#,
+            r#"solaris.anet[0].allowedAddress: "fd01::2/64" is not within worker.toml zones.allowed_address_ranges"#,
+        ),
+    ] {
+        let c = ZoneConfig::from_image(Some(label), &lim).unwrap();
+        assert_eq!(c.check_policy(&p).unwrap_err().to_string(), want, "{label}");
+    }
 }

@@ -205,6 +205,29 @@ pub trait Provisioner: Send + Sync {
     fn capabilities(&self) -> Capabilities;
 }
 
+/// Refuses an image whose `solaris` label asks for what the operator's `[zones]` rules
+/// ([`zonecfg::ZonePolicy`]) do not allow: privileges beyond illumos's default zone set, a
+/// lower link, addresses outside the allowed ranges, a MAC address. Checked by the worker
+/// before it hands a root to the provisioner.
+pub fn check_zone_policy(
+    spec: &ZoneSpec,
+    image: &VerifiedImage,
+    policy: &zonecfg::ZonePolicy,
+) -> Result<(), ProvisionError> {
+    let c = image.config.oci.config().clone().unwrap_or_default();
+    let solaris = c
+        .labels()
+        .as_ref()
+        .and_then(|l| l.get(zonecfg::SOLARIS_LABEL));
+    zonecfg::ZoneConfig::from_image(solaris.map(String::as_str), &spec.limits)
+        .and_then(|z| z.check_policy(policy))
+        .map_err(|e| ProvisionError::Config {
+            zone: spec.name.clone(),
+            field: "Labels",
+            reason: format!("{}: {e}", zonecfg::SOLARIS_LABEL),
+        })
+}
+
 /// Builds the zone description from the zone manifest and the verified image, checking the
 /// runtime fields an attacker controls (research §3.4 item 13).
 pub fn describe(

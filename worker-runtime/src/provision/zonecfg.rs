@@ -17,7 +17,11 @@
 //!
 //! The manifest's `limits.cpus` and `limits.memory` win over the image's `cappedCPU.ncpus` and
 //! `cappedMemory.physical` (the node's operator decides, as a pod spec wins over an image).
-//! What illumos cannot express is refused with the field's path: `configureAllowedAddress:
+//! What the node's operator has not allowed (`[zones]` in worker.toml, [`ZonePolicy`]) is refused
+//! before the zone is made, naming the field and the rule: privileges beyond illumos's default
+//! zone set in `limitpriv`, a `lowerLink`, an `allowedAddress` outside the allowed ranges, a
+//! `macAddress` (Kubernetes: PodSecurity's capabilities rule and `allowedCapabilities`; the
+//! defaults allow no escalation). What illumos cannot express is refused with the field's path: `configureAllowedAddress:
 //! "false"` (illumos configures an allowed address itself), `linkProtection` (a datalink
 //! property set with dladm, not zonecfg), unknown keys, and malformed values.
 
@@ -59,6 +63,12 @@ impl Ncpus {
         (ok && v > 0.0 && v <= 1024.0).then(|| Ncpus(s.to_owned()))
     }
 
+    /// The number of CPUs.
+    pub fn value(&self) -> f64 {
+        // Checked by `parse` or made from an f64.
+        self.0.parse().unwrap_or(0.0)
+    }
+
     fn from_f64(v: f64) -> Ncpus {
         Ncpus(v.to_string())
     }
@@ -74,6 +84,11 @@ impl Size {
         crate::capacity::size_bytes(s)
             .filter(|b| *b > 0)
             .map(|_| Size(s.to_owned()))
+    }
+
+    /// The size in bytes.
+    pub fn bytes(&self) -> u64 {
+        crate::capacity::size_bytes(&self.0).unwrap_or(0)
     }
 }
 
@@ -152,11 +167,110 @@ impl AddressPrefix {
         Some(AddressPrefix { addr, prefix })
     }
 
-    fn zonecfg(&self) -> String {
+    /// As zonecfg takes it (`10.0.0.2/24`).
+    pub fn zonecfg(&self) -> String {
         match self.prefix {
             Some(p) => format!("{}/{p}", self.addr),
             None => self.addr.to_string(),
         }
+    }
+}
+
+/// What an image's `solaris` section may ask for beyond the defaults (`[zones]` in
+/// worker.toml). The default allows no escalation: `limitpriv` may name `default` (illumos's
+/// default zone privilege set) or its subset `basic` and take privileges away (`!name`), but
+/// names no other privilege or set; no `lowerLink` but `auto`; no `allowedAddress`; no
+/// `macAddress` but `auto`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ZonePolicy {
+    /// Privileges and sets (such as `dtrace_proc`, `all`) `limitpriv` may add, lower case.
+    pub allowed_privileges: Vec<String>,
+    /// Datalinks an `anet` may be made over (`lowerLink`).
+    pub allowed_lower_links: Vec<String>,
+    /// Ranges (`10.0.0.0/24`) every `allowedAddress` must lie within.
+    pub allowed_address_ranges: Vec<AddressPrefix>,
+    /// Whether an `anet` may set its `macAddress` (`factory`, `random` or a fixed address).
+    pub allow_mac_address: bool,
+}
+
+/// `limitpriv` sets every zone may name: illumos's default zone set and its subset `basic`
+/// (removals, `!name`, are always allowed: they only take privileges away).
+const DEFAULT_PRIVILEGE_SETS: [&str; 2] = ["default", "basic"];
+
+impl AddressPrefix {
+    /// Whether `self` (an address, or a prefix) lies within the range `range`.
+    pub fn within(&self, range: &AddressPrefix) -> bool {
+        let bits = |a: &IpAddr| -> (u128, u8) {
+            match a {
+                IpAddr::V4(v) => (u128::from(u32::from(*v)), 32),
+                IpAddr::V6(v) => (u128::from(*v), 128),
+            }
+        };
+        let ((a, max), (r, rmax)) = (bits(&self.addr), bits(&range.addr));
+        if max != rmax {
+            return false;
+        }
+        let rp = range.prefix.unwrap_or(rmax);
+        if self.prefix.unwrap_or(max) < rp {
+            return false;
+        }
+        let shift = u32::from(max - rp);
+        let mask = |x: u128| if shift >= 128 { 0 } else { x >> shift };
+        mask(a) == mask(r)
+    }
+}
+
+impl ZoneConfig {
+    /// Refuses what `policy` does not allow, naming the field and the worker.toml rule.
+    pub fn check_policy(&self, policy: &ZonePolicy) -> Result<(), ZonecfgError> {
+        for w in &self.limitpriv {
+            let name = w.to_ascii_lowercase();
+            if name.starts_with('!')
+                || DEFAULT_PRIVILEGE_SETS.contains(&name.as_str())
+                || policy.allowed_privileges.contains(&name)
+            {
+                continue;
+            }
+            return Err(err(
+                "solaris.limitpriv",
+                format!(
+                    "{w:?} is not in worker.toml zones.allowed_privileges (a zone gets illumos's default set and may only take from it unless the operator allows more)"
+                ),
+            ));
+        }
+        for (i, n) in self.nets.iter().enumerate() {
+            if let Some(l) = &n.lower_link
+                && !policy.allowed_lower_links.contains(l)
+            {
+                return Err(err(
+                    format!("solaris.anet[{i}].lowerLink"),
+                    format!("{l:?} is not in worker.toml zones.allowed_lower_links"),
+                ));
+            }
+            for a in &n.allowed_address {
+                if !policy.allowed_address_ranges.iter().any(|r| a.within(r)) {
+                    return Err(err(
+                        format!("solaris.anet[{i}].allowedAddress"),
+                        format!(
+                            "{:?} is not within worker.toml zones.allowed_address_ranges",
+                            a.zonecfg()
+                        ),
+                    ));
+                }
+            }
+            if let Some(m) = &n.mac_address
+                && !policy.allow_mac_address
+            {
+                return Err(err(
+                    format!("solaris.anet[{i}].macAddress"),
+                    format!(
+                        "{:?} is refused: worker.toml zones.allow_mac_address is false",
+                        m.zonecfg()
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -262,7 +376,7 @@ fn size(
 }
 
 /// A privilege word of `limitpriv`: a name of letters, digits and `_`, optionally negated.
-fn privilege_word(w: &str) -> bool {
+pub(crate) fn privilege_word(w: &str) -> bool {
     let n = w.strip_prefix('!').unwrap_or(w);
     !n.is_empty()
         && n.bytes()
