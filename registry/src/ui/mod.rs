@@ -650,8 +650,11 @@ const SIGNATURE_LIMIT: u64 = 1 << 20;
 /// Whether one of `sigs` (signature manifests: referrers or the `.sig` tag's) verifies over
 /// `subject` with one of `keys`: cosign's simple-signing layers (`cosign sign`, v2) and
 /// sigstore bundles (v3), through the `trust` crate's checks, the ones `rdctl verify` runs.
+/// Only what `name` links is read (as `/v2/<name>/…` would serve it): a signature manifest
+/// naming another repository's blob does not reach that blob's bytes.
 async fn signed(
     repos: &Repos,
+    name: &Name,
     keys: &[trust::VerifyingKey],
     subject: &Digest,
     sigs: &[Digest],
@@ -662,7 +665,7 @@ async fn signed(
     if keys.is_empty() {
         return Ok(Signed::Unverified);
     }
-    let blob = |d: Digest| async move {
+    let read = |d: Digest| async move {
         match repos
             .store()
             .get(&layout::blob_data(&d), SIGNATURE_LIMIT)
@@ -674,8 +677,17 @@ async fn signed(
             Err(e) => Err(ApiError::from(e)),
         }
     };
+    let blob = |d: Digest| async move {
+        if repos.blob_linked(name, &d).await?.is_none() {
+            return Ok(None);
+        }
+        read(d).await
+    };
     for sig in sigs {
-        let Some(manifest) = blob(sig.clone()).await? else {
+        if repos.manifest_link(name, sig).await?.is_none() {
+            continue;
+        }
+        let Some(manifest) = read(sig.clone()).await? else {
             continue;
         };
         if let Ok(layers) = trust::cosign::signature_layers(&manifest) {
@@ -778,7 +790,7 @@ async fn repository(
                     None => None,
                 };
                 let sigs = signatures_of(repos, name, &d, everything).await?;
-                let signed = signed(repos, keys, &d, &sigs).await?;
+                let signed = signed(repos, name, keys, &d, &sigs).await?;
                 Ok((d, s, signed))
             })
             .buffer_unordered(CONCURRENCY)
@@ -865,8 +877,10 @@ fn is_image_config(media_type: &str) -> bool {
     )
 }
 
-/// The artifact facts of `doc`; None for an image or an index.
-async fn artifact_of(repos: &Repos, doc: &Value) -> ApiResult<Option<Artifact>> {
+/// The artifact facts of `doc`, a manifest of `name`; None for an image or an index. Its
+/// document is only read when `name` links that blob (as `/v2/<name>/blobs/` would serve it):
+/// an artifact naming another repository's blob shows no document.
+async fn artifact_of(repos: &Repos, name: &Name, doc: &Value) -> ApiResult<Option<Artifact>> {
     if is_index(doc) {
         return Ok(None);
     }
@@ -904,6 +918,7 @@ async fn artifact_of(repos: &Repos, doc: &Value) -> ApiResult<Option<Artifact>> 
             let size = l.get("size").and_then(Value::as_u64).unwrap_or(0);
             match digest {
                 None => None,
+                Some(digest) if repos.blob_linked(name, &digest).await?.is_none() => None,
                 Some(digest) => {
                     let text = if size <= DOCUMENT_SHOWN {
                         match repos
@@ -1013,9 +1028,16 @@ async fn image(
         }
     }
     let packages = pkgindex::packages_of(repos, name, &digest).await?.packages;
-    let artifact = artifact_of(repos, &m.doc).await?;
+    let artifact = artifact_of(repos, name, &m.doc).await?;
     let sigs = signatures_of(repos, name, &digest, &tag_map).await?;
-    let signed = signed(repos, &state.app().config.ui_trusted_keys, &digest, &sigs).await?;
+    let signed = signed(
+        repos,
+        name,
+        &state.app().config.ui_trusted_keys,
+        &digest,
+        &sigs,
+    )
+    .await?;
     let view = ImageView {
         name,
         digest: &digest,
@@ -1084,6 +1106,45 @@ async fn search(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn an_artifact_shows_no_document_its_repository_does_not_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: std::sync::Arc<dyn crate::storage::Store> =
+            std::sync::Arc::new(crate::storage::FsStore::open(dir.path()).unwrap());
+        let repos = Repos::new(store);
+        let secret = br#"{"spdxVersion":"SPDX-2.3","name":"private-inventory"}"#;
+        let d = Digest::sha256(secret);
+        repos
+            .store()
+            .put(
+                &layout::blob_data(&d),
+                bytes::Bytes::from_static(secret),
+                crate::storage::PutMode::Create,
+            )
+            .await
+            .unwrap();
+        let private = Name::parse("private/app").unwrap();
+        repos
+            .link_blob(&private, &d, secret.len() as u64)
+            .await
+            .unwrap();
+        // A referrer pushed to another repository naming the private blob as its document.
+        let doc = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "artifactType": "application/spdx+json",
+            "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": Digest::sha256(b"{}").to_string(), "size": 2},
+            "layers": [{"mediaType": "application/spdx+json", "digest": d.to_string(), "size": secret.len()}],
+        });
+        let other = Name::parse("team/app").unwrap();
+        let a = artifact_of(&repos, &other, &doc).await.unwrap().unwrap();
+        assert!(a.document.is_none(), "{:?}", a.document.map(|d| d.text));
+        // The repository that links it shows it.
+        let a = artifact_of(&repos, &private, &doc).await.unwrap().unwrap();
+        let text = a.document.and_then(|d| d.text).expect("document text");
+        assert!(text.contains("private-inventory"), "{text}");
+    }
 
     #[test]
     fn targets() {
