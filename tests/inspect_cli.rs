@@ -558,6 +558,29 @@ fn inspect_ls_tag_sbom_and_rm_against_distribution() {
     );
     let removed = json(&["rm", &format!("{repo}@{manifest}")]);
     assert_eq!(removed["digest"], manifest);
+    // Its referrers tag and cosign's signature tag go with it: nothing keeps the SBOM and the
+    // signature from distribution's garbage collection.
+    let mut attached: Vec<&str> = removed["attached_tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    attached.sort();
+    assert_eq!(
+        attached,
+        vec![fallback.as_str(), sig_tag.as_str()],
+        "{removed:#}"
+    );
+    let left = json(&["ls", "--all", &repo]);
+    assert!(
+        left["tags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| { r["tag"] != fallback.as_str() && r["tag"] != sig_tag.as_str() }),
+        "{left:#}"
+    );
     let gone = fails(&["inspect", &format!("{repo}:1.0")]);
     assert!(
         String::from_utf8_lossy(&gone.stderr).contains("not found"),

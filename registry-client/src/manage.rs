@@ -304,6 +304,11 @@ pub struct RemovalPlan {
     pub still_tagged: Vec<String>,
     /// Tags that go with a manifest deleted by digest.
     pub tags_removed: Vec<String>,
+    /// At a registry, with a manifest deleted by digest: the tags that hang its signatures and
+    /// referrers on it, the referrers tag schema's `sha256-<hex>` and cosign's
+    /// `sha256-<hex>.sig|.att|.sbom`. They go with it (each deleted by its own digest, the only
+    /// delete distribution knows), so what they held can be reclaimed.
+    pub attached_tags: Vec<String>,
     /// Referrers of the removed manifest that go with it.
     pub referrers: Vec<Digest>,
     /// What garbage collection can then reclaim: manifests and blobs that no remaining tag
@@ -390,6 +395,7 @@ pub async fn plan_removal(client: &Client, r: &ImageRef) -> Result<RemovalPlan, 
         media_type: root.media_type.clone(),
         still_tagged: Vec::new(),
         tags_removed: Vec::new(),
+        attached_tags: Vec::new(),
         referrers: Vec::new(),
         reclaimable: Vec::new(),
         reclaimable_bytes: 0,
@@ -426,12 +432,16 @@ pub async fn plan_removal(client: &Client, r: &ImageRef) -> Result<RemovalPlan, 
                     .buffered(LIST_CONCURRENCY)
                     .collect()
                     .await;
-            // A manifest deleted by digest takes every tag naming it along.
+            // A manifest deleted by digest takes every tag naming it along, and the tags that
+            // hang its signatures and referrers on it.
             let by_digest = reference.digest().is_some();
+            let attached = attached_tag_names(&root.digest);
             for x in resolved {
                 if let (t, Some(c)) = x? {
                     if by_digest && c.digest == root.digest {
                         plan.tags_removed.push(t);
+                    } else if by_digest && attached.contains(&t) {
+                        plan.attached_tags.push(t);
                     } else {
                         stay.push((Some(t), c));
                     }
@@ -514,6 +524,18 @@ pub async fn plan_removal(client: &Client, r: &ImageRef) -> Result<RemovalPlan, 
     Ok(plan)
 }
 
+/// The tags that hang signatures and referrers on `digest`: the referrers tag schema's
+/// `<alg>-<hex>` and cosign's `.sig`, `.att` and `.sbom` beside it.
+fn attached_tag_names(digest: &Digest) -> [String; 4] {
+    let base = crate::referrers::fallback_tag(digest).as_str().to_owned();
+    [
+        format!("{base}.sig"),
+        format!("{base}.att"),
+        format!("{base}.sbom"),
+        base,
+    ]
+}
+
 async fn resolve_tag(
     client: &Client,
     reference: &Reference,
@@ -559,7 +581,23 @@ pub async fn remove(
                 .map_err(|source: ClientError| TransferError::Registry {
                     reference: reference.to_string(),
                     source,
-                })
+                })?;
+            // The manifest is gone: its signature and referrers tags go too, each by the
+            // digest it names (a tag read again now, in case it moved since the plan).
+            for t in &plan.attached_tags {
+                let Some(c) = resolve_tag(client, reference, t).await? else {
+                    continue;
+                };
+                let target = reference.with_digest(c.digest);
+                client
+                    .delete_manifest(&target, false)
+                    .await
+                    .map_err(|source| TransferError::Registry {
+                        reference: format!("{} (tag {t})", target),
+                        source,
+                    })?;
+            }
+            Ok(())
         }
         ImageRef::Layout(l) => {
             let layout =

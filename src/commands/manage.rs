@@ -86,10 +86,12 @@ prints what garbage collection can then reclaim: the manifest if no other tag na
 referrers, and the blobs nothing else in the repository references (found by reading every
 other tag; over 200 tags the answer is an estimate). At our registry, rdctl registry gc
 --delete-untagged reclaims it. A registry that deletes only by digest (CNCF distribution 2.8)
-refuses a tag: delete REF@digest instead. In a layout the tag's index.json entry goes (and the
+refuses a tag: delete REF@digest instead. Deleting REF@digest also deletes the tags that hang
+its signatures and referrers on it (sha256-<hex>, and cosign's .sig/.att/.sbom), so a registry
+without the referrers API can reclaim them too. In a layout the tag's index.json entry goes (and the
 untagged referrer entries of a manifest no tag names any more); --prune deletes the blob files
 nothing references. --json: {reference, tag, digest, media_type, still_tagged, tags_removed,
-referrers,
+attached_tags, referrers,
 reclaimable [{digest, size, kind}], reclaimable_bytes, tags_examined, tags_total, estimate,
 pruned, dry_run, removed}. Exit status: 0 removed (or planned with --dry-run), 2 failed.")]
 pub struct RmArgs {
@@ -321,6 +323,13 @@ fn print_plan(
             w,
             "with the tag(s) naming it: {}",
             p.tags_removed.join(", ")
+        )?;
+    }
+    if !p.attached_tags.is_empty() {
+        writeln!(
+            w,
+            "with its signature and referrers tag(s): {}",
+            p.attached_tags.join(", ")
         )?;
     }
     if !p.still_tagged.is_empty() {
