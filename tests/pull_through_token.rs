@@ -240,6 +240,8 @@ fn token_upstream_with_its_own_ca_serves_skopeo_crane_the_worker_and_ns_requests
         "{}",
         text(&body)
     );
+    // That answer comes before authentication: it never names the (internal) upstreams.
+    assert!(!text(&body).contains(&up.host()), "{}", text(&body));
     drop((c, up));
 }
 
@@ -522,4 +524,161 @@ fn upstream_down_with_nothing_cached_is_503_naming_the_upstream() {
     let log = c.log_tail();
     assert!(!log.contains("serving the cache"), "{log}");
     assert!(log.contains("nothing cached"), "{log}");
+}
+
+/// Distribution with `apps/web:1` and `apps/other:1` (worker images), behind a counting proxy.
+fn counted_upstream(d_up: &Path, rules: Vec<Rule>) -> (Distribution, FaultProxy, RawImage) {
+    let dist = Distribution::start(
+        d_up,
+        &format!(
+            "  filesystem:\n    rootdirectory: {}\n",
+            s(&d_up.join("data"))
+        ),
+    );
+    let img = RawImage::new("counted");
+    for repo in ["apps/web", "apps/other"] {
+        put_raw_image(&img, repo, &dist.host(), &[]);
+    }
+    let counting = FaultProxy::start(dist.addr(), rules);
+    (dist, counting, img)
+}
+
+#[test]
+fn upstream_referrers_are_kept_for_the_tag_ttl_and_a_hanging_upstream_does_not_stall_listings() {
+    let (d_up, d_cache) = (tempdir(), tempdir());
+    let (dist, up, _img) = counted_upstream(d_up.path(), vec![]);
+    // An upstream that accepts connections and never answers; it counts them.
+    let hung = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let hung_host = hung.local_addr().unwrap().to_string();
+    let accepted = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    {
+        let accepted = accepted.clone();
+        std::thread::spawn(move || {
+            for conn in hung.incoming().flatten() {
+                accepted.lock().unwrap().push(conn);
+            }
+        });
+    }
+    let connections = || accepted.lock().unwrap().len();
+    let c = cache(
+        d_cache.path(),
+        &format!(
+            "[[proxy]]\nprefix = \"central\"\nupstreams = [\"http://{}\"]\ntag_ttl_secs = 300\n\n\
+             [[proxy]]\nprefix = \"hung\"\nupstreams = [\"http://{}\"]\ntag_ttl_secs = 300\n",
+            up.host(),
+            hung_host
+        ),
+    );
+    let (st, subject, body) = get(&c, "/v2/central/apps/web/manifests/1");
+    assert_eq!(st, 200, "{}", text(&body));
+    // Two listings within the TTL: the upstream is asked for the first only.
+    let listing = format!("/v2/central/apps/web/referrers/{subject}");
+    let before = up.seen().len();
+    let (st, _, body) = get(&c, &listing);
+    assert_eq!(st, 200, "{}", text(&body));
+    let first = up.seen().len() - before;
+    assert!(first >= 1, "the first listing did not ask the upstream");
+    let (st, _, body) = get(&c, &listing);
+    assert_eq!(st, 200, "{}", text(&body));
+    assert_eq!(
+        up.seen().len() - before,
+        first,
+        "the second listing within tag_ttl_secs asked the upstream again: {:#?}",
+        up.seen()
+    );
+
+    // The hanging upstream: the listing answers (nothing listed there) after the short
+    // referrers timeout, not after the client's 30 s timeout and retries; the next listing
+    // does not ask it again.
+    let listing = format!("/v2/hung/apps/web/referrers/{subject}");
+    let started = Instant::now();
+    let (st, _, body) = get(&c, &listing);
+    assert_eq!(st, 200, "{}", text(&body));
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "a hanging upstream stalled the listing for {:?}",
+        started.elapsed()
+    );
+    let asked = connections();
+    assert!(asked >= 1, "the hanging upstream was not asked");
+    let (st, _, body) = get(&c, &listing);
+    assert_eq!(st, 200, "{}", text(&body));
+    assert_eq!(
+        connections(),
+        asked,
+        "a failed upstream was asked again at once"
+    );
+    assert!(c.log_tail().contains("upstream referrers unavailable"));
+    drop((c, up, dist));
+}
+
+#[test]
+fn ns_requests_are_rewritten_before_access_control() {
+    let (d_up, d_cache) = (tempdir(), tempdir());
+    let (dist, up, _img) = counted_upstream(d_up.path(), vec![]);
+    let users = d_cache.path().join("htpasswd");
+    std::fs::create_dir_all(d_cache.path()).unwrap();
+    std::fs::write(
+        &users,
+        format!("alice:{}\n", bcrypt::hash("alice-pw", 4).unwrap()),
+    )
+    .unwrap();
+    // alice may pull `central/apps/web` only.
+    let c = cache(
+        d_cache.path(),
+        &format!(
+            "[auth]\nhtpasswd = {:?}\n\n[[auth.acl]]\nsubjects = [\"alice\"]\nrepositories = [\"central/apps/web\"]\nactions = [\"pull\"]\n\n\
+             [[proxy]]\nprefix = \"central\"\nupstreams = [\"http://{}\"]\n",
+            s(&users),
+            up.host()
+        ),
+    );
+    let alice = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("alice:alice-pw")
+    );
+    let as_alice = |path: &str| {
+        let (st, h, body) = http(
+            c.addr,
+            "GET",
+            path,
+            &[("Accept", MANIFEST_ACCEPT), ("Authorization", &alice)],
+            b"",
+        );
+        let digest = h
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("docker-content-digest"))
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default();
+        (st, digest, body)
+    };
+    let ns = up.host();
+    // Anonymous: refused, and the upstream is not asked.
+    let (st, _, body) = get(&c, &format!("/v2/apps/web/manifests/1?ns={ns}"));
+    assert_eq!(st, 401, "{}", text(&body));
+    assert!(up.seen().is_empty(), "{:#?}", up.seen());
+    // alice, for the repository she may pull: the ACL sees `central/apps/web`.
+    let (st, d, body) = as_alice(&format!("/v2/apps/web/manifests/1?ns={ns}"));
+    assert_eq!(st, 200, "{}\n{}", text(&body), c.log_tail());
+    assert_eq!(d, sha256(&body));
+    // alice, for one she may not: refused, no upstream content, the upstream not asked.
+    for path in [
+        format!("/v2/apps/other/manifests/1?ns={ns}"),
+        format!("/v2/apps/other/manifests/{d}?ns={ns}"),
+        "/v2/central/apps/other/manifests/1".to_owned(),
+    ] {
+        let (st, got, body) = as_alice(&path);
+        assert!(matches!(st, 401 | 403), "{path}: {st} {}", text(&body));
+        assert!(
+            got.is_empty() && !text(&body).contains("layers"),
+            "{path}: {}",
+            text(&body)
+        );
+    }
+    assert!(
+        up.seen_for("apps/other").is_empty(),
+        "a forbidden repository reached the upstream: {:#?}",
+        up.seen()
+    );
+    drop((c, up, dist));
 }
