@@ -12,10 +12,20 @@
 //! blocks while a plugin runs: the client calls it on a blocking thread, never on the async
 //! workers.
 //!
-//! Patterns are kubelet's `matchImages`: a host with an optional port and path; `*` globs
-//! within one domain segment (`*.registry.io` matches `a.registry.io`, not `registry.io` or
-//! `a.b.registry.io`); a port in the pattern must equal the host's, and a pattern without one
-//! matches only hosts without one.
+//! Patterns are kubelet's `matchImages` (and the keys of a response's `auth`): a host with an
+//! optional port and path; `*` globs within one domain segment (`*.registry.io` matches
+//! `a.registry.io`, not `registry.io` or `a.b.registry.io`); a port in the pattern must equal
+//! the host's, and a pattern without one matches only hosts without one. A path in the
+//! pattern must be a prefix of the image's repository, whole segment by segment
+//! (`reg.example/team-a` matches `reg.example/team-a/web`, not `reg.example/team-b` nor
+//! `reg.example/team-ab`: kubelet compares the path as a plain string prefix). Of the `auth`
+//! entries that match, the most specific serves (the longest path, then a host without `*`),
+//! as kubelet's keyring tries the most specific first.
+//!
+//! Answers are cached entry by entry under their key: a later answer for the same key adds
+//! its entries (replacing those of the same pattern), so answers a plugin gave for two paths
+//! of one registry both stay. A cached answer serves an image only when one of its entries
+//! matches it; otherwise the plugin is asked for that image.
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -50,7 +60,8 @@ pub struct CredentialProvider {
     pub default_cache_duration: Duration,
 }
 
-/// Whether `host` (`name[:port]`) matches a `matchImages` pattern. Both are compared in the
+/// Whether `host` (`name[:port]`) matches a `matchImages` pattern's host (its path is not
+/// looked at: [`matches_image`] compares that). Both are compared in the
 /// canonical spelling of hosts ([`validator::RegistryHost`]): lower case, no trailing `.`,
 /// no default port (`:443`, `:80`), Docker Hub as `docker.io`; so `REG.example:443` matches
 /// the pattern `reg.example`, and `*.Example.com:443` matches `a.example.com`.
@@ -84,6 +95,43 @@ pub fn matches(pattern: &str, host: &str) -> bool {
         double_star: DoubleStar::Plain,
     };
     Glob::new(&pn, labels).matches(&hn)
+}
+
+/// How specifically `pattern` matches `image` (`host[/repository[:tag|@digest]]`): the number
+/// of path segments the pattern names, then whether its host has no `*`; `None` when it does
+/// not match (the host as [`matches`], the pattern's path a segment-wise prefix of the
+/// image's repository).
+fn specificity(pattern: &str, image: &str) -> Option<(usize, bool)> {
+    let pattern = pattern
+        .strip_prefix("https://")
+        .or_else(|| pattern.strip_prefix("http://"))
+        .unwrap_or(pattern);
+    let (p_host, p_path) = pattern.split_once('/').unwrap_or((pattern, ""));
+    let (i_host, i_path) = image.split_once('/').unwrap_or((image, ""));
+    // The repository alone: no digest, no tag (a `:` after the last `/`).
+    let i_path = i_path.split_once('@').map_or(i_path, |(r, _)| r);
+    let i_path = match i_path.rsplit_once(':') {
+        Some((r, tag)) if !tag.contains('/') => r,
+        _ => i_path,
+    };
+    if !matches(p_host, i_host) {
+        return None;
+    }
+    let p_path = p_path.trim_end_matches('/');
+    if p_path.is_empty() {
+        return Some((0, !p_host.contains('*')));
+    }
+    let under = i_path
+        .strip_prefix(p_path)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'));
+    under.then(|| (p_path.split('/').count(), !p_host.contains('*')))
+}
+
+/// Whether `image` (`host[/repository[:tag|@digest]]`) matches a `matchImages` pattern or an
+/// `auth` key: the host as [`matches`], and the pattern's path (if any) a prefix of the
+/// repository, whole segments.
+pub fn matches_image(pattern: &str, image: &str) -> bool {
+    specificity(pattern, image).is_some()
 }
 
 /// A Go duration (`1h30m`, `10s`, `500ms`, `0`).
@@ -120,8 +168,10 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
     Some(Duration::from_secs_f64(total))
 }
 
+/// One cached `auth` entry: its pattern, credential, and when it expires.
 struct Cached {
-    auth: Vec<(String, Credential)>,
+    pattern: String,
+    credential: Credential,
     until: Instant,
 }
 
@@ -135,8 +185,9 @@ type Flight = std::sync::Arc<Mutex<Option<(Instant, Result<Answer, String>)>>>;
 /// The configured plugins and their cached answers (shared by clones of a keychain).
 pub struct Providers {
     list: Vec<CredentialProvider>,
-    /// (provider index, cache key: the image, the host, or "" for Global) → answer.
-    cache: Mutex<HashMap<(usize, String), Cached>>,
+    /// (provider index, cache key: the image, the host, or "" for Global) → the entries of
+    /// the answers cached under it.
+    cache: Mutex<HashMap<(usize, String), Vec<Cached>>>,
     /// (provider index, image) → the call in flight or just made: concurrent pulls of one
     /// image run the plugin once.
     flights: Mutex<HashMap<(usize, String), Flight>>,
@@ -176,20 +227,28 @@ impl Providers {
         self
     }
 
-    fn cached(&self, i: usize, keys: [&str; 3], host: &str) -> Option<Option<Credential>> {
+    /// A cached credential for `image`: the most specific unexpired entry that matches it,
+    /// under the first key that has one.
+    fn cached(&self, i: usize, keys: [&str; 3], image: &str) -> Option<Credential> {
         let now = Instant::now();
         let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         keys.iter().find_map(|key| {
-            cache
-                .get(&(i, (*key).to_owned()))
-                .filter(|c| c.until > now)
-                .map(|c| pick(&c.auth, host))
+            let entries = cache.get(&(i, (*key).to_owned()))?;
+            pick(
+                entries
+                    .iter()
+                    .filter(|c| c.until > now)
+                    .map(|c| (c.pattern.as_str(), &c.credential)),
+                image,
+            )
         })
     }
 
-    /// The credential for `host` from the first matching plugin that has one, and the
-    /// plugin's name; `None` when no plugin matches or none answers for the host. `image`
-    /// (`host/repository`) is what the plugin is told; callers asking for one image at the
+    /// The credential for `image` on `host` from the first matching plugin that has one, and
+    /// the plugin's name; `None` when no plugin matches or none answers for the image.
+    /// `image` (`host/repository`, with a tag or digest where the caller knows one; the host
+    /// alone outside a repository) is what the plugin is told and what its `matchImages`
+    /// and `auth` keys are matched against, path included; callers asking for one image at the
     /// same time share one run of the plugin. Blocks while a plugin runs (at most the
     /// timeout): async callers call it on a blocking thread.
     pub fn get(
@@ -198,12 +257,12 @@ impl Providers {
         image: &str,
     ) -> Result<Option<(Credential, String)>, CredentialError> {
         for (i, p) in self.list.iter().enumerate() {
-            if !p.match_images.iter().any(|m| matches(m, host)) {
+            if !p.match_images.iter().any(|m| matches_image(m, image)) {
                 continue;
             }
             let keys = [image, host, ""];
-            if let Some(hit) = self.cached(i, keys, host) {
-                return Ok(hit.map(|c| (c, p.name.clone())));
+            if let Some(hit) = self.cached(i, keys, image) {
+                return Ok(Some((hit, p.name.clone())));
             }
             let arrived = Instant::now();
             let flight = self
@@ -219,8 +278,8 @@ impl Providers {
                 Some((at, answer)) if *at >= arrived => answer.clone(),
                 _ => {
                     // The cache may have been filled while this caller waited for the slot.
-                    if let Some(hit) = self.cached(i, keys, host) {
-                        return Ok(hit.map(|c| (c, p.name.clone())));
+                    if let Some(hit) = self.cached(i, keys, image) {
+                        return Ok(Some((hit, p.name.clone())));
                     }
                     let answer = run(p, host, image, self.timeout).map_err(|e| match e {
                         CredentialError::Provider { reason, .. } => reason,
@@ -236,7 +295,7 @@ impl Providers {
                 host: host.to_owned(),
                 reason,
             })?;
-            let found = pick(&auth, host);
+            let found = pick(auth.iter().map(|(k, c)| (k.as_str(), c)), image);
             let ttl = ttl.unwrap_or(p.default_cache_duration);
             if !ttl.is_zero() {
                 let key = match key.as_str() {
@@ -244,13 +303,15 @@ impl Providers {
                     "Image" => image.to_owned(),
                     _ => host.to_owned(),
                 };
-                self.cache.lock().unwrap_or_else(|e| e.into_inner()).insert(
-                    (i, key),
-                    Cached {
-                        auth,
-                        until: arrived + ttl,
-                    },
-                );
+                let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+                let entries = cache.entry((i, key)).or_default();
+                let now = Instant::now();
+                entries.retain(|c| c.until > now && !auth.iter().any(|(k, _)| *k == c.pattern));
+                entries.extend(auth.into_iter().map(|(pattern, credential)| Cached {
+                    pattern,
+                    credential,
+                    until: arrived + ttl,
+                }));
             }
             if let Some(c) = found {
                 return Ok(Some((c, p.name.clone())));
@@ -260,10 +321,20 @@ impl Providers {
     }
 }
 
-fn pick(auth: &[(String, Credential)], host: &str) -> Option<Credential> {
-    auth.iter()
-        .find(|(pattern, _)| matches(pattern, host))
-        .map(|(_, c)| c.clone())
+/// The credential of the most specific `auth` entry matching `image` (the first of equals).
+fn pick<'a>(
+    auth: impl Iterator<Item = (&'a str, &'a Credential)>,
+    image: &str,
+) -> Option<Credential> {
+    let mut best: Option<((usize, bool), &Credential)> = None;
+    for (pattern, c) in auth {
+        if let Some(s) = specificity(pattern, image)
+            && best.is_none_or(|(b, _)| s > b)
+        {
+            best = Some((s, c));
+        }
+    }
+    best.map(|(_, c)| c.clone())
 }
 
 /// A plugin's answer: `auth` entries by pattern, `cacheKeyType`, `cacheDuration`.
@@ -519,6 +590,148 @@ pub(crate) mod tests {
         );
         assert_eq!(Providers::new(vec![]).timeout, PLUGIN_TIMEOUT);
         assert_eq!(PLUGIN_TIMEOUT, Duration::from_secs(60));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn image_patterns_match_the_host_and_a_whole_segment_path_prefix() {
+        for (p, image, want) in [
+            ("reg.example/team-a", "reg.example/team-a/web", true),
+            ("reg.example/team-a", "reg.example/team-a", true),
+            ("reg.example/team-a/", "reg.example/team-a/web:1.4", true),
+            ("reg.example/team-a", "reg.example/team-a@sha256:00", true),
+            ("reg.example/team-a", "reg.example/team-b/web", false),
+            ("reg.example/team-a", "reg.example/team-ab/web", false),
+            ("reg.example/team-a", "reg.example", false),
+            ("reg.example/team-a/web", "reg.example/team-a", false),
+            ("*.example/team-a", "reg.example/team-a/web", true),
+            ("reg.example", "reg.example/team-b/web:2", true),
+            (
+                "https://reg.example:5000/apps",
+                "reg.example:5000/apps/web",
+                true,
+            ),
+            ("reg.example:5000/apps", "reg.example/apps/web", false),
+            ("reg.example/apps", "other.example/apps/web", false),
+        ] {
+            assert_eq!(matches_image(p, image), want, "{p} vs {image}");
+        }
+    }
+
+    /// A plugin running `body` (a shell script fragment; the request is in `$req`) whose
+    /// answers it prints, recording each request.
+    fn answering(dir: &std::path::Path, body: &str, match_images: &str) -> CredentialProvider {
+        let script = dir.join("plugin");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\nreq=$(cat)\nprintf '%s' \"$req\" > \"{d}/request.$$\"\n{body}\n",
+                d = dir.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        CredentialProvider {
+            name: "paths".into(),
+            command: script,
+            args: vec![],
+            env: vec![],
+            match_images: vec![match_images.into()],
+            default_cache_duration: Duration::ZERO,
+        }
+    }
+
+    /// A response body with `auth` entries (pattern, username), cached under the registry.
+    fn response(entries: &[(&str, &str)]) -> String {
+        let auth: serde_json::Map<String, Value> = entries
+            .iter()
+            .map(|(k, u)| {
+                (
+                    (*k).to_owned(),
+                    serde_json::json!({"username": u, "password": "pw"}),
+                )
+            })
+            .collect();
+        serde_json::json!({
+            "apiVersion": API_VERSION,
+            "kind": "CredentialProviderResponse",
+            "cacheKeyType": "Registry",
+            "cacheDuration": "1h",
+            "auth": auth,
+        })
+        .to_string()
+    }
+
+    fn user(found: Option<(Credential, String)>) -> Option<String> {
+        found.map(|(c, _)| match c {
+            Credential::Basic { username, .. } => username,
+            other => panic!("{other:?}"),
+        })
+    }
+
+    #[test]
+    fn path_scoped_auth_entries_give_each_repository_its_credential() {
+        let dir = scratch("paths");
+        let body = response(&[("reg.example/team-a", "A"), ("reg.example/team-b", "B")]);
+        let providers = Providers::new(vec![answering(
+            &dir,
+            &format!("printf '%s' '{body}'"),
+            "reg.example",
+        )]);
+        let get = |image: &str| user(providers.get("reg.example", image).unwrap());
+        assert_eq!(get("reg.example/team-b/web:1.4").as_deref(), Some("B"));
+        assert_eq!(get("reg.example/team-a/web").as_deref(), Some("A"));
+        assert_eq!(requests(&dir).len(), 1, "the second came from the cache");
+        // No entry covers team-ab (nor the host alone): no credential.
+        assert_eq!(get("reg.example/team-ab/web"), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_most_specific_auth_entry_wins_and_match_images_sees_the_path() {
+        let dir = scratch("specific");
+        let body = response(&[
+            ("*.example", "any"),
+            ("reg.example", "host"),
+            ("reg.example/team-a", "team"),
+            ("reg.example/team-a/web", "repo"),
+        ]);
+        let providers = Providers::new(vec![answering(
+            &dir,
+            &format!("printf '%s' '{body}'"),
+            "reg.example/team-a",
+        )]);
+        let get = |image: &str| user(providers.get("reg.example", image).unwrap());
+        assert_eq!(get("reg.example/team-a/web").as_deref(), Some("repo"));
+        assert_eq!(get("reg.example/team-a/db").as_deref(), Some("team"));
+        // matchImages names team-a: the plugin is not asked for team-b.
+        assert_eq!(get("reg.example/team-b/web"), None);
+        assert_eq!(requests(&dir).len(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn answers_for_two_paths_of_one_registry_are_both_cached() {
+        let dir = scratch("merge");
+        // The plugin answers only for the team the request names.
+        let a = response(&[("reg.example/team-a", "A")]);
+        let b = response(&[("reg.example/team-b", "B")]);
+        let providers = Providers::new(vec![answering(
+            &dir,
+            &format!("case \"$req\" in *team-a*) printf '%s' '{a}';; *) printf '%s' '{b}';; esac"),
+            "reg.example",
+        )]);
+        let get = |image: &str| user(providers.get("reg.example", image).unwrap());
+        assert_eq!(get("reg.example/team-a/web").as_deref(), Some("A"));
+        // team-a's cached answer does not cover team-b: the plugin is asked for it.
+        assert_eq!(get("reg.example/team-b/web").as_deref(), Some("B"));
+        assert_eq!(get("reg.example/team-a/web").as_deref(), Some("A"));
+        assert_eq!(get("reg.example/team-b/db").as_deref(), Some("B"));
+        assert_eq!(
+            requests(&dir),
+            ["reg.example/team-a/web", "reg.example/team-b/web"]
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 
