@@ -293,6 +293,25 @@ fn inspect_ls_tag_rm_sbom_on_a_layout_and_our_registry_then_gc_frees_what_rm_sai
             i["total_size"].as_u64().unwrap() + index_bytes.len() as u64
         );
         assert!(text(&["inspect", &target]).contains(&format!("illumos/amd64  {manifest}")));
+        // The index has no SBOM of its own: `sbom` reads each platform manifest's.
+        let sb = json(&["sbom", &target]);
+        assert_eq!(sb["subject"], index_digest.as_str(), "{sb:#}");
+        assert_eq!(sb["platforms"][0]["platform"], "illumos/amd64", "{sb:#}");
+        assert_eq!(sb["platforms"][0]["subject"], manifest, "{sb:#}");
+        assert!(
+            sb["platforms"][0]["packages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["fmri"] == TOOL_FMRI),
+            "{sb:#}"
+        );
+        assert_eq!(sb["without"], serde_json::json!([]), "{sb:#}");
+        let human = text(&["sbom", &target]);
+        assert!(
+            human.contains("platform illumos/amd64") && human.contains(TOOL_FMRI),
+            "{human}"
+        );
     }
     // By digest in a layout: an index.json entry, or a manifest an index lists; removing the
     // index by digest takes its tag along and leaves the image it lists (still tagged 1.0).

@@ -616,6 +616,81 @@ pub async fn sbom(client: &Client, r: &ImageRef) -> Result<Sbom, TransferError> 
     sbom_with_document(client, r).await.map(|(s, _)| s)
 }
 
+/// One platform's SBOM of a multi-platform image.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlatformSbom {
+    /// The index's platform for the manifest (`os/arch[/variant]`).
+    pub platform: Option<String>,
+    /// The manifest's SBOM.
+    #[serde(flatten)]
+    pub sbom: Sbom,
+}
+
+/// The SBOMs of an image or of each platform of an index.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Sboms {
+    /// The image (or index) has an SBOM referrer of its own.
+    One(Sbom),
+    /// An index without one: each platform manifest's SBOM.
+    PerPlatform {
+        /// The index.
+        subject: Digest,
+        /// The platforms with an SBOM, in the index's order.
+        platforms: Vec<PlatformSbom>,
+        /// Platforms without one (`os/arch`, or the digest when the index names no platform),
+        /// attestation manifests left out.
+        without: Vec<String>,
+    },
+}
+
+/// The SBOM of the image `r` names, or, for an index without an SBOM of its own, the SBOM of
+/// each platform manifest it lists (as buildx and `rdctl build` of several platforms attach
+/// them). An index where no platform has one is an error.
+pub async fn sboms(client: &Client, r: &ImageRef) -> Result<Sboms, TransferError> {
+    let source = Source::open(client, r)?;
+    let (root, _) = source.root(r).await?;
+    let own = sbom_of(&source, r, &root).await;
+    let not_found = match own {
+        Ok((s, _)) => return Ok(Sboms::One(s)),
+        Err(e @ TransferError::NotFound { .. }) => e,
+        Err(e) => return Err(e),
+    };
+    let Document::Index(index) = read_doc(&source, &root).await? else {
+        return Err(not_found);
+    };
+    let mut platforms = Vec::new();
+    let mut without = Vec::new();
+    for d in &index.manifests {
+        let platform = d.platform.as_ref().map(ToString::to_string);
+        // buildx's attestation manifests (unknown/unknown) describe, they have no SBOM.
+        if platform.as_deref() == Some("unknown/unknown") {
+            continue;
+        }
+        match sbom_of(&source, r, &content_of(d)).await {
+            Ok((sbom, _)) => platforms.push(PlatformSbom { platform, sbom }),
+            Err(TransferError::NotFound { .. }) => {
+                without.push(platform.unwrap_or_else(|| d.digest.to_string()))
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if platforms.is_empty() {
+        return Err(TransferError::NotFound {
+            what: format!(
+                "an SBOM for {r} ({}): neither the index nor any of its {} platform manifest(s) has a referrer of artifactType {SPDX_ARTIFACT_TYPE}",
+                root.digest,
+                index.manifests.len()
+            ),
+        });
+    }
+    Ok(Sboms::PerPlatform {
+        subject: root.digest,
+        platforms,
+        without,
+    })
+}
+
 /// [`sbom`], with the SPDX document's bytes as read (verified).
 pub(crate) async fn sbom_with_document(
     client: &Client,
@@ -623,7 +698,17 @@ pub(crate) async fn sbom_with_document(
 ) -> Result<(Sbom, Vec<u8>), TransferError> {
     let source = Source::open(client, r)?;
     let (root, _) = source.root(r).await?;
-    let referrers = referrers_of(&source, &root.digest, true).await?;
+    sbom_of(&source, r, &root).await
+}
+
+/// The SBOM referrer of `root` (a manifest or index read through `source`; `r` names it in
+/// errors) and its SPDX document's bytes.
+async fn sbom_of(
+    source: &Source<'_>,
+    r: &ImageRef,
+    root: &Content,
+) -> Result<(Sbom, Vec<u8>), TransferError> {
+    let referrers = referrers_of(source, &root.digest, true).await?;
     let Some(found) = referrers
         .iter()
         .find(|x| x.artifact_type.as_deref() == Some(SPDX_ARTIFACT_TYPE))
@@ -641,7 +726,7 @@ pub(crate) async fn sbom_with_document(
         size: found.size,
         media_type: found.media_type.clone(),
     };
-    let Document::Manifest(m) = read_doc(&source, &c).await? else {
+    let Document::Manifest(m) = read_doc(source, &c).await? else {
         return Err(TransferError::InvalidDocument {
             digest: c.digest,
             media_type: c.media_type,
@@ -658,7 +743,7 @@ pub(crate) async fn sbom_with_document(
             problems: format!("the SBOM referrer has no {SPDX_ARTIFACT_TYPE} layer"),
         })?;
     let doc = content_of(layer);
-    let bytes = read_blob(&source, &doc, MAX_SBOM_SIZE).await?;
+    let bytes = read_blob(source, &doc, MAX_SBOM_SIZE).await?;
     let (name, packages) =
         parse_spdx(&bytes).map_err(|problems| TransferError::InvalidDocument {
             digest: doc.digest.clone(),
@@ -667,7 +752,7 @@ pub(crate) async fn sbom_with_document(
         })?;
     Ok((
         Sbom {
-            subject: root.digest,
+            subject: root.digest.clone(),
             referrer: c.digest,
             document: doc.digest,
             name,

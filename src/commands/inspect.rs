@@ -5,7 +5,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use registry_client::inspect::{ImageDetails, Inspection, Sbom};
+use registry_client::inspect::{ImageDetails, Inspection, Sbom, Sboms};
 use registry_client::transfer::ImageRef;
 
 use super::client::ClientArgs;
@@ -47,7 +47,9 @@ pub struct InspectArgs {
 
 Reads the image's SPDX SBOM (the application/spdx+json referrer rdctl build attaches) and lists
 its IPS packages: name, publisher, version and FMRI. --json fields: subject, referrer, document,
-name, packages [{fmri, name, publisher, version}]. --document prints the SPDX document itself,
+name, packages [{fmri, name, publisher, version}]; for an index without an SBOM of its own, each
+platform manifest's SBOM: {subject, platforms [{platform, subject, referrer, document, name,
+packages}], without} (buildx's attestation manifests left out). --document prints the SPDX document itself,
 byte for byte and verified (rdctl sbom --document REF | jq .). An image without an SBOM is an
 error. Exit status: 0 listed, 2 no SBOM or it could not be read.")]
 pub struct SbomArgs {
@@ -92,14 +94,34 @@ pub fn sbom(args: SbomArgs) -> anyhow::Result<ExitCode> {
         w.flush()?;
         return Ok(ExitCode::SUCCESS);
     }
-    let s = crate::runtime::block_on(registry_client::inspect::sbom(&client, &r))?
+    let s = crate::runtime::block_on(registry_client::inspect::sboms(&client, &r))?
         .with_context(|| format!("cannot read the SBOM of {r}"))?;
     let mut w = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut w, &s)?;
         writeln!(w)?;
-    } else {
-        print_sbom(&mut w, &s)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    match &s {
+        Sboms::One(s) => print_sbom(&mut w, s)?,
+        Sboms::PerPlatform {
+            subject,
+            platforms,
+            without,
+        } => {
+            writeln!(
+                w,
+                "index {subject}: {} platform(s) with an SBOM",
+                platforms.len()
+            )?;
+            for p in platforms {
+                writeln!(w, "\nplatform {}", p.platform.as_deref().unwrap_or("-"))?;
+                print_sbom(&mut w, &p.sbom)?;
+            }
+            if !without.is_empty() {
+                writeln!(w, "\nwithout an SBOM: {}", without.join(", "))?;
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
