@@ -24,10 +24,13 @@
 //! - Referrers of a proxied repository ([`Proxy::referrers`]) are the cached ones merged with
 //!   what the upstreams list (their referrers API, or the `sha256-<hex>` tag schema for a
 //!   registry without it); the listed signatures and SBOMs are then fetched on demand like any
-//!   manifest and blob.
+//!   manifest and blob. Each upstream's answer is kept for the rule's `tag_ttl_secs`; one that
+//!   fails or does not answer within `REFERRERS_TIMEOUT` contributes its last answer and is
+//!   left alone for `REFERRERS_RETRY_AFTER`.
 //! - containerd's mirror requests (`/v2/NAME/...?ns=HOST`) are the requests for
 //!   `PREFIX/NAME` of the rule with an upstream at `HOST` (`NAME` without that upstream's
-//!   repository prefix; [`Proxy::local_name_for_namespace`]).
+//!   repository prefix; [`Proxy::local_name_for_namespace`]); when rules share an upstream's
+//!   repositories, the first rule serves them ([`mirror_ambiguities`], warned at start).
 //!
 //! Upstreams are reached with `registry-client`, the workspace's one HTTP stack: a 401's
 //! challenge is answered with Basic credentials or a bearer token from its realm (tokens
