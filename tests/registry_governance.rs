@@ -46,7 +46,7 @@ fn retention_dry_run_lists_what_the_real_run_removes_and_usage_counts_pushes() {
 
     let store = ["--config", s(&config), "--data", s(&data)];
     let usage = json(&[&["registry", "usage", "--json"][..], &store].concat());
-    let u = &usage.as_array().unwrap()[0];
+    let u = &usage["repositories"].as_array().unwrap()[0];
     assert_eq!(
         (
             u["repository"].as_str(),
@@ -125,7 +125,7 @@ fn retention_dry_run_lists_what_the_real_run_removes_and_usage_counts_pushes() {
 
     // The deleted manifests left the usage document; a recount agrees.
     let usage = json(&[&["registry", "usage", "--json", "--recount"][..], &store].concat());
-    assert_eq!(usage[0]["manifests"], 2, "{usage:#}");
+    assert_eq!(usage["repositories"][0]["manifests"], 2, "{usage:#}");
 }
 
 /// The server applies retention on its `gc.interval` schedule, right before each collection,

@@ -420,6 +420,28 @@ fn status_from(data: &Path, config: &Path) -> serde_json::Value {
         crate::util::tail(&out.stderr)
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The text form is a table whose columns line up (as `rdctl ls`), not tab-separated.
+    let text = rdctl()
+        .args([
+            "registry",
+            "sync-status",
+            "--config",
+            s(config),
+            "--data",
+            s(data),
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(!text.contains('\t') && lines.len() >= 2, "{text}");
+    let col = lines[0].find("UPSTREAM").unwrap();
+    assert!(
+        lines[1..]
+            .iter()
+            .all(|l| l.as_bytes()[col - 2..col] == *b"  "),
+        "UPSTREAM column not aligned:\n{text}"
+    );
     v["sync"]
         .as_array()
         .unwrap()

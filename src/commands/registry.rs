@@ -77,7 +77,9 @@ Exit status: 0 applied (or reported, with --dry-run), 2 it failed (the store fai
 
 Repositories a [[quota]] rule matches are read from their usage document (what pushes are
 checked against); --recount rebuilds those documents from the store first. Other repositories
-are counted from the store. docs/operations.md, \"Quotas\".
+are counted from the store. --json: {repositories [{repository, bytes, max_bytes, manifests,
+max_manifests, rule, tracked, ...}]}, one object like every other --json output.
+docs/operations.md, \"Quotas\".
 Exit status: 0 printed, 2 it failed (the store failed).")]
     Usage(UsageArgs),
     /// Scrub: re-read every blob and recompute its digest, check that every manifest parses
@@ -363,29 +365,41 @@ fn sync_status(args: SyncStatusArgs) -> anyhow::Result<ExitCode> {
             serde_json::to_string_pretty(&serde_json::json!({ "sync": status }))?
         )?;
     } else {
-        writeln!(
-            out,
-            "NAME\tUPSTREAM\tLAST_SUCCESS\tLAG_S\tIMAGES\tBLOBS_COPIED\tRUNS_OK\tRUNS_FAILED\tLAST_ERROR"
+        let rows: Vec<Vec<String>> = status
+            .iter()
+            .map(|e| {
+                let last = e.state.last_run.as_ref();
+                vec![
+                    e.name.clone(),
+                    e.upstream.to_string(),
+                    e.state
+                        .last_success_ms
+                        .map_or_else(|| "never".to_owned(), |t| validator::rfc3339(t / 1000)),
+                    e.lag_secs
+                        .map_or_else(|| "-".to_owned(), |l| format!("{l:.0}")),
+                    last.map_or_else(|| "-".to_owned(), |r| r.images.to_string()),
+                    last.map_or_else(|| "-".to_owned(), |r| r.blobs_copied.to_string()),
+                    e.state.runs_ok.to_string(),
+                    e.state.runs_failed.to_string(),
+                    e.state.last_error.clone().unwrap_or_else(|| "-".to_owned()),
+                ]
+            })
+            .collect();
+        super::inspect::table(
+            &mut out,
+            &[
+                "NAME",
+                "UPSTREAM",
+                "LAST_SUCCESS",
+                "LAG_S",
+                "IMAGES",
+                "BLOBS_COPIED",
+                "RUNS_OK",
+                "RUNS_FAILED",
+                "LAST_ERROR",
+            ],
+            &rows,
         )?;
-        for e in &status {
-            let last = e.state.last_run.as_ref();
-            writeln!(
-                out,
-                "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
-                e.name,
-                e.upstream,
-                e.state
-                    .last_success_ms
-                    .map_or_else(|| "never".to_owned(), |t| validator::rfc3339(t / 1000)),
-                e.lag_secs
-                    .map_or_else(|| "-".to_owned(), |l| format!("{l:.0}")),
-                last.map_or_else(|| "-".to_owned(), |r| r.images.to_string()),
-                last.map_or_else(|| "-".to_owned(), |r| r.blobs_copied.to_string()),
-                e.state.runs_ok,
-                e.state.runs_failed,
-                e.state.last_error.as_deref().unwrap_or("-"),
-            )?;
-        }
     }
     Ok(if healthy {
         ExitCode::SUCCESS
@@ -405,26 +419,37 @@ fn usage(args: UsageArgs) -> anyhow::Result<ExitCode> {
     .with_context(|| format!("reading repository usage in the {where_}"))?;
     let mut out = std::io::stdout().lock();
     if args.json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+        // One object, like every other --json document (room for fields beside the list).
+        let doc = serde_json::json!({ "repositories": report });
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
         return Ok(ExitCode::SUCCESS);
     }
     let limit = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "-".to_owned());
-    writeln!(
-        out,
-        "REPOSITORY\tBYTES\tMAX_BYTES\tMANIFESTS\tMAX_MANIFESTS\tRULE"
+    let rows: Vec<Vec<String>> = report
+        .iter()
+        .map(|u| {
+            vec![
+                u.repository.to_string(),
+                u.bytes.to_string(),
+                limit(u.max_bytes),
+                u.manifests.to_string(),
+                limit(u.max_manifests),
+                u.rule.clone().unwrap_or_else(|| "-".to_owned()),
+            ]
+        })
+        .collect();
+    super::inspect::table(
+        &mut out,
+        &[
+            "REPOSITORY",
+            "BYTES",
+            "MAX_BYTES",
+            "MANIFESTS",
+            "MAX_MANIFESTS",
+            "RULE",
+        ],
+        &rows,
     )?;
-    for u in &report {
-        writeln!(
-            out,
-            "{}\t{}\t{}\t{}\t{}\t{}",
-            u.repository,
-            u.bytes,
-            limit(u.max_bytes),
-            u.manifests,
-            limit(u.max_manifests),
-            u.rule.as_deref().unwrap_or("-"),
-        )?;
-    }
     Ok(ExitCode::SUCCESS)
 }
 
