@@ -30,6 +30,8 @@ pub(crate) struct App {
     pub events: Arc<Notifier>,
     /// The pull-through cache, when `[[proxy]]` rules are set.
     pub proxy: Option<Arc<crate::proxy::Proxy>>,
+    /// The web UI's repository-list rows ([`crate::ui::RowCache`]).
+    pub ui_rows: crate::ui::RowCache,
 }
 
 impl AppState {
@@ -55,6 +57,7 @@ impl AppState {
             limiter: config.rate_limit.map(Limiter::new),
             pulls: Default::default(),
             proxy: crate::proxy::Proxy::new(config.proxy.clone()),
+            ui_rows: Default::default(),
             config,
             metrics,
         }))

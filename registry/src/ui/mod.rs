@@ -182,6 +182,7 @@ impl CatalogSort {
 }
 
 /// One row of the repository list.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RepoRow {
     pub name: String,
     /// Tags, cosign's signature, attestation and SBOM tags not counted.
@@ -193,8 +194,20 @@ pub(crate) struct RepoRow {
     pub pushed: Option<u64>,
 }
 
-/// The facts of one repository's row.
-async fn repo_row(repos: &Repos, name: String) -> ApiResult<RepoRow> {
+/// The repository list's rows, each kept with the stat of the tag index it was computed
+/// from: a row is summed up again only once a tag of its repository was set or removed, so
+/// sorting by size, tags or last push reads the manifests of the repositories that changed,
+/// not of every repository on every request. Manifests are immutable by digest; what a tag
+/// change does not show (a scrub withdrawing a manifest, a GC) is picked up at the next tag
+/// change of the repository or a restart.
+#[derive(Debug, Default)]
+pub(crate) struct RowCache(std::sync::Mutex<BTreeMap<String, (TagsVersion, RepoRow)>>);
+
+/// A tag index's last write and size; None when the repository has no tag index.
+type TagsVersion = Option<(SystemTime, u64)>;
+
+/// The facts of one repository's row, from `cache` while its tag index is unchanged.
+async fn repo_row(repos: &Repos, cache: &RowCache, name: String) -> ApiResult<RepoRow> {
     let Ok(n) = Name::parse(&name) else {
         return Ok(RepoRow {
             name,
@@ -203,6 +216,16 @@ async fn repo_row(repos: &Repos, name: String) -> ApiResult<RepoRow> {
             pushed: None,
         });
     };
+    let version = match repos.store().stat(&layout::tags(&n)).await {
+        Ok(meta) => Some((meta.modified, meta.size)),
+        Err(e) if e.is_not_found() => None,
+        Err(e) => return Err(e.into()),
+    };
+    if let Some((v, row)) = cache.0.lock().expect("row cache lock").get(&name)
+        && *v == version
+    {
+        return Ok(row.clone());
+    }
     let tags = repos.tag_map(&n).await?;
     let digests: BTreeSet<&Digest> = tags
         .iter()
@@ -215,21 +238,20 @@ async fn repo_row(repos: &Repos, name: String) -> ApiResult<RepoRow> {
             content_of(repos, d, &m, &mut c).await?;
         }
     }
-    let pushed = match repos.store().stat(&layout::tags(&n)).await {
-        Ok(meta) => meta
-            .modified
-            .duration_since(UNIX_EPOCH)
-            .ok()
-            .map(|t| t.as_secs()),
-        Err(e) if e.is_not_found() => None,
-        Err(e) => return Err(e.into()),
-    };
-    Ok(RepoRow {
+    let row = RepoRow {
         tags: tags.iter().filter(|(t, _)| !is_cosign_tag(t)).count(),
         size: c.total(),
-        pushed,
-        name,
-    })
+        pushed: version.and_then(|(m, _)| m.duration_since(UNIX_EPOCH).ok().map(|t| t.as_secs())),
+        name: name.clone(),
+    };
+    // Kept under the stat read before the tags: a tag set meanwhile changes the stat, so the
+    // next request sums the row up again.
+    cache
+        .0
+        .lock()
+        .expect("row cache lock")
+        .insert(name, (version, row.clone()));
+    Ok(row)
 }
 
 /// `GET /ui/?q=&sort=&last=|start=`: the repositories the caller may pull, filtered by `q`
@@ -267,7 +289,7 @@ async fn catalog(
         (shown.clone(), start)
     };
     let rows: Vec<ApiResult<RepoRow>> = futures_util::stream::iter(names)
-        .map(|n| repo_row(repos, n))
+        .map(|n| repo_row(repos, &state.app().ui_rows, n))
         .buffered(CONCURRENCY)
         .collect()
         .await;
@@ -1106,6 +1128,72 @@ async fn search(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_repository_row_is_summed_up_again_only_after_a_tag_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: std::sync::Arc<dyn crate::storage::Store> =
+            std::sync::Arc::new(crate::storage::FsStore::open(dir.path()).unwrap());
+        let repos = Repos::new(store);
+        let manifest = |layer: u64| {
+            bytes::Bytes::from(
+                serde_json::to_vec(&serde_json::json!({
+                    "schemaVersion": 2,
+                    "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                    "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": Digest::sha256(b"config").to_string(), "size": 6},
+                    "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": Digest::sha256(b"layer").to_string(), "size": layer}],
+                }))
+                .unwrap(),
+            )
+        };
+        let bytes = manifest(1000);
+        let d = Digest::sha256(&bytes);
+        repos.put_manifest_bytes(&d, bytes.clone()).await.unwrap();
+        let name = Name::parse("team/app").unwrap();
+        let link = crate::repo::ManifestLink {
+            media_type: "application/vnd.oci.image.manifest.v1+json".into(),
+            size: bytes.len() as u64,
+            subject: None,
+        };
+        repos.link_manifest(&name, &d, &link).await.unwrap();
+        let tag = |t: &str| Tag::parse(t).unwrap();
+        repos
+            .set_tag(&name, &tag("v1"), &d, &link, None)
+            .await
+            .unwrap();
+        let cache = RowCache::default();
+        let first = repo_row(&repos, &cache, name.to_string()).await.unwrap();
+        // Config, layer and the manifest's own bytes.
+        assert_eq!(
+            (first.tags, first.size),
+            (1, 1006 + bytes.len() as u64),
+            "{first:?}"
+        );
+        // Bytes changed under the same tags (only a test can do that: manifests are immutable
+        // by digest): the row is not read again.
+        repos
+            .store()
+            .put(
+                &layout::blob_data(&d),
+                manifest(5000),
+                crate::storage::PutMode::Overwrite,
+            )
+            .await
+            .unwrap();
+        let again = repo_row(&repos, &cache, name.to_string()).await.unwrap();
+        assert_eq!(again, first);
+        // A tag change sums it up afresh.
+        repos
+            .set_tag(&name, &tag("v2"), &d, &link, None)
+            .await
+            .unwrap();
+        let after = repo_row(&repos, &cache, name.to_string()).await.unwrap();
+        assert_eq!(
+            (after.tags, after.size),
+            (2, 5006 + manifest(5000).len() as u64),
+            "{after:?}"
+        );
+    }
 
     #[tokio::test]
     async fn an_artifact_shows_no_document_its_repository_does_not_link() {
