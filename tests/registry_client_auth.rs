@@ -542,7 +542,7 @@ fn htpasswd_over_tls_login_push_pull_copy_build_worker_logout() {
     std::fs::write(
         &script,
         "#!/bin/sh
-cat > \"$OUT/request.json\"
+{ cat; echo; } >> \"$OUT/requests.jsonl\"
 echo run >> \"$OUT/runs\"
 \
          printf '{\"apiVersion\":\"credentialprovider.kubelet.k8s.io/v1\",\"kind\":\"CredentialProviderResponse\",\
@@ -590,15 +590,17 @@ echo run >> \"$OUT/runs\"
             &out,
             &reg,
         );
+        let requests = std::fs::read_to_string(out_dir.join("requests.jsonl")).unwrap();
         let request: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(out_dir.join("request.json")).unwrap()).unwrap();
+            serde_json::from_str(requests.lines().next().unwrap()).unwrap();
         assert_eq!(
             request["apiVersion"],
             "credentialprovider.kubelet.k8s.io/v1"
         );
         assert_eq!(request["kind"], "CredentialProviderRequest");
-        // The image the pull is for, not only its registry.
-        assert_eq!(request["image"], format!("{host}/mirror/hello"));
+        // The image the pull is for, not only its registry: the full reference, tag
+        // included, as kubelet sends it (the first request is the tag's manifest).
+        assert_eq!(request["image"], format!("{host}/mirror/hello:1.0"));
         std::fs::read_to_string(out_dir.join("runs"))
             .unwrap()
             .lines()

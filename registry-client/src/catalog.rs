@@ -78,6 +78,7 @@ impl Client {
         let scope = Scope {
             host: registry,
             repo: None,
+            manifest_ref: None,
         };
         let first = format!("/v2/_catalog?n={}", page_size.max(1));
         self.pages(&scope, registry, &first, limit, |body| {

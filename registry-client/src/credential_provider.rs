@@ -1,7 +1,9 @@
 //! kubelet's exec credential provider plugins (`credentialprovider.kubelet.k8s.io/v1`): for a
 //! registry host that matches one of a provider's `match_images` patterns, the plugin is run
-//! with a `CredentialProviderRequest` naming the image (`host/repository`; the host alone for
-//! requests outside a repository) on stdin and answers a `CredentialProviderResponse` on
+//! with a `CredentialProviderRequest` naming the image (the full reference,
+//! `host/repository:tag` or `host/repository@digest`, for a request about a manifest, as
+//! kubelet sends it; `host/repository` for others in a repository; the host alone outside
+//! one) on stdin and answers a `CredentialProviderResponse` on
 //! stdout (`auth` by pattern, `cacheKeyType`, `cacheDuration`). Answers are cached for
 //! `cacheDuration` (else the provider's default; `0` means not cached) under the image
 //! (`Image`), the registry (`Registry`) or for every host (`Global`).

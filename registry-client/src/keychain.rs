@@ -140,8 +140,9 @@ impl Keychain {
         self.get_for(host, None)
     }
 
-    /// The credential for `host` when reading `image` (`host/repository`, what a credential
-    /// provider plugin is told; `None`: the host alone). This may run credential helpers and
+    /// The credential for `host` when reading `image` (`host/repository`, with `:tag` or
+    /// `@digest` for a manifest; what a credential provider plugin is told and matched
+    /// against; `None`: the host alone). This may run credential helpers and
     /// plugins, which can take up to a minute: async callers run it on a blocking thread.
     pub fn get_for(
         &self,

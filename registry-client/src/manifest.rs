@@ -36,7 +36,8 @@ impl Client {
             r.registry(),
             &format!("/v2/{}/manifests/{}", r.name(), r.manifest_ref()),
         )?;
-        let scope = Scope::pull(r.registry(), r.name());
+        let manifest_ref = r.manifest_ref();
+        let scope = Scope::pull(r.registry(), r.name()).for_manifest(&manifest_ref);
         let resp = self
             .send(&scope, &url, &|| {
                 self.http_for(&url)
@@ -79,7 +80,8 @@ impl Client {
             r.registry(),
             &format!("/v2/{}/manifests/{}", r.name(), r.manifest_ref()),
         )?;
-        let scope = Scope::pull(r.registry(), r.name());
+        let manifest_ref = r.manifest_ref();
+        let scope = Scope::pull(r.registry(), r.name()).for_manifest(&manifest_ref);
         let mut last = String::new();
         for attempt in 1..=self.retry.attempts {
             if attempt > 1 {

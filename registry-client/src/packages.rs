@@ -55,6 +55,7 @@ impl Client {
         let scope = Scope {
             host: registry,
             repo: None,
+            manifest_ref: None,
         };
         // The answer depends on who asks, and anonymous callers may ask too: no challenge
         // would ever make the client send its credential.

@@ -21,6 +21,9 @@ use validator::error_chain;
 pub(crate) struct Scope<'a> {
     pub(crate) host: &'a str,
     pub(crate) repo: Option<(&'a Name, Access)>,
+    /// The manifest's tag or digest, for requests about one (what a credential provider
+    /// plugin is told as part of the image, as kubelet tells it).
+    pub(crate) manifest_ref: Option<&'a str>,
 }
 
 /// What a request does in its repository: the right it needs.
@@ -36,6 +39,7 @@ impl<'a> Scope<'a> {
         Scope {
             host,
             repo: Some((name, Access::Pull)),
+            manifest_ref: None,
         }
     }
 
@@ -43,6 +47,7 @@ impl<'a> Scope<'a> {
         Scope {
             host,
             repo: Some((name, Access::Push)),
+            manifest_ref: None,
         }
     }
 
@@ -51,13 +56,28 @@ impl<'a> Scope<'a> {
         Scope {
             host,
             repo: Some((name, Access::Delete)),
+            manifest_ref: None,
         }
     }
 
-    /// The image a credential provider plugin is told about: `host/repository`, or `None`
-    /// for requests outside a repository.
+    /// The same scope for a request about the manifest `tag_or_digest`.
+    pub(crate) fn for_manifest(self, tag_or_digest: &'a str) -> Self {
+        Scope {
+            manifest_ref: Some(tag_or_digest),
+            ..self
+        }
+    }
+
+    /// The image a credential provider plugin is told about: `host/repository`, with
+    /// `:tag` or `@digest` for a request about a manifest (the full reference, as kubelet
+    /// sends it), or `None` for requests outside a repository.
     pub(crate) fn image(&self) -> Option<String> {
-        self.repo.map(|(n, _)| format!("{}/{n}", self.host))
+        self.repo.map(|(n, _)| match self.manifest_ref {
+            // A digest is `algorithm:hex`; a tag has no `:`.
+            Some(d) if d.contains(':') => format!("{}/{n}@{d}", self.host),
+            Some(t) => format!("{}/{n}:{t}", self.host),
+            None => format!("{}/{n}", self.host),
+        })
     }
 
     /// The token scope, `repository:<name>:pull[,push|,delete]`, or empty.
@@ -81,6 +101,7 @@ impl Client {
         let scope = Scope {
             host: registry,
             repo: None,
+            manifest_ref: None,
         };
         let resp = self
             .send(&scope, &url, &|| self.http_for(&url).get(url.clone()))
