@@ -30,8 +30,8 @@ pub(crate) struct App {
     pub events: Arc<Notifier>,
     /// The pull-through cache, when `[[proxy]]` rules are set.
     pub proxy: Option<Arc<crate::proxy::Proxy>>,
-    /// The web UI's repository-list rows ([`crate::ui::RowCache`]).
-    pub ui_rows: crate::ui::RowCache,
+    /// The web UI's repository-list rows ([`crate::ui::rows::RowCache`]).
+    pub ui_rows: crate::ui::rows::RowCache,
 }
 
 impl AppState {

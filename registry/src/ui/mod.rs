@@ -21,8 +21,11 @@
 
 mod html;
 mod pages;
+pub(crate) mod rows;
 
 use std::collections::{BTreeMap, BTreeSet};
+
+pub(crate) use rows::{RepoRow, RowCache};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::Router;
@@ -181,31 +184,6 @@ impl CatalogSort {
     }
 }
 
-/// One row of the repository list.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RepoRow {
-    pub name: String,
-    /// Tags, cosign's signature, attestation and SBOM tags not counted.
-    pub tags: usize,
-    /// The distinct content of its tagged images, each counted as [`image_size`] does.
-    pub size: u64,
-    /// When a tag of it was last set or removed (the tag index's last write), in seconds
-    /// since 1970.
-    pub pushed: Option<u64>,
-}
-
-/// The repository list's rows, each kept with the stat of the tag index it was computed
-/// from: a row is summed up again only once a tag of its repository was set or removed, so
-/// sorting by size, tags or last push reads the manifests of the repositories that changed,
-/// not of every repository on every request. Manifests are immutable by digest; what a tag
-/// change does not show (a scrub withdrawing a manifest, a GC) is picked up at the next tag
-/// change of the repository or a restart.
-#[derive(Debug, Default)]
-pub(crate) struct RowCache(std::sync::Mutex<BTreeMap<String, (TagsVersion, RepoRow)>>);
-
-/// A tag index's last write and size; None when the repository has no tag index.
-type TagsVersion = Option<(SystemTime, u64)>;
-
 /// The facts of one repository's row, from `cache` while its tag index is unchanged.
 async fn repo_row(repos: &Repos, cache: &RowCache, name: String) -> ApiResult<RepoRow> {
     let Ok(n) = Name::parse(&name) else {
@@ -221,10 +199,8 @@ async fn repo_row(repos: &Repos, cache: &RowCache, name: String) -> ApiResult<Re
         Err(e) if e.is_not_found() => None,
         Err(e) => return Err(e.into()),
     };
-    if let Some((v, row)) = cache.0.lock().expect("row cache lock").get(&name)
-        && *v == version
-    {
-        return Ok(row.clone());
+    if let Some(row) = cache.get(&name, version) {
+        return Ok(row);
     }
     let tags = repos.tag_map(&n).await?;
     let digests: BTreeSet<&Digest> = tags
@@ -246,11 +222,7 @@ async fn repo_row(repos: &Repos, cache: &RowCache, name: String) -> ApiResult<Re
     };
     // Kept under the stat read before the tags: a tag set meanwhile changes the stat, so the
     // next request sums the row up again.
-    cache
-        .0
-        .lock()
-        .expect("row cache lock")
-        .insert(name, (version, row.clone()));
+    cache.insert(version, row.clone());
     Ok(row)
 }
 
