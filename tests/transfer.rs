@@ -224,7 +224,9 @@ fn copy_between_registries_and_multi_platform_with_and_without_platform() {
     ])));
     // one shared layer and two configs; three documents.
     assert!(
-        pushed.contains("3 manifest(s) written, 0 already there, 0 referrer(s) written, 3 blob(s) copied"),
+        pushed.contains(
+            "3 manifest(s) written, 0 already there, 0 referrer(s) written, 3 blob(s) copied"
+        ),
         "push:\n{pushed}"
     );
 

@@ -201,7 +201,16 @@ pub async fn copy_with_progress(
     let mut done: HashSet<Digest> = HashSet::new();
     for node in &order {
         // Blobs are checked (HEAD) either way, and one the destination lacks is uploaded.
-        copy_blobs(client, &source, &dest, node, &mut done, &mut report, progress).await?;
+        copy_blobs(
+            client,
+            &source,
+            &dest,
+            node,
+            &mut done,
+            &mut report,
+            progress,
+        )
+        .await?;
         if tag_current || dest.has_manifest(client, &node.content).await? {
             report.manifests_present.push(node.content.clone());
             continue;
@@ -211,8 +220,16 @@ pub async fn copy_with_progress(
         report.manifests.push(node.content.clone());
     }
     if opts.referrers {
-        referrers::copy_referrers(client, &source, &dest, &order, &mut done, &mut report, progress)
-            .await?;
+        referrers::copy_referrers(
+            client,
+            &source,
+            &dest,
+            &order,
+            &mut done,
+            &mut report,
+            progress,
+        )
+        .await?;
         referrers::copy_cosign_tags(
             client,
             &source,
