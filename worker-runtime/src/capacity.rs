@@ -20,7 +20,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{ResourceLimits, ZoneSpec};
 use crate::provision::Capabilities;
-use crate::provision::zonecfg::ZoneConfig;
 
 /// Amounts of each resource; `None` is unknown (capacity) or unlimited (allocatable).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -185,23 +184,28 @@ pub fn request(spec: &ZoneSpec) -> Request {
     limits_request(&spec.limits)
 }
 
+/// The caps a zone was configured with (its description's zone config, which holds the
+/// image's `cappedCPU.ncpus` and `cappedMemory.physical`); `None` is uncapped.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Caps {
+    /// CPUs.
+    pub cpus: Option<f64>,
+    /// Memory in bytes.
+    pub memory_bytes: Option<u64>,
+}
+
 /// The effective caps of a zone: the manifest's `limits` win field by field, else the caps
-/// the zone was configured with (`made`: its description's zone config, which holds the
-/// image's `cappedCPU`/`cappedMemory`), else nothing.
-pub fn effective_request(limits: &ResourceLimits, made: Option<&ZoneConfig>) -> Request {
+/// the zone was configured with (`made`), else nothing.
+pub fn effective_request(limits: &ResourceLimits, made: Option<Caps>) -> Request {
     let from_limits = limits_request(limits);
     Request {
         cpus: match limits.cpus {
             Some(_) => from_limits.cpus,
-            None => made
-                .and_then(|c| c.ncpus.as_ref())
-                .map_or(0.0, |n| n.value()),
+            None => made.and_then(|c| c.cpus).unwrap_or(0.0),
         },
         memory_bytes: match &limits.memory {
             Some(_) => from_limits.memory_bytes,
-            None => made
-                .and_then(|c| c.physical.as_ref())
-                .map_or(0, |p| p.bytes()),
+            None => made.and_then(|c| c.memory_bytes).unwrap_or(0),
         },
     }
 }
@@ -225,7 +229,7 @@ pub fn fit(
     allocatable: &Resources,
     allocated: &Allocated,
     spec: &ZoneSpec,
-    made: Option<&ZoneConfig>,
+    made: Option<Caps>,
 ) -> Result<Request, String> {
     if !caps.brands.is_empty() && !caps.brands.contains(&spec.brand) {
         return Err(format!(
@@ -302,14 +306,13 @@ mod tests {
 
     #[test]
     fn the_images_caps_count_where_the_manifest_sets_none() {
-        let made = ZoneConfig::from_image(
-            Some(r#"{"cappedCPU": {"ncpus": "1.5"}, "cappedMemory": {"physical": "768m"}}"#),
-            &ResourceLimits::default(),
-        )
-        .unwrap();
+        let made = Caps {
+            cpus: Some(1.5),
+            memory_bytes: Some(768 << 20),
+        };
         let none = ResourceLimits::default();
         assert_eq!(
-            effective_request(&none, Some(&made)),
+            effective_request(&none, Some(made)),
             Request {
                 cpus: 1.5,
                 memory_bytes: 768 << 20
@@ -320,7 +323,7 @@ mod tests {
             ..ResourceLimits::default()
         };
         assert_eq!(
-            effective_request(&cpus_only, Some(&made)),
+            effective_request(&cpus_only, Some(made)),
             Request {
                 cpus: 0.5,
                 memory_bytes: 768 << 20

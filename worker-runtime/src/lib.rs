@@ -60,8 +60,8 @@ pub use capacity::{
     Allocated, ConditionStatus, ConditionType, NodeCondition, NodeStatus, Resources,
 };
 pub use config::{
-    ConfigError, LayerStoreConfig, ProvisionerConfig, PullPolicy, ResourceLimits, WorkerConfig,
-    ZoneLoadError, ZoneSpec, load_zone, load_zones, valid_name,
+    ConfigError, IpRange, LayerStoreConfig, ProvisionerConfig, PullPolicy, ResourceLimits,
+    WorkerConfig, ZoneLoadError, ZonePolicy, ZoneSpec, load_zone, load_zones, valid_name,
 };
 pub use mirrors::{
     Mirror, MirrorEndpoint, Mirrors, Source as MirrorSource, Sources as PullSources,

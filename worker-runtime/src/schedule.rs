@@ -608,7 +608,9 @@ impl Worker {
         leaving.sort();
         for zone in leaving {
             let r = match self.provisioner.current(zone) {
-                Ok(Some(d)) => crate::capacity::effective_request(&d.limits, Some(&d.zone_config)),
+                Ok(Some(d)) => {
+                    crate::capacity::effective_request(&d.limits, Some(d.zone_config.caps()))
+                }
                 Ok(None) => crate::capacity::effective_request(&Default::default(), None),
                 Err(e) => {
                     tracing::warn!(zone, error = %error_chain(&e), "reading a leaving zone's caps failed; counting its slot only");
@@ -623,7 +625,7 @@ impl Worker {
             // A zone that exists was configured with the image's caps too (its description).
             let made = if existing.contains(&spec.name) {
                 match self.provisioner.current(&spec.name) {
-                    Ok(d) => d.map(|d| d.zone_config),
+                    Ok(d) => d.map(|d| d.zone_config.caps()),
                     Err(e) => {
                         tracing::warn!(zone = %spec.name, error = %error_chain(&e), "reading a zone's caps failed; counting its manifest's limits only");
                         None
@@ -632,13 +634,7 @@ impl Worker {
             } else {
                 None
             };
-            match crate::capacity::fit(
-                &caps,
-                &self.config.allocatable,
-                &allocated,
-                &spec,
-                made.as_ref(),
-            ) {
+            match crate::capacity::fit(&caps, &self.config.allocatable, &allocated, &spec, made) {
                 Ok(r) => {
                     allocated.add(r);
                     admitted.push(spec);

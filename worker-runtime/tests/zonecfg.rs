@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 
 use validator::Digest;
 use worker_runtime::provision::illumos::{smf_manifest, smf_stop_exec, zonecfg_script};
-use worker_runtime::provision::zonecfg::{AddressPrefix, SOLARIS_LABEL, ZoneConfig, ZonePolicy};
-use worker_runtime::{ResourceLimits, ZoneDescription};
+use worker_runtime::provision::zonecfg::{SOLARIS_LABEL, ZoneConfig, ZonePolicy};
+use worker_runtime::{IpRange, ResourceLimits, ZoneDescription};
 
 fn golden(name: &str, actual: &str) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -268,7 +268,7 @@ fn permissive() -> ZonePolicy {
         allowed_lower_links: vec!["igb0".into(), "e1000g0".into()],
         allowed_address_ranges: ["10.0.0.0/16", "fd00::/48"]
             .iter()
-            .map(|r| AddressPrefix::parse(r).unwrap())
+            .map(|r| IpRange::parse(r).unwrap())
             .collect(),
         allow_mac_address: true,
     }

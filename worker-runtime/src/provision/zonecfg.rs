@@ -176,51 +176,21 @@ impl AddressPrefix {
     }
 }
 
-/// What an image's `solaris` section may ask for beyond the defaults (`[zones]` in
-/// worker.toml). The default allows no escalation: `limitpriv` may name `default` (illumos's
-/// default zone privilege set) or its subset `basic` and take privileges away (`!name`), but
-/// names no other privilege or set; no `lowerLink` but `auto`; no `allowedAddress`; no
-/// `macAddress` but `auto`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ZonePolicy {
-    /// Privileges and sets (such as `dtrace_proc`, `all`) `limitpriv` may add, lower case.
-    pub allowed_privileges: Vec<String>,
-    /// Datalinks an `anet` may be made over (`lowerLink`).
-    pub allowed_lower_links: Vec<String>,
-    /// Ranges (`10.0.0.0/24`) every `allowedAddress` must lie within.
-    pub allowed_address_ranges: Vec<AddressPrefix>,
-    /// Whether an `anet` may set its `macAddress` (`factory`, `random` or a fixed address).
-    pub allow_mac_address: bool,
-}
+pub use crate::config::ZonePolicy;
 
 /// `limitpriv` sets every zone may name: illumos's default zone set and its subset `basic`
 /// (removals, `!name`, are always allowed: they only take privileges away).
 const DEFAULT_PRIVILEGE_SETS: [&str; 2] = ["default", "basic"];
 
-impl AddressPrefix {
-    /// Whether `self` (an address, or a prefix) lies within the range `range`.
-    pub fn within(&self, range: &AddressPrefix) -> bool {
-        let bits = |a: &IpAddr| -> (u128, u8) {
-            match a {
-                IpAddr::V4(v) => (u128::from(u32::from(*v)), 32),
-                IpAddr::V6(v) => (u128::from(*v), 128),
-            }
-        };
-        let ((a, max), (r, rmax)) = (bits(&self.addr), bits(&range.addr));
-        if max != rmax {
-            return false;
-        }
-        let rp = range.prefix.unwrap_or(rmax);
-        if self.prefix.unwrap_or(max) < rp {
-            return false;
-        }
-        let shift = u32::from(max - rp);
-        let mask = |x: u128| if shift >= 128 { 0 } else { x >> shift };
-        mask(a) == mask(r)
-    }
-}
-
 impl ZoneConfig {
+    /// The CPU and memory caps it sets (what capacity counts for the zone).
+    pub fn caps(&self) -> crate::capacity::Caps {
+        crate::capacity::Caps {
+            cpus: self.ncpus.as_ref().map(Ncpus::value),
+            memory_bytes: self.physical.as_ref().map(Size::bytes),
+        }
+    }
+
     /// Refuses what `policy` does not allow, naming the field and the worker.toml rule.
     pub fn check_policy(&self, policy: &ZonePolicy) -> Result<(), ZonecfgError> {
         for w in &self.limitpriv {
@@ -248,7 +218,11 @@ impl ZoneConfig {
                 ));
             }
             for a in &n.allowed_address {
-                if !policy.allowed_address_ranges.iter().any(|r| a.within(r)) {
+                if !policy
+                    .allowed_address_ranges
+                    .iter()
+                    .any(|r| r.contains(a.addr, a.prefix))
+                {
                     return Err(err(
                         format!("solaris.anet[{i}].allowedAddress"),
                         format!(
@@ -274,16 +248,7 @@ impl ZoneConfig {
     }
 }
 
-/// A datalink name: letters, digits and `_`, starting with a letter and ending with a digit,
-/// at most 31 bytes (illumos `MAXLINKNAMELEN` less the NUL).
-pub fn valid_link_name(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 31
-        && b[0].is_ascii_alphabetic()
-        && b[b.len() - 1].is_ascii_digit()
-        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
-}
+pub use crate::config::valid_link_name;
 
 /// One network interface (`anet[i]`): an exclusive-IP VNIC.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -375,13 +340,7 @@ fn size(
         .transpose()
 }
 
-/// A privilege word of `limitpriv`: a name of letters, digits and `_`, optionally negated.
-pub(crate) fn privilege_word(w: &str) -> bool {
-    let n = w.strip_prefix('!').unwrap_or(w);
-    !n.is_empty()
-        && n.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-}
+use crate::config::privilege_word;
 
 /// An SMF FMRI of a milestone or service: `svc:/` then path characters.
 fn valid_fmri(s: &str) -> bool {
