@@ -7,6 +7,7 @@ mod cli_help;
 mod cli_rights;
 mod client_auth_layers;
 mod client_faults;
+mod code_shape;
 mod depot_tls;
 mod distribution_s3;
 mod docs;
