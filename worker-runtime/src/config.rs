@@ -203,6 +203,11 @@ pub struct ResourceLimits {
     pub cpus: Option<f64>,
     /// `capped-memory physical`, with a k/m/g/t suffix.
     pub memory: Option<String>,
+    /// The zone's disk: the `quota` of its dataset on the ZFS layer store (k/m/g/t suffix);
+    /// wins over the image's `org.reddwarf.zone.quota`. The directory store has no quota and
+    /// refuses the key rather than ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<String>,
 }
 
 /// One zone manifest.
@@ -499,6 +504,7 @@ const HINTS: config_toml::Hints<'static> = &[
     ("stop_timeout_secs", "seconds, a whole number such as 30"),
     ("limits.cpus", "a number of CPUs such as 1.5"),
     ("limits.memory", "a size in quotes such as \"2G\""),
+    ("limits.disk", "a size in quotes such as \"10G\""),
     ("allocatable.cpus", "a number of CPUs such as 6.0"),
     ("allocatable.memory", "a size in quotes such as \"24G\""),
     ("allocatable.zones", "a whole number of zones such as 20"),
@@ -917,6 +923,14 @@ pub fn load_zone(path: &Path) -> Result<ZoneSpec, ConfigError> {
             format!("{m:?} is not a size like 512m or 2g"),
         ));
     }
+    if let Some(d) = &f.limits.disk
+        && crate::capacity::size_bytes(d).is_none_or(|b| b == 0)
+    {
+        return Err(value(
+            "limits.disk",
+            format!("{d:?} is not a size like 512m or 10G"),
+        ));
+    }
     Ok(ZoneSpec {
         name: f.name,
         image,
@@ -1119,6 +1133,10 @@ mod tests {
             "f.toml",
             "name = \"mem\"\nimage = \"reg.example/x:1\"\n[limits]\nmemory = \"lots\"\n",
         );
+        w(
+            "h.toml",
+            "name = \"disk\"\nimage = \"reg.example/x:1\"\n[limits]\ndisk = \"lots\"\n",
+        );
         w("ignored.txt", "not a manifest");
         let (good, bad) = load_zones(t.path()).unwrap();
         let names: Vec<&str> = good.iter().map(|z| z.name.as_str()).collect();
@@ -1129,8 +1147,18 @@ mod tests {
         assert_eq!(web.limits.cpus, Some(1.5));
         assert_eq!(good[0].pull_policy, PullPolicy::IfNotPresent);
         let bad_names: Vec<&str> = bad.iter().map(|b| b.zone.as_str()).collect();
-        assert_eq!(bad_names, ["c", "f", "dup"]);
-        assert!(bad[2].error.to_string().contains("also defined by"));
+        assert_eq!(bad_names, ["c", "f", "h", "dup"]);
+        let disk = bad
+            .iter()
+            .find(|b| b.zone == "h")
+            .unwrap()
+            .error
+            .to_string();
+        assert!(
+            disk.contains("limits.disk") && disk.contains("\"lots\" is not a size"),
+            "{disk}"
+        );
+        assert!(bad[3].error.to_string().contains("also defined by"));
         // A reference without a registry host is refused at load, not as a DNS failure later.
         w("g.toml", "name = \"g\"\nimage = \"site/tools:1.0\"\n");
         let e = load_zone(&t.path().join("g.toml")).unwrap_err().to_string();

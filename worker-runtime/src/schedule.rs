@@ -149,9 +149,17 @@ pub struct PassSummary {
     pub unschedulable: Vec<String>,
 }
 
-/// The dataset quota of a zone on the ZFS layer store: the image manifest's
-/// [`crate::zfs::QUOTA_ANNOTATION`] (`10G`, `512m`); an unreadable value refuses the zone.
-fn zone_quota(zone: &str, image: &crate::verify::PulledImage) -> Result<Option<u64>, ZoneError> {
+/// The dataset quota of a zone on the ZFS layer store: the zone manifest's `limits.disk`
+/// (checked when the manifest was read), else the image manifest's
+/// [`crate::zfs::QUOTA_ANNOTATION`] (`10G`, `512m`); an unreadable annotation refuses the zone.
+fn zone_quota(
+    zone: &str,
+    disk: Option<&str>,
+    image: &crate::verify::PulledImage,
+) -> Result<Option<u64>, ZoneError> {
+    if let Some(b) = disk.and_then(crate::capacity::size_bytes) {
+        return Ok(Some(b));
+    }
     let Some(v) = image.manifest.annotations.get(crate::zfs::QUOTA_ANNOTATION) else {
         return Ok(None);
     };
@@ -958,7 +966,7 @@ impl Worker {
             .await?;
             fetch_layers(&self.client, &self.store, sources, &image, None, 1, None).await?;
             let root = self
-                .spawn_unpack(&spec.name, &image, None)
+                .spawn_unpack(spec, &image, None)
                 .await
                 .map_err(|e| ZoneError::Task(e.to_string()))??;
             return Ok(root);
@@ -1011,7 +1019,7 @@ impl Worker {
             // download that could start over).
             let overlapped = self.layer_store.is_none();
             if overlapped {
-                unpack = Some(self.spawn_unpack(&spec.name, &image, Some(&feeds.0)));
+                unpack = Some(self.spawn_unpack(spec, &image, Some(&feeds.0)));
             }
             fetch_layers(
                 &self.client,
@@ -1045,14 +1053,14 @@ impl Worker {
         };
         let unpack = match unpack {
             Some(u) => u,
-            None => self.spawn_unpack(&spec.name, &image, None),
+            None => self.spawn_unpack(spec, &image, None),
         };
         match unpack.await.map_err(task_err)? {
             Ok(root) => Ok(root),
             Err(e) => {
                 tracing::info!(zone = %spec.name, %desired, error = %error_chain(&e), "the unpack during the download failed; unpacking again from the verified blobs");
                 Ok(self
-                    .spawn_unpack(&spec.name, &image, None)
+                    .spawn_unpack(spec, &image, None)
                     .await
                     .map_err(task_err)??)
             }
@@ -1063,12 +1071,13 @@ impl Worker {
     /// blobs in the content store, or, with `feeds`, from each layer's download as it arrives.
     fn spawn_unpack(
         self: &Arc<Self>,
-        zone: &str,
+        spec: &ZoneSpec,
         image: &crate::verify::PulledImage,
         feeds: Option<&[Arc<LayerFeed>]>,
     ) -> tokio::task::JoinHandle<Result<crate::verify::VerifiedRoot, ZoneError>> {
         let me = Arc::clone(self);
-        let zone = zone.to_owned();
+        let zone = spec.name.clone();
+        let disk = spec.limits.disk.clone();
         let staging = self.provisioner.staging_dir().join(format!(
             "{}.{}.{}",
             zone,
@@ -1080,8 +1089,18 @@ impl Worker {
         tokio::task::spawn_blocking(move || {
             let (store, id, opts) = (&me.store, &me.config.worker_id, &me.unpack);
             if let Some(zd) = &me.layer_store {
-                let quota = zone_quota(&zone, &image)?;
+                let quota = zone_quota(&zone, disk.as_deref(), &image)?;
                 return Ok(zd.build_root(store, &staging, id, &image, opts, quota)?);
+            }
+            if disk.is_some() {
+                // A plain directory cannot hold a quota; running without the one asked for
+                // would hide that the zone is not limited.
+                return Err(ProvisionError::Config {
+                    zone: zone.clone(),
+                    field: "limits.disk",
+                    reason: "the directory layer store cannot limit a zone's disk; set [layer_store] kind = \"zfs\" in worker.toml, or remove limits.disk".to_owned(),
+                }
+                .into());
             }
             Ok(match feeds {
                 None => build_root(store, &staging, id, &image, opts),

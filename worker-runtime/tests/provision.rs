@@ -59,12 +59,14 @@ fn description() -> ZoneDescription {
         limits: ResourceLimits {
             cpus: Some(1.5),
             memory: Some("512m".into()),
+            disk: None,
         },
         zone_config: worker_runtime::provision::zonecfg::ZoneConfig::from_image(
             None,
             &ResourceLimits {
                 cpus: Some(1.5),
                 memory: Some("512m".into()),
+                disk: None,
             },
         )
         .unwrap(),

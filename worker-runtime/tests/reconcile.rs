@@ -886,6 +886,33 @@ async fn the_images_solaris_section_becomes_the_zones_config_or_fails_naming_the
     assert!(!node.roots().join("badnet").exists(), "nothing made");
 }
 
+/// `limits.disk` on the directory layer store: a plain directory cannot hold a quota, so the
+/// zone fails naming the key rather than run without the limit it asked for (the ZFS store
+/// sets it: worker-runtime/tests/worker_zfs.rs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disk_limit_on_the_directory_store_fails_the_zone_naming_the_key() {
+    let reg = registry().await;
+    let c = client();
+    let r = Reference::parse(&format!("{}/apps/disk:v1", reg.addr)).unwrap();
+    good_image("disk").push(&c, &r).await;
+    let node = Node::new();
+    std::fs::write(
+        node.t.path().join("zones/disk.toml"),
+        format!("name = \"disk\"\nimage = \"{r}\"\n[limits]\ndisk = \"1G\"\n"),
+    )
+    .unwrap();
+    node.zone("plain", &r.to_string(), "Always");
+    let s = node.worker().pass(true).await.unwrap();
+    assert_eq!(s.provisioned, ["plain"], "{s:?}");
+    assert_eq!(s.failed, ["disk"], "{s:?}");
+    let e = node.status("disk").last_error.unwrap_or_default();
+    assert!(
+        e.contains("limits.disk") && e.contains("[layer_store] kind = \"zfs\""),
+        "{e}"
+    );
+    assert!(!node.roots().join("disk").exists(), "nothing made");
+}
+
 /// What the registry saw: blob GETs in flight at once (each held 100 ms so overlaps show) and
 /// when each manifest was fetched by digest (the first request of a pull).
 #[derive(Default)]

@@ -83,15 +83,16 @@ async fn zones_are_clones_of_verified_layers_and_unused_layers_are_collected() {
         ),
     )
     .unwrap();
-    let zone = |name: &str| {
+    let zone = |name: &str, extra: &str| {
         std::fs::write(
             t.join("zones").join(format!("{name}.toml")),
-            format!("name = \"{name}\"\nimage = \"{r}\"\npull_policy = \"Always\"\n"),
+            format!("name = \"{name}\"\nimage = \"{r}\"\npull_policy = \"Always\"\n{extra}"),
         )
         .unwrap();
     };
-    zone("web");
-    zone("api");
+    // web's manifest limits its disk: its dataset gets that quota; api has none.
+    zone("web", "[limits]\ndisk = \"64m\"\n");
+    zone("api", "");
     let worker = |used: u64| {
         let cfg = WorkerConfig::load(&t.join("worker.toml")).unwrap();
         Arc::new(
@@ -108,14 +109,14 @@ async fn zones_are_clones_of_verified_layers_and_unused_layers_are_collected() {
             .filter(|n| !n.contains('@'))
             .collect()
     };
-    let origin_of = |zone: &str| -> String {
+    let dataset_of = |zone: &str| -> String {
         let zp = t.join("roots").join(zone);
         zfspool::list(&format!("{parent}/roots"))
             .into_iter()
             .find(|n| zfspool::get("mountpoint", n) == zp.to_str().unwrap())
-            .map(|n| zfspool::get("origin", &n))
             .unwrap_or_else(|| panic!("no dataset is mounted at {}", zp.display()))
     };
+    let origin_of = |zone: &str| -> String { zfspool::get("origin", &dataset_of(zone)) };
 
     let s = worker(10).pass(true).await.unwrap();
     assert_eq!(s.provisioned, ["api", "web"], "{s:?}");
@@ -129,6 +130,15 @@ async fn zones_are_clones_of_verified_layers_and_unused_layers_are_collected() {
     assert_eq!(layer_datasets().len(), 2, "{:?}", layer_datasets());
     assert_eq!(origin_of("web"), origin_of("api"));
     assert!(origin_of("web").ends_with("@layer"));
+    assert_eq!(
+        zfspool::get("quota", &dataset_of("web")),
+        (64u64 << 20).to_string()
+    );
+    assert!(
+        ["0", "none", "-"].contains(&zfspool::get("quota", &dataset_of("api")).as_str()),
+        "{}",
+        zfspool::get("quota", &dataset_of("api"))
+    );
 
     // The tag moves: both zones are replaced; the base layer is shared with the new image.
     good_image("v2")

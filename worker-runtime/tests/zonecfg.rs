@@ -57,6 +57,7 @@ fn limits(cpus: Option<f64>, memory: Option<&str>) -> ResourceLimits {
     ResourceLimits {
         cpus,
         memory: memory.map(str::to_owned),
+        disk: None,
     }
 }
 
