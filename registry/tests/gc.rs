@@ -647,7 +647,9 @@ async fn until_stale(ttl_secs: u64) {
 async fn dead_collector_before_sweep(store: (Arc<dyn Store>, Option<tempfile::TempDir>)) {
     let s = serve(store).await;
     let img = Image::new(bytes("dead config 0", 30), vec![bytes("dead 0", 900)], None);
-    dead_lease(s.store.as_ref(), "killed-while-marking", 1).await;
+    // A 4 s lease: the push below must finish while it is live, also on a loaded CI machine
+    // (with 1 s, a slow S3 push let it go stale and the refused run went ahead).
+    dead_lease(s.store.as_ref(), "killed-while-marking", 4).await;
     let started = Instant::now();
     s.push_image("gc/dead0", "v1", &img).await.unwrap();
     let gc = |s: &Served| {
@@ -673,7 +675,7 @@ async fn dead_collector_before_sweep(store: (Arc<dyn Store>, Option<tempfile::Te
             .to_string()
             .contains("is live")
     );
-    until_stale(1).await;
+    until_stale(4).await;
     let report = gc(&s).await.unwrap();
     assert!(started.elapsed() < Duration::from_secs(30));
     assert_eq!(report.deleted_blobs, 0);
@@ -698,7 +700,9 @@ async fn dead_collector_mid_sweep(store: (Arc<dyn Store>, Option<tempfile::TempD
     }
     let gone = Digest::sha256(&img.layers[1]);
     // The dead run: lease, tombstones, then the deletions it got through.
-    dead_lease(s.store.as_ref(), "killed-while-sweeping", 2).await;
+    // 4 s: long enough that the live-lease check below (after the tombstone writes and a 1 s
+    // wait) still sees it live on a loaded CI machine.
+    dead_lease(s.store.as_ref(), "killed-while-sweeping", 4).await;
     let tombstone = Bytes::from_static(br#"{"run":"killed-while-sweeping"}"#);
     for b in img.blobs() {
         s.store
