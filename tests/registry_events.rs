@@ -106,6 +106,39 @@ impl Receiver {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+
+    /// Waits until `path` received `n` events whose `action` is `action`, and returns those:
+    /// waited for by their own arrival, since a count of all events taken earlier would race
+    /// them.
+    fn wait_for_action(
+        &self,
+        path: &str,
+        action: &str,
+        n: usize,
+        servers: &[&Server],
+    ) -> Vec<Value> {
+        let start = Instant::now();
+        loop {
+            let got: Vec<Value> = self
+                .events(path)
+                .into_iter()
+                .filter(|e| e["action"] == action)
+                .collect();
+            if got.len() >= n {
+                return got;
+            }
+            if start.elapsed() > Duration::from_secs(20) {
+                let logs: Vec<String> = servers.iter().map(|s| s.log_tail()).collect();
+                panic!(
+                    "{path}: {} of {n} {action} events after 20 s: {:#?}\nlogs:\n{}",
+                    got.len(),
+                    self.events(path),
+                    logs.join("\n---\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 impl Drop for Receiver {
@@ -543,20 +576,7 @@ max_manifests = 1
         b"",
     );
     assert_eq!(status, 202);
-    // Waited for by its own arrival: a count of events taken before it came would race it.
-    let start = Instant::now();
-    let events = loop {
-        let all = rx.events("/all");
-        if all.iter().any(|e| e["action"] == "delete") {
-            break all;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "no delete event: {all:#?}\n{}",
-            server.log_tail()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let events = rx.wait_for_action("/all", "delete", 1, &[&server]);
     let delete = first(&events, &|e| e["action"] == "delete");
     assert_eq!(delete["target"]["tag"], "latest", "{delete:#}");
     assert_eq!(delete["target"]["repository"], "team/app", "{delete:#}");
@@ -573,23 +593,7 @@ max_manifests = 1
     push_image(&server, "small/app", "a", b"{\"e\":4}", b"event layer four");
     let (status, body) = try_push(&server, "small/app", "b", b"{\"e\":5}", b"event layer five");
     assert_eq!(status, 403, "{body}");
-    let start = Instant::now();
-    let refusals = loop {
-        let r: Vec<Value> = rx
-            .events("/all")
-            .into_iter()
-            .filter(|e| e["action"] == "refuse")
-            .collect();
-        if r.len() >= 2 {
-            break r;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "{r:#?}\n{}",
-            server.log_tail()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let refusals = rx.wait_for_action("/all", "refuse", 2, &[&server]);
     let immutable = first(&refusals, &|e| e["target"]["repository"] == "prod/app");
     assert_eq!(immutable["target"]["tag"], "v1", "{immutable:#}");
     assert!(
@@ -616,24 +620,8 @@ max_manifests = 1
     let mut bytes = std::fs::read(&file).unwrap();
     bytes[2] ^= 0x20;
     std::fs::write(&file, bytes).unwrap();
-    let start = Instant::now();
-    let found = loop {
-        let q: Vec<Value> = rx
-            .events("/all")
-            .into_iter()
-            .filter(|e| e["action"] == "quarantine")
-            .collect();
-        // The layer in both repositories linking it, and the manifest of prod/app.
-        if q.len() >= 3 {
-            break q;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "{q:#?}\n{}",
-            server.log_tail()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    // The layer in both repositories linking it, and the manifest of prod/app.
+    let found = rx.wait_for_action("/all", "quarantine", 3, &[&server]);
     let blob = first(&found, &|e| e["target"]["digest"] == layer.as_str());
     assert!(
         blob["reason"].as_str().unwrap().contains("quarantined"),

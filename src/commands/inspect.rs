@@ -89,10 +89,7 @@ pub fn sbom(args: SbomArgs) -> anyhow::Result<ExitCode> {
     if args.document {
         let (_, doc) = crate::runtime::block_on(registry_client::raw::sbom_document(&client, &r))?
             .with_context(|| format!("cannot read the SBOM of {r}"))?;
-        let mut w = std::io::stdout().lock();
-        w.write_all(&doc)?;
-        w.flush()?;
-        return Ok(ExitCode::SUCCESS);
+        return super::raw::write_stdout(&doc);
     }
     let s = crate::runtime::block_on(registry_client::inspect::sboms(&client, &r))?
         .with_context(|| format!("cannot read the SBOM of {r}"))?;

@@ -127,8 +127,13 @@ pub fn manifest(cmd: ManifestCommand) -> anyhow::Result<ExitCode> {
         platform.as_ref(),
     ))?
     .with_context(|| format!("cannot read the manifest of {r}"))?;
+    write_stdout(&bytes)
+}
+
+/// Writes a document to stdout byte for byte (what was verified is what is printed).
+pub(crate) fn write_stdout(bytes: &[u8]) -> anyhow::Result<ExitCode> {
     let mut w = std::io::stdout().lock();
-    w.write_all(&bytes)?;
+    w.write_all(bytes)?;
     w.flush()?;
     Ok(ExitCode::SUCCESS)
 }
@@ -141,10 +146,7 @@ pub fn config(args: ConfigArgs) -> anyhow::Result<ExitCode> {
     let (_, bytes) =
         crate::runtime::block_on(registry_client::raw::config(&client, &r, platform.as_ref()))?
             .with_context(|| format!("cannot read the config of {r}"))?;
-    let mut w = std::io::stdout().lock();
-    w.write_all(&bytes)?;
-    w.flush()?;
-    Ok(ExitCode::SUCCESS)
+    write_stdout(&bytes)
 }
 
 /// Runs `rdctl digest`.
