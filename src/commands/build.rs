@@ -19,7 +19,7 @@ use validator::Tag;
   rdctl build image.toml --push reg.example:5443/zones/web --ca-file ./ca.pem
   rdctl build image.toml --push localhost:5000/zones/web --no-referrers
   rdctl build image.toml --output ./image --push localhost:5000/zones/web --sign-key cosign.key --attest
-  (--ca-file, --cert-dir and --insecure apply to https:// depots and the registry alike)
+  # --ca-file, --cert-dir and --insecure apply to https:// depots and the registry alike
 
 The lockfile (image.lock.json beside the image file) must exist and match the image file.
 SOURCE_DATE_EPOCH, when set, is the mtime of files without a timestamp and the image's

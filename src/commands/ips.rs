@@ -24,8 +24,8 @@ Exit status: 0 published, 2 the package could not be published.")]
     Publish(PublishArgs),
     /// Serve a file repository read-only over the depot protocol until SIGTERM or ctrl-c.
     #[command(after_help = "Examples:
-  rdctl ips serve --repo ./repo                        http://127.0.0.1:10000/
-  rdctl ips serve --repo ./repo --listen 127.0.0.1:0   a free port, printed
+  rdctl ips serve --repo ./repo                        # http://127.0.0.1:10000/
+  rdctl ips serve --repo ./repo --listen 127.0.0.1:0   # a free port, printed
   rdctl ips serve --repo ./repo --listen 0.0.0.0:8443 --tls-cert depot.crt --tls-key depot.key
 
 Prints `listening on URL` (the real port when PORT is 0) on stdout: http://, or https:// with

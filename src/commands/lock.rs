@@ -9,11 +9,11 @@ use anyhow::Context;
 /// Arguments of `rdctl lock`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:
-  rdctl lock image.toml        resolves the packages and writes image.lock.json
+  rdctl lock image.toml        # resolves the packages and writes image.lock.json
   rdctl lock --json image.toml | jq -r '.packages[].fmri'
-  rdctl lock image.toml --ca-file ./depot-ca.pem     an https:// depot with a private CA
-  rdctl lock image.toml --update                     every package to its newest allowed version
-  rdctl lock image.toml --update=nginx --update=web/php-82   only these packages
+  rdctl lock image.toml --ca-file ./depot-ca.pem     # an https:// depot with a private CA
+  rdctl lock image.toml --update                     # every package to its newest allowed version
+  rdctl lock image.toml --update=nginx --update=web/php-82   # only these packages
 
 An existing lockfile's pins are kept, whatever changed in the image file, as long as the
 pinned version is still in the catalog and still allowed; --update moves every pin,

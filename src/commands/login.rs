@@ -14,7 +14,7 @@ use super::client::ClientArgs;
 /// Arguments of `rdctl login`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:
-  rdctl login registry.example:5000                   prompts for user name and password
+  rdctl login registry.example:5000                   # prompts for user name and password
   printf '%s\\n' \"$PASS\" | rdctl login -u ci --password-stdin registry.example:5000
   rdctl login --ca-file ./ca.pem --auth-file ./auth.json -u alice 127.0.0.1:5443
 

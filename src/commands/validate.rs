@@ -14,11 +14,11 @@ use validator::{
 /// Arguments of `rdctl validate`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:
-  rdctl validate ./image                    every image in an OCI layout
-  rdctl validate ./image:1.0                the entry tagged 1.0 (org.opencontainers.image.ref.name)
-  rdctl validate oci:./image@sha256:4f1c…   one manifest or index by digest (also one platform's)
+  rdctl validate ./image                    # every image in an OCI layout
+  rdctl validate ./image:1.0                # the entry tagged 1.0 (org.opencontainers.image.ref.name)
+  rdctl validate oci:./image@sha256:4f1c…   # one manifest or index by digest (also one platform's)
   rdctl validate --platform illumos/amd64 ./image
-  rdctl validate manifest.json              one manifest, index or config
+  rdctl validate manifest.json              # one manifest, index or config
   rdctl validate --json ./image | jq .violations
 
 Exit status: 0 valid, 1 invalid (every failed rule is listed), 2 the check could not run.")]

@@ -12,8 +12,8 @@ pub enum Command {
     /// Reconcile zones with their images on a schedule until SIGTERM (or once with --once);
     /// SIGHUP reloads the admission policy.
     #[command(after_help = "Examples:
-  rdctl worker run                                   /etc/rdctl/worker.toml, until SIGTERM
-  rdctl worker run --once --config ./worker.toml     one pass over every zone
+  rdctl worker run                                   # /etc/rdctl/worker.toml, until SIGTERM
+  rdctl worker run --once --config ./worker.toml     # one pass over every zone
   rdctl worker run --once --json --config ./worker.toml
   rdctl worker run --once --config ./worker.toml --auth-file ./auth.json --ca-file ./ca.pem
 

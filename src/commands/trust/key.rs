@@ -29,7 +29,7 @@ pub enum KeyFormat {
 /// Arguments of `rdctl key generate`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:
-  rdctl key generate                                   writes cosign.key and cosign.pub, asks for a password
+  rdctl key generate                                   # writes cosign.key and cosign.pub, asks for a password
   COSIGN_PASSWORD=... rdctl key generate --output-key-prefix release
   rdctl key generate --output-key-prefix ci --password-file ./pw.txt --json
   rdctl key generate --format pkcs8 --no-password --output-key-prefix plain
