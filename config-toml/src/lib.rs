@@ -10,9 +10,17 @@
 //!   added to any type error on that key.
 //! - [`line_of`] finds the line a key is written on, for the caller's own checks of values
 //!   that parsed but are out of range.
+//! - [`units`]: the one syntax for durations (`"90s"`, `"15m"`) and sizes (`"512MiB"`,
+//!   `"1GiB"`) in every file and flag, with serde helpers that also take the legacy integer.
 #![deny(missing_docs)]
 
 use std::fmt;
+
+pub mod units;
+pub use units::{
+    ByteSize, HumanDuration, UnitError, duration, format_duration, format_size, parse_duration,
+    parse_size, size,
+};
 
 use serde::de::DeserializeOwned;
 
