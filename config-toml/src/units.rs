@@ -92,12 +92,12 @@ pub fn format_duration(d: Duration) -> String {
     if ms == 0 {
         return "0".to_owned();
     }
-    if ms % 1000 != 0 {
+    if !ms.is_multiple_of(1000) {
         return format!("{ms}ms");
     }
     let s = ms / 1000;
     for (k, unit) in [(86400, "d"), (3600, "h"), (60, "m")] {
-        if s % k == 0 {
+        if s.is_multiple_of(k) {
             return format!("{}{unit}", s / k);
         }
     }
@@ -139,7 +139,7 @@ pub fn parse_size(s: &str) -> Result<u64, UnitError> {
 /// [`parse_size`] reads it back to the same value.
 pub fn format_size(bytes: u64) -> String {
     for (unit, k) in SIZE_UNITS[1..5].iter().rev() {
-        if bytes != 0 && bytes % k == 0 {
+        if bytes != 0 && bytes.is_multiple_of(*k) {
             return format!("{}{unit}", bytes / k);
         }
     }
