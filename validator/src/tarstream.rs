@@ -314,122 +314,16 @@ impl<R: Read> TarReader<R> {
                 ));
             }
             if block.iter().all(|&b| b == 0) {
-                if !self.read_block(&mut block)? {
-                    return Err(TarError::new(
-                        TarErrorKind::Truncated,
-                        at,
-                        "stream ended after a single end-of-archive block",
-                    ));
-                }
-                if block.iter().any(|&b| b != 0) {
-                    return Err(TarError::new(
-                        TarErrorKind::Header,
-                        at,
-                        "a zero block inside the archive",
-                    ));
-                }
-                if !pending.pax.is_empty()
-                    || pending.gnu_name.is_some()
-                    || pending.gnu_link.is_some()
-                {
-                    return Err(TarError::new(
-                        TarErrorKind::Header,
-                        at,
-                        "extended header records with no entry after them",
-                    ));
-                }
-                self.done = true;
+                self.end_of_archive(&mut block, &pending, at)?;
                 return Ok(None);
             }
             check_checksum(&block, at)?;
             let typeflag = block[156];
             let ustar_size = parse_number(&block[124..136], at, "size")?;
-            match typeflag {
-                b'x' => {
-                    pending.pax_bytes = pending.pax_bytes.saturating_add(ustar_size);
-                    if pending.pax_bytes > self.limits.max_record_bytes {
-                        return Err(TarError::new(
-                            TarErrorKind::Limit,
-                            at,
-                            format!(
-                                "PAX records of {} bytes for one entry are over the {} byte limit",
-                                pending.pax_bytes, self.limits.max_record_bytes
-                            ),
-                        ));
-                    }
-                    let rec = self.read_record(ustar_size, "PAX", at)?;
-                    let parsed = parse_pax(&rec, at)?;
-                    for (k, v) in parsed {
-                        if !pending.pax_keys.insert(k.clone()) {
-                            return Err(TarError::new(
-                                TarErrorKind::Ambiguous,
-                                at,
-                                format!("PAX key {k:?} given twice for one entry"),
-                            ));
-                        }
-                        pending.pax.push((k, v));
-                    }
-                    continue;
-                }
-                b'g' => {
-                    // Global records are parsed for syntax and size, and otherwise ignored, as
-                    // containerd does: they must not change how later entries read.
-                    let rec = self.read_record(ustar_size, "PAX global", at)?;
-                    parse_pax(&rec, at)?;
-                    continue;
-                }
-                b'L' | b'K' => {
-                    let rec = self.read_record(ustar_size, "GNU long name", at)?;
-                    let name = trim_nul(&rec).to_vec();
-                    let slot = if typeflag == b'L' {
-                        &mut pending.gnu_name
-                    } else {
-                        &mut pending.gnu_link
-                    };
-                    if slot.replace(name).is_some() {
-                        return Err(TarError::new(
-                            TarErrorKind::Ambiguous,
-                            at,
-                            "two GNU long-name records for one entry",
-                        ));
-                    }
-                    continue;
-                }
-                _ => {}
+            if self.extension_record(typeflag, ustar_size, &mut pending, at)? {
+                continue;
             }
-            let kind = match typeflag {
-                b'0' | 0 | b'7' => EntryKind::Regular,
-                b'1' => EntryKind::HardLink,
-                b'2' => EntryKind::Symlink,
-                b'3' => EntryKind::CharDevice,
-                b'4' => EntryKind::BlockDevice,
-                b'5' => EntryKind::Directory,
-                b'6' => EntryKind::Fifo,
-                b'S' => {
-                    return Err(TarError::new(
-                        TarErrorKind::EntryType,
-                        at,
-                        "GNU sparse entries are not allowed in layers",
-                    ));
-                }
-                b'V' | b'M' | b'N' => {
-                    return Err(TarError::new(
-                        TarErrorKind::EntryType,
-                        at,
-                        format!(
-                            "GNU typeflag {:?} (volume or multi-volume) is not allowed in layers",
-                            typeflag as char
-                        ),
-                    ));
-                }
-                other => {
-                    return Err(TarError::new(
-                        TarErrorKind::EntryType,
-                        at,
-                        format!("unknown typeflag {other:#04x}"),
-                    ));
-                }
-            };
+            let kind = entry_kind(typeflag, at)?;
             self.entries += 1;
             if self.entries > self.limits.max_entries {
                 return Err(TarError::new(
@@ -447,6 +341,103 @@ impl<R: Read> TarReader<R> {
                 self.padding = pad(entry.size);
             }
             return Ok(Some(entry));
+        }
+    }
+
+    /// After a zero block: the second one must follow, and no extended record may be left
+    /// waiting for an entry. Marks the archive done.
+    fn end_of_archive(
+        &mut self,
+        block: &mut [u8; BLOCK],
+        pending: &Pending,
+        at: u64,
+    ) -> Result<(), TarError> {
+        if !self.read_block(block)? {
+            return Err(TarError::new(
+                TarErrorKind::Truncated,
+                at,
+                "stream ended after a single end-of-archive block",
+            ));
+        }
+        if block.iter().any(|&b| b != 0) {
+            return Err(TarError::new(
+                TarErrorKind::Header,
+                at,
+                "a zero block inside the archive",
+            ));
+        }
+        if !pending.pax.is_empty() || pending.gnu_name.is_some() || pending.gnu_link.is_some() {
+            return Err(TarError::new(
+                TarErrorKind::Header,
+                at,
+                "extended header records with no entry after them",
+            ));
+        }
+        self.done = true;
+        Ok(())
+    }
+
+    /// Reads a PAX (`x`, `g`) or GNU long-name (`L`, `K`) record into `pending`: true when
+    /// the header was one (the entry it describes comes next), false for an entry header.
+    fn extension_record(
+        &mut self,
+        typeflag: u8,
+        ustar_size: u64,
+        pending: &mut Pending,
+        at: u64,
+    ) -> Result<bool, TarError> {
+        match typeflag {
+            b'x' => {
+                pending.pax_bytes = pending.pax_bytes.saturating_add(ustar_size);
+                if pending.pax_bytes > self.limits.max_record_bytes {
+                    return Err(TarError::new(
+                        TarErrorKind::Limit,
+                        at,
+                        format!(
+                            "PAX records of {} bytes for one entry are over the {} byte limit",
+                            pending.pax_bytes, self.limits.max_record_bytes
+                        ),
+                    ));
+                }
+                let rec = self.read_record(ustar_size, "PAX", at)?;
+                let parsed = parse_pax(&rec, at)?;
+                for (k, v) in parsed {
+                    if !pending.pax_keys.insert(k.clone()) {
+                        return Err(TarError::new(
+                            TarErrorKind::Ambiguous,
+                            at,
+                            format!("PAX key {k:?} given twice for one entry"),
+                        ));
+                    }
+                    pending.pax.push((k, v));
+                }
+                Ok(true)
+            }
+            b'g' => {
+                // Global records are parsed for syntax and size, and otherwise ignored, as
+                // containerd does: they must not change how later entries read.
+                let rec = self.read_record(ustar_size, "PAX global", at)?;
+                parse_pax(&rec, at)?;
+                Ok(true)
+            }
+            b'L' | b'K' => {
+                let rec = self.read_record(ustar_size, "GNU long name", at)?;
+                let name = trim_nul(&rec).to_vec();
+                let slot = if typeflag == b'L' {
+                    &mut pending.gnu_name
+                } else {
+                    &mut pending.gnu_link
+                };
+                if slot.replace(name).is_some() {
+                    return Err(TarError::new(
+                        TarErrorKind::Ambiguous,
+                        at,
+                        "two GNU long-name records for one entry",
+                    ));
+                }
+                Ok(true)
+            }
+            _ => Ok(false),
         }
     }
 
@@ -698,4 +689,41 @@ fn parse_pax(data: &[u8], at: u64) -> Result<Vec<(String, Vec<u8>)>, TarError> {
         rest = &rest[len..];
     }
     Ok(out)
+}
+
+/// The entry type a header's typeflag names; sparse, volume and unknown types are refused.
+fn entry_kind(typeflag: u8, at: u64) -> Result<EntryKind, TarError> {
+    Ok(match typeflag {
+        b'0' | 0 | b'7' => EntryKind::Regular,
+        b'1' => EntryKind::HardLink,
+        b'2' => EntryKind::Symlink,
+        b'3' => EntryKind::CharDevice,
+        b'4' => EntryKind::BlockDevice,
+        b'5' => EntryKind::Directory,
+        b'6' => EntryKind::Fifo,
+        b'S' => {
+            return Err(TarError::new(
+                TarErrorKind::EntryType,
+                at,
+                "GNU sparse entries are not allowed in layers",
+            ));
+        }
+        b'V' | b'M' | b'N' => {
+            return Err(TarError::new(
+                TarErrorKind::EntryType,
+                at,
+                format!(
+                    "GNU typeflag {:?} (volume or multi-volume) is not allowed in layers",
+                    typeflag as char
+                ),
+            ));
+        }
+        other => {
+            return Err(TarError::new(
+                TarErrorKind::EntryType,
+                at,
+                format!("unknown typeflag {other:#04x}"),
+            ));
+        }
+    })
 }
