@@ -514,10 +514,10 @@ impl ServeConfig {
             }
             if let Some(sc) = f.scrub.take() {
                 if let Some(v) = sc.interval {
-                    let d = parse_duration(&v).map_err(|reason| ConfigError::Setting {
+                    let d = parse_duration(&v).map_err(|e| ConfigError::Setting {
                         path: path.to_owned(),
                         key: "scrub.interval",
-                        reason,
+                        reason: e.to_string(),
                     })?;
                     if d.is_zero() {
                         return Err(ConfigError::Setting {
@@ -610,10 +610,10 @@ impl ServeConfig {
                 source,
             })?;
             if let Some(v) = f.pulls.take().and_then(|p| p.flush_interval) {
-                let d = parse_duration(&v).map_err(|reason| ConfigError::Setting {
+                let d = parse_duration(&v).map_err(|e| ConfigError::Setting {
                     path: path.to_owned(),
                     key: "pulls.flush_interval",
-                    reason,
+                    reason: e.to_string(),
                 })?;
                 if d.is_zero() {
                     return Err(ConfigError::Setting {
@@ -664,14 +664,14 @@ impl ServeConfig {
             reason,
         };
         if let Some(v) = g.interval {
-            let d = parse_duration(&v).map_err(|r| bad("gc.interval", r))?;
+            let d = parse_duration(&v).map_err(|r| bad("gc.interval", r.to_string()))?;
             if d.is_zero() {
                 return Err(bad("gc.interval", "must be longer than 0".to_owned()));
             }
             self.gc.interval = Some(d);
         }
         if let Some(v) = g.grace {
-            let d = parse_duration(&v).map_err(|r| bad("gc.grace", r))?;
+            let d = parse_duration(&v).map_err(|r| bad("gc.grace", r.to_string()))?;
             // The server collects while it takes pushes; a shorter window is unsafe then.
             if d < gc::MIN_SAFE_GRACE {
                 return Err(bad(
@@ -691,7 +691,7 @@ impl ServeConfig {
             self.gc.options.keep_referrers = v;
         }
         if let Some(v) = g.lease_ttl {
-            let d = parse_duration(&v).map_err(|r| bad("gc.lease_ttl", r))?;
+            let d = parse_duration(&v).map_err(|r| bad("gc.lease_ttl", r.to_string()))?;
             if d < gc::MIN_LEASE_TTL {
                 return Err(bad(
                     "gc.lease_ttl",

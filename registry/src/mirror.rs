@@ -471,8 +471,8 @@ impl FileSync {
             "sync.interval",
             format!("[[sync]] {name:?} needs an interval (like 90s, 15m, 1h)"),
         ))?;
-        let interval =
-            crate::duration::parse_duration(&interval).map_err(|e| ("sync.interval", e))?;
+        let interval = crate::duration::parse_duration(&interval)
+            .map_err(|e| ("sync.interval", e.to_string()))?;
         if interval < Duration::from_secs(1) {
             return Err(("sync.interval", format!("[[sync]] {name:?}: at least 1s")));
         }

@@ -245,7 +245,7 @@ fn duration(
         Some(v) => match parse_duration(&v) {
             Ok(d) if d.is_zero() => Err((key, "must be longer than 0".to_owned())),
             Ok(d) => Ok(d),
-            Err(r) => Err((key, r)),
+            Err(r) => Err((key, r.to_string())),
         },
     }
 }

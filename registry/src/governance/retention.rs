@@ -97,8 +97,9 @@ impl RetentionRule {
     pub(crate) fn from_file(index: usize, f: FileRetention) -> Result<RetentionRule, RuleError> {
         let duration = |field: &str, v: Option<String>| {
             v.map(|v| {
-                crate::duration::parse_duration(&v)
-                    .map_err(|r| RuleError::new(format!("retention[{index}].{field}"), r))
+                crate::duration::parse_duration(&v).map_err(|r| {
+                    RuleError::new(format!("retention[{index}].{field}"), r.to_string())
+                })
             })
             .transpose()
         };
