@@ -1,6 +1,7 @@
 //! End-to-end tests across crates, with real servers and clients. One binary, one module per
 //! area; `util` holds the shared helpers.
 
+mod architecture_doc;
 mod builder_e2e;
 mod cli_edges;
 mod cli_help;

@@ -2,7 +2,7 @@
 //! that hold a digest ([`crate::repo::Repos::hold`]) agree on who goes first. The core honours
 //! it on every hold; the collector (`crate::gc`) writes it. Its document, the phases and what a
 //! request does on meeting one live here, so the core never imports the collector. The race
-//! analysis is in `docs/architecture.md`, "Garbage collection".
+//! analysis is in `docs/gc.md`, "Why an acknowledged push loses nothing".
 
 use std::time::{Duration, SystemTime};
 

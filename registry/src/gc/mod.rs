@@ -40,7 +40,7 @@
 //! or as old as the lease's time to live, and then it holds again. None of this depends on the
 //! lease, so a collector paused across a forced break ([`break_lease`]) deletes nothing a
 //! request relies on ([`read_lease`]; `docs/gc.md`). The invariant and the race analysis are
-//! written out in `docs/architecture.md`, "Garbage collection".
+//! written out in `docs/gc.md`, "Why an acknowledged push loses nothing".
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! The garbage collector's write barrier on [`Repos`]: a request holds a digest before it
 //! relies on its content, and waits for (or releases) a collector's tombstone on it
-//! ([`crate::tombstone`]). The race analysis is in `docs/architecture.md`, "Garbage
-//! collection".
+//! ([`crate::tombstone`]). The race analysis is in `docs/gc.md`, "Why an acknowledged push
+//! loses nothing".
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 

@@ -31,7 +31,7 @@ const LINK_LIMIT: u64 = 64 << 10;
 const MAX_ATTEMPTS: usize = 1000;
 /// Longest time between a manifest PUT's holds and the end of its publication that garbage
 /// collection's grace window covers; a PUT that took longer holds its references again before
-/// it answers. See `docs/architecture.md`, "Garbage collection".
+/// it answers. See `docs/gc.md`, "Why an acknowledged push loses nothing".
 pub const REFERENCE_WINDOW: Duration = Duration::from_secs(1);
 
 /// What a manifest link records.
