@@ -47,7 +47,6 @@ const KNOWN_LONG_FNS: &[(&str, &str)] = &[
     ("src/commands/build.rs", "run"),
     ("worker-runtime/src/config.rs", "load"),
     ("worker-runtime/src/schedule.rs", "pass"),
-    ("worker-runtime/src/store.rs", "fetch_fed"),
 ];
 
 /// Every crate's `src/` (the workspace members and the binary), without `target/`, the pinned

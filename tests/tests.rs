@@ -57,3 +57,4 @@ mod worker_e2e;
 mod worker_layers;
 mod worker_mirrors;
 mod worker_policy;
+mod worker_progress;

@@ -14,7 +14,7 @@ use crate::transfer::umoci_image;
 use crate::util::{Server, ok, rdctl, s, tempdir};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Seen {
+pub(crate) enum Seen {
     Started { size: u64, resumed: u64 },
     Bytes(u64),
     Finished(BlobOutcome),
@@ -23,8 +23,8 @@ enum Seen {
 
 /// Records every call, per blob digest.
 #[derive(Default)]
-struct Recorder {
-    calls: Arc<Mutex<Vec<(String, Seen)>>>,
+pub(crate) struct Recorder {
+    pub(crate) calls: Arc<Mutex<Vec<(String, Seen)>>>,
 }
 
 struct Handle {
@@ -73,13 +73,24 @@ impl Recorder {
     /// Checks the contract against what the copy reported, and returns each copied blob's
     /// `resumed` count.
     fn check(&self, what: &str, report: &CopyReport) -> BTreeMap<String, u64> {
+        self.check_blobs(what, &report.blobs_copied, &report.blobs_skipped)
+    }
+
+    /// Checks the contract for blobs that moved (`copied`) and blobs that were already at the
+    /// destination (`skipped`), and returns each moved blob's `resumed` count.
+    pub(crate) fn check_blobs(
+        &self,
+        what: &str,
+        copied: &[Content],
+        skipped: &[Content],
+    ) -> BTreeMap<String, u64> {
         let calls = std::mem::take(&mut *self.calls.lock().unwrap());
         let mut per: BTreeMap<String, Vec<Seen>> = BTreeMap::new();
         for (d, seen) in calls {
             per.entry(d).or_default().push(seen);
         }
         let mut resumed_by = BTreeMap::new();
-        for b in &report.blobs_copied {
+        for b in copied {
             let seen = per
                 .remove(&b.digest.to_string())
                 .unwrap_or_else(|| panic!("{what}: nothing reported for copied blob {b:?}"));
@@ -108,7 +119,7 @@ impl Recorder {
             );
             resumed_by.insert(b.digest.to_string(), resumed);
         }
-        for b in &report.blobs_skipped {
+        for b in skipped {
             let seen = per
                 .remove(&b.digest.to_string())
                 .unwrap_or_else(|| panic!("{what}: nothing reported for skipped blob {b:?}"));
@@ -123,7 +134,7 @@ impl Recorder {
 }
 
 /// Text that gzip cannot shrink much, so the layer takes many reads.
-fn noise(len: usize) -> String {
+pub(crate) fn noise(len: usize) -> String {
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     (0..len)
         .map(|_| {

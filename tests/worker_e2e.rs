@@ -832,7 +832,7 @@ impl RawImage {
 
 impl RawImage {
     /// One layer holding `size` bytes of incompressible data (a big download).
-    fn big(name: &str, size: usize) -> RawImage {
+    pub(crate) fn big(name: &str, size: usize) -> RawImage {
         let mut data = Vec::with_capacity(size + 32);
         let mut h = Sha256::digest(name.as_bytes());
         while data.len() < size {

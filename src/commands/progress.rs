@@ -23,11 +23,28 @@ struct Kept {
 }
 
 /// Bars per blob on stderr (when drawn) and the count of what is kept.
-#[derive(Debug)]
 pub struct Bars {
     multi: Option<indicatif::MultiProgress>,
     kept: std::sync::Arc<Kept>,
+    /// What the interrupted message says of downloads stopped midway.
+    midway: String,
+    /// Where reports go when no bars are drawn (the worker's log lines).
+    otherwise: Option<std::sync::Arc<dyn Progress>>,
 }
+
+impl std::fmt::Debug for Bars {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bars")
+            .field("drawn", &self.multi.is_some())
+            .field("kept", &self.kept)
+            .field("midway", &self.midway)
+            .field("otherwise", &self.otherwise.is_some())
+            .finish()
+    }
+}
+
+/// What happens to a download stopped midway, for copies into a layout.
+const LAYOUT_MIDWAY: &str = "a download into a layout keeps what arrived";
 
 impl Bars {
     /// Bars drawn when stderr is a terminal and `json` is off; otherwise silent.
@@ -41,7 +58,24 @@ impl Bars {
                 indicatif::MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::stderr())
             }),
             kept: Default::default(),
+            midway: LAYOUT_MIDWAY.to_owned(),
+            otherwise: None,
         }
+    }
+
+    /// When no bars are drawn, also reports to `progress` (the worker logs instead).
+    pub fn otherwise(mut self, progress: std::sync::Arc<dyn Progress>) -> Bars {
+        if self.multi.is_none() {
+            self.otherwise = Some(progress);
+        }
+        self
+    }
+
+    /// Says `midway` of downloads stopped midway when interrupted (the worker's content store
+    /// keeps them in its ingest directory, not in a layout).
+    pub fn midway(mut self, midway: impl Into<String>) -> Bars {
+        self.midway = midway.into();
+        self
     }
 
     /// Prints a line on stderr above the bars (or plainly when none are drawn).
@@ -86,8 +120,8 @@ impl Bars {
         );
         if moving > 0 {
             msg.push_str(&format!(
-                "; {moving} blob(s) were stopped midway (a download into a layout keeps what \
-                 arrived)"
+                "; {moving} blob(s) were stopped midway ({})",
+                self.midway
             ));
         }
         if one_image {
@@ -103,6 +137,7 @@ struct BlobBar {
     bar: Option<indicatif::ProgressBar>,
     size: u64,
     kept: std::sync::Arc<Kept>,
+    otherwise: Option<Box<dyn BlobProgress>>,
 }
 
 impl BlobProgress for BlobBar {
@@ -110,8 +145,14 @@ impl BlobProgress for BlobBar {
         if let Some(b) = &self.bar {
             b.inc(bytes);
         }
+        if let Some(o) = &self.otherwise {
+            o.advance(bytes);
+        }
     }
     fn finish(&self, outcome: BlobOutcome) {
+        if let Some(o) = &self.otherwise {
+            o.finish(outcome);
+        }
         self.kept.moving.fetch_sub(1, Ordering::Relaxed);
         if outcome == BlobOutcome::Copied {
             self.kept.blobs.fetch_add(1, Ordering::Relaxed);
@@ -143,9 +184,16 @@ impl Progress for Bars {
             bar,
             size: blob.size,
             kept: self.kept.clone(),
+            otherwise: self
+                .otherwise
+                .as_ref()
+                .map(|o| o.blob_started(blob, resumed)),
         })
     }
     fn blob_present(&self, blob: &Content) {
+        if let Some(o) = &self.otherwise {
+            o.blob_present(blob);
+        }
         self.kept.blobs.fetch_add(1, Ordering::Relaxed);
         self.kept.bytes.fetch_add(blob.size, Ordering::Relaxed);
     }

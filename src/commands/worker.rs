@@ -22,8 +22,13 @@ unschedulable zones).
 docs/operations.md lists every key of worker.toml, of the policy file and of the zone manifests.
 SIGHUP reloads the policy file (a file that does not load keeps the policy in force; the log
 says why) and starts a pass at once.
+On a terminal each download gets a progress bar on stderr (none with --json); otherwise the log
+says at most every 5 s how far the downloads are. Ctrl-C stops a --once pass and says what the
+content store kept (a download stopped midway keeps what arrived); the same command again
+resumes it.
 Exit status: 0 stopped by SIGTERM, or a --once pass where every zone is ready; 1 a --once pass
-where a zone failed or was not admitted; 2 the configuration could not be loaded.")]
+where a zone failed or was not admitted; 2 the configuration could not be loaded; 130 a --once
+pass interrupted.")]
     Run(RunArgs),
     /// Show every zone's desired and current image digest, phase, what admitted it and the
     /// last error, then the node's conditions (DiskPressure, ResourcePressure); with --json
@@ -107,15 +112,45 @@ fn run_worker(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     super::client::warn_insecure(c.insecure);
     let once = args.once;
+    // Byte progress of the downloads: bars on a terminal, else a log line every few seconds.
+    let store = config.state_dir.join("content");
+    let bars = std::sync::Arc::new(
+        super::progress::Bars::new(args.json)
+            .midway(format!(
+                "the content store keeps what arrived in {}, and the next run continues it",
+                store.join("ingest").display()
+            ))
+            .otherwise(std::sync::Arc::new(
+                worker_runtime::LoggedProgress::default(),
+            )),
+    );
+    let progress: std::sync::Arc<dyn registry_client::progress::Progress> = bars.clone();
     let summary = crate::runtime::block_on(async move {
         let reload = if once {
             None
         } else {
             crate::runtime::hangups()
         };
-        worker_runtime::run(config, once, crate::runtime::shutdown_signal(), reload).await
-    })?
-    .with_context(|| format!("worker run with {}", args.config.display()))?;
+        let run = worker_runtime::run(
+            config,
+            once,
+            crate::runtime::shutdown_signal(),
+            reload,
+            progress,
+        );
+        if !once {
+            // SIGINT and SIGTERM end the run between passes, or stop the pass (its downloads
+            // keep what arrived, as below).
+            return Some(run.await);
+        }
+        // One pass: ctrl-c stops it and says what the content store kept.
+        let destination = format!("the content store {}", store.display());
+        bars.until_interrupted(&destination, false, run).await
+    })?;
+    let Some(summary) = summary else {
+        return Ok(ExitCode::from(super::progress::INTERRUPTED));
+    };
+    let summary = summary.with_context(|| format!("worker run with {}", args.config.display()))?;
     let mut out = std::io::stdout().lock();
     if args.json {
         let doc = serde_json::json!({

@@ -46,6 +46,7 @@ pub mod owner;
 mod packages;
 pub mod provision;
 mod pull;
+mod pull_log;
 mod readahead;
 mod schedule;
 mod state;
@@ -72,6 +73,7 @@ pub use provision::{
     StepHook, SystemRunner, ZoneDescription,
 };
 pub use pull::{HostPlatform, PullError, pull, resolve};
+pub use pull_log::{LOG_INTERVAL, LoggedProgress};
 pub use schedule::{
     PassSummary, StatusReport, StatusRow, Worker, WorkerError, ZoneError, run, status,
     status_report,

@@ -346,6 +346,13 @@ impl Worker {
         self
     }
 
+    /// Reports the byte progress of every blob download to `progress` (see
+    /// [`ContentStore::with_progress`]).
+    pub fn with_progress(mut self, progress: Arc<dyn registry_client::progress::Progress>) -> Self {
+        self.store = self.store.with_progress(progress);
+        self
+    }
+
     /// The configuration.
     pub fn config(&self) -> &WorkerConfig {
         &self.config
@@ -1271,7 +1278,8 @@ impl Drop for AbortOnDrop {
 /// `rdctl worker run`: runs passes with a configuration already loaded (and adjusted:
 /// `rdctl worker run`'s client flags override the file's) until `shutdown` resolves, or one
 /// pass with `once`; reloads the policy on each `reload` message (see [`Worker::run`]);
-/// serves `/metrics` meanwhile when configured. Runs on the caller's
+/// reports each blob download's bytes to `progress`; serves `/metrics` meanwhile when
+/// configured. Runs on the caller's
 /// runtime; the caller gives blocking unpack tasks of an interrupted pass a bounded time to
 /// end when it shuts the runtime down (what they leave in staging is removed on the next
 /// start).
@@ -1280,8 +1288,9 @@ pub async fn run(
     once: bool,
     shutdown: impl Future<Output = ()>,
     reload: Option<tokio::sync::mpsc::Receiver<()>>,
+    progress: Arc<dyn registry_client::progress::Progress>,
 ) -> Result<PassSummary, WorkerError> {
-    let worker = Arc::new(Worker::new(config)?);
+    let worker = Arc::new(Worker::new(config)?.with_progress(progress));
     let _metrics = match worker.config.metrics_listen {
         Some(addr) => {
             let listener = crate::metrics::bind(addr)

@@ -22,6 +22,13 @@
 //! the final digest check; the partial file is then deleted and the next attempt starts over.
 //! A registry that ignores the range (answers 200) restarts the file from zero. Downloads of
 //! one digest are serialised, so zones sharing a layer never write the same partial file.
+//!
+//! **Progress.** With [`ContentStore::with_progress`], every fetch reports to a
+//! [`registry_client::progress::Progress`] under the same contract as `rdctl pull`'s copies: a
+//! blob already in the store is `blob_present`; a download is `blob_started` with the bytes a
+//! partial file already held, then advanced by every piece received, then finished once
+//! (copied when it verified and was published, failed otherwise). A fetch that is cancelled
+//! (its future dropped, as on ctrl-c) drops the handle unfinished, and its partial file stays.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -30,6 +37,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::io::AsyncReadExt;
 
+use registry_client::progress::{BlobOutcome, BlobProgress, Progress};
+use registry_client::transfer::Content;
 use registry_client::{Client, ClientError};
 use validator::Name;
 use validator::{BlobDir, Digest, Existing, Ingest, IngestError, VerifyError};
@@ -122,6 +131,20 @@ fn ingest_err(digest: &Digest) -> impl FnOnce(IngestError) -> StoreError + use<'
     }
 }
 
+/// A download cancelled because no bytes arrived for `waited`.
+fn stalled(digest: &Digest, waited: std::time::Duration) -> StoreError {
+    StoreError::Download {
+        digest: digest.clone(),
+        source: io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "no bytes received for {} s (image_pull_progress_deadline_secs)",
+                waited.as_secs()
+            ),
+        ),
+    }
+}
+
 /// Runs blocking file work (the ingest) off the async threads.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     match tokio::task::spawn_blocking(f).await {
@@ -142,6 +165,18 @@ pub struct ContentStore {
     metrics: Option<Arc<crate::metrics::Metrics>>,
     /// A download that receives no bytes for this long is cancelled (kept for resuming).
     progress_deadline: Option<std::time::Duration>,
+    /// Where byte progress of each fetch is reported (see the module docs).
+    progress: Option<Reporter>,
+}
+
+/// A shared [`Progress`] reporter (`Debug` for the store's sake).
+#[derive(Clone)]
+struct Reporter(Arc<dyn Progress>);
+
+impl std::fmt::Debug for Reporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Reporter")
+    }
 }
 
 /// What [`ContentStore::fetch`] did, for metrics and logs.
@@ -167,6 +202,7 @@ impl ContentStore {
             downloads: Arc::default(),
             metrics: None,
             progress_deadline: None,
+            progress: None,
         };
         for sub in ["blobs/sha256", "blobs/sha512"] {
             let p = dir.join(sub);
@@ -202,6 +238,13 @@ impl ContentStore {
     /// `--image-pull-progress-deadline`); what arrived is kept for the next attempt.
     pub fn with_progress_deadline(mut self, deadline: std::time::Duration) -> Self {
         self.progress_deadline = Some(deadline);
+        self
+    }
+
+    /// Reports each fetch's byte progress to `progress` (see the module docs): `rdctl worker
+    /// run` draws bars on a terminal and logs otherwise.
+    pub fn with_progress(mut self, progress: Arc<dyn Progress>) -> Self {
+        self.progress = Some(Reporter(progress));
         self
     }
 
@@ -283,28 +326,28 @@ impl ContentStore {
                 p.add(n);
             }
         };
-        if self.contains(digest, size) {
+        let content = Content {
+            digest: digest.clone(),
+            size,
+            // The store knows blobs by digest and size only.
+            media_type: "application/octet-stream".to_owned(),
+        };
+        let present = || {
             add(size);
             published();
-            return Ok((target, FetchStats::default()));
+            if let Some(r) = &self.progress {
+                r.0.blob_present(&content);
+            }
+            Ok((target.clone(), FetchStats::default()))
+        };
+        if self.contains(digest, size) {
+            return present();
         }
         let lock = self.download_lock(digest);
         let _one_download = lock.lock().await;
         if self.contains(digest, size) {
-            add(size);
-            published();
-            return Ok((target, FetchStats::default()));
+            return present();
         }
-        let stalled = |waited: std::time::Duration| StoreError::Download {
-            digest: digest.clone(),
-            source: io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!(
-                    "no bytes received for {} s (image_pull_progress_deadline_secs)",
-                    waited.as_secs()
-                ),
-            ),
-        };
         let (blobs, d) = (self.blobs.clone(), digest.clone());
         let want_reader = feed.is_some();
         let (mut ingest, feed_file) = blocking(move || {
@@ -327,7 +370,7 @@ impl ContentStore {
             digest: digest.clone(),
             source,
         };
-        let (start, mut reader) = if have == size {
+        let (start, reader) = if have == size {
             // Everything arrived before the interruption; only the check is left.
             (
                 have,
@@ -342,7 +385,7 @@ impl ContentStore {
                         if have == 0 {
                             ingest.discard();
                         }
-                        return Err(stalled(d));
+                        return Err(stalled(digest, d));
                     }
                 },
                 None => get.await,
@@ -367,14 +410,51 @@ impl ContentStore {
             f.begin(r, have);
         }
         add(have);
+        let reported: Box<dyn BlobProgress> = match &self.progress {
+            Some(r) => r.0.blob_started(&content, have),
+            None => Box::new(registry_client::progress::NoProgress),
+        };
         if have > 0 {
             tracing::info!(%digest, from = have, of = size, "resuming a partial download");
             if let Some(m) = &self.metrics {
                 m.bytes(0, have);
             }
         }
-        // Received bytes are gathered into 1 MiB chunks, each written (and hashed) by the
-        // ingest on a blocking thread.
+        let received = self
+            .receive(ingest, reader, digest, size, feed, &|n| {
+                add(n);
+                reported.advance(n);
+            })
+            .await;
+        reported.finish(if received.is_ok() {
+            BlobOutcome::Copied
+        } else {
+            BlobOutcome::Failed
+        });
+        let written = received?;
+        published();
+        Ok((
+            target,
+            FetchStats {
+                downloaded: written - resumed_from,
+                resumed_from,
+            },
+        ))
+    }
+
+    /// Reads `reader` to its end into `ingest`, gathering received bytes into 1 MiB chunks,
+    /// each written (and hashed) by the ingest on a blocking thread, telling `on_bytes` of every
+    /// piece read; then verifies and publishes the blob. The bytes in the file at the end
+    /// (`Ok`); on a failure, what arrived stays for the next attempt unless it can never verify.
+    async fn receive(
+        &self,
+        mut ingest: Ingest,
+        mut reader: std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>,
+        digest: &Digest,
+        size: u64,
+        feed: Option<&crate::feed::LayerFeed>,
+        on_bytes: &(dyn Fn(u64) + Sync),
+    ) -> Result<u64, StoreError> {
         let mut buf = vec![0u8; 1 << 20];
         let mut ended = false;
         while !ended {
@@ -387,7 +467,7 @@ impl ContentStore {
                         Err(_) => {
                             tracing::warn!(%digest, size, "download stalled; cancelled");
                             let _ = write_chunk(ingest, buf, filled).await;
-                            return Err(stalled(d));
+                            return Err(stalled(digest, d));
                         }
                     },
                     None => read.await,
@@ -410,7 +490,7 @@ impl ContentStore {
                 if let Some(m) = &self.metrics {
                     m.bytes(n as u64, 0);
                 }
-                add(n as u64);
+                on_bytes(n as u64);
                 filled += n;
             }
             (ingest, buf) = match write_chunk(ingest, buf, filled).await {
@@ -442,14 +522,7 @@ impl ContentStore {
         blocking(move || ingest.commit(size, &d))
             .await
             .map_err(ingest_err(digest))?;
-        published();
-        Ok((
-            target,
-            FetchStats {
-                downloaded: written - resumed_from,
-                resumed_from,
-            },
-        ))
+        Ok(written)
     }
 
     /// Stores small verified bytes (a manifest fetched and checked by the client) under their
