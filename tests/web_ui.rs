@@ -3,8 +3,12 @@
 //! with `rdctl sign`, and follows the links from the repositories to a repository, an image, a
 //! package search and back to an image; values are escaped (a label holding a script renders
 //! as text); a repository of 1,000 tags renders fast; with `[auth]` no page shows a repository
-//! the caller may not pull; `[ui] enabled = false` turns the pages off. Screenshots go to
-//! `target/web-ui-screenshots/`. Chromium missing fails the test with the way to install it.
+//! the caller may not pull; `[ui] enabled = false` turns the pages off; the repository list's
+//! tag count, size and last-push columns and their sorting, the badge that says "verified" only
+//! for a key of `[ui] trusted_keys`, and an SBOM referrer's page, as rendered. Screenshots go to
+//! `target/web-ui-screenshots/` (and, with `RDCTL_UPDATE_SCREENSHOTS=1`, the ones
+//! docs/operations.md shows to `docs/img/`). Chromium missing fails the test with the way to
+//! install it.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -1098,4 +1102,296 @@ fn signed_badge_verifies_against_the_configured_keys() {
             );
         }
     }
+}
+
+/// The id the pages name a public key by: sha256 of its SubjectPublicKeyInfo DER, the first 12
+/// hex digits (as `rdctl key generate` and `rdctl verify` print it).
+fn key_id(public_pem: &Path) -> String {
+    let pem = fs::read_to_string(public_pem).unwrap();
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(
+            pem.lines()
+                .filter(|l| !l.starts_with("-----"))
+                .collect::<String>(),
+        )
+        .unwrap();
+    use sha2::Digest as _;
+    let hex: String = sha2::Sha256::digest(&der)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("sha256:{}", &hex[..12])
+}
+
+/// A screenshot ([`screenshot`]) that docs/operations.md shows: with
+/// `RDCTL_UPDATE_SCREENSHOTS=1` it is also copied to `docs/img/NAME.png` (run so when the pages
+/// change, and commit the images).
+fn doc_screenshot(profile: &Path, url: &str, name: &str, w: u32, h: u32) {
+    let file = screenshot(profile, url, name, w, h);
+    if std::env::var_os("RDCTL_UPDATE_SCREENSHOTS").is_some_and(|v| !v.is_empty()) {
+        let to = root().join("docs/img").join(format!("{name}.png"));
+        fs::copy(&file, &to).unwrap_or_else(|e| panic!("{}: {e}", to.display()));
+        println!("copied to {}", to.display());
+    }
+}
+
+/// The `href` of the link whose text is `text`; fails naming the page.
+fn link_named(dom: &str, text: &str) -> String {
+    let end = dom
+        .find(&format!(">{text}</a>"))
+        .unwrap_or_else(|| panic!("no link {text:?}: {dom}"));
+    let start = dom[..end].rfind("href=\"").expect("a link has an href") + 6;
+    dom[start..start + dom[start..].find('"').unwrap()].replace("&amp;", "&")
+}
+
+/// The rendered row (`<tr>` … `</tr>`) that links to `href`.
+fn row_of<'a>(dom: &'a str, href: &str) -> &'a str {
+    let at = dom
+        .find(&format!("href=\"{href}\""))
+        .unwrap_or_else(|| panic!("no row linking {href}: {dom}"));
+    let start = dom[..at].rfind("<tr>").expect("in a table row");
+    &dom[start..at + dom[at..].find("</tr>").unwrap()]
+}
+
+/// Repositories in the order the rendered list shows them.
+fn listed<'a>(dom: &str, repos: &[&'a str]) -> Vec<&'a str> {
+    let mut at: Vec<(usize, &str)> = repos
+        .iter()
+        .map(|r| {
+            let i = dom
+                .find(&format!("<a href=\"/ui/r/{r}\">"))
+                .unwrap_or_else(|| panic!("{r} not listed: {dom}"));
+            (i, *r)
+        })
+        .collect();
+    at.sort();
+    at.into_iter().map(|(_, r)| r).collect()
+}
+
+/// `rdctl inspect --json` of `reference`.
+fn inspect(reference: &str) -> serde_json::Value {
+    let out = ok(rdctl().args(["inspect", "--json", reference]));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// In Chromium, with images built by `rdctl build` (and their SBOMs) and signed by `rdctl
+/// sign`: the repository list's tag count, size and last-push columns, sorted by following the
+/// column heads' links; the badge that says "verified" and names the key only for a signature
+/// by a key of `[ui] trusted_keys` (another key's signature is "not verified"); the SBOM
+/// referrer's page with its artifact type, its subject linked, and the SPDX document to read
+/// and to download. Screenshots: `doc_screenshot`.
+#[test]
+fn columns_sorting_verified_badge_and_sbom_page_in_a_browser() {
+    chromium();
+    let imgs = images();
+    let dir = tempdir();
+    let d = dir.path();
+    let profile = d.join("chromium");
+    let with_password = |c: &mut Command| {
+        c.current_dir(d)
+            .env("COSIGN_PASSWORD", "pw")
+            .env_remove("RDCTL_PASSWORD");
+    };
+    for prefix in ["ours", "theirs"] {
+        let mut c = rdctl();
+        with_password(&mut c);
+        ok(c.args(["key", "generate", "--output-key-prefix", prefix]));
+    }
+    let cfg = d.join("registry.toml");
+    fs::write(
+        &cfg,
+        format!(
+            "[ui]\ntrusted_keys = [\"{}\"]\n",
+            d.join("ours.pub").display()
+        ),
+    )
+    .unwrap();
+    let reg = Server::start(&d.join("data"), &["--config", s(&cfg)]);
+    let host = reg.host();
+    let base = format!("http://{host}");
+    push(&imgs.old.0, &format!("{host}/zones/app:1.0"), &[]);
+    push(&imgs.new.0, &format!("{host}/zones/app:2.0"), &[]);
+    push(&imgs.new.0, &format!("{host}/zones/tool:2.2"), &[]);
+    small_image(&reg, "misc/tiny", "1", b"{ }", &[b"tiny layer"]);
+    for (key, reference) in [("ours", "zones/app:2.0"), ("theirs", "zones/tool:2.2")] {
+        let mut c = rdctl();
+        with_password(&mut c);
+        ok(c.args([
+            "sign",
+            "--key",
+            &format!("{key}.key"),
+            &format!("{host}/{reference}"),
+        ]));
+    }
+    // The last push: misc/tiny, a second later than everything else.
+    std::thread::sleep(Duration::from_millis(1100));
+    small_image(&reg, "misc/tiny", "2", b"{ }", &[b"tiny layer"]);
+    let size_of = |reference: &str| -> usize {
+        inspect(&format!("{host}/{reference}"))["total_size"]
+            .as_u64()
+            .unwrap() as usize
+    };
+    let repos = ["misc/tiny", "zones/app", "zones/tool"];
+
+    // The list: tag count (cosign's signature tags not counted), size, last push.
+    let (dom, _) = dump_dom(&profile, &format!("{base}/ui/"));
+    assert_eq!(listed(&dom, &repos), repos, "by name by default");
+    for (repo, tags, size) in [
+        ("misc/tiny", 2, Some(size_of("misc/tiny:1"))),
+        ("zones/app", 2, None),
+        ("zones/tool", 1, Some(size_of("zones/tool:2.2"))),
+    ] {
+        let row = row_of(&dom, &format!("/ui/r/{repo}"));
+        let cells: Vec<&str> = row
+            .split("<td>")
+            .skip(1)
+            .map(|c| c.split("</td>").next().unwrap())
+            .collect();
+        assert_eq!(cells.len(), 4, "{row}");
+        assert_eq!(cells[1], tags.to_string(), "{repo}: {row}");
+        if let Some(size) = size {
+            assert_eq!(cells[2], human(size), "{repo}: {row}");
+        }
+        assert!(
+            cells[3].contains("ago") || cells[3].contains("now"),
+            "{repo}: {row}"
+        );
+    }
+    // zones/app holds both images: more than either alone, less than both apart (shared
+    // layers and config counted once).
+    let app = (size_of("zones/app:1.0"), size_of("zones/app:2.0"));
+    let app_cell = row_of(&dom, "/ui/r/zones/app")
+        .split("<td>")
+        .nth(3)
+        .unwrap()
+        .split("</td>")
+        .next()
+        .unwrap()
+        .to_owned();
+    let (value, unit) = app_cell.split_once(' ').unwrap();
+    let shift = ["B", "KiB", "MiB", "GiB"]
+        .iter()
+        .position(|u| *u == unit)
+        .unwrap_or_else(|| panic!("zones/app size {app_cell}"));
+    let shown = value.parse::<f64>().unwrap() * (1u64 << (10 * shift)) as f64;
+    assert!(
+        shown >= app.0.max(app.1) as f64 * 0.95 && shown <= (app.0 + app.1) as f64 * 1.05,
+        "zones/app {app_cell} for images of {app:?}"
+    );
+
+    // Sorting: follow each column head's link, as a click would.
+    let by = |label: &str| -> String {
+        let (list, _) = dump_dom(&profile, &format!("{base}/ui/"));
+        let href = link_named(&list, label);
+        assert!(href.starts_with("/ui/?"), "{href}");
+        let (sorted, _) = dump_dom(&profile, &format!("{base}{href}"));
+        assert!(
+            sorted.contains(&format!("aria-sort=\"descending\">{label}</th>")),
+            "{label} is the sorted column: {sorted}"
+        );
+        sorted
+    };
+    assert_eq!(
+        listed(&by("Size"), &repos),
+        ["zones/app", "zones/tool", "misc/tiny"]
+    );
+    assert_eq!(listed(&by("Tags"), &repos)[2], "zones/tool");
+    assert_eq!(listed(&by("Last push"), &repos)[0], "misc/tiny");
+    doc_screenshot(
+        &profile,
+        &format!("{base}/ui/?sort=size"),
+        "ui-repositories",
+        1000,
+        420,
+    );
+
+    // The badge: verified, naming our key, on zones/app 2.0 (its tag row and its page); not
+    // on 1.0 (unsigned); "not verified" for zones/tool 2.2, signed by a key not trusted.
+    let verified = format!(
+        "verified: signed by <span class=\"mono\">{}</span>",
+        key_id(&d.join("ours.pub"))
+    );
+    let theirs = key_id(&d.join("theirs.pub"));
+    let (tags, _) = dump_dom(&profile, &format!("{base}/ui/r/zones/app"));
+    let signed_row = row_of(&tags, "/ui/r/zones/app:2.0");
+    assert!(signed_row.contains(&verified), "{signed_row}");
+    let plain_row = row_of(&tags, "/ui/r/zones/app:1.0");
+    assert!(
+        !plain_row.contains("signed") && !plain_row.contains("signature"),
+        "{plain_row}"
+    );
+    let (page, _) = dump_dom(&profile, &format!("{base}/ui/r/zones/app:2.0"));
+    assert!(page.contains(&verified), "{page}");
+    let (other, _) = dump_dom(&profile, &format!("{base}/ui/r/zones/tool"));
+    let row = row_of(&other, "/ui/r/zones/tool:2.2");
+    assert!(
+        row.contains("signature present, not verified") && !row.contains("verified:"),
+        "{row}"
+    );
+    assert!(
+        !other.contains(&theirs),
+        "an untrusted key is not named: {other}"
+    );
+    let (page, _) = dump_dom(&profile, &format!("{base}/ui/r/zones/tool:2.2"));
+    assert!(
+        page.contains("signature present, not verified") && !page.contains("verified:"),
+        "{page}"
+    );
+    doc_screenshot(
+        &profile,
+        &format!("{base}/ui/r/zones/app"),
+        "ui-tags-verified",
+        1000,
+        460,
+    );
+
+    // The SBOM rdctl build attached: linked from the image's referrers; its page is an
+    // artifact's (type, subject, document), not an image's.
+    let new = &imgs.new.1;
+    let inspected = inspect(&format!("{host}/zones/app:2.0"));
+    let sbom = inspected["referrers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["artifact_type"] == "application/spdx+json")
+        .unwrap_or_else(|| panic!("no SBOM referrer: {inspected:#}"))["digest"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (image, _) = dump_dom(&profile, &format!("{base}/ui/r/zones/app@{new}"));
+    let sbom_url = format!("{base}{}", link(&image, &format!("/ui/r/zones/app@{sbom}")));
+    let (page, _) = dump_dom(&profile, &sbom_url);
+    assert!(page.contains("<h2>Artifact</h2>"), "{page}");
+    assert!(
+        page.contains("<dt>Artifact type</dt><dd>application/spdx+json</dd>"),
+        "{page}"
+    );
+    let subject = link(&page, "/ui/r/zones/app@");
+    assert_eq!(subject, format!("/ui/r/zones/app@{new}"), "the subject");
+    assert!(
+        !page.contains("<h2>Layers</h2>") && !page.contains("<h2>Config</h2>"),
+        "{page}"
+    );
+    // The document, readable on the page: the SPDX JSON with the image's packages.
+    let shown = &page[page.find("<h2>Document</h2>").expect("a document section")..];
+    for want in ["\"spdxVersion\": \"SPDX-2.3\"", "demo/tool", "system/core"] {
+        assert!(shown.contains(want), "{want}: {shown}");
+    }
+    // …and to download: the blob itself, byte for byte what its digest says.
+    let download = link(shown, "/v2/zones/app/blobs/sha256:");
+    let (st, _, body) = http(reg.addr, "GET", &download, &[], b"");
+    assert_eq!(st, 200, "{download}");
+    let digest = {
+        use sha2::Digest as _;
+        let hex: String = sha2::Sha256::digest(&body)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("sha256:{hex}")
+    };
+    assert!(download.ends_with(&digest), "{download} served {digest}");
+    let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(doc["spdxVersion"], "SPDX-2.3");
+    assert!(shown.contains(&format!("download=\"{}.json\"", &digest[7..])));
+    doc_screenshot(&profile, &sbom_url, "ui-sbom", 1000, 900);
 }

@@ -202,8 +202,9 @@ pub(crate) fn repository(
     h.into_string()
 }
 
-/// `signed by sha256:…` when a signature verifies with a configured key, `signature present,
-/// not verified` when one exists but none does (or no keys are configured), nothing otherwise.
+/// `verified: signed by sha256:…` (the key's id) when a signature verifies with a configured
+/// key, `signature present, not verified` when one exists but none does (or no keys are
+/// configured), nothing otherwise.
 fn signed_badge(h: &mut Html, s: &Signed) {
     match s {
         Signed::No => {}
@@ -213,7 +214,7 @@ fn signed_badge(h: &mut Html, s: &Signed) {
         Signed::By(key) => {
             let _ = write!(
                 h,
-                "<span class=\"badge\" title=\"verified with a key of [ui] trusted_keys\">signed by <span class=\"mono\">{}</span></span>",
+                "<span class=\"badge\" title=\"verified with a key of [ui] trusted_keys\">verified: signed by <span class=\"mono\">{}</span></span>",
                 Esc(key)
             );
         }
