@@ -30,7 +30,6 @@ const KNOWN_LONG_FILES: &[&str] = &[
     "registry/src/config.rs",
     "registry/src/proxy.rs",
     "registry/src/ui/mod.rs",
-    "src/commands/registry.rs",
     "worker-runtime/src/config.rs",
     "worker-runtime/src/schedule.rs",
     "worker-runtime/src/unpack.rs",
