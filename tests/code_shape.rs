@@ -28,7 +28,6 @@ const FN_LIMIT: usize = 150;
 const KNOWN_LONG_FILES: &[&str] = &[
     "builder/src/build.rs",
     "registry/src/config.rs",
-    "registry/src/ui/mod.rs",
     "worker-runtime/src/config.rs",
     "worker-runtime/src/schedule.rs",
     "worker-runtime/src/unpack.rs",

@@ -18,14 +18,24 @@
 //! repositories the caller may pull (what the catalog lists), and a repository or image the
 //! caller may not pull is 404, as one that does not exist, so no page tells which names exist.
 //! Markup and escaping are in `html`; the data come from [`Repos`] and [`pkgindex`].
+//!
+//! The modules: [`catalog`] (the repository list), [`repository`] (a repository's tags),
+//! [`image`] (an image, index or artifact), [`search`] (the package search), [`manifest`]
+//! (reading manifests and configs, sizes and summaries), [`signatures`] (finding and verifying
+//! an image's signatures), `pages` (each page's body), `html` (escaping and the frame) and
+//! [`rows`] (the repository list's row cache). This module holds the routes, who is looking,
+//! the answers every page shares and the view types the handlers fill and `pages` renders.
 
+mod catalog;
 mod html;
+mod image;
+mod manifest;
 mod pages;
+mod repository;
 pub(crate) mod rows;
+mod search;
+mod signatures;
 
-use std::collections::{BTreeMap, BTreeSet};
-
-pub(crate) use rows::{RepoRow, RowCache};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::Router;
@@ -33,17 +43,14 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
-use futures_util::StreamExt;
 use serde_json::Value;
 use validator::{Digest, Name, Tag};
 
 use crate::auth::Access;
-use crate::errors::{ApiError, ApiResult, Code};
-use crate::pkgindex::{self, Query};
-use crate::repo::Repos;
+use crate::errors::ApiError;
 use crate::state::AppState;
-use crate::storage::layout;
 use html::Who;
+pub(crate) use rows::{RepoRow, RowCache};
 
 /// Rows per page of the repository list and of a repository's tags.
 pub(crate) const PAGE: usize = 100;
@@ -57,8 +64,8 @@ pub(crate) fn routes() -> Router<AppState> {
     Router::new()
         .route("/", get(|| async { Redirect::to("/ui/") }))
         .route("/ui", get(|| async { Redirect::to("/ui/") }))
-        .route("/ui/", get(catalog))
-        .route("/ui/search", get(search))
+        .route("/ui/", get(catalog::catalog))
+        .route("/ui/search", get(search::search))
         .route("/ui/login", get(login))
         .route("/ui/r/{*rest}", get(repository_or_image))
         .route("/ui/{*rest}", get(unknown))
@@ -184,123 +191,6 @@ impl CatalogSort {
     }
 }
 
-/// The facts of one repository's row, from `cache` while its tag index is unchanged.
-async fn repo_row(repos: &Repos, cache: &RowCache, name: String) -> ApiResult<RepoRow> {
-    let Ok(n) = Name::parse(&name) else {
-        return Ok(RepoRow {
-            name,
-            tags: 0,
-            size: 0,
-            pushed: None,
-        });
-    };
-    let version = match repos.store().stat(&layout::tags(&n)).await {
-        Ok(meta) => Some((meta.modified, meta.size)),
-        Err(e) if e.is_not_found() => None,
-        Err(e) => return Err(e.into()),
-    };
-    if let Some(row) = cache.get(&name, version) {
-        return Ok(row);
-    }
-    let tags = repos.tag_map(&n).await?;
-    let digests: BTreeSet<&Digest> = tags
-        .iter()
-        .filter(|(t, _)| !is_cosign_tag(t))
-        .map(|(_, d)| d)
-        .collect();
-    let mut c = Counted::default();
-    for d in &digests {
-        if let Some(m) = read_manifest(repos, 16 << 20, d).await? {
-            content_of(repos, d, &m, &mut c).await?;
-        }
-    }
-    let row = RepoRow {
-        tags: tags.iter().filter(|(t, _)| !is_cosign_tag(t)).count(),
-        size: c.total(),
-        pushed: version.and_then(|(m, _)| m.duration_since(UNIX_EPOCH).ok().map(|t| t.as_secs())),
-        name: name.clone(),
-    };
-    // Kept under the stat read before the tags: a tag set meanwhile changes the stat, so the
-    // next request sums the row up again.
-    cache.insert(version, row.clone());
-    Ok(row)
-}
-
-/// `GET /ui/?q=&sort=&last=|start=`: the repositories the caller may pull, filtered by `q`
-/// (a part of the name), with their tag count, size and last push, sorted by `sort` (`name`,
-/// `tags`, `size`, `pushed`). By name a page is read after `last`; in the other orders every
-/// matching repository is summed up to sort them, and a page starts at `start`.
-async fn catalog(
-    State(state): State<AppState>,
-    RawQuery(query): RawQuery,
-    headers: HeaderMap,
-) -> Response {
-    let v = match Viewer::of(&state, &headers).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    let p = params(query.as_deref());
-    let q = param(&p, "q").unwrap_or("").trim().to_lowercase();
-    let sort = CatalogSort::parse(param(&p, "sort"));
-    let repos = &state.app().repos;
-    let all = match repos.catalog().await {
-        Ok(a) => a,
-        Err(e) => return failed(&v, e),
-    };
-    let shown: Vec<String> = all
-        .into_iter()
-        .filter(|r| v.sees(r) && (q.is_empty() || r.contains(&q)))
-        .collect();
-    let (names, start) = if sort == CatalogSort::Name {
-        let (rows, _) = crate::handlers::page(shown.clone(), Some(PAGE), param(&p, "last"));
-        (rows, 0)
-    } else {
-        let start = param(&p, "start")
-            .and_then(|s| s.parse::<usize>().ok())
-            .unwrap_or(0);
-        (shown.clone(), start)
-    };
-    let rows: Vec<ApiResult<RepoRow>> = futures_util::stream::iter(names)
-        .map(|n| repo_row(repos, &state.app().ui_rows, n))
-        .buffered(CONCURRENCY)
-        .collect()
-        .await;
-    let mut rows = match rows.into_iter().collect::<ApiResult<Vec<RepoRow>>>() {
-        Ok(r) => r,
-        Err(e) => return failed(&v, e),
-    };
-    let next = match sort {
-        CatalogSort::Name => {
-            let after = rows.last().map(|r| r.name.clone());
-            let more = after.as_deref().is_some_and(|l| {
-                let i = shown.partition_point(|x| x.as_str() <= l);
-                i < shown.len()
-            });
-            after
-                .filter(|_| more)
-                .map(|l| format!("last={}", html::Q(&l)))
-        }
-        _ => {
-            match sort {
-                CatalogSort::Tags => rows.sort_by_key(|r| std::cmp::Reverse(r.tags)),
-                CatalogSort::Size => rows.sort_by_key(|r| std::cmp::Reverse(r.size)),
-                _ => rows.sort_by_key(|r| std::cmp::Reverse(r.pushed)),
-            }
-            let total = rows.len();
-            rows = rows.into_iter().skip(start).take(PAGE).collect();
-            (start + PAGE < total).then(|| format!("start={}", start + PAGE))
-        }
-    };
-    answer(
-        StatusCode::OK,
-        html::page(
-            "Repositories",
-            v.who(),
-            &pages::catalog(&q, sort, &rows, next.as_deref(), now()),
-        ),
-    )
-}
-
 /// `GET /ui/login[?next=/ui/...]`: a 401 Basic challenge until the browser sends
 /// credentials, then on to `next` (a page of this UI only) or the repositories.
 async fn login(
@@ -381,17 +271,17 @@ async fn repository_or_image(
     let r = match target {
         Target::Repository(_) => {
             let p = params(query.as_deref());
-            let host = pull_host(&headers);
+            let host = repository::pull_host(&headers);
             let keys = state.app().config.ui_trusted_keys.clone();
-            repository(repos, &keys, &name, &host, param(&p, "last")).await
+            repository::repository(repos, &keys, &name, &host, param(&p, "last")).await
         }
         Target::ByDigest(_, d) => match Digest::parse(&d) {
-            Ok(d) => image(&state, &name, d).await,
+            Ok(d) => image::image(&state, &name, d).await,
             Err(_) => Ok(None),
         },
         Target::ByTag(_, t) => match Tag::parse(&t) {
             Ok(t) => match repos.resolve_tag_target(&name, &t).await {
-                Ok(Some(target)) => image(&state, &name, target.digest).await,
+                Ok(Some(target)) => image::image(&state, &name, target.digest).await,
                 Ok(None) => Ok(None),
                 Err(e) => Err(e),
             },
@@ -415,218 +305,6 @@ pub(crate) struct Summary {
     pub index: bool,
 }
 
-/// A manifest or index, parsed, with its config when it is an image.
-struct Manifest {
-    doc: Value,
-    bytes: u64,
-    config: Option<Value>,
-}
-
-fn is_index(doc: &Value) -> bool {
-    doc.get("manifests").is_some()
-}
-
-async fn read_manifest(repos: &Repos, limit: u64, d: &Digest) -> ApiResult<Option<Manifest>> {
-    let bytes = match repos.manifest_bytes(d, limit).await {
-        Ok(b) => b,
-        Err(e) if e.code == Code::Internal => return Err(e),
-        Err(_) => return Ok(None),
-    };
-    let Ok(doc) = serde_json::from_slice::<Value>(&bytes) else {
-        return Ok(None);
-    };
-    let config = match doc
-        .get("config")
-        .and_then(|c| c.get("digest"))
-        .and_then(Value::as_str)
-        .and_then(|d| Digest::parse(d).ok())
-    {
-        Some(c) if !is_index(&doc) => {
-            match repos
-                .store()
-                .get(&layout::blob_data(&c), validator::MAX_CONFIG_SIZE as u64)
-                .await
-            {
-                Ok(b) => serde_json::from_slice::<Value>(&b.bytes).ok(),
-                Err(e) if e.is_not_found() => None,
-                // A config larger than configs may be (a foreign artifact) is shown without it.
-                Err(crate::storage::StoreError::TooLarge { .. }) => None,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        _ => None,
-    };
-    Ok(Some(Manifest {
-        bytes: bytes.len() as u64,
-        doc,
-        config,
-    }))
-}
-
-fn platform_of(v: &Value) -> Option<String> {
-    let os = v.get("os")?.as_str().filter(|s| !s.is_empty())?;
-    let arch = v.get("architecture")?.as_str().filter(|s| !s.is_empty())?;
-    Some(match v.get("variant").and_then(Value::as_str) {
-        Some(var) => format!("{os}/{arch}/{var}"),
-        None => format!("{os}/{arch}"),
-    })
-}
-
-/// The facts of `m`, whose [`image_size`] is `size`.
-fn summary(m: &Manifest, size: u64) -> Summary {
-    if is_index(&m.doc) {
-        let platforms = m.doc["manifests"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|x| platform_of(x.get("platform")?))
-                    .collect::<BTreeSet<_>>()
-                    .into_iter()
-                    .collect()
-            })
-            .unwrap_or_default();
-        let created = m
-            .doc
-            .get("annotations")
-            .and_then(|a| a.get("org.opencontainers.image.created"))
-            .and_then(Value::as_str)
-            .and_then(parse_time);
-        return Summary {
-            size,
-            platforms,
-            created,
-            index: true,
-        };
-    }
-    Summary {
-        size,
-        platforms: m
-            .config
-            .as_ref()
-            .and_then(platform_of)
-            .into_iter()
-            .collect(),
-        created: m
-            .config
-            .as_ref()
-            .and_then(|c| c.get("created")?.as_str())
-            .and_then(parse_time),
-        index: false,
-    }
-}
-
-/// Distinct digests and their sizes: what one definition of size counts.
-#[derive(Default)]
-struct Counted(BTreeMap<String, u64>);
-
-impl Counted {
-    fn add(&mut self, digest: &str, size: u64) {
-        self.0.entry(digest.to_owned()).or_insert(size);
-    }
-
-    /// The config and layers of an image manifest.
-    fn add_blobs(&mut self, doc: &Value) {
-        let config = doc.get("config").into_iter();
-        let layers = doc
-            .get("layers")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten();
-        for d in config.chain(layers) {
-            if let (Some(digest), Some(size)) = (
-                d.get("digest").and_then(Value::as_str),
-                d.get("size").and_then(Value::as_u64),
-            ) {
-                self.add(digest, size);
-            }
-        }
-    }
-
-    fn total(&self) -> u64 {
-        self.0.values().sum()
-    }
-}
-
-/// An image's size, the one definition the page, `rdctl inspect` and `rdctl ls` share
-/// (docs/api.md, "Image size"): the manifest's own bytes, its config and its layers; for an
-/// index, its own bytes plus each platform manifest with that manifest's config and layers.
-/// Every distinct digest counts once (a layer two platforms share, a config two tags share).
-async fn image_size(repos: &Repos, d: &Digest, m: &Manifest) -> ApiResult<u64> {
-    let mut c = Counted::default();
-    content_of(repos, d, m, &mut c).await?;
-    Ok(c.total())
-}
-
-/// Adds what [`image_size`] counts for one manifest or index to `c`.
-async fn content_of(repos: &Repos, d: &Digest, m: &Manifest, c: &mut Counted) -> ApiResult<()> {
-    c.add(d.as_str(), m.bytes);
-    if !is_index(&m.doc) {
-        c.add_blobs(&m.doc);
-        return Ok(());
-    }
-    let children = m.doc["manifests"].as_array().cloned().unwrap_or_default();
-    for child in children {
-        let (Some(cd), Some(size)) = (
-            child.get("digest").and_then(Value::as_str),
-            child.get("size").and_then(Value::as_u64),
-        ) else {
-            continue;
-        };
-        c.add(cd, size);
-        let Ok(cd) = Digest::parse(cd) else { continue };
-        // A platform manifest, read once per page through the document cache; a nested
-        // index counts its own bytes only.
-        if let Ok(Some(bytes)) = repos
-            .manifest_bytes(&cd, 16 << 20)
-            .await
-            .map(Some)
-            .or_else(|e| {
-                if e.code == Code::Internal {
-                    Err(e)
-                } else {
-                    Ok(None)
-                }
-            })
-            && let Ok(doc) = serde_json::from_slice::<Value>(&bytes)
-            && !is_index(&doc)
-        {
-            c.add_blobs(&doc);
-        }
-    }
-    Ok(())
-}
-
-/// Seconds since 1970 of an RFC 3339 time (before 1970 is no time for an image's age).
-fn parse_time(t: &str) -> Option<u64> {
-    validator::parse_rfc3339(t).and_then(|s| u64::try_from(s).ok())
-}
-
-/// Whether a referrer's artifact type is a signature's (cosign, Notary).
-fn is_signature(artifact_type: &str) -> bool {
-    artifact_type.starts_with("application/vnd.dev.cosign.artifact.sig")
-        || artifact_type.contains("signature")
-        || artifact_type.contains("notary")
-}
-
-/// Whether `t` is one of cosign's tags (`sha256-<64 hex>.sig`, `.att`, `.sbom`).
-fn is_cosign_tag(t: &str) -> bool {
-    let Some((base, suffix)) = t.rsplit_once('.') else {
-        return false;
-    };
-    matches!(suffix, "sig" | "att" | "sbom")
-        && base.strip_prefix("sha256-").is_some_and(|hex| {
-            hex.len() == 64
-                && hex
-                    .bytes()
-                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        })
-}
-
-/// cosign's tag for a subject's signatures: `sha256-<hex>.sig`.
-fn cosign_tag(d: &Digest, suffix: &str) -> String {
-    format!("{}-{}.{suffix}", d.algorithm().as_str(), d.encoded())
-}
-
 /// What the page says about an image's signatures.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Signed {
@@ -638,179 +316,12 @@ pub(crate) enum Signed {
     By(String),
 }
 
-/// Largest signature manifest and payload read to verify a signature.
-const SIGNATURE_LIMIT: u64 = 1 << 20;
-
-/// Whether one of `sigs` (signature manifests: referrers or the `.sig` tag's) verifies over
-/// `subject` with one of `keys`: cosign's simple-signing layers (`cosign sign`, v2) and
-/// sigstore bundles (v3), through the `trust` crate's checks, the ones `rdctl verify` runs.
-/// Only what `name` links is read (as `/v2/<name>/…` would serve it): a signature manifest
-/// naming another repository's blob does not reach that blob's bytes.
-async fn signed(
-    repos: &Repos,
-    name: &Name,
-    keys: &[trust::VerifyingKey],
-    subject: &Digest,
-    sigs: &[Digest],
-) -> ApiResult<Signed> {
-    if sigs.is_empty() {
-        return Ok(Signed::No);
-    }
-    if keys.is_empty() {
-        return Ok(Signed::Unverified);
-    }
-    let read = |d: Digest| async move {
-        match repos
-            .store()
-            .get(&layout::blob_data(&d), SIGNATURE_LIMIT)
-            .await
-        {
-            Ok(b) => Ok(Some(b.bytes)),
-            Err(e) if e.is_not_found() => Ok(None),
-            Err(crate::storage::StoreError::TooLarge { .. }) => Ok(None),
-            Err(e) => Err(ApiError::from(e)),
-        }
-    };
-    let blob = |d: Digest| async move {
-        if repos.blob_linked(name, &d).await?.is_none() {
-            return Ok(None);
-        }
-        read(d).await
-    };
-    for sig in sigs {
-        if repos.manifest_link(name, sig).await?.is_none() {
-            continue;
-        }
-        let Some(manifest) = read(sig.clone()).await? else {
-            continue;
-        };
-        if let Ok(layers) = trust::cosign::signature_layers(&manifest) {
-            for l in layers {
-                if let Some(payload) = blob(l.payload.digest.clone()).await?
-                    && let Ok(v) =
-                        trust::cosign::verify_signature_layer(keys, &l, &payload, subject)
-                {
-                    return Ok(Signed::By(v.key_id.short().to_owned()));
-                }
-            }
-        }
-        if let Ok(layers) = trust::bundle::bundle_layers(&manifest) {
-            for l in layers {
-                if let Some(bytes) = blob(l.digest.clone()).await?
-                    && let Ok(v) = trust::bundle::verify_bundle_layer(keys, &l, &bytes, subject)
-                    && v.is_signature()
-                {
-                    return Ok(Signed::By(v.key_id.short().to_owned()));
-                }
-            }
-        }
-    }
-    Ok(Signed::Unverified)
-}
-
-/// The signature manifests of `d`: its signature referrers and cosign's `.sig` tag.
-async fn signatures_of(
-    repos: &Repos,
-    name: &Name,
-    d: &Digest,
-    tag_map: &[(String, Digest)],
-) -> ApiResult<Vec<Digest>> {
-    let mut sigs: Vec<Digest> = repos
-        .referrers(name, d)
-        .await?
-        .iter()
-        .filter(|r| {
-            r.get("artifactType")
-                .and_then(Value::as_str)
-                .is_some_and(is_signature)
-        })
-        .filter_map(|r| Digest::parse(r.get("digest")?.as_str()?).ok())
-        .collect();
-    let tag = cosign_tag(d, "sig");
-    if let Some((_, s)) = tag_map.iter().find(|(t, _)| *t == tag)
-        && !sigs.contains(s)
-    {
-        sigs.push(s.clone());
-    }
-    Ok(sigs)
-}
-
 /// One row of a tag page.
 pub(crate) struct TagRow {
     pub tag: String,
     pub digest: Digest,
     pub summary: Option<Summary>,
     pub signed: Signed,
-}
-
-/// The registry as a client names it in a pull: the `Host` the browser used (behind a
-/// proxy that keeps the client's `Host`, the name people reach).
-fn pull_host(headers: &HeaderMap) -> String {
-    headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .filter(|h| !h.is_empty())
-        .unwrap_or("HOST")
-        .to_owned()
-}
-
-/// A repository's tags, one page after `last`; None when the repository does not exist.
-async fn repository(
-    repos: &Repos,
-    keys: &[trust::VerifyingKey],
-    name: &Name,
-    host: &str,
-    last: Option<&str>,
-) -> ApiResult<Option<(String, String)>> {
-    if !repos.exists(name).await? {
-        return Ok(None);
-    }
-    let everything = repos.tag_map(name).await?;
-    // cosign's signature, attestation and SBOM tags are listed with their image (on its page,
-    // as referrers), not as tags of their own.
-    let (cosign, all): (Vec<_>, Vec<_>) = everything.iter().partition(|(t, _)| is_cosign_tag(t));
-    let start = last.map_or(0, |l| all.partition_point(|(t, _)| t.as_str() <= l));
-    let rows = &all[start..];
-    let more = rows.len() > PAGE;
-    let rows = &rows[..rows.len().min(PAGE)];
-    // Each distinct manifest of the page is read once, however many tags point at it.
-    let digests: BTreeSet<Digest> = rows.iter().map(|(_, d)| (*d).clone()).collect();
-    let everything = &everything;
-    let facts: Vec<ApiResult<(Digest, Option<Summary>, Signed)>> =
-        futures_util::stream::iter(digests)
-            .map(|d| async move {
-                let s = match read_manifest(repos, 16 << 20, &d).await? {
-                    Some(m) => Some(summary(&m, image_size(repos, &d, &m).await?)),
-                    None => None,
-                };
-                let sigs = signatures_of(repos, name, &d, everything).await?;
-                let signed = signed(repos, name, keys, &d, &sigs).await?;
-                Ok((d, s, signed))
-            })
-            .buffer_unordered(CONCURRENCY)
-            .collect()
-            .await;
-    let mut by_digest = BTreeMap::new();
-    for f in facts {
-        let (d, s, signed) = f?;
-        by_digest.insert(d, (s, signed));
-    }
-    let rows: Vec<TagRow> = rows
-        .iter()
-        .map(|(t, d)| {
-            let (s, signed) = by_digest.get(d).cloned().unwrap_or((None, Signed::No));
-            TagRow {
-                tag: t.clone(),
-                digest: d.clone(),
-                summary: s,
-                signed,
-            }
-        })
-        .collect();
-    Ok(Some((
-        name.to_string(),
-        pages::repository(name, host, all.len(), cosign.len(), &rows, more, now()),
-    )))
 }
 
 /// One referrer of an image.
@@ -862,244 +373,21 @@ pub(crate) struct ArtifactDocument {
 /// The largest artifact document shown inline (a bigger one is offered as a download).
 pub(crate) const DOCUMENT_SHOWN: u64 = 1 << 20;
 
-/// The image config media types (everything else in `config` makes an artifact).
-fn is_image_config(media_type: &str) -> bool {
-    matches!(
-        media_type,
-        "application/vnd.oci.image.config.v1+json"
-            | "application/vnd.docker.container.image.v1+json"
-    )
-}
-
-/// The artifact facts of `doc`, a manifest of `name`; None for an image or an index. Its
-/// document is only read when `name` links that blob (as `/v2/<name>/blobs/` would serve it):
-/// an artifact naming another repository's blob shows no document.
-async fn artifact_of(repos: &Repos, name: &Name, doc: &Value) -> ApiResult<Option<Artifact>> {
-    if is_index(doc) {
-        return Ok(None);
-    }
-    let config_type = doc
-        .get("config")
-        .and_then(|c| c.get("mediaType"))
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let artifact_type = doc.get("artifactType").and_then(Value::as_str);
-    let subject = doc
-        .get("subject")
-        .and_then(|s| s.get("digest"))
-        .and_then(Value::as_str)
-        .and_then(|d| Digest::parse(d).ok());
-    if artifact_type.is_none() && subject.is_none() && is_image_config(config_type) {
-        return Ok(None);
-    }
-    let layer = doc
-        .get("layers")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .find(|l| {
-            l.get("mediaType").and_then(Value::as_str).is_some_and(|m| {
-                m.contains("spdx") || m.contains("cyclonedx") || m.ends_with("json")
-            })
-        });
-    let document = match layer {
-        None => None,
-        Some(l) => {
-            let digest = l
-                .get("digest")
-                .and_then(Value::as_str)
-                .and_then(|d| Digest::parse(d).ok());
-            let size = l.get("size").and_then(Value::as_u64).unwrap_or(0);
-            match digest {
-                None => None,
-                Some(digest) if repos.blob_linked(name, &digest).await?.is_none() => None,
-                Some(digest) => {
-                    let text = if size <= DOCUMENT_SHOWN {
-                        match repos
-                            .store()
-                            .get(&layout::blob_data(&digest), DOCUMENT_SHOWN)
-                            .await
-                        {
-                            Ok(b) => match serde_json::from_slice::<Value>(&b.bytes) {
-                                Ok(v) => serde_json::to_string_pretty(&v).ok(),
-                                Err(_) => String::from_utf8(b.bytes.to_vec()).ok(),
-                            },
-                            Err(e) if e.is_not_found() => None,
-                            Err(crate::storage::StoreError::TooLarge { .. }) => None,
-                            Err(e) => return Err(e.into()),
-                        }
-                    } else {
-                        None
-                    };
-                    Some(ArtifactDocument {
-                        digest,
-                        media_type: l
-                            .get("mediaType")
-                            .and_then(Value::as_str)
-                            .unwrap_or("")
-                            .to_owned(),
-                        size,
-                        text,
-                    })
-                }
-            }
-        }
-    };
-    Ok(Some(Artifact {
-        artifact_type: artifact_type.unwrap_or(config_type).to_owned(),
-        subject,
-        document,
-    }))
-}
-
-fn kind_of(artifact_type: &str) -> &'static str {
-    let t = artifact_type;
-    if is_signature(t) {
-        "signature"
-    } else if t.contains("spdx") || t.contains("cyclonedx") || t.contains("sbom") {
-        "sbom"
-    } else if t.contains("in-toto") || t.contains("attestation") || t.contains("dsse") {
-        "attestation"
-    } else {
-        "other"
-    }
-}
-
-/// An image (or index) of `name`; None when the repository does not hold it.
-async fn image(
-    state: &AppState,
-    name: &Name,
-    digest: Digest,
-) -> ApiResult<Option<(String, String)>> {
-    let repos = &state.app().repos;
-    let Some(link) = repos.manifest_link(name, &digest).await? else {
-        return Ok(None);
-    };
-    let limit = state.app().config.max_manifest_bytes.max(4 << 20);
-    let Some(m) = read_manifest(repos, limit, &digest).await? else {
-        return Ok(None);
-    };
-    let tag_map = repos.tag_map(name).await?;
-    let tags: Vec<String> = tag_map
-        .iter()
-        .filter(|(_, d)| *d == digest)
-        .map(|(t, _)| t.clone())
-        .collect();
-    let mut referrers: Vec<Referrer> = repos
-        .referrers(name, &digest)
-        .await?
-        .iter()
-        .filter_map(|r| {
-            let d = Digest::parse(r.get("digest")?.as_str()?).ok()?;
-            let t = r
-                .get("artifactType")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned();
-            Some(Referrer {
-                kind: kind_of(&t),
-                artifact_type: t,
-                digest: d,
-                found_by: "referrers API",
-            })
-        })
-        .collect();
-    for (suffix, kind) in [
-        ("sig", "signature"),
-        ("att", "attestation"),
-        ("sbom", "sbom"),
-    ] {
-        let tag = cosign_tag(&digest, suffix);
-        if let Some((_, d)) = tag_map.iter().find(|(t, _)| *t == tag)
-            && !referrers.iter().any(|r| r.digest == *d)
-        {
-            referrers.push(Referrer {
-                kind,
-                artifact_type: String::new(),
-                digest: d.clone(),
-                found_by: "cosign tag",
-            });
-        }
-    }
-    let packages = pkgindex::packages_of(repos, name, &digest).await?.packages;
-    let artifact = artifact_of(repos, name, &m.doc).await?;
-    let sigs = signatures_of(repos, name, &digest, &tag_map).await?;
-    let signed = signed(
-        repos,
-        name,
-        &state.app().config.ui_trusted_keys,
-        &digest,
-        &sigs,
-    )
-    .await?;
-    let view = ImageView {
-        name,
-        digest: &digest,
-        media_type: link.media_type,
-        doc: &m.doc,
-        config: m.config.as_ref(),
-        summary: summary(&m, image_size(repos, &digest, &m).await?),
-        tags,
-        packages,
-        referrers,
-        artifact,
-        signed,
-        now: now(),
-    };
-    Ok(Some((
-        format!("{}@{}", name, short(&digest)),
-        pages::image(&view),
-    )))
-}
-
 /// The first 12 hex digits of a digest.
 pub(crate) fn short(d: &Digest) -> &str {
     let e = d.encoded();
     &e[..e.len().min(12)]
 }
 
-/// `GET /ui/search?name=&version=&last=`: the package search form and its results.
-async fn search(
-    State(state): State<AppState>,
-    RawQuery(query): RawQuery,
-    headers: HeaderMap,
-) -> Response {
-    let v = match Viewer::of(&state, &headers).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    let p = params(query.as_deref());
-    let (name, version) = (
-        param(&p, "name").unwrap_or(""),
-        param(&p, "version").unwrap_or(""),
-    );
-    if name.trim().is_empty() {
-        let body = pages::search(name, version, None);
-        return answer(StatusCode::OK, html::page("Package search", v.who(), &body));
-    }
-    // The API's own parser and search: the page finds what `/v2/_rd/packages` finds.
-    let q: Query = match Query::from_params(Some(name), Some(version), None, param(&p, "last")) {
-        Ok(q) => q,
-        Err(e) => {
-            let body = pages::search(name, version, Some(Err(&e.detail)));
-            return answer(
-                StatusCode::BAD_REQUEST,
-                html::page("Package search", v.who(), &body),
-            );
-        }
-    };
-    match pkgindex::search(&state.app().repos, v.0.as_ref(), &q).await {
-        Ok(found) => {
-            let body = pages::search(name, version, Some(Ok(&found)));
-            answer(StatusCode::OK, html::page("Package search", v.who(), &body))
-        }
-        Err(e) => failed(&v, e),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::catalog::repo_row;
+    use super::image::{artifact_of, kind_of};
+    use super::manifest::parse_time;
+    use super::signatures::{cosign_tag, is_cosign_tag};
     use super::*;
+    use crate::repo::Repos;
+    use crate::storage::layout;
 
     #[tokio::test]
     async fn a_repository_row_is_summed_up_again_only_after_a_tag_change() {

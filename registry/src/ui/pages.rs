@@ -326,7 +326,7 @@ pub(crate) fn image(v: &ImageView<'_>) -> String {
             };
             let platform = m
                 .get("platform")
-                .and_then(super::platform_of)
+                .and_then(super::manifest::platform_of)
                 .unwrap_or_else(|| "—".to_owned());
             let _ = write!(h, "<tr><td>{}</td><td>", Esc(&platform));
             digest_link(&mut h, name, &d);

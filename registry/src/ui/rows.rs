@@ -10,7 +10,7 @@ pub(crate) struct RepoRow {
     pub name: String,
     /// Tags, cosign's signature, attestation and SBOM tags not counted.
     pub tags: usize,
-    /// The distinct content of its tagged images, each counted as [`super::image_size`] does.
+    /// The distinct content of its tagged images, each counted as [`super::manifest::image_size`] does.
     pub size: u64,
     /// When a tag of it was last set or removed (the tag index's last write), in seconds
     /// since 1970.

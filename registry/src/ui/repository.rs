@@ -1,0 +1,84 @@
+//! A repository's page (`/ui/r/<name>`): its tags, a page at a time, each with its image's
+//! summary and signature state, and the pull command.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use axum::http::{HeaderMap, header};
+use futures_util::StreamExt;
+use validator::{Digest, Name};
+
+use super::manifest::{image_size, read_manifest, summary};
+use super::signatures::{is_cosign_tag, signatures_of, signed};
+use super::{CONCURRENCY, PAGE, Signed, Summary, TagRow, now, pages};
+use crate::errors::ApiResult;
+use crate::repo::Repos;
+
+/// The registry as a client names it in a pull: the `Host` the browser used (behind a
+/// proxy that keeps the client's `Host`, the name people reach).
+pub(super) fn pull_host(headers: &HeaderMap) -> String {
+    headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| !h.is_empty())
+        .unwrap_or("HOST")
+        .to_owned()
+}
+
+/// A repository's tags, one page after `last`; None when the repository does not exist.
+pub(super) async fn repository(
+    repos: &Repos,
+    keys: &[trust::VerifyingKey],
+    name: &Name,
+    host: &str,
+    last: Option<&str>,
+) -> ApiResult<Option<(String, String)>> {
+    if !repos.exists(name).await? {
+        return Ok(None);
+    }
+    let everything = repos.tag_map(name).await?;
+    // cosign's signature, attestation and SBOM tags are listed with their image (on its page,
+    // as referrers), not as tags of their own.
+    let (cosign, all): (Vec<_>, Vec<_>) = everything.iter().partition(|(t, _)| is_cosign_tag(t));
+    let start = last.map_or(0, |l| all.partition_point(|(t, _)| t.as_str() <= l));
+    let rows = &all[start..];
+    let more = rows.len() > PAGE;
+    let rows = &rows[..rows.len().min(PAGE)];
+    // Each distinct manifest of the page is read once, however many tags point at it.
+    let digests: BTreeSet<Digest> = rows.iter().map(|(_, d)| (*d).clone()).collect();
+    let everything = &everything;
+    let facts: Vec<ApiResult<(Digest, Option<Summary>, Signed)>> =
+        futures_util::stream::iter(digests)
+            .map(|d| async move {
+                let s = match read_manifest(repos, 16 << 20, &d).await? {
+                    Some(m) => Some(summary(&m, image_size(repos, &d, &m).await?)),
+                    None => None,
+                };
+                let sigs = signatures_of(repos, name, &d, everything).await?;
+                let signed = signed(repos, name, keys, &d, &sigs).await?;
+                Ok((d, s, signed))
+            })
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+    let mut by_digest = BTreeMap::new();
+    for f in facts {
+        let (d, s, signed) = f?;
+        by_digest.insert(d, (s, signed));
+    }
+    let rows: Vec<TagRow> = rows
+        .iter()
+        .map(|(t, d)| {
+            let (s, signed) = by_digest.get(d).cloned().unwrap_or((None, Signed::No));
+            TagRow {
+                tag: t.clone(),
+                digest: d.clone(),
+                summary: s,
+                signed,
+            }
+        })
+        .collect();
+    Ok(Some((
+        name.to_string(),
+        pages::repository(name, host, all.len(), cosign.len(), &rows, more, now()),
+    )))
+}
