@@ -18,8 +18,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{ResourceLimits, ZoneSpec};
 use crate::provision::Capabilities;
+pub use crate::zone::{Caps, size_bytes};
+use crate::zone::{ResourceLimits, ZoneSpec};
 
 /// Amounts of each resource; `None` is unknown (capacity) or unlimited (allocatable).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -155,21 +156,6 @@ pub fn host_capacity() -> Resources {
     }
 }
 
-/// Bytes of a size with an optional k/m/g/t suffix (powers of 1024, as zonecfg reads them).
-pub fn size_bytes(s: &str) -> Option<u64> {
-    let (digits, shift) = match s.chars().last()? {
-        'k' | 'K' => (&s[..s.len() - 1], 10),
-        'm' | 'M' => (&s[..s.len() - 1], 20),
-        'g' | 'G' => (&s[..s.len() - 1], 30),
-        't' | 'T' => (&s[..s.len() - 1], 40),
-        _ => (s, 0),
-    };
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse::<u64>().ok()?.checked_mul(1u64 << shift)
-}
-
 /// What a zone asks for.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Request {
@@ -182,16 +168,6 @@ pub struct Request {
 /// The zone's request: its caps.
 pub fn request(spec: &ZoneSpec) -> Request {
     limits_request(&spec.limits)
-}
-
-/// The caps a zone was configured with (its description's zone config, which holds the
-/// image's `cappedCPU.ncpus` and `cappedMemory.physical`); `None` is uncapped.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Caps {
-    /// CPUs.
-    pub cpus: Option<f64>,
-    /// Memory in bytes.
-    pub memory_bytes: Option<u64>,
 }
 
 /// The effective caps of a zone: the manifest's `limits` win field by field, else the caps
@@ -293,16 +269,6 @@ impl Allocated {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_are_powers_of_1024() {
-        assert_eq!(size_bytes("512m"), Some(512 << 20));
-        assert_eq!(size_bytes("2G"), Some(2 << 30));
-        assert_eq!(size_bytes("4096"), Some(4096));
-        for bad in ["", "m", "1.5g", "lots", "-1k"] {
-            assert_eq!(size_bytes(bad), None, "{bad}");
-        }
-    }
 
     #[test]
     fn the_images_caps_count_where_the_manifest_sets_none() {

@@ -55,6 +55,8 @@ pub mod throttle;
 mod unpack;
 mod verify;
 pub mod zfs;
+mod zone;
+mod zone_policy;
 
 pub use admission::{Admission, AdmissionError, Denial, check as check_admission};
 pub use capacity::{

@@ -29,11 +29,11 @@ use super::illumos::{
     ENTRYPOINT_MANIFEST_PATH, command_plan, safe_base_path, smf_manifest, zonecfg_script,
 };
 use super::{Capabilities, ProvisionError, Provisioner, StepHook, ZoneDescription, describe};
-use crate::config::ZoneSpec;
 use crate::owner::{self, MARK_FILE, OwnerMark, write_atomic};
 use crate::unpack::RootDir;
 use crate::verify::VerifiedRoot;
 use crate::zfs::ZoneDatasets;
+use crate::zone::ZoneSpec;
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 

@@ -16,8 +16,8 @@ use super::{
     Capabilities, DEFAULT_STOP_TIMEOUT_SECS, DirProvisioner, ProvisionError, Provisioner,
     ZoneDescription,
 };
-use crate::config::ZoneSpec;
 use crate::verify::VerifiedRoot;
+use crate::zone::ZoneSpec;
 
 /// The brands the illumos provisioner creates zones of: those whose install takes a root
 /// placed at `<zonepath>/root` (`create -b` plus the brand, no template).

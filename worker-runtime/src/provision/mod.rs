@@ -24,9 +24,9 @@ pub use dir::DirProvisioner;
 pub use illumos::ILLUMOS_BRANDS;
 pub use illumos::{CommandRunner, IllumosProvisioner, SystemRunner};
 
-use crate::config::{ResourceLimits, ZoneSpec};
 use crate::owner::OwnershipError;
 use crate::verify::{VerifiedImage, VerifiedRoot};
+use crate::zone::{ResourceLimits, ZoneSpec};
 
 /// The stop signal when the image names none (Docker's and SMF's default).
 pub const DEFAULT_STOP_SIGNAL: &str = "SIGTERM";

@@ -31,7 +31,7 @@ use std::net::IpAddr;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::config::ResourceLimits;
+use crate::zone::ResourceLimits;
 
 /// The image config label whose value is the runtime spec's `solaris` object, as JSON.
 pub const SOLARIS_LABEL: &str = "org.reddwarf.zone.solaris";
@@ -81,14 +81,14 @@ pub struct Size(String);
 impl Size {
     /// Checks `s`.
     pub fn parse(s: &str) -> Option<Size> {
-        crate::capacity::size_bytes(s)
+        crate::zone::size_bytes(s)
             .filter(|b| *b > 0)
             .map(|_| Size(s.to_owned()))
     }
 
     /// The size in bytes.
     pub fn bytes(&self) -> u64 {
-        crate::capacity::size_bytes(&self.0).unwrap_or(0)
+        crate::zone::size_bytes(&self.0).unwrap_or(0)
     }
 }
 
@@ -176,7 +176,7 @@ impl AddressPrefix {
     }
 }
 
-pub use crate::config::ZonePolicy;
+pub use crate::zone_policy::ZonePolicy;
 
 /// `limitpriv` sets every zone may name: illumos's default zone set and its subset `basic`
 /// (removals, `!name`, are always allowed: they only take privileges away).
@@ -184,8 +184,8 @@ const DEFAULT_PRIVILEGE_SETS: [&str; 2] = ["default", "basic"];
 
 impl ZoneConfig {
     /// The CPU and memory caps it sets (what capacity counts for the zone).
-    pub fn caps(&self) -> crate::capacity::Caps {
-        crate::capacity::Caps {
+    pub fn caps(&self) -> crate::zone::Caps {
+        crate::zone::Caps {
             cpus: self.ncpus.as_ref().map(Ncpus::value),
             memory_bytes: self.physical.as_ref().map(Size::bytes),
         }
@@ -248,7 +248,7 @@ impl ZoneConfig {
     }
 }
 
-pub use crate::config::valid_link_name;
+pub use crate::zone_policy::valid_link_name;
 
 /// One network interface (`anet[i]`): an exclusive-IP VNIC.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -340,7 +340,7 @@ fn size(
         .transpose()
 }
 
-use crate::config::privilege_word;
+use crate::zone_policy::privilege_word;
 
 /// An SMF FMRI of a milestone or service: `svc:/` then path characters.
 fn valid_fmri(s: &str) -> bool {

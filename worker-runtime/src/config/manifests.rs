@@ -1,0 +1,138 @@
+//! The zone manifests directory: one `*.toml` per zone, read into [`ZoneSpec`]s. A broken
+//! manifest, or a zone named by two files, is an error beside the good zones, never a reason to
+//! stop the others.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use registry_client::Reference;
+use serde::Deserialize;
+
+use super::{ConfigError, read_toml, valid_name};
+use crate::zone::{PullPolicy, ResourceLimits, ZoneSpec, size_bytes};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileZone {
+    name: String,
+    image: String,
+    pull_policy: Option<PullPolicy>,
+    brand: Option<String>,
+    stop_timeout_secs: Option<u32>,
+    #[serde(default)]
+    limits: ResourceLimits,
+}
+
+/// A zone manifest that could not be used; the other zones go on.
+#[derive(Debug)]
+pub struct ZoneLoadError {
+    /// The zone name when it could be read, else the file stem.
+    pub zone: String,
+    /// Why.
+    pub error: ConfigError,
+}
+
+/// Reads every `*.toml` in `dir`, sorted by file name. Broken manifests, and zones named by
+/// more than one file, come back as errors beside the good ones.
+pub fn load_zones(dir: &Path) -> Result<(Vec<ZoneSpec>, Vec<ZoneLoadError>), ConfigError> {
+    let read_err = |source| ConfigError::Read {
+        path: dir.to_owned(),
+        source,
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(read_err)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "toml") && p.is_file())
+        .collect();
+    files.sort();
+    let mut good: BTreeMap<String, ZoneSpec> = BTreeMap::new();
+    let mut bad = Vec::new();
+    let mut dup = Vec::new();
+    for path in files {
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match load_zone(&path) {
+            Ok(z) => {
+                if let Some(first) = good.get(&z.name) {
+                    dup.push(ZoneLoadError {
+                        zone: z.name.clone(),
+                        error: ConfigError::Value {
+                            path: path.clone(),
+                            field: "name",
+                            reason: format!(
+                                "zone {:?} is also defined by {}",
+                                z.name,
+                                first.source.display()
+                            ),
+                        },
+                    });
+                } else {
+                    good.insert(z.name.clone(), z);
+                }
+            }
+            Err(error) => bad.push(ZoneLoadError { zone: stem, error }),
+        }
+    }
+    // A zone defined twice is ambiguous: neither definition is used.
+    for d in &dup {
+        good.remove(&d.zone);
+    }
+    bad.extend(dup);
+    Ok((good.into_values().collect(), bad))
+}
+
+/// Reads one zone manifest.
+pub fn load_zone(path: &Path) -> Result<ZoneSpec, ConfigError> {
+    let f: FileZone = read_toml(path)?;
+    let value = |field, reason: String| ConfigError::Value {
+        path: path.to_owned(),
+        field,
+        reason,
+    };
+    if !valid_name(&f.name) || f.name == "global" {
+        return Err(value(
+            "name",
+            format!("{:?} is not a valid zone name", f.name),
+        ));
+    }
+    let image = Reference::parse(&f.image).map_err(|e| value("image", e.to_string()))?;
+    let brand = f.brand.unwrap_or_else(|| "nlipkg".into());
+    if !valid_name(&brand) {
+        return Err(value(
+            "brand",
+            format!("{brand:?} is not a valid brand name"),
+        ));
+    }
+    if let Some(c) = f.limits.cpus
+        && !(c > 0.0 && c <= 1024.0)
+    {
+        return Err(value("limits.cpus", format!("{c} is not in (0, 1024]")));
+    }
+    if let Some(m) = &f.limits.memory
+        && size_bytes(m).is_none()
+    {
+        return Err(value(
+            "limits.memory",
+            format!("{m:?} is not a size like 512m or 2g"),
+        ));
+    }
+    if let Some(d) = &f.limits.disk
+        && size_bytes(d).is_none_or(|b| b == 0)
+    {
+        return Err(value(
+            "limits.disk",
+            format!("{d:?} is not a size like 512m or 10G"),
+        ));
+    }
+    Ok(ZoneSpec {
+        name: f.name,
+        image,
+        pull_policy: f.pull_policy.unwrap_or(PullPolicy::IfNotPresent),
+        brand,
+        stop_timeout_secs: f.stop_timeout_secs,
+        limits: f.limits,
+        source: path.to_owned(),
+    })
+}

@@ -1,0 +1,101 @@
+//! What a zone is and what it asks for: one zone manifest as the worker holds it
+//! ([`ZoneSpec`], [`PullPolicy`]), the caps it sets ([`ResourceLimits`], written in zonecfg's
+//! size syntax, [`size_bytes`]) and the caps a zone was made with ([`Caps`]).
+//!
+//! This is the vocabulary the manifest loader (`config`), admission by resources (`capacity`)
+//! and the provisioners (`provision`) share. It imports nothing else of the crate, so the three
+//! stand on it without importing each other in a circle.
+
+use std::path::PathBuf;
+
+use registry_client::Reference;
+use serde::{Deserialize, Serialize};
+
+/// When to pull.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+pub enum PullPolicy {
+    /// Resolve the reference on every pass; a moved tag replaces the zone.
+    Always,
+    /// Pull only when the zone has no image yet.
+    IfNotPresent,
+    /// Never ask a registry for the image (kubelet's `Never`): a zone that exists keeps its
+    /// image; one that does not is made only from blobs already in the content store (a
+    /// digest reference, or the digest this node last resolved the reference to), else it
+    /// fails with `ErrImageNeverPull`.
+    Never,
+}
+
+/// Resource caps for zonecfg.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceLimits {
+    /// `capped-cpu ncpus`.
+    pub cpus: Option<f64>,
+    /// `capped-memory physical`, with a k/m/g/t suffix.
+    pub memory: Option<String>,
+    /// The zone's disk: the `quota` of its dataset on the ZFS layer store (k/m/g/t suffix);
+    /// wins over the image's `org.reddwarf.zone.quota`. The directory store has no quota and
+    /// refuses the key rather than ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<String>,
+}
+
+/// One zone manifest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ZoneSpec {
+    /// Zone name.
+    pub name: String,
+    /// Image reference.
+    pub image: Reference,
+    /// Pull policy.
+    pub pull_policy: PullPolicy,
+    /// Zone brand.
+    pub brand: String,
+    /// Seconds between the stop signal and the kill; `None` takes the image's
+    /// `org.reddwarf.image.stop-timeout` label (what `rdctl build` writes), else 10.
+    pub stop_timeout_secs: Option<u32>,
+    /// Caps.
+    pub limits: ResourceLimits,
+    /// The manifest file.
+    pub source: PathBuf,
+}
+
+/// The caps a zone was configured with (its description's zone config, which holds the
+/// image's `cappedCPU.ncpus` and `cappedMemory.physical`); `None` is uncapped.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Caps {
+    /// CPUs.
+    pub cpus: Option<f64>,
+    /// Memory in bytes.
+    pub memory_bytes: Option<u64>,
+}
+
+/// Bytes of a size with an optional k/m/g/t suffix (powers of 1024, as zonecfg reads them).
+pub fn size_bytes(s: &str) -> Option<u64> {
+    let (digits, shift) = match s.chars().last()? {
+        'k' | 'K' => (&s[..s.len() - 1], 10),
+        'm' | 'M' => (&s[..s.len() - 1], 20),
+        'g' | 'G' => (&s[..s.len() - 1], 30),
+        't' | 'T' => (&s[..s.len() - 1], 40),
+        _ => (s, 0),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<u64>().ok()?.checked_mul(1u64 << shift)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_powers_of_1024() {
+        assert_eq!(size_bytes("512m"), Some(512 << 20));
+        assert_eq!(size_bytes("2G"), Some(2 << 30));
+        assert_eq!(size_bytes("4096"), Some(4096));
+        for bad in ["", "m", "1.5g", "lots", "-1k"] {
+            assert_eq!(size_bytes(bad), None, "{bad}");
+        }
+    }
+}
