@@ -190,9 +190,45 @@ pub(crate) fn compose(
         .flat_map(|(i, p)| p.manifest.actions().iter().map(move |a| (i, a)))
         .filter(|(_, a)| filter.allows(a))
         .collect();
+    let winners = winners_by_path(&applicable);
+    let account_actions: Vec<&Action> = applicable
+        .iter()
+        .map(|(_, a)| *a)
+        .filter(|a| matches!(a.kind(), ActionKind::User | ActionKind::Group))
+        .collect();
+    let accounts = load_accounts(packages, &winners, &account_actions, epoch)?;
+
+    let nodes = NodeMaker {
+        packages,
+        accounts: &accounts,
+        epoch,
+    };
+    let mut tree: Tree = BTreeMap::new();
+    for (path, &(i, a)) in &winners {
+        if let Some(node) = nodes.node(path, i, a)? {
+            tree.insert(path.clone(), node);
+        }
+    }
+    // Account files now hold the merged database; they belong to the generated layer.
+    if !account_actions.is_empty() {
+        add_account_files(&mut tree, &accounts, epoch);
+    }
+    add_legacy_pkginfo(&mut tree, &applicable, packages, filter, epoch);
+    add_var_pkg(&mut tree, packages, filter, epoch, staging)?;
+    add_missing_parents(&mut tree, epoch);
+    canonicalize_hardlinks(&mut tree, packages)?;
+    Ok(tree)
+}
+
+/// The action delivered at each path (dir, file, link, hardlink) among the chosen
+/// mediations: the first, except that an overlaying file (overlay=true) replaces the file it
+/// overlays.
+fn winners_by_path<'a>(
+    applicable: &[(usize, &'a Action)],
+) -> BTreeMap<String, (usize, &'a Action)> {
     let chosen = choose_mediations(applicable.iter().map(|(_, a)| *a));
     let mut winners: BTreeMap<String, (usize, &Action)> = BTreeMap::new();
-    for &(i, a) in &applicable {
+    for &(i, a) in applicable {
         let k = a.kind();
         if !matches!(
             k,
@@ -203,8 +239,6 @@ pub(crate) fn compose(
         }
         let Some(path) = a.key() else { continue };
         let path = path.trim_matches('/').to_owned();
-        // The winner at a path: the first, except that an overlaying file (overlay=true)
-        // replaces the file it overlays.
         match winners.get(&path) {
             Some(_) if a.get("overlay") != Some("true") => {}
             _ => {
@@ -212,13 +246,16 @@ pub(crate) fn compose(
             }
         }
     }
+    winners
+}
 
-    // Accounts: the delivered files, then the group and user actions.
-    let account_actions: Vec<&Action> = applicable
-        .iter()
-        .map(|(_, a)| *a)
-        .filter(|a| matches!(a.kind(), ActionKind::User | ActionKind::Group))
-        .collect();
+/// Accounts: the delivered account files, then the group and user actions applied to them.
+fn load_accounts(
+    packages: &[Package<'_>],
+    winners: &BTreeMap<String, (usize, &Action)>,
+    account_actions: &[&Action],
+    epoch: u64,
+) -> Result<Accounts, BuildError> {
     let mut texts: Vec<String> = Vec::new();
     for (path, _) in ACCOUNT_FILES {
         let text = match winners.get(path) {
@@ -238,11 +275,34 @@ pub(crate) fn compose(
         .map_err(|e| BuildError::Accounts {
             message: e.to_string(),
         })?;
-    let accounts = Accounts { db };
+    Ok(Accounts { db })
+}
 
-    let ids = |pkg: usize, a: &Action, owner: &str, group: &str| -> Result<Meta, BuildError> {
+/// Owned by root:root, dated `epoch`.
+fn root_meta(mode: u32, epoch: u64) -> Meta {
+    Meta {
+        mode,
+        uid: 0,
+        gid: 0,
+        uname: "root".into(),
+        gname: "root".into(),
+        mtime: epoch,
+    }
+}
+
+/// Turns the winning actions into tree nodes, with owners resolved in the image's accounts.
+struct NodeMaker<'p, 'a> {
+    packages: &'p [Package<'a>],
+    accounts: &'p Accounts,
+    epoch: u64,
+}
+
+impl NodeMaker<'_, '_> {
+    /// The metadata of an entry owned by `owner:group`, both resolved in the image's
+    /// accounts.
+    fn ids(&self, pkg: usize, a: &Action, owner: &str, group: &str) -> Result<Meta, BuildError> {
         let unresolved = |what: &str, name: &str| BuildError::Owner {
-            package: packages[pkg].fmri.to_string(),
+            package: self.packages[pkg].fmri.to_string(),
             action: a.to_string(),
             message: format!(
                 "{what} {name:?} is not in the image's etc/{what_file}",
@@ -251,37 +311,32 @@ pub(crate) fn compose(
         };
         Ok(Meta {
             mode: 0,
-            uid: accounts
+            uid: self
+                .accounts
                 .uid(owner)
                 .ok_or_else(|| unresolved("owner", owner))?,
-            gid: accounts
+            gid: self
+                .accounts
                 .gid(group)
                 .ok_or_else(|| unresolved("group", group))?,
             uname: owner.to_owned(),
             gname: group.to_owned(),
-            mtime: epoch,
+            mtime: self.epoch,
         })
-    };
-    let root_meta = |mode: u32| Meta {
-        mode,
-        uid: 0,
-        gid: 0,
-        uname: "root".into(),
-        gname: "root".into(),
-        mtime: epoch,
-    };
+    }
 
-    let mut tree: Tree = BTreeMap::new();
-    for (path, (i, a)) in &winners {
+    /// The node of the action delivered at `path`, or None when it puts nothing there
+    /// (`preserve=legacy|abandon` files).
+    fn node(&self, path: &str, i: usize, a: &Action) -> Result<Option<Node>, BuildError> {
         let typed = a.typed().map_err(|message| BuildError::Owner {
-            package: packages[*i].fmri.to_string(),
+            package: self.packages[i].fmri.to_string(),
             action: a.to_string(),
             message,
         })?;
         let node = match typed {
             TypedAction::Dir { own, .. } => {
-                let mut meta = ids(
-                    *i,
+                let mut meta = self.ids(
+                    i,
                     a,
                     own.owner.unwrap_or("root"),
                     own.group.unwrap_or("root"),
@@ -290,7 +345,7 @@ pub(crate) fn compose(
                 Node {
                     content: Content::Dir,
                     meta,
-                    owner: Some(*i),
+                    owner: Some(i),
                 }
             }
             TypedAction::File {
@@ -300,10 +355,10 @@ pub(crate) fn compose(
                 ..
             } => {
                 if matches!(preserve, Some(Preserve::Legacy | Preserve::Abandon)) {
-                    continue;
+                    return Ok(None);
                 }
-                let mut meta = ids(
-                    *i,
+                let mut meta = self.ids(
+                    i,
                     a,
                     own.owner.unwrap_or("root"),
                     own.group.unwrap_or("root"),
@@ -314,75 +369,84 @@ pub(crate) fn compose(
                 }
                 Node {
                     content: Content::Payload {
-                        pkg: *i,
-                        action: (*a).clone(),
+                        pkg: i,
+                        action: a.clone(),
                     },
                     meta,
-                    owner: Some(*i),
+                    owner: Some(i),
                 }
             }
             TypedAction::Link { target, .. } => Node {
                 content: Content::Symlink(target.to_owned()),
-                meta: root_meta(0o777),
-                owner: Some(*i),
+                meta: root_meta(0o777, self.epoch),
+                owner: Some(i),
             },
             TypedAction::Hardlink { target, .. } => {
                 let resolved = resolve_hardlink(path, target).ok_or_else(|| BuildError::Owner {
-                    package: packages[*i].fmri.to_string(),
+                    package: self.packages[i].fmri.to_string(),
                     action: a.to_string(),
                     message: "hardlink target climbs above the image root".into(),
                 })?;
                 Node {
                     content: Content::Hardlink(resolved),
-                    meta: root_meta(0),
-                    owner: Some(*i),
+                    meta: root_meta(0, self.epoch),
+                    owner: Some(i),
                 }
             }
-            _ => continue,
+            _ => return Ok(None),
         };
-        tree.insert(path.clone(), node);
+        Ok(Some(node))
     }
+}
 
-    // Account files now hold the merged database; they belong to the generated layer.
-    if !account_actions.is_empty() {
-        let new = [
-            accounts.db.passwd(),
-            accounts.db.shadow(),
-            accounts.db.group(),
-            accounts.db.ftpusers(),
-        ];
-        for ((path, mode), text) in ACCOUNT_FILES.iter().zip(new) {
-            let meta = match tree.get(*path) {
-                Some(n) => n.meta.clone(),
-                None if *path == "etc/ftpd/ftpusers" && text.is_empty() => continue,
-                None => Meta {
-                    mode: *mode,
-                    uid: accounts.uid("root").unwrap_or(0),
-                    gid: accounts.gid("sys").unwrap_or(3),
-                    uname: "root".into(),
-                    gname: "sys".into(),
-                    mtime: epoch,
-                },
-            };
-            tree.insert(
-                (*path).to_owned(),
-                Node {
-                    content: Content::Bytes(text.into_bytes()),
-                    meta,
-                    owner: None,
-                },
-            );
-        }
+/// The merged account database written over the delivered account files (keeping their
+/// metadata), or as new files owned by root:sys.
+fn add_account_files(tree: &mut Tree, accounts: &Accounts, epoch: u64) {
+    let new = [
+        accounts.db.passwd(),
+        accounts.db.shadow(),
+        accounts.db.group(),
+        accounts.db.ftpusers(),
+    ];
+    for ((path, mode), text) in ACCOUNT_FILES.iter().zip(new) {
+        let meta = match tree.get(*path) {
+            Some(n) => n.meta.clone(),
+            None if *path == "etc/ftpd/ftpusers" && text.is_empty() => continue,
+            None => Meta {
+                mode: *mode,
+                uid: accounts.uid("root").unwrap_or(0),
+                gid: accounts.gid("sys").unwrap_or(3),
+                uname: "root".into(),
+                gname: "sys".into(),
+                mtime: epoch,
+            },
+        };
+        tree.insert(
+            (*path).to_owned(),
+            Node {
+                content: Content::Bytes(text.into_bytes()),
+                meta,
+                owner: None,
+            },
+        );
     }
+}
 
-    // legacy actions: SVR4 pkginfo files.
+/// `legacy` actions: SVR4 `var/sadm/pkg/NAME/pkginfo` files.
+fn add_legacy_pkginfo(
+    tree: &mut Tree,
+    applicable: &[(usize, &Action)],
+    packages: &[Package<'_>],
+    filter: &ImageFilter,
+    epoch: u64,
+) {
     let arch = filter
         .variants()
         .get("variant.arch")
         .cloned()
         .unwrap_or_default();
     let when = UNIX_EPOCH + Duration::from_secs(epoch);
-    for &(i, a) in &applicable {
+    for &(i, a) in applicable {
         if a.kind() != ActionKind::Legacy {
             continue;
         }
@@ -399,16 +463,16 @@ pub(crate) fn compose(
                 format!("var/sadm/pkg/{name}/pkginfo"),
                 Node {
                     content: Content::Bytes(text.into_bytes()),
-                    meta: root_meta(0o644),
+                    meta: root_meta(0o644, epoch),
                     owner: None,
                 },
             );
         }
     }
+}
 
-    add_var_pkg(&mut tree, packages, filter, epoch, staging)?;
-
-    // Parents nobody delivers.
+/// Parents nobody delivers: root-owned 0755 directories.
+fn add_missing_parents(tree: &mut Tree, epoch: u64) {
     let paths: Vec<String> = tree.keys().cloned().collect();
     for p in paths {
         let mut cur = p.as_str();
@@ -418,7 +482,7 @@ pub(crate) fn compose(
                     parent.to_owned(),
                     Node {
                         content: Content::Dir,
-                        meta: root_meta(0o755),
+                        meta: root_meta(0o755, epoch),
                         owner: None,
                     },
                 );
@@ -426,9 +490,6 @@ pub(crate) fn compose(
             cur = parent;
         }
     }
-
-    canonicalize_hardlinks(&mut tree, packages)?;
-    Ok(tree)
 }
 
 /// Writes `var/pkg` with [`ImageMetadata`] into `staging`, then adds its files to the tree

@@ -306,6 +306,307 @@ const HINTS: config_toml::Hints<'static> = &[
     ),
 ];
 
+/// Names a field of the image file in errors, with the line it is on.
+struct FieldErrors<'t> {
+    path: &'t Path,
+    text: &'t str,
+}
+
+impl FieldErrors<'_> {
+    fn at(&self, fpath: &[&str], message: String) -> ImageFileError {
+        ImageFileError::Field {
+            path: self.path.to_owned(),
+            line: config_toml::line_of(self.text, &fpath.join(".")),
+            field: fpath.join("."),
+            message,
+        }
+    }
+}
+
+/// `platform` and `os_version`: an illumos platform.
+fn check_platform(raw: &Raw, fe: &FieldErrors<'_>) -> Result<Platform, ImageFileError> {
+    let field = |p: &[&str], m: String| fe.at(p, m);
+    let mut platform = match &raw.platform {
+        None => Platform::illumos_amd64(),
+        Some(p) => Platform::parse(p)
+            .ok_or_else(|| field(&["platform"], format!("{p:?} is not os/arch[/variant]")))?,
+    };
+    platform.os_version = raw.os_version.clone();
+    if platform.os != "illumos" {
+        return Err(field(
+            &["platform"],
+            format!("os {:?}: images are built for illumos zones", platform.os),
+        ));
+    }
+    Ok(platform)
+}
+
+/// `name` and `tags` (`latest` when none are given).
+fn check_tags(raw: &Raw, fe: &FieldErrors<'_>) -> Result<Vec<String>, ImageFileError> {
+    let field = |p: &[&str], m: String| fe.at(p, m);
+    if let Some(name) = &raw.name
+        && (name.is_empty() || name.contains(char::is_whitespace))
+    {
+        return Err(field(
+            &["name"],
+            format!("{name:?} is not a repository name"),
+        ));
+    }
+    for (i, t) in raw.tags.iter().enumerate() {
+        if !valid_tag(t) {
+            return Err(field(
+                &["tags", &i.to_string()],
+                format!("{t:?} is not a valid tag ([A-Za-z0-9_][A-Za-z0-9._-]{{0,127}})"),
+            ));
+        }
+    }
+    let tags = if raw.tags.is_empty() {
+        vec!["latest".to_owned()]
+    } else {
+        raw.tags.clone()
+    };
+    Ok(tags)
+}
+
+/// `[publishers]`: names and origins, relative paths taken from the image file's directory.
+fn check_publishers(
+    raw: &Raw,
+    base: &Path,
+    fe: &FieldErrors<'_>,
+) -> Result<BTreeMap<String, Origin>, ImageFileError> {
+    let field = |p: &[&str], m: String| fe.at(p, m);
+    let mut publishers = BTreeMap::new();
+    for (name, origin) in &raw.publishers {
+        if !ips_bridge::valid_publisher(name) {
+            return Err(field(
+                &["publishers", name],
+                format!("{name:?} is not a valid publisher name"),
+            ));
+        }
+        let o = if origin.starts_with("http://") || origin.starts_with("https://") {
+            Origin::Url(origin.clone())
+        } else if let Some(p) = origin.strip_prefix("file://") {
+            Origin::Path(PathBuf::from(p))
+        } else if origin.is_empty() {
+            return Err(field(&["publishers", name], "empty origin".into()));
+        } else {
+            let p = base.join(origin);
+            Origin::Path(std::path::absolute(&p).unwrap_or(p))
+        };
+        publishers.insert(name.clone(), o);
+    }
+    if publishers.is_empty() {
+        return Err(field(
+            &["publishers"],
+            "no publishers: name at least one".into(),
+        ));
+    }
+    Ok(publishers)
+}
+
+/// Manifest files named by the image file: each path with the bytes read from it.
+type ManifestFiles = Vec<(PathBuf, Vec<u8>)>;
+
+/// `[packages]`: the FMRIs to include and the manifest files, each read and parsed.
+fn check_packages(
+    raw: &Raw,
+    path: &Path,
+    base: &Path,
+    publishers: &BTreeMap<String, Origin>,
+    fe: &FieldErrors<'_>,
+) -> Result<(Vec<Fmri>, ManifestFiles), ImageFileError> {
+    let field = |p: &[&str], m: String| fe.at(p, m);
+    let mut include = Vec::new();
+    for (i, s) in raw.packages.include.iter().enumerate() {
+        let f = Fmri::parse(s)
+            .map_err(|e| field(&["packages", "include", &i.to_string()], e.to_string()))?;
+        if let Some(p) = f.publisher()
+            && !publishers.contains_key(p)
+        {
+            return Err(field(
+                &["packages", "include", &i.to_string()],
+                format!("publisher {p} is not listed under [publishers]"),
+            ));
+        }
+        include.push(f);
+    }
+    let mut manifests = Vec::new();
+    for m in &raw.packages.manifests {
+        let mpath = base.join(m);
+        let mbytes = std::fs::read(&mpath).map_err(|e| ImageFileError::Manifest {
+            path: path.to_owned(),
+            manifest: mpath.clone(),
+            source: Box::new(e),
+        })?;
+        Manifest::parse_bytes(&mbytes).map_err(|e| ImageFileError::Manifest {
+            path: path.to_owned(),
+            manifest: mpath.clone(),
+            source: Box::new(e),
+        })?;
+        manifests.push((mpath, mbytes));
+    }
+    if include.is_empty() && manifests.is_empty() {
+        return Err(field(
+            &["packages"],
+            "no packages: give packages.include or packages.manifests".into(),
+        ));
+    }
+    Ok((include, manifests))
+}
+
+/// `[variants]` over the defaults, and `[facets]` names.
+fn check_variants(
+    raw: &Raw,
+    fe: &FieldErrors<'_>,
+) -> Result<BTreeMap<String, String>, ImageFileError> {
+    let field = |p: &[&str], m: String| fe.at(p, m);
+    let mut variants: BTreeMap<String, String> = [
+        ("variant.arch", "i386"),
+        ("variant.opensolaris.zone", "nonglobal"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    for (k, v) in &raw.variants {
+        if !k.starts_with("variant.") {
+            return Err(field(
+                &["variants", k],
+                "variant names start with \"variant.\"".into(),
+            ));
+        }
+        variants.insert(k.clone(), v.clone());
+    }
+    for k in raw.facets.keys() {
+        if !k.starts_with("facet.") {
+            return Err(field(
+                &["facets", k],
+                "facet names start with \"facet.\"".into(),
+            ));
+        }
+    }
+    Ok(variants)
+}
+
+/// `[config]`: the runtime config, each value checked as the validator checks it.
+fn check_runtime_config(
+    c: &RawConfig,
+    fe: &FieldErrors<'_>,
+) -> Result<RuntimeConfig, ImageFileError> {
+    let field = |p: &[&str], m: String| fe.at(p, m);
+    if let Some(s) = &c.stop_signal {
+        validator::check_stop_signal(s).map_err(|m| field(&["config", "stop_signal"], m))?;
+    }
+    if let Some(w) = &c.working_dir {
+        validator::check_working_dir(w).map_err(|m| field(&["config", "working_dir"], m))?;
+    }
+    if let Some(u) = &c.user {
+        validator::check_user(u).map_err(|m| field(&["config", "user"], m))?;
+    }
+    for k in c.env.keys() {
+        if k.is_empty() || k.contains('=') {
+            return Err(field(
+                &["config", "env", k],
+                format!("{k:?} is not an environment variable name"),
+            ));
+        }
+    }
+    for (i, p) in c.exposed_ports.iter().enumerate() {
+        if !valid_port(p) {
+            return Err(field(
+                &["config", "exposed_ports", &i.to_string()],
+                format!("{p:?} is not PORT[/tcp|/udp|/sctp]"),
+            ));
+        }
+    }
+    for (i, v) in c.volumes.iter().enumerate() {
+        if !v.starts_with('/') {
+            return Err(field(
+                &["config", "volumes", &i.to_string()],
+                format!("{v:?} is not absolute"),
+            ));
+        }
+    }
+    Ok(RuntimeConfig {
+        entrypoint: c.entrypoint.clone(),
+        cmd: c.cmd.clone(),
+        env: c.env.clone(),
+        working_dir: c.working_dir.clone(),
+        user: c.user.clone(),
+        stop_signal: c.stop_signal.clone(),
+        stop_timeout: c.stop_timeout,
+        labels: c.labels.clone(),
+        exposed_ports: c.exposed_ports.clone(),
+        volumes: c.volumes.clone(),
+    })
+}
+
+/// `[layering]`: the strategy and its budget.
+fn check_layering(l: &RawLayering, fe: &FieldErrors<'_>) -> Result<Layering, ImageFileError> {
+    let field = |p: &[&str], m: String| fe.at(p, m);
+    let layering = match l.strategy.as_deref() {
+        None | Some("single") => Layering::Single,
+        Some("per-package") => Layering::PerPackage,
+        Some("budget") => match l.budget {
+            Some(n) if (2..=MAX_LAYERS).contains(&n) => Layering::Budget(n as u32),
+            Some(n) => {
+                return Err(field(
+                    &["layering", "budget"],
+                    format!("{n}: expected a number of layers from 2 to {MAX_LAYERS}"),
+                ));
+            }
+            None => {
+                return Err(field(
+                    &["layering", "budget"],
+                    "strategy \"budget\" needs budget = N (the number of layers)".into(),
+                ));
+            }
+        },
+        Some(s) => {
+            return Err(field(
+                &["layering", "strategy"],
+                format!("{s:?}: expected \"single\", \"per-package\" or \"budget\""),
+            ));
+        }
+    };
+    if l.budget.is_some() && !matches!(layering, Layering::Budget(_)) {
+        return Err(field(
+            &["layering", "budget"],
+            "only used with strategy = \"budget\"".into(),
+        ));
+    }
+    Ok(layering)
+}
+
+/// `[compression]`: the algorithm and a level within its range.
+fn check_compression(
+    c: &RawCompression,
+    fe: &FieldErrors<'_>,
+) -> Result<(CompressionAlg, i64), ImageFileError> {
+    let field = |p: &[&str], m: String| fe.at(p, m);
+    let algorithm = match c.algorithm.as_deref() {
+        None | Some("gzip") => CompressionAlg::Gzip,
+        Some("zstd") => CompressionAlg::Zstd,
+        Some(s) => {
+            return Err(field(
+                &["compression", "algorithm"],
+                format!("{s:?}: expected \"gzip\" or \"zstd\""),
+            ));
+        }
+    };
+    let (lo, hi, default) = match algorithm {
+        CompressionAlg::Gzip => (0, 9, 6),
+        CompressionAlg::Zstd => (1, 19, 3),
+    };
+    let level = c.level.unwrap_or(default);
+    if !(lo..=hi).contains(&level) {
+        return Err(field(
+            &["compression", "level"],
+            format!("{level} is outside {lo}..={hi}"),
+        ));
+    }
+    Ok((algorithm, level))
+}
+
 impl ImageFile {
     /// Reads and checks an image file.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, ImageFileError> {
@@ -341,247 +642,28 @@ impl ImageFile {
                 message: e.message,
             },
         })?;
-        let field = |fpath: &[&str], message: String| ImageFileError::Field {
-            path: path.to_owned(),
-            line: config_toml::line_of(text, &fpath.join(".")),
-            field: fpath.join("."),
-            message,
-        };
+        let fe = FieldErrors { path, text };
+        let field = |p: &[&str], m: String| fe.at(p, m);
         let base = path.parent().unwrap_or(Path::new("."));
         let base = if base.as_os_str().is_empty() {
             Path::new(".")
         } else {
             base
         };
-
-        let mut platform = match &raw.platform {
-            None => Platform::illumos_amd64(),
-            Some(p) => Platform::parse(p)
-                .ok_or_else(|| field(&["platform"], format!("{p:?} is not os/arch[/variant]")))?,
-        };
-        platform.os_version = raw.os_version.clone();
-        if platform.os != "illumos" {
-            return Err(field(
-                &["platform"],
-                format!("os {:?}: images are built for illumos zones", platform.os),
-            ));
-        }
-
-        if let Some(name) = &raw.name
-            && (name.is_empty() || name.contains(char::is_whitespace))
-        {
-            return Err(field(
-                &["name"],
-                format!("{name:?} is not a repository name"),
-            ));
-        }
-        for (i, t) in raw.tags.iter().enumerate() {
-            if !valid_tag(t) {
-                return Err(field(
-                    &["tags", &i.to_string()],
-                    format!("{t:?} is not a valid tag ([A-Za-z0-9_][A-Za-z0-9._-]{{0,127}})"),
-                ));
-            }
-        }
-        let tags = if raw.tags.is_empty() {
-            vec!["latest".to_owned()]
-        } else {
-            raw.tags.clone()
-        };
-
-        let mut publishers = BTreeMap::new();
-        for (name, origin) in &raw.publishers {
-            if !ips_bridge::valid_publisher(name) {
-                return Err(field(
-                    &["publishers", name],
-                    format!("{name:?} is not a valid publisher name"),
-                ));
-            }
-            let o = if origin.starts_with("http://") || origin.starts_with("https://") {
-                Origin::Url(origin.clone())
-            } else if let Some(p) = origin.strip_prefix("file://") {
-                Origin::Path(PathBuf::from(p))
-            } else if origin.is_empty() {
-                return Err(field(&["publishers", name], "empty origin".into()));
-            } else {
-                let p = base.join(origin);
-                Origin::Path(std::path::absolute(&p).unwrap_or(p))
-            };
-            publishers.insert(name.clone(), o);
-        }
-        if publishers.is_empty() {
-            return Err(field(
-                &["publishers"],
-                "no publishers: name at least one".into(),
-            ));
-        }
-
-        let mut include = Vec::new();
-        for (i, s) in raw.packages.include.iter().enumerate() {
-            let f = Fmri::parse(s)
-                .map_err(|e| field(&["packages", "include", &i.to_string()], e.to_string()))?;
-            if let Some(p) = f.publisher()
-                && !publishers.contains_key(p)
-            {
-                return Err(field(
-                    &["packages", "include", &i.to_string()],
-                    format!("publisher {p} is not listed under [publishers]"),
-                ));
-            }
-            include.push(f);
-        }
-        let mut manifests = Vec::new();
-        for m in &raw.packages.manifests {
-            let mpath = base.join(m);
-            let mbytes = std::fs::read(&mpath).map_err(|e| ImageFileError::Manifest {
-                path: path.to_owned(),
-                manifest: mpath.clone(),
-                source: Box::new(e),
-            })?;
-            Manifest::parse_bytes(&mbytes).map_err(|e| ImageFileError::Manifest {
-                path: path.to_owned(),
-                manifest: mpath.clone(),
-                source: Box::new(e),
-            })?;
-            manifests.push((mpath, mbytes));
-        }
-        if include.is_empty() && manifests.is_empty() {
-            return Err(field(
-                &["packages"],
-                "no packages: give packages.include or packages.manifests".into(),
-            ));
-        }
-
-        let mut variants: BTreeMap<String, String> = [
-            ("variant.arch", "i386"),
-            ("variant.opensolaris.zone", "nonglobal"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
-        for (k, v) in &raw.variants {
-            if !k.starts_with("variant.") {
-                return Err(field(
-                    &["variants", k],
-                    "variant names start with \"variant.\"".into(),
-                ));
-            }
-            variants.insert(k.clone(), v.clone());
-        }
-        for k in raw.facets.keys() {
-            if !k.starts_with("facet.") {
-                return Err(field(
-                    &["facets", k],
-                    "facet names start with \"facet.\"".into(),
-                ));
-            }
-        }
-
-        let c = &raw.config;
-        if let Some(s) = &c.stop_signal {
-            validator::check_stop_signal(s).map_err(|m| field(&["config", "stop_signal"], m))?;
-        }
-        if let Some(w) = &c.working_dir {
-            validator::check_working_dir(w).map_err(|m| field(&["config", "working_dir"], m))?;
-        }
-        if let Some(u) = &c.user {
-            validator::check_user(u).map_err(|m| field(&["config", "user"], m))?;
-        }
-        for k in c.env.keys() {
-            if k.is_empty() || k.contains('=') {
-                return Err(field(
-                    &["config", "env", k],
-                    format!("{k:?} is not an environment variable name"),
-                ));
-            }
-        }
-        for (i, p) in c.exposed_ports.iter().enumerate() {
-            if !valid_port(p) {
-                return Err(field(
-                    &["config", "exposed_ports", &i.to_string()],
-                    format!("{p:?} is not PORT[/tcp|/udp|/sctp]"),
-                ));
-            }
-        }
-        for (i, v) in c.volumes.iter().enumerate() {
-            if !v.starts_with('/') {
-                return Err(field(
-                    &["config", "volumes", &i.to_string()],
-                    format!("{v:?} is not absolute"),
-                ));
-            }
-        }
-        let config = RuntimeConfig {
-            entrypoint: c.entrypoint.clone(),
-            cmd: c.cmd.clone(),
-            env: c.env.clone(),
-            working_dir: c.working_dir.clone(),
-            user: c.user.clone(),
-            stop_signal: c.stop_signal.clone(),
-            stop_timeout: c.stop_timeout,
-            labels: c.labels.clone(),
-            exposed_ports: c.exposed_ports.clone(),
-            volumes: c.volumes.clone(),
-        };
-
+        let platform = check_platform(&raw, &fe)?;
+        let tags = check_tags(&raw, &fe)?;
+        let publishers = check_publishers(&raw, base, &fe)?;
+        let (include, manifests) = check_packages(&raw, path, base, &publishers, &fe)?;
+        let variants = check_variants(&raw, &fe)?;
+        let config = check_runtime_config(&raw.config, &fe)?;
         for k in raw.annotations.keys() {
             if k.is_empty() {
                 return Err(field(&["annotations"], "empty annotation key".into()));
             }
         }
 
-        let layering = match raw.layering.strategy.as_deref() {
-            None | Some("single") => Layering::Single,
-            Some("per-package") => Layering::PerPackage,
-            Some("budget") => match raw.layering.budget {
-                Some(n) if (2..=MAX_LAYERS).contains(&n) => Layering::Budget(n as u32),
-                Some(n) => {
-                    return Err(field(
-                        &["layering", "budget"],
-                        format!("{n}: expected a number of layers from 2 to {MAX_LAYERS}"),
-                    ));
-                }
-                None => {
-                    return Err(field(
-                        &["layering", "budget"],
-                        "strategy \"budget\" needs budget = N (the number of layers)".into(),
-                    ));
-                }
-            },
-            Some(s) => {
-                return Err(field(
-                    &["layering", "strategy"],
-                    format!("{s:?}: expected \"single\", \"per-package\" or \"budget\""),
-                ));
-            }
-        };
-        if raw.layering.budget.is_some() && !matches!(layering, Layering::Budget(_)) {
-            return Err(field(
-                &["layering", "budget"],
-                "only used with strategy = \"budget\"".into(),
-            ));
-        }
-        let algorithm = match raw.compression.algorithm.as_deref() {
-            None | Some("gzip") => CompressionAlg::Gzip,
-            Some("zstd") => CompressionAlg::Zstd,
-            Some(s) => {
-                return Err(field(
-                    &["compression", "algorithm"],
-                    format!("{s:?}: expected \"gzip\" or \"zstd\""),
-                ));
-            }
-        };
-        let (lo, hi, default) = match algorithm {
-            CompressionAlg::Gzip => (0, 9, 6),
-            CompressionAlg::Zstd => (1, 19, 3),
-        };
-        let level = raw.compression.level.unwrap_or(default);
-        if !(lo..=hi).contains(&level) {
-            return Err(field(
-                &["compression", "level"],
-                format!("{level} is outside {lo}..={hi}"),
-            ));
-        }
+        let layering = check_layering(&raw.layering, &fe)?;
+        let (algorithm, level) = check_compression(&raw.compression, &fe)?;
 
         Ok(ImageFile {
             path: path.to_owned(),

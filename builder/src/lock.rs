@@ -440,179 +440,16 @@ fn resolve_pinned(
     sources: &Sources,
     pins: &BTreeMap<String, Fmri>,
 ) -> Result<Lockfile, LockError> {
-    let mut catalogs: BTreeMap<String, Vec<PackageRef>> = BTreeMap::new();
-    for name in sources.names() {
-        let src = sources.get(name).expect("listed");
-        catalogs.insert(name.to_owned(), src.packages()?);
-    }
-    let mut queue: VecDeque<Wanted> = VecDeque::new();
-    for (i, f) in image.include.iter().enumerate() {
-        queue.push_back(Wanted {
-            pattern: f.clone(),
-            prefix: true,
-            wanted_by: format!("packages.include.{i}"),
-        });
-    }
-    // Incorporations in the set constrain the versions of later picks: stem -> versions.
-    let mut incorporations: BTreeMap<String, Vec<Version>> = BTreeMap::new();
-    for (path, bytes) in &image.manifests {
-        let m = Manifest::parse_bytes(bytes).map_err(|source| LockError::Manifest {
-            fmri: path.display().to_string(),
-            source,
-        })?;
-        for (kind, fmris, _) in depends(&m, image) {
-            for f in fmris {
-                match kind {
-                    DependType::Require | DependType::Group => queue.push_back(Wanted {
-                        pattern: f,
-                        prefix: false,
-                        wanted_by: path.display().to_string(),
-                    }),
-                    DependType::Incorporate => {
-                        if let Some(v) = f.version() {
-                            incorporations
-                                .entry(f.stem().to_owned())
-                                .or_default()
-                                .push(v.clone());
-                        }
-                        queue.push_back(Wanted {
-                            pattern: f,
-                            prefix: true,
-                            wanted_by: path.display().to_string(),
-                        });
-                    }
-                    _ => {}
-                }
-            }
-        }
-    }
-
-    let mut picked: BTreeMap<String, Resolved> = BTreeMap::new();
-    while let Some(w) = queue.pop_front() {
-        if picked.contains_key(w.pattern.stem()) {
+    let mut r = Resolver::new(image, sources, pins)?;
+    r.seed_from_manifests()?;
+    while let Some(w) = r.queue.pop_front() {
+        if r.picked.contains_key(w.pattern.stem()) {
             continue; // the checks tell whether the picked version satisfies this one too
         }
-        let publishers: Vec<&str> = match w.pattern.publisher() {
-            Some(p) => vec![p],
-            None => catalogs.keys().map(String::as_str).collect(),
-        };
-        let allowed = |f: &Fmri| -> bool {
-            let Some(v) = f.version() else { return false };
-            let ok = match w.pattern.version() {
-                None => true,
-                Some(want) if w.prefix => v.matches(want),
-                Some(want) => v >= want,
-            };
-            ok && incorporations
-                .get(f.stem())
-                .is_none_or(|vs| vs.iter().all(|inc| v.matches(inc)))
-        };
-        let mut best: Option<&PackageRef> = None;
-        let pin = pins.get(w.pattern.stem());
-        for p in &publishers {
-            for r in catalogs.get(*p).map(Vec::as_slice).unwrap_or_default() {
-                if r.fmri.stem() == w.pattern.stem()
-                    && allowed(&r.fmri)
-                    && best.is_none_or(|b| r.fmri.version() > b.fmri.version())
-                {
-                    best = Some(r);
-                }
-            }
-        }
-        // A pin still in the catalog and still allowed wins over anything newer.
-        if let Some(pin) = pin
-            && let Some(kept) = publishers
-                .iter()
-                .flat_map(|p| catalogs.get(*p).map(Vec::as_slice).unwrap_or_default())
-                .find(|r| {
-                    r.fmri.stem() == pin.stem()
-                        && r.fmri.version() == pin.version()
-                        && pin
-                            .publisher()
-                            .is_none_or(|p| r.fmri.publisher() == Some(p))
-                        && allowed(&r.fmri)
-                })
-        {
-            best = Some(kept);
-        }
-        let Some(best) = best else {
-            let line = w
-                .wanted_by
-                .starts_with("packages.include.")
-                .then(|| {
-                    let text = String::from_utf8_lossy(&image.bytes);
-                    config_toml::line_of(&text, &w.wanted_by)
-                })
-                .flatten();
-            let candidates = publishers
-                .iter()
-                .flat_map(|p| catalogs.get(*p).map(Vec::as_slice).unwrap_or_default());
-            return Err(LockError::NotFound(Box::new(PackageNotFound {
-                image: image.path.clone(),
-                line,
-                pattern: crate::checks::wanted(&w.pattern),
-                wanted_by: w.wanted_by,
-                publishers: publishers.join(", "),
-                hint: match incorporations.get(w.pattern.stem()) {
-                    Some(vs) => format!(
-                        "{}, but incorporations in the set allow only {}",
-                        not_found_hint(w.pattern.stem(), candidates),
-                        vs.iter()
-                            .map(ToString::to_string)
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                    None => not_found_hint(w.pattern.stem(), candidates),
-                },
-            })));
-        };
-        let publisher = best.fmri.publisher().unwrap_or_default();
-        let src = sources
-            .get(publisher)
-            .expect("catalog came from this source");
-        let manifest_bytes = src.manifest_bytes(best)?;
-        let manifest =
-            Manifest::parse_bytes(&manifest_bytes).map_err(|source| LockError::Manifest {
-                fmri: best.fmri.to_string(),
-                source,
-            })?;
-        let by = best.fmri.to_string();
-        // Obsolete packages deliver nothing and satisfy nothing; the checks report them.
-        if !is_obsolete(&manifest) {
-            for (kind, fmris, _) in depends(&manifest, image) {
-                for f in fmris {
-                    match kind {
-                        DependType::Require | DependType::Group
-                            if f.stem() != "feature/package/dependency/self" =>
-                        {
-                            queue.push_back(Wanted {
-                                pattern: f,
-                                prefix: false,
-                                wanted_by: by.clone(),
-                            });
-                        }
-                        DependType::Incorporate => {
-                            if let Some(v) = f.version() {
-                                incorporations
-                                    .entry(f.stem().to_owned())
-                                    .or_default()
-                                    .push(v.clone());
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-            }
-        }
-        picked.insert(
-            best.fmri.stem().to_owned(),
-            Resolved {
-                fmri: best.fmri.clone(),
-                manifest_bytes,
-                manifest,
-            },
-        );
+        let best = r.choose(w)?;
+        r.pick(best)?;
     }
+    let picked = r.picked;
 
     let set: Vec<(Fmri, Manifest)> = picked
         .values()
@@ -635,6 +472,220 @@ fn resolve_pinned(
             })
             .collect(),
     })
+}
+
+/// The state of one resolution: the catalogs, what is still wanted, the incorporations
+/// met so far and what has been picked.
+struct Resolver<'i> {
+    image: &'i ImageFile,
+    sources: &'i Sources,
+    pins: &'i BTreeMap<String, Fmri>,
+    catalogs: BTreeMap<String, Vec<PackageRef>>,
+    queue: VecDeque<Wanted>,
+    /// Incorporations in the set constrain the versions of later picks: stem -> versions.
+    incorporations: BTreeMap<String, Vec<Version>>,
+    picked: BTreeMap<String, Resolved>,
+}
+
+impl<'i> Resolver<'i> {
+    /// Reads every source's catalog and queues the image file's `packages.include`.
+    fn new(
+        image: &'i ImageFile,
+        sources: &'i Sources,
+        pins: &'i BTreeMap<String, Fmri>,
+    ) -> Result<Self, LockError> {
+        let mut catalogs: BTreeMap<String, Vec<PackageRef>> = BTreeMap::new();
+        for name in sources.names() {
+            let src = sources.get(name).expect("listed");
+            catalogs.insert(name.to_owned(), src.packages()?);
+        }
+        let queue = image
+            .include
+            .iter()
+            .enumerate()
+            .map(|(i, f)| Wanted {
+                pattern: f.clone(),
+                prefix: true,
+                wanted_by: format!("packages.include.{i}"),
+            })
+            .collect();
+        Ok(Resolver {
+            image,
+            sources,
+            pins,
+            catalogs,
+            queue,
+            incorporations: BTreeMap::new(),
+            picked: BTreeMap::new(),
+        })
+    }
+
+    /// Queues what the image file's own manifest files depend on, and records their
+    /// incorporations.
+    fn seed_from_manifests(&mut self) -> Result<(), LockError> {
+        for (path, bytes) in &self.image.manifests {
+            let m = Manifest::parse_bytes(bytes).map_err(|source| LockError::Manifest {
+                fmri: path.display().to_string(),
+                source,
+            })?;
+            for (kind, fmris, _) in depends(&m, self.image) {
+                for f in fmris {
+                    match kind {
+                        DependType::Require | DependType::Group => self.queue.push_back(Wanted {
+                            pattern: f,
+                            prefix: false,
+                            wanted_by: path.display().to_string(),
+                        }),
+                        DependType::Incorporate => {
+                            if let Some(v) = f.version() {
+                                self.incorporations
+                                    .entry(f.stem().to_owned())
+                                    .or_default()
+                                    .push(v.clone());
+                            }
+                            self.queue.push_back(Wanted {
+                                pattern: f,
+                                prefix: true,
+                                wanted_by: path.display().to_string(),
+                            });
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The version to pick for `w`: its pin while that is in the catalog and allowed, else
+    /// the newest allowed; an error naming what wanted it when there is none.
+    fn choose(&self, w: Wanted) -> Result<PackageRef, LockError> {
+        let publishers: Vec<&str> = match w.pattern.publisher() {
+            Some(p) => vec![p],
+            None => self.catalogs.keys().map(String::as_str).collect(),
+        };
+        let allowed = |f: &Fmri| -> bool {
+            let Some(v) = f.version() else { return false };
+            let ok = match w.pattern.version() {
+                None => true,
+                Some(want) if w.prefix => v.matches(want),
+                Some(want) => v >= want,
+            };
+            ok && self
+                .incorporations
+                .get(f.stem())
+                .is_none_or(|vs| vs.iter().all(|inc| v.matches(inc)))
+        };
+        let candidates = || {
+            publishers
+                .iter()
+                .flat_map(|p| self.catalogs.get(*p).map(Vec::as_slice).unwrap_or_default())
+        };
+        let mut best: Option<&PackageRef> = None;
+        for r in candidates() {
+            if r.fmri.stem() == w.pattern.stem()
+                && allowed(&r.fmri)
+                && best.is_none_or(|b| r.fmri.version() > b.fmri.version())
+            {
+                best = Some(r);
+            }
+        }
+        // A pin still in the catalog and still allowed wins over anything newer.
+        if let Some(pin) = self.pins.get(w.pattern.stem())
+            && let Some(kept) = candidates().find(|r| {
+                r.fmri.stem() == pin.stem()
+                    && r.fmri.version() == pin.version()
+                    && pin
+                        .publisher()
+                        .is_none_or(|p| r.fmri.publisher() == Some(p))
+                    && allowed(&r.fmri)
+            })
+        {
+            best = Some(kept);
+        }
+        if let Some(best) = best {
+            return Ok(best.clone());
+        }
+        let line = w
+            .wanted_by
+            .starts_with("packages.include.")
+            .then(|| {
+                let text = String::from_utf8_lossy(&self.image.bytes);
+                config_toml::line_of(&text, &w.wanted_by)
+            })
+            .flatten();
+        Err(LockError::NotFound(Box::new(PackageNotFound {
+            image: self.image.path.clone(),
+            line,
+            pattern: crate::checks::wanted(&w.pattern),
+            wanted_by: w.wanted_by,
+            publishers: publishers.join(", "),
+            hint: match self.incorporations.get(w.pattern.stem()) {
+                Some(vs) => format!(
+                    "{}, but incorporations in the set allow only {}",
+                    not_found_hint(w.pattern.stem(), candidates()),
+                    vs.iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                None => not_found_hint(w.pattern.stem(), candidates()),
+            },
+        })))
+    }
+
+    /// Picks `best`: reads its manifest, queues what it requires and records what it
+    /// incorporates.
+    fn pick(&mut self, best: PackageRef) -> Result<(), LockError> {
+        let publisher = best.fmri.publisher().unwrap_or_default();
+        let src = self
+            .sources
+            .get(publisher)
+            .expect("catalog came from this source");
+        let manifest_bytes = src.manifest_bytes(&best)?;
+        let manifest =
+            Manifest::parse_bytes(&manifest_bytes).map_err(|source| LockError::Manifest {
+                fmri: best.fmri.to_string(),
+                source,
+            })?;
+        let by = best.fmri.to_string();
+        // Obsolete packages deliver nothing and satisfy nothing; the checks report them.
+        if !is_obsolete(&manifest) {
+            for (kind, fmris, _) in depends(&manifest, self.image) {
+                for f in fmris {
+                    match kind {
+                        DependType::Require | DependType::Group
+                            if f.stem() != "feature/package/dependency/self" =>
+                        {
+                            self.queue.push_back(Wanted {
+                                pattern: f,
+                                prefix: false,
+                                wanted_by: by.clone(),
+                            });
+                        }
+                        DependType::Incorporate => {
+                            if let Some(v) = f.version() {
+                                self.incorporations
+                                    .entry(f.stem().to_owned())
+                                    .or_default()
+                                    .push(v.clone());
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        self.picked.insert(
+            best.fmri.stem().to_owned(),
+            Resolved {
+                fmri: best.fmri,
+                manifest_bytes,
+                manifest,
+            },
+        );
+        Ok(())
+    }
 }
 
 impl Lockfile {
