@@ -78,6 +78,69 @@ fn every_subcommand_help_has_an_example_and_exit_status() {
     assert!(missing.is_empty(), "{missing:#?}");
 }
 
+/// Why an example line cannot be pasted into a shell, if it cannot: every line of an
+/// `Example(s):` block is a command, a `#` comment, the continuation of a command ending in
+/// `\`, or a command followed by `  # ...`; never a command followed by bare prose.
+fn example_line_problem(line: &str, continued: bool) -> Option<&'static str> {
+    let l = line.trim();
+    if l.starts_with('#') || continued {
+        return None;
+    }
+    // A command runs rdctl (after environment assignments, or piped into it).
+    let first = l.split_whitespace().next().unwrap_or_default();
+    let runs_rdctl = first == "rdctl"
+        || l.contains(" rdctl ")
+        || l.contains("$(rdctl ")
+        || (first.contains('=') && l.ends_with('\\'));
+    if !runs_rdctl {
+        return Some("neither a command nor a # comment");
+    }
+    // Prose after a command is separated by a run of spaces; it must be a comment.
+    match l.find("  ") {
+        Some(at) if !l[at..].trim_start().starts_with('#') => {
+            Some("prose after the command is not a # comment")
+        }
+        _ => None,
+    }
+}
+
+/// The lines of the `Example:`/`Examples:` block of a help text (up to the first blank line).
+fn example_lines(help: &str) -> Vec<&str> {
+    help.lines()
+        .skip_while(|l| !(l.starts_with("Example:") || l.starts_with("Examples:")))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .collect()
+}
+
+#[test]
+fn example_lines_can_be_pasted_into_a_shell() {
+    let mut bad = Vec::new();
+    for p in std::iter::once(Vec::new()).chain(all_paths()) {
+        let h = help(&p);
+        let mut continued = false;
+        for line in example_lines(&h) {
+            if let Some(why) = example_line_problem(line, continued) {
+                bad.push(format!("rdctl {} --help: {why}: {line:?}", p.join(" ")));
+            }
+            continued = line.trim_end().ends_with('\\');
+        }
+    }
+    assert!(bad.is_empty(), "{bad:#?}");
+    // The check itself tells the kinds apart.
+    for (line, ok) in [
+        ("  rdctl ls HOST", true),
+        ("  rdctl ls HOST   # list repositories", true),
+        ("  # a comment", true),
+        ("  COSIGN_PASSWORD=x rdctl key generate", true),
+        ("  printf x | rdctl login --password-stdin HOST", true),
+        ("  rdctl ls HOST   list repositories", false),
+        ("  (flags apply to both)", false),
+    ] {
+        assert_eq!(example_line_problem(line, false).is_none(), ok, "{line}");
+    }
+}
+
 #[test]
 fn man_pages_build_for_every_subcommand() {
     let dir = tempdir();
