@@ -17,12 +17,15 @@
 //!   `reset` and `counts`.
 //! - `grow`: fills a store with many small images through the store API (`grow.rs`).
 //! - `catalog`: pages through `/v2/_catalog` with `n`, and lists one repository's tags.
+//! - `push-images` and `verify-images`: many small images pushed through the API (seeding a
+//!   peer's store, or a push load during a GC), then every acknowledged one pulled and
+//!   checked (`pushload.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail, ensure};
+use anyhow::{Context as _, ensure};
 use bytes::Bytes;
 use clap::Parser;
 use futures_util::StreamExt as _;
@@ -30,6 +33,10 @@ use serde_json::json;
 use validator::{Algorithm, Digester};
 
 mod grow;
+mod http;
+mod pushload;
+
+use http::{check, client, location, with_digest};
 
 #[derive(Debug, Parser)]
 #[command(about = "Benchmark load client for bench/run.sh")]
@@ -50,6 +57,10 @@ enum Cmd {
     Grow(grow::GrowArgs),
     /// Page through the catalog and list a repository's tags; prints requests and times.
     Catalog(CatalogArgs),
+    /// Push many small images through the API (a seeding run, or a load until a file exists).
+    PushImages(pushload::PushImagesArgs),
+    /// Pull every image a `push-images --record` run acknowledged and check each blob.
+    VerifyImages(pushload::VerifyImagesArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -183,17 +194,12 @@ fn main() -> anyhow::Result<()> {
             Cmd::S3proxy(a) => s3proxy(a).await,
             Cmd::Grow(a) => grow::grow(a).await,
             Cmd::Catalog(a) => catalog(a).await,
+            Cmd::PushImages(a) => pushload::push_images(a).await,
+            Cmd::VerifyImages(a) => pushload::verify_images(a).await,
         }
     })?;
     println!("{out}");
     Ok(())
-}
-
-fn client() -> anyhow::Result<reqwest::Client> {
-    Ok(reqwest::Client::builder()
-        .pool_max_idle_per_host(256)
-        .no_proxy()
-        .build()?)
 }
 
 /// 64 MiB of pseudo-random bytes (splitmix64): blob contents are slices of it, so bodies are
@@ -271,36 +277,6 @@ fn body(pieces: Vec<Bytes>) -> reqwest::Body {
     reqwest::Body::wrap_stream(futures_util::stream::iter(
         pieces.into_iter().map(Ok::<_, std::io::Error>),
     ))
-}
-
-/// Resolves a `Location` header against the registry URL.
-fn location(base: &str, resp: &reqwest::Response) -> anyhow::Result<String> {
-    let loc = resp
-        .headers()
-        .get(reqwest::header::LOCATION)
-        .context("upload response without Location")?
-        .to_str()?;
-    Ok(
-        if loc.starts_with("http://") || loc.starts_with("https://") {
-            loc.to_owned()
-        } else {
-            format!("{}{}", base.trim_end_matches('/'), loc)
-        },
-    )
-}
-
-fn with_digest(loc: &str, digest: &str) -> String {
-    let sep = if loc.contains('?') { '&' } else { '?' };
-    format!("{loc}{sep}digest={digest}")
-}
-
-async fn check(resp: reqwest::Response, what: &str) -> anyhow::Result<reqwest::Response> {
-    let status = resp.status();
-    if status.is_success() {
-        return Ok(resp);
-    }
-    let text = resp.text().await.unwrap_or_default();
-    bail!("{what}: {status}: {text:.400}")
 }
 
 async fn push_one(
