@@ -34,7 +34,6 @@ const KNOWN_LONG_FNS: &[(&str, &str)] = &[
     ("registry/src/config.rs", "load_with_env"),
     ("registry/src/handlers/manifests.rs", "put_checked"),
     ("registry/src/server.rs", "serve_with"),
-    ("src/commands/build.rs", "run"),
 ];
 
 /// Every crate's `src/` (the workspace members and the binary), without `target/`, the pinned

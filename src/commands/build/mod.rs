@@ -1,14 +1,23 @@
-//! `rdctl build`: build an OCI image from an image file and its lockfile.
+//! `rdctl build`: build an OCI image from an image file and its lockfile, then sign, attest
+//! and push it with `registry_client::publish`. The progress shown while layers are built is in
+//! [`progress`].
+
+mod inputs;
+mod progress;
 
 use std::io::{IsTerminal as _, Write as _};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use registry_client::publish;
+use registry_client::signatures::Pushed;
 use registry_client::transfer::ImageRef;
 use validator::Tag;
+
+use inputs::Inputs;
+use progress::{Bars, Lines};
 
 /// Arguments of `rdctl build`.
 #[derive(Debug, clap::Args)]
@@ -85,35 +94,37 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.output.is_none() && args.push.is_none() {
         bail!("give --output DIR, --push REF, or both");
     }
-    // Parsed before the build, so a bad reference fails in a moment, not after it.
-    let push = match &args.push {
-        Some(r) => Some(push_target(r, &args.image_file)?),
-        None => None,
-    };
-    let source_date_epoch = match std::env::var("SOURCE_DATE_EPOCH") {
-        Ok(s) => Some(
-            s.trim()
-                .parse::<u64>()
-                .with_context(|| format!("SOURCE_DATE_EPOCH={s:?} is not a number of seconds"))?,
-        ),
-        Err(_) => None,
-    };
-    // The key is read (and its password asked for) before the build, not after it.
-    let sign_key = match &args.sign_key {
-        Some(k) => Some(super::trust::load_signing_key(k, &args.password)?),
-        None => None,
-    };
-    let tmp_out;
-    let output = match &args.output {
-        Some(d) => d.clone(),
+    let inputs = Inputs::read(&args)?;
+    // A temporary layout lives until the push below is done.
+    let (output, _tmp_out) = layout_dir(args.output.as_deref())?;
+    let summary = build_layout(&args, output, inputs.source_date_epoch)?;
+    let (signed, pushed) = publish(&args, &inputs, &summary)?;
+    print(&args, &summary, &signed, &pushed)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The layout directory: `--output`, or a temporary directory (returned too, so it lives as
+/// long as the caller needs it).
+fn layout_dir(output: Option<&Path>) -> anyhow::Result<(PathBuf, Option<tempfile::TempDir>)> {
+    match output {
+        Some(d) => Ok((d.to_owned(), None)),
         None => {
-            tmp_out = tempfile::Builder::new()
+            let tmp = tempfile::Builder::new()
                 .prefix("rdctl-build-")
                 .tempdir()
                 .context("cannot create a temporary directory for the layout to push")?;
-            tmp_out.path().to_owned()
+            Ok((tmp.path().to_owned(), Some(tmp)))
         }
-    };
+    }
+}
+
+/// Builds the image into `output`, with progress on stderr unless `--quiet`; prints the
+/// builder's warnings.
+fn build_layout(
+    args: &Args,
+    output: PathBuf,
+    source_date_epoch: Option<u64>,
+) -> anyhow::Result<builder::BuildSummary> {
     let progress: Option<Arc<dyn builder::Progress>> = (!args.quiet).then(|| {
         let p: Arc<dyn builder::Progress> = if std::io::stderr().is_terminal() {
             Arc::new(Bars::default())
@@ -126,8 +137,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         output,
         source_date_epoch,
         threads: args.threads,
-        payload_cache: args.payload_cache,
-        layer_cache: args.layer_cache,
+        payload_cache: args.payload_cache.clone(),
+        layer_cache: args.layer_cache.clone(),
         depot_tls: args.client.tls.depot_tls_warned(),
         progress,
     };
@@ -136,7 +147,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for w in &summary.warnings {
         eprintln!("{w}");
     }
-    let tags: Vec<Tag> = match &push {
+    Ok(summary)
+}
+
+/// Signs (and attests) the built layout with `--sign-key` and pushes it to `--push`: the
+/// signatures written and the references pushed.
+fn publish(
+    args: &Args,
+    inputs: &Inputs,
+    summary: &builder::BuildSummary,
+) -> anyhow::Result<(Vec<Pushed>, Vec<String>)> {
+    let push = &inputs.push;
+    let tags: Vec<Tag> = match push {
         Some(ImageRef::Registry(target)) => match target.tag() {
             Some(t) => vec![t.clone()],
             None => summary
@@ -153,17 +175,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         tag: Some(Tag::parse(&summary.tags[0]).context("the image file's first tag")?),
         manifest: summary.manifest.clone(),
     };
-    let docker_reference = match &push {
+    let docker_reference = match push {
         Some(ImageRef::Registry(r)) => format!("{}/{}", r.registry(), r.name()),
         _ => summary.output.display().to_string(),
     };
-    let statements = match (&sign_key, args.attest) {
+    let statements = match (&inputs.sign_key, args.attest) {
         (Some(_), true) => {
             let p = super::provenance::Provenance {
                 image_file: &args.image_file,
-                source_date_epoch,
+                source_date_epoch: inputs.source_date_epoch,
             };
-            super::provenance::statements(&p, &docker_reference, &summary).with_context(|| {
+            super::provenance::statements(&p, &docker_reference, summary).with_context(|| {
                 format!(
                     "cannot attest the image built from {}",
                     args.image_file.display()
@@ -174,7 +196,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     // Not `args.client.builder()`: the --insecure warning was given before the build. Signing
     // writes into the layout only, with a client that needs no settings.
-    let client = match &push {
+    let client = match push {
         Some(_) => args
             .client
             .options()
@@ -185,7 +207,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     .context("cannot build the registry client")?;
     let quiet = args.quiet;
     let (signed, pushed) = crate::runtime::block_on(async {
-        let signed = match &sign_key {
+        let signed = match &inputs.sign_key {
             Some(key) => publish::sign_built(&client, &built, &docker_reference, key, &statements)
                 .await
                 .with_context(|| {
@@ -196,7 +218,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 })?,
             None => Vec::new(),
         };
-        let pushed = match &push {
+        let pushed = match push {
             Some(ImageRef::Registry(target)) => {
                 let before = |r: &registry_client::Reference| {
                     if !quiet {
@@ -211,17 +233,26 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         };
         anyhow::Ok((signed, pushed))
     })??;
-    let pushed: Vec<String> = pushed.iter().map(ToString::to_string).collect();
+    Ok((signed, pushed.iter().map(ToString::to_string).collect()))
+}
+
+/// Prints what was built, signed and pushed: a JSON document with `--json`, else lines.
+fn print(
+    args: &Args,
+    summary: &builder::BuildSummary,
+    signed: &[Pushed],
+    pushed: &[String],
+) -> anyhow::Result<()> {
     // writeln, not println: a closed pipe (`| head`) is an error main() ends quietly on, not
     // a panic.
     let mut out = std::io::stdout().lock();
     if args.json {
-        let mut doc = serde_json::to_value(&summary)?;
+        let mut doc = serde_json::to_value(summary)?;
         if args.output.is_none() {
             doc["output"] = serde_json::Value::Null;
         }
         doc["pushed"] = serde_json::json!(pushed);
-        doc["signed"] = serde_json::to_value(&signed)?;
+        doc["signed"] = serde_json::to_value(signed)?;
         serde_json::to_writer_pretty(&mut out, &doc)?;
         writeln!(out)?;
     } else {
@@ -234,105 +265,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 l.digest, l.size, l.contents
             )?;
         }
-        for p in &signed {
+        for p in signed {
             writeln!(out, "signed   {} ({} layer(s))", p.tag, p.layers)?;
         }
-        for r in &pushed {
+        for r in pushed {
             writeln!(out, "pushed   {r}")?;
         }
     }
-    Ok(ExitCode::SUCCESS)
-}
-
-fn layer_line(index: usize, total: usize, l: &builder::BuiltLayer) -> String {
-    format!(
-        "layer {}/{total} {} {} ({} bytes{})",
-        index + 1,
-        l.digest,
-        l.contents,
-        l.size,
-        if l.cached {
-            ", from the layer cache"
-        } else {
-            ""
-        }
-    )
-}
-
-/// Progress as plain lines on stderr (not a terminal: logs, CI).
-#[derive(Debug)]
-struct Lines;
-
-impl builder::Progress for Lines {
-    fn layer_finished(&self, index: usize, total: usize, layer: &builder::BuiltLayer) {
-        eprintln!("{}", layer_line(index, total, layer));
-    }
-}
-
-/// Progress as a bar per layer on a terminal (stderr), each replaced by its summary line.
-#[derive(Debug, Default)]
-struct Bars {
-    bar: std::sync::Mutex<Option<indicatif::ProgressBar>>,
-}
-
-impl builder::Progress for Bars {
-    fn layer_started(&self, index: usize, total: usize, contents: &str, bytes: u64) {
-        let bar = indicatif::ProgressBar::with_draw_target(
-            Some(bytes),
-            indicatif::ProgressDrawTarget::stderr(),
-        );
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{prefix} {wide_msg} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec}",
-            )
-            .expect("a valid template")
-            .progress_chars("=> "),
-        );
-        bar.set_prefix(format!("layer {}/{total}", index + 1));
-        bar.set_message(contents.to_owned());
-        *self.bar.lock().unwrap_or_else(|e| e.into_inner()) = Some(bar);
-    }
-    fn layer_bytes(&self, n: u64) {
-        if let Some(b) = &*self.bar.lock().unwrap_or_else(|e| e.into_inner()) {
-            b.inc(n);
-            // The total is an estimate (PAX records): never show more done than the total.
-            if b.length().is_some_and(|len| b.position() > len) {
-                b.set_length(b.position());
-            }
-        }
-    }
-    fn layer_finished(&self, index: usize, total: usize, layer: &builder::BuiltLayer) {
-        let line = layer_line(index, total, layer);
-        match self.bar.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            Some(b) => {
-                b.finish_and_clear();
-                eprintln!("{line}");
-            }
-            None => eprintln!("{line}"),
-        }
-    }
-}
-
-/// The `--push` destination: a reference, or a registry host alone, whose repository is then
-/// the image file's `name` (as docs/image-file.md says).
-fn push_target(arg: &str, image_file: &std::path::Path) -> anyhow::Result<ImageRef> {
-    let host = arg.strip_prefix("docker://").unwrap_or(arg);
-    if !host.contains('/') && registry_client::looks_like_host(host) {
-        let image = builder::ImageFile::load(image_file)
-            .with_context(|| format!("cannot read {}", image_file.display()))?;
-        let Some(name) = image.name else {
-            bail!(
-                "--push {arg}: {host} is a registry host without a repository: give one (--push {host}/site/web) or set `name` in {}",
-                image_file.display()
-            );
-        };
-        let full = format!("{host}/{name}");
-        return ImageRef::parse_registry(&full).with_context(|| {
-            format!(
-                "--push {arg} with `name = {name:?}` from {}",
-                image_file.display()
-            )
-        });
-    }
-    ImageRef::parse_registry(arg).with_context(|| format!("--push {arg}"))
+    Ok(())
 }
