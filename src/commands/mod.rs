@@ -9,6 +9,7 @@ pub mod lock;
 pub mod login;
 pub mod manage;
 pub mod meta;
+pub mod output;
 pub mod progress;
 pub mod provenance;
 pub mod raw;

@@ -58,7 +58,7 @@ pub(super) fn run(args: SyncStatusArgs) -> anyhow::Result<ExitCode> {
                 ]
             })
             .collect();
-        crate::commands::inspect::table(
+        crate::commands::output::table(
             &mut out,
             &[
                 "NAME",

@@ -51,7 +51,7 @@ pub(super) fn run(args: UsageArgs) -> anyhow::Result<ExitCode> {
             ]
         })
         .collect();
-    crate::commands::inspect::table(
+    crate::commands::output::table(
         &mut out,
         &[
             "REPOSITORY",
