@@ -211,7 +211,6 @@ impl Repos {
     {
         let mut body = std::pin::pin!(body);
         let mut n: u64 = 0;
-        let mut pending = bytes::BytesMut::new();
         while let Some(chunk) = body.next().await {
             let chunk = chunk.map_err(|e| {
                 ApiError::new(
@@ -236,22 +235,12 @@ impl Repos {
             for d in digesters.iter_mut() {
                 d.update(&chunk);
             }
-            // A chunked body (skopeo, crane, podman: one PATCH without Content-Length) comes
-            // as frames of a few KiB each; gathering them into COALESCE-sized writes saves the
-            // store a write (a blocking-thread round trip on fs) per frame. Large frames go
-            // through as they are, after what is gathered.
-            if pending.is_empty() && chunk.len() >= COALESCE {
-                write(w, &chunk, upload).await?;
-            } else {
-                pending.extend_from_slice(&chunk);
-                if pending.len() >= COALESCE {
-                    write(w, &pending, upload).await?;
-                    pending.clear();
-                }
-            }
-        }
-        if !pending.is_empty() {
-            write(w, &pending, upload).await?;
+            // Frames go to the writer as they come: each store gathers them into its own
+            // write unit (fs: a batch per `pwrite`, S3: a part), so a chunked body of small
+            // frames costs one user-space copy, not a coalescing copy here and another there.
+            w.write_all(&chunk).await.map_err(|e| {
+                ApiError::internal(format!("writing upload {} failed: {e}", upload.id))
+            })?;
         }
         if let Some(len) = expect_len
             && n != len
@@ -607,13 +596,4 @@ impl Repos {
         }
         Ok(removed)
     }
-}
-
-/// Writes of an upload body are gathered up to this size (see `append`).
-const COALESCE: usize = 256 << 10;
-
-async fn write(w: &mut Box<dyn StoreWriter>, bytes: &[u8], upload: &Upload) -> ApiResult<()> {
-    w.write_all(bytes)
-        .await
-        .map_err(|e| ApiError::internal(format!("writing upload {} failed: {e}", upload.id)))
 }

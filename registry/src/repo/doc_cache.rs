@@ -1,18 +1,26 @@
-//! The parsed-document cache of [`super::Repos`]: large index documents kept parsed at the
-//! version they were read at, so paging a large tag index or catalog does not parse it whole
-//! for every page.
+//! The parsed-document cache of [`super::Repos`]: index documents (tag indexes, the catalog)
+//! kept parsed at the version they were read at, so paging a large tag index or catalog does
+//! not parse it whole for every page, and resolving a tag (every manifest HEAD and GET by tag)
+//! costs one "has it changed?" question to the store instead of a read and a parse.
 
 use std::sync::Arc;
 
 use crate::storage::Key;
 
-/// Large index documents (a repository's tag index, the catalog) as parsed at a known version.
+/// Index documents (a repository's tag index, the catalog) as parsed at a known version.
 ///
 /// A page of a tag list needs a few entries of an index of any size; parsing the whole index
 /// for each page made paging a 10,000-tag repository quadratic (docs/benchmarks.md, "Growth").
+/// A manifest HEAD by tag needs one entry: reading, hashing and parsing a 100-tag index for it
+/// was a third of the request's CPU (docs/benchmarks.md, "Small requests: profile").
 /// Every read still asks the store whether the document changed ([`Store::get_if_changed`]),
 /// so a replica sees other replicas' writes as soon as it would without the cache; what is
-/// saved is the parse, and on S3 the body. Bounded by the stored size of what it holds.
+/// saved is the parse, and on S3 the body. Bounded by the stored size of what it holds plus
+/// [`ENTRY_OVERHEAD`] per entry; when full, the least recently used quarter goes at once, so
+/// a walk over many repositories (garbage collection's mark, retention) costs amortized
+/// O(log n) per document, not a scan of the cache for each.
+///
+/// [`Store::get_if_changed`]: crate::storage::Store::get_if_changed
 #[derive(Debug, Default)]
 pub(super) struct DocCache {
     docs: std::sync::Mutex<DocCacheInner>,
@@ -36,8 +44,9 @@ struct CachedDoc {
 
 /// Stored bytes of parsed documents one replica keeps (parsed, they take about twice that).
 const DOC_CACHE_BYTES: usize = 32 << 20;
-/// Documents smaller than this are parsed on every read: cheap, and not worth the memory.
-const DOC_CACHE_MIN: usize = 16 << 10;
+/// What an entry costs beyond its document's stored size (its key, its map slot, the parsed
+/// form's headers), counted against [`DOC_CACHE_BYTES`] so many small documents stay bounded.
+const ENTRY_OVERHEAD: usize = 256;
 
 impl DocCache {
     pub(super) fn lookup(
@@ -63,21 +72,12 @@ impl DocCache {
         if let Some(old) = inner.entries.remove(key) {
             inner.bytes -= old.size;
         }
-        if !(DOC_CACHE_MIN..=DOC_CACHE_BYTES / 2).contains(&size) {
+        let size = size + ENTRY_OVERHEAD;
+        if size > DOC_CACHE_BYTES / 2 {
             return;
         }
-        while inner.bytes + size > DOC_CACHE_BYTES {
-            let Some(oldest) = inner
-                .entries
-                .iter()
-                .min_by_key(|(_, e)| e.used)
-                .map(|(k, _)| k.clone())
-            else {
-                break;
-            };
-            if let Some(e) = inner.entries.remove(&oldest) {
-                inner.bytes -= e.size;
-            }
+        if inner.bytes + size > DOC_CACHE_BYTES {
+            inner.evict_to(DOC_CACHE_BYTES * 3 / 4 - size);
         }
         inner.clock += 1;
         let used = inner.clock;
@@ -93,10 +93,31 @@ impl DocCache {
         );
     }
 
+    /// Forgets a document (it is gone from the store).
     pub(super) fn forget(&self, key: &Key) {
         let mut inner = self.docs.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(old) = inner.entries.remove(key) {
             inner.bytes -= old.size;
+        }
+    }
+}
+
+impl DocCacheInner {
+    /// Drops the least recently used entries until at most `budget` bytes are held.
+    fn evict_to(&mut self, budget: usize) {
+        let mut by_use: Vec<(u64, Key)> = self
+            .entries
+            .iter()
+            .map(|(k, e)| (e.used, k.clone()))
+            .collect();
+        by_use.sort_unstable_by_key(|(used, _)| *used);
+        for (_, k) in by_use {
+            if self.bytes <= budget {
+                break;
+            }
+            if let Some(e) = self.entries.remove(&k) {
+                self.bytes -= e.size;
+            }
         }
     }
 }
@@ -109,18 +130,20 @@ mod tests {
     fn the_parsed_document_cache_stays_within_its_budget() {
         let cache = DocCache::default();
         let doc: Arc<dyn std::any::Any + Send + Sync> = Arc::new(());
-        let size = DOC_CACHE_BYTES / 8;
+        let entry = DOC_CACHE_BYTES / 8;
+        let size = entry - ENTRY_OVERHEAD;
         for i in 0..20 {
             let key = Key::new(format!("repositories/r{i}/_tags")).unwrap();
             cache.insert(&key, crate::storage::Etag(i.to_string()), doc.clone(), size);
             let inner = cache.docs.lock().unwrap();
             assert!(inner.bytes <= DOC_CACHE_BYTES, "{} bytes held", inner.bytes);
         }
+        // Full at the 9th, 12th, 15th and 18th: the oldest went, three at a time.
         let inner = cache.docs.lock().unwrap();
         assert_eq!(inner.entries.len(), 8);
-        assert_eq!(inner.bytes, 8 * size);
+        assert_eq!(inner.bytes, 8 * entry);
         drop(inner);
-        // The least recently used went first; small and oversized documents are not held.
+        // The least recently used went first; small documents are held, oversized ones not.
         let key = |i: usize| Key::new(format!("repositories/r{i}/_tags")).unwrap();
         assert!(cache.lookup(&key(11)).is_none() && cache.lookup(&key(12)).is_some());
         cache.insert(&key(30), crate::storage::Etag("s".into()), doc.clone(), 10);
@@ -130,6 +153,26 @@ mod tests {
             doc,
             DOC_CACHE_BYTES,
         );
-        assert!(cache.lookup(&key(30)).is_none() && cache.lookup(&key(31)).is_none());
+        assert!(cache.lookup(&key(30)).is_some() && cache.lookup(&key(31)).is_none());
+        // r12 was used last before r30 came: it outlived r13, which was not.
+        assert!(cache.lookup(&key(12)).is_some() && cache.lookup(&key(13)).is_none());
+    }
+
+    /// A walk over many repositories (GC's mark reads every tag index) stays within the budget
+    /// counted per entry, however small the documents.
+    #[test]
+    fn many_small_documents_stay_within_the_budget() {
+        let cache = DocCache::default();
+        let doc: Arc<dyn std::any::Any + Send + Sync> = Arc::new(());
+        let n = 2 * DOC_CACHE_BYTES / ENTRY_OVERHEAD;
+        for i in 0..n {
+            let key = Key::new(format!("repositories/r{i}/_tags")).unwrap();
+            cache.insert(&key, crate::storage::Etag(i.to_string()), doc.clone(), 2);
+        }
+        let inner = cache.docs.lock().unwrap();
+        assert!(inner.bytes <= DOC_CACHE_BYTES, "{} bytes held", inner.bytes);
+        assert!(inner.entries.len() <= DOC_CACHE_BYTES / ENTRY_OVERHEAD);
+        let last = Key::new(format!("repositories/r{}/_tags", n - 1)).unwrap();
+        assert!(inner.entries.contains_key(&last), "the newest is held");
     }
 }

@@ -12,12 +12,9 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use tokio::io::AsyncWrite;
 
 use futures_util::{StreamExt, stream};
 
@@ -25,6 +22,10 @@ use super::{
     BoxFuture, BoxReader, ByteStream, Document, Etag, Key, ObjectMeta, PutMode, Store, StoreError,
     StoreResult, StoreWriter, past_end,
 };
+
+mod writer;
+
+use writer::FsWriter;
 
 const NAME: &str = "fs";
 const LOCK_STRIPES: u32 = 256;
@@ -45,10 +46,11 @@ pub struct FsStore {
 #[derive(Debug)]
 struct Inner {
     root: PathBuf,
-    /// The version (content hash) of large documents as last read, by the identity of the
-    /// file that held it, for [`Store::get_if_changed`]: a document is replaced by renaming a
-    /// new file over it, so a file with the same inode, size and times still holds the same
-    /// bytes, and a `stat` answers "unchanged" without reading and hashing the document.
+    /// The version (content hash) of documents as last read, by the identity of the file that
+    /// held it, for [`Store::get_if_changed`]: a document is replaced by renaming a new file
+    /// over it, so a file with the same inode, size and times still holds the same bytes, and a
+    /// `stat` answers "unchanged" without reading and hashing the document. Only files last
+    /// changed more than [`RACY_MARGIN`] before the read are remembered (see there).
     versions: std::sync::Mutex<std::collections::HashMap<Key, (FileId, Etag)>>,
 }
 
@@ -73,10 +75,24 @@ impl FileId {
             ctime_ns: i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
         }
     }
+
+    /// Whether the file's last change is more than [`RACY_MARGIN`] in the past (a file time in
+    /// the future, after a clock step, is not).
+    fn settled(&self) -> bool {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i128);
+        now - self.mtime_ns.max(self.ctime_ns) > RACY_MARGIN.as_nanos() as i128
+    }
 }
 
-/// Documents smaller than this are read again on every [`Store::get_if_changed`]: cheap.
-const VERSION_MIN: u64 = 16 << 10;
+/// A document file changed less than this before it was read is read again by the next
+/// [`Store::get_if_changed`] instead of being trusted by its identity. File times tick
+/// coarsely (a few ms on ext4 and ZFS), and a freed inode number is soon handed out again: two
+/// versions of the same size written within one tick into a reused inode would look the same
+/// to a `stat`. A version remembered only once its file is older than this margin cannot meet
+/// that twin, since any later write carries a later time (git's "racy clean" rule).
+const RACY_MARGIN: std::time::Duration = std::time::Duration::from_millis(100);
 /// Versions remembered at most (forgotten all at once beyond it; a forgotten one costs a read).
 const VERSION_ENTRIES: usize = 4096;
 
@@ -245,7 +261,7 @@ impl Inner {
             }
         }
         let (doc, id) = self.read_doc_id(key, limit)?;
-        if id.size >= VERSION_MIN {
+        if id.settled() {
             let mut versions = self.versions.lock().unwrap_or_else(|e| e.into_inner());
             if versions.len() >= VERSION_ENTRIES {
                 versions.clear();
@@ -586,18 +602,10 @@ impl Store for FsStore {
                     });
                 }
                 f.set_len(at).map_err(|e| backend(&k2, e))?;
-                let mut f = f;
-                f.seek(SeekFrom::Start(at)).map_err(|e| backend(&k2, e))?;
                 Ok((f, at))
             })
             .await?;
-            let w: Box<dyn StoreWriter> = Box::new(FsWriter {
-                inner,
-                key: k,
-                path,
-                file: tokio::fs::File::from_std(file),
-                size,
-            });
+            let w: Box<dyn StoreWriter> = Box::new(FsWriter::new(inner, k, path, file, size));
             Ok(w)
         })
     }
@@ -667,131 +675,5 @@ impl Store for FsStore {
             inner.prune(&path);
             Ok(())
         }))
-    }
-}
-
-/// A staging file held under an exclusive `flock`.
-struct FsWriter {
-    inner: Arc<Inner>,
-    key: Key,
-    path: PathBuf,
-    file: tokio::fs::File,
-    size: u64,
-}
-
-impl FsWriter {
-    async fn sync(&mut self) -> StoreResult<()> {
-        use tokio::io::AsyncWriteExt;
-        self.file.flush().await.map_err(|e| backend(&self.key, e))?;
-        self.file
-            .sync_all()
-            .await
-            .map_err(|e| backend(&self.key, e))
-    }
-}
-
-impl AsyncWrite for FsWriter {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let r = Pin::new(&mut self.file).poll_write(cx, buf);
-        if let Poll::Ready(Ok(n)) = r {
-            self.size += n as u64;
-        }
-        r
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.file).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.file).poll_shutdown(cx)
-    }
-}
-
-impl StoreWriter for FsWriter {
-    fn size(&self) -> u64 {
-        self.size
-    }
-
-    fn suspend(mut self: Box<Self>) -> BoxFuture<'static, StoreResult<u64>> {
-        Box::pin(async move {
-            self.sync().await?;
-            Ok(self.size)
-        })
-    }
-
-    fn commit(mut self: Box<Self>, dest: Key) -> BoxFuture<'static, StoreResult<ObjectMeta>> {
-        Box::pin(async move {
-            self.sync().await?;
-            let FsWriter {
-                inner,
-                key,
-                path,
-                file,
-                size,
-            } = *self;
-            let d = dest.clone();
-            blocking(&dest, move || {
-                let target = inner.path(&d);
-                let linked = with_parent(&target, || fs::hard_link(&path, &target));
-                // The staging name goes whether or not the destination was free.
-                if let Err(e) = fs::remove_file(&path) {
-                    tracing::warn!(key = %key, error = %e, "could not remove a committed staging file");
-                } else {
-                    inner.prune(&path);
-                }
-                drop(file);
-                match linked {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                        return Err(StoreError::AlreadyExists {
-                            store: NAME,
-                            key: d.clone(),
-                        });
-                    }
-                    Err(e) => return Err(backend(&d, e)),
-                }
-                // Published: failures from here on are logged, not returned.
-                if let Err(e) = sync_dir(target.parent().expect("parent")) {
-                    tracing::warn!(key = %d, error = %e, "could not sync a blob directory");
-                }
-                // The hard link keeps the staging file's time (its last PATCH); a published
-                // object is as old as its publication, which garbage collection's grace window
-                // relies on.
-                let now = std::time::SystemTime::now();
-                if let Err(e) = File::open(&target).and_then(|f| f.set_modified(now)) {
-                    tracing::warn!(key = %d, error = %e, "could not set a blob's modification time");
-                }
-                let modified = fs::metadata(&target)
-                    .and_then(|m| m.modified())
-                    .unwrap_or(now);
-                Ok(ObjectMeta { size, modified })
-            })
-            .await
-        })
-    }
-
-    fn cancel(self: Box<Self>) -> BoxFuture<'static, StoreResult<()>> {
-        Box::pin(async move {
-            let FsWriter {
-                inner,
-                key,
-                path,
-                file,
-                ..
-            } = *self;
-            drop(file);
-            let k = key.clone();
-            blocking(&key, move || {
-                fs::remove_file(&path).map_err(|e| map_io(&k, e))?;
-                inner.prune(&path);
-                Ok(())
-            })
-            .await
-        })
     }
 }
