@@ -47,6 +47,7 @@ mod sync;
 mod sync_converged;
 mod sync_on_push;
 mod sync_trust;
+mod toml_reader;
 mod transfer;
 mod transfer_progress;
 mod util;

@@ -94,11 +94,19 @@ pub fn from_str<T: DeserializeOwned>(text: &str, hints: Hints<'_>) -> Result<T, 
     })
 }
 
-/// serde's message in user words, and the name of a missing key (to add to the path).
+/// serde's message in user words, and the name of a missing or repeated key (to add to the
+/// path).
 fn user_words(raw: &str) -> (String, Option<String>) {
     if let Some(rest) = raw.strip_prefix("missing field `") {
         let name = rest.trim_end_matches('`').to_owned();
         return ("missing; this key is required".to_owned(), Some(name));
+    }
+    if let Some(rest) = raw.strip_prefix("duplicate field `") {
+        let name = rest.trim_end_matches('`').to_owned();
+        return (
+            "given twice (a key and its older name are one setting); keep one".to_owned(),
+            Some(name),
+        );
     }
     if let Some(rest) = raw.strip_prefix("unknown field `") {
         let (name, tail) = rest.split_once('`').unwrap_or((rest, ""));

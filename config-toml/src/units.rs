@@ -479,6 +479,27 @@ mod tests {
         );
     }
 
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Renamed {
+        #[serde(alias = "timeout_secs")]
+        timeout: Option<HumanDuration>,
+    }
+
+    #[test]
+    fn a_key_and_its_older_name_together_are_refused() {
+        let e =
+            crate::from_str::<Renamed>("timeout = \"1m\"\ntimeout_secs = 60\n", &[]).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("timeout"));
+        assert_eq!(
+            e.message,
+            "given twice (a key and its older name are one setting); keep one"
+        );
+        let old: Renamed = crate::from_str("timeout_secs = 60\n", &[]).unwrap();
+        assert_eq!(old.timeout, Some(HumanDuration(Duration::from_secs(60))));
+    }
+
     #[test]
     fn a_bad_toml_value_names_the_line_key_and_value() {
         let e = crate::from_str::<Limits>("\n[x]\n", &[]).unwrap_err();

@@ -371,25 +371,45 @@ pub async fn schedule(
     }
 }
 
-/// A `[[sync]]` table of the TOML file.
+/// A `[[sync]]` table of the TOML file. The keys it shares with a sync file
+/// (`rdctl sync --config`: `name`, `from`, `repositories`, `tags`, `platform`, `referrers`,
+/// `only_signed`) are spelled and read the same way there; `upstream` is the older spelling of
+/// `from`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct FileSync {
     name: Option<String>,
-    upstream: Option<String>,
+    #[serde(alias = "upstream")]
+    from: Option<String>,
     auth_file: Option<PathBuf>,
     #[serde(default)]
     repositories: Vec<String>,
     #[serde(default)]
     tags: Vec<String>,
     destination: Option<String>,
-    interval: Option<String>,
+    interval: Option<config_toml::HumanDuration>,
     platform: Option<String>,
     referrers: Option<bool>,
     on_upstream_delete: Option<OnUpstreamDelete>,
     only_signed: Option<PathBuf>,
     to: Option<String>,
     on_push: Option<bool>,
+}
+
+/// The upstream of `from`: `http[s]://HOST[:PORT][/PREFIX]`, or as a sync file writes it,
+/// `[docker://]HOST[:PORT][/PREFIX]`, which is HTTPS, or plain HTTP for a loopback host (as
+/// `rdctl sync` reaches it).
+fn parse_from(from: &str) -> Result<Upstream, String> {
+    if from.contains("://") && !from.starts_with("docker://") {
+        return Upstream::parse(from);
+    }
+    let rest = from.strip_prefix("docker://").unwrap_or(from);
+    let host = rest.split('/').next().unwrap_or_default();
+    let loopback = validator::RegistryHost::parse(host).is_ok_and(|h| h.is_loopback());
+    let scheme = if loopback { "http" } else { "https" };
+    Upstream::parse(&format!("{scheme}://{rest}")).map_err(|e| {
+        format!("{from:?}: {e} (write HOST[:PORT][/PREFIX] or http[s]://HOST[:PORT][/PREFIX])")
+    })
 }
 
 impl FileSync {
@@ -421,7 +441,7 @@ impl FileSync {
             ));
         }
         for (key, given) in [
-            ("sync.upstream", self.upstream.is_some()),
+            ("sync.from", self.from.is_some()),
             ("sync.interval", self.interval.is_some()),
             ("sync.destination", self.destination.is_some()),
             ("sync.platform", self.platform.is_some()),
@@ -458,23 +478,30 @@ impl FileSync {
             return Err((
                 "sync.on_push",
                 format!(
-                    "[[sync]] {name:?}: on_push and to replicate pushes here, not with upstream"
+                    "[[sync]] {name:?}: on_push and to replicate pushes here, not with from (upstream)"
                 ),
             ));
         }
-        let upstream = self.upstream.ok_or((
-            "sync.upstream",
-            format!("[[sync]] {name:?} needs an upstream (http[s]://HOST[:PORT][/PREFIX])"),
+        let from = self.from.ok_or((
+            "sync.from",
+            format!("[[sync]] {name:?} needs from, the upstream (HOST[:PORT][/PREFIX] or http[s]://HOST[:PORT][/PREFIX])"),
         ))?;
-        let upstream = Upstream::parse(&upstream).map_err(|e| ("sync.upstream", e))?;
-        let interval = self.interval.ok_or((
-            "sync.interval",
-            format!("[[sync]] {name:?} needs an interval (like 90s, 15m, 1h)"),
-        ))?;
-        let interval = crate::duration::parse_duration(&interval)
-            .map_err(|e| ("sync.interval", e.to_string()))?;
+        let upstream = parse_from(&from).map_err(|e| ("sync.from", e))?;
+        let interval = self
+            .interval
+            .ok_or((
+                "sync.interval",
+                format!("[[sync]] {name:?} needs an interval (like \"90s\", \"15m\", \"1h\")"),
+            ))?
+            .0;
         if interval < Duration::from_secs(1) {
-            return Err(("sync.interval", format!("[[sync]] {name:?}: at least 1s")));
+            return Err((
+                "sync.interval",
+                format!(
+                    "[[sync]] {name:?}: {:?} is shorter than 1s",
+                    config_toml::format_duration(interval)
+                ),
+            ));
         }
         let destination = match self.destination {
             Some(d) => {
@@ -658,8 +685,12 @@ mod tests {
                 "sync.name",
             ),
             (
-                "name = \"a\"\nupstream = \"a.example\"\ninterval = \"1s\"\n",
-                "sync.upstream",
+                "name = \"a\"\nupstream = \"ftp://a.example\"\ninterval = \"1s\"\n",
+                "sync.from",
+            ),
+            (
+                "name = \"a\"\nfrom = \"a..example/zones\"\ninterval = \"1s\"\n",
+                "sync.from",
             ),
             (
                 "name = \"a\"\nupstream = \"http://a.example\"\n",
@@ -680,6 +711,34 @@ mod tests {
         ] {
             assert_eq!(parse(doc).unwrap_err().0, key, "{doc}");
         }
+        // `from` as a sync file writes it: HTTPS, plain HTTP for a loopback host; `upstream`
+        // is its older spelling; the interval also as a whole number of seconds.
+        for (doc, base) in [
+            (
+                "name = \"a\"\nfrom = \"central.example:5000/zones\"\ninterval = 2\n",
+                "https://central.example:5000",
+            ),
+            (
+                "name = \"a\"\nfrom = \"docker://localhost:5000/zones\"\ninterval = \"2s\"\n",
+                "http://localhost:5000",
+            ),
+            (
+                "name = \"a\"\nupstream = \"127.0.0.1:5000/zones\"\ninterval = \"2s\"\n",
+                "http://127.0.0.1:5000",
+            ),
+        ] {
+            let x = parse(doc).unwrap();
+            assert_eq!(
+                (x.upstream.base.as_str(), x.upstream.prefix.as_deref()),
+                (base, Some("zones")),
+                "{doc}"
+            );
+            assert_eq!(x.interval, Duration::from_secs(2));
+        }
+        let both =
+            "name = \"a\"\nfrom = \"a.example\"\nupstream = \"b.example\"\ninterval = \"1s\"\n";
+        let e2 = config_toml::from_str::<FileSync>(both, &[]).unwrap_err();
+        assert!(e2.message.starts_with("given twice"), "{e2}");
         let mut s = SyncState::default();
         assert!(due(&e, &s, 10_000));
         s.last_started_ms = Some(9_000);

@@ -204,7 +204,7 @@ mod tests {
             ),
             (
                 "name = \"dr\"\nto = \"https://dr.example\"\non_push = true\nupstream = \"http://a.example\"\n",
-                "sync.upstream",
+                "sync.from",
             ),
         ] {
             let f = parse(doc);

@@ -82,7 +82,7 @@ pub struct AuthConfig {
     /// The htpasswd file of users (`auth.htpasswd`); without it only anonymous rules and
     /// tokens of external issuers can grant anything.
     pub htpasswd: Option<PathBuf>,
-    /// How long a successful password check is remembered (`auth.cache_secs`, default 60).
+    /// How long a successful password check is remembered (`auth.cache`, default 60 s).
     pub cache_ttl: Duration,
     /// Groups and rules.
     pub acl: Acl,
@@ -104,7 +104,7 @@ pub struct TokenConfig {
     pub signing_key: Option<PathBuf>,
     /// Its public half (`auth.token.public_key`), required with `signing_key`.
     pub public_key: Option<PathBuf>,
-    /// Lifetime of issued tokens (`auth.token.expiry_secs`, default 300).
+    /// Lifetime of issued tokens (`auth.token.expiry`, default 300 s).
     pub expiry: Duration,
     /// External issuers whose tokens are accepted (`[[auth.token.trusted]]`).
     pub trusted: Vec<TrustedIssuer>,
@@ -125,7 +125,8 @@ pub struct TrustedIssuer {
 pub(crate) struct FileAuth {
     realm: Option<String>,
     htpasswd: Option<PathBuf>,
-    cache_secs: Option<u64>,
+    #[serde(alias = "cache_secs")]
+    cache: Option<config_toml::HumanDuration>,
     groups: Option<BTreeMap<String, Vec<String>>>,
     acl: Option<Vec<FileRule>>,
     token: Option<FileToken>,
@@ -139,7 +140,8 @@ struct FileToken {
     issuer: Option<String>,
     signing_key: Option<PathBuf>,
     public_key: Option<PathBuf>,
-    expiry_secs: Option<u64>,
+    #[serde(alias = "expiry_secs")]
+    expiry: Option<config_toml::HumanDuration>,
     trusted: Option<Vec<FileTrusted>>,
 }
 
@@ -191,8 +193,8 @@ impl AuthConfig {
                         "is required when tokens come only from external issuers (it is their token URL)",
                     ));
                 }
-                if t.expiry_secs == Some(0) {
-                    return Err(bad("auth.token.expiry_secs", "must be longer than 0"));
+                if t.expiry.is_some_and(|e| e.0.is_zero()) {
+                    return Err(bad("auth.token.expiry", "\"0\" must be longer than 0"));
                 }
                 Some(TokenConfig {
                     service,
@@ -200,7 +202,7 @@ impl AuthConfig {
                     issuer: t.issuer.unwrap_or_else(|| "rdctl-registry".to_owned()),
                     signing_key: t.signing_key,
                     public_key: t.public_key,
-                    expiry: Duration::from_secs(t.expiry_secs.unwrap_or(300)),
+                    expiry: t.expiry.map_or(Duration::from_secs(300), Duration::from),
                     trusted,
                 })
             }
@@ -208,7 +210,7 @@ impl AuthConfig {
         Ok(AuthConfig {
             realm: f.realm.unwrap_or_else(|| "rdctl registry".to_owned()),
             htpasswd: f.htpasswd,
-            cache_ttl: Duration::from_secs(f.cache_secs.unwrap_or(60)),
+            cache_ttl: f.cache.map_or(Duration::from_secs(60), Duration::from),
             acl,
             token,
         })

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use config_toml::{HumanDuration, format_duration};
+
 use crate::auth::acl::Pattern;
-use crate::duration::parse_duration;
 
 /// What an event reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -195,8 +196,8 @@ impl Default for NotificationsConfig {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct FileNotifications {
-    poll_interval: Option<String>,
-    lease: Option<String>,
+    poll_interval: Option<HumanDuration>,
+    lease: Option<HumanDuration>,
     #[serde(default)]
     trusted_proxies: Vec<String>,
     #[serde(default)]
@@ -220,10 +221,10 @@ struct FileEndpoint {
     disabled: bool,
     #[serde(default)]
     headers: BTreeMap<String, HeaderValues>,
-    timeout: Option<String>,
-    backoff: Option<String>,
-    max_backoff: Option<String>,
-    max_age: Option<String>,
+    timeout: Option<HumanDuration>,
+    backoff: Option<HumanDuration>,
+    max_backoff: Option<HumanDuration>,
+    max_age: Option<HumanDuration>,
     actions: Option<Vec<String>>,
     #[serde(default)]
     media_types: Vec<String>,
@@ -235,18 +236,16 @@ struct FileEndpoint {
 /// endpoint).
 pub(crate) type SettingError = (&'static str, String);
 
+/// `v` (`"30s"` or whole seconds, read by config-toml), or `default`; zero is refused.
 fn duration(
     key: &'static str,
-    v: Option<String>,
+    v: Option<HumanDuration>,
     default: Duration,
 ) -> Result<Duration, SettingError> {
     match v {
         None => Ok(default),
-        Some(v) => match parse_duration(&v) {
-            Ok(d) if d.is_zero() => Err((key, "must be longer than 0".to_owned())),
-            Ok(d) => Ok(d),
-            Err(r) => Err((key, r.to_string())),
-        },
+        Some(d) if d.0.is_zero() => Err((key, format!("\"{d}\" must be longer than 0"))),
+        Some(d) => Ok(d.0),
     }
 }
 
@@ -344,7 +343,9 @@ impl FileNotifications {
                 return Err((
                     "notifications.endpoints.timeout",
                     at(format!(
-                        "{timeout:?} must be shorter than notifications.lease ({lease:?})"
+                        "\"{}\" must be shorter than notifications.lease (\"{}\")",
+                        format_duration(timeout),
+                        format_duration(lease)
                     )),
                 ));
             }

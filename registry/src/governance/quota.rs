@@ -54,7 +54,9 @@ const USAGE_LIMIT: u64 = 64 << 20;
 #[serde(deny_unknown_fields)]
 pub(crate) struct FileQuota {
     repositories: Vec<String>,
-    max_bytes: Option<u64>,
+    /// `"10GiB"` or a whole number of bytes; `max_bytes` is the older name.
+    #[serde(alias = "max_bytes")]
+    max_size: Option<config_toml::ByteSize>,
     max_manifests: Option<u64>,
 }
 
@@ -77,7 +79,7 @@ impl QuotaRule {
         Ok(QuotaRule {
             index,
             repositories: parse_repositories("quota", index, f.repositories)?,
-            max_bytes: f.max_bytes,
+            max_bytes: f.max_size.map(u64::from),
             max_manifests: f.max_manifests,
         })
     }

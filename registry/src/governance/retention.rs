@@ -45,6 +45,7 @@ use std::fmt;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use config_toml::HumanDuration;
 use serde::{Deserialize, Serialize};
 use validator::{Digest, Name, Tag};
 
@@ -69,8 +70,8 @@ pub(crate) struct FileRetention {
     keep_newest: Option<usize>,
     #[serde(default)]
     keep_tags: Vec<String>,
-    older_than: Option<String>,
-    keep_pulled_within: Option<String>,
+    older_than: Option<HumanDuration>,
+    keep_pulled_within: Option<HumanDuration>,
     keep_referenced: Option<bool>,
 }
 
@@ -95,21 +96,13 @@ pub struct RetentionRule {
 
 impl RetentionRule {
     pub(crate) fn from_file(index: usize, f: FileRetention) -> Result<RetentionRule, RuleError> {
-        let duration = |field: &str, v: Option<String>| {
-            v.map(|v| {
-                crate::duration::parse_duration(&v).map_err(|r| {
-                    RuleError::new(format!("retention[{index}].{field}"), r.to_string())
-                })
-            })
-            .transpose()
-        };
         let rule = RetentionRule {
             index,
             repositories: parse_repositories("retention", index, f.repositories)?,
             keep_newest: f.keep_newest,
             keep_tags: parse_tags("retention", index, "keep_tags", f.keep_tags)?,
-            older_than: duration("older_than", f.older_than)?,
-            keep_pulled_within: duration("keep_pulled_within", f.keep_pulled_within)?,
+            older_than: f.older_than.map(Duration::from),
+            keep_pulled_within: f.keep_pulled_within.map(Duration::from),
             keep_referenced: f.keep_referenced.unwrap_or(true),
         };
         if rule.keep_newest.is_none()
@@ -554,8 +547,8 @@ mod tests {
             repositories: vec!["**".into()],
             keep_newest: Some(1),
             keep_tags: vec!["v*".into()],
-            older_than: Some("7d".into()),
-            keep_pulled_within: Some("3d".into()),
+            older_than: Some(HumanDuration(day * 7)),
+            keep_pulled_within: Some(HumanDuration(day * 3)),
             keep_referenced: None,
         });
         assert!(

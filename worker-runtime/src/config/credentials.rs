@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::Duration;
 
+use config_toml::HumanDuration;
 use registry_client::credential_provider::{API_VERSION, CredentialProvider};
 use serde::Deserialize;
 
@@ -16,7 +16,8 @@ use super::{Invalid, valid_name};
 pub(super) struct FileProvider {
     name: String,
     match_images: Vec<String>,
-    default_cache_duration_secs: Option<u64>,
+    #[serde(alias = "default_cache_duration_secs")]
+    default_cache_duration: Option<HumanDuration>,
     api_version: Option<String>,
     #[serde(default)]
     args: Vec<String>,
@@ -58,7 +59,7 @@ pub(super) fn providers(
             args: p.args,
             env: p.env.into_iter().collect(),
             match_images: p.match_images,
-            default_cache_duration: Duration::from_secs(p.default_cache_duration_secs.unwrap_or(0)),
+            default_cache_duration: super::duration_or(p.default_cache_duration, 0),
         });
     }
     Ok(out)

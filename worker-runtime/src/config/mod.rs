@@ -11,10 +11,10 @@
 //! zones_dir = "zones"                # one <anything>.toml per zone
 //! state_dir = "/var/lib/rdctl"       # status, lock, content store, staging
 //! worker_id = "node-a"               # written into ownership marks
-//! poll_interval_secs = 300
+//! poll_interval = "5m"             # durations: "500ms", "90s", "5m", "1h", "7d"
 //! jitter = 0.1                       # each sleep is the interval ±10 %
-//! backoff_initial_secs = 10          # per-zone retry delay after a failure, doubled each time
-//! backoff_max_secs = 600
+//! backoff_initial = "10s"           # per-zone retry delay after a failure, doubled each time
+//! backoff_max = "10m"
 //! os_version = "..."                 # host's illumos build for images that set os.version
 //!                                    # (default: uname -v)
 //! plain_http = false                 # http:// for every registry
@@ -24,7 +24,7 @@
 //! cert_dir = "/etc/rdctl/certs.d"    # certs.d layout (default /etc/containers/certs.d and
 //!                                    # /etc/docker/certs.d)
 //! insecure = false                   # TLS without verifying certificates (warned at start)
-//! gc_grace_secs = 3600               # unused blobs older than this are removed after a pass
+//! gc_grace = "1h"                   # unused blobs older than this are removed after a pass
 //! metrics_listen = "127.0.0.1:9101"  # optional: Prometheus text on GET /metrics
 //! policy = "policy.toml"             # optional: admission policy (trust's format); without
 //!                                    # it every image whose digests verify is accepted
@@ -37,17 +37,17 @@
 //! max_concurrent_downloads = 3      # layers of one pull downloaded at once (containerd's name; default 3)
 //! registry_pull_qps = 5.0            # kubelet registryPullQPS, per registry (0: no limit)
 //! registry_burst = 10                # kubelet registryBurst
-//! image_pull_progress_deadline_secs = 60   # kubelet --image-pull-progress-deadline
+//! image_pull_progress_deadline = "1m"   # kubelet --image-pull-progress-deadline
 //! image_gc_high_percent = 85         # kubelet imageGCHighThresholdPercent
 //! image_gc_low_percent = 80          # kubelet imageGCLowThresholdPercent
-//! image_minimum_gc_age_secs = 120    # kubelet imageMinimumGCAge
+//! image_minimum_gc_age = "2m"       # kubelet imageMinimumGCAge
 //! image_credential_provider_bin_dir = "/usr/lib/rdctl/credential-providers"
 //!                                    # kubelet --image-credential-provider-bin-dir
 //!
 //! [[credential_providers]]           # kubelet CredentialProviderConfig providers[]
 //! name = "ecr-credential-provider"   # the executable in image_credential_provider_bin_dir
 //! match_images = ["*.dkr.ecr.*.amazonaws.com"]
-//! default_cache_duration_secs = 600  # defaultCacheDuration
+//! default_cache_duration = "10m"    # defaultCacheDuration
 //! api_version = "credentialprovider.kubelet.k8s.io/v1"   # the only one spoken
 //! args = []
 //! env = { AWS_PROFILE = "zones" }
@@ -94,6 +94,7 @@ mod zones;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use config_toml::HumanDuration;
 use registry_client::ClientOptions;
 use serde::Deserialize;
 
@@ -105,6 +106,11 @@ pub use stores::{LayerStoreConfig, ProvisionerConfig};
 /// A key whose value is out of range or malformed, and what is wrong (a child module's check,
 /// made into [`ConfigError::Value`] with the file by the loader).
 type Invalid = (&'static str, String);
+
+/// A duration key's value, or its default in seconds.
+fn duration_or(v: Option<HumanDuration>, default_secs: u64) -> Duration {
+    v.map_or(Duration::from_secs(default_secs), Duration::from)
+}
 
 /// The worker configuration, with defaults applied and paths made absolute.
 #[derive(Debug, Clone, PartialEq)]
@@ -208,17 +214,21 @@ struct FileConfig {
     zones_dir: PathBuf,
     state_dir: PathBuf,
     worker_id: Option<String>,
-    poll_interval_secs: Option<u64>,
+    #[serde(alias = "poll_interval_secs")]
+    poll_interval: Option<HumanDuration>,
     jitter: Option<f64>,
-    backoff_initial_secs: Option<u64>,
-    backoff_max_secs: Option<u64>,
+    #[serde(alias = "backoff_initial_secs")]
+    backoff_initial: Option<HumanDuration>,
+    #[serde(alias = "backoff_max_secs")]
+    backoff_max: Option<HumanDuration>,
     os_version: Option<String>,
     plain_http: Option<bool>,
     auth_file: Option<PathBuf>,
     ca_file: Option<PathBuf>,
     cert_dir: Option<PathBuf>,
     insecure: Option<bool>,
-    gc_grace_secs: Option<u64>,
+    #[serde(alias = "gc_grace_secs")]
+    gc_grace: Option<HumanDuration>,
     metrics_listen: Option<String>,
     policy: Option<PathBuf>,
     #[serde(default)]
@@ -233,10 +243,12 @@ struct FileConfig {
     max_concurrent_downloads: Option<usize>,
     registry_pull_qps: Option<f64>,
     registry_burst: Option<u32>,
-    image_pull_progress_deadline_secs: Option<u64>,
+    #[serde(alias = "image_pull_progress_deadline_secs")]
+    image_pull_progress_deadline: Option<HumanDuration>,
     image_gc_high_percent: Option<u8>,
     image_gc_low_percent: Option<u8>,
-    image_minimum_gc_age_secs: Option<u64>,
+    #[serde(alias = "image_minimum_gc_age_secs")]
+    image_minimum_gc_age: Option<HumanDuration>,
     image_credential_provider_bin_dir: Option<PathBuf>,
     #[serde(default)]
     credential_providers: Vec<credentials::FileProvider>,
@@ -244,10 +256,14 @@ struct FileConfig {
 
 /// What keys of `worker.toml` and the zone manifests mean, in the words their errors use.
 const HINTS: config_toml::Hints<'static> = &[
-    ("poll_interval_secs", "seconds, a whole number such as 30"),
-    ("backoff_initial_secs", "seconds, a whole number such as 10"),
-    ("backoff_max_secs", "seconds, a whole number such as 600"),
-    ("gc_grace_secs", "seconds, a whole number such as 3600"),
+    ("poll_interval", DURATION),
+    ("poll_interval_secs", DURATION),
+    ("backoff_initial", DURATION),
+    ("backoff_initial_secs", DURATION),
+    ("backoff_max", DURATION),
+    ("backoff_max_secs", DURATION),
+    ("gc_grace", DURATION),
+    ("gc_grace_secs", DURATION),
     (
         "jitter",
         "a fraction of the poll interval between 0 and 1, such as 0.1",
@@ -257,7 +273,10 @@ const HINTS: config_toml::Hints<'static> = &[
     ("limits.memory", "a size in quotes such as \"2G\""),
     ("limits.disk", "a size in quotes such as \"10G\""),
     ("allocatable.cpus", "a number of CPUs such as 6.0"),
-    ("allocatable.memory", "a size in quotes such as \"24G\""),
+    (
+        "allocatable.memory",
+        "a size in quotes such as \"24GiB\" (or zonecfg's \"24G\"), or a whole number of bytes",
+    ),
     ("allocatable.zones", "a whole number of zones such as 20"),
     ("max_parallel_pulls", "a whole number of pulls such as 2"),
     (
@@ -266,17 +285,17 @@ const HINTS: config_toml::Hints<'static> = &[
     ),
     ("registry_pull_qps", "pulls per second such as 5.0"),
     ("registry_burst", "a whole number of pulls such as 10"),
-    (
-        "image_pull_progress_deadline_secs",
-        "seconds, a whole number such as 60",
-    ),
+    ("image_pull_progress_deadline", DURATION),
+    ("image_pull_progress_deadline_secs", DURATION),
     ("image_gc_high_percent", "a percentage such as 85"),
     ("image_gc_low_percent", "a percentage such as 80"),
-    (
-        "image_minimum_gc_age_secs",
-        "seconds, a whole number such as 120",
-    ),
+    ("image_minimum_gc_age", DURATION),
+    ("image_minimum_gc_age_secs", DURATION),
 ];
+
+/// What a duration key takes, in the words of its errors.
+const DURATION: &str =
+    "a duration in quotes such as \"90s\", \"5m\" or \"1h\", or a whole number of seconds";
 
 fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -329,12 +348,15 @@ impl WorkerConfig {
                 format!("{jitter} is not between 0 and 1"),
             )));
         }
-        let poll = f.poll_interval_secs.unwrap_or(300);
-        if poll == 0 {
-            return Err(value(("poll_interval_secs", "must be at least 1".into())));
+        let poll = duration_or(f.poll_interval, 300);
+        if poll.is_zero() {
+            return Err(value((
+                "poll_interval",
+                "\"0\" is too short: it must be more than 0".into(),
+            )));
         }
-        let backoff_initial = f.backoff_initial_secs.unwrap_or(10).max(1);
-        let backoff_max = f.backoff_max_secs.unwrap_or(600).max(backoff_initial);
+        let backoff_initial = duration_or(f.backoff_initial, 10).max(Duration::from_secs(1));
+        let backoff_max = duration_or(f.backoff_max, 600).max(backoff_initial);
         let provisioner = stores::provisioner(f.provisioner, abs).map_err(value)?;
         let layer_store = stores::layer_store(f.layer_store).map_err(value)?;
         let (plain_http, insecure) = (f.plain_http.unwrap_or(false), f.insecure.unwrap_or(false));
@@ -379,10 +401,10 @@ impl WorkerConfig {
             zones_dir: abs(f.zones_dir),
             state_dir: abs(f.state_dir),
             worker_id,
-            poll_interval: Duration::from_secs(poll),
+            poll_interval: poll,
             jitter,
-            backoff_initial: Duration::from_secs(backoff_initial),
-            backoff_max: Duration::from_secs(backoff_max),
+            backoff_initial,
+            backoff_max,
             os_version: f.os_version,
             client: ClientOptions {
                 auth_file: f.auth_file.map(abs),
@@ -394,7 +416,7 @@ impl WorkerConfig {
             },
             provisioner,
             layer_store,
-            gc_grace: Duration::from_secs(f.gc_grace_secs.unwrap_or(3600)),
+            gc_grace: duration_or(f.gc_grace, 3600),
         })
     }
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{FileConfig, Invalid};
+use super::{FileConfig, Invalid, duration_or};
 
 /// The pull controls checked, with kubelet's defaults.
 pub(super) struct PullControls {
@@ -33,11 +33,11 @@ pub(super) fn pull_controls(f: &FileConfig) -> Result<PullControls, Invalid> {
             format!("{qps} is not a number of pulls per second"),
         ));
     }
-    let deadline = f.image_pull_progress_deadline_secs.unwrap_or(60);
-    if deadline == 0 {
+    let deadline = duration_or(f.image_pull_progress_deadline, 60);
+    if deadline.is_zero() {
         return Err((
-            "image_pull_progress_deadline_secs",
-            "must be at least 1".into(),
+            "image_pull_progress_deadline",
+            "\"0\" is too short: it must be more than 0".into(),
         ));
     }
     let (high, low) = (
@@ -58,9 +58,9 @@ pub(super) fn pull_controls(f: &FileConfig) -> Result<PullControls, Invalid> {
         max_concurrent_downloads: f.max_concurrent_downloads.unwrap_or(3),
         registry_pull_qps: qps,
         registry_burst: f.registry_burst.unwrap_or(10).max(1),
-        image_pull_progress_deadline: Duration::from_secs(deadline),
+        image_pull_progress_deadline: deadline,
         image_gc_high_percent: high,
         image_gc_low_percent: low,
-        image_minimum_gc_age: Duration::from_secs(f.image_minimum_gc_age_secs.unwrap_or(120)),
+        image_minimum_gc_age: duration_or(f.image_minimum_gc_age, 120),
     })
 }

@@ -35,7 +35,8 @@ fn worker_config_defaults_paths_and_errors() {
 
     for (text, field) in [
         ("jitter = 2.0\n", "jitter"),
-        ("poll_interval_secs = 0\n", "poll_interval_secs"),
+        ("poll_interval_secs = 0\n", "poll_interval"),
+        ("poll_interval = \"0s\"\n", "poll_interval"),
         ("worker_id = \"../x\"\n", "worker_id"),
         ("plain_http = true\ninsecure = true\n", "insecure"),
         ("max_parallel_pulls = 0\n", "max_parallel_pulls"),
@@ -43,7 +44,7 @@ fn worker_config_defaults_paths_and_errors() {
         ("registry_pull_qps = -1.0\n", "registry_pull_qps"),
         (
             "image_pull_progress_deadline_secs = 0\n",
-            "image_pull_progress_deadline_secs",
+            "image_pull_progress_deadline",
         ),
         ("image_gc_high_percent = 101\n", "image_gc_high_percent"),
         (
@@ -92,9 +93,9 @@ fn worker_config_defaults_paths_and_errors() {
     for (text, want) in [
         (
             format!(
-                "{base}poll_interval_secs = \"5m\"\n[provisioner]\nkind = \"dir\"\nbase = \"b\"\n"
+                "{base}poll_interval = \"5 minutes\"\n[provisioner]\nkind = \"dir\"\nbase = \"b\"\n"
             ),
-            ":3: poll_interval_secs: expected a whole number (0 or more), found the string \"5m\" (seconds, a whole number such as 30)",
+            ":3: poll_interval: \"5 minutes\" has an unknown unit \"minutes\"; use ms, s, m, h or d (like \"90s\", \"15m\")",
         ),
         (
             format!("{base}[provisioner]\nkind = \"dir\"\n"),
@@ -269,4 +270,107 @@ fn node_agent_keys_parse_with_kubelet_defaults() {
     assert_eq!(pr.default_cache_duration, Duration::from_secs(600));
     assert_eq!(pr.env, [("A".to_owned(), "1".to_owned())]);
     assert_eq!(pr.args, ["-v"]);
+}
+
+#[test]
+fn durations_and_sizes_in_one_syntax_and_the_old_keys_still_read() {
+    let t = tempfile::tempdir().unwrap();
+    let p = t.path().join("worker.toml");
+    let load = |text: &str| {
+        std::fs::write(
+            &p,
+            format!("zones_dir = \"z\"\nstate_dir = \"s\"\n{text}[provisioner]\nkind = \"dir\"\nbase = \"b\"\n"),
+        )
+        .unwrap();
+        WorkerConfig::load(&p)
+    };
+    let providers = "image_credential_provider_bin_dir = \"bin\"\n";
+    let provider = "[[credential_providers]]\nname = \"p\"\nmatch_images = [\"r.example\"]\n";
+    let new = load(&format!(
+        "poll_interval = \"5m\"\nbackoff_initial = \"30s\"\nbackoff_max = \"1h\"\n\
+         gc_grace = \"2h\"\nimage_pull_progress_deadline = \"90s\"\n\
+         image_minimum_gc_age = \"10m\"\n{providers}\
+         [allocatable]\nmemory = \"24GiB\"\n{provider}default_cache_duration = \"10m\"\n"
+    ))
+    .unwrap();
+    let min = |m: u64| Duration::from_secs(60 * m);
+    assert_eq!(new.poll_interval, min(5));
+    assert_eq!(
+        (new.backoff_initial, new.backoff_max),
+        (Duration::from_secs(30), min(60))
+    );
+    assert_eq!(new.gc_grace, min(120));
+    assert_eq!(new.image_pull_progress_deadline, Duration::from_secs(90));
+    assert_eq!(new.image_minimum_gc_age, min(10));
+    assert_eq!(new.allocatable.memory_bytes, Some(24 << 30));
+    assert_eq!(
+        new.client.credential_providers[0].default_cache_duration,
+        min(10)
+    );
+    // A config that worked before still loads to the same values: the old keys are aliases,
+    // integers are seconds, and allocatable.memory keeps zonecfg's suffixes.
+    let old = load(&format!(
+        "poll_interval_secs = 300\nbackoff_initial_secs = 30\nbackoff_max_secs = 3600\n\
+         gc_grace_secs = 7200\nimage_pull_progress_deadline_secs = 90\n\
+         image_minimum_gc_age_secs = 600\n{providers}\
+         [allocatable]\nmemory = \"24G\"\n{provider}default_cache_duration_secs = 600\n"
+    ))
+    .unwrap();
+    assert_eq!(old, new);
+    // Both forms under either name; a size as a whole number of bytes or in decimal units.
+    assert_eq!(
+        load("poll_interval_secs = \"5m\"\n").unwrap().poll_interval,
+        min(5)
+    );
+    assert_eq!(load("poll_interval = 300\n").unwrap().poll_interval, min(5));
+    assert_eq!(
+        load("[allocatable]\nmemory = 1073741824\n")
+            .unwrap()
+            .allocatable
+            .memory_bytes,
+        Some(1 << 30)
+    );
+    assert_eq!(
+        load("[allocatable]\nmemory = \"2GB\"\n")
+            .unwrap()
+            .allocatable
+            .memory_bytes,
+        Some(2_000_000_000)
+    );
+    // Sub-second durations are kept, not rounded to whole seconds.
+    assert_eq!(
+        load("poll_interval = \"1500ms\"\n").unwrap().poll_interval,
+        Duration::from_millis(1500)
+    );
+    // Errors name the key (as written) and the value.
+    for (text, says) in [
+        (
+            "gc_grace = \"1 hour\"\n",
+            ":3: gc_grace: \"1 hour\" has an unknown unit \"hour\"",
+        ),
+        (
+            "image_minimum_gc_age_secs = \"2 min\"\n",
+            ":3: image_minimum_gc_age_secs: \"2 min\" has an unknown unit \"min\"",
+        ),
+        (
+            "backoff_max = \"soon\"\n",
+            ":3: backoff_max: \"soon\" does not start with a whole number",
+        ),
+        (
+            "[allocatable]\nmemory = \"24 gigs\"\n",
+            "allocatable.memory: \"24 gigs\" is not a size",
+        ),
+        (
+            "poll_interval = \"0s\"\n",
+            "poll_interval: \"0\" is too short",
+        ),
+    ] {
+        let e = load(text).unwrap_err().to_string();
+        assert!(e.contains(says), "{text}: {e}");
+    }
+    // One setting written under both names is refused rather than one silently winning.
+    let e = load("poll_interval = \"5m\"\npoll_interval_secs = 60\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("poll_interval"), "{e}");
 }

@@ -2,6 +2,8 @@
 //! hold, kubelet's allocatable) and `[zones]` (what an image's `solaris` label may ask for
 //! beyond the defaults, [`ZonePolicy`]).
 
+use config_toml::parse_size;
+use config_toml::units::SIZE_EXPECTED;
 use serde::Deserialize;
 
 use super::Invalid;
@@ -13,7 +15,7 @@ use crate::zone_policy::{IpRange, ZonePolicy, privilege_word, valid_link_name};
 #[serde(deny_unknown_fields)]
 pub(super) struct FileAllocatable {
     cpus: Option<f64>,
-    memory: Option<String>,
+    memory: Option<SizeValue>,
     zones: Option<u64>,
 }
 
@@ -30,6 +32,15 @@ pub(super) struct FileZonePolicy {
     allow_mac_address: bool,
 }
 
+/// A size key as written: a string (`"24GiB"`, or zonecfg's `"24G"`) or a whole number of
+/// bytes.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(super) enum SizeValue {
+    Bytes(u64),
+    Text(String),
+}
+
 /// `[allocatable]` checked: CPUs a finite number, memory a size.
 pub(super) fn allocatable(a: FileAllocatable) -> Result<Resources, Invalid> {
     if let Some(c) = a.cpus
@@ -37,13 +48,18 @@ pub(super) fn allocatable(a: FileAllocatable) -> Result<Resources, Invalid> {
     {
         return Err(("allocatable.cpus", format!("{c} is not a number of CPUs")));
     }
-    let memory_bytes = match &a.memory {
+    let memory_bytes = match a.memory {
         None => None,
-        Some(m) => Some(size_bytes(m).ok_or_else(|| {
-            (
-                "allocatable.memory",
-                format!("{m:?} is not a size like 512m or 24G"),
-            )
+        Some(SizeValue::Bytes(b)) => Some(b),
+        Some(SizeValue::Text(m)) => Some(parse_size(&m).or_else(|_| {
+            size_bytes(&m).ok_or_else(|| {
+                (
+                    "allocatable.memory",
+                    format!(
+                        "{m:?} is not a size: expected {SIZE_EXPECTED}, or zonecfg's 512m, 24g"
+                    ),
+                )
+            })
         })?),
     };
     Ok(Resources {
