@@ -691,3 +691,121 @@ async fn write_chunk(
     })
     .await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use registry::storage::FsStore;
+    use registry::{AppState, RegistryConfig, router};
+
+    /// Every progress call, as text: `present`, `started R`, `+N`, `Copied`/`Failed`.
+    #[derive(Clone, Default)]
+    struct Calls(Arc<Mutex<Vec<String>>>);
+
+    impl Calls {
+        fn push(&self, s: String) {
+            self.0.lock().unwrap().push(s);
+        }
+        fn take(&self) -> Vec<String> {
+            std::mem::take(&mut *self.0.lock().unwrap())
+        }
+    }
+
+    impl BlobProgress for Calls {
+        fn advance(&self, bytes: u64) {
+            self.push(format!("+{bytes}"));
+        }
+        fn finish(&self, outcome: BlobOutcome) {
+            self.push(format!("{outcome:?}"));
+        }
+    }
+
+    impl Progress for Calls {
+        fn blob_started(&self, blob: &Content, resumed: u64) -> Box<dyn BlobProgress> {
+            self.push(format!("started {} {resumed}", blob.size));
+            Box::new(self.clone())
+        }
+        fn blob_present(&self, blob: &Content) {
+            self.push(format!("present {}", blob.size));
+        }
+    }
+
+    /// The calls with the `+N` between the first and the last summed into one `+SUM`.
+    fn summed(calls: Vec<String>) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let mut sum = None;
+        for c in calls {
+            match c.strip_prefix('+').and_then(|n| n.parse::<u64>().ok()) {
+                Some(n) => *sum.get_or_insert(0) += n,
+                None => {
+                    if let Some(s) = sum.take() {
+                        out.push(format!("+{s}"));
+                    }
+                    out.push(c);
+                }
+            }
+        }
+        out
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn fetch_reports_downloads_present_blobs_and_failed_checks() {
+        let t = tempfile::tempdir().unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let host = listener.local_addr().unwrap().to_string();
+        let app = router(AppState::new(
+            Arc::new(FsStore::open(t.path().join("registry")).unwrap()),
+            RegistryConfig::default(),
+        ));
+        let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let client = Client::builder().build().unwrap();
+        let name = Name::parse("unit/progress").unwrap();
+        let blob: Vec<u8> = (0..3u32 << 20).map(|i| (i % 251) as u8).collect();
+        let size = blob.len() as u64;
+        let digest = Digest::sha256(&blob);
+        client
+            .push_blob(&host, &name, &digest, size, blob.as_slice())
+            .await
+            .unwrap();
+        let calls = Calls::default();
+        let store = ContentStore::open(&t.path().join("content"), "unit")
+            .unwrap()
+            .with_progress(Arc::new(calls.clone()));
+
+        // Downloaded: started, every byte, copied.
+        store
+            .fetch(&client, &host, &name, &digest, size, None)
+            .await
+            .unwrap();
+        assert_eq!(
+            summed(calls.take()),
+            [
+                format!("started {size} 0"),
+                format!("+{size}"),
+                "Copied".into()
+            ]
+        );
+        // In the store: present, nothing moves.
+        store
+            .fetch(&client, &host, &name, &digest, size, None)
+            .await
+            .unwrap();
+        assert_eq!(calls.take(), [format!("present {size}")]);
+
+        // A descriptor one byte short: the bytes can never verify; the download finishes
+        // failed (and its file is gone).
+        let other = ContentStore::open(&t.path().join("other"), "unit")
+            .unwrap()
+            .with_progress(Arc::new(calls.clone()));
+        let e = other
+            .fetch(&client, &host, &name, &digest, size - 1, None)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, StoreError::Verify { .. }), "{e:?}");
+        let seen = summed(calls.take());
+        assert_eq!(seen.first(), Some(&format!("started {} 0", size - 1)));
+        assert_eq!(seen.last().map(String::as_str), Some("Failed"), "{seen:?}");
+        assert!(!other.partial_path(&digest).exists());
+        server.abort();
+    }
+}
