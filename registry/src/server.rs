@@ -194,26 +194,7 @@ pub async fn serve_with(
     injected: Injected,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let runner = injected.sync_runner;
-    if !config.replicate.is_empty() && injected.replicator.is_none() {
-        return Err(ServeError::Sync(
-            "replication on push needs a replicator (rdctl registry serve has one)".to_owned(),
-        ));
-    }
-    if !config.sync.is_empty() || !config.replicate.is_empty() {
-        if !config.sync.is_empty() && runner.is_none() {
-            return Err(ServeError::Sync(
-                "this process has no sync runner (rdctl registry serve has one)".to_owned(),
-            ));
-        }
-        if config.tls.is_some() {
-            return Err(ServeError::Sync(
-                "it pushes through the registry's own loopback endpoint over plain HTTP, \
-                 which [tls] replaces; run the mirror without [tls] behind a TLS proxy"
-                    .to_owned(),
-            ));
-        }
-    }
+    check_injected(&config, &injected)?;
     let auth = match &config.auth {
         Some(a) => Some(Arc::new(Auth::load(a).map_err(ServeError::Auth)?)),
         None => None,
@@ -228,12 +209,81 @@ pub async fn serve_with(
             addr: config.listen,
             source,
         })?;
+    let opened = open_store(&config).await?;
+    let store_name = opened.store.name();
+    let state = app_state(&config, opened, auth.clone(), &listener);
+    let addr = listener.local_addr().map_err(ServeError::Serve)?;
+    let reloader = tokio::spawn(reload_on_sighup(tls.clone(), auth));
+    tracing::info!(%addr, store = store_name, data = %config.data.display(), bucket = ?config.s3_bucket, tls = tls.is_some(), rate_limit = ?config.rate_limit, s3_redirect = config.s3_redirect, "registry listening on {addr}");
+    let background = Background::start(&config, &state, injected, addr, reloader);
+
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let limits = config.conn_limits;
+    let app = router(state.clone());
+    let stop = async move {
+        let _ = stop_rx.await;
+    };
+    let server = match tls {
+        None => tokio::spawn(crate::conn::serve(listener, app, limits, stop)),
+        Some(tls) => tokio::spawn(crate::conn::serve(
+            TlsListener::new(listener, tls).map_err(ServeError::Serve)?,
+            app,
+            limits,
+            stop,
+        )),
+    };
+    let result = run_until_shutdown(server, shutdown, stop_tx, config.shutdown_timeout).await;
+    background.stop(&state).await;
+    tracing::info!("registry stopped");
+    match result {
+        Ok(()) => Ok(()),
+        Err(e) => Err(ServeError::Serve(std::io::Error::other(e))),
+    }
+}
+
+/// Refuses a configuration whose `[[sync]]` entries this process cannot run, before anything
+/// is loaded or bound: the copies need the injected runner and replicator, and they reach
+/// this registry over plain HTTP on its loopback address, which `[tls]` would replace.
+fn check_injected(config: &ServeConfig, injected: &Injected) -> Result<(), ServeError> {
+    if !config.replicate.is_empty() && injected.replicator.is_none() {
+        return Err(ServeError::Sync(
+            "replication on push needs a replicator (rdctl registry serve has one)".to_owned(),
+        ));
+    }
+    if !config.sync.is_empty() || !config.replicate.is_empty() {
+        if !config.sync.is_empty() && injected.sync_runner.is_none() {
+            return Err(ServeError::Sync(
+                "this process has no sync runner (rdctl registry serve has one)".to_owned(),
+            ));
+        }
+        if config.tls.is_some() {
+            return Err(ServeError::Sync(
+                "it pushes through the registry's own loopback endpoint over plain HTTP, \
+                 which [tls] replaces; run the mirror without [tls] behind a TLS proxy"
+                    .to_owned(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The store the configuration selects, with the S3 blob redirect that only an S3 store can
+/// have.
+struct OpenedStore {
+    store: Arc<dyn Store>,
+    #[cfg(feature = "s3")]
+    blob_redirect: Option<crate::storage::BlobRedirect>,
+}
+
+/// Opens the S3 bucket (checked first, see [`check_bucket`]) or the filesystem store. The
+/// blob redirect settings are checked either way, so `s3_redirect` without S3 is an error.
+async fn open_store(config: &ServeConfig) -> Result<OpenedStore, ServeError> {
     #[cfg(feature = "s3")]
     let mut blob_redirect = None;
     let store: Arc<dyn Store> = match config.s3_store()? {
         #[cfg(feature = "s3")]
         Some(s3) => {
-            check_bucket(&s3, &config).await?;
+            check_bucket(&s3, config).await?;
             blob_redirect = config.blob_redirect(Some(&s3))?;
             Arc::new(s3)
         }
@@ -245,9 +295,23 @@ pub async fn serve_with(
             config.fs_store()?
         }
     };
-    let store_name = store.name();
+    Ok(OpenedStore {
+        store,
+        #[cfg(feature = "s3")]
+        blob_redirect,
+    })
+}
+
+/// The application state the router serves: the store and the runtime parts of the
+/// configuration. Replication on push adds an outbox endpoint per `[[sync]]` entry with `to`,
+/// delivered in this process, and events name the bound address as their source.
+fn app_state(
+    config: &ServeConfig,
+    opened: OpenedStore,
+    auth: Option<Arc<Auth>>,
+    listener: &tokio::net::TcpListener,
+) -> AppState {
     let mut notifications = config.notifications.clone();
-    // Replication on push: an outbox endpoint per entry, delivered in this process.
     notifications
         .endpoints
         .extend(config.replicate.iter().map(|e| e.endpoint()));
@@ -255,12 +319,12 @@ pub async fn serve_with(
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
-    let state = AppState::new(
-        store,
+    AppState::new(
+        opened.store,
         RegistryConfig {
             delete_enabled: config.delete_enabled,
             max_manifest_bytes: config.max_manifest_bytes,
-            auth: auth.clone(),
+            auth,
             // The default token realm names the scheme clients used.
             https: config.tls.is_some(),
             rate_limit: config.rate_limit,
@@ -271,44 +335,144 @@ pub async fn serve_with(
             proxy: config.proxy.clone(),
             sync: config.sync.clone(),
             #[cfg(feature = "s3")]
-            blob_redirect,
+            blob_redirect: opened.blob_redirect,
         },
-    );
-    let addr = listener.local_addr().map_err(ServeError::Serve)?;
-    let reloader = tokio::spawn(reload_on_sighup(tls.clone(), auth));
-    tracing::info!(%addr, store = store_name, data = %config.data.display(), bucket = ?config.s3_bucket, tls = tls.is_some(), rate_limit = ?config.rate_limit, s3_redirect = config.s3_redirect, "registry listening on {addr}");
+    )
+}
 
-    let expiry = {
-        let state = state.clone();
-        let max_age = config.upload_max_age;
-        tokio::spawn(async move {
-            let every = (max_age / 4).clamp(Duration::from_secs(1), Duration::from_secs(3600));
-            loop {
-                tokio::time::sleep(every).await;
-                match state.expire_uploads(max_age).await {
-                    Ok(0) => {}
-                    Ok(n) => tracing::info!(removed = n, "expired stale uploads"),
-                    Err(e) => tracing::warn!(error = %e, "upload expiry failed"),
+/// Serves until the server ends or `shutdown` resolves; then stops accepting and gives
+/// in-flight requests `timeout` to finish before closing them.
+async fn run_until_shutdown(
+    mut server: tokio::task::JoinHandle<()>,
+    shutdown: impl Future<Output = ()>,
+    stop_tx: tokio::sync::oneshot::Sender<()>,
+    timeout: Duration,
+) -> Result<(), tokio::task::JoinError> {
+    tokio::select! {
+        r = &mut server => r,
+        () = shutdown => {
+            let _ = stop_tx.send(());
+            match tokio::time::timeout(timeout, &mut server).await {
+                Ok(r) => r,
+                Err(_) => {
+                    tracing::warn!(timeout = ?timeout, "requests still running after the shutdown timeout; closing them");
+                    server.abort();
+                    Ok(())
                 }
             }
-        })
-    };
+        }
+    }
+}
 
-    let pull_flusher = {
-        let state = state.clone();
-        let every = config.pull_flush_interval;
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                if let Err(e) = state.flush_pulls().await {
-                    tracing::warn!(error = %e, "writing pull times failed; kept for the next flush");
+/// The tasks that run beside the router for as long as it serves; [`Background::stop`] ends
+/// them at shutdown.
+struct Background {
+    reloader: tokio::task::JoinHandle<()>,
+    expiry: tokio::task::JoinHandle<()>,
+    pull_flusher: tokio::task::JoinHandle<()>,
+    collector: Option<tokio::task::JoinHandle<()>>,
+    scrubber: Option<tokio::task::JoinHandle<()>>,
+    mirror: Option<tokio::task::JoinHandle<()>>,
+    delivery: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Background {
+    /// Starts upload expiry, the pull-time flusher, the retention and garbage collection
+    /// schedule, the scrub schedule, the `[[sync]]` copies and event delivery, each only when
+    /// configured. `reloader` (the SIGHUP task) was started earlier, before the `listening` log
+    /// line, and is stopped with the others.
+    fn start(
+        config: &ServeConfig,
+        state: &AppState,
+        injected: Injected,
+        addr: SocketAddr,
+        reloader: tokio::task::JoinHandle<()>,
+    ) -> Background {
+        let expiry = spawn_upload_expiry(state.clone(), config.upload_max_age);
+        let pull_flusher = spawn_pull_flusher(state.clone(), config.pull_flush_interval);
+        let collector = spawn_collector(config, state);
+        let scrubber = config.scrub.interval.map(|every| {
+            let state = state.clone();
+            let schedule = config.scrub.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(every).await;
+                    run_scheduled_scrub(&state, &schedule, every).await;
                 }
-            }
-        })
-    };
+            })
+        });
+        let mirror = start_sync(config, state, injected, addr);
+        // Every replica delivers from the shared outbox; claims keep them from sending twice.
+        let delivery = (!config.notifications.endpoints.is_empty() || !config.replicate.is_empty())
+            .then(|| tokio::spawn(state.events().clone().deliver_forever()));
+        Background {
+            reloader,
+            expiry,
+            pull_flusher,
+            collector,
+            scrubber,
+            mirror,
+            delivery,
+        }
+    }
 
+    /// Ends every task, writing the pull times still in memory once their flusher is gone.
+    async fn stop(self, state: &AppState) {
+        self.expiry.abort();
+        self.reloader.abort();
+        self.pull_flusher.abort();
+        if let Err(e) = state.flush_pulls().await {
+            tracing::warn!(error = %e, "writing pull times at shutdown failed");
+        }
+        if let Some(c) = self.collector {
+            c.abort();
+        }
+        if let Some(d) = self.delivery {
+            d.abort();
+        }
+        if let Some(s) = self.scrubber {
+            s.abort();
+        }
+        if let Some(m) = self.mirror {
+            m.abort();
+        }
+    }
+}
+
+/// Removes uploads older than `max_age`, checking a quarter as often as that age (between a
+/// second and an hour), so a stale upload is gone at most a quarter late.
+fn spawn_upload_expiry(state: AppState, max_age: Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let every = (max_age / 4).clamp(Duration::from_secs(1), Duration::from_secs(3600));
+        loop {
+            tokio::time::sleep(every).await;
+            match state.expire_uploads(max_age).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(removed = n, "expired stale uploads"),
+                Err(e) => tracing::warn!(error = %e, "upload expiry failed"),
+            }
+        }
+    })
+}
+
+/// Writes the pull times recorded in memory every `every`; a failed write keeps them for the
+/// next round.
+fn spawn_pull_flusher(state: AppState, every: Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            if let Err(e) = state.flush_pulls().await {
+                tracing::warn!(error = %e, "writing pull times failed; kept for the next flush");
+            }
+        }
+    })
+}
+
+/// The `[gc]` schedule, when it has an interval: retention rules first (when there are any),
+/// then a collection.
+fn spawn_collector(config: &ServeConfig, state: &AppState) -> Option<tokio::task::JoinHandle<()>> {
     let retention = !config.governance.retention.is_empty();
-    let collector = config.gc.interval.map(|every| {
+    config.gc.interval.map(|every| {
         let state = state.clone();
         let opts = config.gc.options.clone();
         tokio::spawn(async move {
@@ -345,20 +509,18 @@ pub async fn serve_with(
                 }
             }
         })
-    });
+    })
+}
 
-    let scrubber = config.scrub.interval.map(|every| {
-        let state = state.clone();
-        let schedule = config.scrub.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                run_scheduled_scrub(&state, &schedule, every).await;
-            }
-        })
-    });
-
-    // This registry's own endpoint, for the copies of [[sync]] entries.
+/// Wires the injected copies to this registry's own endpoint (the loopback address of
+/// `addr`): replication on push as the events' in-process delivery, and the `[[sync]]`
+/// schedule as a task, which it returns.
+fn start_sync(
+    config: &ServeConfig,
+    state: &AppState,
+    injected: Injected,
+    addr: SocketAddr,
+) -> Option<tokio::task::JoinHandle<()>> {
     let loopback = {
         let ip = match addr.ip() {
             ip if ip.is_unspecified() && ip.is_ipv6() => std::net::Ipv6Addr::LOCALHOST.into(),
@@ -377,71 +539,16 @@ pub async fn serve_with(
             }));
     }
     // Every replica runs the schedule; the sync lease lets one of them copy at a time.
-    let mirror = runner.filter(|_| !config.sync.is_empty()).map(|runner| {
-        let destination = loopback.clone();
-        tokio::spawn(crate::mirror::schedule(
-            state.app().repos.store().clone(),
-            config.sync.clone(),
-            runner,
-            destination,
-            state.app().metrics.clone(),
-        ))
-    });
-
-    // Every replica delivers from the shared outbox; claims keep them from sending twice.
-    let delivery = (!config.notifications.endpoints.is_empty() || !config.replicate.is_empty())
-        .then(|| tokio::spawn(state.events().clone().deliver_forever()));
-
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let limits = config.conn_limits;
-    let app = router(state.clone());
-    let stop = async move {
-        let _ = stop_rx.await;
-    };
-    let mut server = match tls {
-        None => tokio::spawn(crate::conn::serve(listener, app, limits, stop)),
-        Some(tls) => tokio::spawn(crate::conn::serve(
-            TlsListener::new(listener, tls).map_err(ServeError::Serve)?,
-            app,
-            limits,
-            stop,
-        )),
-    };
-    let result = tokio::select! {
-        r = &mut server => r,
-        () = shutdown => {
-            let _ = stop_tx.send(());
-            match tokio::time::timeout(config.shutdown_timeout, &mut server).await {
-                Ok(r) => r,
-                Err(_) => {
-                    tracing::warn!(timeout = ?config.shutdown_timeout, "requests still running after the shutdown timeout; closing them");
-                    server.abort();
-                    Ok(())
-                }
-            }
-        }
-    };
-    expiry.abort();
-    reloader.abort();
-    pull_flusher.abort();
-    if let Err(e) = state.flush_pulls().await {
-        tracing::warn!(error = %e, "writing pull times at shutdown failed");
-    }
-    if let Some(c) = collector {
-        c.abort();
-    }
-    if let Some(d) = delivery {
-        d.abort();
-    }
-    if let Some(s) = scrubber {
-        s.abort();
-    }
-    if let Some(m) = mirror {
-        m.abort();
-    }
-    tracing::info!("registry stopped");
-    match result {
-        Ok(()) => Ok(()),
-        Err(e) => Err(ServeError::Serve(std::io::Error::other(e))),
-    }
+    injected
+        .sync_runner
+        .filter(|_| !config.sync.is_empty())
+        .map(|runner| {
+            tokio::spawn(crate::mirror::schedule(
+                state.app().repos.store().clone(),
+                config.sync.clone(),
+                runner,
+                loopback,
+                state.app().metrics.clone(),
+            ))
+        })
 }

@@ -122,7 +122,6 @@ pub(crate) async fn get(req: Req, reference: &str) -> ApiResult<Response> {
     b.body(Body::from(bytes)).map_err(ApiError::internal)
 }
 
-/// PUT a manifest by tag or digest.
 /// The 404 of a manifest a scrub withdrew because content it names was quarantined (see
 /// [`crate::scrub`]): `MANIFEST_UNKNOWN`, so clients push the image again, with the reason.
 async fn withdrawn(repos: &Repos, name: &Name, d: &Digest) -> Option<ApiError> {
@@ -133,6 +132,8 @@ async fn withdrawn(repos: &Repos, name: &Name, d: &Digest) -> Option<ApiError> {
     Some(ApiError::new(Code::ManifestUnknown, msg).with_reason())
 }
 
+/// PUT a manifest by tag or digest; a refusal by governance (`DENIED`) is also sent as a
+/// refuse event.
 pub(crate) async fn put(req: Req, reference: &str) -> ApiResult<Response> {
     let refuse = req.event(Action::Refuse, "PUT");
     let name = req.name().clone();
@@ -154,9 +155,53 @@ pub(crate) async fn put(req: Req, reference: &str) -> ApiResult<Response> {
     answer
 }
 
+/// The checks and writes of a manifest PUT, as named steps in the order clients can observe:
+/// size and body, digest, `?tag=` parameters, the document rules, immutable tags, then the
+/// store writes, the events and the answer.
 async fn put_checked(mut req: Req, reference: &str) -> ApiResult<Response> {
     let name = req.name().clone();
     let reference = parse_reference(reference)?;
+    let body = read_manifest_body(&mut req, &name).await?;
+    let digest = body_digest(&reference, &body.bytes)?;
+    let extra_tags = tag_parameters(&body.query, &reference)?;
+    let checked = check_document(&body.bytes, body.content_type.as_deref())?;
+    // Every tag the request sets: the reference's own first, then the `?tag=` parameters.
+    let mut tags: Vec<Tag> = extra_tags.clone();
+    if let Reference::Tag(t) = &reference {
+        tags.insert(0, t.clone());
+    }
+    let put = ManifestPut {
+        repos: req.state.app().repos.clone(),
+        governance: req.state.app().config.governance.clone(),
+        metrics: req.state.app().metrics.clone(),
+        size: body.bytes.len() as u64,
+        bytes: body.bytes,
+        name,
+        digest,
+        checked,
+        tags,
+    };
+    put.refuse_immutable_moves().await?;
+    put.publish().await?;
+    for event in put.push_events(&req) {
+        event.await?;
+    }
+    put.created(&extra_tags)
+}
+
+/// What a manifest PUT reads from its request before any check of the document.
+struct ManifestBody {
+    bytes: Bytes,
+    /// The media type without parameters, when the request gave one.
+    content_type: Option<String>,
+    /// The query, taken out of the request together with its body.
+    query: Vec<(String, String)>,
+}
+
+/// Reads the manifest into memory, refusing it with `MANIFEST_TOO_LARGE` as soon as the
+/// declared length or the bytes read pass `max_manifest_bytes`, so a client cannot make the
+/// registry buffer more than the limit.
+async fn read_manifest_body(req: &mut Req, name: &Name) -> ApiResult<ManifestBody> {
     let limit = req.state.app().config.max_manifest_bytes;
     let too_large = || {
         ApiError::new(
@@ -171,7 +216,6 @@ async fn put_checked(mut req: Req, reference: &str) -> ApiResult<Response> {
         .header("content-type")
         .map(|c| c.split(';').next().unwrap_or(c).trim().to_owned())
         .filter(|c| !c.is_empty());
-    let repos = req.state.app().repos.clone();
     let query = std::mem::take(&mut req.query);
     let mut stream = std::mem::take(&mut req.body).into_data_stream();
     let mut buf = BytesMut::new();
@@ -187,23 +231,36 @@ async fn put_checked(mut req: Req, reference: &str) -> ApiResult<Response> {
         }
         buf.extend_from_slice(&chunk);
     }
-    let bytes: Bytes = buf.freeze();
-    let digest = match &reference {
+    Ok(ManifestBody {
+        bytes: buf.freeze(),
+        content_type,
+        query,
+    })
+}
+
+/// The digest the manifest is stored under: a PUT by digest must send exactly those bytes
+/// (`DIGEST_INVALID` otherwise); a PUT by tag is addressed by its sha256.
+fn body_digest(reference: &Reference, bytes: &Bytes) -> ApiResult<Digest> {
+    match reference {
         Reference::Digest(want) => {
-            let got = Digest::of(want.algorithm(), &bytes);
+            let got = Digest::of(want.algorithm(), bytes);
             if &got != want {
                 return Err(ApiError::new(
                     Code::DigestInvalid,
                     format!("manifest body has digest {got}, not {want}"),
                 ));
             }
-            got
+            Ok(got)
         }
-        Reference::Tag(_) => Digest::of(Algorithm::Sha256, &bytes),
-    };
-    // `?tag=` on a PUT by digest (distribution-spec main): tag it in the same request.
+        Reference::Tag(_) => Ok(Digest::of(Algorithm::Sha256, bytes)),
+    }
+}
+
+/// The distinct `?tag=` parameters of a PUT by digest (distribution-spec main: tag it in the
+/// same request), in the order given; refused on a PUT by tag and past [`MAX_TAGS_PER_PUT`].
+fn tag_parameters(query: &[(String, String)], reference: &Reference) -> ApiResult<Vec<Tag>> {
     let mut extra_tags = Vec::new();
-    for (k, v) in &query {
+    for (k, v) in query {
         if k == "tag" {
             if matches!(reference, Reference::Tag(_)) {
                 return Err(invalid(
@@ -224,62 +281,103 @@ async fn put_checked(mut req: Req, reference: &str) -> ApiResult<Response> {
             }
         }
     }
-    let checked = check_document(&bytes, content_type.as_deref())?;
-    let size = bytes.len() as u64;
-    let governance = req.state.app().config.governance.clone();
-    // Immutable tags: refuse before writing anything; `set_tag` checks again atomically.
-    let mut tags: Vec<&Tag> = extra_tags.iter().collect();
-    if let Reference::Tag(t) = &reference {
-        tags.insert(0, t);
-    }
-    for t in &tags {
-        let Some(rule) = governance.immutable_rule(name.as_str(), t.as_str()) else {
-            continue;
-        };
-        if let Some(old) = repos.resolve_tag_target(&name, t).await?
-            && old.digest != digest
-        {
-            return Err(crate::governance::immutable::refusal(
-                rule,
-                &name,
-                t,
-                &old.digest,
-                &digest,
-            ));
+    Ok(extra_tags)
+}
+
+/// A manifest PUT whose body passed every request-level check: what the store writes, the
+/// events and the answer need.
+struct ManifestPut {
+    repos: Repos,
+    governance: std::sync::Arc<crate::governance::Governance>,
+    /// Where the quota's gauges are, looked up only when a quota rule applies.
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
+    name: Name,
+    digest: Digest,
+    bytes: Bytes,
+    size: u64,
+    checked: CheckedManifest,
+    /// Every tag the request sets, the reference's own first.
+    tags: Vec<Tag>,
+}
+
+impl ManifestPut {
+    /// Immutable tags: refuses before writing anything when a tag would move to another
+    /// digest, so a refused PUT leaves no trace; `set_tag` checks again atomically.
+    async fn refuse_immutable_moves(&self) -> ApiResult<()> {
+        let (name, digest) = (&self.name, &self.digest);
+        for t in &self.tags {
+            let Some(rule) = self.governance.immutable_rule(name.as_str(), t.as_str()) else {
+                continue;
+            };
+            if let Some(old) = self.repos.resolve_tag_target(name, t).await?
+                && old.digest != *digest
+            {
+                return Err(crate::governance::immutable::refusal(
+                    rule,
+                    name,
+                    t,
+                    &old.digest,
+                    digest,
+                ));
+            }
         }
+        Ok(())
     }
-    repos.put_manifest_bytes(&digest, bytes.clone()).await?;
-    // Hold everything the manifest relies on before publishing it, and again after publishing
-    // when that took longer than the collector's grace window is sure to cover.
-    let started = Instant::now();
-    hold_references(&repos, &name, &checked, &digest, &bytes).await?;
-    let link = ManifestLink {
-        media_type: checked.media_type.clone(),
-        size,
-        subject: checked.subject.clone(),
-    };
-    // Quota: reserved before the link, so a refused PUT is never acknowledged.
-    if let Some(rule) = governance.quota_rule(name.as_str()) {
-        crate::governance::quota::reserve(
-            &repos,
-            &req.state
-                .app()
-                .metrics
-                .source::<crate::governance::quota::QuotaMetrics>(),
-            &name,
-            rule,
-            &digest,
-            size,
-            &checked.blobs,
-        )
-        .await?;
+
+    /// The store writes, in the order that keeps every state a reader can see consistent: the
+    /// bytes, holds on what they reference, the quota, the link, the referrer, the tags.
+    async fn publish(&self) -> ApiResult<()> {
+        let (repos, name, digest, checked) = (&self.repos, &self.name, &self.digest, &self.checked);
+        repos.put_manifest_bytes(digest, self.bytes.clone()).await?;
+        // Hold everything the manifest relies on before publishing it, and again after
+        // publishing when that took longer than the collector's grace window is sure to cover.
+        let started = Instant::now();
+        hold_references(repos, name, checked, digest, &self.bytes).await?;
+        let link = ManifestLink {
+            media_type: checked.media_type.clone(),
+            size: self.size,
+            subject: checked.subject.clone(),
+        };
+        // Quota: reserved before the link, so a refused PUT is never acknowledged.
+        if let Some(rule) = self.governance.quota_rule(name.as_str()) {
+            crate::governance::quota::reserve(
+                repos,
+                &self
+                    .metrics
+                    .source::<crate::governance::quota::QuotaMetrics>(),
+                name,
+                rule,
+                digest,
+                self.size,
+                &checked.blobs,
+            )
+            .await?;
+        }
+        repos.link_manifest(name, digest, &link).await?;
+        self.add_referrer().await?;
+        for t in &self.tags {
+            let rule = self.governance.immutable_rule(name.as_str(), t.as_str());
+            let veto = rule.map(|r| r as &dyn crate::repo::hooks::TagVeto);
+            repos.set_tag(name, t, digest, &link, veto).await?;
+        }
+        if started.elapsed() > REFERENCE_WINDOW {
+            hold_references(repos, name, checked, digest, &self.bytes).await?;
+        }
+        Ok(())
     }
-    repos.link_manifest(&name, &digest, &link).await?;
-    if let Some(subject) = &checked.subject {
+
+    /// A manifest with a `subject` is listed among its subject's referrers (with the
+    /// descriptor fields the referrers API answers), and an SPDX one is indexed for package
+    /// search.
+    async fn add_referrer(&self) -> ApiResult<()> {
+        let (repos, name, digest, checked) = (&self.repos, &self.name, &self.digest, &self.checked);
+        let Some(subject) = &checked.subject else {
+            return Ok(());
+        };
         let mut desc = serde_json::json!({
             "mediaType": checked.media_type,
             "digest": digest.as_str(),
-            "size": size,
+            "size": self.size,
         });
         if let Some(t) = &checked.artifact_type {
             desc["artifactType"] = Value::String(t.clone());
@@ -287,45 +385,56 @@ async fn put_checked(mut req: Req, reference: &str) -> ApiResult<Response> {
         if let Some(a) = &checked.annotations {
             desc["annotations"] = a.clone();
         }
-        repos.add_referrer(&name, subject, &digest, desc).await?;
+        repos.add_referrer(name, subject, digest, desc).await?;
         if let Some(layer) = &checked.spdx_layer {
-            crate::pkgindex::index_referrer(&repos, &name, subject, &digest, layer).await?;
+            crate::pkgindex::index_referrer(repos, name, subject, digest, layer).await?;
         }
+        Ok(())
     }
-    for t in &tags {
-        let rule = governance.immutable_rule(name.as_str(), t.as_str());
-        let veto = rule.map(|r| r as &dyn crate::repo::hooks::TagVeto);
-        repos.set_tag(&name, t, &digest, &link, veto).await?;
+
+    /// One push event per tag the request set (one without a tag for a bare digest push), as
+    /// distribution sends them; each is stored when awaited. They borrow nothing from `req`
+    /// (whose body is not `Sync`), so the caller can await them one after the other.
+    fn push_events(
+        &self,
+        req: &Req,
+    ) -> Vec<impl std::future::Future<Output = ApiResult<()>> + Send + 'static> {
+        let mut event_tags: Vec<Option<String>> = self
+            .tags
+            .iter()
+            .map(|t| Some(t.as_str().to_owned()))
+            .collect();
+        if event_tags.is_empty() {
+            event_tags.push(None);
+        }
+        let (name, digest) = (&self.name, &self.digest);
+        event_tags
+            .into_iter()
+            .map(|tag| {
+                let target =
+                    manifest_target(req, name, digest, &self.checked.media_type, self.size, tag);
+                req.notify(Action::Push, "PUT", target)
+            })
+            .collect()
     }
-    if started.elapsed() > REFERENCE_WINDOW {
-        hold_references(&repos, &name, &checked, &digest, &bytes).await?;
+
+    /// The 201 answer: where the manifest is, its digest, its subject (so clients know
+    /// referrers are supported) and the `?tag=` parameters it set.
+    fn created(&self, extra_tags: &[Tag]) -> ApiResult<Response> {
+        let (name, digest) = (&self.name, &self.digest);
+        let mut b = Response::builder()
+            .status(StatusCode::CREATED)
+            .header(header::LOCATION, format!("/v2/{name}/manifests/{digest}"))
+            .header("docker-content-digest", hv(digest.as_str()))
+            .header(header::CONTENT_LENGTH, 0);
+        if let Some(s) = &self.checked.subject {
+            b = b.header("oci-subject", hv(s.as_str()));
+        }
+        for t in extra_tags {
+            b = b.header("oci-tag", hv(t.as_str()));
+        }
+        b.body(Body::empty()).map_err(ApiError::internal)
     }
-    // One push event per tag the request set (one without a tag for a bare digest push).
-    let mut event_tags: Vec<Option<String>> = extra_tags
-        .iter()
-        .map(|t| Some(t.as_str().to_owned()))
-        .collect();
-    match &reference {
-        Reference::Tag(t) => event_tags.insert(0, Some(t.as_str().to_owned())),
-        Reference::Digest(_) if event_tags.is_empty() => event_tags.push(None),
-        Reference::Digest(_) => {}
-    }
-    for tag in event_tags {
-        let target = manifest_target(&req, &name, &digest, &checked.media_type, size, tag);
-        req.notify(Action::Push, "PUT", target).await?;
-    }
-    let mut b = Response::builder()
-        .status(StatusCode::CREATED)
-        .header(header::LOCATION, format!("/v2/{name}/manifests/{digest}"))
-        .header("docker-content-digest", hv(digest.as_str()))
-        .header(header::CONTENT_LENGTH, 0);
-    if let Some(s) = &checked.subject {
-        b = b.header("oci-subject", hv(s.as_str()));
-    }
-    for t in &extra_tags {
-        b = b.header("oci-tag", hv(t.as_str()));
-    }
-    b.body(Body::empty()).map_err(ApiError::internal)
 }
 
 /// The event target of a manifest.
