@@ -8,10 +8,17 @@
 //! A zone's request is its caps: as in Kubernetes when only limits are given, the request
 //! equals the limit. The caps are the effective ones: the manifest's `limits.cpus` and
 //! `limits.memory` where set, else the image's `cappedCPU.ncpus` and `cappedMemory.physical`
-//! (its `org.reddwarf.zone.solaris` label) as the zone was made with them. The image's caps
-//! are known once the zone exists (its description); a zone not made yet is admitted on its
-//! manifest's caps. A zone without caps requests nothing but one zone slot. A zone whose manifest is gone holds what it was given until it is removed
-//! (while it waits out `gc_grace_secs`), as a terminating pod holds its node's resources.
+//! (its `org.reddwarf.zone.solaris` label). For a zone that exists they are read from its
+//! description. A zone not made yet is admitted on its manifest's caps, and its image's caps
+//! are checked once the image is pulled and verified, before the zone is made: the pass's
+//! [`Ledger`] counts every zone admitted in the pass and every zone that exists, so a zone whose
+//! image asks for more than is left is not made (`Unschedulable`, `OutOfcpu`/`OutOfmemory`
+//! naming the image's cap and what is left) and the node is never overcommitted, as kubelet
+//! never admits past allocatable. The same check guards a zone re-created with a new image
+//! whose caps are larger; refused, it keeps running its current image. A zone without caps
+//! requests nothing but one zone slot. A zone whose manifest is gone holds what it was given
+//! until it is removed (while it waits out `gc_grace_secs`), as a terminating pod holds its
+//! node's resources.
 //!
 //! The node's conditions ([`NodeCondition`], kubelet's `DiskPressure` and, for zones the node
 //! could not admit, `ResourcePressure`) are written with the rest after every pass.
@@ -266,6 +273,173 @@ impl Allocated {
     }
 }
 
+/// One pass's account of what the node has given: the zones waiting out their grace period,
+/// then every admitted zone in admission order with what it holds. Admission counts each zone's
+/// request as far as it is known (its manifest's caps, and for a zone that exists the caps it
+/// was made with); once a zone's image is in, [`Ledger::claim`] checks its image's caps against
+/// what is left before the zone is made, so zones admitted in the same pass cannot together
+/// take more than is allocatable.
+///
+/// A claim is decided as if in admission order: it counts what every zone admitted before it
+/// holds now, and every zone admitted after it at its admitted request (never less, so a later
+/// zone's failure or refusal cannot change the decision). A zone whose claim grows a limited
+/// resource waits ([`Ledger::must_wait`]) until every zone before it has claimed or settled.
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    allocatable: Resources,
+    /// Zones whose manifest is gone and that still exist (they hold what they were given).
+    leaving: Allocated,
+    /// The admitted zones, in admission order.
+    zones: Vec<Held>,
+}
+
+#[derive(Debug, Clone)]
+struct Held {
+    zone: String,
+    admitted: Request,
+    state: Holding,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Holding {
+    /// Its reconcile has not claimed yet: it holds its admitted request and may ask for more.
+    Pending,
+    /// Settled: its image's caps, or its admitted request when its reconcile ended without a
+    /// claim (unchanged, failed, backing off).
+    Holds(Request),
+    /// Refused once its image was known and not made: it holds nothing.
+    Released,
+}
+
+impl Ledger {
+    /// Nothing given yet.
+    pub fn new(allocatable: Resources) -> Ledger {
+        Ledger {
+            allocatable,
+            leaving: Allocated::default(),
+            zones: Vec::new(),
+        }
+    }
+
+    /// Counts a zone waiting out its grace period (it takes part in no claim).
+    pub fn hold_leaving(&mut self, r: Request) {
+        self.leaving.add(r);
+    }
+
+    /// Counts an admitted zone's request; zones are admitted in the pass's order.
+    pub fn admit(&mut self, zone: &str, r: Request) {
+        self.zones.push(Held {
+            zone: zone.to_owned(),
+            admitted: r,
+            state: Holding::Pending,
+        });
+    }
+
+    /// What is held now: the leaving zones and every admitted zone not released.
+    pub fn allocated(&self) -> Allocated {
+        let mut a = self.leaving.clone();
+        for h in &self.zones {
+            match h.state {
+                Holding::Pending => a.add(h.admitted),
+                Holding::Holds(r) => a.add(r),
+                Holding::Released => {}
+            }
+        }
+        a
+    }
+
+    /// Settles a zone that ends its reconcile without a claim at its admitted request;
+    /// whether anything changed.
+    pub fn settle(&mut self, zone: &str) -> bool {
+        match self.zones.iter_mut().find(|h| h.zone == zone) {
+            Some(h) if h.state == Holding::Pending => {
+                h.state = Holding::Holds(h.admitted);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether `zone`'s claim of `wanted` must wait for a zone admitted before it: it asks more
+    /// of a limited resource than it was admitted with, and an earlier zone has not settled.
+    pub fn must_wait(&self, zone: &str, wanted: Request) -> bool {
+        let Some(k) = self.zones.iter().position(|h| h.zone == zone) else {
+            return false;
+        };
+        let grows = self.grows(&self.zones[k].admitted, &wanted);
+        grows && self.zones[..k].iter().any(|h| h.state == Holding::Pending)
+    }
+
+    fn grows(&self, admitted: &Request, wanted: &Request) -> bool {
+        (self.allocatable.cpus.is_some() && wanted.cpus > admitted.cpus)
+            || (self.allocatable.memory_bytes.is_some()
+                && wanted.memory_bytes > admitted.memory_bytes)
+    }
+
+    /// `zone` asks for `wanted` (its request with its image's caps) before it is made. What it
+    /// was admitted with always fits; more is taken when what is left allows, else the reason,
+    /// starting with kubelet's reason word. A refused zone that does not exist (`exists` false)
+    /// holds nothing from then on; one that exists keeps what it holds.
+    pub fn claim(&mut self, zone: &str, wanted: Request, exists: bool) -> Result<Request, String> {
+        let Some(k) = self.zones.iter().position(|h| h.zone == zone) else {
+            // Not admitted in this pass (never the case for a reconciled zone): nothing to check.
+            return Ok(wanted);
+        };
+        let mut others = self.leaving.clone();
+        for (i, h) in self.zones.iter().enumerate() {
+            match (i.cmp(&k), h.state) {
+                (std::cmp::Ordering::Equal, _) => {}
+                // A later zone counts at its admitted request whatever it has done since.
+                (std::cmp::Ordering::Greater, _) | (_, Holding::Pending) => others.add(h.admitted),
+                (_, Holding::Holds(r)) => others.add(r),
+                (_, Holding::Released) => {}
+            }
+        }
+        let admitted = self.zones[k].admitted;
+        let refusal = self.refusal(&others, &admitted, &wanted);
+        let held = &mut self.zones[k];
+        match refusal {
+            None => {
+                held.state = Holding::Holds(wanted);
+                Ok(wanted)
+            }
+            Some(reason) => {
+                held.state = if exists {
+                    Holding::Holds(admitted)
+                } else {
+                    Holding::Released
+                };
+                Err(reason)
+            }
+        }
+    }
+
+    fn refusal(&self, others: &Allocated, admitted: &Request, wanted: &Request) -> Option<String> {
+        if let Some(max) = self.allocatable.cpus
+            && wanted.cpus > admitted.cpus
+            && others.cpus + wanted.cpus > max + 1e-9
+        {
+            return Some(format!(
+                "OutOfcpu: the image caps the zone at {} cpus; {} of {max} allocatable are left",
+                wanted.cpus,
+                (max - others.cpus).max(0.0)
+            ));
+        }
+        if let Some(max) = self.allocatable.memory_bytes
+            && wanted.memory_bytes > admitted.memory_bytes
+            && others.memory_bytes.saturating_add(wanted.memory_bytes) > max
+        {
+            return Some(format!(
+                "OutOfmemory: the image caps the zone at {}; {} of {} allocatable are left",
+                gib(wanted.memory_bytes),
+                gib(max.saturating_sub(others.memory_bytes)),
+                gib(max)
+            ));
+        }
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,6 +474,116 @@ mod tests {
             Request {
                 cpus: 0.0,
                 memory_bytes: 0
+            }
+        );
+    }
+
+    fn cpus(n: f64) -> Request {
+        Request {
+            cpus: n,
+            memory_bytes: 0,
+        }
+    }
+
+    fn six_cpus() -> Ledger {
+        Ledger::new(Resources {
+            cpus: Some(6.0),
+            ..Resources::default()
+        })
+    }
+
+    #[test]
+    fn the_first_zone_by_admission_order_takes_what_its_image_caps() {
+        let mut l = six_cpus();
+        l.admit("alpha", cpus(0.0));
+        l.admit("bravo", cpus(0.0));
+        // bravo's image is in first, but alpha was admitted before it and has not claimed.
+        assert!(l.must_wait("bravo", cpus(4.0)));
+        assert!(!l.must_wait("alpha", cpus(4.0)));
+        assert_eq!(l.claim("alpha", cpus(4.0), false), Ok(cpus(4.0)));
+        assert!(!l.must_wait("bravo", cpus(4.0)));
+        assert_eq!(
+            l.claim("bravo", cpus(4.0), false),
+            Err("OutOfcpu: the image caps the zone at 4 cpus; 2 of 6 allocatable are left".into())
+        );
+        // bravo is not made: it holds nothing, not even its slot.
+        assert_eq!(
+            l.allocated(),
+            Allocated {
+                cpus: 4.0,
+                memory_bytes: 0,
+                zones: 1,
+            }
+        );
+    }
+
+    #[test]
+    fn a_later_zones_failure_does_not_change_an_earlier_claim() {
+        let mut l = six_cpus();
+        l.admit("alpha", cpus(0.0));
+        l.admit("bravo", cpus(3.0));
+        // bravo fails (settles at its admitted request) before alpha's image is in; alpha is
+        // decided against bravo's admitted request all the same.
+        assert!(l.settle("bravo"));
+        assert!(!l.settle("bravo"), "settled once");
+        assert!(
+            l.claim("alpha", cpus(4.0), false)
+                .unwrap_err()
+                .starts_with("OutOfcpu: the image caps the zone at 4 cpus; 3 of 6")
+        );
+    }
+
+    #[test]
+    fn no_growth_never_waits_or_is_refused_and_unlimited_resources_are_not_checked() {
+        let mut l = six_cpus();
+        l.admit("alpha", cpus(0.0));
+        l.admit("bravo", cpus(5.0));
+        assert!(!l.must_wait("bravo", cpus(5.0)));
+        assert_eq!(l.claim("bravo", cpus(5.0), false), Ok(cpus(5.0)));
+        // Memory is not limited on this node: an image asking for it waits for nobody.
+        let memory = Request {
+            cpus: 0.0,
+            memory_bytes: 8 << 30,
+        };
+        assert!(!l.must_wait("alpha", memory));
+        assert_eq!(l.claim("alpha", memory, false), Ok(memory));
+    }
+
+    #[test]
+    fn a_zone_that_exists_keeps_what_it_holds_when_a_new_image_asks_too_much() {
+        let mut l = Ledger::new(Resources {
+            memory_bytes: Some(1 << 30),
+            ..Resources::default()
+        });
+        l.hold_leaving(Request {
+            cpus: 0.0,
+            memory_bytes: 256 << 20,
+        });
+        let old = Request {
+            cpus: 0.0,
+            memory_bytes: 512 << 20,
+        };
+        l.admit("alpha", old);
+        assert_eq!(
+            l.claim(
+                "alpha",
+                Request {
+                    cpus: 0.0,
+                    memory_bytes: 1 << 30,
+                },
+                true
+            ),
+            Err(
+                "OutOfmemory: the image caps the zone at 1.00 GiB; 0.75 GiB of 1.00 GiB allocatable are left"
+                    .into()
+            )
+        );
+        assert_eq!(
+            l.allocated(),
+            Allocated {
+                cpus: 0.0,
+                memory_bytes: 768 << 20,
+                zones: 2,
             }
         );
     }

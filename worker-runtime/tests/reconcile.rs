@@ -1224,3 +1224,118 @@ async fn a_zone_capped_only_by_its_images_label_holds_those_caps() {
         }
     );
 }
+
+/// Issue 36: two new zones without `[limits]` whose images each cap 4 CPUs, on a node that may
+/// give 6. Both are admitted on their manifests (no caps, so no CPUs); once the images are in,
+/// the first by admission order takes 4 and the other would overcommit the node: it is not
+/// made, and is `Unschedulable` naming its image's cap and what is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn images_caps_count_against_what_zones_admitted_in_the_same_pass_left() {
+    let reg = registry().await;
+    let c = client();
+    let r = Reference::parse(&format!("{}/apps/four:v1", reg.addr)).unwrap();
+    with_solaris(good_image("four"), r#"{"cappedCPU": {"ncpus": "4"}}"#)
+        .push(&c, &r)
+        .await;
+    let node = Node::new();
+    let cfg = node.config_path();
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, format!("{text}[allocatable]\ncpus = 6.0\n")).unwrap();
+    node.zone("alpha", &r.to_string(), "Always");
+    node.zone("bravo", &r.to_string(), "Always");
+    let w = node.worker();
+    let s = w.pass(true).await.unwrap();
+    assert_eq!(s.provisioned, ["alpha"], "{s:?}");
+    assert_eq!(s.unschedulable, ["bravo"], "{s:?}");
+    assert!(s.failed.is_empty(), "{s:?}");
+    assert!(node.root("alpha").is_dir());
+    assert!(
+        !node.roots().join("bravo").exists(),
+        "nothing is made for bravo"
+    );
+    let st = node.status("bravo");
+    assert_eq!(st.phase, Phase::Unschedulable);
+    assert_eq!(
+        st.last_error.as_deref(),
+        Some("OutOfcpu: the image caps the zone at 4 cpus; 2 of 6 allocatable are left")
+    );
+    let n = worker_runtime::status_report(&cfg).unwrap().node.unwrap();
+    assert_eq!(
+        n.allocated,
+        worker_runtime::Allocated {
+            cpus: 4.0,
+            memory_bytes: 0,
+            zones: 1,
+        }
+    );
+    let pressure = n
+        .conditions
+        .iter()
+        .find(|c| c.kind == worker_runtime::ConditionType::ResourcePressure)
+        .expect("a ResourcePressure condition");
+    assert_eq!(pressure.status, worker_runtime::ConditionStatus::True);
+    assert!(
+        pressure.message.contains("bravo: OutOfcpu"),
+        "{}",
+        pressure.message
+    );
+    // The next pass: alpha exists and holds its image's caps; bravo is admitted on its
+    // manifest again and refused again once its image is in.
+    let s = w.pass(true).await.unwrap();
+    assert_eq!(s.unchanged, ["alpha"], "{s:?}");
+    assert_eq!(s.unschedulable, ["bravo"], "{s:?}");
+}
+
+/// Issue 36: a zone re-created with an image whose caps are larger takes the difference only
+/// when it is left; refused, it keeps running its current image and what it holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_image_asking_for_more_than_is_left_leaves_the_zone_on_its_image() {
+    let reg = registry().await;
+    let c = client();
+    let r = Reference::parse(&format!("{}/apps/grow:v1", reg.addr)).unwrap();
+    let two = with_solaris(good_image("two"), r#"{"cappedCPU": {"ncpus": "2"}}"#);
+    two.push(&c, &r).await;
+    let node = Node::new();
+    let cfg = node.config_path();
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, format!("{text}[allocatable]\ncpus = 6.0\n")).unwrap();
+    node.zone("alpha", &r.to_string(), "Always");
+    std::fs::write(
+        node.t.path().join("zones/bravo.toml"),
+        format!("name = \"bravo\"\nimage = \"{r}\"\n[limits]\ncpus = 3.0\n"),
+    )
+    .unwrap();
+    let w = node.worker();
+    let s = w.pass(true).await.unwrap();
+    assert_eq!(s.provisioned, ["alpha", "bravo"], "{s:?}");
+    // The tag moves to an image capped at 4 CPUs: alpha would need 4 beside bravo's 3.
+    with_solaris(good_image("four"), r#"{"cappedCPU": {"ncpus": "4"}}"#)
+        .push(&c, &r)
+        .await;
+    let s = w.pass(true).await.unwrap();
+    assert_eq!(s.unschedulable, ["alpha"], "{s:?}");
+    let st = node.status("alpha");
+    assert_eq!(st.phase, Phase::Unschedulable);
+    assert_eq!(
+        st.last_error.as_deref(),
+        Some("OutOfcpu: the image caps the zone at 4 cpus; 3 of 6 allocatable are left")
+    );
+    assert_eq!(st.current_digest, Some(two.manifest_digest()));
+    assert_eq!(
+        node.description("alpha").manifest_digest,
+        two.manifest_digest()
+    );
+    assert_eq!(
+        std::fs::read(node.root("alpha").join("etc/release")).unwrap(),
+        b"two"
+    );
+    let n = worker_runtime::status_report(&cfg).unwrap().node.unwrap();
+    assert_eq!(
+        n.allocated,
+        worker_runtime::Allocated {
+            cpus: 5.0,
+            memory_bytes: 0,
+            zones: 2,
+        }
+    );
+}

@@ -208,19 +208,21 @@ pub trait Provisioner: Send + Sync {
 /// Refuses an image whose `solaris` label asks for what the operator's `[zones]` rules
 /// ([`zonecfg::ZonePolicy`]) do not allow: privileges beyond illumos's default zone set, a
 /// lower link, addresses outside the allowed ranges, a MAC address. Checked by the worker
-/// before it hands a root to the provisioner.
+/// before it hands a root to the provisioner. Returns the CPU and memory caps the zone will be
+/// made with (the manifest's `limits` over the image's), which the worker counts against what
+/// the node has left.
 pub fn check_zone_policy(
     spec: &ZoneSpec,
     image: &VerifiedImage,
     policy: &zonecfg::ZonePolicy,
-) -> Result<(), ProvisionError> {
+) -> Result<crate::zone::Caps, ProvisionError> {
     let c = image.config.oci.config().clone().unwrap_or_default();
     let solaris = c
         .labels()
         .as_ref()
         .and_then(|l| l.get(zonecfg::SOLARIS_LABEL));
     zonecfg::ZoneConfig::from_image(solaris.map(String::as_str), &spec.limits)
-        .and_then(|z| z.check_policy(policy))
+        .and_then(|z| z.check_policy(policy).map(|()| z.caps()))
         .map_err(|e| ProvisionError::Config {
             zone: spec.name.clone(),
             field: "Labels",

@@ -100,6 +100,13 @@ pub enum ZoneError {
     /// A blocking task died.
     #[error("internal: {0}")]
     Task(String),
+    /// The image's caps ask for more than the node has left once the zones admitted before it
+    /// hold theirs: the zone is not made (phase `Unschedulable`).
+    #[error("{reason}")]
+    Unschedulable {
+        /// Kubelet's reason word (`OutOfcpu`, `OutOfmemory`), the image's cap and what is left.
+        reason: String,
+    },
 }
 
 impl From<crate::zfs::ZfsStoreError> for ZoneError {

@@ -1,7 +1,9 @@
 //! One pass over every zone manifest: invalid manifests recorded, orphaned zones removed after
 //! their grace period, the zones the node admits reconciled concurrently (each on its own, a
-//! panic in one is that zone's failure only), each outcome recorded with its backoff, then the
-//! garbage no zone uses collected.
+//! panic in one is that zone's failure only), each outcome recorded with its backoff (a zone
+//! whose image's caps do not fit in what is left is `Unschedulable`, without backoff), the node
+//! status written again with what the zones made in the pass hold, then the garbage no zone
+//! uses collected.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -9,6 +11,7 @@ use std::sync::Arc;
 use tokio::task::JoinSet;
 use validator::{Digest, error_chain};
 
+use super::node::PassLedger;
 use super::{Outcome, PassSummary, Reconciled, Worker, WorkerError, ZoneError, verify_stage};
 use crate::admission::AdmissionError;
 use crate::config::{ZoneLoadError, ZoneSpec, load_zones};
@@ -45,13 +48,23 @@ impl Worker {
         // Zones past their grace period go first, so what they held is free for this pass;
         // the others still hold theirs (`admit_by_resources`).
         self.remove_orphans(&wanted, &mut summary)?;
-        let specs = self.admit_by_resources(specs, &mut summary)?;
-        let (mut tasks, names) = self.spawn_reconciles(specs, ignore_backoff, &mut summary);
+        let (specs, ledger) = self.admit_by_resources(specs, &mut summary)?;
+        let (mut tasks, names) =
+            self.spawn_reconciles(specs, &ledger, ignore_backoff, &mut summary);
         let mut results = HashMap::new();
+        // `zone: reason` for the zones refused once their images' caps were known.
+        let mut late_refusals = Vec::new();
         while let Some(joined) = tasks.join_next_with_id().await {
             match joined {
                 Ok((_, attempt)) => {
                     let st = self.attempt_status(attempt, &mut summary);
+                    if st.phase == Phase::Unschedulable {
+                        late_refusals.push(format!(
+                            "{}: {}",
+                            st.zone,
+                            st.last_error.as_deref().unwrap_or_default()
+                        ));
+                    }
                     results.insert(st.zone.clone(), st);
                 }
                 Err(e) => {
@@ -70,6 +83,9 @@ impl Worker {
         for st in results.values() {
             self.state.save(st)?;
         }
+        // Every claim is settled now: what the zones made in this pass hold is final.
+        late_refusals.sort();
+        self.write_node_status(&ledger, &late_refusals)?;
         // Between passes nothing is downloading: blobs no zone uses go after the grace period.
         self.collect_garbage(&results);
         self.record_disk_pressure()?;
@@ -97,16 +113,19 @@ impl Worker {
     }
 
     /// Starts a reconcile task for every admitted zone not backing off (all with
-    /// `ignore_backoff`); returns the tasks and the zone of each task id.
+    /// `ignore_backoff`), each with its claim on the pass's ledger (a zone backing off settles
+    /// at once at what it was admitted with); returns the tasks and the zone of each task id.
     fn spawn_reconciles(
         self: &Arc<Self>,
         specs: Vec<ZoneSpec>,
+        ledger: &PassLedger,
         ignore_backoff: bool,
         summary: &mut PassSummary,
     ) -> (JoinSet<Attempt>, HashMap<tokio::task::Id, String>) {
         let mut tasks = JoinSet::new();
         let mut names = HashMap::new();
         for spec in specs {
+            let claim = ledger.claim(&spec.name);
             let prev = self.state.load(&spec.name).unwrap_or_default();
             if !ignore_backoff
                 && matches!(prev.phase, Phase::Failed | Phase::Denied)
@@ -120,10 +139,16 @@ impl Worker {
             let id = tasks
                 .spawn(async move {
                     let t = std::time::Instant::now();
-                    let result = me.reconcile(&spec, &prev).await;
+                    let result = me.reconcile(&spec, &prev, &claim).await;
+                    drop(claim);
+                    // Not made for want of room is not a failed attempt (no backoff either).
+                    let failed = match &result {
+                        Err((ZoneError::Unschedulable { .. }, _)) | Ok(_) => false,
+                        Err(_) => true,
+                    };
                     me.metrics.zone(
                         matches!(result, Ok((Outcome::Provisioned, _, _))),
-                        result.is_err(),
+                        failed,
                         t.elapsed(),
                     );
                     if let Err((e, _)) = &result
@@ -178,6 +203,16 @@ impl Worker {
                     Outcome::Provisioned => summary.provisioned.push(spec.name.clone()),
                     Outcome::Unchanged => summary.unchanged.push(spec.name.clone()),
                 }
+            }
+            Err((ZoneError::Unschedulable { reason }, desired)) => {
+                // As a refusal at admission: tried again every pass, without backoff.
+                tracing::warn!(zone = %spec.name, %reason, "zone not made: its image's caps do not fit");
+                st.phase = Phase::Unschedulable;
+                if desired.is_some() {
+                    st.desired_digest = desired;
+                }
+                st.last_error = Some(reason);
+                summary.unschedulable.push(spec.name.clone());
             }
             Err((e, desired)) => {
                 tracing::warn!(zone = %spec.name, error = %error_chain(&e), "zone reconcile failed");

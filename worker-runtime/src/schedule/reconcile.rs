@@ -1,12 +1,16 @@
 //! One zone's reconcile: resolve the reference (or, with `pull_policy = "Never"`, take the
 //! digest already known), admit it by policy, pull under the pull controls with the unpack
-//! overlapped, admit again, and hand the verified root to the provisioner.
+//! overlapped, admit again, check the image's zone config against the operator's rules and its
+//! caps against what the node has left (the pass's ledger, see `node`), and hand the verified
+//! root to the provisioner.
 
 use std::sync::Arc;
 
 use validator::{Digest, error_chain};
 
+use super::node::Claim;
 use super::{AbortOnDrop, Outcome, Reconciled, Worker, ZoneError};
+use crate::capacity::effective_request;
 use crate::config::{PullPolicy, ZoneSpec};
 use crate::feed::{FeedReader, LayerFeed};
 use crate::provision::{ProvisionError, check_zone_policy};
@@ -45,11 +49,14 @@ fn zone_quota(
 }
 
 impl Worker {
-    /// One zone: resolve, pull, verify, provision. Returns the resolved digest.
+    /// One zone: resolve, pull, verify, check, provision. Returns the resolved digest.
+    /// `claim` is the zone's part of the pass's ledger: its image's caps are taken there
+    /// before the zone is made.
     pub(super) async fn reconcile(
         self: &Arc<Self>,
         spec: &ZoneSpec,
         prev: &ZoneStatus,
+        claim: &Claim,
     ) -> Result<Reconciled, (ZoneError, Option<Digest>)> {
         let current = self
             .provisioner
@@ -117,21 +124,30 @@ impl Worker {
                 return Err(fail(e.into()));
             }
         };
+        let replacing = current.is_some();
+        // The operator's `[zones]` rules on what the image's label asks for, then its caps
+        // against what the zones admitted before this one left: both before anything is made.
+        let checked = match check_zone_policy(spec, root.image(), &self.config.zone_policy) {
+            Ok(caps) => claim
+                .reserve(effective_request(&spec.limits, Some(caps)), replacing)
+                .await
+                .map_err(|reason| ZoneError::Unschedulable { reason }),
+            Err(e) => Err(e.into()),
+        };
+        if let Err(e) = checked {
+            // A refused root is dropped (its staging removed) off the async threads.
+            let _ = tokio::task::spawn_blocking(move || drop(root)).await;
+            return Err(fail(e));
+        }
         let me = Arc::clone(self);
         let spec2 = spec.clone();
         // The new root is verified and placed in staging: a replacement's downtime is the
         // provisioner's stop of the old zone through the boot of the new one.
-        let replacing = current.is_some();
         let t = std::time::Instant::now();
-        tokio::task::spawn_blocking(move || {
-            // The operator's `[zones]` rules on what the image's label asks for; a refused
-            // root is dropped (its staging removed) here, off the async threads.
-            check_zone_policy(&spec2, root.image(), &me.config.zone_policy)?;
-            me.provisioner.provision(&spec2, root)
-        })
-        .await
-        .map_err(|e| fail(ZoneError::Task(e.to_string())))?
-        .map_err(|e| fail(e.into()))?;
+        tokio::task::spawn_blocking(move || me.provisioner.provision(&spec2, root))
+            .await
+            .map_err(|e| fail(ZoneError::Task(e.to_string())))?
+            .map_err(|e| fail(e.into()))?;
         if replacing {
             let ms = u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX);
             tracing::info!(zone = %spec.name, downtime_ms = ms, "zone replaced");
