@@ -66,6 +66,8 @@ impl ReplicationEntry {
             actions: vec![Action::Push],
             media_types: MANIFEST_TYPES.iter().map(|t| (*t).to_owned()).collect(),
             repositories: Vec::new(),
+            ca_files: Vec::new(),
+            insecure: false,
         }
     }
 

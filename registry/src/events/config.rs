@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -80,6 +81,12 @@ pub struct Endpoint {
     pub media_types: Vec<String>,
     /// Repository globs sent (`*` one component, `**` any depth); empty: all.
     pub repositories: Vec<Pattern>,
+    /// PEM files of CAs trusted for this endpoint's HTTPS besides the system roots
+    /// (`ca_files`, as `[[proxy]]` spells it): receivers inside a company usually have a
+    /// certificate from a private CA.
+    pub ca_files: Vec<PathBuf>,
+    /// HTTPS without verifying the endpoint's certificate (`insecure`; tests and lab setups).
+    pub insecure: bool,
 }
 
 impl Endpoint {
@@ -92,6 +99,24 @@ impl Endpoint {
                 Some(m) if !self.media_types.is_empty() => self.media_types.iter().any(|t| t == m),
                 _ => true,
             }
+    }
+
+    /// Whether this endpoint needs an HTTP client of its own (CA files or `insecure`); the
+    /// others share the notifier's default client.
+    pub fn own_tls(&self) -> bool {
+        !self.ca_files.is_empty() || self.insecure
+    }
+
+    /// The HTTP client that reaches this endpoint: the workspace's one HTTP setup
+    /// ([`registry_client::ClientBuilder`]: rustls, connect and read timeouts) with the
+    /// endpoint's CA files and `insecure`, as `[[proxy]]` upstreams get theirs. Reads every CA
+    /// file now, so one that cannot be used fails here, naming it.
+    pub fn http_client(&self) -> Result<reqwest::Client, registry_client::ClientError> {
+        let mut b = registry_client::ClientBuilder::default().insecure(self.insecure);
+        for f in &self.ca_files {
+            b = b.ca_file(f);
+        }
+        b.http_client()
     }
 
     /// The wait after `attempts` failed deliveries.
@@ -230,6 +255,9 @@ struct FileEndpoint {
     media_types: Vec<String>,
     #[serde(default)]
     repositories: Vec<String>,
+    #[serde(default)]
+    ca_files: Vec<PathBuf>,
+    insecure: Option<bool>,
 }
 
 /// A bad entry: the key (`notifications.endpoints.url`) and what is wrong (naming the
@@ -359,7 +387,7 @@ impl FileNotifications {
                 e.max_backoff,
                 Duration::from_secs(300),
             )?;
-            endpoints.push(Endpoint {
+            let endpoint = Endpoint {
                 name: e.name,
                 url: e.url,
                 headers,
@@ -374,7 +402,20 @@ impl FileNotifications {
                 actions,
                 media_types: e.media_types,
                 repositories,
-            });
+                ca_files: e.ca_files,
+                insecure: e.insecure.unwrap_or(false),
+            };
+            // A CA file that cannot be read fails the start here, naming it (as `[[proxy]]`
+            // does), instead of every delivery failing later.
+            if endpoint.own_tls() {
+                endpoint.http_client().map_err(|err| {
+                    (
+                        "notifications.endpoints.ca_files",
+                        at(validator::error_chain(&err)),
+                    )
+                })?;
+            }
+            endpoints.push(endpoint);
         }
         Ok(NotificationsConfig {
             endpoints,
@@ -487,5 +528,49 @@ mod tests {
             let (k, _) = parse(bad).unwrap_err();
             assert!(k.ends_with(key), "{bad}: {k}");
         }
+    }
+
+    #[test]
+    fn tls_keys_parse_and_a_missing_ca_file_is_named_with_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let ca = rcgen::CertificateParams::new(Vec::<String>::new())
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let ca_file = dir.path().join("ca.pem");
+        std::fs::write(&ca_file, ca.pem()).unwrap();
+        let c = parse(&format!(
+            "[[endpoints]]\nname = \"a\"\nurl = \"https://h/\"\nca_files = [{ca_file:?}]\n\
+             [[endpoints]]\nname = \"b\"\nurl = \"https://h/\"\ninsecure = true\n\
+             [[endpoints]]\nname = \"c\"\nurl = \"https://h/\"\n"
+        ))
+        .unwrap();
+        let [a, b, plain] = &c.endpoints[..] else {
+            panic!("{c:?}")
+        };
+        assert_eq!((a.ca_files.clone(), a.insecure), (vec![ca_file], false));
+        assert!(b.insecure && b.ca_files.is_empty());
+        assert!(a.own_tls() && b.own_tls() && !plain.own_tls());
+
+        // In registry.toml: the start fails naming the key, the endpoint and the file.
+        let missing = dir.path().join("missing-ca.pem");
+        let file = dir.path().join("registry.toml");
+        std::fs::write(
+            &file,
+            format!(
+                "[[notifications.endpoints]]\nname = \"hook\"\nurl = \"https://h/\"\n\
+                 ca_files = [{missing:?}]\n"
+            ),
+        )
+        .unwrap();
+        let e = crate::config::ServeConfig::load_with_env(Some(&file), &|_| None).unwrap_err();
+        let chain = validator::error_chain(&e);
+        assert!(
+            chain.contains("invalid notifications.endpoints.ca_files")
+                && chain.contains("\"hook\"")
+                && chain.contains(&*missing.to_string_lossy()),
+            "{chain}"
+        );
     }
 }

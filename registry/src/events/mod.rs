@@ -10,7 +10,8 @@
 //! - [`Notifier::deliver_once`] (run every `notifications.poll_interval` on every replica by
 //!   [`crate::serve`]) lists each endpoint's outbox, claims an entry with a conditional replace
 //!   of its document (the claim names the replica and lasts `notifications.lease`; only one
-//!   replica's replace wins), POSTs it, deletes it on a 2xx answer, and otherwise records the
+//!   replica's replace wins), POSTs it (trusting the endpoint's `ca_files`, see
+//!   [`Endpoint::http_client`]), deletes it on a 2xx answer, and otherwise records the
 //!   attempt and the next try (exponential backoff). An entry older than the endpoint's
 //!   `max_age` is given up and counted as dead. A replica that dies holding a claim delays the
 //!   entry by at most the lease; another replica then delivers it.
@@ -22,6 +23,7 @@
 mod config;
 mod outbox;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -138,6 +140,10 @@ pub struct Notifier {
     metrics: Arc<Metrics>,
     source: Source,
     client: reqwest::Client,
+    /// The clients of endpoints with their own CA files or `insecure`, by endpoint name;
+    /// an Err (a CA file gone since the configuration was checked) fails each delivery with
+    /// its reason.
+    own_clients: BTreeMap<String, Result<reqwest::Client, String>>,
     /// Where [`IN_PROCESS`] endpoints' events go (set once by `serve`).
     in_process: std::sync::OnceLock<Arc<dyn InProcess>>,
 }
@@ -158,7 +164,17 @@ impl Notifier {
         metrics: Arc<Metrics>,
         source_addr: String,
     ) -> Notifier {
+        let own_clients = config
+            .endpoints
+            .iter()
+            .filter(|e| e.own_tls())
+            .map(|e| {
+                let client = e.http_client().map_err(|err| validator::error_chain(&err));
+                (e.name.clone(), client)
+            })
+            .collect();
         Notifier {
+            own_clients,
             config,
             store,
             metrics,
@@ -173,6 +189,15 @@ impl Notifier {
                 .http_client()
                 .expect("an HTTP client without CA files builds"),
             in_process: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The HTTP client that reaches `endpoint`: its own when it has CA files or `insecure`,
+    /// else the shared one.
+    pub(crate) fn client_for(&self, endpoint: &Endpoint) -> Result<&reqwest::Client, &str> {
+        match self.own_clients.get(&endpoint.name) {
+            None => Ok(&self.client),
+            Some(own) => own.as_ref().map_err(String::as_str),
         }
     }
 

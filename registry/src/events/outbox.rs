@@ -280,8 +280,10 @@ async fn send(n: &Notifier, endpoint: &Endpoint, event: &Event) -> Result<(), St
 async fn post(n: &Notifier, endpoint: &Endpoint, event: &Event) -> Result<(), String> {
     let body = serde_json::to_vec_pretty(&serde_json::json!({ "events": [event] }))
         .map_err(|e| e.to_string())?;
-    let mut req = n
-        .client
+    let client = n
+        .client_for(endpoint)
+        .map_err(|why| format!("POST {}: {why}", endpoint.url))?;
+    let mut req = client
         .post(&endpoint.url)
         .timeout(endpoint.timeout)
         .header(reqwest::header::CONTENT_TYPE, ENVELOPE_MEDIA_TYPE)
@@ -297,5 +299,125 @@ async fn post(n: &Notifier, endpoint: &Endpoint, event: &Event) -> Result<(), St
             endpoint.url,
             validator::error_chain(&e)
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+
+    use super::super::{Action, Endpoint, NotificationsConfig, Notifier, RequestInfo, Target};
+    use super::*;
+    use crate::tls::{TlsConfig, TlsListener, TlsSettings};
+
+    /// Writes `ca.pem` (a fresh CA) and `server.crt`/`server.key` (a certificate it issued
+    /// for 127.0.0.1) into `dir`.
+    fn private_ca(dir: &Path) {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let leaf = CertificateParams::new(vec!["127.0.0.1".to_owned()])
+            .unwrap()
+            .signed_by(&key, &ca)
+            .unwrap();
+        std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+        std::fs::write(dir.join("server.crt"), leaf.pem()).unwrap();
+        std::fs::write(dir.join("server.key"), key.serialize_pem()).unwrap();
+    }
+
+    /// An HTTPS webhook receiver with the certificate in `dir`, on the registry's own TLS
+    /// listener; counts the events POSTed to it.
+    async fn https_receiver(dir: &Path) -> (String, Arc<AtomicUsize>) {
+        let tls = TlsConfig::load(TlsSettings {
+            cert: dir.join("server.crt"),
+            key: dir.join("server.key"),
+            client_ca: None,
+        })
+        .unwrap();
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("https://{}/events", tcp.local_addr().unwrap());
+        let received = Arc::new(AtomicUsize::new(0));
+        let count = received.clone();
+        let app = axum::Router::new().route(
+            "/events",
+            axum::routing::post(move |body: axum::body::Bytes| async move {
+                let envelope: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                let events = envelope["events"].as_array().unwrap().len();
+                count.fetch_add(events, Ordering::SeqCst);
+            }),
+        );
+        let listener = TlsListener::new(tcp, tls).unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (url, received)
+    }
+
+    fn endpoint(name: &str, url: &str, ca_files: Vec<std::path::PathBuf>) -> Endpoint {
+        Endpoint {
+            name: name.to_owned(),
+            url: url.to_owned(),
+            headers: Vec::new(),
+            timeout: Duration::from_secs(5),
+            backoff: Duration::from_secs(60),
+            max_backoff: Duration::from_secs(60),
+            max_age: Duration::from_secs(3600),
+            actions: vec![Action::Push],
+            media_types: Vec::new(),
+            repositories: Vec::new(),
+            ca_files,
+            insecure: false,
+        }
+    }
+
+    /// The `last_error` of `endpoint`'s one outbox entry.
+    async fn last_error(store: &dyn Store, endpoint: &str) -> String {
+        let keys = store.list(&layout::event_outbox(endpoint)).await.unwrap();
+        assert_eq!(keys.len(), 1, "{endpoint}: {keys:?}");
+        let doc = store.get(&keys[0], ENTRY_LIMIT).await.unwrap();
+        let entry: Entry = serde_json::from_slice(&doc.bytes).unwrap();
+        entry.last_error.unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn an_https_endpoint_with_a_private_ca_needs_its_ca_file() {
+        let dir = tempfile::tempdir().unwrap();
+        private_ca(dir.path());
+        let (url, received) = https_receiver(dir.path()).await;
+        let mut insecure = endpoint("insecure", &url, Vec::new());
+        insecure.insecure = true;
+        let config = NotificationsConfig {
+            endpoints: vec![
+                endpoint("trusting", &url, vec![dir.path().join("ca.pem")]),
+                endpoint("default", &url, Vec::new()),
+                insecure,
+            ],
+            ..NotificationsConfig::default()
+        };
+        let data = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(crate::storage::FsStore::open(data.path()).unwrap());
+        let n = Notifier::new(config, store.clone(), Arc::default(), "test".to_owned());
+        let target = Target {
+            repository: "team/app".to_owned(),
+            ..Target::default()
+        };
+        n.record(Action::Push, target, &RequestInfo::default(), None, None)
+            .await
+            .unwrap();
+
+        let report = n.deliver_once().await;
+        assert_eq!((report.delivered, report.failed), (2, 1), "{report:?}");
+        assert_eq!(received.load(Ordering::SeqCst), 2);
+        // The endpoint without the CA file keeps its event, failed on the certificate.
+        let why = last_error(store.as_ref(), "default").await;
+        assert!(why.contains(&url) && why.contains("certificate"), "{why}");
+        for delivered in ["trusting", "insecure"] {
+            let left = store.list(&layout::event_outbox(delivered)).await;
+            assert!(left.is_err() || left.unwrap().is_empty(), "{delivered}");
+        }
     }
 }
