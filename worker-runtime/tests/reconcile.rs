@@ -923,6 +923,8 @@ struct Watch {
     /// Most repositories with a blob GET in flight at once: pulls that overlapped.
     peak: AtomicUsize,
     manifest_gets: std::sync::Mutex<Vec<std::time::Instant>>,
+    /// The path of every blob GET.
+    blob_gets: std::sync::Mutex<Vec<String>>,
 }
 
 async fn watched_registry(w: Arc<Watch>) -> Registry {
@@ -944,6 +946,7 @@ async fn watched_registry(w: Arc<Watch>) -> Registry {
                     if !(get && path.contains("/blobs/")) {
                         return next.run(req).await;
                     }
+                    w.blob_gets.lock().unwrap().push(path.clone());
                     let repo = path
                         .trim_start_matches("/v2/")
                         .split("/blobs/")
@@ -1337,5 +1340,82 @@ async fn a_new_image_asking_for_more_than_is_left_leaves_the_zone_on_its_image()
             memory_bytes: 0,
             zones: 2,
         }
+    );
+}
+
+/// Issue 36: a zone its image's caps kept out is decided again, on the next pass, from its
+/// image's manifest and config before any layer is fetched: with the layers gone from the
+/// content store (the node's `gc_grace_secs = 0`), the refused zone's next pass fetches none of them. Once
+/// there is room, the same check lets it through and it is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zone_refused_for_its_images_caps_is_not_pulled_again_while_it_does_not_fit() {
+    let w = Arc::new(Watch::default());
+    let reg = watched_registry(w.clone()).await;
+    let c = client();
+    let node = Node::new();
+    let cfg = node.config_path();
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, format!("{text}[allocatable]\ncpus = 6.0\n")).unwrap();
+    let mut layers = Vec::new();
+    for z in ["alpha", "bravo"] {
+        let r = Reference::parse(&format!("{}/apps/{z}:v1", reg.addr)).unwrap();
+        let img = with_solaris(good_image(z), r#"{"cappedCPU": {"ncpus": "4"}}"#);
+        img.push(&c, &r).await;
+        if z == "bravo" {
+            layers = img.layers.iter().map(|l| l.digest().to_string()).collect();
+        }
+        node.zone(z, &r.to_string(), "Always");
+    }
+    let worker = node.worker();
+    let s = worker.pass(false).await.unwrap();
+    assert_eq!(s.provisioned, ["alpha"], "{s:?}");
+    assert_eq!(s.unschedulable, ["bravo"], "{s:?}");
+    let refused = node.status("bravo");
+    let bravo_layer_gets = |w: &Watch| -> Vec<String> {
+        w.blob_gets
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|p| layers.iter().any(|d| p.ends_with(d.as_str())))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(
+        bravo_layer_gets(&w).len(),
+        2,
+        "the first pass pulls bravo's image"
+    );
+    w.blob_gets.lock().unwrap().clear();
+    for _ in 0..2 {
+        let s = worker.pass(false).await.unwrap();
+        assert_eq!(s.unschedulable, ["bravo"], "{s:?}");
+        let st = node.status("bravo");
+        assert_eq!(st.phase, Phase::Unschedulable);
+        assert_eq!(st.last_error, refused.last_error);
+        assert_eq!(st.desired_digest, refused.desired_digest);
+    }
+    assert_eq!(
+        bravo_layer_gets(&w),
+        Vec::<String>::new(),
+        "no layer of the refused image is fetched again"
+    );
+    assert!(
+        !node.roots().join("bravo").exists(),
+        "nothing is made for bravo"
+    );
+    // alpha goes (its grace period is 0 s): bravo fits, is pulled and made.
+    std::fs::remove_file(node.t.path().join("zones/alpha.toml")).unwrap();
+    let s = worker.pass(false).await.unwrap();
+    assert_eq!(s.removed, ["alpha"], "{s:?}");
+    assert_eq!(s.provisioned, ["bravo"], "{s:?}");
+    assert_eq!(
+        bravo_layer_gets(&w).len(),
+        2,
+        "{:?}",
+        w.blob_gets.lock().unwrap()
+    );
+    assert_eq!(
+        std::fs::read(node.root("bravo").join("etc/release")).unwrap(),
+        b"bravo"
     );
 }

@@ -213,10 +213,10 @@ pub trait Provisioner: Send + Sync {
 /// the node has left.
 pub fn check_zone_policy(
     spec: &ZoneSpec,
-    image: &VerifiedImage,
+    config: &validator::ImageConfig,
     policy: &zonecfg::ZonePolicy,
 ) -> Result<crate::zone::Caps, ProvisionError> {
-    let c = image.config.oci.config().clone().unwrap_or_default();
+    let c = config.oci.config().clone().unwrap_or_default();
     let solaris = c
         .labels()
         .as_ref()

@@ -15,7 +15,7 @@ use crate::config::{PullPolicy, ZoneSpec};
 use crate::feed::{FeedReader, LayerFeed};
 use crate::provision::{ProvisionError, check_zone_policy};
 use crate::pull::{PullError, fetch_layers, pull_documents, resolve};
-use crate::state::{ZoneStatus, now_unix};
+use crate::state::{Phase, ZoneStatus, now_unix};
 use crate::verify::{build_root, build_root_from};
 
 static STAGING_COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -110,6 +110,26 @@ impl Worker {
         self.admit(spec, &sources, &desired)
             .await
             .map_err(|e| fail(e.into()))?;
+        let replacing = current.is_some();
+        if prev.phase == Phase::Unschedulable && prev.desired_digest.as_ref() == Some(&desired) {
+            // Its image's caps kept this zone out at this digest last time: decided again from
+            // the image's manifest and config before any layer is fetched or unpacked, so a
+            // zone that still does not fit costs two small documents a pass, not a pull and a
+            // root built and thrown away. When it fits, it holds its caps from here on.
+            let image = pull_documents(
+                &self.client,
+                &self.store,
+                &sources,
+                &desired,
+                &self.host,
+                None,
+            )
+            .await
+            .map_err(|e| fail(e.into()))?;
+            self.check_caps(spec, &image.config, claim, replacing)
+                .await
+                .map_err(fail)?;
+        }
         let root = self
             .pull_controlled(spec, &sources, &desired)
             .await
@@ -124,17 +144,12 @@ impl Worker {
                 return Err(fail(e.into()));
             }
         };
-        let replacing = current.is_some();
         // The operator's `[zones]` rules on what the image's label asks for, then its caps
         // against what the zones admitted before this one left: both before anything is made.
-        let checked = match check_zone_policy(spec, root.image(), &self.config.zone_policy) {
-            Ok(caps) => claim
-                .reserve(effective_request(&spec.limits, Some(caps)), replacing)
-                .await
-                .map_err(|reason| ZoneError::Unschedulable { reason }),
-            Err(e) => Err(e.into()),
-        };
-        if let Err(e) = checked {
+        if let Err(e) = self
+            .check_caps(spec, &root.image().config, claim, replacing)
+            .await
+        {
             // A refused root is dropped (its staging removed) off the async threads.
             let _ = tokio::task::spawn_blocking(move || drop(root)).await;
             return Err(fail(e));
@@ -154,6 +169,23 @@ impl Worker {
             self.observe(&spec.name, |o| o.replace_downtime_ms = Some(ms));
         }
         Ok((Outcome::Provisioned, desired, admission))
+    }
+
+    /// The operator's `[zones]` rules on the image's zone config, then the zone's request with
+    /// the image's caps taken on the pass's ledger (`Unschedulable` with kubelet's reason when
+    /// it does not fit in what the zones admitted before it left).
+    async fn check_caps(
+        &self,
+        spec: &ZoneSpec,
+        config: &validator::ImageConfig,
+        claim: &Claim,
+        replacing: bool,
+    ) -> Result<(), ZoneError> {
+        let caps = check_zone_policy(spec, config, &self.config.zone_policy)?;
+        claim
+            .reserve(effective_request(&spec.limits, Some(caps)), replacing)
+            .await
+            .map_err(|reason| ZoneError::Unschedulable { reason })
     }
 
     /// The pull under the pull controls, with the unpack overlapped: a slot of

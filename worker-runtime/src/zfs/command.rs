@@ -4,14 +4,21 @@
 
 use std::ffi::OsString;
 use std::fmt;
+use std::io::Read;
 use std::path::PathBuf;
-use std::process::Command;
-use std::time::Duration;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
 /// How long `zfs destroy` is retried while ZFS answers "dataset is busy" (zfs-fuse holds a
 /// freshly mounted or unmounted file system for a moment; illumos can too while a process
 /// leaves it).
 const BUSY_RETRY: Duration = Duration::from_secs(10);
+
+/// How long one `zfs` command may run before it is killed and reported as hung. The worker's
+/// commands (get, snapshot, clone, destroy of one dataset, set) take milliseconds to seconds; a
+/// command still running after ten minutes is stuck (a FUSE request zfs-fuse never answers, a
+/// pool suspended on I/O errors), and a pass that waits on it forever stops every other zone.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Longest stderr excerpt kept in an error.
 const STDERR_EXCERPT: usize = 2000;
@@ -38,6 +45,16 @@ pub enum ZfsError {
         status: String,
         /// What it printed on stderr (trimmed, at most 2000 bytes).
         stderr: String,
+    },
+    /// The program ran longer than the runner's timeout and was killed.
+    #[error(
+        "`{command}` did not finish within {after:?} and was killed (is the pool suspended or the ZFS daemon hung?)"
+    )]
+    TimedOut {
+        /// The command line.
+        command: String,
+        /// The timeout it ran into.
+        after: Duration,
     },
     /// The program's output is not what the command promises.
     #[error("`{command}` printed unexpected output {line:?}")]
@@ -144,17 +161,17 @@ impl Property {
     }
 }
 
-/// Runs the `zfs` program (`zfs` on `PATH`, or the given path).
+/// Runs the `zfs` program (`zfs` on `PATH`, or the given path), each command killed after a
+/// timeout ([`DEFAULT_TIMEOUT`] unless [`Zfs::with_timeout`] says otherwise).
 #[derive(Debug, Clone)]
 pub struct Zfs {
     program: PathBuf,
+    timeout: Duration,
 }
 
 impl Default for Zfs {
     fn default() -> Self {
-        Zfs {
-            program: PathBuf::from("zfs"),
-        }
+        Zfs::with_program("zfs")
     }
 }
 
@@ -163,7 +180,14 @@ impl Zfs {
     pub fn with_program(program: impl Into<PathBuf>) -> Zfs {
         Zfs {
             program: program.into(),
+            timeout: DEFAULT_TIMEOUT,
         }
+    }
+
+    /// Kills a command still running after `timeout` and reports [`ZfsError::TimedOut`].
+    pub fn with_timeout(mut self, timeout: Duration) -> Zfs {
+        self.timeout = timeout;
+        self
     }
 
     fn line(&self, args: &[OsString]) -> String {
@@ -183,16 +207,40 @@ impl Zfs {
     {
         let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
         let command = self.line(&args);
-        let out = Command::new(&self.program)
+        let mut child = Command::new(&self.program)
             .args(&args)
-            .stdin(std::process::Stdio::null())
-            .output()
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .map_err(|source| ZfsError::Spawn {
                 command: command.clone(),
                 source,
             })?;
-        if !out.status.success() {
-            let mut stderr = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+        // Both pipes are drained while the command runs (a full pipe would stall it), on
+        // threads so the wait below can give up on a hung command without blocking on them.
+        let stdout = drain(child.stdout.take());
+        let stderr = drain(child.stderr.take());
+        let status = match wait_until(&mut child, self.timeout) {
+            Ok(Some(status)) => status,
+            Ok(None) => {
+                // A command stuck in the kernel (uninterruptible FUSE wait) dies only when it
+                // leaves it; the error is reported now and the readers are left to finish.
+                let _ = child.kill();
+                let _ = child.try_wait();
+                return Err(ZfsError::TimedOut {
+                    command,
+                    after: self.timeout,
+                });
+            }
+            Err(source) => {
+                return Err(ZfsError::Spawn { command, source });
+            }
+        };
+        let stdout = stdout.join().unwrap_or_default();
+        let stderr = stderr.join().unwrap_or_default();
+        if !status.success() {
+            let mut stderr = String::from_utf8_lossy(&stderr).trim().to_owned();
             if stderr.len() > STDERR_EXCERPT {
                 let mut cut = STDERR_EXCERPT;
                 while !stderr.is_char_boundary(cut) {
@@ -202,11 +250,11 @@ impl Zfs {
             }
             return Err(ZfsError::Failed {
                 command,
-                status: out.status.to_string(),
+                status: status.to_string(),
                 stderr,
             });
         }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        Ok(String::from_utf8_lossy(&stdout).into_owned())
     }
 
     /// `zfs get` of `props` on `target` (a dataset or `dataset@snap`): `None` when it does not
@@ -286,6 +334,36 @@ impl Zfs {
     }
 }
 
+/// Reads a child's pipe to its end on a thread of its own.
+fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(mut p) = pipe {
+            let _ = p.read_to_end(&mut buf);
+        }
+        buf
+    })
+}
+
+/// Waits for `child` to exit, at most `timeout`: `None` when it is still running then.
+/// Polling `try_wait` (1 ms, doubling to 50 ms) rather than a SIGCHLD-based crate keeps the
+/// process's signal handling to the async runtime, which owns SIGCHLD for its own children.
+fn wait_until(child: &mut Child, timeout: Duration) -> std::io::Result<Option<ExitStatus>> {
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(pause.min(deadline - now));
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -336,5 +414,40 @@ mod tests {
             .unwrap_err();
         assert!(e.is_missing(), "{e}");
         assert!(e.to_string().contains("exit status: 1"), "{e}");
+    }
+
+    #[test]
+    fn a_hung_command_is_killed_at_the_timeout() {
+        let started = Instant::now();
+        let e = Zfs::with_program("sh")
+            .with_timeout(Duration::from_millis(300))
+            .run(["-c", "sleep 30"])
+            .unwrap_err();
+        assert!(matches!(e, ZfsError::TimedOut { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("`sh -c sleep 30` did not finish within 300ms and was killed"),
+            "{e}"
+        );
+        // Killed, not waited out (30 s).
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn large_output_on_both_pipes_does_not_stall_the_command() {
+        // 1 MiB on each pipe: more than a pipe's buffer, so both must be read while it runs.
+        let out = Zfs::with_program("sh")
+            .with_timeout(Duration::from_secs(60))
+            .run([
+                "-c",
+                "head -c 1048576 /dev/zero | tr '\\0' a; head -c 1048576 /dev/zero >&2",
+            ])
+            .unwrap();
+        assert_eq!(out.len(), 1 << 20);
+        assert!(out.bytes().all(|b| b == b'a'));
     }
 }
