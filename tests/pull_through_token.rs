@@ -622,7 +622,11 @@ fn upstream_referrers_are_kept_for_the_tag_ttl_and_a_hanging_upstream_does_not_s
         asked,
         "a failed upstream was asked again at once"
     );
-    assert!(c.log_tail().contains("upstream referrers unavailable"));
+    assert!(
+        c.log_shows("upstream referrers unavailable"),
+        "{}",
+        c.log_tail()
+    );
     drop((c, up, dist));
 }
 

@@ -202,7 +202,11 @@ fn gc_cli_and_schedule_collect_only_unreachable_content() {
         );
         assert_eq!((status, body.as_slice()), (200, b));
     }
-    assert!(server.log_tail().contains("garbage collection finished"));
+    assert!(
+        server.log_shows("garbage collection finished"),
+        "{}",
+        server.log_tail()
+    );
 }
 
 /// Output into a pipe nobody reads (`rdctl registry gc | head -0`) ends the command quietly:

@@ -167,7 +167,7 @@ fn the_server_applies_retention_before_each_scheduled_collection() {
     assert_eq!(get(&server, &format!("/v2/{repo}/manifests/{old}")), 404);
     assert_eq!(get(&server, &format!("/v2/{repo}/manifests/new")), 200);
     assert!(
-        server.log_tail().contains("retention finished"),
+        server.log_shows("retention finished"),
         "{}",
         server.log_tail()
     );

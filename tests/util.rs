@@ -214,6 +214,22 @@ impl Server {
             .join("\n")
     }
 
+    /// Whether a line holding `needle` reaches the log within 10 s. Its stderr is read on a
+    /// thread, so a line the server wrote before it answered a request may arrive here after
+    /// the answer did: a check right after a request waits for it rather than racing it.
+    pub fn log_shows(&self, needle: &str) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if self.log.lock().unwrap().iter().any(|l| l.contains(needle)) {
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Sends a signal (`-TERM`, `-9`) with kill(1).
     pub fn signal(&self, sig: &str) {
         ok(Command::new("kill").args([sig, &self.child.id().to_string()]));
