@@ -199,7 +199,9 @@ mod tests {
 
     use super::*;
 
-    fn rule(prefix: &str, upstreams: &[&str]) -> ProxyRule {
+    /// A rule with the defaults a test does not care about (also used by the sibling modules'
+    /// tests).
+    pub(super) fn rule(prefix: &str, upstreams: &[&str]) -> ProxyRule {
         ProxyRule {
             prefix: prefix.into(),
             upstreams: upstreams

@@ -143,23 +143,7 @@ impl Proxy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proxy::ProxyRule;
-
-    fn rule(prefix: &str, upstreams: &[&str]) -> ProxyRule {
-        ProxyRule {
-            prefix: prefix.into(),
-            upstreams: upstreams
-                .iter()
-                .map(|u| Upstream::parse(u).unwrap())
-                .collect(),
-            tag_ttl: Duration::from_secs(1),
-            auth_file: None,
-            ca_files: Vec::new(),
-            cert_dirs: Vec::new(),
-            insecure: false,
-            only_signed: None,
-        }
-    }
+    use crate::proxy::tests::rule;
 
     #[test]
     fn kept_referrers_answers_are_bounded() {
