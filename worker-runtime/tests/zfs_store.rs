@@ -11,7 +11,7 @@ use tarbuild::Tar;
 use validator::{Digest, Document, chain_ids, check_config, check_document};
 use worker_runtime::zfs::{LayerOutcome, PROP_CHAIN_ID, Zfs, ZfsStoreError};
 use worker_runtime::{
-    ContentStore, PulledImage, RootError, UnpackError, UnpackOptions, ZfsLayerStore,
+    ContentStore, PulledImage, RootError, UnpackError, UnpackOptions, ZfsLayerStore, ZoneDatasets,
 };
 use zfspool::{get, list, run};
 
@@ -465,6 +465,64 @@ fn datasets_without_our_mark_are_never_touched() {
     let e =
         ZfsLayerStore::open(Zfs::default(), &format!("{}/nope", s.pool.name), "node").unwrap_err();
     assert!(e.to_string().contains("does not exist"), "{e}");
+}
+
+/// A worker's start reads every zone dataset's marks and mount state (one `zfs get` for all
+/// of them): a zone dataset a crash left unmounted is mounted again with its files, and a
+/// dataset among them without the store's marks stops the start naming it, untouched.
+#[test]
+fn a_start_remounts_its_zone_datasets_and_refuses_an_unmarked_one() {
+    let s = setup("start");
+    let zones = s._t.path().join("zones");
+    let img = pulled(&s.store, vec![base()], None);
+    let zd = ZoneDatasets::open(open(&s, "node"), &zones).unwrap();
+    let mut roots = Vec::new();
+    for zone in ["a", "b"] {
+        let root = zd
+            .build_root(
+                &s.store,
+                &zones.join(".staging").join(zone),
+                "node",
+                &img,
+                &UnpackOptions::default(),
+                None,
+            )
+            .unwrap();
+        let (staging, _) = root.into_staging();
+        assert!(zd.rename(&staging, &zones.join(zone)).unwrap());
+        roots.push(zones.join(zone));
+    }
+    let names = list(&format!("{}/roots", s.parent));
+    let b_ds = names
+        .iter()
+        .find(|n| get("mountpoint", n) == roots[1].to_string_lossy())
+        .expect("zone b's dataset")
+        .clone();
+    run("zfs", &["umount", &b_ds]);
+    assert!(!roots[1].join("root/etc/release").exists(), "unmounted");
+    drop(zd);
+    let zd = ZoneDatasets::open(open(&s, "node"), &zones).unwrap();
+    assert_eq!(get("mounted", &b_ds), "yes");
+    assert!(roots[1].join("root/etc/release").exists(), "mounted again");
+    assert!(roots[0].join("root/etc/release").exists());
+    drop(zd);
+
+    // Somebody's dataset among the zone datasets: the start is refused, naming it.
+    let theirs = format!("{}/roots/theirs", s.parent);
+    run("zfs", &["create", "-o", "mountpoint=none", &theirs]);
+    let e = ZoneDatasets::open(open(&s, "node"), &zones).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            ZfsStoreError::Unmarked {
+                property: "org.reddwarf:owner",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains(&theirs), "{e}");
+    assert_eq!(list(&theirs), vec![theirs.clone()], "left as it was");
 }
 
 /// Allocated bytes of every file and directory under `p` (what `du -s --block-size=1` says).

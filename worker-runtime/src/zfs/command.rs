@@ -298,6 +298,68 @@ impl Zfs {
         Ok(Some(found))
     }
 
+    /// `zfs get -r -d 1` of `props` on the file systems directly under `parent` (not `parent`
+    /// itself, not snapshots): one command for all of them, each child's name with one
+    /// [`Property`] per name, in order.
+    pub fn get_children(
+        &self,
+        parent: &str,
+        props: &[&str],
+    ) -> Result<Vec<(String, Vec<Property>)>, ZfsError> {
+        // zfs-fuse 0.7's `zfs get` has no `-t`: snapshots (of `parent`, at depth 1) are
+        // dropped by name below.
+        let joined = props.join(",");
+        let args = [
+            "get",
+            "-H",
+            "-p",
+            "-r",
+            "-d",
+            "1",
+            "-o",
+            "name,property,value,source",
+            &joined,
+            parent,
+        ];
+        let out = self.run(args)?;
+        let bad = |line: &str| ZfsError::Output {
+            command: self.line(&args.map(OsString::from)),
+            line: line.to_owned(),
+        };
+        let mut children: Vec<(String, Vec<Option<Property>>)> = Vec::new();
+        for line in out.lines().filter(|l| !l.is_empty()) {
+            let mut f = line.split('\t');
+            let (Some(name), Some(prop), Some(value), Some(source)) =
+                (f.next(), f.next(), f.next(), f.next())
+            else {
+                return Err(bad(line));
+            };
+            if name == parent || name.contains('@') {
+                continue;
+            }
+            let Some(k) = props.iter().position(|p| *p == prop) else {
+                return Err(bad(line));
+            };
+            if children.last().is_none_or(|(n, _)| n != name) {
+                children.push((name.to_owned(), vec![None; props.len()]));
+            }
+            let slot = &mut children.last_mut().expect("pushed above").1[k];
+            *slot = Some(Property {
+                value: value.to_owned(),
+                source: source.to_owned(),
+            });
+        }
+        children
+            .into_iter()
+            .map(|(name, found)| {
+                let found: Option<Vec<Property>> = found.into_iter().collect();
+                found
+                    .map(|f| (name.clone(), f))
+                    .ok_or_else(|| bad(&format!("(a property of {name} missing)")))
+            })
+            .collect()
+    }
+
     /// Whether `target` (dataset or snapshot) exists.
     pub fn exists(&self, target: &str) -> Result<bool, ZfsError> {
         Ok(self.get(target, &["type"])?.is_some())
@@ -414,6 +476,46 @@ mod tests {
             .unwrap_err();
         assert!(e.is_missing(), "{e}");
         assert!(e.to_string().contains("exit status: 1"), "{e}");
+    }
+
+    #[test]
+    fn children_are_read_from_one_get_without_the_parent_or_snapshots() {
+        // What `zfs get -r -d 1 -o name,property,value,source` prints (zfs-fuse 0.7 lists
+        // the parent and its snapshots too, and a child's properties in any order).
+        let out = "p/r\tmounted\tyes\t-\np/r\tmountpoint\t/z\tdefault\n\
+                   p/r@s\tmounted\t-\t-\np/r@s\tmountpoint\t-\t-\n\
+                   p/r/a\tmounted\tno\t-\np/r/a\tmountpoint\t/z/a\tlocal\n\
+                   p/r/b\tmountpoint\tnone\tlocal\np/r/b\tmounted\tyes\t-\n";
+        let (_dir, fake) = fake_get(out);
+        let got = Zfs::with_program(fake)
+            .get_children("p/r", &["mountpoint", "mounted"])
+            .unwrap();
+        let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["p/r/a", "p/r/b"]);
+        assert_eq!(got[0].1[0].value, "/z/a");
+        assert_eq!(got[0].1[1].value, "no");
+        assert_eq!(got[1].1[0].value, "none");
+        assert!(got[1].1[0].is_local());
+        assert_eq!(got[1].1[1].value, "yes");
+        // A child with a property missing is an error naming it, not a guess.
+        let (_dir, fake) = fake_get("p/r/a\tmounted\tno\t-\n");
+        let e = Zfs::with_program(fake)
+            .get_children("p/r", &["mountpoint", "mounted"])
+            .unwrap_err();
+        assert!(e.to_string().contains("a property of p/r/a missing"), "{e}");
+    }
+
+    /// A script standing in for `zfs` that prints `out` whatever it is asked (in a folder
+    /// that goes with the returned guard).
+    fn fake_get(out: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let printed = dir.path().join("out");
+        std::fs::write(&printed, out).unwrap();
+        let script = dir.path().join("zfs");
+        std::fs::write(&script, format!("#!/bin/sh\ncat '{}'\n", printed.display())).unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        (dir, script)
     }
 
     #[test]

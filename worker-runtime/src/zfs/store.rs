@@ -364,6 +364,38 @@ impl ZfsLayerStore {
         let Some(props) = self.zfs.get(ds.as_str(), &names)? else {
             return Ok(Found::Missing);
         };
+        Self::judge(ds, &wanted, props)
+    }
+
+    /// [`ZfsLayerStore::check`] of every file system directly under `parent` with one `zfs
+    /// get`, each with its `mountpoint` and whether it is mounted: a worker's start reads a
+    /// hundred zones' datasets in one command, not two commands each.
+    pub(super) fn check_children(
+        &self,
+        parent: &DatasetName,
+        kind: &str,
+    ) -> Result<Vec<(DatasetName, Found, String, bool)>, ZfsStoreError> {
+        let wanted = self.marks(kind, &[]);
+        let mut names: Vec<&str> = wanted.iter().map(|(p, _)| *p).collect();
+        names.extend([PROP_STATE, "mountpoint", "mounted"]);
+        let mut out = Vec::new();
+        for (name, mut props) in self.zfs.get_children(parent.as_str(), &names)? {
+            let ds = DatasetName::parse(&name)?;
+            let mounted = props.pop().is_some_and(|p| p.value == "yes");
+            let mountpoint = props.pop().map(|p| p.value).unwrap_or_default();
+            let found = Self::judge(&ds, &wanted, props)?;
+            out.push((ds, found, mountpoint, mounted));
+        }
+        Ok(out)
+    }
+
+    /// `Ours` when every mark in `wanted` is set on `ds` itself to its value; the error names
+    /// the first that is not.
+    fn judge(
+        ds: &DatasetName,
+        wanted: &[(&'static str, String)],
+        props: Vec<Property>,
+    ) -> Result<Found, ZfsStoreError> {
         for ((property, want), got) in wanted.iter().zip(&props) {
             if !got.is_local() {
                 return Err(ZfsStoreError::Unmarked {

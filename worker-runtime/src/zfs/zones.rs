@@ -76,10 +76,13 @@ impl ZoneDatasets {
             args.push(z.roots.to_string());
             z.store.zfs.run(args)?;
         }
-        for (ds, at) in z.roots()? {
-            if let Found::Ours(_) = z.store.check(&ds, ZONEPATH, &[])?
+        // Every zone dataset's marks and mount state in one `zfs get`: a dataset in `roots`
+        // that is not ours stops the start (as any check does), one of ours that a crash left
+        // unmounted is mounted again.
+        for (ds, found, at, mounted) in z.store.check_children(&z.roots, ZONEPATH)? {
+            if let Found::Ours(_) = found
                 && at.starts_with('/')
-                && z.store.mountpoint(&ds).is_err()
+                && !mounted
             {
                 z.store.zfs.run_while_busy(&["mount", ds.as_str()])?;
             }
