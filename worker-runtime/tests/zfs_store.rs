@@ -409,16 +409,7 @@ fn datasets_without_our_mark_are_never_touched() {
     let e = zs
         .prepare(&s.store, &img, &UnpackOptions::default())
         .unwrap_err();
-    assert!(
-        matches!(
-            &e,
-            ZfsStoreError::Unmarked {
-                property: "org.reddwarf:owner",
-                ..
-            }
-        ),
-        "{e:?}"
-    );
+    assert_unmarked(&e);
     assert!(e.to_string().contains("refusing to touch it"), "{e}");
     assert_eq!(std::fs::read(mnt.join("theirs")).unwrap(), b"keep");
     assert_eq!(list(&ds), vec![ds.clone()], "no snapshot was taken of it");
@@ -511,9 +502,16 @@ fn a_start_remounts_its_zone_datasets_and_refuses_an_unmarked_one() {
     let theirs = format!("{}/roots/theirs", s.parent);
     run("zfs", &["create", "-o", "mountpoint=none", &theirs]);
     let e = ZoneDatasets::open(open(&s, "node"), &zones).unwrap_err();
+    assert_unmarked(&e);
+    assert!(e.to_string().contains(&theirs), "{e}");
+    assert_eq!(list(&theirs), vec![theirs.clone()], "left as it was");
+}
+
+/// `e` refuses a dataset for want of the store's owner mark.
+fn assert_unmarked(e: &ZfsStoreError) {
     assert!(
         matches!(
-            &e,
+            e,
             ZfsStoreError::Unmarked {
                 property: "org.reddwarf:owner",
                 ..
@@ -521,8 +519,6 @@ fn a_start_remounts_its_zone_datasets_and_refuses_an_unmarked_one() {
         ),
         "{e:?}"
     );
-    assert!(e.to_string().contains(&theirs), "{e}");
-    assert_eq!(list(&theirs), vec![theirs.clone()], "left as it was");
 }
 
 /// Allocated bytes of every file and directory under `p` (what `du -s --block-size=1` says).

@@ -368,13 +368,14 @@ impl ZfsLayerStore {
     }
 
     /// [`ZfsLayerStore::check`] of every file system directly under `parent` with one `zfs
-    /// get`, each with its `mountpoint` and whether it is mounted: a worker's start reads a
-    /// hundred zones' datasets in one command, not two commands each.
+    /// get` (a worker's start reads a hundred zones' datasets in one command, not two commands
+    /// each): the first one not marked as ours is the error; else each with its `mountpoint`
+    /// and whether it is mounted.
     pub(super) fn check_children(
         &self,
         parent: &DatasetName,
         kind: &str,
-    ) -> Result<Vec<(DatasetName, Found, String, bool)>, ZfsStoreError> {
+    ) -> Result<Vec<(DatasetName, String, bool)>, ZfsStoreError> {
         let wanted = self.marks(kind, &[]);
         let mut names: Vec<&str> = wanted.iter().map(|(p, _)| *p).collect();
         names.extend([PROP_STATE, "mountpoint", "mounted"]);
@@ -383,8 +384,8 @@ impl ZfsLayerStore {
             let ds = DatasetName::parse(&name)?;
             let mounted = props.pop().is_some_and(|p| p.value == "yes");
             let mountpoint = props.pop().map(|p| p.value).unwrap_or_default();
-            let found = Self::judge(&ds, &wanted, props)?;
-            out.push((ds, found, mountpoint, mounted));
+            Self::judge(&ds, &wanted, props)?;
+            out.push((ds, mountpoint, mounted));
         }
         Ok(out)
     }

@@ -79,11 +79,8 @@ impl ZoneDatasets {
         // Every zone dataset's marks and mount state in one `zfs get`: a dataset in `roots`
         // that is not ours stops the start (as any check does), one of ours that a crash left
         // unmounted is mounted again.
-        for (ds, found, at, mounted) in z.store.check_children(&z.roots, ZONEPATH)? {
-            if let Found::Ours(_) = found
-                && at.starts_with('/')
-                && !mounted
-            {
+        for (ds, at, mounted) in z.store.check_children(&z.roots, ZONEPATH)? {
+            if at.starts_with('/') && !mounted {
                 z.store.zfs.run_while_busy(&["mount", ds.as_str()])?;
             }
         }

@@ -238,8 +238,6 @@ impl Inner {
         self.read_doc_id(key, limit).map(|(doc, _)| doc)
     }
 
-    /// [`Store::get_if_changed`]: a `stat`, and a read only when the file is not the one last
-    /// read with version `known`.
     /// Whether the document at `key` is still the version whose etag is `known`: its file's
     /// identity (one `stat`) equals the settled identity recorded with that etag.
     fn unchanged(&self, key: &Key, known: &Etag) -> StoreResult<bool> {
@@ -254,15 +252,10 @@ impl Inner {
             .is_some_and(|(i, e)| *i == id && e == known))
     }
 
-    fn read_doc_unless(
-        &self,
-        key: &Key,
-        limit: u64,
-        known: &Etag,
-    ) -> StoreResult<Option<Document>> {
-        if self.unchanged(key, known)? {
-            return Ok(None);
-        }
+    /// The read half of [`Store::get_if_changed`], once [`Inner::unchanged`] said no: the
+    /// document (`None` when its bytes are still those of `known` after all), its file's
+    /// identity recorded with its etag once the file is settled.
+    fn read_changed(&self, key: &Key, limit: u64, known: &Etag) -> StoreResult<Option<Document>> {
         let (doc, id) = self.read_doc_id(key, limit)?;
         if id.settled() {
             let mut versions = self.versions.lock().unwrap_or_else(|e| e.into_inner());
@@ -479,7 +472,7 @@ impl Store for FsStore {
                 return Ok(None);
             }
             let key = k.clone();
-            blocking(&key, move || inner.read_doc_unless(&k, limit, &known)).await
+            blocking(&key, move || inner.read_changed(&k, limit, &known)).await
         })
     }
 
