@@ -643,6 +643,46 @@ async fn a_wrong_digest_publishes_nothing() {
     );
 }
 
+/// A blob the repository links whose bytes the store does not find (a lagging store, or bytes
+/// lost) is read again for a while; then a GET answers 503 with Retry-After, which a client
+/// retries, and a HEAD answers 404, so a pusher uploads the bytes again, which repairs it.
+#[tokio::test]
+async fn a_linked_blob_whose_bytes_are_missing_is_unavailable_to_a_get_and_pushed_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = app_on(dir.path(), RegistryConfig::default());
+    let data = b"bytes the store will lose".to_vec();
+    let d = push_blob(&app, "r", &data).await;
+    let hex = d.encoded();
+    let bytes = dir
+        .path()
+        .join(format!("blobs/sha256/{}/{hex}/data", &hex[..2]));
+    std::fs::remove_file(&bytes).unwrap_or_else(|e| panic!("{}: {e}", bytes.display()));
+    let uri = format!("/v2/r/blobs/{d}");
+
+    let started = std::time::Instant::now();
+    let r = send(&app, Method::GET, &uri, &[], Body::empty()).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{:?}", r.body);
+    assert_eq!(r.code(), "UNAVAILABLE");
+    assert_eq!(r.header("retry-after"), "2");
+    assert!(
+        String::from_utf8_lossy(&r.body).contains(d.as_str()),
+        "the error names the blob: {:?}",
+        r.body
+    );
+    assert!(
+        started.elapsed() >= std::time::Duration::from_secs(2),
+        "answered before reading again: {:?}",
+        started.elapsed()
+    );
+    let r = send(&app, Method::HEAD, &uri, &[], Body::empty()).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+
+    assert_eq!(push_blob(&app, "r", &data).await, d);
+    let r = send(&app, Method::GET, &uri, &[], Body::empty()).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(&r.body[..], &data[..]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn eight_clients_push_the_same_blob_and_tag() {
     let dir = tempfile::tempdir().unwrap();

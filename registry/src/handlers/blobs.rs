@@ -100,7 +100,13 @@ pub(crate) async fn get(req: Req, digest: &str) -> ApiResult<Response> {
             .map_err(ApiError::internal);
     }
     let Some(meta) = linked_blob_stat(repos, &name, &d).await? else {
-        return Err(unknown());
+        // A HEAD is how a client asks before it pushes: a 404 has it upload the bytes again,
+        // which repairs a blob whose bytes were lost. A GET is a pull, which a 404 would end.
+        return Err(if req.head {
+            unknown()
+        } else {
+            linked_bytes_unreadable(&name, &d)
+        });
     };
     // Free to check (both were read anyway): bytes of another size than was pushed are
     // corrupt, and are never served. Same-size damage is scrub's to find (see `crate::scrub`).
@@ -152,7 +158,7 @@ pub(crate) async fn get(req: Req, digest: &str) -> ApiResult<Response> {
 /// `307 Temporary Redirect` (`s3_redirect`) after the same checks as a GET the registry
 /// answers itself: the caller may pull (the request got here), `name` links the blob, and the
 /// stored bytes have the pushed size. The client sends its `Range`, if any, to the URL, and
-/// the store answers it. A miss is read again as in [`linked_blob_stat`].
+/// the store answers it. A miss is read again, and answered, as in [`linked_blob_stat`].
 #[cfg(feature = "s3")]
 async fn store_location(
     redirect: &crate::storage::BlobRedirect,
@@ -161,46 +167,70 @@ async fn store_location(
     linked_size: u64,
 ) -> ApiResult<String> {
     let key = layout::blob_data(d);
-    let unknown = || ApiError::new(Code::BlobUnknown, format!("blob {d} is not in {name}"));
-    for wait_ms in [100, 300, 600, 0] {
-        let missing = match redirect.location(&key).await {
+    let mut waits = REREAD_WAITS_MS.iter();
+    loop {
+        match redirect.location(&key).await {
             Ok((meta, url)) => {
                 if meta.size != linked_size {
                     tracing::error!(digest = %d, repository = %name, stored = meta.size, pushed = linked_size, "blob bytes have another size than was pushed; not served (run rdctl registry scrub)");
-                    return Err(unknown());
+                    return Err(ApiError::new(
+                        Code::BlobUnknown,
+                        format!("blob {d} is not in {name}"),
+                    ));
                 }
                 return Ok(url);
             }
-            Err(e) if e.is_not_found() => true,
+            Err(e) if e.is_not_found() => {}
             Err(e) => return Err(e.into()),
-        };
-        if missing && wait_ms > 0 {
-            tracing::warn!(digest = %d, repository = %name, "a linked blob's bytes were not found; reading again");
-            tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
         }
+        let Some(wait_ms) = waits.next() else {
+            return Err(linked_bytes_unreadable(name, d));
+        };
+        tracing::warn!(digest = %d, repository = %name, "a linked blob's bytes were not found; reading again");
+        tokio::time::sleep(std::time::Duration::from_millis(*wait_ms)).await;
     }
-    Err(unknown())
 }
+
+/// How long a linked blob whose bytes read as missing waits before each read again: about
+/// 2.5 s in all.
+const REREAD_WAITS_MS: [u64; 4] = [100, 300, 700, 1400];
 
 /// The size of the bytes of a blob that `name` links. A link without bytes is no state the
 /// registry leaves behind (bytes are committed before they are linked; a collector removes the
-/// links before the bytes), so a miss here is read again for about a second before it counts:
+/// links before the bytes), so a miss here is read again for about 2.5 s before it counts:
 /// under filer faults SeaweedFS has answered 404 for committed content that the next reads
-/// found (`docs/s3.md`, "A seventh run failed"), and a 404 for an acknowledged push would tell
-/// a client the blob is gone for good.
+/// found (`docs/s3.md`, "A seventh run failed"). `None` when the bytes are still missing
+/// after that; a GET then answers [`linked_bytes_unreadable`].
 async fn linked_blob_stat(
     repos: &crate::repo::Repos,
     name: &Name,
     d: &Digest,
 ) -> ApiResult<Option<crate::storage::ObjectMeta>> {
-    for wait_ms in [100, 300, 600] {
+    let mut waits = REREAD_WAITS_MS.iter();
+    loop {
         if let Some(meta) = repos.blob_stat(d).await? {
             return Ok(Some(meta));
         }
+        let Some(wait_ms) = waits.next() else {
+            return Ok(None);
+        };
         tracing::warn!(digest = %d, repository = %name, "a linked blob's bytes were not found; reading again");
-        tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(*wait_ms)).await;
     }
-    repos.blob_stat(d).await
+}
+
+/// The answer to a GET of a blob `name` links whose bytes the store still reports missing
+/// after the re-reads: `503 UNAVAILABLE` with `Retry-After`, not `404 BLOB_UNKNOWN`. The
+/// repository does hold the blob, so the fault is the store's (lagging or failing, or bytes
+/// lost, which scrub reports), and a 404 would tell a client that an acknowledged push is gone
+/// for good.
+fn linked_bytes_unreadable(name: &Name, d: &Digest) -> ApiError {
+    tracing::error!(digest = %d, repository = %name, "a linked blob's bytes are still not found after reading again; answered 503 (if this persists, run rdctl registry scrub)");
+    ApiError::new(
+        Code::Unavailable,
+        format!("blob {d} is in {name}, but the store did not find its bytes; try again later"),
+    )
+    .with_header(header::RETRY_AFTER, header::HeaderValue::from_static("2"))
 }
 
 /// The event target of a blob (distribution gives blobs `application/octet-stream`).
