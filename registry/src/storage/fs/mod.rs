@@ -576,9 +576,9 @@ impl Store for FsStore {
                 }
                 let f = with_parent(&p, || opts.open(&p)).map_err(|e| map_io(&k2, e))?;
                 // A writer dropped a moment ago (its request ended or was cut off) can still
-                // hold the lock: its last batch may be being written on a blocking thread, which
-                // owns the file until the write is done. Wait that out, briefly; a live writer keeps the
-                // lock far longer and the caller is refused.
+                // hold the lock: its last batch may be being written on a blocking thread,
+                // which owns the file until the write is done. Wait that out, briefly; a live
+                // writer keeps the lock far longer and the caller is refused.
                 let deadline = std::time::Instant::now() + LOCK_WAIT;
                 loop {
                     match f.try_lock() {
