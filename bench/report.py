@@ -67,6 +67,24 @@ def cpu_per_gib(rs):
     return f"{med(v):.2f}" if v else "–"
 
 
+def per_gib(rs, field):
+    """Median of FIELD (CPU seconds) per GiB moved, or '–' when the run did not record it."""
+    v = [r[field] / (r["bytes"] / (1 << 30)) for r in rs if r.get(field) is not None and r.get("bytes")]
+    return f"{med(v):.2f}" if v else "–"
+
+
+def cores_busy(rs):
+    """Median CPU seconds of server, load client and store (where recorded) per wall second: how
+    many of the machine's cores the cell kept busy. Near the core count, the cell is bound by
+    CPU, and the CPU columns say whose."""
+    v = [
+        sum(r.get(f) or 0.0 for f in ("server_cpu_s", "client_cpu_s", "store_cpu_s")) / r["secs"]
+        for r in rs
+        if r.get("client_cpu_s") is not None and r.get("secs")
+    ]
+    return f"{med(v):.2f}" if v else "–"
+
+
 def size_label(size):
     return f"{size >> 20} MiB"
 
@@ -91,6 +109,12 @@ def blob_tables(results, section, goal):
         {(r["op"], r["size"], r["conc"], r.get("mode", "")) for r in rows(results, section)},
         key=lambda c: (c[0] != "push", c[3], c[1], c[2]),
     )
+    # Columns of the runs' other processes, when the results have them (since issue 38's
+    # fourth pass): the load client's CPU, SeaweedFS's, and the cores the three kept busy.
+    runs = [f"with {n}" for n in names]
+    section_rows = rows(results, section)
+    has_client = any(r.get("client_cpu_s") is not None for r in section_rows)
+    has_store = any(r.get("store_cpu_s") is not None for r in section_rows)
     for op in ("push", "pull"):
         lines.append(f"**{op.capitalize()}**" + (" (blobs pushed monolithically just before)" if op == "pull" else ""))
         lines.append("")
@@ -99,9 +123,13 @@ def blob_tables(results, section, goal):
             f"| ratio (ours / {main}, median MiB/s) | " + "".join(e + " | " for e in extra)
             + "blob | clients | mode | total | "
             + " | ".join(f"{n} MiB/s (min / median / max)" for n in names)
-            + " | server CPU s per GiB (" + " / ".join(names) + ") | peak RSS (" + " / ".join(names) + ") |"
+            + " | server CPU s per GiB (" + " / ".join(names) + ")"
+            + (" | load client CPU s per GiB (" + " / ".join(runs) + ")" if has_client else "")
+            + (" | SeaweedFS CPU s per GiB (" + " / ".join(runs) + ")" if has_store else "")
+            + (" | cores busy (" + " / ".join(runs) + ")" if has_client else "")
+            + " | peak RSS (" + " / ".join(names) + ") |"
         )
-        lines.append("|" + "---|" * (7 + len(extra) + len(names)))
+        lines.append("|" + "---|" * (7 + len(extra) + len(names) + 2 * has_client + has_store))
         for cop, size, conc, mode in cells:
             if cop != op:
                 continue
@@ -120,6 +148,9 @@ def blob_tables(results, section, goal):
                 + f" | {size_label(size)} | {conc} | {mode or '–'} | {total} MiB | "
                 + " | ".join(mmm([r["mib_s"] for r in by[x]]) for x in sides)
                 + " | " + " / ".join(cpu_per_gib(by[x]) for x in sides)
+                + (" | " + " / ".join(per_gib(by[x], "client_cpu_s") for x in sides) if has_client else "")
+                + (" | " + " / ".join(per_gib(by[x], "store_cpu_s") for x in sides) if has_store else "")
+                + (" | " + " / ".join(cores_busy(by[x]) for x in sides) if has_client else "")
                 + " | " + " / ".join(mib([r["rss_kib"] for r in by[x]]) for x in sides) + " |"
             )
         lines.append("")
@@ -224,7 +255,11 @@ def main():
         "server's `VmHWM`, reset before each operation (`/proc/PID/clear_refs`), largest over "
         "the runs. Server CPU is the server process's user + system time during the operation "
         "(`/proc/PID/stat`), per GiB moved: the cost that scales, whoever's client limits the "
-        f"wall time. Ratio = ours / {main_peer} (the main peer; distribution 2.8 in its own "
+        "wall time. Beside it, where recorded: the load client's own CPU per GiB in the same "
+        "run (`clock_gettime(CLOCK_PROCESS_CPUTIME_ID)`), SeaweedFS's (its one `weed server` "
+        "process) in the S3 cells, and the cores the three kept busy (their CPU seconds per wall "
+        "second; the machine has "
+        f"{machine.get('cores', '?')}): a cell near that is bound by CPU, and the columns say whose. Ratio = ours / {main_peer} (the main peer; distribution 2.8 in its own "
         "column), higher is better for us."
     )
     L.append("")
@@ -260,6 +295,9 @@ def main():
                 + f" | {client} | {o[0]['bytes'] >> 20} MiB | "
                 + " | ".join(mmm([r["secs"] for r in by[x]], "{:.2f}") for x in sides)
                 + " | " + " / ".join(cpu_per_gib(by[x]) for x in sides)
+                + (" | " + " / ".join(per_gib(by[x], "client_cpu_s") for x in sides) if has_client else "")
+                + (" | " + " / ".join(per_gib(by[x], "store_cpu_s") for x in sides) if has_store else "")
+                + (" | " + " / ".join(cores_busy(by[x]) for x in sides) if has_client else "")
                 + " | " + " / ".join(mib([r["rss_kib"] for r in by[x]]) for x in sides) + " |"
             )
         L.append("")

@@ -109,11 +109,13 @@ BENCH="${BENCH_BIN:-$ROOT/target/release/rd-bench}"
 
 # --- helpers (servers, ports and peak RSS are in bench/lib.sh) ---------------------------------
 
-# record SECTION SERVER RUN RSS_KIB JSON [CPU_SECS]: CPU_SECS is the server's CPU time for the
-# operation (cpu_secs after minus before).
+# record SECTION SERVER RUN RSS_KIB JSON [CPU_SECS [STORE_CPU_SECS]]: CPU_SECS is the server's
+# CPU time for the operation (cpu_secs after minus before), STORE_CPU_SECS SeaweedFS's (the one
+# `weed server` process) in the s3 cells. The load client reports its own (client_cpu_s).
 record() {
 	jq -c --arg s "$1" --arg v "$2" --argjson r "$3" --argjson rss "${4:-null}" --argjson cpu "${6:-null}" \
-		'. + {section: $s, server: $v, run: $r, rss_kib: $rss, server_cpu_s: $cpu}' <<< "$5" >> "$RESULTS"
+		--argjson store "${7:-null}" \
+		'. + {section: $s, server: $v, run: $r, rss_kib: $rss, server_cpu_s: $cpu, store_cpu_s: $store}' <<< "$5" >> "$RESULTS"
 }
 # cpu_since PID START: the CPU seconds PID used since cpu_secs printed START.
 cpu_since() { echo "$(cpu_secs "$1") - $2" | bc -l; }
@@ -303,14 +305,14 @@ for size in $S3_SIZES; do
 				s3_server "$srv" "$S3URL" "$b" "$port"
 				pid=$STARTED_PID
 				url="http://127.0.0.1:$port"
-				c0=$(cpu_secs "$pid")
+				c0=$(cpu_secs "$pid"); w0=$(cpu_secs "$WEED_PID")
 				r=$("$BENCH" push --url "$url" --repo bench/blobs --size $((size * MiB)) \
 					--total "$S3_TOTAL" --conc "$conc" --mode mono --seed "$seed" --digests "$WORK/digests")
-				record s3 "$srv" "$run" "$(hwm "$pid")" "$r" "$(cpu_since "$pid" "$c0")"
+				record s3 "$srv" "$run" "$(hwm "$pid")" "$r" "$(cpu_since "$pid" "$c0")" "$(cpu_since "$WEED_PID" "$w0")"
 				reset_hwm "$pid"
-				c0=$(cpu_secs "$pid")
+				c0=$(cpu_secs "$pid"); w0=$(cpu_secs "$WEED_PID")
 				r=$("$BENCH" pull --url "$url" --repo bench/blobs --digests "$WORK/digests" --conc "$conc")
-				record s3 "$srv" "$run" "$(hwm "$pid")" "$r" "$(cpu_since "$pid" "$c0")"
+				record s3 "$srv" "$run" "$(hwm "$pid")" "$r" "$(cpu_since "$pid" "$c0")" "$(cpu_since "$WEED_PID" "$w0")"
 				stop_pid "$pid"
 				bucket_drop "$b"
 			done
@@ -328,10 +330,10 @@ want push && for conc in 1 4; do
 			port=$(free_port)
 			s3_server "$srv" "$S3URL" "$b" "$port"
 			pid=$STARTED_PID
-			c0=$(cpu_secs "$pid")
+			c0=$(cpu_secs "$pid"); w0=$(cpu_secs "$WEED_PID")
 			r=$("$BENCH" push --url "http://127.0.0.1:$port" --repo bench/blobs --size "$PUSH_SIZE" \
 				--total "$PUSH_TOTAL" --conc "$conc" --mode stream --seed "$seed" --digests "$WORK/digests")
-			record s3 "$srv" "$run" "$(hwm "$pid")" "$r" "$(cpu_since "$pid" "$c0")"
+			record s3 "$srv" "$run" "$(hwm "$pid")" "$r" "$(cpu_since "$pid" "$c0")" "$(cpu_since "$WEED_PID" "$w0")"
 			stop_pid "$pid"
 			bucket_drop "$b"
 		done

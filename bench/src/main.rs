@@ -389,6 +389,7 @@ async fn push(a: PushArgs) -> anyhow::Result<serde_json::Value> {
     let jobs = Arc::new((specs, digests.clone()));
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
+    let cpu0 = process_cpu_secs();
     let mut tasks = Vec::new();
     for _ in 0..a.conc {
         let (c, url, repo, jobs, next) = (
@@ -412,6 +413,7 @@ async fn push(a: PushArgs) -> anyhow::Result<serde_json::Value> {
         t.await??;
     }
     let secs = started.elapsed().as_secs_f64();
+    let client_cpu_s = process_cpu_secs() - cpu0;
     let lines: String = digests
         .iter()
         .map(|d| format!("{d} {}\n", a.size))
@@ -422,7 +424,7 @@ async fn push(a: PushArgs) -> anyhow::Result<serde_json::Value> {
     Ok(json!({
         "op": "push", "mode": format!("{:?}", a.mode).to_lowercase(), "size": a.size,
         "conc": a.conc, "blobs": count, "bytes": bytes, "chunk": chunk, "secs": secs,
-        "mib_s": bytes as f64 / secs / 1048576.0,
+        "mib_s": bytes as f64 / secs / 1048576.0, "client_cpu_s": client_cpu_s,
     }))
 }
 
@@ -439,6 +441,7 @@ async fn pull(a: PullArgs) -> anyhow::Result<serde_json::Value> {
     let blobs = Arc::new(blobs);
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
+    let cpu0 = process_cpu_secs();
     let mut tasks = Vec::new();
     for _ in 0..a.conc.max(1) {
         let (c, url, repo, blobs, next) = (
@@ -475,10 +478,11 @@ async fn pull(a: PullArgs) -> anyhow::Result<serde_json::Value> {
         bytes += t.await??;
     }
     let secs = started.elapsed().as_secs_f64();
+    let client_cpu_s = process_cpu_secs() - cpu0;
     let size = blobs.first().map(|b| b.1).unwrap_or(0);
     Ok(json!({
         "op": "pull", "size": size, "conc": a.conc, "blobs": blobs.len(), "bytes": bytes,
-        "secs": secs, "mib_s": bytes as f64 / secs / 1048576.0,
+        "secs": secs, "mib_s": bytes as f64 / secs / 1048576.0, "client_cpu_s": client_cpu_s,
     }))
 }
 
@@ -607,6 +611,14 @@ fn hash(a: HashArgs) -> anyhow::Result<serde_json::Value> {
 /// CPU time (user and system) the calling thread has used, in seconds.
 fn thread_cpu_secs() -> f64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
+}
+
+/// CPU time (user and system) this process has used, all threads, in seconds: the load
+/// client's own cost in a push or pull cell, beside the server's (`bench/run.sh` reads that
+/// one from `/proc`), so a cell shows how the machine's cores were shared.
+fn process_cpu_secs() -> f64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
     t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
 }
 
