@@ -286,7 +286,7 @@ impl Client {
                     if resp.status().is_server_error()
                         || resp.status() == StatusCode::TOO_MANY_REQUESTS =>
                 {
-                    last = format!("status {}", resp.status());
+                    last = crate::session::transient_answer(resp).await;
                 }
                 Ok(resp) => return Err(Self::unexpected(loc, resp).await),
                 Err(e) => last = error_chain(&e),

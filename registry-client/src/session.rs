@@ -371,8 +371,8 @@ impl Client {
                 Ok(resp) => {
                     let st = resp.status();
                     if st.is_server_error() || st == StatusCode::TOO_MANY_REQUESTS {
-                        last = format!("status {st}");
-                        tracing::debug!(%url, attempt, status = %st, "transient answer, retrying");
+                        last = transient_answer(resp).await;
+                        tracing::debug!(%url, attempt, answer = %last, "transient answer, retrying");
                         continue;
                     }
                     return Ok(resp);
@@ -399,25 +399,7 @@ impl Client {
     /// Turns an unexpected answer into an error (reads a bounded body for the OCI code).
     pub(crate) async fn unexpected(url: &Url, resp: reqwest::Response) -> ClientError {
         let status = resp.status().as_u16();
-        let body = read_limited(resp, 64 << 10).await.unwrap_or_default();
-        let (code, message) = serde_json::from_slice::<serde_json::Value>(&body)
-            .ok()
-            .and_then(|v| {
-                let e = v.get("errors")?.get(0)?;
-                Some((
-                    e.get("code")?.as_str()?.to_owned(),
-                    e.get("message")
-                        .and_then(|m| m.as_str())
-                        .unwrap_or("")
-                        .to_owned(),
-                ))
-            })
-            .unwrap_or_else(|| {
-                (
-                    String::new(),
-                    String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned(),
-                )
-            });
+        let (code, message) = error_body(resp).await;
         if status == 404 {
             return ClientError::NotFound {
                 url: url.to_string(),
@@ -430,6 +412,49 @@ impl Client {
             code,
             message,
         }
+    }
+}
+
+/// The OCI error code and message of an error answer (the message followed by its `detail`
+/// when that is a string, as our registry puts the specifics there), or no code and the start
+/// of the body when it is not an OCI error.
+pub(crate) async fn error_body(resp: reqwest::Response) -> (String, String) {
+    let body = read_limited(resp, 64 << 10).await.unwrap_or_default();
+    serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| {
+            let e = v.get("errors")?.get(0)?;
+            let mut message = e
+                .get("message")
+                .and_then(|m| m.as_str())
+                .unwrap_or("")
+                .to_owned();
+            if let Some(detail) = e.get("detail").and_then(|d| d.as_str()) {
+                if !message.is_empty() {
+                    message.push_str(": ");
+                }
+                message.push_str(detail);
+            }
+            Some((e.get("code")?.as_str()?.to_owned(), message))
+        })
+        .unwrap_or_else(|| {
+            (
+                String::new(),
+                String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned(),
+            )
+        })
+}
+
+/// What a transient error answer said, for the error a client sees once the retries are
+/// spent: "status 503 Service Unavailable: UNAVAILABLE: …".
+pub(crate) async fn transient_answer(resp: reqwest::Response) -> String {
+    let status = resp.status();
+    match error_body(resp).await {
+        (code, message) if !code.is_empty() => format!("status {status}: {code}: {message}"),
+        (_, excerpt) if !excerpt.trim().is_empty() => {
+            format!("status {status}: {}", excerpt.trim())
+        }
+        _ => format!("status {status}"),
     }
 }
 

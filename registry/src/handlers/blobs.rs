@@ -81,7 +81,7 @@ pub(crate) async fn get(req: Req, digest: &str) -> ApiResult<Response> {
     if !req.head
         && let Some(redirect) = req.state.app().config.blob_redirect.clone()
     {
-        let url = store_location(&redirect, &name, &d, linked_size).await?;
+        let url = store_location(&redirect, repos, &name, &d, linked_size).await?;
         let event = req.event(Action::Pull, "GET");
         if event.wanted() {
             event
@@ -99,15 +99,7 @@ pub(crate) async fn get(req: Req, digest: &str) -> ApiResult<Response> {
             .body(Body::empty())
             .map_err(ApiError::internal);
     }
-    let Some(meta) = linked_blob_stat(repos, &name, &d).await? else {
-        // A HEAD is how a client asks before it pushes: a 404 has it upload the bytes again,
-        // which repairs a blob whose bytes were lost. A GET is a pull, which a 404 would end.
-        return Err(if req.head {
-            unknown()
-        } else {
-            linked_bytes_unreadable(&name, &d)
-        });
-    };
+    let meta = linked_blob_stat(repos, &name, &d, req.head).await?;
     // Free to check (both were read anyway): bytes of another size than was pushed are
     // corrupt, and are never served. Same-size damage is scrub's to find (see `crate::scrub`).
     if meta.size != linked_size {
@@ -158,17 +150,17 @@ pub(crate) async fn get(req: Req, digest: &str) -> ApiResult<Response> {
 /// `307 Temporary Redirect` (`s3_redirect`) after the same checks as a GET the registry
 /// answers itself: the caller may pull (the request got here), `name` links the blob, and the
 /// stored bytes have the pushed size. The client sends its `Range`, if any, to the URL, and
-/// the store answers it. A miss is read again, and answered, as in [`linked_blob_stat`].
+/// the store answers it. Missing bytes are handled as in [`linked_blob_stat`].
 #[cfg(feature = "s3")]
 async fn store_location(
     redirect: &crate::storage::BlobRedirect,
+    repos: &crate::repo::Repos,
     name: &Name,
     d: &Digest,
     linked_size: u64,
 ) -> ApiResult<String> {
     let key = layout::blob_data(d);
-    let mut waits = REREAD_WAITS_MS.iter();
-    loop {
+    for miss in 0.. {
         match redirect.location(&key).await {
             Ok((meta, url)) => {
                 if meta.size != linked_size {
@@ -183,54 +175,89 @@ async fn store_location(
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(e.into()),
         }
-        let Some(wait_ms) = waits.next() else {
-            return Err(linked_bytes_unreadable(name, d));
-        };
-        tracing::warn!(digest = %d, repository = %name, "a linked blob's bytes were not found; reading again");
-        tokio::time::sleep(std::time::Duration::from_millis(*wait_ms)).await;
+        if let Some(e) = bytes_missing(repos, name, d, false, miss).await? {
+            return Err(e);
+        }
     }
+    unreachable!("bytes_missing ends the loop")
 }
 
 /// How long a linked blob whose bytes read as missing waits before each read again: about
 /// 2.5 s in all.
 const REREAD_WAITS_MS: [u64; 4] = [100, 300, 700, 1400];
 
-/// The size of the bytes of a blob that `name` links. A link without bytes is no state the
-/// registry leaves behind (bytes are committed before they are linked; a collector removes the
-/// links before the bytes), so a miss here is read again for about 2.5 s before it counts:
-/// under filer faults SeaweedFS has answered 404 for committed content that the next reads
-/// found (`docs/s3.md`, "A seventh run failed"). `None` when the bytes are still missing
-/// after that; a GET then answers [`linked_bytes_unreadable`].
+/// The bytes of a blob that `name` links. The registry leaves a link without bytes behind in
+/// one case only: a scrub quarantined the bytes as corrupt, and its record says so; that blob
+/// is unknown until it is pushed again (404). Otherwise bytes are committed before they are
+/// linked and a collector removes the links before the bytes, so a miss is read again for
+/// about 2.5 s: under filer faults SeaweedFS has answered 404 for committed content that the
+/// next reads found (`docs/s3.md`, "A seventh run failed"). Bytes still missing after that
+/// are a store fault (a lagging or failing store, or bytes lost): a GET answers `503
+/// UNAVAILABLE` with `Retry-After`, which clients retry, where a 404 would tell them an
+/// acknowledged push is gone for good. A HEAD answers 404: clients HEAD a blob before they
+/// push it, and the upload that follows repairs lost bytes.
 async fn linked_blob_stat(
     repos: &crate::repo::Repos,
     name: &Name,
     d: &Digest,
-) -> ApiResult<Option<crate::storage::ObjectMeta>> {
-    let mut waits = REREAD_WAITS_MS.iter();
-    loop {
+    head: bool,
+) -> ApiResult<crate::storage::ObjectMeta> {
+    for miss in 0.. {
         if let Some(meta) = repos.blob_stat(d).await? {
-            return Ok(Some(meta));
+            return Ok(meta);
         }
-        let Some(wait_ms) = waits.next() else {
-            return Ok(None);
-        };
-        tracing::warn!(digest = %d, repository = %name, "a linked blob's bytes were not found; reading again");
-        tokio::time::sleep(std::time::Duration::from_millis(*wait_ms)).await;
+        if let Some(e) = bytes_missing(repos, name, d, head, miss).await? {
+            return Err(e);
+        }
     }
+    unreachable!("bytes_missing ends the loop")
 }
 
-/// The answer to a GET of a blob `name` links whose bytes the store still reports missing
-/// after the re-reads: `503 UNAVAILABLE` with `Retry-After`, not `404 BLOB_UNKNOWN`. The
-/// repository does hold the blob, so the fault is the store's (lagging or failing, or bytes
-/// lost, which scrub reports), and a 404 would tell a client that an acknowledged push is gone
-/// for good.
-fn linked_bytes_unreadable(name: &Name, d: &Digest) -> ApiError {
-    tracing::error!(digest = %d, repository = %name, "a linked blob's bytes are still not found after reading again; answered 503 (if this persists, run rdctl registry scrub)");
-    ApiError::new(
-        Code::Unavailable,
-        format!("blob {d} is in {name}, but the store did not find its bytes; try again later"),
-    )
-    .with_header(header::RETRY_AFTER, header::HeaderValue::from_static("2"))
+/// Miss number `miss` (from 0) of a linked blob's bytes (see [`linked_blob_stat`]): the error
+/// to answer with, or `None` after waiting to read again. The first miss checks for a scrub's
+/// quarantine record.
+async fn bytes_missing(
+    repos: &crate::repo::Repos,
+    name: &Name,
+    d: &Digest,
+    head: bool,
+    miss: usize,
+) -> ApiResult<Option<ApiError>> {
+    if miss == 0 {
+        match repos.store().stat(&layout::quarantine_record(d)).await {
+            Ok(_) => {
+                return Ok(Some(ApiError::new(
+                    Code::BlobUnknown,
+                    format!(
+                        "blob {d} is not in {name}: a scrub found its bytes corrupt and set them aside; push it again"
+                    ),
+                )));
+            }
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let Some(&wait_ms) = REREAD_WAITS_MS.get(miss) else {
+        if head {
+            return Ok(Some(ApiError::new(
+                Code::BlobUnknown,
+                format!("blob {d} is not in {name}"),
+            )));
+        }
+        tracing::error!(digest = %d, repository = %name, "a linked blob's bytes are still not found after reading again; answered 503 (if this persists, run rdctl registry scrub)");
+        return Ok(Some(
+            ApiError::new(
+                Code::Unavailable,
+                format!(
+                    "blob {d} is in {name}, but the store did not find its bytes; try again later"
+                ),
+            )
+            .with_header(header::RETRY_AFTER, header::HeaderValue::from_static("2")),
+        ));
+    };
+    tracing::warn!(digest = %d, repository = %name, "a linked blob's bytes were not found; reading again");
+    tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
+    Ok(None)
 }
 
 /// The event target of a blob (distribution gives blobs `application/octet-stream`).
