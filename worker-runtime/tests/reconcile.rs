@@ -370,7 +370,11 @@ async fn broken_images_create_nothing_name_the_blob_and_do_not_stop_others() {
         ("size", &size_layer, "expected"),
         // Bytes gone under a link are the store's fault: 503 after the registry's re-reads,
         // retried by the worker, then the registry's words in the error.
-        ("missing", &missing_layer, "the store did not find its bytes"),
+        (
+            "missing",
+            &missing_layer,
+            "the store did not find its bytes",
+        ),
     ] {
         let st = node.status(zone);
         assert_eq!(st.phase, Phase::Failed, "{zone}");

@@ -52,6 +52,9 @@ struct Inner {
     /// `stat` answers "unchanged" without reading and hashing the document. Only files last
     /// changed more than [`RACY_MARGIN`] before the read are remembered (see there).
     versions: std::sync::Mutex<std::collections::HashMap<Key, (FileId, Etag)>>,
+    /// When a staging write last took too long on an async worker (see `writer.rs`), for
+    /// every writer of the store to write on blocking threads for a while.
+    slow_writes: writer::SlowWrites,
 }
 
 /// What identifies one version of a document file (see `Inner::versions`).
@@ -106,6 +109,7 @@ impl FsStore {
             inner: Arc::new(Inner {
                 root,
                 versions: Default::default(),
+                slow_writes: Default::default(),
             }),
         })
     }

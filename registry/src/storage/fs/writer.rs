@@ -29,6 +29,29 @@ const WRITE_BATCH: usize = 256 << 10;
 /// runs, so they go to the blocking pool from then on.
 const SLOW_INLINE_WRITE: std::time::Duration = std::time::Duration::from_millis(4);
 
+/// How long every writer of a store writes on blocking threads after one write was slow on an
+/// async worker: a disk that throttled one upload is likely to throttle the others, and each
+/// would otherwise stall its worker once before it learns.
+const SLOW_WRITE_COOLDOWN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// When a store's staging write was last slow on an async worker (see [`SLOW_INLINE_WRITE`]).
+#[derive(Debug, Default)]
+pub(super) struct SlowWrites(std::sync::Mutex<Option<std::time::Instant>>);
+
+impl SlowWrites {
+    fn record(&self, at: std::time::Instant) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(at);
+    }
+
+    /// Whether writes may run on async workers now (no slow write in the cooldown).
+    fn inline_allowed(&self) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none_or(|at| at.elapsed() >= SLOW_WRITE_COOLDOWN)
+    }
+}
+
 /// A write of a full batch running on a blocking thread; it hands the buffer back for reuse.
 type BatchWrite = tokio::task::JoinHandle<(Vec<u8>, io::Result<()>)>;
 
@@ -44,8 +67,9 @@ type BatchWrite = tokio::task::JoinHandle<(Vec<u8>, io::Result<()>)>;
 /// the server from 1.90 to 1.65 CPU seconds per GiB and from 725 to 871 MiB/s, where a write
 /// on a blocking thread overlapping the next batch's receiving did not pay for its thread
 /// hops. Once one write takes longer than [`SLOW_INLINE_WRITE`], the writer's later batches go
-/// to a blocking thread, written while the next one fills, so a throttled or slow disk stalls
-/// one write's worth of other requests at most. A failed write poisons the writer: every later
+/// to a blocking thread, written while the next one fills, and so do every other writer's of
+/// the store for [`SLOW_WRITE_COOLDOWN`]: a throttled or slow disk stalls a worker for one
+/// write, not once per upload. A failed write poisons the writer: every later
 /// call fails, and the upload code never records an offset past the bytes known to be written.
 pub(super) struct FsWriter {
     inner: Arc<Inner>,
@@ -112,7 +136,7 @@ impl FsWriter {
         if self.buf.is_empty() {
             return Poll::Ready(Ok(()));
         }
-        if self.inline {
+        if self.inline && self.inner.slow_writes.inline_allowed() {
             use std::os::unix::fs::FileExt as _;
             let started = std::time::Instant::now();
             if let Err(e) = self.file.write_all_at(&self.buf, self.at) {
@@ -123,8 +147,9 @@ impl FsWriter {
             self.buf.clear();
             let took = started.elapsed();
             if took > SLOW_INLINE_WRITE {
-                tracing::debug!(key = %self.key, ?took, "a staging write was slow; the upload's later writes go to blocking threads");
+                tracing::debug!(key = %self.key, ?took, "a staging write was slow; this upload's later writes, and every upload's for a while, go to blocking threads");
                 self.inline = false;
+                self.inner.slow_writes.record(started + took);
             }
             return Poll::Ready(Ok(()));
         }
@@ -391,6 +416,20 @@ mod tests {
         let mut w = FsWriter::new(store.inner.clone(), key.clone(), path, file, 0);
         w.inline = false;
         odd_frames_keep_every_byte_in_order(&store, &key, Box::new(w)).await;
+    }
+
+    #[test]
+    fn a_slow_write_sends_the_stores_writes_to_blocking_threads_for_a_while() {
+        let slow = SlowWrites::default();
+        assert!(slow.inline_allowed());
+        slow.record(std::time::Instant::now());
+        assert!(!slow.inline_allowed());
+        if let Some(long_ago) = std::time::Instant::now()
+            .checked_sub(SLOW_WRITE_COOLDOWN + std::time::Duration::from_secs(1))
+        {
+            slow.record(long_ago);
+            assert!(slow.inline_allowed());
+        }
     }
 
     #[tokio::test]
