@@ -120,6 +120,8 @@ hwm() { awk '/VmHWM/{print $2}' "/proc/$1/status"; }
 cpu_secs() {
 	awk -v hz="$(getconf CLK_TCK)" '{ split($0, a, ") "); split(a[2], f, " "); printf "%.3f", (f[12] + f[13]) / hz }' "/proc/$1/stat"
 }
+# cpu_since PID START: the CPU seconds PID used since cpu_secs printed START.
+cpu_since() { echo "$(cpu_secs "$1") - $2" | bc -l; }
 # Resets the peak RSS counter (VmHWM) of a process we started.
 reset_hwm() { echo 5 > "/proc/$1/clear_refs"; }
 

@@ -117,8 +117,6 @@ record() {
 		--argjson store "${7:-null}" \
 		'. + {section: $s, server: $v, run: $r, rss_kib: $rss, server_cpu_s: $cpu, store_cpu_s: $store}' <<< "$5" >> "$RESULTS"
 }
-# cpu_since PID START: the CPU seconds PID used since cpu_secs printed START.
-cpu_since() { echo "$(cpu_secs "$1") - $2" | bc -l; }
 
 # --- fs: blob push and pull ------------------------------------------------------------------
 seed=0
