@@ -142,32 +142,32 @@ fs_server() { # server dir port ; sets STARTED_PID
 	fi
 }
 
-# weed_start: one `weed server -s3` in $WORK/weed; sets WEED_PID, S3URL, WM (master port) and
-# WF (filer port).
+# weed_start: one `weed server -s3` in $WORK/weed; sets WEED_PID, S3URL, WS (its S3 port), WM
+# (master port) and WF (filer port).
 weed_start() {
 	local wdir="$WORK/weed" i
 	mkdir -p "$wdir"
 	# As s3-fixtures/src/seaweed.rs: 2 volumes per new collection (each bucket is one), many
 	# small volumes allowed, no telemetry, no Iceberg/Lance listeners.
 	printf '[master.volume_growth]\ncopy_1 = 2\ncopy_2 = 2\ncopy_3 = 1\ncopy_other = 1\n' > "$wdir/master.toml"
-	WM=$(wport); local wv; wv=$(wport); WF=$(wport); local ws; ws=$(wport)
+	WM=$(wport); local wv; wv=$(wport); WF=$(wport); WS=$(wport)
 	(cd "$wdir" && exec env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY "$WEED" server -dir="$wdir" \
 		-ip=127.0.0.1 -ip.bind=127.0.0.1 \
 		-master.port="$WM" -master.port.grpc=$((WM + 10000)) \
 		-volume.port="$wv" -volume.port.grpc=$((wv + 10000)) \
 		-filer.port="$WF" -filer.port.grpc=$((WF + 10000)) -filer.localSocket="$wdir/filer.sock" \
-		-s3 -s3.port="$ws" -s3.port.grpc=$((ws + 10000)) -s3.port.iceberg=0 -s3.port.lance=0 \
+		-s3 -s3.port="$WS" -s3.port.grpc=$((WS + 10000)) -s3.port.iceberg=0 -s3.port.lance=0 \
 		-master.telemetry=false -volume.max=2000 -master.volumeSizeLimitMB=64 -volume.preStopSeconds=0 \
 		-volume.minFreeSpace=256MiB \
 		> "$WORK/weed.log" 2>&1) &
 	WEED_PID=$!
 	PIDS+=("$WEED_PID")
 	for i in $(seq 450); do
-		[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$ws/healthz")" = 200 ] && break
+		[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$WS/healthz")" = 200 ] && break
 		[ "$i" = 450 ] && { echo "$(basename "$0"): SeaweedFS did not start" >&2; tail -30 "$WORK/weed.log" >&2; exit 1; }
 		sleep 0.2
 	done
-	S3URL="http://127.0.0.1:$ws"
+	S3URL="http://127.0.0.1:$WS"
 }
 wport() { # a port whose +10000 (gRPC) is free too
 	local p

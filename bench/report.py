@@ -295,9 +295,6 @@ def main():
                 + f" | {client} | {o[0]['bytes'] >> 20} MiB | "
                 + " | ".join(mmm([r["secs"] for r in by[x]], "{:.2f}") for x in sides)
                 + " | " + " / ".join(cpu_per_gib(by[x]) for x in sides)
-                + (" | " + " / ".join(per_gib(by[x], "client_cpu_s") for x in sides) if has_client else "")
-                + (" | " + " / ".join(per_gib(by[x], "store_cpu_s") for x in sides) if has_store else "")
-                + (" | " + " / ".join(cores_busy(by[x]) for x in sides) if has_client else "")
                 + " | " + " / ".join(mib([r["rss_kib"] for r in by[x]]) for x in sides) + " |"
             )
         L.append("")
