@@ -118,6 +118,7 @@ impl S3Store {
                 part_size: config.part_size.max(MIN_PART_SIZE),
                 instance: uuid::Uuid::new_v4().as_simple().to_string(),
                 live: Mutex::new(HashSet::new()),
+                ahead_parts: Arc::new(tokio::sync::Semaphore::new(super::AHEAD_PARTS)),
             }),
         }
     }

@@ -107,7 +107,15 @@ struct Inner {
     instance: String,
     /// Claims whose writer is alive in this process.
     live: Mutex<HashSet<String>>,
+    /// Permits for a writer to fill a second part while its last one uploads (see
+    /// `S3Writer::ahead`): [`AHEAD_PARTS`] across the process, so memory stays bounded however
+    /// many uploads run.
+    ahead_parts: Arc<tokio::sync::Semaphore>,
 }
+
+/// How many uploads at once may fill a part ahead while the previous one uploads: each holds one
+/// more part in memory (5 MiB by default), 80 MiB in all at the default part size.
+const AHEAD_PARTS: usize = 16;
 
 fn now_secs() -> u64 {
     SystemTime::now()
@@ -312,6 +320,8 @@ impl Store for S3Store {
                 written: core.size(),
                 core: Some(core),
                 pending: None,
+                ahead: Vec::new(),
+                ahead_permit: None,
                 claim: ClaimGuard {
                     inner: inner.clone(),
                     id: claim.id,

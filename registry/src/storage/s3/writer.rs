@@ -139,8 +139,8 @@ impl Core {
     }
 
     /// Uploads the tail and buffer as one full part. Without tail segments the buffer itself
-    /// is the part body (see `gather`), so an upload holds at most one part in memory: the
-    /// buffer being filled or the part being sent, never both (writes wait for the part).
+    /// is the part body (see `gather`): the part being sent is the only copy, and an upload
+    /// holds one part in memory, or two while it fills one ahead (see [`S3Writer`]).
     /// The same allocation is filled again for the next part: a fresh one per part left the
     /// allocator holding freed parts, about 50% more memory at 64 concurrent uploads.
     pub(super) async fn flush_part(&mut self) -> StoreResult<()> {
@@ -302,20 +302,38 @@ impl Core {
 pub(super) type PartFuture = BoxFuture<'static, (Core, StoreResult<()>)>;
 
 /// A writer on a staging area: bytes collect in memory up to one part, then go to S3.
+///
+/// While a part uploads, the writer may fill the next one (`ahead`) if it holds one of the
+/// process's [`AHEAD_PARTS`] permits, so a single upload keeps SeaweedFS (or S3) busy while its
+/// client sends; without a permit, writes wait for the part as they always did. The permit and
+/// the second buffer stay with the writer until it goes (one request).
 pub(super) struct S3Writer {
     pub(super) core: Option<Core>,
-    /// Bytes in the stream so far, including those in a running part upload.
+    /// Bytes in the stream so far, including those in a running part upload and in `ahead`.
     pub(super) written: u64,
     pub(super) pending: Option<PartFuture>,
+    /// Bytes after the uploading part (at most a part), moved into the core's buffer when the
+    /// upload is done.
+    pub(super) ahead: Vec<u8>,
+    pub(super) ahead_permit: Option<tokio::sync::OwnedSemaphorePermit>,
     pub(super) claim: ClaimGuard,
 }
 
 impl S3Writer {
-    /// Drives a running part upload to its end.
+    /// Drives a running part upload to its end; the bytes gathered ahead then become the
+    /// core's buffer.
     pub(super) fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if let Some(f) = &mut self.pending {
-            let (core, r) = std::task::ready!(f.as_mut().poll(cx));
+            let (mut core, r) = std::task::ready!(f.as_mut().poll(cx));
             self.pending = None;
+            if r.is_ok() {
+                take_ahead(&mut core, &mut self.ahead);
+            } else {
+                // The failed part's bytes are back in the core's buffer; the ones after it are
+                // dropped (the caller sees the error and records no offset past the failure).
+                self.written -= self.ahead.len() as u64;
+                self.ahead.clear();
+            }
             self.core = Some(core);
             r.map_err(io::Error::other)?;
         }
@@ -324,6 +342,59 @@ impl S3Writer {
 
     pub(super) fn take_core(&mut self) -> Core {
         self.core.take().expect("no part upload is running")
+    }
+
+    /// Starts uploading the core's full buffer as a part; its result is picked up by the next
+    /// call of [`S3Writer::poll_pending`].
+    fn start_part(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut core = self.take_core();
+        self.pending = Some(Box::pin(async move {
+            let r = core.flush_part().await;
+            (core, r)
+        }));
+        match self.poll_pending(cx) {
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            _ => Poll::Ready(Ok(())),
+        }
+    }
+
+    /// While a part uploads: takes what fits of `data` into the part ahead, if this writer has
+    /// (or now gets) a permit; `Pending` when it has none or the part ahead is full.
+    fn write_ahead(&mut self, data: &[u8]) -> Poll<io::Result<usize>> {
+        let part = self.claim.inner.part_size as usize;
+        if self.ahead_permit.is_none() {
+            self.ahead_permit = self
+                .claim
+                .inner
+                .ahead_parts
+                .clone()
+                .try_acquire_owned()
+                .ok();
+        }
+        if self.ahead_permit.is_none() || self.ahead.len() >= part {
+            return Poll::Pending;
+        }
+        if self.ahead.capacity() == 0 {
+            self.ahead.reserve_exact(part);
+        }
+        let n = (part - self.ahead.len()).min(data.len());
+        self.ahead.extend_from_slice(&data[..n]);
+        self.written += n as u64;
+        Poll::Ready(Ok(n))
+    }
+}
+
+/// Moves the bytes gathered ahead into the core's buffer, which a finished part upload left
+/// empty (the swap keeps both allocations for the next parts).
+fn take_ahead(core: &mut Core, ahead: &mut Vec<u8>) {
+    if ahead.is_empty() {
+        return;
+    }
+    if core.buf.is_empty() {
+        std::mem::swap(&mut core.buf, ahead);
+    } else {
+        core.buf.extend_from_slice(ahead);
+        ahead.clear();
     }
 }
 
@@ -334,7 +405,19 @@ impl AsyncWrite for S3Writer {
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        std::task::ready!(this.poll_pending(cx))?;
+        loop {
+            match this.poll_pending(cx) {
+                Poll::Ready(r) => r?,
+                // The waker is registered with the upload: a `Pending` here ends when it does.
+                Poll::Pending => return this.write_ahead(data),
+            }
+            if this.core.as_ref().expect("core is back").room() == 0 {
+                // The part gathered ahead is full: upload it before taking more.
+                std::task::ready!(this.start_part(cx))?;
+                continue;
+            }
+            break;
+        }
         let core = this.core.as_mut().expect("core is back");
         let n = core.room().min(data.len());
         if core.buf.capacity() == 0 {
@@ -345,15 +428,8 @@ impl AsyncWrite for S3Writer {
         core.buf.extend_from_slice(&data[..n]);
         this.written += n as u64;
         if core.room() == 0 {
-            let mut core = this.take_core();
-            this.pending = Some(Box::pin(async move {
-                let r = core.flush_part().await;
-                (core, r)
-            }));
             // Start the upload now; its result is picked up by the next call.
-            if let Poll::Ready(Err(e)) = this.poll_pending(cx) {
-                return Poll::Ready(Err(e));
-            }
+            std::task::ready!(this.start_part(cx))?;
         }
         Poll::Ready(Ok(n))
     }
@@ -369,14 +445,23 @@ impl AsyncWrite for S3Writer {
 }
 
 impl S3Writer {
+    /// Waits for the running part upload and returns the core with every accepted byte in
+    /// it: uploaded, or in its buffer (the part gathered ahead included).
     pub(super) async fn settle(mut self: Box<Self>) -> StoreResult<(Core, ClaimGuard)> {
         if let Some(f) = self.pending.take() {
             let (core, r) = f.await;
             self.core = Some(core);
             r?;
         }
-        let S3Writer { core, claim, .. } = *self;
-        Ok((core.expect("core is back"), claim))
+        let S3Writer {
+            core,
+            mut ahead,
+            claim,
+            ..
+        } = *self;
+        let mut core = core.expect("core is back");
+        take_ahead(&mut core, &mut ahead);
+        Ok((core, claim))
     }
 }
 
