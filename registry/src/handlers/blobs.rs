@@ -160,7 +160,8 @@ async fn store_location(
     linked_size: u64,
 ) -> ApiResult<String> {
     let key = layout::blob_data(d);
-    for miss in 0.. {
+    let mut miss = 0;
+    loop {
         match redirect.location(&key).await {
             Ok((meta, url)) => {
                 if meta.size != linked_size {
@@ -178,8 +179,8 @@ async fn store_location(
         if let Some(e) = bytes_missing(repos, name, d, false, miss).await? {
             return Err(e);
         }
+        miss += 1;
     }
-    unreachable!("bytes_missing ends the loop")
 }
 
 /// How long a linked blob whose bytes read as missing waits before each read again: about
@@ -202,15 +203,16 @@ async fn linked_blob_stat(
     d: &Digest,
     head: bool,
 ) -> ApiResult<crate::storage::ObjectMeta> {
-    for miss in 0.. {
+    let mut miss = 0;
+    loop {
         if let Some(meta) = repos.blob_stat(d).await? {
             return Ok(meta);
         }
         if let Some(e) = bytes_missing(repos, name, d, head, miss).await? {
             return Err(e);
         }
+        miss += 1;
     }
-    unreachable!("bytes_missing ends the loop")
 }
 
 /// Miss number `miss` (from 0) of a linked blob's bytes (see [`linked_blob_stat`]): the error

@@ -404,18 +404,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = FsStore::open(dir.path()).unwrap();
         let key = Key::new("uploads/d/data").unwrap();
-        let path = store.inner.path(&key);
-        fs::create_dir_all(path.parent().unwrap()).unwrap();
-        let file = fs::OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .read(true)
-            .write(true)
-            .open(&path)
-            .unwrap();
-        let mut w = FsWriter::new(store.inner.clone(), key.clone(), path, file, 0);
-        w.inline = false;
-        odd_frames_keep_every_byte_in_order(&store, &key, Box::new(w)).await;
+        // A slow write a moment ago: the store's writers use blocking threads for a while.
+        store.inner.slow_writes.record(std::time::Instant::now());
+        let w = store.writer(&key, None).await.unwrap();
+        odd_frames_keep_every_byte_in_order(&store, &key, w).await;
     }
 
     #[test]

@@ -345,16 +345,16 @@ impl S3Writer {
     }
 
     /// Starts uploading the core's full buffer as a part; its result is picked up by the next
-    /// call of [`S3Writer::poll_pending`].
-    fn start_part(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    /// call of [`S3Writer::poll_pending`] (an error already here is returned).
+    fn start_part(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
         let mut core = self.take_core();
         self.pending = Some(Box::pin(async move {
             let r = core.flush_part().await;
             (core, r)
         }));
         match self.poll_pending(cx) {
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            _ => Poll::Ready(Ok(())),
+            Poll::Ready(Err(e)) => Err(e),
+            _ => Ok(()),
         }
     }
 
@@ -413,7 +413,7 @@ impl AsyncWrite for S3Writer {
             }
             if this.core.as_ref().expect("core is back").room() == 0 {
                 // The part gathered ahead is full: upload it before taking more.
-                std::task::ready!(this.start_part(cx))?;
+                this.start_part(cx)?;
                 continue;
             }
             break;
@@ -429,7 +429,7 @@ impl AsyncWrite for S3Writer {
         this.written += n as u64;
         if core.room() == 0 {
             // Start the upload now; its result is picked up by the next call.
-            std::task::ready!(this.start_part(cx))?;
+            this.start_part(cx)?;
         }
         Poll::Ready(Ok(n))
     }
