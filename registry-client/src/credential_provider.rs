@@ -355,6 +355,25 @@ fn drain(pipe: Option<impl std::io::Read + Send + 'static>) -> std::thread::Join
     })
 }
 
+/// Starts `command`, trying again for a moment while its file is busy.
+///
+/// Linux refuses to exec a file that some process holds open for writing (ETXTBSY). A plugin
+/// just installed or rewritten is held so briefly, and so is any file written by a process
+/// that forks elsewhere at that moment: the child inherits the writer's descriptor until it
+/// execs. Both pass within milliseconds, so the spawn is tried again for about 300 ms.
+fn spawn(command: &mut Command) -> std::io::Result<std::process::Child> {
+    let mut waits = [5u64, 10, 20, 40, 75, 150].into_iter();
+    loop {
+        match command.spawn() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => match waits.next() {
+                Some(ms) => std::thread::sleep(Duration::from_millis(ms)),
+                None => return Err(e),
+            },
+            other => return other,
+        }
+    }
+}
+
 /// Runs the plugin for `image` on `host`, killing it after `timeout`.
 fn run(
     p: &CredentialProvider,
@@ -372,13 +391,14 @@ fn run(
         "kind": "CredentialProviderRequest",
         "image": image,
     });
-    let mut child = Command::new(&p.command)
+    let mut command = Command::new(&p.command);
+    command
         .args(&p.args)
         .envs(p.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
+        .stderr(Stdio::piped());
+    let mut child = spawn(&mut command)
         .map_err(|e| fail(format!("cannot run {}: {e}", p.command.display())))?;
     let stdout = drain(child.stdout.take());
     let stderr = drain(child.stderr.take());
@@ -574,6 +594,28 @@ pub(crate) mod tests {
             .get("reg.example", "reg.example/apps/web")
             .unwrap();
         assert_eq!(requests(&dir).len(), 3);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_plugin_whose_file_is_still_open_for_writing_runs_once_it_is_closed() {
+        let dir = scratch("busy");
+        let p = plugin(&dir, "0", "0s");
+        // Hold the script open for writing, as an installer (or a process forked while it
+        // was written) does, and close it 60 ms later: exec fails with ETXTBSY until then.
+        let writer = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&p.command)
+            .unwrap();
+        let closer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(60));
+            drop(writer);
+        });
+        let c = Providers::new(vec![p]).get("reg.example", "reg.example/apps/web");
+        closer.join().unwrap();
+        let (c, name) = c.unwrap().expect("a credential");
+        assert_eq!(name, "plugin");
+        assert!(matches!(c, Credential::Basic { username, .. } if username == "user"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
