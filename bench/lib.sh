@@ -45,7 +45,7 @@ STARTED_PID=""
 start_ours() {
 	local name=$1 port=$2
 	shift 2
-	RDCTL_LOG=warn "$RDCTL" registry serve --listen "127.0.0.1:$port" "$@" >> "$WORK/$name.log" 2>&1 &
+	RDCTL_LOG=${RDCTL_LOG:-warn} "$RDCTL" registry serve --listen "127.0.0.1:$port" "$@" >> "$WORK/$name.log" 2>&1 &
 	STARTED_PID=$!
 	PIDS+=("$STARTED_PID")
 	wait_http "http://127.0.0.1:$port/v2/"
@@ -204,4 +204,56 @@ s3_server() { # server endpoint bucket port ; sets STARTED_PID
     secure: false
     v4auth: true"
 	fi
+}
+
+# make_image DIR LAYER_MIB: an OCI layout of two incompressible gzip layers, tagged `bench`;
+# prints its bytes. Made once per run of a script and not timed (bench/run.sh, bench/profile.sh).
+# Gzip, not the uncompressed tar media type: skopeo (containers/image) compresses an
+# uncompressed layer itself on its way to a registry, so with plain layers its push timed its
+# own gzip of 512 MiB (4.5 of its 5 CPU seconds), not the registry.
+make_image() { # dir layer_mib
+	python3 - "$1" "$2" <<-'PY'
+		import gzip, hashlib, json, os, sys
+		out, mib = sys.argv[1], int(sys.argv[2])
+		blobs = os.path.join(out, "blobs", "sha256")
+		os.makedirs(blobs, exist_ok=True)
+		def put(data=None, path=None):
+		    h = hashlib.sha256()
+		    if path:
+		        with open(path, "rb") as f:
+		            while b := f.read(1 << 20):
+		                h.update(b)
+		        d = h.hexdigest()
+		        os.replace(path, os.path.join(blobs, d))
+		        return "sha256:" + d, os.path.getsize(os.path.join(blobs, d))
+		    d = hashlib.sha256(data).hexdigest()
+		    with open(os.path.join(blobs, d), "wb") as f:
+		        f.write(data)
+		    return "sha256:" + d, len(data)
+		layers, diff_ids = [], []
+		for i in range(2):
+		    tmp = os.path.join(out, "layer.tmp")
+		    h = hashlib.sha256()
+		    with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=1, mtime=0) as f:
+		        for _ in range(mib):
+		            chunk = os.urandom(1 << 20)
+		            h.update(chunk)
+		            f.write(chunk)
+		    diff_ids.append("sha256:" + h.hexdigest())
+		    layers.append(put(path=tmp))
+		config = json.dumps({"architecture": "amd64", "os": "linux",
+		    "rootfs": {"type": "layers", "diff_ids": diff_ids}}).encode()
+		cd, cs = put(config)
+		manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+		    "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cd, "size": cs},
+		    "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": d, "size": s}
+		               for d, s in layers]}).encode()
+		md, ms = put(manifest)
+		with open(os.path.join(out, "index.json"), "w") as f:
+		    json.dump({"schemaVersion": 2, "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
+		        "digest": md, "size": ms, "annotations": {"org.opencontainers.image.ref.name": "bench"}}]}, f)
+		with open(os.path.join(out, "oci-layout"), "w") as f:
+		    f.write('{"imageLayoutVersion": "1.0.0"}')
+		print(sum(s for _, s in layers) + cs + ms)
+	PY
 }

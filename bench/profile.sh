@@ -8,7 +8,10 @@
 #   bench/profile.sh SIDE STORE OP [MODE] [CONC] [SIZE_MIB] [TOTAL_MIB]
 #     SIDE   ours | dist (distribution v3) | dist28 (distribution 2.8)
 #     STORE  fs | s3 (one `weed server -s3`, as bench/run.sh starts it)
-#     OP     push | pull (a pull first pushes the blobs monolithically, unprofiled)
+#     OP     push | pull (a pull first pushes the blobs monolithically, unprofiled), or
+#            skopeo | crane: bench/run.sh's real-client cell, `skopeo copy` or `crane push` of
+#            an OCI layout of two gzip layers of SIZE_MIB (default 256) each; then the profile
+#            is the client's, not the server's (in that cell the client sets the pace)
 #     MODE   mono | chunked | stream (push only; default stream)
 #     CONC   clients (default 4); SIZE_MIB blob size (default 128); TOTAL_MIB (default 2048)
 #
@@ -19,13 +22,14 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 if [ $# -lt 3 ]; then
-	sed -n '2,18p' "$0"
+	sed -n '2,21p' "$0"
 	exit 2
 fi
 SIDE=$1 STORE=$2 OP=$3 MODE=${4:-stream} CONC=${5:-4} SIZE_MIB=${6:-128} TOTAL_MIB=${7:-2048}
 case "$SIDE" in ours | dist | dist28) ;; *) echo "bench/profile.sh: SIDE is ours, dist or dist28, not $SIDE" >&2; exit 2 ;; esac
 case "$STORE" in fs | s3) ;; *) echo "bench/profile.sh: STORE is fs or s3, not $STORE" >&2; exit 2 ;; esac
-case "$OP" in push | pull) ;; *) echo "bench/profile.sh: OP is push or pull, not $OP" >&2; exit 2 ;; esac
+case "$OP" in push | pull) ;; skopeo | crane) MODE=- CONC=1 SIZE_MIB=${6:-256} ;;
+*) echo "bench/profile.sh: OP is push, pull, skopeo or crane, not $OP" >&2; exit 2 ;; esac
 command -v perf > /dev/null || { echo "bench/profile.sh: perf is missing (apt-get install linux-perf)" >&2; exit 1; }
 MiB=$((1 << 20))
 RDCTL="${RDCTL_BIN:-$ROOT/target/release/rdctl}"
@@ -61,6 +65,43 @@ push() { # mode
 if [ "$OP" = pull ]; then
 	push mono > /dev/null
 	MODE=-
+fi
+if [ "$OP" = skopeo ] || [ "$OP" = crane ]; then
+	command -v skopeo > /dev/null || { echo "bench/profile.sh: skopeo is missing" >&2; exit 1; }
+	CRANE="${CRANE:-$ROOT/.tools/bin/crane}"
+	[ -x "$CRANE" ] || { echo "bench/profile.sh: $CRANE is missing; run scripts/install-deps.sh" >&2; exit 1; }
+	img_bytes=$(make_image "$WORK/image" "$SIZE_MIB")
+	TOTAL_MIB=$((img_bytes / MiB))
+	client=(skopeo copy -q --dest-tls-verify=false "oci:$WORK/image:bench" "docker://127.0.0.1:$port/bench/image:v1")
+	[ "$OP" = crane ] && client=("$CRANE" push --insecure "$WORK/image" "127.0.0.1:$port/bench/image:v1")
+	c0=$(cpu_secs "$pid")
+	s0=0
+	[ -n "$store_pid" ] && s0=$(cpu_secs "$store_pid")
+	t0=$(date +%s.%N)
+	# /usr/bin/time under perf: perf samples the client (time's own cost is nil) and time
+	# reports the client's CPU alone, without perf's.
+	perf record -q -F 999 -g -o "$OUT/$name.perf" -- \
+		/usr/bin/time -f '%U %S' -o "$WORK/client-time" "${client[@]}" > /dev/null 2> "$WORK/client.log" \
+		|| { cat "$WORK/client.log" >&2; exit 1; }
+	t1=$(date +%s.%N)
+	server=$(cpu_since "$pid" "$c0")
+	store=0
+	[ -n "$store_pid" ] && store=$(cpu_since "$store_pid" "$s0")
+	client_cpu=$(awk '{print $1 + $2}' "$WORK/client-time")
+	{
+		echo "# $OP to $SIDE, $STORE store, two ${SIZE_MIB} MiB gzip layers, $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
+		awk -v b="$img_bytes" -v t="$(echo "$t1 - $t0" | bc -l)" -v srv="$server" -v cl="$client_cpu" -v st="$store" -v s3="$STORE" -v n="$(nproc)" 'BEGIN {
+			gib = b / 1073741824
+			printf "throughput %d MiB/s in %.2f s\n", b / t / 1048576, t
+			printf "CPU s per GiB: server %.2f, client %.2f%s\n", srv / gib, cl / gib, (s3 == "s3" ? sprintf(", SeaweedFS %.2f", st / gib) : "")
+			printf "cores busy: %.2f of %d\n", (srv + cl + st) / t, n
+		}'
+		echo
+		echo "## the client's hottest symbols (perf report --no-children, self time)"
+		perf report -i "$OUT/$name.perf" --no-children --sort dso,sym --percent-limit 1.5 --stdio 2> /dev/null \
+			| grep -E '^ +[0-9.]+%' | head -25
+	} | tee "$OUT/$name.txt"
+	exit 0
 fi
 perf record -q -F 999 -g -p "$pid" -o "$OUT/$name.perf" 2> /dev/null &
 perf_pid=$!

@@ -49,6 +49,20 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+/// The most bytes one `write` hands the kernel: a larger buffer goes out in pieces (a short
+/// write, which `write_all` and `io::copy` continue).
+///
+/// The page cache takes a write into folios as large as the write (ext4 and XFS since Linux
+/// 6.16), and a folio above 32 KiB comes from the buddy allocator's large free blocks, not
+/// from the per-CPU lists of pages freed a moment ago. In a VM whose balloon driver reports
+/// free memory to the host (virtio-balloon free page reporting), those blocks are the ones
+/// handed back, and the first write into each faults it in on the host inside the kernel's
+/// copy: 1 MiB writes (the worker's download chunks, the builder's layer buffer) cost several
+/// times what 32 KiB writes do there (docs/benchmarks.md, "Write size"; the registry's
+/// filesystem store writes its staging files the same way). On bare metal the extra syscalls
+/// cost microseconds.
+const WRITE_PIECE: usize = 32 << 10;
+
 use crate::digest::{Algorithm, Digest, Digester};
 use crate::verify::VerifyError;
 
@@ -445,7 +459,7 @@ impl Write for Ingest {
             }
             .into());
         }
-        let n = self.file.write(buf)?;
+        let n = self.file.write(&buf[..buf.len().min(WRITE_PIECE)])?;
         self.digester.update(&buf[..n]);
         self.written += n as u64;
         Ok(n)
@@ -670,6 +684,21 @@ mod tests {
     fn mode(p: &Path) -> u32 {
         use std::os::unix::fs::PermissionsExt;
         fs::metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn a_large_write_goes_to_the_file_in_pieces_and_all_of_it_is_hashed() {
+        let (_t, b) = dir();
+        let data: Vec<u8> = (0..(3 * WRITE_PIECE + 5) as u32)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let d = Digest::sha256(&data);
+        let mut w = b.ingest(&d, data.len() as u64).unwrap();
+        // One call takes one piece; write_all goes on with the rest.
+        assert_eq!(w.write(&data).unwrap(), WRITE_PIECE);
+        w.write_all(&data[WRITE_PIECE..]).unwrap();
+        w.commit(data.len() as u64, &d).unwrap();
+        assert!(fs::read(b.blob_path(&d)).unwrap() == data);
     }
 
     #[test]
