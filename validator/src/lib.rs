@@ -70,7 +70,7 @@ pub use image::{
     validate_layout_manifest,
 };
 pub use ingest::{
-    BlobDir, Existing, Ingest, IngestError, Published, StagedBlob, write_file_atomic,
+    BlobDir, Existing, Ingest, IngestError, Published, StagedBlob, WRITE_PIECE, write_file_atomic,
 };
 pub use json::{JsonError, parse_strict};
 pub use layer::{

@@ -15,6 +15,7 @@ use super::{
     BoxFuture, Inner, Key, NAME, ObjectMeta, StoreError, StoreResult, StoreWriter, backend,
     blocking, map_io, sync_dir, with_parent,
 };
+use validator::WRITE_PIECE;
 
 /// Bytes a staging file's writer gathers before it writes them out.
 /// Upload bodies arrive as frames of a few KiB (a chunked PATCH: 8-32 KiB), and each write is
@@ -22,22 +23,9 @@ use super::{
 /// written) are all the memory an upload holds, whatever its frames.
 const WRITE_BATCH: usize = 256 << 10;
 
-/// The most bytes one `pwrite` of a batch hands the kernel: a batch goes out in pieces of this
-/// size, one after another on the same thread.
-///
-/// The page cache takes a write into folios as large as the write (ext4 and XFS since Linux
-/// 6.16, up to the batch's 256 KiB), and a folio larger than 32 KiB (order 4 and up) comes
-/// from the buddy allocator's large free blocks, not from the per-CPU lists of pages freed a
-/// moment ago. In a VM whose balloon driver reports free memory to the host (virtio-balloon
-/// free page reporting: Firecracker, QEMU with `free-page-reporting=on`, several clouds) those
-/// large blocks are exactly the ones handed back, and the first write into each faults it in
-/// on the host, inside the kernel's copy. Measured on this project's VM, a 256 MiB
-/// monolithic push with 256 KiB writes made 106-367 MiB/s at 2.5-9.5 CPU s per GiB, and with
-/// 32 KiB writes 542-730 MiB/s at 1.2-1.7 (docs/benchmarks.md, "Write size"). On bare metal
-/// the seven more syscalls per batch cost microseconds.
-const WRITE_PIECE: usize = 32 << 10;
-
-/// Writes `bytes` at `at` in [`WRITE_PIECE`]-sized `pwrite`s.
+/// Writes `bytes` at `at` in [`WRITE_PIECE`]-sized `pwrite`s: a batch larger than that would
+/// have the page cache fault in large free blocks a VM's balloon gave back to the host (see
+/// there).
 fn write_pieces(file: &std::fs::File, bytes: &[u8], at: u64) -> io::Result<()> {
     use std::os::unix::fs::FileExt as _;
     let mut offset = at;
