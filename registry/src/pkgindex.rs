@@ -88,10 +88,7 @@ pub(crate) async fn index_referrer(
     sbom: &Digest,
     layer: &Digest,
 ) -> ApiResult<Option<usize>> {
-    let doc = match repos
-        .store()
-        .get(&layout::blob_data(layer), MAX_SBOM_BYTES)
-        .await
+    let doc = match crate::tombstone::get_data(repos.store().as_ref(), layer, MAX_SBOM_BYTES).await
     {
         Ok(d) => d,
         Err(StoreError::TooLarge { .. }) => {
@@ -494,14 +491,15 @@ pub async fn reindex(
                 if !linked(&repos, name, &sbom).await.map_err(fail)? {
                     continue;
                 }
-                let layer = match store.get(&layout::blob_data(&sbom), MANIFEST_LIMIT).await {
-                    Ok(b) => serde_json::from_slice::<Value>(&b.bytes)
-                        .ok()
-                        .as_ref()
-                        .and_then(spdx_layer),
-                    Err(e) if e.is_not_found() => None,
-                    Err(e) => return Err(e.into()),
-                };
+                let layer =
+                    match crate::tombstone::get_data(store.as_ref(), &sbom, MANIFEST_LIMIT).await {
+                        Ok(b) => serde_json::from_slice::<Value>(&b.bytes)
+                            .ok()
+                            .as_ref()
+                            .and_then(spdx_layer),
+                        Err(e) if e.is_not_found() => None,
+                        Err(e) => return Err(e.into()),
+                    };
                 let indexed = match layer {
                     Some(layer) => index_referrer(&repos, name, subject, &sbom, &layer)
                         .await

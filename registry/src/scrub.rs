@@ -213,7 +213,7 @@ pub async fn scrub(store: Arc<dyn Store>, opts: &ScrubOptions) -> Result<ScrubRe
     let mut present = BTreeSet::new();
     let mut quarantined = BTreeSet::new();
     for key in store.list(&layout::blobs_root()).await? {
-        let Some((d, BlobPart::Data)) = layout::parse_blob_key(&key) else {
+        let Some((d, BlobPart::Data(_))) = layout::parse_blob_key(&key) else {
             continue;
         };
         let Some((found, size)) = hash(store.as_ref(), &key, &d, &mut pace).await? else {
@@ -424,11 +424,7 @@ impl Content<'_> {
         if self.present.contains(d) {
             return Ok(true);
         }
-        match self.store.stat(&layout::blob_data(d)).await {
-            Ok(_) => Ok(true),
-            Err(e) if e.is_not_found() => Ok(false),
-            Err(e) => Err(e),
-        }
+        Ok(crate::tombstone::find_data(self.store, d).await?.is_some())
     }
 }
 
@@ -444,7 +440,7 @@ async fn check_manifests(
     let mut manifest_links: Vec<(Name, Digest)> = Vec::new();
     for key in store.list(&layout::repositories_root()).await? {
         match layout::parse_repo_key(&key) {
-            Some((n, RepoPart::BlobLink(d))) => {
+            Some((n, RepoPart::BlobLink(d, _))) => {
                 blob_links.insert((n, d));
             }
             Some((n, RepoPart::ManifestLink(d))) => manifest_links.push((n, d)),
@@ -559,26 +555,21 @@ async fn withdraw_one(
     outcome: &std::collections::BTreeMap<Digest, Option<String>>,
 ) -> Result<Option<String>, ScrubError> {
     match lost {
-        Lost::Blob(b) => match store.stat(&layout::blob_data(b)).await {
-            Ok(_) => {
+        Lost::Blob(b) => {
+            if crate::tombstone::find_data(store, b).await?.is_some() {
                 return Ok(Some(format!(
                     "its blob {b} was pushed again since the check"
                 )));
             }
-            Err(e) if e.is_not_found() => {}
-            Err(e) => return Err(e.into()),
-        },
+        }
         Lost::Manifest(m) => {
             if let Some(Some(_)) = outcome.get(m) {
                 return Ok(Some(format!("its manifest {m} was kept")));
             }
         }
     }
-    let key = layout::blob_data(d);
-    let meta = match store.stat(&key).await {
-        Ok(meta) => meta,
-        Err(e) if e.is_not_found() => return Ok(None), // gone since the check
-        Err(e) => return Err(e.into()),
+    let Some((key, meta)) = crate::tombstone::find_data(store, d).await? else {
+        return Ok(None); // gone since the check
     };
     match withdraw_bytes(store, &key, d, meta.size, because.to_owned()).await {
         Ok(()) => Ok(None),
@@ -617,7 +608,7 @@ async fn check_manifest(
         Err(e) if e.is_not_found() => return Ok(found), // deleted since the listing
         Err(e) => return Err(e.into()),
     };
-    let bytes = match store.get(&layout::blob_data(d), MANIFEST_LIMIT).await {
+    let bytes = match crate::tombstone::get_data(store, d, MANIFEST_LIMIT).await {
         Ok(doc) => doc.bytes,
         Err(e) if e.is_not_found() => {
             problem("its bytes are missing".to_owned());

@@ -1,13 +1,26 @@
-//! The tombstone `blobs/…/gc`: the storage rule by which a garbage collector and the requests
-//! that hold a digest ([`crate::repo::Repos::hold`]) agree on who goes first. The core honours
-//! it on every hold; the collector (`crate::gc`) writes it. Its document, the phases and what a
-//! request does on meeting one live here, so the core never imports the collector. The race
-//! analysis is in `docs/gc.md`, "Why an acknowledged push loses nothing".
+//! The digest's record `blobs/…/gc`: the storage rule by which a garbage collector and the
+//! requests that hold a digest ([`crate::repo::Repos::hold`]) agree on who goes first, and
+//! which **epoch** of the digest's keys is current. The core honours it on every hold; the
+//! collector (`crate::gc`) writes it. Its document, the phases and what a request does on
+//! meeting one live here, so the core never imports the collector. The race analysis is in
+//! `docs/gc.md`, "Why an acknowledged push loses nothing".
+//!
+//! Epochs make a late DELETE harmless. A store without conditional deletes cannot stop a DELETE
+//! the collector sent from arriving after a request wrote the same key again (a slow gateway,
+//! an SDK retry of a request still in flight). So a collector never deletes a key a request
+//! may still write: when it commits to deleting a digest's bytes (or one repository's link to
+//! them), the commit moves that part to a fresh epoch, and from then on requests write the
+//! bytes at `data-<epoch>` (the link at `<hex>-<epoch>`), keys no DELETE was ever sent for.
+//! The record is never deleted once an epoch moved (it is the only place that names the
+//! current epoch; it is small).
 
+use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use validator::{Digest, Name};
 
 use crate::lease::LeaseError;
 use crate::storage::{Key, Store, StoreError, layout};
@@ -25,12 +38,95 @@ pub(crate) const TOMBSTONE_LIMIT: u64 = 64 << 10;
 /// release and the commit succeeds); a deleting one it waits for until it is gone or `ttl_secs`
 /// old. A tombstone without a phase comes from a collector from before commits: requests wait
 /// for it while that run holds a live lease.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Tombstone {
     run: Option<String>,
     released: bool,
     pub(crate) phase: Option<Phase>,
     pub(crate) ttl: Option<Duration>,
+    /// The current epochs of the digest's keys.
+    pub(crate) epochs: Epochs,
+    /// With [`Phase::Deleting`]: what the run committed to deleting, at the epochs it had
+    /// then (no longer current). `None` in a record written before epochs.
+    pub(crate) doomed: Option<Doomed>,
+    /// Written by a version that knows epochs (an idle record always has the field).
+    has_epochs: bool,
+}
+
+/// Which epoch of a digest's keys is current: its bytes (and their hold record), and each
+/// repository's link to it. `""` is the legacy key (no epoch suffix): a digest no collector
+/// ever committed to deleting has only legacy keys, and its record may not exist at all.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Epochs {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub(crate) data: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) blob_links: BTreeMap<String, String>,
+}
+
+impl Epochs {
+    /// The current epoch of the bytes.
+    pub(crate) fn data(&self) -> &str {
+        &self.data
+    }
+
+    /// The current epoch of `name`'s link to the blob.
+    pub(crate) fn blob_link(&self, name: &Name) -> &str {
+        self.blob_links
+            .get(name.as_str())
+            .map_or("", String::as_str)
+    }
+
+    /// The key of the bytes at the current epoch.
+    pub(crate) fn data_key(&self, d: &Digest) -> Key {
+        layout::blob_data_at(d, &self.data)
+    }
+
+    /// The key of `name`'s blob link at the current epoch.
+    pub(crate) fn blob_link_key(&self, name: &Name, d: &Digest) -> Key {
+        layout::blob_link_at(name, d, self.blob_link(name))
+    }
+
+    /// A new epoch no key was ever written under: 16 random hex digits.
+    pub(crate) fn fresh() -> String {
+        let mut s = uuid::Uuid::new_v4().simple().to_string();
+        s.truncate(16);
+        s
+    }
+
+    fn is_empty(&self) -> bool {
+        self.data.is_empty() && self.blob_links.is_empty()
+    }
+
+    fn parse(v: Option<&Value>) -> Epochs {
+        let Some(v) = v else {
+            return Epochs::default();
+        };
+        // Epochs that are not well formed are ignored (read as the legacy keys), never used to
+        // build a key.
+        let mut e: Epochs = serde_json::from_value(v.clone()).unwrap_or_default();
+        if !layout::epoch_ok(&e.data) {
+            e.data.clear();
+        }
+        e.blob_links
+            .retain(|n, ep| layout::epoch_ok(ep) && Name::parse(n).is_ok());
+        e
+    }
+}
+
+/// What a collector committed to deleting, at the epochs that were current before its commit.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Doomed {
+    /// The bytes and their hold record, at this epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) data: Option<String>,
+    /// Blob links, by repository, at these epochs.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) blob_links: BTreeMap<String, String>,
+    /// Manifest links (legacy keys, by repository). They have no epochs yet: requests relying
+    /// on such a digest wait for the collector as before epochs (`docs/gc.md`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) manifest_links: Vec<String>,
 }
 
 /// How far the collector that wrote a tombstone got.
@@ -50,12 +146,20 @@ pub(crate) enum Verdict {
     Release,
     /// A collector is deleting (or, for an old collector, deciding); look again later.
     Wait,
+    /// A collector committed to deleting, and moved what it deletes to new epochs: go on with
+    /// the record's epochs, no key of which it deletes.
+    Proceed,
 }
 
 impl Tombstone {
     pub(crate) fn parse(bytes: &[u8]) -> Tombstone {
         let v: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
         Tombstone {
+            epochs: Epochs::parse(v.get("epochs")),
+            has_epochs: v.get("epochs").is_some(),
+            doomed: v
+                .get("doomed")
+                .and_then(|d| serde_json::from_value(d.clone()).ok()),
             run: v.get("run").and_then(Value::as_str).map(str::to_owned),
             released: v.get("released").is_some(),
             phase: match v.get("phase").and_then(Value::as_str) {
@@ -76,6 +180,21 @@ impl Tombstone {
         self.released
     }
 
+    /// True when no collector is at work on it: an epoch record, or one a request released.
+    pub(crate) fn idle(&self) -> bool {
+        self.released || (self.phase.is_none() && self.has_epochs)
+    }
+
+    /// True when a collector committed to deleting keys requests write (manifest links, or
+    /// anything in a record from before epochs) and requests wait for it.
+    pub(crate) fn waits_for_collector(&self) -> bool {
+        self.phase == Some(Phase::Deleting)
+            && self
+                .doomed
+                .as_ref()
+                .is_none_or(|doomed| !doomed.manifest_links.is_empty())
+    }
+
     /// What a request that met this tombstone at `key` does: release a deciding tombstone at
     /// once, wait for a deleting one until it is as old as its time to live, and for one
     /// without a phase while its run holds a live lease.
@@ -87,6 +206,15 @@ impl Tombstone {
         let release = |yes| {
             if yes { Verdict::Release } else { Verdict::Wait }
         };
+        if self.idle() {
+            return Ok(Verdict::Proceed);
+        }
+        // Committed under epochs, with nothing deleted at a key a request writes: go on.
+        if let (Some(Phase::Deleting), Some(doomed)) = (self.phase, &self.doomed)
+            && doomed.manifest_links.is_empty()
+        {
+            return Ok(Verdict::Proceed);
+        }
         Ok(match (self.phase, self.ttl) {
             (Some(Phase::Deciding), _) => Verdict::Release,
             (Some(Phase::Deleting), Some(ttl)) => release(aged(store, key, ttl).await?),
@@ -106,22 +234,99 @@ impl Tombstone {
     }
 
     /// The body of a tombstone the collector holding the lease of run `run` (time to live `ttl`)
-    /// writes while deciding, or once committed to deleting.
-    pub(crate) fn body(run: &str, phase: Phase, ttl: Duration) -> Bytes {
+    /// writes while deciding (`doomed` `None`), or once committed to deleting `doomed`, with the
+    /// digest's `epochs` (after the commit: the new ones).
+    pub(crate) fn body(
+        run: &str,
+        phase: Phase,
+        ttl: Duration,
+        epochs: &Epochs,
+        doomed: Option<&Doomed>,
+    ) -> Bytes {
         let phase = match phase {
             Phase::Deciding => "deciding",
             Phase::Deleting => "deleting",
         };
-        Bytes::from(
-            serde_json::json!({"run": run, "phase": phase, "ttl_secs": ttl.as_secs_f64()})
-                .to_string(),
-        )
+        let mut v = serde_json::json!({"run": run, "phase": phase, "ttl_secs": ttl.as_secs_f64()});
+        if !epochs.is_empty() {
+            v["epochs"] = serde_json::to_value(epochs).unwrap_or(Value::Null);
+        }
+        if let Some(doomed) = doomed {
+            v["doomed"] = serde_json::to_value(doomed).unwrap_or(Value::Null);
+        }
+        Bytes::from(v.to_string())
     }
 
     /// The body a request replaces a tombstone with (unique, so its version differs from
-    /// every other).
-    pub(crate) fn released_body() -> Bytes {
-        Bytes::from(serde_json::json!({"released": uuid::Uuid::new_v4().to_string()}).to_string())
+    /// every other), keeping the digest's epochs.
+    pub(crate) fn released_body(epochs: &Epochs) -> Bytes {
+        let mut v = serde_json::json!({"released": uuid::Uuid::new_v4().to_string()});
+        if !epochs.is_empty() {
+            v["epochs"] = serde_json::to_value(epochs).unwrap_or(Value::Null);
+        }
+        Bytes::from(v.to_string())
+    }
+
+    /// The body of an idle record: the digest's epochs, no collector at work.
+    pub(crate) fn idle_body(epochs: &Epochs) -> Bytes {
+        Bytes::from(serde_json::json!({"epochs": epochs}).to_string())
+    }
+}
+
+/// The record of `d` and its version, `None` when there is none (every key at its legacy
+/// epoch).
+pub(crate) async fn read_record(
+    store: &dyn Store,
+    d: &Digest,
+) -> Result<Option<(Tombstone, crate::storage::Etag)>, StoreError> {
+    match store.get(&layout::blob_tombstone(d), TOMBSTONE_LIMIT).await {
+        Ok(doc) => Ok(Some((Tombstone::parse(&doc.bytes), doc.etag))),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Where the bytes of `d` can be read: the legacy key, or else the one of the epoch its
+/// record names. Bytes are content-addressed, so for a read any copy is the right one, even
+/// one a collector is deleting; a request that writes or acknowledges uses the epochs of its
+/// hold instead ([`crate::repo::Repos::hold_epochs`]). `None` when there are none.
+pub(crate) async fn find_data(
+    store: &dyn Store,
+    d: &Digest,
+) -> Result<Option<(Key, crate::storage::ObjectMeta)>, StoreError> {
+    let legacy = layout::blob_data(d);
+    match store.stat(&legacy).await {
+        Ok(m) => return Ok(Some((legacy, m))),
+        Err(e) if e.is_not_found() => {}
+        Err(e) => return Err(e),
+    }
+    let Some((record, _)) = read_record(store, d).await? else {
+        return Ok(None);
+    };
+    if record.epochs.data.is_empty() {
+        return Ok(None);
+    }
+    let key = record.epochs.data_key(d);
+    match store.stat(&key).await {
+        Ok(m) => Ok(Some((key, m))),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The bytes of `d` read whole (at most `limit`), from wherever [`find_data`] finds them; a
+/// `NotFound` error naming the legacy key when there are none.
+pub(crate) async fn get_data(
+    store: &dyn Store,
+    d: &Digest,
+    limit: u64,
+) -> Result<crate::storage::Document, StoreError> {
+    match store.get(&layout::blob_data(d), limit).await {
+        Err(e) if e.is_not_found() => match find_data(store, d).await? {
+            Some((key, _)) => store.get(&key, limit).await,
+            None => Err(e),
+        },
+        r => r,
     }
 }
 

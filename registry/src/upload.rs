@@ -469,26 +469,16 @@ impl Repos {
                 format!("upload {} has digest {found}, not {expected}", upload.id),
             ));
         }
-        match w.commit(layout::blob_data(expected)).await {
-            // Fresh bytes: younger than any collector's grace window.
-            Ok(_) => {}
-            // Bytes that were already there may be old garbage a collector is removing.
-            Err(StoreError::AlreadyExists { .. }) => {
-                if !self.hold(expected).await? {
-                    self.drop_state(&upload.id).await;
-                    return Err(ApiError::new(
-                        Code::BlobUploadInvalid,
-                        format!(
-                            "blob {expected} was removed by garbage collection while upload {} \
-                             was committed; upload it again",
-                            upload.id
-                        ),
-                    ));
-                }
-            }
+        // Held before the bytes are published: a collector that committed to deleting an
+        // older copy of them (or this repository's older link) moved the digest to a new
+        // epoch, and these bytes and this link go there, out of reach of its DELETEs however
+        // late they arrive. Bytes already there at the current epoch are held by this too.
+        let epochs = self.hold_epochs(expected).await?;
+        match w.commit(epochs.data_key(expected)).await {
+            Ok(_) | Err(StoreError::AlreadyExists { .. }) => {}
             Err(e) => return Err(e.into()),
         }
-        self.link_blob(name, expected, size).await?;
+        self.link_blob(name, expected, &epochs, size).await?;
         self.drop_state(&upload.id).await;
         Ok(size)
     }

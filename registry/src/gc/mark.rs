@@ -44,9 +44,13 @@ impl Pass {
             let m = m?;
             report.marked_manifests += m.manifests.len();
             report.marked_blobs += m.blobs.len();
-            for d in snap.blob_links.difference(&m.blobs) {
+            for (d, epochs) in &snap.blob_links {
+                if m.blobs.contains(d) {
+                    continue;
+                }
                 let plan = self.links.entry(d.clone()).or_default();
-                plan.blob_links.push(name.clone());
+                plan.blob_links
+                    .extend(epochs.iter().map(|e| (name.clone(), e.clone())));
             }
             for d in snap.manifest_links.difference(&m.manifests) {
                 let plan = self.links.entry(d.clone()).or_default();
@@ -138,7 +142,7 @@ pub(super) async fn mark(
         if !m.manifests.insert(d.clone()) {
             continue;
         }
-        let bytes = match store.get(&layout::blob_data(&d), MANIFEST_LIMIT).await {
+        let bytes = match crate::tombstone::get_data(store, &d, MANIFEST_LIMIT).await {
             Ok(doc) => doc.bytes,
             Err(e) if e.is_not_found() => {
                 return Err(fail(format!("the bytes of kept manifest {d} are missing")));

@@ -66,7 +66,7 @@ use run_lease::Lease;
 pub use run_lease::{LeaseInfo, break_lease, read_lease};
 use sweep::*;
 
-use crate::tombstone::{Phase, TOMBSTONE_LIMIT, Tombstone, aged};
+use crate::tombstone::{Doomed, Epochs, TOMBSTONE_LIMIT, Tombstone, aged, read_record};
 use validator::Name;
 
 /// Default grace window: content written or held within it is never collected.
@@ -256,17 +256,19 @@ pub enum GcError {
 /// What the snapshot found in one repository.
 #[derive(Debug, Default)]
 struct RepoSnapshot {
-    blob_links: BTreeSet<Digest>,
+    /// Each blob link's digest with the epochs its keys have.
+    blob_links: BTreeMap<Digest, Vec<String>>,
     manifest_links: BTreeSet<Digest>,
     referrers: BTreeSet<Digest>,
     has_tags: bool,
 }
 
-/// What the snapshot found for one digest under `blobs/`.
-#[derive(Debug, Default, Clone, Copy)]
+/// What the snapshot found for one digest under `blobs/`: the epochs of its bytes and hold
+/// records, and whether it has a record.
+#[derive(Debug, Default, Clone)]
 struct BlobSnapshot {
-    data: bool,
-    used: bool,
+    data: Vec<String>,
+    used: Vec<String>,
     tombstone: bool,
 }
 
@@ -280,10 +282,15 @@ struct Marked {
 /// The sweep's plan for one digest.
 #[derive(Debug, Default)]
 struct Plan {
-    blob_links: Vec<Name>,
+    /// Links their repository does not keep, with the epoch of each key.
+    blob_links: Vec<(Name, String)>,
     manifest_links: Vec<Name>,
-    data: bool,
-    used: bool,
+    /// The epochs of the bytes and of the hold records listed.
+    data: Vec<String>,
+    used: Vec<String>,
+    /// Some repository keeps the digest: its current bytes and hold record stay (keys of
+    /// dead epochs go all the same).
+    kept: bool,
 }
 
 /// What sweeping one digest did.
@@ -385,8 +392,8 @@ async fn mark_all(
             match part {
                 RepoPart::Marker => {}
                 RepoPart::Tags => r.has_tags = true,
-                RepoPart::BlobLink(d) => {
-                    r.blob_links.insert(d);
+                RepoPart::BlobLink(d, epoch) => {
+                    r.blob_links.entry(d).or_default().push(epoch);
                 }
                 RepoPart::ManifestLink(d) => {
                     r.manifest_links.insert(d);
@@ -437,8 +444,8 @@ async fn sweep_all(
                 continue;
             };
             match part {
-                BlobPart::Data => b.data = true,
-                BlobPart::Used => b.used = true,
+                BlobPart::Data(e) => b.data.push(e),
+                BlobPart::Used(e) => b.used.push(e),
                 BlobPart::Tombstone => b.tombstone = true,
             }
         }
@@ -485,12 +492,21 @@ async fn plan_batch(
             }
         }
         // Bytes nobody marked have no marked link either: every link of theirs is a
-        // candidate, so they go if the links do.
-        if !pass.kept.contains(&d) {
-            plan.data = b.data;
-            plan.used = b.used;
-        }
-        if plan.data || plan.used || !plan.blob_links.is_empty() || !plan.manifest_links.is_empty()
+        // candidate, so they go if the links do. Bytes and hold records of dead epochs go
+        // whether or not the digest is kept.
+        plan.kept = pass.kept.contains(&d);
+        // Only legacy keys, one of each: nothing at a dead epoch (a record can name a newer
+        // epoch only after a commit, which needs an unkept digest).
+        let dead_epochs = b.data.len() > 1
+            || b.used.len() > 1
+            || b.data.iter().chain(&b.used).any(|e| !e.is_empty());
+        plan.data = b.data;
+        plan.used = b.used;
+        let some_data = !plan.kept && (!plan.data.is_empty() || !plan.used.is_empty());
+        if some_data
+            || (plan.kept && dead_epochs)
+            || !plan.blob_links.is_empty()
+            || !plan.manifest_links.is_empty()
         {
             batch.push((d, plan));
         }

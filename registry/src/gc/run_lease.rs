@@ -10,7 +10,7 @@ use bytes::Bytes;
 use super::GcError;
 pub use crate::lease::LeaseInfo;
 use crate::storage::{Store, layout};
-use crate::tombstone::{Phase, Tombstone};
+use crate::tombstone::{Doomed, Epochs, Phase, Tombstone};
 
 /// Reads the garbage collection lease; `None` when no collector holds one.
 pub async fn read_lease(store: &dyn Store) -> Result<Option<LeaseInfo>, GcError> {
@@ -91,18 +91,21 @@ impl Lease {
         Ok(())
     }
 
-    /// The body of this run's tombstones while it decides.
-    pub(super) fn tombstone_body(&self) -> Bytes {
-        self.tombstone(Phase::Deciding)
+    /// The body of this run's tombstones while it decides, keeping the digest's `epochs`.
+    pub(super) fn tombstone_body(&self, epochs: &Epochs) -> Bytes {
+        Tombstone::body(self.0.run(), Phase::Deciding, self.0.ttl(), epochs, None)
     }
 
-    /// The body of a tombstone once this run committed to deleting.
-    pub(super) fn commit_body(&self) -> Bytes {
-        self.tombstone(Phase::Deleting)
-    }
-
-    fn tombstone(&self, phase: Phase) -> Bytes {
-        Tombstone::body(self.0.run(), phase, self.0.ttl())
+    /// The body of a tombstone once this run committed to deleting `doomed`, with the epochs
+    /// the commit moved to.
+    pub(super) fn commit_body(&self, epochs: &Epochs, doomed: &Doomed) -> Bytes {
+        Tombstone::body(
+            self.0.run(),
+            Phase::Deleting,
+            self.0.ttl(),
+            epochs,
+            Some(doomed),
+        )
     }
 
     pub(super) async fn release(self) {

@@ -24,44 +24,70 @@ impl Sweep<'_> {
 
     pub(super) async fn sweep(&self, d: Digest, plan: Plan) -> Result<Outcome, GcError> {
         let mut out = Outcome::default();
-        // Keep only candidates older than the cutoff; a young link keeps the bytes too.
+        // The digest's current epochs. Keys of any other epoch are dead: a collector's commit
+        // moved the digest past them, requests never write them again, and they are removed
+        // here without a decision. Only keys of the current epochs need one.
+        let epochs0 = match read_record(self.store, &d).await? {
+            Some((r, _)) => r.epochs,
+            None => Epochs::default(),
+        };
+        let mut dead: Vec<Key> = Vec::new();
         let mut blob_links = Vec::new();
-        let mut manifest_links = Vec::new();
-        let mut data_ok = plan.data;
-        for (names, manifest, keep) in [
-            (&plan.blob_links, false, &mut blob_links),
-            (&plan.manifest_links, true, &mut manifest_links),
-        ] {
-            for name in names {
-                let key = if manifest {
-                    layout::manifest_link(name, &d)
-                } else {
-                    layout::blob_link(name, &d)
-                };
-                match self.old(&key).await? {
-                    Some((true, _)) => keep.push(name.clone()),
-                    Some((false, _)) => {
-                        out.young += 1;
-                        data_ok = false;
-                    }
-                    None => {}
-                }
+        let mut data_ok = !plan.kept;
+        for (name, epoch) in &plan.blob_links {
+            let key = layout::blob_link_at(name, &d, epoch);
+            if epoch != epochs0.blob_link(name) {
+                dead.push(key);
+                continue;
             }
-        }
-        let mut data_size = 0;
-        if data_ok {
-            match self.old(&layout::blob_data(&d)).await? {
-                Some((true, size)) => data_size = size,
+            match self.old(&key).await? {
+                Some((true, _)) => blob_links.push((name.clone(), epoch.clone())),
                 Some((false, _)) => {
                     out.young += 1;
                     data_ok = false;
                 }
-                None => data_ok = false,
+                None => {}
+            }
+        }
+        let mut manifest_links = Vec::new();
+        for name in &plan.manifest_links {
+            match self.old(&layout::manifest_link(name, &d)).await? {
+                Some((true, _)) => manifest_links.push(name.clone()),
+                Some((false, _)) => {
+                    out.young += 1;
+                    data_ok = false;
+                }
+                None => {}
+            }
+        }
+        let current = epochs0.data().to_owned();
+        dead.extend(
+            plan.data
+                .iter()
+                .filter(|e| **e != current)
+                .map(|e| layout::blob_data_at(&d, e)),
+        );
+        dead.extend(
+            plan.used
+                .iter()
+                .filter(|e| **e != current)
+                .map(|e| layout::blob_used_at(&d, e)),
+        );
+        let mut data_size = None;
+        if data_ok && plan.data.contains(&current) {
+            match self.old(&layout::blob_data_at(&d, &current)).await? {
+                Some((true, size)) => data_size = Some(size),
+                Some((false, _)) => out.young += 1,
+                None => {}
             }
         }
         // The hold record goes with the bytes, or when there are no bytes left to protect.
-        let used_ok = plan.used && (data_ok || !plan.data) && out.young == 0;
-        if blob_links.is_empty() && manifest_links.is_empty() && !data_ok && !used_ok {
+        let used_ok = !plan.kept
+            && plan.used.contains(&current)
+            && (data_size.is_some() || !plan.data.contains(&current))
+            && out.young == 0;
+        if blob_links.is_empty() && manifest_links.is_empty() && data_size.is_none() && !used_ok {
+            self.delete_dead(&dead, &mut out).await?;
             return Ok(out);
         }
 
@@ -72,42 +98,71 @@ impl Sweep<'_> {
             // a takeover) learns of it here.
             lease.ensure_held().await?;
             match self.write_tombstone(&tombstone, lease).await? {
-                Some(etag) => written = Some(etag),
-                // Another run committed to deleting this digest and may still be at it.
+                // Written over the epochs this run classified the keys by.
+                Some((etag, epochs)) if epochs == epochs0 => written = Some(etag),
+                // A commit moved them since: the next run decides.
+                Some((etag, epochs)) => {
+                    self.restore_record(&tombstone, &etag, &epochs).await;
+                    return Ok(out);
+                }
+                // Another run committed to deleting manifest links of this digest and may
+                // still be at it.
                 None => return Ok(out),
             }
         }
         // Tombstone first, then the hold record: a request that held the digest after the
-        // cutoff is seen here, and one that holds it from now on waits for the tombstone.
-        let held = match self.old(&layout::blob_used(&d)).await {
+        // cutoff is seen here, and one that holds it from now on meets the tombstone.
+        let held = match self.old(&layout::blob_used_at(&d, &current)).await {
             Ok(Some((old, _))) => !old,
             Ok(None) => false,
             Err(e) => {
-                self.remove_tombstone(&tombstone, written.as_ref()).await;
+                if let Some(etag) = &written {
+                    self.restore_record(&tombstone, etag, &epochs0).await;
+                }
                 return Err(e);
             }
         };
         // Deleting needs a live lease: requests release the tombstones of a stale one.
         let lease_ok = self.lease.map_or(Ok(()), Lease::check);
         if held || lease_ok.is_err() {
-            self.remove_tombstone(&tombstone, written.as_ref()).await;
+            if let Some(etag) = &written {
+                self.restore_record(&tombstone, etag, &epochs0).await;
+            }
             lease_ok?;
             out.held = true;
             return Ok(out);
         }
         // Commit: turn the tombstone into "deleting", conditionally on the version this run
-        // wrote. A request that met the tombstone meanwhile released it (a conditional replace
-        // too), and then this fails and nothing of the digest goes: the store orders the two,
-        // whatever this process's clocks and pauses (a forced break, SIGSTOP). Requests wait
-        // for a "deleting" tombstone until it is gone or expired (its time to live), and this
-        // run deletes only within half of that after sending the commit.
+        // wrote, and in the same write move everything it will delete to fresh epochs. A
+        // request that met the tombstone meanwhile released it (a conditional replace too),
+        // and then this fails and nothing of the digest goes: the store orders the two,
+        // whatever this process's clocks and pauses. Once it succeeds, requests write the
+        // bytes and links at the new epochs, so no DELETE this run sends (however late it
+        // arrives, however often it is repeated) can remove anything a request wrote after
+        // the commit. Only manifest links (still without epochs) are deleted within half the
+        // lease's time to live after the commit, and requests wait for those.
+        let mut epochs = epochs0.clone();
+        let mut doomed = Doomed::default();
+        if data_size.is_some() || used_ok {
+            doomed.data = Some(current.clone());
+            epochs.data = Epochs::fresh();
+        }
+        for (name, epoch) in &blob_links {
+            doomed.blob_links.insert(name.to_string(), epoch.clone());
+            epochs.blob_links.insert(name.to_string(), Epochs::fresh());
+        }
+        doomed.manifest_links = manifest_links.iter().map(ToString::to_string).collect();
         let mut deadline = None;
         let mut ours = written.clone();
         if let (Some(etag), Some(lease)) = (written, self.lease) {
             let sent = Instant::now();
             match self
                 .store
-                .put(&tombstone, lease.commit_body(), PutMode::Replace(etag))
+                .put(
+                    &tombstone,
+                    lease.commit_body(&epochs, &doomed),
+                    PutMode::Replace(etag.clone()),
+                )
                 .await
             {
                 Ok(etag) => {
@@ -116,8 +171,8 @@ impl Sweep<'_> {
                 }
                 Err(StoreError::PreconditionFailed { .. }) => {
                     // Released by a request that relies on the digest: keep everything, and
-                    // remove the request's marker while this run still holds the lease.
-                    self.remove_tombstone(&tombstone, None).await;
+                    // make the request's marker an idle record while this run holds the lease.
+                    self.settle_released(&tombstone).await;
                     out.held = true;
                     return Ok(out);
                 }
@@ -126,7 +181,8 @@ impl Sweep<'_> {
                     return Ok(out);
                 }
                 Err(e) => {
-                    self.remove_tombstone(&tombstone, ours.as_ref()).await;
+                    // Not known whether the commit took: leave the record as it is (requests
+                    // release a deciding one, and a deleting one names only dead keys).
                     return Err(e.into());
                 }
             }
@@ -135,22 +191,42 @@ impl Sweep<'_> {
             .delete_candidates(
                 &d,
                 (&blob_links, &manifest_links),
-                data_ok.then_some(data_size),
-                used_ok,
+                (&current, data_size, used_ok),
                 deadline,
                 &mut out,
             )
             .await;
-        self.remove_tombstone(&tombstone, ours.as_ref()).await;
+        let r = match r {
+            Ok(()) => self.delete_dead(&dead, &mut out).await,
+            Err(e) => Err(e),
+        };
+        // Done (or stopped): the record goes idle at the new epochs. A run that stopped
+        // half-way leaves it idle too: what it had not deleted yet is at dead epochs now, and
+        // the next run removes it without a decision.
+        if let Some(etag) = &ours {
+            self.restore_record(&tombstone, etag, &epochs).await;
+        }
         r.map(|()| out)
+    }
+
+    /// Deletes keys of dead epochs (see [`Sweep::sweep`]): no request writes them any more, so
+    /// no decision is needed.
+    async fn delete_dead(&self, dead: &[Key], out: &mut Outcome) -> Result<(), GcError> {
+        if self.dry_run {
+            return Ok(());
+        }
+        for key in dead {
+            self.delete(key, None).await?;
+            out.records += 1;
+        }
+        Ok(())
     }
 
     pub(super) async fn delete_candidates(
         &self,
         d: &Digest,
-        (blob_links, manifest_links): (&[Name], &[Name]),
-        data: Option<u64>,
-        used: bool,
+        (blob_links, manifest_links): (&[(Name, String)], &[Name]),
+        (data_epoch, data, used): (&str, Option<u64>, bool),
         deadline: Option<(Instant, Duration)>,
         out: &mut Outcome,
     ) -> Result<(), GcError> {
@@ -195,46 +271,27 @@ impl Sweep<'_> {
             out.deleted
                 .push(deletion(ObjectKind::ManifestLink, Some(name), 0));
         }
-        let mut data = data;
-        for name in blob_links {
-            let key = layout::blob_link(name, d);
+        // Blob links, bytes and the hold record are at epochs the commit left behind: their
+        // DELETEs need no window.
+        for (name, epoch) in blob_links {
             if !self.dry_run {
-                // An upload of fresh bytes links them without holding the digest (fresh bytes
-                // are no candidate); if it rewrote a stale link of this digest since the check
-                // above, the link and the bytes stay.
-                match self.old(&key).await? {
-                    Some((true, _)) => {
-                        in_window()?;
-                        if !self.delete(&key, until).await? {
-                            return Err(past_window());
-                        }
-                    }
-                    Some((false, _)) => {
-                        out.young += 1;
-                        data = None;
-                        continue;
-                    }
-                    None => continue,
-                }
+                self.delete(&layout::blob_link_at(name, d, epoch), None)
+                    .await?;
             }
             out.deleted
                 .push(deletion(ObjectKind::BlobLink, Some(name), 0));
         }
         if let Some(size) = data {
             if !self.dry_run {
-                in_window()?;
-                if !self.delete(&layout::blob_data(d), until).await? {
-                    return Err(past_window());
-                }
+                self.delete(&layout::blob_data_at(d, data_epoch), None)
+                    .await?;
             }
             out.deleted.push(deletion(ObjectKind::Blob, None, size));
         }
-        if used && (data.is_some() || out.young == 0) {
+        if used {
             if !self.dry_run {
-                in_window()?;
-                if !self.delete(&layout::blob_used(d), until).await? {
-                    return Err(past_window());
-                }
+                self.delete(&layout::blob_used_at(d, data_epoch), None)
+                    .await?;
             }
             out.records += 1;
         }
@@ -258,23 +315,25 @@ impl Sweep<'_> {
         }
     }
 
-    /// Writes this run's deciding tombstone at `key` and returns its version, never over a
-    /// tombstone another run committed to deleting under (that one stays until it is as old as
-    /// its time to live; `None` then): a create-only put, or a conditional replace of what is
-    /// there (a released marker, a tombstone still deciding or expired), so no pause of this
-    /// process between its checks and its writes can undo another run's commit.
+    /// Writes this run's deciding tombstone at `key` over the digest's record, keeping its
+    /// epochs, and returns its version with those epochs; never over a tombstone another run
+    /// committed to deleting manifest links under (that one stays until it is as old as its
+    /// time to live; `None` then): a create-only put, or a conditional replace of what is
+    /// there, so no pause of this process between its checks and its writes can undo another
+    /// run's commit.
     pub(super) async fn write_tombstone(
         &self,
         key: &Key,
         lease: &Lease,
-    ) -> Result<Option<Etag>, GcError> {
+    ) -> Result<Option<(Etag, Epochs)>, GcError> {
         for _ in 0..TOMBSTONE_ATTEMPTS {
+            let none = Epochs::default();
             match self
                 .store
-                .put(key, lease.tombstone_body(), PutMode::Create)
+                .put(key, lease.tombstone_body(&none), PutMode::Create)
                 .await
             {
-                Ok(etag) => return Ok(Some(etag)),
+                Ok(etag) => return Ok(Some((etag, none))),
                 Err(StoreError::AlreadyExists { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
@@ -284,17 +343,24 @@ impl Sweep<'_> {
                 Err(e) => return Err(e.into()),
             };
             let there = Tombstone::parse(&doc.bytes);
-            if let (Some(Phase::Deleting), Some(ttl)) = (there.phase, there.ttl)
-                && !aged(self.store, key, ttl).await?
-            {
-                return Ok(None);
+            if there.waits_for_collector() {
+                let Some(ttl) = there.ttl else {
+                    return Ok(None);
+                };
+                if !aged(self.store, key, ttl).await? {
+                    return Ok(None);
+                }
             }
             match self
                 .store
-                .put(key, lease.tombstone_body(), PutMode::Replace(doc.etag))
+                .put(
+                    key,
+                    lease.tombstone_body(&there.epochs),
+                    PutMode::Replace(doc.etag),
+                )
                 .await
             {
-                Ok(etag) => return Ok(Some(etag)),
+                Ok(etag) => return Ok(Some((etag, there.epochs))),
                 Err(StoreError::PreconditionFailed { .. }) => continue,
                 Err(e) if e.is_not_found() => continue,
                 Err(e) => return Err(e.into()),
@@ -304,40 +370,41 @@ impl Sweep<'_> {
         Ok(None)
     }
 
-    /// Removes the tombstone at `key` (this run's, last written as version `ours`, or a
-    /// request's release marker). Deletes cannot be conditional (SeaweedFS has none), so it
-    /// deletes only while the store says this run still holds the lease; a run that lost it
-    /// releases its own tombstone with a conditional replace instead (never touching one the
-    /// run holding the lease now wrote), and the next run removes the marker.
-    pub(super) async fn remove_tombstone(&self, key: &Key, ours: Option<&Etag>) {
+    /// Turns this run's tombstone at `key` (last written as version `ours`) back into an idle
+    /// record of `epochs`, with a conditional replace: a record a request released, or
+    /// another run wrote since, is left alone. Never a delete: the record names the current
+    /// epochs, and a delete that arrived late could remove a newer record.
+    pub(super) async fn restore_record(&self, key: &Key, ours: &Etag, epochs: &Epochs) {
         if self.dry_run {
             return;
         }
-        if let Some(lease) = self.lease
-            && !matches!(lease.0.still_held().await, Ok(true))
-        {
-            if let Some(etag) = ours
-                && let Err(e) = self
-                    .store
-                    .put(
-                        key,
-                        Tombstone::released_body(),
-                        PutMode::Replace(etag.clone()),
-                    )
-                    .await
-                && !matches!(e, StoreError::PreconditionFailed { .. })
-                && !e.is_not_found()
-            {
-                tracing::warn!(key = %key, error = %e, "garbage collection could not release its tombstone");
-            }
-            return;
-        }
-        if let Err(e) = self.store.delete(key).await
+        if let Err(e) = self
+            .store
+            .put(
+                key,
+                Tombstone::idle_body(epochs),
+                PutMode::Replace(ours.clone()),
+            )
+            .await
+            && !matches!(e, StoreError::PreconditionFailed { .. })
             && !e.is_not_found()
         {
-            // Requests on this digest wait for it while this run's lease lives, then release it;
-            // the next run removes it.
-            tracing::warn!(key = %key, error = %e, "garbage collection could not remove a tombstone");
+            // Requests release a deciding tombstone at once; the next run settles it.
+            tracing::warn!(key = %key, error = %e, "garbage collection could not settle its tombstone");
+        }
+    }
+
+    /// A request released this run's tombstone at `key`: make its marker an idle record (the
+    /// next run would otherwise do it).
+    pub(super) async fn settle_released(&self, key: &Key) {
+        if self.dry_run {
+            return;
+        }
+        if let Ok(doc) = self.store.get(key, TOMBSTONE_LIMIT).await {
+            let t = Tombstone::parse(&doc.bytes);
+            if t.released() {
+                self.restore_record(key, &doc.etag, &t.epochs).await;
+            }
         }
     }
 }
@@ -345,16 +412,19 @@ impl Sweep<'_> {
 /// What became of a tombstone a run found left over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Leftover {
-    /// Removed.
+    /// Settled into an idle record.
     Removed,
-    /// Already gone.
+    /// Already idle, or gone.
     Gone,
-    /// A run committed to deleting the digest less than its time to live ago: left in place.
+    /// A run committed to deleting manifest links of the digest less than its time to live
+    /// ago: left in place.
     Deleting,
 }
 
-/// Removes a tombstone of another run found under `blobs/`, unless that run committed to
-/// deleting and may still be at it (requests rely on it to wait until then).
+/// Settles a tombstone of another run (or a request's release marker) found under `blobs/`
+/// into an idle record of the same epochs, unless that run committed to deleting manifest
+/// links and may still be at it (requests rely on it to wait until then). A run that
+/// committed under epochs needs no waiting for: what it was deleting is at dead epochs.
 pub(super) async fn remove_leftover(store: &dyn Store, d: &Digest) -> Result<Leftover, GcError> {
     let key = layout::blob_tombstone(d);
     let doc = match store.get(&key, TOMBSTONE_LIMIT).await {
@@ -363,13 +433,25 @@ pub(super) async fn remove_leftover(store: &dyn Store, d: &Digest) -> Result<Lef
         Err(e) => return Err(e.into()),
     };
     let t = Tombstone::parse(&doc.bytes);
-    if let (Some(Phase::Deleting), Some(ttl)) = (t.phase, t.ttl)
+    if t.idle() && !t.released() {
+        return Ok(Leftover::Gone);
+    }
+    if t.waits_for_collector()
+        && let Some(ttl) = t.ttl
         && !aged(store, &key, ttl).await?
     {
         return Ok(Leftover::Deleting);
     }
-    match store.delete(&key).await {
-        Ok(()) => Ok(Leftover::Removed),
+    match store
+        .put(
+            &key,
+            Tombstone::idle_body(&t.epochs),
+            PutMode::Replace(doc.etag),
+        )
+        .await
+    {
+        Ok(_) => Ok(Leftover::Removed),
+        Err(StoreError::PreconditionFailed { .. }) => Ok(Leftover::Gone),
         Err(e) if e.is_not_found() => Ok(Leftover::Gone),
         Err(e) => Err(e.into()),
     }

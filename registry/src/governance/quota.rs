@@ -282,15 +282,14 @@ async fn count(repos: &Repos, name: &Name) -> ApiResult<BTreeMap<String, Entry>>
             continue;
         };
         let mut blobs = BTreeMap::new();
-        let bytes = match repos
-            .store()
-            .get(&layout::blob_data(&d), link.size.max(4 << 20))
-            .await
-        {
-            Ok(doc) => doc.bytes,
-            Err(e) if e.is_not_found() => continue,
-            Err(e) => return Err(e.into()),
-        };
+        let bytes =
+            match crate::tombstone::get_data(repos.store().as_ref(), &d, link.size.max(4 << 20))
+                .await
+            {
+                Ok(doc) => doc.bytes,
+                Err(e) if e.is_not_found() => continue,
+                Err(e) => return Err(e.into()),
+            };
         if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) {
             let config = v.get("config").into_iter();
             let layers = v

@@ -99,7 +99,7 @@ pub(crate) async fn get(req: Req, digest: &str) -> ApiResult<Response> {
             .body(Body::empty())
             .map_err(ApiError::internal);
     }
-    let meta = linked_blob_stat(repos, &name, &d, req.head).await?;
+    let (key, meta) = linked_blob_stat(repos, &name, &d, req.head).await?;
     // Free to check (both were read anyway): bytes of another size than was pushed are
     // corrupt, and are never served. Same-size damage is scrub's to find (see `crate::scrub`).
     if meta.size != linked_size {
@@ -135,10 +135,7 @@ pub(crate) async fn get(req: Req, digest: &str) -> ApiResult<Response> {
     if req.head {
         return b.body(Body::empty()).map_err(ApiError::internal);
     }
-    let (_, body) = repos
-        .store()
-        .read_chunks(&layout::blob_data(&d), start, len)
-        .await?;
+    let (_, body) = repos.store().read_chunks(&key, start, len).await?;
     let event = req.event(Action::Pull, "GET");
     if event.wanted() {
         event.send(blob_target(&req, &name, &d, Some(size))).await?;
@@ -159,9 +156,12 @@ async fn store_location(
     d: &Digest,
     linked_size: u64,
 ) -> ApiResult<String> {
-    let key = layout::blob_data(d);
     let mut miss = 0;
     loop {
+        let key = match repos.blob_find(d).await? {
+            Some((key, _)) => key,
+            None => layout::blob_data(d),
+        };
         match redirect.location(&key).await {
             Ok((meta, url)) => {
                 if meta.size != linked_size {
@@ -202,11 +202,11 @@ async fn linked_blob_stat(
     name: &Name,
     d: &Digest,
     head: bool,
-) -> ApiResult<crate::storage::ObjectMeta> {
+) -> ApiResult<(crate::storage::Key, crate::storage::ObjectMeta)> {
     let mut miss = 0;
     loop {
-        if let Some(meta) = repos.blob_stat(d).await? {
-            return Ok(meta);
+        if let Some(found) = repos.blob_find(d).await? {
+            return Ok(found);
         }
         if let Some(e) = bytes_missing(repos, name, d, head, miss).await? {
             return Err(e);

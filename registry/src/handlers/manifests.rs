@@ -328,11 +328,18 @@ impl ManifestPut {
     /// bytes, holds on what they reference, the quota, the link, the referrer, the tags.
     async fn publish(&self) -> ApiResult<()> {
         let (repos, name, digest, checked) = (&self.repos, &self.name, &self.digest, &self.checked);
-        repos.put_manifest_bytes(digest, self.bytes.clone()).await?;
+        // The bytes first, at the epoch a hold gives (a collector may be deleting an older
+        // copy: this one is out of its reach).
+        let own = repos.hold(digest).await?;
+        if !own.data {
+            repos
+                .put_manifest_bytes(digest, &own.epochs, self.bytes.clone())
+                .await?;
+        }
         // Hold everything the manifest relies on before publishing it, and again after
         // publishing when that took longer than the collector's grace window is sure to cover.
         let started = Instant::now();
-        hold_references(repos, name, checked, digest, &self.bytes).await?;
+        hold_references(repos, name, checked, digest, &self.bytes, Some(&own)).await?;
         let link = ManifestLink {
             media_type: checked.media_type.clone(),
             size: self.size,
@@ -361,7 +368,7 @@ impl ManifestPut {
             repos.set_tag(name, t, digest, &link, veto).await?;
         }
         if started.elapsed() > REFERENCE_WINDOW {
-            hold_references(repos, name, checked, digest, &self.bytes).await?;
+            hold_references(repos, name, checked, digest, &self.bytes, None).await?;
         }
         Ok(())
     }
@@ -467,13 +474,14 @@ const HOLD_CONCURRENCY: usize = 16;
 /// Holds (see [`Repos::hold`]) every blob and child manifest `checked` refers to and the
 /// manifest's own bytes `d`, then checks that the repository still has each reference:
 /// `MANIFEST_BLOB_UNKNOWN` when a collector removed one first. Own bytes a collector removed are
-/// written again.
+/// written again; `own` is a hold of `d` the caller made just before (not made again).
 async fn hold_references(
     repos: &Repos,
     name: &Name,
     checked: &CheckedManifest,
     d: &Digest,
     bytes: &Bytes,
+    own: Option<&crate::repo::Held>,
 ) -> ApiResult<()> {
     use futures_util::{StreamExt as _, TryStreamExt as _};
     // Each distinct reference once, a bounded number at a time: a manifest may name one blob
@@ -488,11 +496,14 @@ async fn hold_references(
     futures_util::stream::iter(references)
         .map(Ok)
         .try_for_each_concurrent(HOLD_CONCURRENCY, |(r, manifest)| async move {
-            let linked = repos.hold(r).await?
+            // The link the repository has at the epoch the hold gave: an older one may be the
+            // target of a collector's DELETE still on its way.
+            let held = repos.hold(r).await?;
+            let linked = (held.data || repos.revive(r, &held.epochs).await?)
                 && if manifest {
                     repos.manifest_link(name, r).await?.is_some()
                 } else {
-                    repos.blob_linked(name, r).await?.is_some()
+                    repos.relink_blob(name, r, &held.epochs).await?
                 };
             if linked {
                 return Ok(());
@@ -504,8 +515,13 @@ async fn hold_references(
             ))
         })
         .await?;
-    if !repos.hold(d).await? {
-        repos.put_manifest_bytes(d, bytes.clone()).await?;
+    if own.is_none() {
+        let own = repos.hold(d).await?;
+        if !own.data {
+            repos
+                .put_manifest_bytes(d, &own.epochs, bytes.clone())
+                .await?;
+        }
     }
     Ok(())
 }

@@ -115,16 +115,18 @@ pub(crate) async fn start(mut req: Req) -> ApiResult<Response> {
             None => None,
         };
         // Hold the blob first, so a collector cannot remove it between this check and the link.
-        let size = if !repos.hold(&d).await? {
+        let held = repos.hold(&d).await?;
+        let size = if !(held.data || repos.revive(&d, &held.epochs).await?) {
             None
         } else if let Some(from) = &from {
+            // Any link of the source proves it has the blob (one of an earlier epoch too).
             repos.blob_linked(from, &d).await?
         } else {
             // No `from`: mount any blob the registry holds (automatic content discovery).
             repos.blob_stat(&d).await?.map(|m| m.size)
         };
         if let Some(size) = size {
-            repos.link_blob(&name, &d, size).await?;
+            repos.link_blob(&name, &d, &held.epochs, size).await?;
             let target = Target {
                 from_repository: from.as_ref().map(Name::to_string),
                 ..super::blobs::blob_target(&req, &name, &d, Some(size))

@@ -189,7 +189,12 @@ impl Proxy {
             )
             .await?;
         }
-        repos.put_manifest_bytes(&digest, bytes.clone()).await?;
+        let own = repos.hold(&digest).await?;
+        if !own.data {
+            repos
+                .put_manifest_bytes(&digest, &own.epochs, bytes.clone())
+                .await?;
+        }
         let link = ManifestLink {
             media_type: checked.media_type.clone(),
             size: bytes.len() as u64,

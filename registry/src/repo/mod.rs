@@ -17,6 +17,8 @@ use crate::storage::{Key, ObjectMeta, PutMode, Store, StoreError, layout};
 use validator::{Name, Tag};
 
 mod barrier;
+pub use crate::tombstone::Epochs;
+pub use barrier::Held;
 mod doc_cache;
 pub(crate) mod hooks;
 
@@ -312,27 +314,89 @@ impl Repos {
 
     // ---- blobs ----
 
-    /// Size of a committed blob anywhere in the registry.
+    /// Size of a committed blob anywhere in the registry (for a read: any epoch's copy).
     pub async fn blob_stat(&self, d: &Digest) -> ApiResult<Option<ObjectMeta>> {
-        match self.store.stat(&layout::blob_data(d)).await {
-            Ok(m) => Ok(Some(m)),
-            Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(e.into()),
-        }
+        Ok(self.blob_find(d).await?.map(|(_, m)| m))
     }
 
-    /// Size of a blob the repository may serve.
+    /// Where a committed blob can be read, and its size: the legacy key, or the current
+    /// epoch's (`crate::tombstone::find_data`).
+    pub async fn blob_find(&self, d: &Digest) -> ApiResult<Option<(Key, ObjectMeta)>> {
+        Ok(crate::tombstone::find_data(self.store.as_ref(), d).await?)
+    }
+
+    /// Size of a blob the repository may serve (for a read: the legacy link, or else the one
+    /// of the current epoch).
     pub async fn blob_linked(&self, name: &Name, d: &Digest) -> ApiResult<Option<u64>> {
-        let link: Option<BlobLink> = self.read(&layout::blob_link(name, d), LINK_LIMIT).await?;
+        Ok(self.blob_link_find(name, d).await?.map(|(_, size)| size))
+    }
+
+    /// The key and size of the repository's link to `d`, as [`Repos::blob_linked`] finds it.
+    async fn blob_link_find(&self, name: &Name, d: &Digest) -> ApiResult<Option<(Key, u64)>> {
+        let legacy = layout::blob_link(name, d);
+        if let Some(link) = self.read::<BlobLink>(&legacy, LINK_LIMIT).await? {
+            return Ok(Some((legacy, link.size)));
+        }
+        let Some((record, _)) = crate::tombstone::read_record(self.store.as_ref(), d).await? else {
+            return Ok(None);
+        };
+        if record.epochs.blob_link(name).is_empty() {
+            return Ok(None);
+        }
+        let key = record.epochs.blob_link_key(name, d);
+        Ok(self
+            .read::<BlobLink>(&key, LINK_LIMIT)
+            .await?
+            .map(|l| (key, l.size)))
+    }
+
+    /// Size of the repository's link to `d` at the epoch a hold gave (what a request that
+    /// acknowledges content relies on: a link of an earlier epoch may be being deleted).
+    pub async fn blob_linked_at(
+        &self,
+        name: &Name,
+        d: &Digest,
+        epochs: &Epochs,
+    ) -> ApiResult<Option<u64>> {
+        let link: Option<BlobLink> = self
+            .read(&epochs.blob_link_key(name, d), LINK_LIMIT)
+            .await?;
         Ok(link.map(|l| l.size))
     }
 
-    pub async fn link_blob(&self, name: &Name, d: &Digest, size: u64) -> ApiResult<()> {
+    /// True when the repository links `d` at the epoch a hold gave. A link of an earlier epoch
+    /// (a collector committed to deleting it, and its DELETE may still be on the way) is
+    /// written again at the current epoch first: the client saw it (a HEAD answers from it
+    /// until it is gone) and relies on it, and the repository did have the blob.
+    pub(crate) async fn relink_blob(
+        &self,
+        name: &Name,
+        d: &Digest,
+        epochs: &Epochs,
+    ) -> ApiResult<bool> {
+        if self.blob_linked_at(name, d, epochs).await?.is_some() {
+            return Ok(true);
+        }
+        let Some((_, size)) = self.blob_link_find(name, d).await? else {
+            return Ok(false);
+        };
+        self.link_blob(name, d, epochs, size).await?;
+        Ok(true)
+    }
+
+    /// Links blob `d` into the repository at the epoch a hold of `d` gave.
+    pub async fn link_blob(
+        &self,
+        name: &Name,
+        d: &Digest,
+        epochs: &Epochs,
+        size: u64,
+    ) -> ApiResult<()> {
         self.ensure(name).await?;
         let bytes = serde_json::to_vec(&BlobLink { size }).map_err(ApiError::internal)?;
         self.store
             .put(
-                &layout::blob_link(name, d),
+                &epochs.blob_link_key(name, d),
                 Bytes::from(bytes),
                 PutMode::Overwrite,
             )
@@ -340,9 +404,12 @@ impl Repos {
         Ok(())
     }
 
-    /// Removes a blob link; false when there was none.
+    /// Removes a blob link (wherever a read finds it); false when there was none.
     pub async fn unlink_blob(&self, name: &Name, d: &Digest) -> ApiResult<bool> {
-        match self.store.delete(&layout::blob_link(name, d)).await {
+        let Some((key, _)) = self.blob_link_find(name, d).await? else {
+            return Ok(false);
+        };
+        match self.store.delete(&key).await {
             Ok(()) => Ok(true),
             Err(e) if e.is_not_found() => Ok(false),
             Err(e) => Err(e.into()),
@@ -353,10 +420,16 @@ impl Repos {
 
     /// Stores verified manifest bytes under their digest (create-only: existing bytes are the
     /// same bytes).
-    pub async fn put_manifest_bytes(&self, d: &Digest, bytes: Bytes) -> ApiResult<()> {
+    /// At the epoch a hold of `d` gave.
+    pub async fn put_manifest_bytes(
+        &self,
+        d: &Digest,
+        epochs: &Epochs,
+        bytes: Bytes,
+    ) -> ApiResult<()> {
         match self
             .store
-            .put(&layout::blob_data(d), bytes, PutMode::Create)
+            .put(&epochs.data_key(d), bytes, PutMode::Create)
             .await
         {
             Ok(_) | Err(StoreError::AlreadyExists { .. }) => Ok(()),
@@ -389,7 +462,9 @@ impl Repos {
 
     /// Reads a manifest's bytes (bounded by `limit`).
     pub async fn manifest_bytes(&self, d: &Digest, limit: u64) -> ApiResult<Bytes> {
-        Ok(self.store.get(&layout::blob_data(d), limit).await?.bytes)
+        Ok(crate::tombstone::get_data(self.store.as_ref(), d, limit)
+            .await?
+            .bytes)
     }
 
     /// Removes a manifest from the repository, with every tag pointing at it and its entry in

@@ -4,20 +4,27 @@
 //! blobs/<alg>/<hex[0..2]>/<hex>/data          blob bytes (layers, configs and manifests), one copy
 //!                                              for the whole registry; written only by committing
 //!                                              a verified staging area or a verified document
+//! blobs/<alg>/<hex[0..2]>/<hex>/data-<epoch>  the same bytes written after a collector committed
+//!                                              to deleting the copy before (`record`: a late
+//!                                              DELETE of the old key cannot reach these)
 //! repositories/<name>/_repo                    marker: the repository exists (created on first push)
 //! repositories/<name>/_blobs/<alg>/<hex>       link: the repository may serve this blob (JSON
 //!                                              {"size"})
+//! repositories/<name>/_blobs/<alg>/<hex>-<epoch> the same link written after a collector
+//!                                              committed to deleting the one before
 //! repositories/<name>/_manifests/<alg>/<hex>   link: the manifest is in the repository (JSON
 //!                                              {"mediaType","size","subject"?,"artifactType"?})
 //! repositories/<name>/_tags                    index document: {"tags":{tag: digest}}, replaced
 //!                                              with a conditional write
 //! repositories/<name>/_referrers/<alg>/<hex>   index document: the descriptors of manifests in the
 //!                                              repository whose subject is this digest
-//! blobs/<alg>/<hex[0..2]>/<hex>/used          hold record: rewritten by every request that
+//! blobs/<alg>/<hex[0..2]>/<hex>/used[-<epoch>] hold record: rewritten by every request that
 //!                                              starts relying on existing content (garbage
-//!                                              collection's write barrier, see `gc`)
-//! blobs/<alg>/<hex[0..2]>/<hex>/gc            tombstone: a collector is deciding about this
-//!                                              digest; requests wait until it is gone
+//!                                              collection's write barrier, see `gc`), one per
+//!                                              epoch of the bytes
+//! blobs/<alg>/<hex[0..2]>/<hex>/gc            the digest's record (`record`): which epoch of its
+//!                                              keys is current, and a collector's tombstone while
+//!                                              it decides; never deleted once an epoch moved
 //! gc/lock                                      lease of the one running collector
 //! catalog                                      index document: {"repositories":[names]}
 //! uploads/<uuid>/data                          staging area of an upload (never readable as a blob)
@@ -65,6 +72,36 @@ pub fn blob_data(d: &Digest) -> Key {
     ))
 }
 
+/// Where a blob's bytes of epoch `epoch` live (`""`: the legacy key [`blob_data`]).
+pub fn blob_data_at(d: &Digest, epoch: &str) -> Key {
+    at_epoch(blob_data(d), epoch)
+}
+
+/// `k` with `-<epoch>` appended to its last segment, or `k` itself for the legacy epoch `""`.
+/// Epochs are checked by [`epoch_ok`] where they are read, so the key stays valid.
+fn at_epoch(k: Key, epoch: &str) -> Key {
+    if epoch.is_empty() {
+        k
+    } else {
+        debug_assert!(epoch_ok(epoch), "unchecked epoch {epoch:?}");
+        key(format!("{}-{epoch}", k.as_str()))
+    }
+}
+
+/// Whether `e` can be an epoch: 1 to 32 lowercase hex digits (`record` makes 16).
+pub fn epoch_ok(e: &str) -> bool {
+    (1..=32).contains(&e.len()) && e.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Splits `name-epoch` into its name and epoch (`""` when there is none).
+fn split_epoch(segment: &str) -> Option<(&str, &str)> {
+    match segment.split_once('-') {
+        None => Some((segment, "")),
+        Some((n, e)) if epoch_ok(e) => Some((n, e)),
+        Some(_) => None,
+    }
+}
+
 /// The hold record of a digest, rewritten by requests that start relying on its content.
 pub fn blob_used(d: &Digest) -> Key {
     blob_data(d)
@@ -72,6 +109,11 @@ pub fn blob_used(d: &Digest) -> Key {
         .strip_suffix("/data")
         .map(|dir| key(format!("{dir}/used")))
         .expect("blob keys end in /data")
+}
+
+/// The hold record of the bytes of epoch `epoch`.
+pub fn blob_used_at(d: &Digest, epoch: &str) -> Key {
+    at_epoch(blob_used(d), epoch)
 }
 
 /// The tombstone a collector writes while it decides about a digest.
@@ -89,12 +131,12 @@ pub fn gc_lock() -> Key {
 }
 
 /// What a key under [`blobs_root`] is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BlobPart {
-    /// The bytes ([`blob_data`]).
-    Data,
-    /// The hold record ([`blob_used`]).
-    Used,
+    /// The bytes of this epoch ([`blob_data_at`]).
+    Data(String),
+    /// The hold record of this epoch ([`blob_used_at`]).
+    Used(String),
     /// A collector's tombstone ([`blob_tombstone`]).
     Tombstone,
 }
@@ -105,10 +147,10 @@ pub fn parse_blob_key(k: &Key) -> Option<(Digest, BlobPart)> {
     let ["blobs", alg, _, hex, last] = parts.as_slice() else {
         return None;
     };
-    let part = match *last {
-        "data" => BlobPart::Data,
-        "used" => BlobPart::Used,
-        "gc" => BlobPart::Tombstone,
+    let part = match split_epoch(last)? {
+        ("data", e) => BlobPart::Data(e.to_owned()),
+        ("used", e) => BlobPart::Used(e.to_owned()),
+        ("gc", "") => BlobPart::Tombstone,
         _ => return None,
     };
     let d = Digest::parse(&format!("{alg}:{hex}")).ok()?;
@@ -126,8 +168,8 @@ pub fn repositories_root() -> Key {
 pub enum RepoPart {
     /// [`repository_marker`].
     Marker,
-    /// [`blob_link`] of this digest.
-    BlobLink(Digest),
+    /// [`blob_link_at`] of this digest and epoch.
+    BlobLink(Digest, String),
     /// [`manifest_link`] of this digest.
     ManifestLink(Digest),
     /// [`tags`].
@@ -147,7 +189,10 @@ pub fn parse_repo_key(k: &Key) -> Option<(Name, RepoPart)> {
     let part = match parts.as_slice() {
         ["_repo"] => RepoPart::Marker,
         ["_tags"] => RepoPart::Tags,
-        ["_blobs", alg, hex] => RepoPart::BlobLink(digest(alg, hex)?),
+        ["_blobs", alg, hex] => {
+            let (hex, epoch) = split_epoch(hex)?;
+            RepoPart::BlobLink(digest(alg, hex)?, epoch.to_owned())
+        }
         ["_manifests", alg, hex] => RepoPart::ManifestLink(digest(alg, hex)?),
         ["_referrers", alg, hex] => RepoPart::Referrers(digest(alg, hex)?),
         _ => return None,
@@ -177,6 +222,11 @@ pub fn blob_link(name: &Name, d: &Digest) -> Key {
         d.algorithm(),
         d.encoded()
     ))
+}
+
+/// The repository's link to this blob of epoch `epoch` (`""`: [`blob_link`]).
+pub fn blob_link_at(name: &Name, d: &Digest, epoch: &str) -> Key {
+    at_epoch(blob_link(name, d), epoch)
 }
 
 /// Link: the manifest belongs to the repository.
@@ -324,11 +374,28 @@ mod tests {
         let d512 = Digest::of(validator::Algorithm::Sha512, b"");
         assert_eq!(
             parse_blob_key(&blob_data(&d)),
-            Some((d.clone(), BlobPart::Data))
+            Some((d.clone(), BlobPart::Data(String::new())))
+        );
+        assert_eq!(
+            parse_blob_key(&blob_data_at(&d, "0123abcd")),
+            Some((d.clone(), BlobPart::Data("0123abcd".to_owned())))
+        );
+        assert!(
+            blob_data_at(&d, "0123abcd")
+                .as_str()
+                .ends_with("/data-0123abcd")
         );
         assert_eq!(
             parse_blob_key(&blob_used(&d)),
-            Some((d.clone(), BlobPart::Used))
+            Some((d.clone(), BlobPart::Used(String::new())))
+        );
+        assert_eq!(
+            parse_blob_key(&blob_used_at(&d, "ff")),
+            Some((d.clone(), BlobPart::Used("ff".to_owned())))
+        );
+        assert_eq!(
+            parse_blob_key(&Key::new(format!("{}-XYZ", blob_data(&d))).unwrap()),
+            None
         );
         assert_eq!(
             parse_blob_key(&blob_tombstone(&d)),
@@ -341,7 +408,14 @@ mod tests {
         for (k, part) in [
             (repository_marker(&n), RepoPart::Marker),
             (tags(&n), RepoPart::Tags),
-            (blob_link(&n, &d), RepoPart::BlobLink(d.clone())),
+            (
+                blob_link(&n, &d),
+                RepoPart::BlobLink(d.clone(), String::new()),
+            ),
+            (
+                blob_link_at(&n, &d, "00ff"),
+                RepoPart::BlobLink(d.clone(), "00ff".to_owned()),
+            ),
             (manifest_link(&n, &d), RepoPart::ManifestLink(d.clone())),
             (referrers(&n, &d), RepoPart::Referrers(d.clone())),
         ] {

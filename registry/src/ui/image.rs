@@ -11,7 +11,6 @@ use crate::errors::ApiResult;
 use crate::pkgindex;
 use crate::repo::Repos;
 use crate::state::AppState;
-use crate::storage::layout;
 
 /// The image config media types (everything else in `config` makes an artifact).
 fn is_image_config(media_type: &str) -> bool {
@@ -70,10 +69,12 @@ pub(super) async fn artifact_of(
                 Some(digest) if repos.blob_linked(name, &digest).await?.is_none() => None,
                 Some(digest) => {
                     let text = if size <= DOCUMENT_SHOWN {
-                        match repos
-                            .store()
-                            .get(&layout::blob_data(&digest), DOCUMENT_SHOWN)
-                            .await
+                        match crate::tombstone::get_data(
+                            repos.store().as_ref(),
+                            &digest,
+                            DOCUMENT_SHOWN,
+                        )
+                        .await
                         {
                             Ok(b) => match serde_json::from_slice::<Value>(&b.bytes) {
                                 Ok(v) => serde_json::to_string_pretty(&v).ok(),

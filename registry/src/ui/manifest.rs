@@ -9,7 +9,6 @@ use validator::Digest;
 use super::Summary;
 use crate::errors::{ApiResult, Code};
 use crate::repo::Repos;
-use crate::storage::layout;
 
 /// A manifest or index, parsed, with its config when it is an image.
 pub(super) struct Manifest {
@@ -42,10 +41,12 @@ pub(super) async fn read_manifest(
         .and_then(|d| Digest::parse(d).ok())
     {
         Some(c) if !is_index(&doc) => {
-            match repos
-                .store()
-                .get(&layout::blob_data(&c), validator::MAX_CONFIG_SIZE as u64)
-                .await
+            match crate::tombstone::get_data(
+                repos.store().as_ref(),
+                &c,
+                validator::MAX_CONFIG_SIZE as u64,
+            )
+            .await
             {
                 Ok(b) => serde_json::from_slice::<Value>(&b.bytes).ok(),
                 Err(e) if e.is_not_found() => None,

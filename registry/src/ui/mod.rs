@@ -408,7 +408,10 @@ mod tests {
         };
         let bytes = manifest(1000);
         let d = Digest::sha256(&bytes);
-        repos.put_manifest_bytes(&d, bytes.clone()).await.unwrap();
+        repos
+            .put_manifest_bytes(&d, &crate::repo::Epochs::default(), bytes.clone())
+            .await
+            .unwrap();
         let name = Name::parse("team/app").unwrap();
         let link = crate::repo::ManifestLink {
             media_type: "application/vnd.oci.image.manifest.v1+json".into(),
@@ -474,7 +477,7 @@ mod tests {
             .unwrap();
         let private = Name::parse("private/app").unwrap();
         repos
-            .link_blob(&private, &d, secret.len() as u64)
+            .link_blob(&private, &d, &Default::default(), secret.len() as u64)
             .await
             .unwrap();
         // A referrer pushed to another repository naming the private blob as its document.

@@ -7,7 +7,6 @@ use validator::{Digest, Name};
 use super::Signed;
 use crate::errors::{ApiError, ApiResult};
 use crate::repo::Repos;
-use crate::storage::layout;
 
 /// Whether a referrer's artifact type is a signature's (cosign, Notary).
 pub(super) fn is_signature(artifact_type: &str) -> bool {
@@ -57,11 +56,7 @@ pub(super) async fn signed(
         return Ok(Signed::Unverified);
     }
     let read = |d: Digest| async move {
-        match repos
-            .store()
-            .get(&layout::blob_data(&d), SIGNATURE_LIMIT)
-            .await
-        {
+        match crate::tombstone::get_data(repos.store().as_ref(), &d, SIGNATURE_LIMIT).await {
             Ok(b) => Ok(Some(b.bytes)),
             Err(e) if e.is_not_found() => Ok(None),
             Err(crate::storage::StoreError::TooLarge { .. }) => Ok(None),
