@@ -201,6 +201,15 @@ impl From<StoreError> for ApiError {
             chain.push_str(&s.to_string());
             src = s.source();
         }
+        // A store that gave up waiting (a filesystem stripe lock held by a stopped process):
+        // the client retries.
+        let timed_out = matches!(&e, StoreError::Backend { source, .. } if source.kind() == std::io::ErrorKind::TimedOut);
+        if timed_out {
+            return ApiError::new(Code::Unavailable, chain).with_header(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("2"),
+            );
+        }
         match e.kind() {
             ErrorKind::Backend | ErrorKind::InvalidKey => ApiError::internal(chain),
             _ => ApiError::internal(format!("unexpected store answer: {chain}")),

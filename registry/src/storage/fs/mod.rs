@@ -11,6 +11,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -55,7 +56,16 @@ struct Inner {
     /// When a staging write last took too long on an async worker (see `writer.rs`), for
     /// every writer of the store to write on blocking threads for a while.
     slow_writes: writer::SlowWrites,
+    /// How long a request waits for a stripe lock before it gives up (see [`Inner::lock`]).
+    lock_wait: std::time::Duration,
 }
+
+/// How long a request waits for a stripe lock: the holder's critical section is a read, a
+/// compare and a rename (microseconds), so a wait this long means the holder is stopped
+/// (SIGSTOP, a debugger, ctrl-z on an `rdctl` sharing the directory) or stuck in the kernel.
+/// The request then fails with a retryable error naming the holder instead of queueing with
+/// no time limit.
+const STRIPE_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What identifies one version of a document file (see `Inner::versions`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +120,7 @@ impl FsStore {
                 root,
                 versions: Default::default(),
                 slow_writes: Default::default(),
+                lock_wait: STRIPE_LOCK_WAIT,
             }),
         })
     }
@@ -195,6 +206,31 @@ async fn blocking<T: Send + 'static>(
     }
 }
 
+/// Who holds a stripe lock, from the process id its holder wrote into the file, and that
+/// process's state on Linux (`/proc/<pid>/stat`).
+fn lock_holder(f: &mut File) -> String {
+    let mut pid = String::new();
+    if f.seek(SeekFrom::Start(0)).is_err() || f.read_to_string(&mut pid).is_err() {
+        return "another process".to_owned();
+    }
+    let pid = pid.trim();
+    if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        return "another process".to_owned();
+    }
+    let state = fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|st| {
+            // pid (comm) STATE ...: comm may hold spaces and parentheses.
+            let rest = &st[st.rfind(')')? + 1..];
+            rest.split_whitespace().next().map(str::to_owned)
+        });
+    match state.as_deref() {
+        Some("T") | Some("t") => format!("process {pid}, which is stopped (SIGSTOP or a debugger)"),
+        Some(_) => format!("process {pid}"),
+        None => format!("process {pid} (no longer running)"),
+    }
+}
+
 fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
@@ -235,16 +271,47 @@ impl Inner {
         self.root.join(key.as_str())
     }
 
+    /// Takes the stripe lock of `key` (an exclusive `flock` on `.locks/<stripe>`), waiting at
+    /// most `lock_wait`. The holder writes its process id into the lock file, so a request
+    /// that gives up can say who holds it and whether that process is stopped.
     fn lock(&self, key: &Key) -> io::Result<File> {
         let digest = validator::Digest::sha256(key.as_str().as_bytes());
         let stripe = u32::from_str_radix(&digest.encoded()[..4], 16).unwrap_or(0) % LOCK_STRIPES;
         let path = self.root.join(".locks").join(format!("{stripe:02x}"));
-        let f = OpenOptions::new()
+        let mut f = OpenOptions::new()
             .create(true)
             .truncate(false)
+            .read(true)
             .write(true)
-            .open(path)?;
-        f.lock()?;
+            .open(&path)?;
+        let started = std::time::Instant::now();
+        let mut pause = std::time::Duration::from_micros(200);
+        loop {
+            match f.try_lock() {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock) => {}
+                Err(std::fs::TryLockError::Error(e)) => return Err(e),
+            }
+            if started.elapsed() >= self.lock_wait {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the store lock {} was held for {:.0} s by {}; retry later",
+                        path.display(),
+                        self.lock_wait.as_secs_f64(),
+                        lock_holder(&mut f)
+                    ),
+                ));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(20));
+        }
+        // Who holds it, for a request that gives up waiting (no fsync: only ever read while
+        // this process holds the lock, to name it).
+        let pid = std::process::id().to_string();
+        let _ = f
+            .set_len(0)
+            .and_then(|()| f.write_all_at(pid.as_bytes(), 0));
         Ok(f)
     }
 
@@ -326,6 +393,32 @@ impl Inner {
     }
 
     fn put_doc(&self, key: &Key, bytes: &[u8], mode: &PutMode) -> StoreResult<Etag> {
+        // The new version is written and made durable before the stripe lock is taken: the
+        // lock covers only the check and the rename, so a process stopped while it holds the
+        // lock is rare, and every other request waits microseconds, not an fsync.
+        let tmp = self.temp_path();
+        let written = (|| {
+            let mut f = File::create_new(&tmp)?;
+            f.write_all(bytes)?;
+            f.sync_all()
+        })();
+        if let Err(e) = written {
+            let _ = fs::remove_file(&tmp);
+            return Err(backend(key, e));
+        }
+        let r = self.put_locked(key, &tmp, mode);
+        if r.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        r?;
+        let path = self.path(key);
+        sync_dir(path.parent().expect("parent")).map_err(|e| backend(key, e))?;
+        Ok(etag_of(bytes))
+    }
+
+    /// The part of [`Inner::put_doc`] under the stripe lock: the mode's check, then the rename
+    /// of the durable temporary file `tmp` into place.
+    fn put_locked(&self, key: &Key, tmp: &Path, mode: &PutMode) -> StoreResult<()> {
         let _lock = self.lock(key).map_err(|e| backend(key, e))?;
         let path = self.path(key);
         match mode {
@@ -359,19 +452,7 @@ impl Inner {
             }
             PutMode::Overwrite => {}
         }
-        let tmp = self.temp_path();
-        let res = (|| {
-            let mut f = File::create_new(&tmp)?;
-            f.write_all(bytes)?;
-            f.sync_all()?;
-            with_parent(&path, || fs::rename(&tmp, &path))?;
-            sync_dir(path.parent().expect("parent"))
-        })();
-        if res.is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
-        res.map_err(|e| backend(key, e))?;
-        Ok(etag_of(bytes))
+        with_parent(&path, || fs::rename(tmp, &path)).map_err(|e| backend(key, e))
     }
 
     /// Removes empty directories from `path`'s parent up to (not including) the root.
@@ -692,12 +773,15 @@ impl Store for FsStore {
         let inner = self.inner.clone();
         let k = key.clone();
         Box::pin(blocking(key, move || {
-            let _lock = inner.lock(&k).map_err(|e| backend(&k, e))?;
             let path = inner.path(&k);
-            if path.is_dir() {
-                return Err(not_found(&k));
+            {
+                let _lock = inner.lock(&k).map_err(|e| backend(&k, e))?;
+                if path.is_dir() {
+                    return Err(not_found(&k));
+                }
+                fs::remove_file(&path).map_err(|e| map_io(&k, e))?;
             }
-            fs::remove_file(&path).map_err(|e| map_io(&k, e))?;
+            // Outside the lock: pruning races with creation anyway (see `with_parent`).
             inner.prune(&path);
             Ok(())
         }))
@@ -707,6 +791,41 @@ impl Store for FsStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stripe lock held past the wait (a stopped process sharing the directory holds it)
+    /// fails the request with a timeout that names the holder, instead of queueing it with no
+    /// time limit; once the lock is free the same write goes through. The new version's bytes
+    /// were written outside the lock and are removed again.
+    #[test]
+    fn a_stripe_lock_held_too_long_fails_the_request_naming_the_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = FsStore::open(dir.path()).unwrap();
+        Arc::get_mut(&mut store.inner).unwrap().lock_wait = std::time::Duration::from_millis(300);
+        let key = Key::new("repositories/a/_tags").unwrap();
+        let holder = store.inner.lock(&key).unwrap();
+        let started = std::time::Instant::now();
+        let err = store
+            .inner
+            .put_doc(&key, b"{}", &PutMode::Overwrite)
+            .unwrap_err();
+        assert!(started.elapsed() < std::time::Duration::from_secs(3));
+        let StoreError::Backend { source, .. } = &err else {
+            panic!("{err}");
+        };
+        assert_eq!(source.kind(), io::ErrorKind::TimedOut, "{err}");
+        let text = source.to_string();
+        assert!(
+            text.contains(&format!("process {}", std::process::id())),
+            "{text}"
+        );
+        assert_eq!(fs::read_dir(dir.path().join(".tmp")).unwrap().count(), 0);
+        drop(holder);
+        store
+            .inner
+            .put_doc(&key, b"{}", &PutMode::Overwrite)
+            .unwrap();
+        assert_eq!(store.inner.read_doc(&key, 10).unwrap().bytes, &b"{}"[..]);
+    }
 
     /// Keys created under a shared parent while other threads remove theirs (and prune the
     /// parent when it empties) are always created.
