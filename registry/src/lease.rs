@@ -373,14 +373,13 @@ impl Lease {
                 > self.ttl / 2
     }
 
-    /// Stops renewing and deletes the lease if it is still ours.
+    /// Stops renewing and deletes the lease if it is still ours: also after it was lost by
+    /// failing to renew (a stall, a store outage) while nobody took it over, so a run that
+    /// stopped itself does not leave the next one refused until the lease turns stale.
     pub async fn release(mut self) {
         self.renewer.abort();
         // Wait out a renewal in flight, so it cannot land after the lease is gone.
         let _ = (&mut self.renewer).await;
-        if self.lost.load(Ordering::SeqCst) {
-            return;
-        }
         let ours = self.etag.lock().unwrap_or_else(|e| e.into_inner()).clone();
         // Delete only our own lease (a taken-over one belongs to another holder).
         match self.store.get(&self.key, LEASE_LIMIT).await {
