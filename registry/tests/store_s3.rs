@@ -1031,7 +1031,7 @@ mod full_scale_faults {
         let repo = "fullscale/repo";
         let cfg = super::http::push_blob(&app, repo, b"{}").await;
 
-        proxy.inject(Rule::new(Fault::Delay(Duration::from_millis(2500))).rate(0.01));
+        proxy.inject(Rule::new(Fault::Stall(Duration::from_millis(2500))).rate(0.01));
         proxy.inject(Rule::new(Fault::Status(503)).rate(0.10));
         proxy.inject(Rule::new(Fault::StatusAfter(500)).rate(0.05));
         proxy.inject(Rule::new(Fault::Drop).rate(0.05));

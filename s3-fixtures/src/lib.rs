@@ -11,7 +11,9 @@
 //!   replication `010` over three racks, two filers, two S3 gateways) whose nodes tests can kill,
 //!   restart, pause and resume one at a time ([`Node`]).
 //! - [`FaultProxy`] sits between a store and SeaweedFS, counts requests per [`S3Op`], and injects
-//!   [`Fault`]s (5xx answers, delays, dropped connections, truncated bodies) on chosen requests.
+//!   [`Fault`]s (5xx answers, delays, dropped connections, truncated bodies) on chosen requests;
+//!   as a "tap" it also delivers one request late, held, twice, or after answering it with an
+//!   error, as slow and retrying gateways do, whether or not the client still waits.
 //! - [`RoundRobin`] balances HTTP requests over registry replicas, one request to each in turn.
 //!
 //! A missing `weed` is an error naming the install command: tests that need SeaweedFS fail, they

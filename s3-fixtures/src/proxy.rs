@@ -1,4 +1,11 @@
 //! A fault-injecting HTTP proxy in front of an S3 endpoint.
+//!
+//! Besides answering for SeaweedFS ([`Fault::Status`], [`Fault::Drop`], ...), it can deliver a
+//! request *late*, the way a slow or retrying gateway does: [`Fault::Delay`], [`Fault::Hold`],
+//! [`Fault::FailAfter`] and the second copy of [`Fault::Duplicate`] reach SeaweedFS on a task of
+//! their own, so they arrive even when the client gave up on them meanwhile (its timeout fired,
+//! it closed the connection, it retried). [`FaultProxy::delivered`] counts those deliveries, so
+//! a test can wait until the late request has done its damage before it looks.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -16,6 +23,8 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+
+use tokio::sync::watch;
 
 use crate::{FixtureError, io_err};
 
@@ -108,8 +117,23 @@ pub enum Fault {
     /// Forwards the request, then replaces SeaweedFS's answer with this status, so the
     /// operation took effect but the client is told it failed.
     StatusAfter(u16),
-    /// Waits this long, then forwards (for client timeouts).
+    /// Forwards the request only after this long, as a slow gateway does: it is delivered even
+    /// when the client stopped waiting meanwhile (its timeout fired, it retried, it closed the
+    /// connection); a client still waiting gets SeaweedFS's answer.
     Delay(Duration),
+    /// Waits this long, then forwards, unless the client gave up meanwhile (then SeaweedFS never
+    /// sees the request): for client timeouts alone.
+    Stall(Duration),
+    /// Holds the request until the test calls [`FaultProxy::release`], then forwards it
+    /// (delivered even when the client gave up meanwhile).
+    Hold,
+    /// Answers this status after the delay and, at the same time, forwards the request: a
+    /// gateway that timed out on the client but passed the request on. A retrying client sends
+    /// it again on top.
+    FailAfter(u16, Duration),
+    /// Forwards the request now and the same request again after the delay (a duplicate from a
+    /// gateway or a network that retried on its own); the client gets the first answer.
+    Duplicate(Duration),
     /// Closes the connection without an answer; SeaweedFS never sees the request.
     Drop,
     /// Forwards, then sends the answer's head and half of its body and closes the connection
@@ -228,6 +252,7 @@ impl State {
 pub struct FaultProxy {
     addr: SocketAddr,
     state: Arc<Mutex<State>>,
+    late: Arc<Late>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -242,6 +267,15 @@ impl fmt::Debug for FaultProxy {
 impl Drop for FaultProxy {
     fn drop(&mut self) {
         self.task.abort();
+        for t in self
+            .late
+            .tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            t.abort();
+        }
     }
 }
 
@@ -292,13 +326,24 @@ impl Body for Cut {
     }
 }
 
-type Upstream = Client<HttpConnector, Incoming>;
+type Upstream = Client<HttpConnector, ProxyBody>;
 
-async fn forward(
+fn full(bytes: Bytes) -> ProxyBody {
+    http_body_util::Full::new(bytes)
+        .map_err(|e| match e {})
+        .boxed()
+}
+
+async fn forward<B>(
     client: &Upstream,
     upstream: SocketAddr,
-    mut req: Request<Incoming>,
-) -> Result<Response<Incoming>, BoxError> {
+    req: Request<B>,
+) -> Result<Response<Incoming>, BoxError>
+where
+    B: Body<Data = Bytes> + Send + Sync + 'static,
+    B::Error: Into<BoxError>,
+{
+    let mut req = req.map(|b| b.map_err(Into::into).boxed());
     let pq = req
         .uri()
         .path_and_query()
@@ -308,8 +353,103 @@ async fn forward(
     Ok(client.request(req).await?)
 }
 
+/// A request read whole, so it can be sent after its client's connection is gone, and twice.
+struct Buffered {
+    method: hyper::Method,
+    uri: hyper::Uri,
+    headers: hyper::HeaderMap,
+    body: Bytes,
+}
+
+impl Buffered {
+    async fn read(req: Request<Incoming>) -> Result<Buffered, BoxError> {
+        let (parts, body) = req.into_parts();
+        Ok(Buffered {
+            method: parts.method,
+            uri: parts.uri,
+            headers: parts.headers,
+            body: body.collect().await?.to_bytes(),
+        })
+    }
+
+    fn request(&self) -> Request<ProxyBody> {
+        let mut req = Request::new(full(self.body.clone()));
+        *req.method_mut() = self.method.clone();
+        *req.uri_mut() = self.uri.clone();
+        *req.headers_mut() = self.headers.clone();
+        req
+    }
+}
+
+/// SeaweedFS's answer to a late request, read whole.
+type LateAnswer = Result<(hyper::http::response::Parts, Bytes), String>;
+
+/// Requests delivered late: the release generation [`Fault::Hold`] waits for, the counts, and
+/// the delivery tasks (aborted with the proxy).
+#[derive(Debug)]
+struct Late {
+    released: watch::Sender<u64>,
+    scheduled: watch::Sender<u64>,
+    delivered: watch::Sender<u64>,
+    tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+}
+
+impl Late {
+    fn new() -> Late {
+        Late {
+            released: watch::Sender::new(0),
+            scheduled: watch::Sender::new(0),
+            delivered: watch::Sender::new(0),
+            tasks: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Sends `req` once `when` is done, on a task of its own (so a client that gave up does
+    /// not cancel it), and hands back SeaweedFS's answer if anyone still wants it.
+    fn deliver(
+        self: &Arc<Self>,
+        client: Upstream,
+        upstream: SocketAddr,
+        req: Request<ProxyBody>,
+        when: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> tokio::sync::oneshot::Receiver<LateAnswer> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.scheduled.send_modify(|n| *n += 1);
+        let late = self.clone();
+        let task = tokio::spawn(async move {
+            when.await;
+            let answer = match forward(&client, upstream, req).await {
+                Ok(resp) => {
+                    let (parts, body) = resp.into_parts();
+                    body.collect()
+                        .await
+                        .map(|b| (parts, b.to_bytes()))
+                        .map_err(|e| e.to_string())
+                }
+                Err(e) => Err(e.to_string()),
+            };
+            // Counted once SeaweedFS answered: whatever the request does has been done.
+            late.delivered.send_modify(|n| *n += 1);
+            let _ = tx.send(answer);
+        });
+        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(task.abort_handle());
+        rx
+    }
+}
+
+/// The answer to the client of a late request: SeaweedFS's, or a failed connection.
+async fn late_answer(
+    rx: tokio::sync::oneshot::Receiver<LateAnswer>,
+) -> Result<Response<ProxyBody>, BoxError> {
+    let (parts, body) = rx.await.map_err(|_| "the late delivery was aborted")??;
+    Ok(Response::from_parts(parts, full(body)))
+}
+
 async fn handle(
     state: Arc<Mutex<State>>,
+    late: Arc<Late>,
     client: Upstream,
     upstream: SocketAddr,
     req: Request<Incoming>,
@@ -326,9 +466,41 @@ async fn handle(
             Ok(s3_error(code))
         }
         Some(Fault::Drop) => Err(format!("{op} dropped by the fault proxy").into()),
-        Some(Fault::Delay(d)) => {
+        Some(Fault::Stall(d)) => {
             tokio::time::sleep(d).await;
             let resp = forward(&client, upstream, req).await?;
+            Ok(resp.map(|b| b.map_err(BoxError::from).boxed()))
+        }
+        Some(Fault::Delay(d)) => {
+            let req = Buffered::read(req).await?.request();
+            late_answer(late.deliver(client, upstream, req, tokio::time::sleep(d))).await
+        }
+        Some(Fault::Hold) => {
+            let req = Buffered::read(req).await?.request();
+            // Held until a release after this request arrived.
+            let mut released = late.released.subscribe();
+            let arrived = *released.borrow_and_update();
+            let when = async move {
+                let _ = released.wait_for(|g| *g > arrived).await;
+            };
+            late_answer(late.deliver(client, upstream, req, when)).await
+        }
+        Some(Fault::FailAfter(code, d)) => {
+            let req = Buffered::read(req).await?.request();
+            // Not waited for: the client's answer is the error, the store's goes nowhere.
+            drop(late.deliver(client, upstream, req, tokio::time::sleep(d)));
+            tokio::time::sleep(d).await;
+            Ok(s3_error(code))
+        }
+        Some(Fault::Duplicate(d)) => {
+            let buffered = Buffered::read(req).await?;
+            drop(late.deliver(
+                client.clone(),
+                upstream,
+                buffered.request(),
+                tokio::time::sleep(d),
+            ));
+            let resp = forward(&client, upstream, buffered.request()).await?;
             Ok(resp.map(|b| b.map_err(BoxError::from).boxed()))
         }
         Some(Fault::StatusAfter(code)) => {
@@ -373,19 +545,21 @@ impl FaultProxy {
             rng: 0x9E37_79B9_7F4A_7C15,
         }));
         let client: Upstream = Client::builder(TokioExecutor::new()).build_http();
+        let late = Arc::new(Late::new());
         let st = state.clone();
+        let lt = late.clone();
         let task = tokio::spawn(async move {
             let mut conns = tokio::task::JoinSet::new();
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
-                let st = st.clone();
+                let (st, lt) = (st.clone(), lt.clone());
                 let client = client.clone();
                 // A service error makes hyper close the connection without writing an answer,
                 // which is exactly a dropped connection.
                 let svc = hyper::service::service_fn(move |req| {
-                    handle(st.clone(), client.clone(), upstream, req)
+                    handle(st.clone(), lt.clone(), client.clone(), upstream, req)
                 });
                 conns.spawn(async move {
                     let _ = hyper::server::conn::http1::Builder::new()
@@ -396,7 +570,12 @@ impl FaultProxy {
                 while conns.try_join_next().is_some() {}
             }
         });
-        Ok(FaultProxy { addr, state, task })
+        Ok(FaultProxy {
+            addr,
+            state,
+            late,
+            task,
+        })
     }
 
     /// The proxy's endpoint, `http://127.0.0.1:<port>`.
@@ -436,7 +615,265 @@ impl FaultProxy {
         s.faults.clear();
     }
 
+    /// Forwards every request [`Fault::Hold`] holds now; later ones wait for the next call.
+    pub fn release(&self) {
+        self.late.released.send_modify(|g| *g += 1);
+    }
+
+    /// Late deliveries ([`Fault::Delay`], [`Fault::Hold`], [`Fault::FailAfter`], the second
+    /// copy of [`Fault::Duplicate`]) taken on so far, delivered or not.
+    pub fn scheduled(&self) -> u64 {
+        *self.late.scheduled.borrow()
+    }
+
+    /// Late deliveries SeaweedFS has answered (or that failed to reach it): what they do to
+    /// the store is done.
+    pub fn delivered(&self) -> u64 {
+        *self.late.delivered.borrow()
+    }
+
+    /// Waits until `n` late requests were taken on (the request a fault aims at is in flight).
+    pub async fn until_scheduled(&self, n: u64) {
+        let _ = self.late.scheduled.subscribe().wait_for(|s| *s >= n).await;
+    }
+
+    /// Waits until `n` late requests were delivered.
+    pub async fn until_delivered(&self, n: u64) {
+        let _ = self.late.delivered.subscribe().wait_for(|d| *d >= n).await;
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The late faults against a tiny loopback HTTP server that records when each request
+    //! reached it: the point of these faults is *when* the store sees a request, whatever the
+    //! client did meanwhile.
+
+    use std::time::Instant;
+
+    use http_body_util::Full;
+
+    use super::*;
+
+    /// Requests the upstream saw: method, path, and when.
+    type Seen = Arc<Mutex<Vec<(String, String, Instant)>>>;
+
+    /// A loopback HTTP server answering 204 to everything and recording each request.
+    async fn upstream() -> (SocketAddr, Seen) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen: Seen = Arc::default();
+        let log = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let log = log.clone();
+                let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let log = log.clone();
+                    async move {
+                        log.lock().unwrap().push((
+                            req.method().to_string(),
+                            req.uri().path().to_owned(),
+                            Instant::now(),
+                        ));
+                        Response::builder()
+                            .status(204)
+                            .body(Full::new(Bytes::new()))
+                    }
+                });
+                tokio::spawn(async move {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        (addr, seen)
+    }
+
+    /// One request on a fresh connection, given up after `patience` (`None`: timed out).
+    async fn send(proxy: &FaultProxy, method: &str, path: &str, patience: Duration) -> Option<u16> {
+        let client = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(0)
+            .build_http::<Full<Bytes>>();
+        let req = Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", proxy.endpoint()))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let resp = tokio::time::timeout(patience, client.request(req))
+            .await
+            .ok()?
+            .unwrap();
+        Some(resp.status().as_u16())
+    }
+
+    fn arrivals(seen: &Seen, path: &str) -> Vec<Instant> {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, p, _)| p == path)
+            .map(|(_, _, t)| *t)
+            .collect()
+    }
+
+    async fn setup() -> (FaultProxy, Seen) {
+        let (addr, seen) = upstream().await;
+        (FaultProxy::start(addr).await.unwrap(), seen)
+    }
+
+    fn delete_of(part: &str, fault: Fault) -> Rule {
+        Rule::new(fault)
+            .on(S3Op::DeleteObject)
+            .path_contains(part)
+            .times(1)
+    }
+
+    #[tokio::test]
+    async fn delay_delivers_after_the_client_gave_up() {
+        let (proxy, seen) = setup().await;
+        proxy.inject(delete_of("abc", Fault::Delay(Duration::from_millis(800))));
+        let sent = Instant::now();
+        // The client times out long before the store sees the request...
+        assert_eq!(
+            send(&proxy, "DELETE", "/b/k-abc", Duration::from_millis(100)).await,
+            None
+        );
+        assert_eq!(proxy.scheduled(), 1);
+        assert!(arrivals(&seen, "/b/k-abc").is_empty());
+        // ...and the store sees it anyway, once, after the delay.
+        tokio::time::timeout(Duration::from_secs(5), proxy.until_delivered(1))
+            .await
+            .unwrap();
+        let at = arrivals(&seen, "/b/k-abc");
+        assert_eq!(at.len(), 1);
+        assert!(at[0] - sent >= Duration::from_millis(800));
+        // Other requests pass at once; a client that waits gets the store's answer.
+        assert_eq!(
+            send(&proxy, "DELETE", "/b/k-abc", Duration::from_secs(5)).await,
+            Some(204)
+        );
+        proxy.inject(delete_of("xyz", Fault::Delay(Duration::from_millis(300))));
+        let t = Instant::now();
+        assert_eq!(
+            send(&proxy, "DELETE", "/b/k-xyz", Duration::from_secs(5)).await,
+            Some(204)
+        );
+        assert!(t.elapsed() >= Duration::from_millis(300));
+        assert_eq!(proxy.delivered(), 2);
+    }
+
+    #[tokio::test]
+    async fn stall_is_lost_with_its_client() {
+        let (proxy, seen) = setup().await;
+        proxy.inject(delete_of("abc", Fault::Stall(Duration::from_millis(300))));
+        assert_eq!(
+            send(&proxy, "DELETE", "/b/k-abc", Duration::from_millis(50)).await,
+            None
+        );
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert!(arrivals(&seen, "/b/k-abc").is_empty());
+        assert_eq!(proxy.scheduled(), 0);
+    }
+
+    #[tokio::test]
+    async fn hold_waits_for_release() {
+        let (proxy, seen) = setup().await;
+        proxy.inject(delete_of("abc", Fault::Hold));
+        let waiting = tokio::spawn({
+            let url = proxy.endpoint();
+            async move {
+                let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+                let req = Request::delete(format!("{url}/b/k-abc"))
+                    .body(Full::new(Bytes::new()))
+                    .unwrap();
+                client.request(req).await.unwrap().status().as_u16()
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(5), proxy.until_scheduled(1))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            arrivals(&seen, "/b/k-abc").is_empty(),
+            "delivered before release"
+        );
+        assert!(!waiting.is_finished());
+        let released = Instant::now();
+        proxy.release();
+        assert_eq!(waiting.await.unwrap(), 204);
+        let at = arrivals(&seen, "/b/k-abc");
+        assert_eq!(at.len(), 1);
+        assert!(at[0] >= released);
+        assert_eq!(proxy.delivered(), 1);
+        // A held request whose client gave up is still delivered on release.
+        proxy.inject(delete_of("def", Fault::Hold));
+        assert_eq!(
+            send(&proxy, "DELETE", "/b/k-def", Duration::from_millis(100)).await,
+            None
+        );
+        proxy.release();
+        tokio::time::timeout(Duration::from_secs(5), proxy.until_delivered(2))
+            .await
+            .unwrap();
+        assert_eq!(arrivals(&seen, "/b/k-def").len(), 1);
+    }
+
+    #[tokio::test]
+    async fn fail_after_answers_an_error_and_delivers_anyway() {
+        let (proxy, seen) = setup().await;
+        proxy.inject(delete_of(
+            "abc",
+            Fault::FailAfter(503, Duration::from_millis(500)),
+        ));
+        let t = Instant::now();
+        assert_eq!(
+            send(&proxy, "DELETE", "/b/k-abc", Duration::from_secs(5)).await,
+            Some(503)
+        );
+        assert!(t.elapsed() >= Duration::from_millis(500));
+        tokio::time::timeout(Duration::from_secs(5), proxy.until_delivered(1))
+            .await
+            .unwrap();
+        let at = arrivals(&seen, "/b/k-abc");
+        assert_eq!(at.len(), 1, "the failed request must still reach the store");
+        assert!(at[0] - t >= Duration::from_millis(500));
+        // The client's retry is not faulted (times(1)) and arrives as a second request.
+        assert_eq!(
+            send(&proxy, "DELETE", "/b/k-abc", Duration::from_secs(5)).await,
+            Some(204)
+        );
+        assert_eq!(arrivals(&seen, "/b/k-abc").len(), 2);
+    }
+
+    #[tokio::test]
+    async fn duplicate_delivers_twice() {
+        let (proxy, seen) = setup().await;
+        proxy.inject(delete_of(
+            "abc",
+            Fault::Duplicate(Duration::from_millis(600)),
+        ));
+        let t = Instant::now();
+        assert_eq!(
+            send(&proxy, "DELETE", "/b/k-abc", Duration::from_secs(5)).await,
+            Some(204)
+        );
+        assert_eq!(arrivals(&seen, "/b/k-abc").len(), 1);
+        assert!(t.elapsed() < Duration::from_millis(600));
+        tokio::time::timeout(Duration::from_secs(5), proxy.until_delivered(1))
+            .await
+            .unwrap();
+        let at = arrivals(&seen, "/b/k-abc");
+        assert_eq!(at.len(), 2);
+        assert!(at[1] - t >= Duration::from_millis(600));
+        // Only the matching request: another key and another operation pass untouched.
+        assert_eq!(
+            send(&proxy, "GET", "/b/k-abc", Duration::from_secs(5)).await,
+            Some(204)
+        );
+        assert_eq!(proxy.scheduled(), 1);
     }
 }

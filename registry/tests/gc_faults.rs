@@ -1,0 +1,701 @@
+//! Issue 53: online garbage collection that no late DELETE can outrun, checked from outside.
+//!
+//! A collector decides to delete an image's layer and sends the DELETE; the DELETE reaches the
+//! store late (delayed, held, duplicated, or answered 503 and retried), while a client pushes
+//! the same image again and the registry acknowledges it. Once the late DELETE has landed,
+//! every acknowledged push must still be readable: 0 acknowledged pushes lost.
+//!
+//! The tests are black-box so that they outlive changes to the protocol and the key layout:
+//! they push and pull over HTTP with `registry_client`, run the collector through
+//! [`gc::collect`], break its lease with [`gc::break_lease`], and touch the store only through
+//! the public [`Store`] trait. The only thing they know of the layout is that the store request
+//! deleting something of a digest names the digest's hex, which is how the fault is aimed.
+//!
+//! - **S3**: the registry serves straight from SeaweedFS; the collector (another replica)
+//!   reaches the same bucket through the tap, `s3_fixtures::FaultProxy`, which delays, holds,
+//!   duplicates or fails the first S3 DELETE whose path names the layer's hex, and still
+//!   delivers it after the collector's client gave up on it.
+//! - **Filesystem**: the registry serves the directory through a plain `FsStore`; the collector
+//!   runs through [`LateStore`], which does the same to the first `delete`/`delete_before` of a
+//!   key naming the hex: it tells the collector the DELETE went out and removes the key later,
+//!   on a task of its own, as the network would.
+//!
+//! Each case measures how long the re-push took to be acknowledged (it must be within
+//! [`LEASE_TTL`]: requests must not wait for a committing collector) and whether the image
+//! reads back after the late DELETE landed; every failure of a case is reported together.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use registry::gc::{self, GcOptions, GcReport};
+use registry::storage::{
+    BoxFuture, BoxReader, ByteStream, Document, Etag, FsStore, Key, ObjectMeta, PutMode, S3Config,
+    S3Store, Store, StoreResult, StoreWriter,
+};
+use registry::{AppState, RegistryConfig, router};
+use registry_client::{Client, Reference};
+use s3_fixtures::{Fault, FaultProxy, Rule, S3Op, SeaweedFs};
+use tokio::io::AsyncReadExt;
+use tokio::sync::watch;
+use validator::{Digest, Name};
+
+const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+const CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+const LAYER: &str = "application/vnd.oci.image.layer.v1.tar";
+
+/// The collector's lease time to live: short, so that "acknowledged within the lease's time to
+/// live" is a tight bound and a late DELETE of 5 s already outlives the collector's window.
+const LEASE_TTL: Duration = Duration::from_secs(4);
+
+/// Longest a re-push may keep trying (a push retried after `MANIFEST_BLOB_UNKNOWN` and the
+/// like, as a client does) before the case gives up on it.
+const PUSH_PATIENCE: Duration = Duration::from_secs(90);
+
+/// How a collector's DELETE of the layer reaches the store.
+#[derive(Debug, Clone, Copy)]
+enum LateDelete {
+    /// Only after this long (the collector's own attempt may time out meanwhile).
+    Delay(Duration),
+    /// Now, and once more after this long.
+    Duplicate(Duration),
+    /// Answered 503 after this long while still delivered; the S3 SDK retries it.
+    FailAfter(Duration),
+    /// Held until the test releases it: a collector paused between its last check and the
+    /// DELETE.
+    Hold,
+}
+
+impl LateDelete {
+    fn fault(self) -> Fault {
+        match self {
+            LateDelete::Delay(d) => Fault::Delay(d),
+            LateDelete::Duplicate(d) => Fault::Duplicate(d),
+            LateDelete::FailAfter(d) => Fault::FailAfter(503, d),
+            LateDelete::Hold => Fault::Hold,
+        }
+    }
+}
+
+/// The filesystem store under a collector, making the first delete of a key that names an
+/// aimed hex late the way [`LateDelete`] says; everything else goes straight to `inner`.
+#[derive(Debug)]
+struct LateStore {
+    inner: Arc<dyn Store>,
+    state: Arc<LateState>,
+}
+
+/// What [`LateStore`] aims at and how far its late delete got, shared with the task that
+/// delivers it.
+#[derive(Debug)]
+struct LateState {
+    aim: Mutex<Option<(String, LateDelete)>>,
+    /// Late deletes taken on (the DELETE is "in flight").
+    taken: watch::Sender<u64>,
+    /// Late deletes done on the store.
+    delivered: watch::Sender<u64>,
+    released: watch::Sender<bool>,
+}
+
+impl LateStore {
+    fn new(inner: Arc<dyn Store>) -> Arc<LateStore> {
+        Arc::new(LateStore {
+            inner,
+            state: Arc::new(LateState {
+                aim: Mutex::new(None),
+                taken: watch::Sender::new(0),
+                delivered: watch::Sender::new(0),
+                released: watch::Sender::new(false),
+            }),
+        })
+    }
+
+    /// The fault for `key`, if it is the first delete naming the aimed hex.
+    fn take(&self, key: &Key) -> Option<LateDelete> {
+        let mut aim = self.state.aim.lock().unwrap();
+        let late = aim
+            .as_ref()
+            .filter(|(hex, _)| key.as_str().contains(hex.as_str()))
+            .map(|(_, late)| *late)?;
+        *aim = None;
+        self.state.taken.send_modify(|n| *n += 1);
+        Some(late)
+    }
+
+    /// Removes `key` once `wait` is over, on a task of its own: the collector has moved on.
+    fn later(&self, key: &Key, wait: impl Future<Output = ()> + Send + 'static) {
+        let (inner, state, key) = (self.inner.clone(), self.state.clone(), key.clone());
+        tokio::spawn(async move {
+            wait.await;
+            let _ = inner.delete(&key).await;
+            state.delivered.send_modify(|n| *n += 1);
+        });
+    }
+
+    async fn late_delete(&self, key: &Key, late: LateDelete) -> StoreResult<()> {
+        match late {
+            LateDelete::Delay(d) => {
+                self.later(key, tokio::time::sleep(d));
+                Ok(())
+            }
+            LateDelete::Duplicate(d) => {
+                let r = self.inner.delete(key).await;
+                self.later(key, tokio::time::sleep(d));
+                r
+            }
+            LateDelete::FailAfter(d) => {
+                // The first attempt lands after `d` although it is reported failed; the client
+                // retries then, as the S3 SDK does (a retry finding the key gone is fine).
+                self.later(key, tokio::time::sleep(d));
+                tokio::time::sleep(d).await;
+                match self.inner.delete(key).await {
+                    Err(e) if e.is_not_found() => Ok(()),
+                    r => r,
+                }
+            }
+            LateDelete::Hold => {
+                let _ = self.state.released.subscribe().wait_for(|r| *r).await;
+                let r = self.inner.delete(key).await;
+                self.state.delivered.send_modify(|n| *n += 1);
+                r
+            }
+        }
+    }
+}
+
+/// Where a case aims its late DELETE: the S3 tap, or the filesystem wrapper.
+enum Tap {
+    S3(FaultProxy),
+    Fs(Arc<LateStore>),
+}
+
+impl Tap {
+    /// Makes the first DELETE naming `hex` late.
+    fn aim(&self, hex: &str, late: LateDelete) {
+        match self {
+            Tap::S3(proxy) => proxy.inject(
+                Rule::new(late.fault())
+                    .on(S3Op::DeleteObject)
+                    .path_contains(hex)
+                    .times(1),
+            ),
+            Tap::Fs(store) => *store.state.aim.lock().unwrap() = Some((hex.to_owned(), late)),
+        }
+    }
+
+    /// Waits until the aimed DELETE was sent (and is being made late).
+    async fn until_taken(&self) {
+        match self {
+            Tap::S3(proxy) => proxy.until_scheduled(1).await,
+            Tap::Fs(store) => {
+                let _ = store.state.taken.subscribe().wait_for(|n| *n >= 1).await;
+            }
+        }
+    }
+
+    /// Waits until the late DELETE reached the store.
+    async fn until_delivered(&self) {
+        match self {
+            Tap::S3(proxy) => proxy.until_delivered(1).await,
+            Tap::Fs(store) => {
+                let _ = store
+                    .state
+                    .delivered
+                    .subscribe()
+                    .wait_for(|n| *n >= 1)
+                    .await;
+            }
+        }
+    }
+
+    fn release(&self) {
+        match self {
+            Tap::S3(proxy) => proxy.release(),
+            Tap::Fs(store) => {
+                store.state.released.send_replace(true);
+            }
+        }
+    }
+}
+
+/// Which store a case runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Fs,
+    S3,
+}
+
+/// A registry served over TCP on a loopback port from the plain store, and the collector's
+/// store behind the tap.
+struct Case {
+    addr: SocketAddr,
+    store: Arc<dyn Store>,
+    collector: Arc<dyn Store>,
+    tap: Tap,
+    client: Client,
+    task: tokio::task::JoinHandle<()>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Drop for Case {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Case {
+    async fn start(backend: Backend) -> Case {
+        let (store, collector, tap, dir): (Arc<dyn Store>, Arc<dyn Store>, Tap, _) = match backend {
+            Backend::Fs => {
+                let dir = tempfile::tempdir().unwrap();
+                let late = LateStore::new(Arc::new(FsStore::open(dir.path()).unwrap()));
+                (
+                    Arc::new(FsStore::open(dir.path()).unwrap()),
+                    late.clone(),
+                    Tap::Fs(late),
+                    Some(dir),
+                )
+            }
+            Backend::S3 => {
+                let sw = SeaweedFs::shared().unwrap_or_else(|e| panic!("{e}"));
+                let bucket = sw.bucket().unwrap_or_else(|e| panic!("{e}"));
+                let proxy = FaultProxy::start(sw.s3_addr()).await.unwrap();
+                let mut via_tap = S3Config::new(proxy.endpoint(), &bucket).prefix("reg");
+                // Shorter than the longest delay, so that one case sees the SDK time out and
+                // retry while the first attempt is still on its way.
+                via_tap.attempt_timeout = Duration::from_secs(30);
+                let direct = S3Config::new(sw.endpoint(), &bucket).prefix("reg");
+                (
+                    Arc::new(S3Store::new(direct)),
+                    Arc::new(S3Store::new(via_tap)),
+                    Tap::S3(proxy),
+                    None,
+                )
+            }
+        };
+        let state = AppState::new(store.clone(), RegistryConfig::default());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = router(state);
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        let client = Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .unwrap();
+        Case {
+            addr,
+            store,
+            collector,
+            tap,
+            client,
+            task,
+            _dir: dir,
+        }
+    }
+
+    fn reference(&self, repo: &str, reference: &str) -> Reference {
+        Reference::parse(&format!("{}/{repo}:{reference}", self.addr)).unwrap()
+    }
+
+    async fn push(&self, repo: &str, tag: &str, img: &Image) -> Result<(), String> {
+        let name = Name::parse(repo).unwrap();
+        for b in img.blobs() {
+            self.client
+                .push_blob(
+                    &self.addr.to_string(),
+                    &name,
+                    &Digest::sha256(b),
+                    b.len() as u64,
+                    &b[..],
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        self.client
+            .push_manifest(&self.reference(repo, tag), MANIFEST, img.manifest.clone())
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    /// Pushes until acknowledged, starting over after an error as a client does (a collector
+    /// may remove a blob between the client's HEAD and its manifest PUT); the time it took.
+    async fn push_until_acknowledged(
+        &self,
+        repo: &str,
+        tag: &str,
+        img: &Image,
+    ) -> Result<Duration, String> {
+        let started = Instant::now();
+        let mut errors = Vec::new();
+        while started.elapsed() < PUSH_PATIENCE {
+            match self.push(repo, tag, img).await {
+                Ok(()) => return Ok(started.elapsed()),
+                Err(e) => errors.push(format!("{:.1?}: {e}", started.elapsed())),
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Err(format!("never acknowledged: {errors:?}"))
+    }
+
+    /// Untags `tag`, so the image's manifest and blobs are garbage to a run that collects
+    /// untagged manifests.
+    async fn untag(&self, repo: &str, tag: &str) {
+        let resp = reqwest::Client::new()
+            .delete(format!("http://{}/v2/{repo}/manifests/{tag}", self.addr))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 202, "untagging {repo}:{tag}");
+    }
+
+    /// What of `img` under `repo:tag` does not read back (empty: all of it does).
+    async fn unreadable(&self, repo: &str, tag: &str, img: &Image) -> Vec<String> {
+        let mut lost = Vec::new();
+        match self.client.get_manifest(&self.reference(repo, tag)).await {
+            Ok((_, bytes)) if bytes == img.manifest => {}
+            Ok((desc, _)) => lost.push(format!("{repo}:{tag} is now {}", desc.digest)),
+            Err(e) => lost.push(format!("manifest {repo}:{tag}: {e}")),
+        }
+        let name = Name::parse(repo).unwrap();
+        for (what, b) in img.named_blobs() {
+            let d = Digest::sha256(b);
+            let got = match self
+                .client
+                .get_blob(&self.addr.to_string(), &name, &d, b.len() as u64)
+                .await
+            {
+                Ok(mut r) => {
+                    let mut got = Vec::new();
+                    r.read_to_end(&mut got).await.map(|_| got)
+                }
+                Err(e) => {
+                    lost.push(format!("{what} {d}: {e}"));
+                    continue;
+                }
+            };
+            match got {
+                Ok(got) if got == *b => {}
+                Ok(_) => lost.push(format!("{what} {d}: other bytes")),
+                Err(e) => lost.push(format!("{what} {d}: {e}")),
+            }
+        }
+        lost
+    }
+
+    /// Starts a collection of everything untagged, with no grace window, through the tap.
+    fn collect(&self) -> tokio::task::JoinHandle<Result<GcReport, gc::GcError>> {
+        let store = self.collector.clone();
+        tokio::spawn(async move {
+            let opts = GcOptions {
+                grace: Duration::ZERO,
+                delete_untagged: true,
+                lease_ttl: LEASE_TTL,
+                ..GcOptions::default()
+            };
+            gc::collect(store, &opts).await
+        })
+    }
+}
+
+/// An image of a config and one layer, unique to `seed`.
+struct Image {
+    config: Vec<u8>,
+    layer: Vec<u8>,
+    manifest: Bytes,
+}
+
+impl Image {
+    fn new(seed: &str) -> Image {
+        let config = format!("{{\"seed\":\"{seed}\"}}").into_bytes();
+        let mut layer = format!("layer of {seed}").into_bytes();
+        layer.resize(4096, b'.');
+        let desc = |media_type: &str, data: &[u8]| serde_json::json!({"mediaType": media_type, "digest": Digest::sha256(data), "size": data.len()});
+        let manifest = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": MANIFEST,
+            "config": desc(CONFIG, &config),
+            "layers": [desc(LAYER, &layer)],
+        });
+        Image {
+            manifest: Bytes::from(serde_json::to_vec(&manifest).unwrap()),
+            config,
+            layer,
+        }
+    }
+
+    fn blobs(&self) -> [&Vec<u8>; 2] {
+        [&self.config, &self.layer]
+    }
+
+    fn named_blobs(&self) -> [(&'static str, &Vec<u8>); 2] {
+        [("config", &self.config), ("layer", &self.layer)]
+    }
+
+    fn layer_hex(&self) -> String {
+        Digest::sha256(&self.layer).encoded().to_owned()
+    }
+}
+
+/// Store modification times may have one-second resolution (S3 `Last-Modified`); waiting this
+/// long makes everything written so far older than a zero grace window.
+async fn age_past_zero_grace() {
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+}
+
+/// One case: an image made garbage, a collection whose DELETE of the layer is late in the way
+/// `late` says, the same image pushed again meanwhile, and the late DELETE landed. With
+/// `break_lease`, the collector's lease is broken by force before the re-push (a collector
+/// paused at its DELETE, `LateDelete::Hold`, is presumed dead by an operator). Returns what
+/// went wrong, each with how; empty when nothing was lost.
+async fn late_delete_case(backend: Backend, late: LateDelete, break_lease: bool) -> Vec<String> {
+    let case = Case::start(backend).await;
+    let name = format!("{backend:?} {late:?}");
+    let repo = "faults/late";
+    let img = Image::new(&name);
+    case.push(repo, "v1", &img).await.unwrap();
+    case.untag(repo, "v1").await;
+    age_past_zero_grace().await;
+
+    case.tap.aim(&img.layer_hex(), late);
+    let mut run = case.collect();
+    let mut failures = Vec::new();
+    if tokio::time::timeout(Duration::from_secs(60), case.tap.until_taken())
+        .await
+        .is_err()
+    {
+        return vec![format!(
+            "{name}: the collector never sent a DELETE naming the layer's hex; its run: {:?}",
+            run.await
+        )];
+    }
+    let mut outcome = None;
+    if matches!(late, LateDelete::Duplicate(_)) {
+        // The first copy went through: let the run finish, so the re-push starts from a
+        // collected image and only the duplicate is still on its way.
+        outcome = Some(run_outcome(&mut run).await);
+    } else if break_lease {
+        match gc::break_lease(case.store.as_ref(), true).await {
+            Ok(Some(_)) => {}
+            other => failures.push(format!("{name}: breaking the lease: {other:?}")),
+        }
+    }
+
+    match case.push_until_acknowledged(repo, "v2", &img).await {
+        Ok(took) if took > LEASE_TTL => failures.push(format!(
+            "{name}: the re-push was acknowledged after {took:.1?}, more than the lease's time \
+             to live {LEASE_TTL:?}"
+        )),
+        Ok(_) => {}
+        Err(e) => failures.push(format!("{name}: the re-push: {e}")),
+    }
+
+    case.tap.release();
+    if tokio::time::timeout(Duration::from_secs(120), case.tap.until_delivered())
+        .await
+        .is_err()
+    {
+        failures.push(format!("{name}: the late DELETE never reached the store"));
+    }
+    let outcome = match outcome {
+        Some(o) => o,
+        None => run_outcome(&mut run).await,
+    };
+    let lost = case.unreadable(repo, "v2", &img).await;
+    if !lost.is_empty() {
+        failures.push(format!(
+            "{name}: an acknowledged push lost content after the late DELETE landed: \
+             {lost:?} (collector: {outcome})"
+        ));
+    }
+    failures
+}
+
+/// How the collector's run ended, for messages.
+async fn run_outcome(run: &mut tokio::task::JoinHandle<Result<GcReport, gc::GcError>>) -> String {
+    match tokio::time::timeout(Duration::from_secs(120), run).await {
+        Ok(Ok(Ok(r))) => format!("finished, {} objects deleted", r.deleted.len()),
+        Ok(Ok(Err(e))) => format!("stopped: {e}"),
+        Ok(Err(e)) => format!("panicked: {e}"),
+        Err(_) => "still running after 120 s".to_owned(),
+    }
+}
+
+/// Runs cases concurrently (each with its own store, registry and collector, so the long
+/// delays overlap) and fails with every case's failures.
+async fn run_cases(backend: Backend, cases: &[(LateDelete, bool)]) {
+    let tasks: Vec<_> = cases
+        .iter()
+        .map(|&(late, break_lease)| tokio::spawn(late_delete_case(backend, late, break_lease)))
+        .collect();
+    let mut failures = Vec::new();
+    for t in tasks {
+        failures.extend(t.await.unwrap());
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+/// The delays of issue 53's report: 1 s and 5 s are shorter or about as long as the
+/// collector's window after committing; 20 s and 60 s are not (60 s also outlives the S3
+/// client's attempt, so the SDK retries while the first DELETE is still on its way).
+const DELAYS: [u64; 4] = [1, 5, 20, 60];
+
+fn delays() -> Vec<(LateDelete, bool)> {
+    DELAYS
+        .iter()
+        .map(|&s| (LateDelete::Delay(Duration::from_secs(s)), false))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_delayed_delete_loses_no_acknowledged_push() {
+    run_cases(Backend::Fs, &delays()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3_delayed_delete_loses_no_acknowledged_push() {
+    run_cases(Backend::S3, &delays()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_duplicated_delete_loses_no_acknowledged_push() {
+    run_cases(
+        Backend::Fs,
+        &[(LateDelete::Duplicate(Duration::from_secs(20)), false)],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3_duplicated_delete_loses_no_acknowledged_push() {
+    run_cases(
+        Backend::S3,
+        &[(LateDelete::Duplicate(Duration::from_secs(20)), false)],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_failed_and_retried_delete_loses_no_acknowledged_push() {
+    run_cases(
+        Backend::Fs,
+        &[(LateDelete::FailAfter(Duration::from_secs(20)), false)],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3_failed_and_retried_delete_loses_no_acknowledged_push() {
+    run_cases(
+        Backend::S3,
+        &[(LateDelete::FailAfter(Duration::from_secs(20)), false)],
+    )
+    .await;
+}
+
+/// A collector paused between its last check and the DELETE while an operator breaks its
+/// lease by force and the image is pushed again; it goes on afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_collector_paused_at_its_delete_across_a_forced_break() {
+    run_cases(Backend::Fs, &[(LateDelete::Hold, true)]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3_collector_paused_at_its_delete_across_a_forced_break() {
+    run_cases(Backend::S3, &[(LateDelete::Hold, true)]).await;
+}
+
+impl Store for LateStore {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn min_chunk_length(&self) -> Option<u64> {
+        self.inner.min_chunk_length()
+    }
+    fn staging_readable(&self) -> bool {
+        self.inner.staging_readable()
+    }
+    fn get<'a>(&'a self, key: &'a Key, limit: u64) -> BoxFuture<'a, StoreResult<Document>> {
+        self.inner.get(key, limit)
+    }
+    fn get_if_changed<'a>(
+        &'a self,
+        key: &'a Key,
+        limit: u64,
+        known: &'a Etag,
+    ) -> BoxFuture<'a, StoreResult<Option<Document>>> {
+        self.inner.get_if_changed(key, limit, known)
+    }
+    fn put<'a>(
+        &'a self,
+        key: &'a Key,
+        bytes: Bytes,
+        mode: PutMode,
+    ) -> BoxFuture<'a, StoreResult<Etag>> {
+        self.inner.put(key, bytes, mode)
+    }
+    fn read<'a>(
+        &'a self,
+        key: &'a Key,
+        offset: u64,
+    ) -> BoxFuture<'a, StoreResult<(ObjectMeta, BoxReader)>> {
+        self.inner.read(key, offset)
+    }
+    fn read_chunks<'a>(
+        &'a self,
+        key: &'a Key,
+        offset: u64,
+        len: u64,
+    ) -> BoxFuture<'a, StoreResult<(ObjectMeta, ByteStream)>> {
+        self.inner.read_chunks(key, offset, len)
+    }
+    fn writer<'a>(
+        &'a self,
+        staging: &'a Key,
+        resume_at: Option<u64>,
+    ) -> BoxFuture<'a, StoreResult<Box<dyn StoreWriter>>> {
+        self.inner.writer(staging, resume_at)
+    }
+    fn stat<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, StoreResult<ObjectMeta>> {
+        self.inner.stat(key)
+    }
+    fn list<'a>(&'a self, prefix: &'a Key) -> BoxFuture<'a, StoreResult<Vec<Key>>> {
+        self.inner.list(prefix)
+    }
+    fn list_page<'a>(
+        &'a self,
+        prefix: &'a Key,
+        start_after: Option<&'a Key>,
+        limit: usize,
+    ) -> BoxFuture<'a, StoreResult<Vec<Key>>> {
+        self.inner.list_page(prefix, start_after, limit)
+    }
+    fn delete<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, StoreResult<()>> {
+        Box::pin(async move {
+            match self.take(key) {
+                Some(late) => self.late_delete(key, late).await,
+                None => self.inner.delete(key).await,
+            }
+        })
+    }
+    fn delete_before<'a>(
+        &'a self,
+        key: &'a Key,
+        until: Instant,
+    ) -> BoxFuture<'a, StoreResult<bool>> {
+        Box::pin(async move {
+            // The caller's last check happens here, as in a store that sends one request; what
+            // is late is the removal that request causes, which checks nothing any more.
+            if Instant::now() >= until {
+                return Ok(false);
+            }
+            match self.take(key) {
+                Some(late) => self.late_delete(key, late).await.map(|()| true),
+                None => self.inner.delete_before(key, until).await,
+            }
+        })
+    }
+}
