@@ -22,26 +22,30 @@ impl Sweep<'_> {
         }
     }
 
-    pub(super) async fn sweep(&self, d: Digest, plan: Plan) -> Result<Outcome, GcError> {
-        let mut out = Outcome::default();
-        // The digest's current epochs. Keys of any other epoch are dead: a collector's commit
-        // moved the digest past them, requests never write them again, and they are removed
-        // here without a decision. Only keys of the current epochs need one.
-        let epochs0 = match read_record(self.store, &d).await? {
-            Some((r, _)) => r.epochs,
-            None => Epochs::default(),
+    /// Which of `plan`'s keys of `d` are candidates at the current epochs `epochs0` (old
+    /// enough, and not kept), and which are at dead epochs. Keys of a dead epoch are removed
+    /// without a decision: a collector's commit moved the digest past them, and requests never
+    /// write them again.
+    async fn candidates(
+        &self,
+        d: &Digest,
+        plan: &Plan,
+        epochs0: &Epochs,
+        out: &mut Outcome,
+    ) -> Result<Candidates, GcError> {
+        let mut c = Candidates {
+            current: epochs0.data().to_owned(),
+            ..Candidates::default()
         };
-        let mut dead: Vec<Key> = Vec::new();
-        let mut blob_links = Vec::new();
         let mut data_ok = !plan.kept;
         for (name, epoch) in &plan.blob_links {
-            let key = layout::blob_link_at(name, &d, epoch);
+            let key = layout::blob_link_at(name, d, epoch);
             if epoch != epochs0.blob_link(name) {
-                dead.push(key);
+                c.dead.push(key);
                 continue;
             }
             match self.old(&key).await? {
-                Some((true, _)) => blob_links.push((name.clone(), epoch.clone())),
+                Some((true, _)) => c.blob_links.push((name.clone(), epoch.clone())),
                 Some((false, _)) => {
                     out.young += 1;
                     data_ok = false;
@@ -49,10 +53,9 @@ impl Sweep<'_> {
                 None => {}
             }
         }
-        let mut manifest_links = Vec::new();
         for name in &plan.manifest_links {
-            match self.old(&layout::manifest_link(name, &d)).await? {
-                Some((true, _)) => manifest_links.push(name.clone()),
+            match self.old(&layout::manifest_link(name, d)).await? {
+                Some((true, _)) => c.manifest_links.push(name.clone()),
                 Some((false, _)) => {
                     out.young += 1;
                     data_ok = false;
@@ -60,32 +63,40 @@ impl Sweep<'_> {
                 None => {}
             }
         }
-        let current = epochs0.data().to_owned();
-        dead.extend(
-            plan.data
-                .iter()
-                .filter(|e| **e != current)
-                .map(|e| layout::blob_data_at(&d, e)),
-        );
-        dead.extend(
-            plan.used
-                .iter()
-                .filter(|e| **e != current)
-                .map(|e| layout::blob_used_at(&d, e)),
-        );
-        let mut data_size = None;
+        let current = c.current.clone();
+        let dead_data = plan.data.iter().filter(|e| **e != current);
+        c.dead.extend(dead_data.map(|e| layout::blob_data_at(d, e)));
+        let dead_used = plan.used.iter().filter(|e| **e != current);
+        c.dead.extend(dead_used.map(|e| layout::blob_used_at(d, e)));
         if data_ok && plan.data.contains(&current) {
-            match self.old(&layout::blob_data_at(&d, &current)).await? {
-                Some((true, size)) => data_size = Some(size),
+            match self.old(&layout::blob_data_at(d, &current)).await? {
+                Some((true, size)) => c.data_size = Some(size),
                 Some((false, _)) => out.young += 1,
                 None => {}
             }
         }
         // The hold record goes with the bytes, or when there are no bytes left to protect.
-        let used_ok = !plan.kept
+        c.used = !plan.kept
             && plan.used.contains(&current)
-            && (data_size.is_some() || !plan.data.contains(&current))
+            && (c.data_size.is_some() || !plan.data.contains(&current))
             && out.young == 0;
+        Ok(c)
+    }
+
+    pub(super) async fn sweep(&self, d: Digest, plan: Plan) -> Result<Outcome, GcError> {
+        let mut out = Outcome::default();
+        let epochs0 = match read_record(self.store, &d).await? {
+            Some((r, _)) => r.epochs,
+            None => Epochs::default(),
+        };
+        let Candidates {
+            dead,
+            blob_links,
+            manifest_links,
+            current,
+            data_size,
+            used: used_ok,
+        } = self.candidates(&d, &plan, &epochs0, &mut out).await?;
         if blob_links.is_empty() && manifest_links.is_empty() && data_size.is_none() && !used_ok {
             self.delete_dead(&dead, &mut out).await?;
             return Ok(out);
@@ -141,17 +152,12 @@ impl Sweep<'_> {
         // arrives, however often it is repeated) can remove anything a request wrote after
         // the commit. Only manifest links (still without epochs) are deleted within half the
         // lease's time to live after the commit, and requests wait for those.
-        let mut epochs = epochs0.clone();
-        let mut doomed = Doomed::default();
-        if data_size.is_some() || used_ok {
-            doomed.data = Some(current.clone());
-            epochs.data = Epochs::fresh();
-        }
-        for (name, epoch) in &blob_links {
-            doomed.blob_links.insert(name.to_string(), epoch.clone());
-            epochs.blob_links.insert(name.to_string(), Epochs::fresh());
-        }
-        doomed.manifest_links = manifest_links.iter().map(ToString::to_string).collect();
+        let (epochs, doomed) = next_epochs(
+            &epochs0,
+            (data_size.is_some() || used_ok).then_some(current.as_str()),
+            &blob_links,
+            &manifest_links,
+        );
         let mut deadline = None;
         let mut ours = written.clone();
         if let (Some(etag), Some(lease)) = (written, self.lease) {
@@ -407,6 +413,44 @@ impl Sweep<'_> {
             }
         }
     }
+}
+
+/// What [`Sweep::candidates`] found of one digest.
+#[derive(Default)]
+pub(super) struct Candidates {
+    /// Keys at dead epochs.
+    dead: Vec<Key>,
+    /// Blob links to decide about, with their (current) epochs.
+    blob_links: Vec<(Name, String)>,
+    manifest_links: Vec<Name>,
+    /// The bytes' current epoch.
+    current: String,
+    /// The bytes are a candidate, of this size.
+    data_size: Option<u64>,
+    /// The hold record is a candidate.
+    used: bool,
+}
+
+/// The epochs a commit moves to and what it dooms: the bytes (and their hold record) at
+/// `data` when they go, and each link that goes, each moved to a fresh epoch.
+fn next_epochs(
+    epochs0: &Epochs,
+    data: Option<&str>,
+    blob_links: &[(Name, String)],
+    manifest_links: &[Name],
+) -> (Epochs, Doomed) {
+    let mut epochs = epochs0.clone();
+    let mut doomed = Doomed::default();
+    if let Some(current) = data {
+        doomed.data = Some(current.to_owned());
+        epochs.data = Epochs::fresh();
+    }
+    for (name, epoch) in blob_links {
+        doomed.blob_links.insert(name.to_string(), epoch.clone());
+        epochs.blob_links.insert(name.to_string(), Epochs::fresh());
+    }
+    doomed.manifest_links = manifest_links.iter().map(ToString::to_string).collect();
+    (epochs, doomed)
 }
 
 /// What became of a tombstone a run found left over.
