@@ -340,6 +340,7 @@ fn no_spelling_of_a_reference_dodges_its_rule() {
         "docker.io/nginx",
         "index.docker.io/library/nginx",
         "[0:0:0:0:0:0:0:1]:5000/app",
+        "127.0.0.1:5000/p/*",
     ];
     let text: String = patterns
         .iter()
@@ -364,6 +365,12 @@ fn no_spelling_of_a_reference_dodges_its_rule() {
         ("Docker.IO/nginx", 5),
         ("[::1]:5000/app", 7),
         ("[0::1]:5000/app:1", 7),
+        ("127.0.0.1:5000/p/unsigned:v1", 8),
+        // An IPv4-mapped IPv6 literal is the IPv4 host it maps to (a dual-stack socket
+        // reaches the same server), in every way it can be written.
+        ("[::ffff:127.0.0.1]:5000/p/unsigned:v1", 8),
+        ("[::FFFF:7f00:1]:5000/p/unsigned:v1", 8),
+        ("[0:0:0:0:0:ffff:127.0.0.1]:5000/p/unsigned@sha256:00", 8),
     ] {
         let found = p.rule_for(reference).map(|r| r.index);
         assert_eq!(found, Some(rule), "{reference}");
@@ -376,6 +383,9 @@ fn no_spelling_of_a_reference_dodges_its_rule() {
         "reg.example:8443/prod/a",
         "docker.io/team/nginx",
         "[::2]:5000/app",
+        // IPv4-compatible (not mapped) and NAT64 addresses are other hosts.
+        "[::127.0.0.1]:5000/p/unsigned",
+        "[64:ff9b::7f00:1]:5000/p/unsigned",
     ] {
         assert!(p.rule_for(other).is_none(), "{other}");
     }
