@@ -632,3 +632,124 @@ fn a_signed_bundle_imports_only_what_bundle_json_lists() {
     assert_eq!(unlisted, want, "{v:#}");
     assert_eq!(referrer_digests(dst.addr, "imp/app", &digest), signature);
 }
+
+/// `only_signed` speaks one vocabulary on every surface: an image signed by a key outside the
+/// rule is `unknown_key` and one carrying another image's signature is `replayed`, in
+/// `rdctl sync --json` (reason and message) and in the registry's `[[sync]]` status, whose
+/// line carries the same reason and message; the signature checker's own classes
+/// (`bad_signature`, `digest_mismatch`) appear on neither. Only rdctl signs here.
+#[test]
+fn only_signed_refusals_read_the_same_in_json_and_in_the_sync_status() {
+    let dir = tempdir();
+    let d = dir.path();
+    let data = tempdir();
+    let src = Server::start(data.path(), &[]);
+    let host = src.host();
+    ok(rd(d).args(["key", "generate", "--output-key-prefix", "ours"]));
+    ok(rd(d).args(["key", "generate", "--output-key-prefix", "stranger"]));
+    let signed = artifact_image(d, &host, "site/signed:1.0");
+    let other = artifact_image(d, &host, "site/other:1.0");
+    let replayed = artifact_image(d, &host, "site/replayed:1.0");
+    ok(rd(d).args([
+        "sign",
+        "--key",
+        "ours.key",
+        &format!("{host}/site/signed@{signed}"),
+    ]));
+    ok(rd(d).args([
+        "sign",
+        "--key",
+        "stranger.key",
+        &format!("{host}/site/other@{other}"),
+    ]));
+    // `signed`'s signature, copied under `replayed`'s cosign tag: valid, about another digest.
+    let sig_tag = |dg: &str| format!("sha256-{}.sig", dg.trim_start_matches("sha256:"));
+    ok(rd(d).args([
+        "copy",
+        &format!("{host}/site/signed:{}", sig_tag(&signed)),
+        &format!("{host}/site/replayed:{}", sig_tag(&replayed)),
+    ]));
+    fs::write(
+        d.join("policy.toml"),
+        "[[rule]]\nmatch = \"**/site/*\"\naction = \"signed\"\nkeys = [\"ours.pub\"]\n",
+    )
+    .unwrap();
+
+    let dest = tempdir();
+    let dst = Server::start(dest.path(), &[]);
+    let (code, v, stderr) = json(
+        d,
+        &[
+            "sync",
+            "--only-signed",
+            "policy.toml",
+            &format!("{host}/site"),
+            &format!("{}/mirror", dst.host()),
+        ],
+    );
+    assert_eq!(code, 0, "{v:#}\n{stderr}");
+    assert_eq!(image(&v, "signed")["status"], "copied", "{v:#}");
+    let mut from_json = Vec::new();
+    for (repo, reason) in [("other", "unknown_key"), ("replayed", "replayed")] {
+        let r = &image(&v, repo)["refused"];
+        assert_eq!(r["reason"], reason, "{repo}: {v:#}");
+        let message = r["message"].as_str().unwrap().to_owned();
+        for old in ["bad_signature", "digest_mismatch"] {
+            assert!(!message.contains(old), "{repo}: {old} in {message}");
+        }
+        assert!(
+            message.contains(&format!("({reason})")),
+            "{repo}: {message}"
+        );
+        from_json.push((repo, reason, message));
+    }
+
+    let mirror_data = tempdir();
+    let cfg = d.join("mirror.toml");
+    fs::write(
+        &cfg,
+        format!(
+            "[[sync]]\nname = \"signed\"\nupstream = \"http://{host}/site\"\ninterval = \"1s\"\n\
+             destination = \"m\"\nonly_signed = \"{}\"\n",
+            s(&d.join("policy.toml"))
+        ),
+    )
+    .unwrap();
+    let mirror = Server::start(mirror_data.path(), &["--config", s(&cfg)]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let st = loop {
+        let (code, _, body) = http(mirror.addr, "GET", "/v2/_rd/sync", &[], b"");
+        assert_eq!(code, 200);
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        let st = v["sync"][0].clone();
+        if st["runs_ok"].as_u64().unwrap_or(0) >= 1 {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no run within 30 s: {st:#}\n{}",
+            mirror.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let refused: Vec<&str> = st["last_run"]["refused"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no refusals recorded: {st:#}"))
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    assert_eq!(refused.len(), 2, "{st:#}");
+    for (repo, reason, message) in &from_json {
+        let line = refused
+            .iter()
+            .find(|r| r.starts_with(&format!("m/{repo}:1.0")))
+            .unwrap_or_else(|| panic!("no status line for {repo}: {st:#}"));
+        assert!(
+            line.contains(&format!(": {reason}: ")) && line.contains(message.as_str()),
+            "{repo}: the status says {line:?}, --json says {reason}: {message:?}"
+        );
+        for old in ["bad_signature", "digest_mismatch"] {
+            assert!(!line.contains(old), "{repo}: {old} in {line}");
+        }
+    }
+}

@@ -52,7 +52,9 @@ pub use bundle::{
     sign_bundle,
 };
 pub use rule::{Endpoint, SyncFile, SyncFileRule, SyncRule, glob_match};
-pub use signed::{Admitted, Refusal, SignaturePolicy, SignedCheckError, check_signed};
+pub use signed::{
+    Admitted, Refusal, SignaturePolicy, SignedCheckError, check_signed, policy_reason,
+};
 use validator::{Digest, Tag};
 
 use crate::transfer::{self, CopyOptions, CopyReport, ImageRef, TransferError};
