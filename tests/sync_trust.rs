@@ -412,3 +412,344 @@ fn copy_and_sync_tell_written_from_present() {
     assert_eq!(image(&v, "app")["status"], "present", "{v:#}");
     assert_eq!(v["totals"]["present"], 1, "{v:#}");
 }
+
+/// An artifact pushed by `rdctl artifact put` to `HOST/NAME:TAG` (one small file): an image to
+/// sign and copy that needs no outside tool. Its digest.
+fn artifact_image(d: &Path, host: &str, name: &str) -> String {
+    let file = d.join(format!("{}.txt", name.replace(['/', ':'], "-")));
+    fs::write(&file, format!("the content of {name}\n")).unwrap();
+    ok(rd(d).args([
+        "artifact",
+        "put",
+        "--artifact-type",
+        "application/vnd.example.app",
+        &format!("{host}/{name}"),
+        s(&file),
+    ]));
+    let (repo, tag) = name.rsplit_once(':').unwrap();
+    let addr = host.parse().unwrap();
+    head_digest(addr, repo, tag).unwrap_or_else(|| panic!("{name} not pushed"))
+}
+
+/// Writes `bytes` as a blob of the layout at `layout`; its digest.
+fn layout_blob(layout: &Path, bytes: &[u8]) -> String {
+    let digest = validator::Digest::sha256(bytes).to_string();
+    fs::write(
+        layout
+            .join("blobs/sha256")
+            .join(digest.trim_start_matches("sha256:")),
+        bytes,
+    )
+    .unwrap();
+    digest
+}
+
+/// Adds an image manifest with one `layer_type` layer holding `payload` (and the empty
+/// config) to the layout at `layout`, as an `index.json` entry with `annotations` and
+/// `subject` when given: what someone with write access to a bundle could plant. Its digest.
+fn plant_manifest(
+    layout: &Path,
+    artifact_type: &str,
+    layer_type: &str,
+    payload: &[u8],
+    subject: Option<&Value>,
+    annotations: Option<Value>,
+) -> String {
+    let config = layout_blob(layout, b"{}");
+    let layer = layout_blob(layout, payload);
+    let mut manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "artifactType": artifact_type,
+        "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": config, "size": 2},
+        "layers": [{"mediaType": layer_type, "digest": layer, "size": payload.len()}],
+    });
+    if let Some(s) = subject {
+        manifest["subject"] = s.clone();
+    }
+    let bytes = serde_json::to_vec(&manifest).unwrap();
+    let digest = layout_blob(layout, &bytes);
+    let index_path = layout.join("index.json");
+    let mut index: Value = serde_json::from_slice(&fs::read(&index_path).unwrap()).unwrap();
+    let mut entry = serde_json::json!({
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "digest": digest,
+        "size": bytes.len(),
+        "artifactType": artifact_type,
+    });
+    if let Some(a) = annotations {
+        entry["annotations"] = a;
+    }
+    index["manifests"].as_array_mut().unwrap().push(entry);
+    fs::write(&index_path, serde_json::to_vec(&index).unwrap()).unwrap();
+    digest
+}
+
+/// The digests the registry at `addr` lists as referrers of `digest` in `repo`.
+fn referrer_digests(addr: std::net::SocketAddr, repo: &str, digest: &str) -> Vec<String> {
+    let (code, _, body) = http(
+        addr,
+        "GET",
+        &format!("/v2/{repo}/referrers/{digest}"),
+        &[],
+        b"",
+    );
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    v["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["digest"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Content planted in a signed bundle's layout after signing, with `bundle.json` and its
+/// signature untouched (an SBOM referrer naming the signed image as its subject, a cosign
+/// `sha256-<hex>.sig` tag of it), does not travel: the signature covers what `bundle.json`
+/// lists, so only that is imported, and the image with its listed signature still is.
+#[test]
+fn a_signed_bundle_imports_only_what_bundle_json_lists() {
+    let dir = tempdir();
+    let d = dir.path();
+    let data = tempdir();
+    let src = Server::start(data.path(), &[]);
+    ok(rd(d).args(["key", "generate", "--output-key-prefix", "ours"]));
+    let digest = artifact_image(d, &src.host(), "site/app:1.0");
+    // Signed as a referrer (sigstore bundle), so the `.sig` tag is free to be planted.
+    ok(rd(d).args([
+        "sign",
+        "--key",
+        "ours.key",
+        "--format",
+        "bundle",
+        &format!("{}/site/app@{digest}", src.host()),
+    ]));
+    let signature = referrer_digests(src.addr, "site/app", &digest);
+    assert_eq!(signature.len(), 1, "{signature:?}");
+    let bundle = d.join("usb");
+    let to = format!("bundle:{}", s(&bundle));
+    ok(rd(d).args([
+        "sync",
+        "--sign-key",
+        "ours.key",
+        &format!("{}/site", src.host()),
+        &to,
+    ]));
+    let listed: Value =
+        serde_json::from_slice(&fs::read(bundle.join("bundle.json")).unwrap()).unwrap();
+    assert_eq!(
+        listed["images"][0]["referrers"],
+        serde_json::json!(signature)
+    );
+    let signed_bytes = fs::read(bundle.join("bundle.json")).unwrap();
+
+    let layout = bundle.join("repos/app");
+    let index: Value =
+        serde_json::from_slice(&fs::read(layout.join("index.json")).unwrap()).unwrap();
+    let image_entry = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["digest"] == digest.as_str())
+        .unwrap()
+        .clone();
+    let subject = serde_json::json!({
+        "mediaType": image_entry["mediaType"],
+        "digest": digest,
+        "size": image_entry["size"],
+    });
+    let sbom = plant_manifest(
+        &layout,
+        "application/spdx+json",
+        "application/spdx+json",
+        br#"{"spdxVersion":"SPDX-2.3","name":"planted","packages":[]}"#,
+        Some(&subject),
+        None,
+    );
+    let sig_tag = format!("sha256-{}.sig", digest.trim_start_matches("sha256:"));
+    let sig = plant_manifest(
+        &layout,
+        "application/vnd.dev.cosign.artifact.sig.v1+json",
+        "application/vnd.dev.cosign.simplesigning.v1+json",
+        b"{\"critical\":{\"planted\":true}}",
+        None,
+        Some(serde_json::json!({"org.opencontainers.image.ref.name": sig_tag})),
+    );
+    assert_eq!(fs::read(bundle.join("bundle.json")).unwrap(), signed_bytes);
+
+    let dest = tempdir();
+    let dst = Server::start(dest.path(), &[]);
+    let out = rd(d)
+        .args(["sync", "--bundle-key", "ours.pub", &to])
+        .arg(format!("{}/imp", dst.host()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", tail(&out.stderr));
+    assert_eq!(
+        head_digest(dst.addr, "imp/app", "1.0").as_deref(),
+        Some(digest.as_str())
+    );
+    // The listed signature came along; the planted SBOM and `.sig` tag did not.
+    let imported = referrer_digests(dst.addr, "imp/app", &digest);
+    assert_eq!(imported, signature, "planted SBOM {sbom} imported");
+    assert_eq!(
+        head_digest(dst.addr, "imp/app", &sig_tag),
+        None,
+        "planted {sig_tag} ({sig}) imported"
+    );
+    assert_eq!(head_digest(dst.addr, "imp/app", &sbom), None);
+    // Left behind aloud, naming what bundle.json does not list.
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("left behind")
+            && text.contains(&sbom)
+            && text.contains(&sig)
+            && text.contains("bundle.json does not list"),
+        "{text}"
+    );
+    // --json says the same; a rerun finds the image there and still leaves them behind.
+    let (code, v, stderr) = json(
+        d,
+        &[
+            "sync",
+            "--bundle-key",
+            "ours.pub",
+            &to,
+            &format!("{}/imp", dst.host()),
+        ],
+    );
+    assert_eq!(code, 0, "{v:#}\n{stderr}");
+    let mut unlisted: Vec<&str> = image(&v, "app")["referrers_unlisted"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no referrers_unlisted: {v:#}"))
+        .iter()
+        .map(|d| d.as_str().unwrap())
+        .collect();
+    unlisted.sort();
+    let mut want = vec![sbom.as_str(), sig.as_str()];
+    want.sort();
+    assert_eq!(unlisted, want, "{v:#}");
+    assert_eq!(referrer_digests(dst.addr, "imp/app", &digest), signature);
+}
+
+/// `only_signed` speaks one vocabulary on every surface: an image signed by a key outside the
+/// rule is `unknown_key` and one carrying another image's signature is `replayed`, in
+/// `rdctl sync --json` (reason and message) and in the registry's `[[sync]]` status, whose
+/// line carries the same reason and message; the signature checker's own classes
+/// (`bad_signature`, `digest_mismatch`) appear on neither. Only rdctl signs here.
+#[test]
+fn only_signed_refusals_read_the_same_in_json_and_in_the_sync_status() {
+    let dir = tempdir();
+    let d = dir.path();
+    let data = tempdir();
+    let src = Server::start(data.path(), &[]);
+    let host = src.host();
+    ok(rd(d).args(["key", "generate", "--output-key-prefix", "ours"]));
+    ok(rd(d).args(["key", "generate", "--output-key-prefix", "stranger"]));
+    let signed = artifact_image(d, &host, "site/signed:1.0");
+    let other = artifact_image(d, &host, "site/other:1.0");
+    let replayed = artifact_image(d, &host, "site/replayed:1.0");
+    ok(rd(d).args([
+        "sign",
+        "--key",
+        "ours.key",
+        &format!("{host}/site/signed@{signed}"),
+    ]));
+    ok(rd(d).args([
+        "sign",
+        "--key",
+        "stranger.key",
+        &format!("{host}/site/other@{other}"),
+    ]));
+    // `signed`'s signature, copied under `replayed`'s cosign tag: valid, about another digest.
+    let sig_tag = |dg: &str| format!("sha256-{}.sig", dg.trim_start_matches("sha256:"));
+    ok(rd(d).args([
+        "copy",
+        &format!("{host}/site/signed:{}", sig_tag(&signed)),
+        &format!("{host}/site/replayed:{}", sig_tag(&replayed)),
+    ]));
+    fs::write(
+        d.join("policy.toml"),
+        "[[rule]]\nmatch = \"**/site/*\"\naction = \"signed\"\nkeys = [\"ours.pub\"]\n",
+    )
+    .unwrap();
+
+    let dest = tempdir();
+    let dst = Server::start(dest.path(), &[]);
+    let (code, v, stderr) = json(
+        d,
+        &[
+            "sync",
+            "--only-signed",
+            "policy.toml",
+            &format!("{host}/site"),
+            &format!("{}/mirror", dst.host()),
+        ],
+    );
+    assert_eq!(code, 0, "{v:#}\n{stderr}");
+    assert_eq!(image(&v, "signed")["status"], "copied", "{v:#}");
+    let mut from_json = Vec::new();
+    for (repo, reason) in [("other", "unknown_key"), ("replayed", "replayed")] {
+        let r = &image(&v, repo)["refused"];
+        assert_eq!(r["reason"], reason, "{repo}: {v:#}");
+        let message = r["message"].as_str().unwrap().to_owned();
+        for old in ["bad_signature", "digest_mismatch"] {
+            assert!(!message.contains(old), "{repo}: {old} in {message}");
+        }
+        assert!(
+            message.contains(&format!("({reason})")),
+            "{repo}: {message}"
+        );
+        from_json.push((repo, reason, message));
+    }
+
+    let mirror_data = tempdir();
+    let cfg = d.join("mirror.toml");
+    fs::write(
+        &cfg,
+        format!(
+            "[[sync]]\nname = \"signed\"\nupstream = \"http://{host}/site\"\ninterval = \"1s\"\n\
+             destination = \"m\"\nonly_signed = \"{}\"\n",
+            s(&d.join("policy.toml"))
+        ),
+    )
+    .unwrap();
+    let mirror = Server::start(mirror_data.path(), &["--config", s(&cfg)]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let st = loop {
+        let (code, _, body) = http(mirror.addr, "GET", "/v2/_rd/sync", &[], b"");
+        assert_eq!(code, 200);
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        let st = v["sync"][0].clone();
+        if st["runs_ok"].as_u64().unwrap_or(0) >= 1 {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no run within 30 s: {st:#}\n{}",
+            mirror.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let refused: Vec<&str> = st["last_run"]["refused"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no refusals recorded: {st:#}"))
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    assert_eq!(refused.len(), 2, "{st:#}");
+    for (repo, reason, message) in &from_json {
+        let line = refused
+            .iter()
+            .find(|r| r.starts_with(&format!("m/{repo}:1.0")))
+            .unwrap_or_else(|| panic!("no status line for {repo}: {st:#}"));
+        assert!(
+            line.contains(&format!(": {reason}: ")) && line.contains(message.as_str()),
+            "{repo}: the status says {line:?}, --json says {reason}: {message:?}"
+        );
+        for old in ["bad_signature", "digest_mismatch"] {
+            assert!(!line.contains(old), "{repo}: {old} in {line}");
+        }
+    }
+}

@@ -35,7 +35,7 @@ pub(crate) fn spdx(
             "name": p.fmri.stem(),
             "SPDXID": id,
             "versionInfo": p.fmri.version().map(ToString::to_string).unwrap_or_default(),
-            "supplier": format!("Organization: {}", p.fmri.publisher().unwrap_or("NOASSERTION")),
+            "supplier": supplier(p.fmri.publisher()),
             "downloadLocation": "NOASSERTION",
             "filesAnalyzed": false,
             "licenseConcluded": "NOASSERTION",
@@ -101,4 +101,40 @@ pub(crate) fn spdx(
     doc["files"] = Value::Array(files);
     doc["relationships"] = Value::Array(rels);
     serde_json::to_vec(&doc).expect("json")
+}
+
+/// The SPDX `supplier` of a package from `publisher`. An FMRI without a publisher gets
+/// SPDX's own `NOASSERTION`, not `Organization: NOASSERTION`, which readers took for an
+/// organization named NOASSERTION (and a publisher-scoped `deny_packages` entry then missed
+/// the package).
+fn supplier(publisher: Option<&str>) -> String {
+    match publisher {
+        Some(p) => format!("Organization: {p}"),
+        None => "NOASSERTION".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_publisher_is_no_assertion_and_reads_as_unknown() {
+        assert_eq!(
+            supplier(Some("openindiana.org")),
+            "Organization: openindiana.org"
+        );
+        assert_eq!(supplier(None), "NOASSERTION");
+        // Read back as the registry and the policy read it: no publisher.
+        let doc = json!({"spdxVersion": "SPDX-2.3", "packages": [
+            {"name": "a", "supplier": supplier(None)},
+            {"name": "b", "supplier": supplier(Some("openindiana.org"))},
+        ]});
+        let got = validator::parse_spdx(&serde_json::to_vec(&doc).unwrap()).unwrap();
+        assert_eq!(got.packages[0].publisher, None);
+        assert_eq!(
+            got.packages[1].publisher.as_deref(),
+            Some("openindiana.org")
+        );
+    }
 }

@@ -130,6 +130,7 @@ fn run(verb: &str, src: &ImageRef, dst: &ImageRef, common: &Common) -> anyhow::R
     let opts = CopyOptions {
         platform,
         referrers: !common.no_referrers,
+        listed_referrers: None,
     };
     let copied = crate::runtime::block_on(bars.until_interrupted(
         &dst.to_string(),

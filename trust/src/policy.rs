@@ -424,11 +424,13 @@ impl fmt::Display for DenyReason {
             ),
             DenyReason::DeniedPackage { package, pattern } => write!(
                 f,
-                "the SBOM lists {package}, refused by deny_packages \"{pattern}\""
+                "the SBOM lists {package}, refused by deny_packages \"{pattern}\"{}",
+                package.unknown_publisher_note(pattern)
             ),
             DenyReason::PackageVersionUnknown { package, pattern } => write!(
                 f,
-                "the SBOM lists {package} without a pkg(5) version, so deny_packages \"{pattern}\" cannot clear it"
+                "the SBOM lists {package} without a pkg(5) version, so deny_packages \"{pattern}\" cannot clear it{}",
+                package.unknown_publisher_note(pattern)
             ),
             DenyReason::MissingProvenance { conditions } => write!(
                 f,

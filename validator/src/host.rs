@@ -22,6 +22,9 @@
 //!   ([`canonical_repository`]): `docker.io/nginx` is `docker.io/library/nginx`.
 //! - An IPv6 literal stays in brackets, written as RFC 5952 prints it (lower case, zeros
 //!   compressed): `[0:0:0:0:0:0:0:1]:5000` is `[::1]:5000`. Zone ids (`%eth0`) are refused.
+//!   An IPv4-mapped address is the IPv4 host it maps to: `[::ffff:127.0.0.1]:5000` and
+//!   `[::FFFF:7f00:1]:5000` are `127.0.0.1:5000` (IPv4-compatible `[::127.0.0.1]` and NAT64
+//!   `[64:ff9b::…]` addresses are other hosts and stay IPv6).
 //! - A host whose last label is numeric must be a dotted-quad IPv4 address (`127.0.0.1`);
 //!   the other forms resolvers accept for an address (`127.1`, `0x7f.0.0.1`, `2130706433`)
 //!   are refused rather than given a second canonical spelling.
@@ -94,6 +97,12 @@ impl RegistryHost {
                     .map_err(err)?,
                 ),
             };
+            // An IPv4-mapped address (`::ffff:a.b.c.d`) reaches the IPv4 host it maps to
+            // (a dual-stack socket connects over IPv4), so it is spelled as that host: a
+            // rule written for `127.0.0.1:5000` must catch `[::ffff:127.0.0.1]:5000` too.
+            if let Some(v4) = ip.to_ipv4_mapped() {
+                return Ok(RegistryHost::assemble(v4.to_string(), port, true));
+            }
             return Ok(RegistryHost::assemble(format!("[{ip}]"), port, true));
         }
         let (name, port) = match input.rsplit_once(':') {
@@ -336,7 +345,16 @@ mod tests {
                 "[::1]:5000",
             ),
             (&["[FE80::A]", "[fe80::a]:443"][..], "[fe80::a]"),
-            (&["127.0.0.1:5000"][..], "127.0.0.1:5000"),
+            (
+                &[
+                    "127.0.0.1:5000",
+                    "[::ffff:127.0.0.1]:5000",
+                    "[::FFFF:7f00:1]:5000",
+                    "[0:0:0:0:0:ffff:7f00:0001]:05000",
+                ][..],
+                "127.0.0.1:5000",
+            ),
+            (&["10.1.2.3", "[::ffff:10.1.2.3]:443"][..], "10.1.2.3"),
             (&["myhost:443", "MYHOST:443"][..], "myhost:443"),
             (&["localhost:443", "localhost"][..], "localhost"),
         ] {

@@ -84,7 +84,7 @@ pub use layout::{
 pub use media_type::{Compression, MediaType, MediaTypeError};
 pub use names::{MAX_NAME_LEN, MAX_TAG_LEN, Name, NameError, Tag, TagError};
 pub use oci_spec;
-pub use pkg_query::{PackageMatch, PackageNameGlob, PackageQuery};
+pub use pkg_query::{PackageMatch, PackageNameGlob, PackageQuery, package_publisher};
 pub use pkg_version::{Constraint, PkgVersion, VersionOp};
 pub use platform::{KNOWN_ARCH, KNOWN_OS, Platform};
 pub use report::{Report, Rule, Severity, Violation};

@@ -165,10 +165,18 @@ impl PackageQuery {
         } else {
             p.name.as_str()
         };
-        let publisher = p.publisher.as_deref().or(fmri.and_then(|f| f.0));
+        let publisher = package_publisher(p);
         let version = p.version.as_deref().or(fmri.and_then(|f| f.2));
         self.matches(name, publisher, version)
     }
+}
+
+/// The publisher of a package an SBOM lists: its supplier organization, else its FMRI's;
+/// `None` when neither names one (then a publisher-scoped query matches it by name).
+pub fn package_publisher(p: &SpdxPackage) -> Option<&str> {
+    p.publisher
+        .as_deref()
+        .or_else(|| p.fmri.as_deref().and_then(|f| split_fmri(f).0))
 }
 
 /// `pkg://pub/name@version` (or `pkg:/name@version`) as (publisher, name, version).

@@ -94,10 +94,13 @@ pub fn parse_spdx(bytes: &[u8]) -> Result<SpdxPackages, String> {
                 .into_iter()
                 .find(|r| r.reference_type.as_ref().and_then(|t| t.as_str()) == Some("ips-fmri"))
                 .and_then(|r| text(r.reference_locator.as_ref()));
-            let publisher = text(p.supplier.as_ref()).map(|s| {
-                s.strip_prefix("Organization: ")
-                    .map(str::to_owned)
-                    .unwrap_or(s)
+            // `Organization: NOASSERTION` (what the builder wrote for an FMRI without a
+            // publisher) says the publisher is unknown, as `NOASSERTION` alone does: it is
+            // no publisher's name, and reading it as one would let a package dodge a
+            // publisher-scoped deny_packages entry.
+            let publisher = text(p.supplier.as_ref()).and_then(|s| {
+                let name = s.strip_prefix("Organization: ").unwrap_or(&s).trim();
+                (!name.is_empty() && name != "NOASSERTION").then(|| name.to_owned())
             });
             SpdxPackage {
                 fmri,
@@ -126,14 +129,15 @@ mod tests {
                 "supplier": "Organization: example.org",
                 "externalRefs": [{"referenceCategory": "OTHER", "referenceType": "ips-fmri",
                     "referenceLocator": "pkg://example.org/demo/tool@2.1,5.11-2024.0:20240102T030405Z"}]
-            }, {"name": "other", "supplier": "NOASSERTION"}],
+            }, {"name": "other", "supplier": "NOASSERTION"},
+               {"name": "third", "supplier": "Organization: NOASSERTION"}],
             "files": [{"fileName": "./x", "SPDXID": "SPDXRef-File-0"}],
             "relationships": [],
         });
         let got = parse_spdx(&serde_json::to_vec(&doc).unwrap()).unwrap();
         assert_eq!(got.name.as_deref(), Some("zones/demo"));
         let p = got.packages;
-        assert_eq!(p.len(), 2);
+        assert_eq!(p.len(), 3);
         assert_eq!(p[0].name, "demo/tool");
         assert_eq!(p[0].publisher.as_deref(), Some("example.org"));
         assert_eq!(
@@ -146,6 +150,10 @@ mod tests {
         );
         assert_eq!(p[1].publisher, None);
         assert_eq!(p[1].version, None);
+        assert_eq!(
+            p[2].publisher, None,
+            "Organization: NOASSERTION names no publisher"
+        );
         assert!(parse_spdx(b"{}").unwrap_err().contains("spdxVersion"));
         assert!(parse_spdx(b"[").unwrap_err().contains("not JSON"));
         let none = parse_spdx(br#"{"spdxVersion":"SPDX-2.2"}"#).unwrap();

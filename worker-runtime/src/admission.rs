@@ -63,7 +63,8 @@ pub struct Denial {
     pub rule: Option<String>,
     /// A stable class for metrics and scripts: `rejected_by_rule`, `no_rule_matches`,
     /// `not_pinned`, `unsigned`, `unknown_key`, `replayed`, `tampered`, `threshold`,
-    /// `missing_attestation`.
+    /// `missing_attestation`, or a content class ([`DenyReason::code`]: `missing_sbom`,
+    /// `denied_package`, `missing_provenance`, …).
     pub reason: String,
     /// The reason in words, with the rejected signatures that explain it.
     pub message: String,
@@ -169,7 +170,17 @@ pub fn decide(
             let rejected: Vec<&Rejection> = evidence
                 .map(|e| e.rejected.iter().collect())
                 .unwrap_or_default();
-            let (class, message) = explain(&reason, &rejected);
+            // The keys whose evidence would have counted: the deciding rule's.
+            let keys: Vec<String> = policy
+                .rule_for(&name)
+                .map(|r| {
+                    r.keys
+                        .iter()
+                        .map(|k| k.key_id().short().to_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let (class, message) = explain(&reason, &rejected, &keys);
             Err(AdmissionError::Denied(Box::new(Denial {
                 reference: name,
                 digest: digest.clone(),
@@ -199,8 +210,15 @@ fn rejection_words(reason: &str) -> &'static str {
 
 /// The class and words of a refusal. Evidence is verified with the rule's keys only, so a
 /// signature by another key shows up as a `bad_signature` rejection, not as
-/// [`DenyReason::UnknownKey`]; the rejections tell "unsigned" from the other cases.
-fn explain(reason: &DenyReason, rejected: &[&Rejection]) -> (&'static str, String) {
+/// [`DenyReason::UnknownKey`]; the rejections tell "unsigned" from the other cases. A refusal
+/// for missing evidence (unsigned, a missing attestation, SBOM or provenance) names the
+/// attestations found that did not count and why, and `keys`, the rule's keys, whose
+/// evidence would have counted.
+fn explain(
+    reason: &DenyReason,
+    rejected: &[&Rejection],
+    keys: &[String],
+) -> (&'static str, String) {
     let sigs: Vec<&&Rejection> = rejected.iter().filter(|r| r.kind == "signature").collect();
     let atts: Vec<&&Rejection> = rejected
         .iter()
@@ -237,6 +255,35 @@ fn explain(reason: &DenyReason, rejected: &[&Rejection]) -> (&'static str, Strin
             .collect::<Vec<_>>()
             .join("; ")
     };
+    // Attestations found that did not count, and why (another key or a changed payload,
+    // another image's, unreadable).
+    let not_counted = |mut m: String| {
+        if !atts.is_empty() {
+            m.push_str("; not counted: ");
+            m.push_str(
+                &atts
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "{} attestation {}…: {}",
+                            rejection_words(r.reason),
+                            short(r.layer.as_str()),
+                            r.message
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            );
+        }
+        m
+    };
+    let would_count = |mut m: String| {
+        if !keys.is_empty() {
+            m.push_str("; would count: evidence signed by ");
+            m.push_str(&keys.join(", "));
+        }
+        m
+    };
     match reason {
         DenyReason::RejectedByRule => ("rejected_by_rule", reason.to_string()),
         DenyReason::NoRuleMatches => ("no_rule_matches", reason.to_string()),
@@ -245,8 +292,11 @@ fn explain(reason: &DenyReason, rejected: &[&Rejection]) -> (&'static str, Strin
             "not pinned by digest: the rule requires image = \"HOST/REPO@sha256:…\"".to_owned(),
         ),
         DenyReason::Unsigned => match sigs.first() {
-            None => ("unsigned", "unsigned: no signature found".to_owned()),
-            Some(first) => (class_of(first), others()),
+            None => (
+                "unsigned",
+                would_count("unsigned: no signature found".to_owned()),
+            ),
+            Some(first) => (class_of(first), would_count(others())),
         },
         DenyReason::UnknownKey { .. } => ("unknown_key", reason.to_string()),
         DenyReason::ThresholdNotMet { .. } => {
@@ -257,26 +307,12 @@ fn explain(reason: &DenyReason, rejected: &[&Rejection]) -> (&'static str, Strin
             }
             ("threshold", m)
         }
-        DenyReason::MissingAttestation { .. } => {
-            let mut m = reason.to_string();
-            if !atts.is_empty() {
-                m.push_str("; not counted: ");
-                m.push_str(
-                    &atts
-                        .iter()
-                        .map(|r| {
-                            format!(
-                                "{} attestation {}…: {}",
-                                rejection_words(r.reason),
-                                short(r.layer.as_str()),
-                                r.message
-                            )
-                        })
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                );
-            }
-            ("missing_attestation", m)
+        DenyReason::MissingAttestation { .. } => (
+            "missing_attestation",
+            would_count(not_counted(reason.to_string())),
+        ),
+        DenyReason::MissingSbom { .. } | DenyReason::MissingProvenance { .. } => {
+            (reason.code(), would_count(not_counted(reason.to_string())))
         }
         _ => (reason.code(), reason.to_string()),
     }
@@ -374,10 +410,77 @@ mod tests {
                 "tampered payload".to_owned(),
             ),
         ] {
-            let (c, m) = explain(&DenyReason::Unsigned, &rej.iter().collect::<Vec<_>>());
+            let (c, m) = explain(&DenyReason::Unsigned, &rej.iter().collect::<Vec<_>>(), &[]);
             assert_eq!(c, class);
             assert!(m.contains(&words), "{m}");
         }
         assert_eq!(Admission::default().summary(), "no rule (default accept)");
+    }
+
+    /// Evidence that did not count is named on every refusal for missing evidence, with why,
+    /// and so are the keys whose evidence would have counted.
+    #[test]
+    fn refusals_for_missing_evidence_name_what_was_found_and_the_keys_that_count() {
+        let keys = vec!["sha256:0123456789ab".to_owned()];
+        let att = |reason, other| Rejection {
+            kind: "attestation",
+            ..rejection(reason, other)
+        };
+        let tampered = att("payload_tampered", None);
+        let replayed = att("digest_mismatch", Some("sha256:0123"));
+        let stranger = Rejection {
+            message: "does not verify with the key tried (sha256:0123456789ab)".to_owned(),
+            ..att("bad_signature", None)
+        };
+        for (reason, class) in [
+            (
+                DenyReason::MissingSbom {
+                    deny_packages: vec!["openssl@<3.0".to_owned()],
+                },
+                "missing_sbom",
+            ),
+            (
+                DenyReason::MissingProvenance {
+                    conditions: vec!["slsa_builder_id = \"https://ci.example\"".to_owned()],
+                },
+                "missing_provenance",
+            ),
+            (
+                DenyReason::MissingAttestation {
+                    missing: vec![trust::policy::AttestationType {
+                        name: "spdxjson".to_owned(),
+                        uri: "https://spdx.dev/Document".to_owned(),
+                    }],
+                },
+                "missing_attestation",
+            ),
+        ] {
+            let (c, m) = explain(&reason, &[&tampered, &replayed, &stranger], &keys);
+            assert_eq!(c, class);
+            for part in [
+                "not counted: ",
+                "tampered attestation",
+                "replayed (about another digest) attestation",
+                "not verifying (another key, or changed after signing) attestation",
+                "does not verify with the key tried (sha256:0123456789ab)",
+                "would count: evidence signed by sha256:0123456789ab",
+            ] {
+                assert!(m.contains(part), "{class}: {part:?} not in {m}");
+            }
+            // Nothing found: the keys are still named.
+            let (_, m) = explain(&reason, &[], &keys);
+            assert!(
+                !m.contains("not counted")
+                    && m.contains("would count: evidence signed by sha256:0123456789ab"),
+                "{class}: {m}"
+            );
+        }
+        let (c, m) = explain(&DenyReason::Unsigned, &[], &keys);
+        assert_eq!(c, "unsigned");
+        assert!(
+            m.starts_with("unsigned: no signature found")
+                && m.contains("would count: evidence signed by sha256:0123456789ab"),
+            "{m}"
+        );
     }
 }

@@ -5,9 +5,11 @@
 //! (DER) over the exact bytes of `bundle.json`, the form `cosign sign-blob --key` writes, so
 //! `cosign verify-blob --key K --signature bundle.json.sig bundle.json` checks it too. Since
 //! `bundle.json` names the digest of every image and referrer, and every blob is verified
-//! against the digests its manifest names as it is read, a verified `bundle.json` covers the
-//! whole bundle: a bundle changed consistently (new blobs, new manifests, `bundle.json`
-//! rewritten to match) no longer verifies.
+//! against the digests its manifest names as it is read, and an import copies only the
+//! referrers and cosign tag manifests `bundle.json` lists ([`super::SyncItem::listed_referrers`]),
+//! a verified `bundle.json` covers everything imported: a bundle changed consistently (new
+//! blobs, new manifests, `bundle.json` rewritten to match) no longer verifies, and content
+//! planted in a layout beside an untouched `bundle.json` is left behind.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -19,7 +19,8 @@
 //! manifest is rewritten (atomically) after every image copied into the bundle, so a bundle
 //! cut short still describes what it holds. Reading a bundle, the images come from
 //! `bundle.json`, and an image whose layout tag names another digest than the manifest is
-//! refused before anything is copied.
+//! refused before anything is copied; only the referrers and cosign tag manifests the
+//! manifest lists with an image travel with it ([`SyncItem::listed_referrers`]).
 //!
 //! A rule may copy only signed images: with `only_signed` ([`SyncRule::only_signed`]) an
 //! admission policy in the worker's format decides on the digest listed before anything is
@@ -34,7 +35,7 @@
 //! tag schema's `sha256-<hex>` and cosign's `sha256-<hex>.sig|.att|.sbom`) are never images of
 //! their own: they travel with the image they belong to.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -51,7 +52,9 @@ pub use bundle::{
     sign_bundle,
 };
 pub use rule::{Endpoint, SyncFile, SyncFileRule, SyncRule, glob_match};
-pub use signed::{Admitted, Refusal, SignaturePolicy, SignedCheckError, check_signed};
+pub use signed::{
+    Admitted, Refusal, SignaturePolicy, SignedCheckError, check_signed, policy_reason,
+};
 use validator::{Digest, Tag};
 
 use crate::transfer::{self, CopyOptions, CopyReport, ImageRef, TransferError};
@@ -103,6 +106,9 @@ pub struct SyncItem {
     /// Whether the destination's tag already names that digest (copying then only fills in
     /// what is missing, such as new referrers).
     pub up_to_date: bool,
+    /// A bundle source: the referrers and cosign tag manifests `bundle.json` lists with the
+    /// image, the only ones copied ([`CopyOptions::listed_referrers`]); `None` for a registry.
+    pub listed_referrers: Option<BTreeSet<Digest>>,
 }
 
 /// What happened to one image.
@@ -228,8 +234,8 @@ pub enum SyncError {
 /// Lists the images `rule` selects at its source, each pinned to the digest found, and
 /// whether the destination already has it under the tag.
 pub async fn plan(client: &Client, rule: &SyncRule) -> Result<Vec<SyncItem>, SyncError> {
-    // (relative repository, tag, digest)
-    let mut found: Vec<(String, Tag, Digest)> = Vec::new();
+    // (relative repository, tag, digest, a bundle's listed referrers)
+    let mut found: Vec<(String, Tag, Digest, Option<BTreeSet<Digest>>)> = Vec::new();
     match &rule.from {
         Endpoint::Registry { host, prefix } => {
             for relative in registry_repositories(client, rule, host, prefix.as_deref()).await? {
@@ -254,7 +260,7 @@ pub async fn plan(client: &Client, rule: &SyncRule) -> Result<Vec<SyncItem>, Syn
                     let Ok(tag) = Tag::parse(t) else { continue };
                     let tagged = repo.with_tag(tag.clone());
                     match client.resolve(&tagged).await {
-                        Ok(d) => found.push((relative.clone(), tag, d.digest)),
+                        Ok(d) => found.push((relative.clone(), tag, d.digest, None)),
                         // Deleted between the listing and now.
                         Err(e) if e.kind() == crate::ErrorKind::NotFound => continue,
                         Err(source) => {
@@ -309,12 +315,22 @@ pub async fn plan(client: &Client, rule: &SyncRule) -> Result<Vec<SyncItem>, Syn
                         found: at.unwrap_or_else(|| "missing".to_owned()),
                     });
                 }
-                found.push((image.repository.clone(), tag, digest));
+                // Only what bundle.json lists travels with the image: its signature covers
+                // those digests, not whatever else the layout holds now.
+                let listed = image
+                    .referrers
+                    .iter()
+                    .map(|r| {
+                        Digest::parse(r)
+                            .map_err(|e| bad(format!("referrer {r:?} in bundle.json: {e}")))
+                    })
+                    .collect::<Result<BTreeSet<Digest>, _>>()?;
+                found.push((image.repository.clone(), tag, digest, Some(listed)));
             }
         }
     }
     let mut items = Vec::with_capacity(found.len());
-    for (relative, tag, digest) in found {
+    for (relative, tag, digest, listed_referrers) in found {
         let source = rule.from.image(&rule.from.repository(&relative), &tag)?;
         let destination_repository = rule.to.repository(&relative);
         let destination = rule.to.image(&destination_repository, &tag)?;
@@ -332,6 +348,7 @@ pub async fn plan(client: &Client, rule: &SyncRule) -> Result<Vec<SyncItem>, Syn
             destination_repository,
             digest,
             up_to_date,
+            listed_referrers,
         });
     }
     Ok(items)
@@ -518,6 +535,7 @@ async fn copy_item(
     let copy_opts = CopyOptions {
         platform: rule.platform.clone(),
         referrers: rule.referrers,
+        listed_referrers: item.listed_referrers.clone(),
     };
     let mut source = item.source.clone();
     if let (Some(policy), ImageRef::Registry(r)) = (&rule.only_signed, &item.source) {
@@ -535,6 +553,17 @@ async fn copy_item(
     }
     let result =
         transfer::copy_with_progress(client, &source, &item.destination, &copy_opts, blobs).await;
+    if let (Ok(r), Endpoint::Bundle(dir)) = (&result, &rule.from)
+        && !r.referrers_unlisted.is_empty()
+    {
+        let unlisted: Vec<String> = r.referrers_unlisted.iter().map(|d| d.to_string()).collect();
+        tracing::warn!(
+            bundle = %dir.display(),
+            image = %format!("{}:{}", item.relative, item.tag),
+            not_listed = %unlisted.join(", "),
+            "the bundle's layout holds referrers or cosign tags of this image that bundle.json does not list (added after it was written or signed); not imported"
+        );
+    }
     (Some(result), None)
 }
 

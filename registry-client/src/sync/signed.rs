@@ -40,7 +40,7 @@ impl SignaturePolicy {
 
 /// Why a policy refused an image.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{reference} ({digest}) refused by {}: {}: {message}{}", policy.display(), rule.as_deref().unwrap_or("no rule matches"), keys_tried(keys))]
+#[error("{reference} ({digest}) refused by {}: {}: {reason}: {message}{}", policy.display(), rule.as_deref().unwrap_or("no rule matches"), keys_tried(keys))]
 pub struct Refusal {
     /// The image as the policy saw it.
     pub reference: String,
@@ -55,7 +55,8 @@ pub struct Refusal {
     /// A stable class: `rejected_by_rule`, `no_rule_matches`, `not_pinned`, `unsigned`,
     /// `unknown_key`, `replayed`, `tampered`, `threshold`, `missing_attestation`, `content`.
     pub reason: &'static str,
-    /// The reason in words, with the signatures that did not count.
+    /// The reason in words, with the signatures that did not count, each classed in the same
+    /// vocabulary as `reason` ([`policy_reason`]).
     pub message: String,
 }
 
@@ -156,15 +157,38 @@ pub async fn check_signed(
     }
 }
 
+/// The admission vocabulary (the one `rdctl sync --json`, the `[[sync]]` status, the proxy
+/// and the docs use) for a signature checker's rejection class
+/// ([`crate::signatures::Rejection::reason`]): `bad_signature` is `unknown_key`,
+/// `digest_mismatch` is `replayed`, `payload_tampered` is `tampered`, `no_signature` is
+/// `unsigned`; `malformed` and `unreadable` have no other name and stay as they are.
+pub fn policy_reason(signature_reason: &'static str) -> &'static str {
+    match signature_reason {
+        "bad_signature" => "unknown_key",
+        "digest_mismatch" => "replayed",
+        "payload_tampered" => "tampered",
+        "no_signature" => "unsigned",
+        other => other,
+    }
+}
+
 /// The class and words of a refusal: the policy's reason, and for an unsigned verdict the
-/// signatures found that did not verify with the rule's keys.
+/// signatures found that did not verify with the rule's keys, classed as the refusal is.
 fn explain(reason: &trust::DenyReason, evidence: Option<&Evidence>) -> (&'static str, String) {
     use trust::DenyReason as R;
     let rejected: Vec<String> = evidence
         .map(|e| {
             e.rejected
                 .iter()
-                .map(|r| format!("{} {} ({}): {}", r.kind, r.layer, r.reason, r.message))
+                .map(|r| {
+                    format!(
+                        "{} {} ({}): {}",
+                        r.kind,
+                        r.layer,
+                        policy_reason(r.reason),
+                        r.message
+                    )
+                })
                 .collect()
         })
         .unwrap_or_default();
@@ -174,10 +198,8 @@ fn explain(reason: &trust::DenyReason, evidence: Option<&Evidence>) -> (&'static
         R::NotPinned => "not_pinned",
         R::Unsigned => match evidence.and_then(|e| e.rejected_signatures().next()) {
             None => "unsigned",
-            Some(r) => match r.reason {
-                "bad_signature" => "unknown_key",
-                "digest_mismatch" => "replayed",
-                "payload_tampered" => "tampered",
+            Some(r) => match policy_reason(r.reason) {
+                c @ ("unknown_key" | "replayed" | "tampered") => c,
                 _ => "unsigned",
             },
         },
@@ -187,7 +209,8 @@ fn explain(reason: &trust::DenyReason, evidence: Option<&Evidence>) -> (&'static
         _ => "content",
     };
     let mut message = match reason {
-        R::Unsigned if rejected.is_empty() => "unsigned: no signature found".to_owned(),
+        // The class leads the refusal's text already (`…: unsigned: no signature found`).
+        R::Unsigned if rejected.is_empty() => "no signature found".to_owned(),
         R::Unsigned => "no signature verifies".to_owned(),
         other => other.to_string(),
     };

@@ -41,7 +41,7 @@ pub(crate) mod flight;
 mod referrers;
 pub(crate) mod stream;
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 
 use bytes::Bytes;
 use validator::{Digest, Document, ImageLayout, Platform};
@@ -62,6 +62,12 @@ pub struct CopyOptions {
     /// Copy the referrers of every manifest and index of the image too, recursively, and
     /// cosign's `.sig`/`.att`/`.sbom` tags of them (default true).
     pub referrers: bool,
+    /// When set, only the referrers and cosign tag manifests with these digests travel (each
+    /// with its graph, which its digest covers); any other the source offers is left behind
+    /// and named in [`CopyReport::referrers_unlisted`]. A bundle import passes the digests
+    /// its `bundle.json` lists with the image, so content added to a layout after the
+    /// bundle was signed does not ride along with the content the signature covers.
+    pub listed_referrers: Option<BTreeSet<Digest>>,
 }
 
 impl Default for CopyOptions {
@@ -69,6 +75,7 @@ impl Default for CopyOptions {
         CopyOptions {
             platform: None,
             referrers: true,
+            listed_referrers: None,
         }
     }
 }
@@ -96,6 +103,9 @@ pub struct CopyReport {
     /// Whether the tag was written: false when there is none, or when the destination's tag
     /// already named the root.
     pub tag_written: bool,
+    /// Referrers and cosign tag manifests the source offered that
+    /// [`CopyOptions::listed_referrers`] does not list, so they were not copied.
+    pub referrers_unlisted: Vec<Digest>,
 }
 
 impl CopyReport {
@@ -192,6 +202,7 @@ pub async fn copy_with_progress(
         referrers: Vec::new(),
         manifests_present: Vec::new(),
         tag_written: false,
+        referrers_unlisted: Vec::new(),
     };
     // A destination tag that already names the root: the registry holds the whole graph.
     let tag_current = match &tag {
@@ -220,11 +231,13 @@ pub async fn copy_with_progress(
         report.manifests.push(node.content.clone());
     }
     if opts.referrers {
+        let listed = opts.listed_referrers.as_ref();
         referrers::copy_referrers(
             client,
             &source,
             &dest,
             &order,
+            listed,
             &mut done,
             &mut report,
             progress,
@@ -235,6 +248,7 @@ pub async fn copy_with_progress(
             &source,
             &dest,
             &order,
+            listed,
             &mut done,
             &mut report,
             progress,

@@ -3,7 +3,7 @@
 //! and cosign's `sha256-<hex>.sig|.att|.sbom` tags of every document of the image, so
 //! signatures made in cosign's default (tag) mode travel with the image.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use validator::{Digest, Document, Tag};
 
@@ -88,12 +88,15 @@ fn subject_of(doc: &Document) -> Option<(&Digest, Option<&str>)> {
 
 /// Copies the referrers of every document in `graph`, and theirs, level by level: each
 /// referrer's graph is checked, its blobs copied, its manifests written children first, the
-/// referrer itself last (its subject is already at the destination).
+/// referrer itself last (its subject is already at the destination). With `listed`, a
+/// referrer it does not list is left behind (see [`super::CopyOptions::listed_referrers`]).
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn copy_referrers(
     client: &Client,
     source: &Source<'_>,
     dest: &Dest,
     graph: &[Node],
+    listed_only: Option<&BTreeSet<Digest>>,
     done: &mut HashSet<Digest>,
     report: &mut CopyReport,
     progress: &dyn crate::progress::Progress,
@@ -118,6 +121,11 @@ pub(super) async fn copy_referrers(
             };
             for referrer in found {
                 if !seen.insert(referrer.digest.clone()) {
+                    continue;
+                }
+                if listed_only.is_some_and(|l| !l.contains(&referrer.digest)) {
+                    tracing::debug!(referrer = %referrer.digest, %subject, "a referrer the image's listing does not name; not copied");
+                    report.referrers_unlisted.push(referrer.digest.clone());
                     continue;
                 }
                 if depth >= MAX_REFERRER_DEPTH {
@@ -184,12 +192,15 @@ pub(super) async fn copy_referrers(
 /// Copies cosign's tags (`sha256-<hex>.sig`, `.att`, `.sbom`) of every document in `graph`
 /// that the source has: each tagged manifest's graph is checked, its blobs copied, and the
 /// manifest written under the same tag at the destination (after the image, before its tag),
-/// unless the destination's tag already names it.
+/// unless the destination's tag already names it. With `listed`, a tagged manifest it does
+/// not list is left behind (see [`super::CopyOptions::listed_referrers`]).
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn copy_cosign_tags(
     client: &Client,
     source: &Source<'_>,
     dest: &Dest,
     graph: &[Node],
+    listed_only: Option<&BTreeSet<Digest>>,
     done: &mut HashSet<Digest>,
     report: &mut CopyReport,
     progress: &dyn crate::progress::Progress,
@@ -199,6 +210,13 @@ pub(super) async fn copy_cosign_tags(
             let Some((c, bytes)) = source.tagged(&tag).await? else {
                 continue;
             };
+            if listed_only.is_some_and(|l| !l.contains(&c.digest)) {
+                tracing::debug!(%tag, manifest = %c.digest, "a cosign tag the image's listing does not name; not copied");
+                if !report.referrers_unlisted.contains(&c.digest) {
+                    report.referrers_unlisted.push(c.digest.clone());
+                }
+                continue;
+            }
             let tag = Tag::parse(&tag).expect("a cosign tag is a valid tag");
             let doc = checked(&c, &bytes)?;
             let nodes = walk(source, c.clone(), bytes, doc).await?;

@@ -145,7 +145,8 @@ impl Proxy {
                 Ok(())
             }
             Err(SignedCheckError::Refused(refusal)) => {
-                Err(denied(format!("{} ({})", refusal, refusal.reason)))
+                // The refusal's text carries its reason class.
+                Err(denied(refusal.to_string()))
             }
             Err(e) => {
                 let why = error_chain(&e);

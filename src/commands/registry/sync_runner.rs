@@ -97,6 +97,7 @@ async fn replicate(
         &CopyOptions {
             platform: None,
             referrers: entry.referrers,
+            listed_referrers: None,
         },
     )
     .await

@@ -26,6 +26,8 @@ pub(super) fn print_json(report: &SyncReport, dry_run: bool) -> anyhow::Result<(
                     v["manifests_present"] = r.manifests_present.iter().map(content).collect();
                     v["tag_written"] = r.tag_written.into();
                     v["referrers"] = r.referrers.iter().map(content).collect();
+                    v["referrers_unlisted"] =
+                        r.referrers_unlisted.iter().map(|d| d.to_string()).collect();
                     v["blobs_copied"] = r.blobs_copied.len().into();
                     v["bytes_copied"] = r.bytes_copied().into();
                     v["blobs_skipped"] = r.blobs_skipped.len().into();
@@ -138,6 +140,17 @@ pub(super) fn print(report: &SyncReport, dry_run: bool) -> anyhow::Result<()> {
                 failed += 1;
                 writeln!(w, "FAILED {src} -> {dst}: {}", validator::error_chain(e))?;
             }
+        }
+        if let Some(Ok(r)) = &o.result
+            && !r.referrers_unlisted.is_empty()
+        {
+            let unlisted: Vec<String> =
+                r.referrers_unlisted.iter().map(|d| d.to_string()).collect();
+            writeln!(
+                w,
+                "  left behind: {} (referrers or cosign tags in the bundle's layout that bundle.json does not list)",
+                unlisted.join(", ")
+            )?;
         }
     }
     for (from, e) in &report.rule_errors {

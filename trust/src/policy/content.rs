@@ -98,6 +98,9 @@ pub struct ListedPackage {
     pub version: Option<String>,
     /// The FMRI, when the SBOM gives one.
     pub fmri: Option<String>,
+    /// The publisher (the supplier organization, else the FMRI's); `None` when the SBOM
+    /// names none (no supplier, `NOASSERTION`, an FMRI without one).
+    pub publisher: Option<String>,
 }
 
 impl ListedPackage {
@@ -106,6 +109,18 @@ impl ListedPackage {
             name: p.name.clone(),
             version: p.version.clone(),
             fmri: p.fmri.clone(),
+            publisher: validator::package_publisher(p).map(str::to_owned),
+        }
+    }
+
+    /// Why a `deny_packages` entry scoped to a publisher (`pattern`, as written) matched a
+    /// package whose publisher is unknown: such an entry fails closed, and the refusal says
+    /// so (empty when the entry has no publisher or the package has one).
+    pub(super) fn unknown_publisher_note(&self, pattern: &str) -> &'static str {
+        if self.publisher.is_none() && pattern.trim_start().starts_with("pkg://") {
+            "; its publisher is unknown (the SBOM names no supplier), and an entry scoped to a publisher refuses a package of unknown publisher"
+        } else {
+            ""
         }
     }
 }
