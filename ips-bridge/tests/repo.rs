@@ -349,3 +349,38 @@ fn tree(root: &Path) -> Vec<(PathBuf, u64)> {
     out.sort();
     out
 }
+
+/// Every file under `root` is 0644 and every directory 0755, as pkgrepo and pkgsend write
+/// them: `pkgrepo info` and pkg.depotd refuse catalog files others cannot read.
+#[cfg(unix)]
+fn assert_pkg5_modes(root: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let path = e.unwrap().path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let mode = meta.permissions().mode() & 0o7777;
+            let want = if meta.is_dir() { 0o755 } else { 0o644 };
+            assert_eq!(mode, want, "{}: mode {mode:o}", path.display());
+            if meta.is_dir() {
+                stack.push(path);
+            }
+        }
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn published_files_are_0644_and_directories_0755() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("repo");
+    publish_fixtures(&root);
+    assert_pkg5_modes(&root);
+    let cfg = std::fs::read_to_string(root.join("pkg5.repository")).unwrap();
+    // What `pkgrepo create` writes; `pkgrepo verify` checks the directory exists.
+    assert!(
+        cfg.contains("trust-anchor-directory = /etc/ssl/pkg/\n"),
+        "{cfg}"
+    );
+}

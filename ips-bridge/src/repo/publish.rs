@@ -239,7 +239,7 @@ impl FileRepo {
             }));
         };
         let tmp_dir = self.root.join("publisher").join(publisher).join("tmp");
-        fs::create_dir_all(&tmp_dir).map_err(io_err(&tmp_dir))?;
+        create_dirs(&tmp_dir)?;
         let mut tmp = tempfile::NamedTempFile::new_in(&tmp_dir).map_err(io_err(&tmp_dir))?;
         let input = File::open(&source).map_err(io_err(&source))?;
         let info = compress(BufReader::new(input), io::BufWriter::new(tmp.as_file_mut()))
@@ -259,7 +259,8 @@ impl FileRepo {
             .join(&info.sha1);
         if !dest.exists() {
             let dir = dest.parent().expect("has parent");
-            fs::create_dir_all(dir).map_err(io_err(dir))?;
+            create_dirs(dir)?;
+            set_file_mode(tmp.as_file(), &dest)?;
             tmp.as_file().sync_all().map_err(io_err(&dest))?;
             tmp.persist(&dest).map_err(|e| RepoError::Io {
                 path: dest.clone(),
@@ -276,7 +277,7 @@ impl FileRepo {
 /// the platform has no advisory locks, publishing goes on unlocked.
 fn lock_publisher(pub_dir: &Path) -> Result<File, RepoError> {
     let tmp = pub_dir.join("tmp");
-    fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
+    create_dirs(&tmp)?;
     let path = tmp.join("publish.lock");
     let file = File::options()
         .create(true)
@@ -284,6 +285,7 @@ fn lock_publisher(pub_dir: &Path) -> Result<File, RepoError> {
         .write(true)
         .open(&path)
         .map_err(io_err(&path))?;
+    set_file_mode(&file, &path)?;
     match file.lock() {
         Ok(()) => Ok(file),
         Err(e) if e.kind() == io::ErrorKind::Unsupported => Ok(file),
