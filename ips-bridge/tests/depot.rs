@@ -405,7 +405,9 @@ fn file_and_depot_repositories_are_interchangeable() {
     let server = DepotServer::start(repo.clone(), "127.0.0.1:0").unwrap();
     let plain = DepotClient::connect(&server.url()).unwrap();
     assert_eq!(
-        PackageRepository::default_publisher(&plain).as_deref(),
+        PackageRepository::default_publisher(&plain)
+            .unwrap()
+            .as_deref(),
         Some("example.org")
     );
     let cached = DepotClient::connect(&server.url())

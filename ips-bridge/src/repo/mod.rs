@@ -629,8 +629,10 @@ pub trait PackageRepository {
     /// The repository's error type.
     type Error: std::error::Error + Send + Sync + 'static;
 
-    /// The publisher used for FMRIs that name none.
-    fn default_publisher(&self) -> Option<String>;
+    /// The publisher used for FMRIs that name none (`None`: the repository has none). An
+    /// error reading it is an error, never "no publisher": that would read as an empty
+    /// repository.
+    fn default_publisher(&self) -> Result<Option<String>, Self::Error>;
 
     /// Every package version in `publisher`'s catalog.
     fn packages(&self, publisher: &str) -> Result<Vec<PackageRef>, Self::Error>;
@@ -653,11 +655,11 @@ pub trait PackageRepository {
     /// The newest catalogued package matching `pattern` (stem, and version by pkg's prefix
     /// rule), in the pattern's publisher or the default one; `None` when nothing matches.
     fn find(&self, pattern: &Fmri) -> Result<Option<PackageRef>, Self::Error> {
-        let Some(publisher) = pattern
-            .publisher()
-            .map(str::to_owned)
-            .or_else(|| self.default_publisher())
-        else {
+        let publisher = match pattern.publisher() {
+            Some(p) => Some(p.to_owned()),
+            None => self.default_publisher()?,
+        };
+        let Some(publisher) = publisher else {
             return Ok(None);
         };
         let Ok(pattern) = pattern.clone().with_publisher(Some(&publisher)) else {
@@ -674,7 +676,12 @@ pub trait PackageRepository {
     /// or every package of the default publisher when `patterns` is empty; sorted by
     /// publisher, stem and version, without duplicates.
     fn matching(&self, patterns: &[Fmri]) -> Result<Vec<PackageRef>, Self::Error> {
-        let default = self.default_publisher();
+        // Asked only when some pattern (or the lack of any) needs it.
+        let default = if patterns.iter().all(|p| p.publisher().is_some()) && !patterns.is_empty() {
+            None
+        } else {
+            self.default_publisher()?
+        };
         let mut wanted: Vec<(String, Option<Fmri>)> = Vec::new();
         if patterns.is_empty() {
             wanted.extend(default.clone().map(|p| (p, None)));
@@ -717,8 +724,8 @@ pub trait PackageRepository {
 impl PackageRepository for FileRepo {
     type Error = RepoError;
 
-    fn default_publisher(&self) -> Option<String> {
-        FileRepo::default_publisher(self).map(str::to_owned)
+    fn default_publisher(&self) -> Result<Option<String>, RepoError> {
+        Ok(FileRepo::default_publisher(self).map(str::to_owned))
     }
 
     fn packages(&self, publisher: &str) -> Result<Vec<PackageRef>, RepoError> {
