@@ -384,3 +384,123 @@ fn published_files_are_0644_and_directories_0755() {
         "{cfg}"
     );
 }
+
+fn catalog_json(root: &Path, name: &str) -> serde_json::Value {
+    let path = root.join("publisher/example.org/catalog").join(name);
+    serde_json::from_slice(&std::fs::read(&path).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn every_publication_is_recorded_in_the_update_log_of_its_hour() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let repo = FileRepo::create(root, "example.org").unwrap();
+    let proto = data().join("proto");
+    let at = |secs: u64| UNIX_EPOCH + Duration::from_secs(secs);
+    // 2024-01-02 03:04:05, 03:30:00 (the same hour), then 05:00:00.
+    let base = repo
+        .publish_at(
+            "example.org",
+            &manifest("base.p5m"),
+            None,
+            at(1_704_164_645),
+        )
+        .unwrap();
+    let attrs = catalog_json(root, "catalog.attrs");
+    let base_lm = attrs["parts"]["catalog.dependency.C"]["last-modified"].clone();
+    let hello = repo
+        .publish_at(
+            "example.org",
+            &manifest("hello.p5m"),
+            Some(&proto),
+            at(1_704_166_200),
+        )
+        .unwrap();
+    let attrs = catalog_json(root, "catalog.attrs");
+    assert_eq!(
+        attrs["updates"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        ["update.20240102T03Z.C"]
+    );
+    let log = catalog_json(root, "update.20240102T03Z.C");
+    let records = &log["example.org"];
+    let base_rec = &records["demo/base"][0];
+    assert_eq!(base_rec["op-type"], "add");
+    assert_eq!(base_rec["op-time"], "20240102T030405.000000Z");
+    assert_eq!(base_rec["version"], base.version().unwrap().to_string());
+    // A record holds the package's entry in each part it is in, as the parts hold it.
+    let base_part = catalog_json(root, "catalog.base.C");
+    assert_eq!(
+        base_rec["catalog.base.C"],
+        base_part["example.org"]["demo/base"][0]
+    );
+    assert!(base_rec.get("catalog.dependency.C").is_none(), "{base_rec}");
+    let hello_rec = &records["demo/hello"][0];
+    assert_eq!(hello_rec["op-time"], "20240102T033000.000000Z");
+    assert_eq!(
+        hello_rec["catalog.dependency.C"]["actions"][0],
+        "depend fmri=pkg:/demo/base@1.0 type=require"
+    );
+    assert_eq!(attrs["last-modified"], "20240102T033000.000000Z");
+    assert_eq!(
+        attrs["updates"]["update.20240102T03Z.C"]["last-modified"],
+        "20240102T033000.000000Z"
+    );
+    assert_eq!(
+        attrs["updates"]["update.20240102T03Z.C"]["signature-sha-1"],
+        log["_SIGNATURE"]["sha-1"]
+    );
+    // The dependency part changed with hello (it has a depend action), not with base.
+    assert_ne!(
+        attrs["parts"]["catalog.dependency.C"]["last-modified"],
+        base_lm
+    );
+
+    // Two hours later: a new log; the first stays listed. Base again (a package without
+    // dependency actions): the dependency part keeps the time it last changed, and
+    // republishing one FMRI is a remove and an add.
+    repo.publish_at(
+        "example.org",
+        &manifest("base.p5m"),
+        None,
+        at(1_704_171_600),
+    )
+    .unwrap();
+    let attrs = catalog_json(root, "catalog.attrs");
+    let names: Vec<_> = attrs["updates"].as_object().unwrap().keys().collect();
+    assert_eq!(names, ["update.20240102T03Z.C", "update.20240102T05Z.C"]);
+    assert_eq!(
+        attrs["parts"]["catalog.dependency.C"]["last-modified"],
+        "20240102T033000.000000Z"
+    );
+    assert_eq!(
+        attrs["parts"]["catalog.base.C"]["last-modified"],
+        "20240102T050000.000000Z"
+    );
+    let log = catalog_json(root, "update.20240102T05Z.C");
+    let ops: Vec<_> = log["example.org"]["demo/base"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["op-type"].as_str().unwrap())
+        .collect();
+    assert_eq!(ops, ["remove", "add"]);
+    // The catalog still reads, signatures and all.
+    assert_eq!(repo.packages("example.org").unwrap().len(), 2);
+    let _ = hello;
+
+    // A rebuilt catalog starts over, as pkgrepo rebuild's: no update logs.
+    assert!(repo.rebuild_catalog("example.org").unwrap().is_empty());
+    let attrs = catalog_json(root, "catalog.attrs");
+    assert_eq!(attrs["updates"], serde_json::json!({}));
+    let left: Vec<_> = std::fs::read_dir(root.join("publisher/example.org/catalog"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("update."))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -16,7 +16,8 @@ use std::time::SystemTime;
 
 use crate::action::{Action, ActionKind};
 use crate::catalog::{
-    Catalog, CatalogAttrs, CatalogEntry, CatalogError, CatalogPart, catalog_time,
+    Catalog, CatalogAttrs, CatalogEntry, CatalogError, CatalogPart, PartInfo, UpdateLog, UpdateOp,
+    catalog_time, update_log_name,
 };
 use crate::config::{IniError, IniFile};
 use crate::fmri::{Fmri, FmriError, valid_publisher};
@@ -368,6 +369,24 @@ impl FileRepo {
     /// The path of a catalog file of `publisher`.
     pub fn catalog_path(&self, publisher: &str, name: &str) -> Result<PathBuf, RepoError> {
         Ok(self.pub_dir(publisher)?.join("catalog").join(name))
+    }
+
+    /// `catalog.attrs` of `publisher` (signature checked), or `None` when the publisher has
+    /// no catalog yet.
+    pub fn catalog_attrs(&self, publisher: &str) -> Result<Option<CatalogAttrs>, RepoError> {
+        let path = self
+            .pub_dir(publisher)?
+            .join("catalog")
+            .join("catalog.attrs");
+        if !path.exists() {
+            return Ok(None);
+        }
+        CatalogAttrs::parse(&read_limited(&path)?)
+            .map(Some)
+            .map_err(|source| RepoError::Catalog {
+                publisher: publisher.to_owned(),
+                source,
+            })
     }
 
     /// Reads the catalog of `publisher`: `catalog.attrs` and every part it lists, verifying

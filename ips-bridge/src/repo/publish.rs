@@ -85,22 +85,86 @@ impl FileRepo {
             .join(fmri.dir_path().expect("versioned"));
         write_atomic(&path, text.as_bytes())?;
 
+        self.catalog_package(publisher, &fmri, &out, text.as_bytes(), now)?;
+        Ok(fmri)
+    }
+
+    /// Adds a published package to `publisher`'s catalog (under the publisher's lock): the
+    /// parts, this hour's update log and `catalog.attrs`, each written whole.
+    fn catalog_package(
+        &self,
+        publisher: &str,
+        fmri: &Fmri,
+        manifest: &Manifest,
+        manifest_text: &[u8],
+        now: SystemTime,
+    ) -> Result<(), RepoError> {
+        let cat_err = |source| RepoError::Catalog {
+            publisher: publisher.to_owned(),
+            source,
+        };
+        let previous = self.catalog_attrs(publisher)?;
         let mut catalog = self.catalog(publisher)?;
+        let version = fmri.version().expect("versioned");
+        let replaced = catalog.entries_of(publisher, fmri.stem(), version);
         catalog
-            .add(&fmri, &out, text.as_bytes())
-            .map_err(|source| RepoError::Catalog {
-                publisher: publisher.to_owned(),
-                source,
-            })?;
-        let stamp = catalog_time(now);
+            .add(fmri, manifest, manifest_text)
+            .map_err(cat_err)?;
+        let added = catalog.entries_of(publisher, fmri.stem(), version);
+        let op_time = catalog_time(now);
+        let catalog_dir = self.root.join("publisher").join(publisher).join("catalog");
+        // Record the change in this hour's update log, as pkg's server does, so clients
+        // holding the catalog refresh it incrementally.
+        let name = update_log_name(&op_time, "C");
+        let path = catalog_dir.join(&name);
+        let mut updates = previous
+            .as_ref()
+            .map(|p| p.updates.clone())
+            .unwrap_or_default();
+        let mut log = if updates.contains_key(&name) && path.is_file() {
+            UpdateLog::parse(&name, &read_limited(&path)?).map_err(cat_err)?
+        } else {
+            UpdateLog::new(&name)
+        };
+        let (stem, v) = (fmri.stem(), version.to_string());
+        if !replaced.is_empty() {
+            log.record(
+                publisher,
+                stem,
+                &v,
+                UpdateOp::Remove,
+                &op_time,
+                replaced.clone(),
+            );
+        }
+        log.record(publisher, stem, &v, UpdateOp::Add, &op_time, added.clone());
+        let (log_text, sig) = log.to_file();
+        updates.insert(
+            name,
+            PartInfo {
+                last_modified: op_time.clone(),
+                signature_sha1: Some(sig),
+            },
+        );
+        // The log first: attrs, written last, names it.
+        write_atomic(&path, log_text.as_bytes())?;
+        let changed: Vec<&str> = [
+            "catalog.base.C",
+            "catalog.dependency.C",
+            "catalog.summary.C",
+        ]
+        .into_iter()
+        .filter(|p| replaced.contains_key(*p) || added.contains_key(*p))
+        .collect();
+        let files = catalog.files_after_change(&op_time, previous.as_ref(), &changed, updates);
         // Parts first, attrs last: attrs names the parts' signatures, so a reader that sees
         // the new attrs also finds the new parts.
-        let mut files = catalog.files(&stamp, true);
+        let mut files = files;
         files.rotate_left(1);
         for (name, body) in files {
-            write_atomic(&pub_dir.join("catalog").join(name), body.as_bytes())?;
+            write_atomic(&catalog_dir.join(name), body.as_bytes())?;
         }
-        Ok(fmri)
+        Ok(())
     }
 
     /// Regenerates `publisher`'s catalog from the manifests under `pkg/`, like
@@ -184,10 +248,23 @@ impl FileRepo {
                 }
             }
         }
+        let catalog_dir = pub_dir.join("catalog");
         let mut files = catalog.files(&catalog_time(now), true);
         files.rotate_left(1);
         for (name, body) in files {
-            write_atomic(&pub_dir.join("catalog").join(name), body.as_bytes())?;
+            write_atomic(&catalog_dir.join(name), body.as_bytes())?;
+        }
+        // A rebuilt catalog starts again (a new `created`, no updates), as pkgrepo rebuild's:
+        // the old update logs describe changes to a catalog that is gone.
+        for e in fs::read_dir(&catalog_dir).map_err(io_err(&catalog_dir))? {
+            let path = e.map_err(io_err(&catalog_dir))?.path();
+            let is_log = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("update."));
+            if is_log {
+                fs::remove_file(&path).map_err(io_err(&path))?;
+            }
         }
         Ok(problems)
     }
