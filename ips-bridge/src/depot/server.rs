@@ -16,14 +16,15 @@ use crate::fmri::{Fmri, unquote};
 use crate::repo::FileRepo;
 
 /// The operations and versions the server answers, as sent by `versions/0/`.
-pub const VERSIONS: &str = "pkg-server ips-bridge-0.1\nversions 0\ncatalog 1\nmanifest 0\nfile 0 1\npublisher 0 1\nstatus 0\n";
+pub const VERSIONS: &str = "pkg-server ips-bridge-0.1\nversions 0\ncatalog 1\nmanifest 0\nfile 0 1\npublisher 0 1\nsearch 1\nstatus 0\n";
 
-const OPS: [&str; 6] = [
+const OPS: [&str; 7] = [
     "versions",
     "catalog",
     "manifest",
     "file",
     "publisher",
+    "search",
     "status",
 ];
 
@@ -259,6 +260,20 @@ fn handle(repo: &FileRepo, req: Request) -> io::Result<()> {
                 crate::catalog::to_catalog_json(&p5i).into_bytes(),
                 "application/vnd.pkg5.info",
             )
+        }
+        ("search", "1") => {
+            match super::search::search(repo, &publisher, &unquote(arg).unwrap_or_default()) {
+                Ok(Some(body)) => req.respond(
+                    Response::from_data(body.into_bytes())
+                        .with_header(header("Content-Type", "text/plain; charset=utf-8")),
+                ),
+                // No match: 204, so pkg tells "no results" from "search unavailable".
+                Ok(None) => req.respond(Response::empty(StatusCode(204))),
+                Err(e @ super::search::SearchError::Query(_)) => req.respond(
+                    Response::from_string(format!("{e}\n")).with_status_code(StatusCode(400)),
+                ),
+                Err(e) => not_found(req, &e.to_string()),
+            }
         }
         ("status", "0") => {
             let mut pubs = serde_json::Map::new();
