@@ -1,5 +1,5 @@
-//! A read-only depot server over a file repository (the operations `pkg` needs to list and
-//! install: versions, catalog, manifest, file, publisher, status).
+//! A read-only depot server over a file repository (the operations `pkg` needs to list,
+//! install and search: versions, catalog, manifest, file, publisher, search 1, status).
 
 use std::fs::File;
 use std::io::{self, Read, Write};
