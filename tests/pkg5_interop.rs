@@ -561,3 +561,29 @@ fn pkg_refreshes_incrementally_from_the_update_log_rdctl_publish_writes() {
         "the client fetched the whole base part: {gets:?}"
     );
 }
+
+#[test]
+fn rdctl_publish_into_a_bare_pkgrepo_create_repository_lists_what_it_published() {
+    let Some(bin) = pkg5_bin() else { return };
+    let f = Fixture::new();
+    let repo = f.dir.join("repo");
+    // No add-publisher: pkg5.repository's prefix stays empty, as pkgsend leaves it too.
+    ok(tool(&bin, "pkgrepo").args(["create", s(&repo)]));
+    let hello = f.rdctl_publish(&repo, &f.hello);
+    // pkgrepo verify checks that dependencies are in the repository.
+    let other = f.rdctl_publish(&repo, &f.other);
+    let listed = pkgrepo_accepts(&bin, &repo);
+    assert!(listed.contains("demo/hello"), "{listed}");
+    // It listed nothing and exited 0 before: no default publisher read as no packages.
+    let want = format!("{hello}\n{other}\n");
+    let (code, stdout, stderr) = run(rdctl().args(["ips", "list", s(&repo)]));
+    assert_eq!((code, stdout.as_str()), (0, want.as_str()), "{stderr}");
+    let depot = crate::ips_cli::Depot::start(&repo, &f.dir);
+    let (code, stdout, stderr) = run(rdctl().args(["ips", "list", &depot.url]));
+    assert_eq!(
+        (code, stdout.as_str()),
+        (0, want.as_str()),
+        "{stderr}\nserver:\n{}",
+        depot.log()
+    );
+}

@@ -504,3 +504,43 @@ fn every_publication_is_recorded_in_the_update_log_of_its_hour() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// `pkgrepo create` leaves `[publisher] prefix` empty and `pkgsend publish` keeps it so.
+fn without_prefix(root: &Path) {
+    let cfg = root.join("pkg5.repository");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, text.replace("prefix = example.org", "prefix = ")).unwrap();
+}
+
+#[test]
+fn a_repository_without_a_default_publisher_uses_its_only_one_and_refuses_to_guess() {
+    use ips_bridge::PackageRepository;
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, base, _) = publish_fixtures(tmp.path());
+    without_prefix(tmp.path());
+    let repo = FileRepo::open(repo.root()).unwrap();
+    assert_eq!(repo.default_publisher(), None);
+    // One publisher: patterns without one find its packages (they listed nothing before).
+    assert_eq!(
+        PackageRepository::default_publisher(&repo)
+            .unwrap()
+            .as_deref(),
+        Some("example.org")
+    );
+    assert_eq!(repo.matching(&[]).unwrap().len(), 2);
+    let found = repo.find(&Fmri::parse("demo/base").unwrap()).unwrap();
+    assert_eq!(found.map(|p| p.fmri), Some(base));
+    // Two: an error naming both, never an empty listing.
+    let text = "set name=pkg.fmri value=pkg:/other/tool@1-1:20240101T000000Z\n";
+    repo.publish("other.org", &Manifest::parse(text).unwrap(), None)
+        .unwrap();
+    let err = repo.matching(&[]).unwrap_err().to_string();
+    assert!(
+        err.contains("no default publisher") && err.contains("example.org, other.org"),
+        "{err}"
+    );
+    assert!(repo.find(&Fmri::parse("demo/base").unwrap()).is_err());
+    // A publisher in the pattern needs no default.
+    let named = Fmri::parse("pkg://other.org/other/tool").unwrap();
+    assert_eq!(repo.matching(&[named]).unwrap().len(), 1);
+}

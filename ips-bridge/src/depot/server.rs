@@ -173,26 +173,31 @@ fn handle(repo: &FileRepo, req: Request) -> io::Result<()> {
         Some(first) if !OPS.contains(first) => (Some((*first).to_owned()), &segs[1..]),
         _ => (None, &segs[..]),
     };
-    let explicit_publisher = publisher.is_some();
-    let publisher = match publisher.or_else(|| repo.default_publisher().map(str::to_owned)) {
-        Some(p) => p,
-        None => return not_found(req, "no publisher"),
-    };
-    if !repo.publishers().unwrap_or_default().contains(&publisher) {
-        return not_found(req, "unknown publisher");
-    }
     let (op, ver, arg) = match rest {
         [op] => (*op, "", ""),
         [op, ver] => (*op, *ver, ""),
         [op, ver, arg] => (*op, *ver, *arg),
         _ => return not_found(req, "unknown operation"),
     };
-    match (op, ver) {
-        ("versions", "0") => send_text(
+    if (op, ver) == ("versions", "0") {
+        // Whatever the publishers: a client learns what the server speaks first.
+        return send_text(
             req,
             VERSIONS.as_bytes().to_vec(),
             "text/plain; charset=utf-8",
-        ),
+        );
+    }
+    let explicit_publisher = publisher.is_some();
+    let publisher =
+        match publisher.map_or_else(|| repo.resolved_default_publisher(), |p| Ok(Some(p))) {
+            Ok(Some(p)) => p,
+            Ok(None) => return not_found(req, "no publisher"),
+            Err(e) => return not_found(req, &e.to_string()),
+        };
+    if !repo.publishers().unwrap_or_default().contains(&publisher) {
+        return not_found(req, "unknown publisher");
+    }
+    match (op, ver) {
         ("catalog", "1") => {
             let Some(name) = unquote(arg).filter(|n| {
                 (n.starts_with("catalog.") || n.starts_with("update.")) && !n.contains(['/', '\\'])

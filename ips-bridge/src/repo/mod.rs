@@ -73,6 +73,19 @@ pub enum RepoError {
         #[source]
         source: CatalogError,
     },
+    /// `[publisher] prefix` is empty and the repository has several publishers: which one
+    /// a pattern without a publisher means cannot be told.
+    #[error(
+        "{path}: no default publisher ([publisher] prefix is empty) and the repository has {}; \
+         name one in the pattern (pkg://PUBLISHER/NAME)",
+        served_list(served)
+    )]
+    NoDefaultPublisher {
+        /// The repository root.
+        path: PathBuf,
+        /// The publishers it has.
+        served: Vec<String>,
+    },
     /// The publisher is not in the repository.
     #[error(
         "{path}: no publisher {publisher}; the repository has {}",
@@ -330,6 +343,25 @@ impl FileRepo {
         self.config
             .get("publisher", "prefix")
             .filter(|p| !p.is_empty())
+    }
+
+    /// The publisher for packages and requests that name none: `[publisher] prefix`, else
+    /// the repository's only publisher (`pkgrepo create` leaves the prefix empty and
+    /// `pkgsend publish` keeps it so); `None` when it has no publisher at all. Several
+    /// publishers and no prefix is [`RepoError::NoDefaultPublisher`]: an empty answer would
+    /// read as an empty repository.
+    pub fn resolved_default_publisher(&self) -> Result<Option<String>, RepoError> {
+        if let Some(p) = self.default_publisher() {
+            return Ok(Some(p.to_owned()));
+        }
+        let mut served = self.publishers()?;
+        match served.len() {
+            0 | 1 => Ok(served.pop()),
+            _ => Err(RepoError::NoDefaultPublisher {
+                path: self.root.clone(),
+                served,
+            }),
+        }
     }
 
     /// Publishers present under `publisher/`, sorted.
@@ -744,7 +776,7 @@ impl PackageRepository for FileRepo {
     type Error = RepoError;
 
     fn default_publisher(&self) -> Result<Option<String>, RepoError> {
-        Ok(FileRepo::default_publisher(self).map(str::to_owned))
+        self.resolved_default_publisher()
     }
 
     fn packages(&self, publisher: &str) -> Result<Vec<PackageRef>, RepoError> {
