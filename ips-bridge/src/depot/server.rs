@@ -266,51 +266,57 @@ fn handle(repo: &FileRepo, req: Request) -> io::Result<()> {
                 "application/vnd.pkg5.info",
             )
         }
-        ("search", "1") => {
-            match super::search::search(repo, &publisher, &unquote(arg).unwrap_or_default()) {
-                Ok(Some(body)) => req.respond(
-                    Response::from_data(body.into_bytes())
-                        .with_header(header("Content-Type", "text/plain; charset=utf-8")),
-                ),
-                // No match: 204, so pkg tells "no results" from "search unavailable".
-                Ok(None) => req.respond(Response::empty(StatusCode(204))),
-                Err(e @ super::search::SearchError::Query(_)) => req.respond(
-                    Response::from_string(format!("{e}\n")).with_status_code(StatusCode(400)),
-                ),
-                Err(e) => not_found(req, &e.to_string()),
-            }
-        }
-        ("status", "0") => {
-            let mut pubs = serde_json::Map::new();
-            for p in repo.publishers().unwrap_or_default() {
-                let catalog = repo.catalog(&p).unwrap_or_default();
-                let (stems, versions) = catalog.base.counts();
-                let updated = repo
-                    .catalog_path(&p, "catalog.attrs")
-                    .ok()
-                    .and_then(|path| read_file(&path).ok())
-                    .and_then(|b| crate::catalog::CatalogAttrs::parse(&b).ok())
-                    .map(|a| a.last_modified);
-                pubs.insert(
-                    p,
-                    serde_json::json!({
-                        "last-catalog-update": updated,
-                        "package-count": stems,
-                        "package-version-count": versions,
-                        "status": "online",
-                    }),
-                );
-            }
-            let doc = serde_json::json!({
-                "repository": {"publishers": pubs, "status": "online", "version": 4},
-                "version": 1,
-            });
-            send_text(
-                req,
-                crate::catalog::to_catalog_json(&doc).into_bytes(),
-                "application/json",
-            )
-        }
+        ("search", "1") => answer_search(repo, &publisher, arg, req),
+        ("status", "0") => answer_status(repo, req),
         _ => not_found(req, "operation not supported"),
     }
+}
+
+/// `search/1/QUERY` (see [`super::search`]).
+fn answer_search(repo: &FileRepo, publisher: &str, arg: &str, req: Request) -> io::Result<()> {
+    match super::search::search(repo, publisher, &unquote(arg).unwrap_or_default()) {
+        Ok(Some(body)) => req.respond(
+            Response::from_data(body.into_bytes())
+                .with_header(header("Content-Type", "text/plain; charset=utf-8")),
+        ),
+        // No match: 204, so pkg tells "no results" from "search unavailable".
+        Ok(None) => req.respond(Response::empty(StatusCode(204))),
+        Err(e @ super::search::SearchError::Query(_)) => {
+            req.respond(Response::from_string(format!("{e}\n")).with_status_code(StatusCode(400)))
+        }
+        Err(e) => not_found(req, &e.to_string()),
+    }
+}
+
+/// `status/0`: each publisher's package counts and last catalog update.
+fn answer_status(repo: &FileRepo, req: Request) -> io::Result<()> {
+    let mut pubs = serde_json::Map::new();
+    for p in repo.publishers().unwrap_or_default() {
+        let catalog = repo.catalog(&p).unwrap_or_default();
+        let (stems, versions) = catalog.base.counts();
+        let updated = repo
+            .catalog_path(&p, "catalog.attrs")
+            .ok()
+            .and_then(|path| read_file(&path).ok())
+            .and_then(|b| crate::catalog::CatalogAttrs::parse(&b).ok())
+            .map(|a| a.last_modified);
+        pubs.insert(
+            p,
+            serde_json::json!({
+                "last-catalog-update": updated,
+                "package-count": stems,
+                "package-version-count": versions,
+                "status": "online",
+            }),
+        );
+    }
+    let doc = serde_json::json!({
+        "repository": {"publishers": pubs, "status": "online", "version": 4},
+        "version": 1,
+    });
+    send_text(
+        req,
+        crate::catalog::to_catalog_json(&doc).into_bytes(),
+        "application/json",
+    )
 }
