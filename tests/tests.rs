@@ -19,6 +19,7 @@ mod inspect_cli;
 mod ips_cli;
 mod module_graph;
 mod package_search;
+mod pkg5_interop;
 mod pkg_version_agreement;
 mod pull_through;
 mod pull_through_token;

@@ -19,6 +19,9 @@ use crate::manifest::Manifest;
 use crate::payload::{HashAlg, hash_hex};
 use crate::version::Version;
 
+mod update_log;
+pub use update_log::{UpdateLog, UpdateOp, update_log_name};
+
 /// Why a catalog file was rejected.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -592,37 +595,79 @@ impl Catalog {
     }
 
     /// The four files (`catalog.attrs` first) with their contents. Parts are signed when
-    /// `sign` is true; `now` is the catalog time (see [`catalog_time`]).
+    /// `sign` is true; `now` is the catalog time (see [`catalog_time`]). Every part is marked
+    /// modified at `now` and no update log is listed: a new catalog, as `pkgrepo rebuild`
+    /// writes one.
     pub fn files(&self, now: &str, sign: bool) -> Vec<(String, String)> {
+        self.write_files(now, sign, None, BTreeMap::new())
+    }
+
+    /// The files (`catalog.attrs` first) after a change made at `now` to the catalog
+    /// `previous` describes (`None`: there was none), as pkg's server writes them: the base
+    /// part and the parts that have entries or existed before; the parts in `changed` are
+    /// marked modified at `now`, the others keep their last-modified from `previous`,
+    /// `created` stays, and `updates` (the update logs, the one written at `now` included,
+    /// see [`UpdateLog`]) are listed. Signed.
+    pub fn files_after_change(
+        &self,
+        now: &str,
+        previous: Option<&CatalogAttrs>,
+        changed: &[&str],
+        updates: BTreeMap<String, PartInfo>,
+    ) -> Vec<(String, String)> {
+        self.write_files(now, true, previous.map(|p| (p, changed)), updates)
+    }
+
+    fn write_files(
+        &self,
+        now: &str,
+        sign: bool,
+        previous: Option<(&CatalogAttrs, &[&str])>,
+        updates: BTreeMap<String, PartInfo>,
+    ) -> Vec<(String, String)> {
         let parts = [&self.base, &self.dependency, &self.summary];
         let mut out = Vec::new();
         let mut infos = BTreeMap::new();
+        // After a change, as pkg's server: a part exists once it had an entry (the base part
+        // always). A client holding the catalog cannot refresh incrementally when a part
+        // appears, so an empty one is not written early.
+        let parts = parts.into_iter().filter(|p| {
+            previous.is_none_or(|(attrs, _)| {
+                p.name() == "catalog.base.C"
+                    || !p.entries().is_empty()
+                    || attrs.parts.contains_key(p.name())
+            })
+        });
         for p in parts {
             let text = p.to_file(sign);
-            let sig = sign.then(|| {
-                let v: Value = serde_json::from_str(&text).expect("we wrote valid json");
-                v["_SIGNATURE"]["sha-1"]
-                    .as_str()
-                    .expect("signed")
-                    .to_owned()
-            });
+            let sig = sign.then(|| signature_of(&text));
+            // A part this change left alone keeps the time it last changed: a client's
+            // incremental refresh reads it to pick the update logs it needs.
+            let last_modified = previous
+                .filter(|(_, changed)| !changed.contains(&p.name()))
+                .and_then(|(attrs, _)| attrs.parts.get(p.name()))
+                .map_or_else(|| now.to_owned(), |i| i.last_modified.clone());
             infos.insert(
                 p.name().to_owned(),
                 PartInfo {
-                    last_modified: now.to_owned(),
+                    last_modified,
                     signature_sha1: sig,
                 },
             );
             out.push((p.name().to_owned(), text));
         }
         let (stems, versions) = self.base.counts();
+        let created = previous
+            .map(|(attrs, _)| attrs.created.clone())
+            .or_else(|| self.created.clone())
+            .unwrap_or_else(|| now.to_owned());
         let attrs = CatalogAttrs {
-            created: self.created.clone().unwrap_or_else(|| now.to_owned()),
+            created,
             last_modified: now.to_owned(),
             package_count: stems,
             package_version_count: versions,
             parts: infos,
-            updates: BTreeMap::new(),
+            updates,
             version: 1,
         };
         out.insert(
@@ -634,6 +679,34 @@ impl Catalog {
         );
         out
     }
+
+    /// What each part holds for one package version, by part name: the entry with its
+    /// `version`, as an update log records it. Parts without an entry are left out.
+    pub fn entries_of(&self, publisher: &str, stem: &str, version: &Version) -> Map<String, Value> {
+        let mut out = Map::new();
+        for part in [&self.base, &self.dependency, &self.summary] {
+            let found = part.entries().iter().find(|e| {
+                e.publisher == publisher
+                    && e.stem == stem
+                    && Version::parse(&e.version).is_ok_and(|v| v == *version)
+            });
+            if let Some(e) = found {
+                let mut o = e.fields.clone();
+                o.insert("version".into(), e.version.clone().into());
+                out.insert(part.name().to_owned(), Value::Object(o));
+            }
+        }
+        out
+    }
+}
+
+/// The `_SIGNATURE` SHA-1 of a file [`write_catalog_file`] signed.
+fn signature_of(text: &str) -> String {
+    let v: Value = serde_json::from_str(text).expect("we wrote valid json");
+    v["_SIGNATURE"]["sha-1"]
+        .as_str()
+        .expect("signed")
+        .to_owned()
 }
 
 /// Formats a time as a catalog timestamp, `YYYYMMDDTHHMMSS.ffffffZ` (UTC).

@@ -86,8 +86,8 @@ pub use action::{
 };
 pub use cache::{CacheError, PayloadCache};
 pub use catalog::{
-    Catalog, CatalogAttrs, CatalogEntry, CatalogError, CatalogPart, PartInfo, catalog_time,
-    part_for, to_catalog_json, verify_signature, write_catalog_file,
+    Catalog, CatalogAttrs, CatalogEntry, CatalogError, CatalogPart, PartInfo, UpdateLog, UpdateOp,
+    catalog_time, part_for, to_catalog_json, update_log_name, verify_signature, write_catalog_file,
 };
 pub use cfgfiles::{UserDb, UserDbError};
 pub use config::{IniError, IniFile, python_list};

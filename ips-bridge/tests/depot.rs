@@ -53,8 +53,10 @@ fn file_and_http_readers_agree_and_payloads_verify() {
     let client = DepotClient::connect(&server.url()).unwrap();
     assert!(client.server().starts_with("pkg-server"));
     assert_eq!(client.negotiate("file", &[0, 1]).unwrap(), 1);
+    // search/1 is served, search/0 is not.
+    assert_eq!(client.negotiate("search", &[0, 1]).unwrap(), 1);
     assert!(matches!(
-        client.negotiate("search", &[1]),
+        client.negotiate("search", &[0]),
         Err(DepotError::Unsupported { .. })
     ));
 
@@ -405,7 +407,9 @@ fn file_and_depot_repositories_are_interchangeable() {
     let server = DepotServer::start(repo.clone(), "127.0.0.1:0").unwrap();
     let plain = DepotClient::connect(&server.url()).unwrap();
     assert_eq!(
-        PackageRepository::default_publisher(&plain).as_deref(),
+        PackageRepository::default_publisher(&plain)
+            .unwrap()
+            .as_deref(),
         Some("example.org")
     );
     let cached = DepotClient::connect(&server.url())
@@ -463,7 +467,7 @@ fn server_answers_status_publisher_and_rejects_writes() {
     assert_eq!(client.packages("other.org").unwrap().len(), 1);
     // Unknown operations, versions and traversal attempts are 404s; writes are refused.
     for path in [
-        "search/1/x",
+        "search/0/x",
         "catalog/0/catalog.attrs",
         "catalog/1/..%2Fpkg5.repository",
         "file/1/..",
@@ -664,4 +668,55 @@ fn a_bad_ca_file_fails_when_the_client_is_built_naming_the_file() {
     assert!(matches!(e, DepotError::TlsFile { .. }), "{e:?}");
     let chain = format!("{e}: {}", std::error::Error::source(&e).unwrap());
     assert!(chain.contains(&bad.display().to_string()), "{chain}");
+}
+
+#[test]
+fn server_answers_search_1_by_basename_path_and_package_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = fixture_repo(&tmp.path().join("repo"));
+    let server = DepotServer::start(repo, "127.0.0.1:0").unwrap();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let get = |query: &str| -> (u16, String) {
+        let url = format!("{}search/1/{}", server.url(), ips_bridge::quote(query));
+        let mut r = agent.get(url).call().unwrap();
+        (r.status().as_u16(), r.body_mut().read_to_string().unwrap())
+    };
+    let hello = "pkg:/demo/hello@1.0,5.11-2024.0.1:20240102T030405Z";
+    // Actions: pkg's first line, then query number, return type, package, value, action.
+    let (code, body) = get("False_2_None_None_HELLO");
+    assert_eq!(code, 200, "{body}");
+    let lines: Vec<&str> = body.lines().collect();
+    assert_eq!(lines[0], "Return from search v1");
+    let file = lines
+        .iter()
+        .find(|l| l.starts_with(&format!("0 2 {hello} basename file ")))
+        .unwrap_or_else(|| panic!("no file action in\n{body}"));
+    assert!(file.contains(" path=usr/bin/hello "), "{body}");
+    // The package name matches too (its last component), as pkg's index has it.
+    assert!(
+        body.contains(&format!(
+            "0 2 {hello} example.org/demo/hello set name=pkg.fmri "
+        )),
+        "{body}"
+    );
+    let (code, body) = get("False_2_None_None_/usr/bin/hello");
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains(&format!("0 2 {hello} path file ")), "{body}");
+    // Packages, as `pkg search -p` asks; structured terms and globs.
+    let (_, body) = get("False_1_None_None_p<:::hel*>");
+    assert_eq!(body, format!("Return from search v1\n0 1 {hello}\n"));
+    let (_, body) = get("False_2_None_None_set:pkg.fmri:demo/base");
+    assert!(
+        body.contains("0 2 pkg:/demo/base@1.0,5.11-2024.0.1:20240102T030405Z example.org/demo/base set name=pkg.fmri"),
+        "{body}"
+    );
+    let (_, body) = get("False_2_None_None_dir:basename:hello");
+    assert_eq!(body, "", "no dir is called hello");
+    // Nothing found is 204; a case-sensitive query is case-sensitive; boolean queries are 400.
+    assert_eq!(get("False_2_None_None_nothing").0, 204);
+    assert_eq!(get("True_2_None_None_HELLO").0, 204);
+    assert_eq!(get("False_2_None_None_hello AND bin").0, 400);
 }

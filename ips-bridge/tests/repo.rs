@@ -349,3 +349,198 @@ fn tree(root: &Path) -> Vec<(PathBuf, u64)> {
     out.sort();
     out
 }
+
+/// Every file under `root` is 0644 and every directory 0755, as pkgrepo and pkgsend write
+/// them: `pkgrepo info` and pkg.depotd refuse catalog files others cannot read.
+#[cfg(unix)]
+fn assert_pkg5_modes(root: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let path = e.unwrap().path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let mode = meta.permissions().mode() & 0o7777;
+            let want = if meta.is_dir() { 0o755 } else { 0o644 };
+            assert_eq!(mode, want, "{}: mode {mode:o}", path.display());
+            if meta.is_dir() {
+                stack.push(path);
+            }
+        }
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn published_files_are_0644_and_directories_0755() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("repo");
+    publish_fixtures(&root);
+    assert_pkg5_modes(&root);
+    let cfg = std::fs::read_to_string(root.join("pkg5.repository")).unwrap();
+    // What `pkgrepo create` writes; `pkgrepo verify` checks the directory exists.
+    assert!(
+        cfg.contains("trust-anchor-directory = /etc/ssl/pkg/\n"),
+        "{cfg}"
+    );
+}
+
+fn catalog_json(root: &Path, name: &str) -> serde_json::Value {
+    let path = root.join("publisher/example.org/catalog").join(name);
+    serde_json::from_slice(&std::fs::read(&path).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn every_publication_is_recorded_in_the_update_log_of_its_hour() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let repo = FileRepo::create(root, "example.org").unwrap();
+    let proto = data().join("proto");
+    let at = |secs: u64| UNIX_EPOCH + Duration::from_secs(secs);
+    // 2024-01-02 03:04:05, 03:30:00 (the same hour), then 05:00:00.
+    let base = repo
+        .publish_at(
+            "example.org",
+            &manifest("base.p5m"),
+            None,
+            at(1_704_164_645),
+        )
+        .unwrap();
+    let attrs = catalog_json(root, "catalog.attrs");
+    let base_lm = attrs["parts"]["catalog.dependency.C"]["last-modified"].clone();
+    let hello = repo
+        .publish_at(
+            "example.org",
+            &manifest("hello.p5m"),
+            Some(&proto),
+            at(1_704_166_200),
+        )
+        .unwrap();
+    let attrs = catalog_json(root, "catalog.attrs");
+    assert_eq!(
+        attrs["updates"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        ["update.20240102T03Z.C"]
+    );
+    let log = catalog_json(root, "update.20240102T03Z.C");
+    let records = &log["example.org"];
+    let base_rec = &records["demo/base"][0];
+    assert_eq!(base_rec["op-type"], "add");
+    assert_eq!(base_rec["op-time"], "20240102T030405.000000Z");
+    assert_eq!(base_rec["version"], base.version().unwrap().to_string());
+    // A record holds the package's entry in each part it is in, as the parts hold it.
+    let base_part = catalog_json(root, "catalog.base.C");
+    assert_eq!(
+        base_rec["catalog.base.C"],
+        base_part["example.org"]["demo/base"][0]
+    );
+    assert!(base_rec.get("catalog.dependency.C").is_none(), "{base_rec}");
+    let hello_rec = &records["demo/hello"][0];
+    assert_eq!(hello_rec["op-time"], "20240102T033000.000000Z");
+    assert_eq!(
+        hello_rec["catalog.dependency.C"]["actions"][0],
+        "depend fmri=pkg:/demo/base@1.0 type=require"
+    );
+    assert_eq!(attrs["last-modified"], "20240102T033000.000000Z");
+    assert_eq!(
+        attrs["updates"]["update.20240102T03Z.C"]["last-modified"],
+        "20240102T033000.000000Z"
+    );
+    assert_eq!(
+        attrs["updates"]["update.20240102T03Z.C"]["signature-sha-1"],
+        log["_SIGNATURE"]["sha-1"]
+    );
+    // The dependency part changed with hello (it has a depend action), not with base.
+    assert_ne!(
+        attrs["parts"]["catalog.dependency.C"]["last-modified"],
+        base_lm
+    );
+
+    // Two hours later: a new log; the first stays listed. Base again (a package without
+    // dependency actions): the dependency part keeps the time it last changed, and
+    // republishing one FMRI is a remove and an add.
+    repo.publish_at(
+        "example.org",
+        &manifest("base.p5m"),
+        None,
+        at(1_704_171_600),
+    )
+    .unwrap();
+    let attrs = catalog_json(root, "catalog.attrs");
+    let names: Vec<_> = attrs["updates"].as_object().unwrap().keys().collect();
+    assert_eq!(names, ["update.20240102T03Z.C", "update.20240102T05Z.C"]);
+    assert_eq!(
+        attrs["parts"]["catalog.dependency.C"]["last-modified"],
+        "20240102T033000.000000Z"
+    );
+    assert_eq!(
+        attrs["parts"]["catalog.base.C"]["last-modified"],
+        "20240102T050000.000000Z"
+    );
+    let log = catalog_json(root, "update.20240102T05Z.C");
+    let ops: Vec<_> = log["example.org"]["demo/base"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["op-type"].as_str().unwrap())
+        .collect();
+    assert_eq!(ops, ["remove", "add"]);
+    // The catalog still reads, signatures and all.
+    assert_eq!(repo.packages("example.org").unwrap().len(), 2);
+    let _ = hello;
+
+    // A rebuilt catalog starts over, as pkgrepo rebuild's: no update logs.
+    assert!(repo.rebuild_catalog("example.org").unwrap().is_empty());
+    let attrs = catalog_json(root, "catalog.attrs");
+    assert_eq!(attrs["updates"], serde_json::json!({}));
+    let left: Vec<_> = std::fs::read_dir(root.join("publisher/example.org/catalog"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("update."))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// `pkgrepo create` leaves `[publisher] prefix` empty and `pkgsend publish` keeps it so.
+fn without_prefix(root: &Path) {
+    let cfg = root.join("pkg5.repository");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, text.replace("prefix = example.org", "prefix = ")).unwrap();
+}
+
+#[test]
+fn a_repository_without_a_default_publisher_uses_its_only_one_and_refuses_to_guess() {
+    use ips_bridge::PackageRepository;
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, base, _) = publish_fixtures(tmp.path());
+    without_prefix(tmp.path());
+    let repo = FileRepo::open(repo.root()).unwrap();
+    assert_eq!(repo.default_publisher(), None);
+    // One publisher: patterns without one find its packages (they listed nothing before).
+    assert_eq!(
+        PackageRepository::default_publisher(&repo)
+            .unwrap()
+            .as_deref(),
+        Some("example.org")
+    );
+    assert_eq!(repo.matching(&[]).unwrap().len(), 2);
+    let found = repo.find(&Fmri::parse("demo/base").unwrap()).unwrap();
+    assert_eq!(found.map(|p| p.fmri), Some(base));
+    // Two: an error naming both, never an empty listing.
+    let text = "set name=pkg.fmri value=pkg:/other/tool@1-1:20240101T000000Z\n";
+    repo.publish("other.org", &Manifest::parse(text).unwrap(), None)
+        .unwrap();
+    let err = repo.matching(&[]).unwrap_err().to_string();
+    assert!(
+        err.contains("no default publisher") && err.contains("example.org, other.org"),
+        "{err}"
+    );
+    assert!(repo.find(&Fmri::parse("demo/base").unwrap()).is_err());
+    // A publisher in the pattern needs no default.
+    let named = Fmri::parse("pkg://other.org/other/tool").unwrap();
+    assert_eq!(repo.matching(&[named]).unwrap().len(), 1);
+}

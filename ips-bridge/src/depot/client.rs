@@ -40,6 +40,17 @@ pub enum DepotError {
         /// The publishers it serves (from `publisher/0`).
         served: Vec<String>,
     },
+    /// A pattern names no publisher and the depot serves several.
+    #[error(
+        "{origin}: the depot serves {}; name one in the pattern (pkg://PUBLISHER/NAME)",
+        crate::repo::served_list(served)
+    )]
+    AmbiguousPublisher {
+        /// The depot.
+        origin: String,
+        /// The publishers it serves.
+        served: Vec<String>,
+    },
     /// The server refused access (401 or 403). Not retried.
     #[error("{url}: access denied (http {status})")]
     Denied {
@@ -702,8 +713,11 @@ impl DepotClient {
     }
 
     /// The publishers the depot serves (the names in its unprefixed `publisher/0`).
+    ///
+    /// Version 0, as pkg's own client asks: pkg.depotd advertises `publisher 1` too but
+    /// answers an unprefixed `publisher/1/` with 500.
     pub fn publishers(&self) -> Result<Vec<String>, DepotError> {
-        let v = self.negotiate("publisher", &[0, 1])?;
+        let v = self.negotiate("publisher", &[0])?;
         let url = self.op_url(None, "publisher", v, "");
         let bytes = self.get_bytes(&url, true, 16 << 20)?;
         let doc: serde_json::Value =
@@ -737,13 +751,18 @@ impl DepotClient {
 impl PackageRepository for DepotClient {
     type Error = DepotError;
 
-    /// The publisher the depot serves without a publisher prefix (from `publisher/0`).
-    fn default_publisher(&self) -> Option<String> {
-        let v = self.negotiate("publisher", &[0, 1]).ok()?;
-        let url = self.op_url(None, "publisher", v, "");
-        let doc: serde_json::Value =
-            serde_json::from_slice(&self.get_bytes(&url, true, 1 << 20).ok()?).ok()?;
-        doc["publishers"][0]["name"].as_str().map(str::to_owned)
+    /// The publisher the depot serves, from its unprefixed `publisher/0`: `None` when it
+    /// lists none, an error when it lists several (which one pkg.depotd serves unprefixed is
+    /// not in the document) or cannot be read.
+    fn default_publisher(&self) -> Result<Option<String>, DepotError> {
+        let mut served = self.publishers()?;
+        match served.len() {
+            0 | 1 => Ok(served.pop()),
+            _ => Err(DepotError::AmbiguousPublisher {
+                origin: self.origin.clone(),
+                served,
+            }),
+        }
     }
 
     fn packages(&self, publisher: &str) -> Result<Vec<PackageRef>, DepotError> {

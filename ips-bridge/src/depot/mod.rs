@@ -2,6 +2,7 @@
 //! repository.
 
 mod client;
+mod search;
 mod server;
 mod terminator;
 mod tls;

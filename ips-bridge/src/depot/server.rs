@@ -1,5 +1,5 @@
-//! A read-only depot server over a file repository (the operations `pkg` needs to list and
-//! install: versions, catalog, manifest, file, publisher, status).
+//! A read-only depot server over a file repository (the operations `pkg` needs to list,
+//! install and search: versions, catalog, manifest, file, publisher, search 1, status).
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -16,14 +16,15 @@ use crate::fmri::{Fmri, unquote};
 use crate::repo::FileRepo;
 
 /// The operations and versions the server answers, as sent by `versions/0/`.
-pub const VERSIONS: &str = "pkg-server ips-bridge-0.1\nversions 0\ncatalog 1\nmanifest 0\nfile 0 1\npublisher 0 1\nstatus 0\n";
+pub const VERSIONS: &str = "pkg-server ips-bridge-0.1\nversions 0\ncatalog 1\nmanifest 0\nfile 0 1\npublisher 0 1\nsearch 1\nstatus 0\n";
 
-const OPS: [&str; 6] = [
+const OPS: [&str; 7] = [
     "versions",
     "catalog",
     "manifest",
     "file",
     "publisher",
+    "search",
     "status",
 ];
 
@@ -172,26 +173,31 @@ fn handle(repo: &FileRepo, req: Request) -> io::Result<()> {
         Some(first) if !OPS.contains(first) => (Some((*first).to_owned()), &segs[1..]),
         _ => (None, &segs[..]),
     };
-    let explicit_publisher = publisher.is_some();
-    let publisher = match publisher.or_else(|| repo.default_publisher().map(str::to_owned)) {
-        Some(p) => p,
-        None => return not_found(req, "no publisher"),
-    };
-    if !repo.publishers().unwrap_or_default().contains(&publisher) {
-        return not_found(req, "unknown publisher");
-    }
     let (op, ver, arg) = match rest {
         [op] => (*op, "", ""),
         [op, ver] => (*op, *ver, ""),
         [op, ver, arg] => (*op, *ver, *arg),
         _ => return not_found(req, "unknown operation"),
     };
-    match (op, ver) {
-        ("versions", "0") => send_text(
+    if (op, ver) == ("versions", "0") {
+        // Whatever the publishers: a client learns what the server speaks first.
+        return send_text(
             req,
             VERSIONS.as_bytes().to_vec(),
             "text/plain; charset=utf-8",
-        ),
+        );
+    }
+    let explicit_publisher = publisher.is_some();
+    let publisher =
+        match publisher.map_or_else(|| repo.resolved_default_publisher(), |p| Ok(Some(p))) {
+            Ok(Some(p)) => p,
+            Ok(None) => return not_found(req, "no publisher"),
+            Err(e) => return not_found(req, &e.to_string()),
+        };
+    if !repo.publishers().unwrap_or_default().contains(&publisher) {
+        return not_found(req, "unknown publisher");
+    }
+    match (op, ver) {
         ("catalog", "1") => {
             let Some(name) = unquote(arg).filter(|n| {
                 (n.starts_with("catalog.") || n.starts_with("update.")) && !n.contains(['/', '\\'])
@@ -260,37 +266,57 @@ fn handle(repo: &FileRepo, req: Request) -> io::Result<()> {
                 "application/vnd.pkg5.info",
             )
         }
-        ("status", "0") => {
-            let mut pubs = serde_json::Map::new();
-            for p in repo.publishers().unwrap_or_default() {
-                let catalog = repo.catalog(&p).unwrap_or_default();
-                let (stems, versions) = catalog.base.counts();
-                let updated = repo
-                    .catalog_path(&p, "catalog.attrs")
-                    .ok()
-                    .and_then(|path| read_file(&path).ok())
-                    .and_then(|b| crate::catalog::CatalogAttrs::parse(&b).ok())
-                    .map(|a| a.last_modified);
-                pubs.insert(
-                    p,
-                    serde_json::json!({
-                        "last-catalog-update": updated,
-                        "package-count": stems,
-                        "package-version-count": versions,
-                        "status": "online",
-                    }),
-                );
-            }
-            let doc = serde_json::json!({
-                "repository": {"publishers": pubs, "status": "online", "version": 4},
-                "version": 1,
-            });
-            send_text(
-                req,
-                crate::catalog::to_catalog_json(&doc).into_bytes(),
-                "application/json",
-            )
-        }
+        ("search", "1") => answer_search(repo, &publisher, arg, req),
+        ("status", "0") => answer_status(repo, req),
         _ => not_found(req, "operation not supported"),
     }
+}
+
+/// `search/1/QUERY` (see [`super::search`]).
+fn answer_search(repo: &FileRepo, publisher: &str, arg: &str, req: Request) -> io::Result<()> {
+    match super::search::search(repo, publisher, &unquote(arg).unwrap_or_default()) {
+        Ok(Some(body)) => req.respond(
+            Response::from_data(body.into_bytes())
+                .with_header(header("Content-Type", "text/plain; charset=utf-8")),
+        ),
+        // No match: 204, so pkg tells "no results" from "search unavailable".
+        Ok(None) => req.respond(Response::empty(StatusCode(204))),
+        Err(e @ super::search::SearchError::Query(_)) => {
+            req.respond(Response::from_string(format!("{e}\n")).with_status_code(StatusCode(400)))
+        }
+        Err(e) => not_found(req, &e.to_string()),
+    }
+}
+
+/// `status/0`: each publisher's package counts and last catalog update.
+fn answer_status(repo: &FileRepo, req: Request) -> io::Result<()> {
+    let mut pubs = serde_json::Map::new();
+    for p in repo.publishers().unwrap_or_default() {
+        let catalog = repo.catalog(&p).unwrap_or_default();
+        let (stems, versions) = catalog.base.counts();
+        let updated = repo
+            .catalog_path(&p, "catalog.attrs")
+            .ok()
+            .and_then(|path| read_file(&path).ok())
+            .and_then(|b| crate::catalog::CatalogAttrs::parse(&b).ok())
+            .map(|a| a.last_modified);
+        pubs.insert(
+            p,
+            serde_json::json!({
+                "last-catalog-update": updated,
+                "package-count": stems,
+                "package-version-count": versions,
+                "status": "online",
+            }),
+        );
+    }
+    let doc = serde_json::json!({
+        "repository": {"publishers": pubs, "status": "online", "version": 4},
+        "version": 1,
+    });
+    send_text(
+        req,
+        crate::catalog::to_catalog_json(&doc).into_bytes(),
+        "application/json",
+    )
 }

@@ -16,7 +16,8 @@ use std::time::SystemTime;
 
 use crate::action::{Action, ActionKind};
 use crate::catalog::{
-    Catalog, CatalogAttrs, CatalogEntry, CatalogError, CatalogPart, catalog_time,
+    Catalog, CatalogAttrs, CatalogEntry, CatalogError, CatalogPart, PartInfo, UpdateLog, UpdateOp,
+    catalog_time, update_log_name,
 };
 use crate::config::{IniError, IniFile};
 use crate::fmri::{Fmri, FmriError, valid_publisher};
@@ -25,6 +26,9 @@ use crate::payload::{Check, HashAlg, PayloadError, PayloadHashes, compress, hash
 use crate::version::{Timestamp, Version};
 
 mod publish;
+mod write;
+
+pub(crate) use write::{create_dirs, set_file_mode, write_atomic, write_renamed};
 
 /// Largest manifest or catalog file this reader loads into memory.
 pub const MAX_METADATA_BYTES: u64 = 256 << 20;
@@ -71,6 +75,19 @@ pub enum RepoError {
         /// The catalog error (names the file).
         #[source]
         source: CatalogError,
+    },
+    /// `[publisher] prefix` is empty and the repository has several publishers: which one
+    /// a pattern without a publisher means cannot be told.
+    #[error(
+        "{path}: no default publisher ([publisher] prefix is empty) and the repository has {}; \
+         name one in the pattern (pkg://PUBLISHER/NAME)",
+        served_list(served)
+    )]
+    NoDefaultPublisher {
+        /// The repository root.
+        path: PathBuf,
+        /// The publishers it has.
+        served: Vec<String>,
     },
     /// The publisher is not in the repository.
     #[error(
@@ -172,29 +189,6 @@ fn read_limited(path: &Path) -> Result<Vec<u8>, RepoError> {
     Ok(buf)
 }
 
-/// Writes `data` to `path` atomically (temporary file in the same directory, synced, then
-/// renamed).
-pub(crate) fn write_atomic(path: &Path, data: &[u8]) -> Result<(), RepoError> {
-    write_renamed(path, data, true)
-}
-
-/// [`write_atomic`], with the sync only when `durable`: a reader never sees half a file either
-/// way, but without the sync a crash may leave the old content or an empty file.
-pub(crate) fn write_renamed(path: &Path, data: &[u8], durable: bool) -> Result<(), RepoError> {
-    let dir = path.parent().expect("paths here have parents");
-    fs::create_dir_all(dir).map_err(io_err(dir))?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io_err(dir))?;
-    tmp.write_all(data).map_err(io_err(path))?;
-    if durable {
-        tmp.as_file().sync_all().map_err(io_err(path))?;
-    }
-    tmp.persist(path).map_err(|e| RepoError::Io {
-        path: path.to_owned(),
-        source: e.error,
-    })?;
-    Ok(())
-}
-
 /// A version 4 file repository.
 #[derive(Debug, Clone)]
 pub struct FileRepo {
@@ -258,11 +252,12 @@ impl FileRepo {
         let mut ini = IniFile::new();
         ini.set("publisher", "prefix", publisher);
         ini.set("repository", "version", "4");
-        ini.set("repository", "trust-anchor-directory", "/etc/certs/CA/");
+        // What `pkgrepo create` writes: pkg's default trust-anchor directory.
+        ini.set("repository", "trust-anchor-directory", "/etc/ssl/pkg/");
         ini.set("repository", "signature-required-names", "[]");
         ini.set("repository", "check-certificate-revocation", "False");
         ini.set("CONFIGURATION", "version", "4");
-        fs::create_dir_all(root.join("publisher").join(publisher)).map_err(io_err(root))?;
+        create_dirs(&root.join("publisher").join(publisher))?;
         write_atomic(&root.join("pkg5.repository"), ini.to_string().as_bytes())?;
         Self::open(root)
     }
@@ -277,6 +272,25 @@ impl FileRepo {
         self.config
             .get("publisher", "prefix")
             .filter(|p| !p.is_empty())
+    }
+
+    /// The publisher for packages and requests that name none: `[publisher] prefix`, else
+    /// the repository's only publisher (`pkgrepo create` leaves the prefix empty and
+    /// `pkgsend publish` keeps it so); `None` when it has no publisher at all. Several
+    /// publishers and no prefix is [`RepoError::NoDefaultPublisher`]: an empty answer would
+    /// read as an empty repository.
+    pub fn resolved_default_publisher(&self) -> Result<Option<String>, RepoError> {
+        if let Some(p) = self.default_publisher() {
+            return Ok(Some(p.to_owned()));
+        }
+        let mut served = self.publishers()?;
+        match served.len() {
+            0 | 1 => Ok(served.pop()),
+            _ => Err(RepoError::NoDefaultPublisher {
+                path: self.root.clone(),
+                served,
+            }),
+        }
     }
 
     /// Publishers present under `publisher/`, sorted.
@@ -316,6 +330,24 @@ impl FileRepo {
     /// The path of a catalog file of `publisher`.
     pub fn catalog_path(&self, publisher: &str, name: &str) -> Result<PathBuf, RepoError> {
         Ok(self.pub_dir(publisher)?.join("catalog").join(name))
+    }
+
+    /// `catalog.attrs` of `publisher` (signature checked), or `None` when the publisher has
+    /// no catalog yet.
+    pub fn catalog_attrs(&self, publisher: &str) -> Result<Option<CatalogAttrs>, RepoError> {
+        let path = self
+            .pub_dir(publisher)?
+            .join("catalog")
+            .join("catalog.attrs");
+        if !path.exists() {
+            return Ok(None);
+        }
+        CatalogAttrs::parse(&read_limited(&path)?)
+            .map(Some)
+            .map_err(|source| RepoError::Catalog {
+                publisher: publisher.to_owned(),
+                source,
+            })
     }
 
     /// Reads the catalog of `publisher`: `catalog.attrs` and every part it lists, verifying
@@ -577,8 +609,10 @@ pub trait PackageRepository {
     /// The repository's error type.
     type Error: std::error::Error + Send + Sync + 'static;
 
-    /// The publisher used for FMRIs that name none.
-    fn default_publisher(&self) -> Option<String>;
+    /// The publisher used for FMRIs that name none (`None`: the repository has none). An
+    /// error reading it is an error, never "no publisher": that would read as an empty
+    /// repository.
+    fn default_publisher(&self) -> Result<Option<String>, Self::Error>;
 
     /// Every package version in `publisher`'s catalog.
     fn packages(&self, publisher: &str) -> Result<Vec<PackageRef>, Self::Error>;
@@ -601,11 +635,11 @@ pub trait PackageRepository {
     /// The newest catalogued package matching `pattern` (stem, and version by pkg's prefix
     /// rule), in the pattern's publisher or the default one; `None` when nothing matches.
     fn find(&self, pattern: &Fmri) -> Result<Option<PackageRef>, Self::Error> {
-        let Some(publisher) = pattern
-            .publisher()
-            .map(str::to_owned)
-            .or_else(|| self.default_publisher())
-        else {
+        let publisher = match pattern.publisher() {
+            Some(p) => Some(p.to_owned()),
+            None => self.default_publisher()?,
+        };
+        let Some(publisher) = publisher else {
             return Ok(None);
         };
         let Ok(pattern) = pattern.clone().with_publisher(Some(&publisher)) else {
@@ -622,7 +656,12 @@ pub trait PackageRepository {
     /// or every package of the default publisher when `patterns` is empty; sorted by
     /// publisher, stem and version, without duplicates.
     fn matching(&self, patterns: &[Fmri]) -> Result<Vec<PackageRef>, Self::Error> {
-        let default = self.default_publisher();
+        // Asked only when some pattern (or the lack of any) needs it.
+        let default = if patterns.iter().all(|p| p.publisher().is_some()) && !patterns.is_empty() {
+            None
+        } else {
+            self.default_publisher()?
+        };
         let mut wanted: Vec<(String, Option<Fmri>)> = Vec::new();
         if patterns.is_empty() {
             wanted.extend(default.clone().map(|p| (p, None)));
@@ -665,8 +704,8 @@ pub trait PackageRepository {
 impl PackageRepository for FileRepo {
     type Error = RepoError;
 
-    fn default_publisher(&self) -> Option<String> {
-        FileRepo::default_publisher(self).map(str::to_owned)
+    fn default_publisher(&self) -> Result<Option<String>, RepoError> {
+        self.resolved_default_publisher()
     }
 
     fn packages(&self, publisher: &str) -> Result<Vec<PackageRef>, RepoError> {

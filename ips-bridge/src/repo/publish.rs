@@ -85,22 +85,86 @@ impl FileRepo {
             .join(fmri.dir_path().expect("versioned"));
         write_atomic(&path, text.as_bytes())?;
 
+        self.catalog_package(publisher, &fmri, &out, text.as_bytes(), now)?;
+        Ok(fmri)
+    }
+
+    /// Adds a published package to `publisher`'s catalog (under the publisher's lock): the
+    /// parts, this hour's update log and `catalog.attrs`, each written whole.
+    fn catalog_package(
+        &self,
+        publisher: &str,
+        fmri: &Fmri,
+        manifest: &Manifest,
+        manifest_text: &[u8],
+        now: SystemTime,
+    ) -> Result<(), RepoError> {
+        let cat_err = |source| RepoError::Catalog {
+            publisher: publisher.to_owned(),
+            source,
+        };
+        let previous = self.catalog_attrs(publisher)?;
         let mut catalog = self.catalog(publisher)?;
+        let version = fmri.version().expect("versioned");
+        let replaced = catalog.entries_of(publisher, fmri.stem(), version);
         catalog
-            .add(&fmri, &out, text.as_bytes())
-            .map_err(|source| RepoError::Catalog {
-                publisher: publisher.to_owned(),
-                source,
-            })?;
-        let stamp = catalog_time(now);
+            .add(fmri, manifest, manifest_text)
+            .map_err(cat_err)?;
+        let added = catalog.entries_of(publisher, fmri.stem(), version);
+        let op_time = catalog_time(now);
+        let catalog_dir = self.root.join("publisher").join(publisher).join("catalog");
+        // Record the change in this hour's update log, as pkg's server does, so clients
+        // holding the catalog refresh it incrementally.
+        let name = update_log_name(&op_time, "C");
+        let path = catalog_dir.join(&name);
+        let mut updates = previous
+            .as_ref()
+            .map(|p| p.updates.clone())
+            .unwrap_or_default();
+        let mut log = if updates.contains_key(&name) && path.is_file() {
+            UpdateLog::parse(&name, &read_limited(&path)?).map_err(cat_err)?
+        } else {
+            UpdateLog::new(&name)
+        };
+        let (stem, v) = (fmri.stem(), version.to_string());
+        if !replaced.is_empty() {
+            log.record(
+                publisher,
+                stem,
+                &v,
+                UpdateOp::Remove,
+                &op_time,
+                replaced.clone(),
+            );
+        }
+        log.record(publisher, stem, &v, UpdateOp::Add, &op_time, added.clone());
+        let (log_text, sig) = log.to_file();
+        updates.insert(
+            name,
+            PartInfo {
+                last_modified: op_time.clone(),
+                signature_sha1: Some(sig),
+            },
+        );
+        // The log first: attrs, written last, names it.
+        write_atomic(&path, log_text.as_bytes())?;
+        let changed: Vec<&str> = [
+            "catalog.base.C",
+            "catalog.dependency.C",
+            "catalog.summary.C",
+        ]
+        .into_iter()
+        .filter(|p| replaced.contains_key(*p) || added.contains_key(*p))
+        .collect();
+        let files = catalog.files_after_change(&op_time, previous.as_ref(), &changed, updates);
         // Parts first, attrs last: attrs names the parts' signatures, so a reader that sees
         // the new attrs also finds the new parts.
-        let mut files = catalog.files(&stamp, true);
+        let mut files = files;
         files.rotate_left(1);
         for (name, body) in files {
-            write_atomic(&pub_dir.join("catalog").join(name), body.as_bytes())?;
+            write_atomic(&catalog_dir.join(name), body.as_bytes())?;
         }
-        Ok(fmri)
+        Ok(())
     }
 
     /// Regenerates `publisher`'s catalog from the manifests under `pkg/`, like
@@ -184,10 +248,23 @@ impl FileRepo {
                 }
             }
         }
+        let catalog_dir = pub_dir.join("catalog");
         let mut files = catalog.files(&catalog_time(now), true);
         files.rotate_left(1);
         for (name, body) in files {
-            write_atomic(&pub_dir.join("catalog").join(name), body.as_bytes())?;
+            write_atomic(&catalog_dir.join(name), body.as_bytes())?;
+        }
+        // A rebuilt catalog starts again (a new `created`, no updates), as pkgrepo rebuild's:
+        // the old update logs describe changes to a catalog that is gone.
+        for e in fs::read_dir(&catalog_dir).map_err(io_err(&catalog_dir))? {
+            let path = e.map_err(io_err(&catalog_dir))?.path();
+            let is_log = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("update."));
+            if is_log {
+                fs::remove_file(&path).map_err(io_err(&path))?;
+            }
         }
         Ok(problems)
     }
@@ -239,7 +316,7 @@ impl FileRepo {
             }));
         };
         let tmp_dir = self.root.join("publisher").join(publisher).join("tmp");
-        fs::create_dir_all(&tmp_dir).map_err(io_err(&tmp_dir))?;
+        create_dirs(&tmp_dir)?;
         let mut tmp = tempfile::NamedTempFile::new_in(&tmp_dir).map_err(io_err(&tmp_dir))?;
         let input = File::open(&source).map_err(io_err(&source))?;
         let info = compress(BufReader::new(input), io::BufWriter::new(tmp.as_file_mut()))
@@ -259,7 +336,8 @@ impl FileRepo {
             .join(&info.sha1);
         if !dest.exists() {
             let dir = dest.parent().expect("has parent");
-            fs::create_dir_all(dir).map_err(io_err(dir))?;
+            create_dirs(dir)?;
+            set_file_mode(tmp.as_file(), &dest)?;
             tmp.as_file().sync_all().map_err(io_err(&dest))?;
             tmp.persist(&dest).map_err(|e| RepoError::Io {
                 path: dest.clone(),
@@ -276,7 +354,7 @@ impl FileRepo {
 /// the platform has no advisory locks, publishing goes on unlocked.
 fn lock_publisher(pub_dir: &Path) -> Result<File, RepoError> {
     let tmp = pub_dir.join("tmp");
-    fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
+    create_dirs(&tmp)?;
     let path = tmp.join("publish.lock");
     let file = File::options()
         .create(true)
@@ -284,6 +362,7 @@ fn lock_publisher(pub_dir: &Path) -> Result<File, RepoError> {
         .write(true)
         .open(&path)
         .map_err(io_err(&path))?;
+    set_file_mode(&file, &path)?;
     match file.lock() {
         Ok(()) => Ok(file),
         Err(e) if e.kind() == io::ErrorKind::Unsupported => Ok(file),
