@@ -771,3 +771,6 @@ impl Policy {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod content_tests;
