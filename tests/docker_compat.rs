@@ -9,7 +9,10 @@
 //! have both: the anonymous `/v2/` answers 200 (docker's anonymous pulls need it, a 401 with a
 //! Basic challenge makes docker refuse them for want of a password), so docker logins are never
 //! checked and docker pushes fail; the server says so at start and docs/auth.md says so. That
-//! test asserts the documented behaviour, so a change to it is seen.
+//! test asserts the documented behaviour, so a change to it is seen. Basic auth without an
+//! anonymous rule answers 401 there, and docker logs in, pushes and pulls; logged out it pulls
+//! nothing ("no basic auth credentials"), which is why Basic with an anonymous rule keeps the
+//! 200.
 //!
 //! Each test starts its own `dockerd` (root needed) with its data root, exec root, pidfile and
 //! socket in a temporary directory, no bridge, no iptables rules and the vfs storage driver,
@@ -268,9 +271,9 @@ fn run(cmd: &mut Command, stdin: Option<&str>) -> Output {
     waiter.join().unwrap().expect("wait for docker")
 }
 
-/// A registry where anonymous callers may pull `public/**` and `alice` (password `alice-pw`)
-/// may do everything; with `tokens` it issues bearer tokens at `/token`.
-fn registry(dir: &Path, tokens: bool) -> Server {
+/// A registry where `alice` (password `alice-pw`) may do everything and, with `anonymous`,
+/// anonymous callers may pull `public/**`; with `tokens` it issues bearer tokens at `/token`.
+fn registry(dir: &Path, tokens: bool, anonymous: bool) -> Server {
     let users = dir.join("htpasswd");
     std::fs::write(
         &users,
@@ -279,10 +282,14 @@ fn registry(dir: &Path, tokens: bool) -> Server {
     .unwrap();
     let mut toml = format!(
         "[auth]\nhtpasswd = {:?}\n\n\
-         [[auth.acl]]\nsubjects = [\"anonymous\"]\nrepositories = [\"public/**\"]\nactions = [\"pull\"]\n\n\
          [[auth.acl]]\nsubjects = [\"alice\"]\nrepositories = [\"**\"]\nactions = [\"*\"]\n",
         s(&users)
     );
+    if anonymous {
+        toml.push_str(
+            "\n[[auth.acl]]\nsubjects = [\"anonymous\"]\nrepositories = [\"public/**\"]\nactions = [\"pull\"]\n",
+        );
+    }
     if tokens {
         let data = crate::util::root().join("registry/tests/data/auth");
         toml.push_str(&format!(
@@ -324,7 +331,7 @@ fn docker_logs_in_pushes_and_pulls_anonymously_with_token_auth() {
         return;
     }
     let dir = tempdir();
-    let server = registry(dir.path(), true);
+    let server = registry(dir.path(), true, true);
     let reg = server.host();
     let docker = Dockerd::start(&reg);
     let team = format!("{reg}/team/app:v1");
@@ -388,7 +395,7 @@ fn docker_with_basic_auth_and_an_anonymous_rule_pulls_anonymously_and_cannot_pus
         return;
     }
     let dir = tempdir();
-    let server = registry(dir.path(), false);
+    let server = registry(dir.path(), false, true);
     let reg = server.host();
     // The server says at start what docs/auth.md says.
     assert!(
@@ -433,4 +440,35 @@ fn docker_with_basic_auth_and_an_anonymous_rule_pulls_anonymously_and_cannot_pus
     docker.ok(&["rmi", &team, &public]);
     docker.ok(&["pull", &public]);
     assert_eq!(docker.image_id(&public), id);
+}
+
+/// Basic auth without a rule for anonymous callers: the anonymous `/v2/` answers 401 with the
+/// Basic challenge, which docker follows (the docs' table row that needs no `[auth.token]`).
+#[test]
+fn docker_logs_in_pushes_and_pulls_with_basic_auth_without_anonymous_rules() {
+    if skipped("docker_logs_in_pushes_and_pulls_with_basic_auth_without_anonymous_rules") {
+        return;
+    }
+    let dir = tempdir();
+    let server = registry(dir.path(), false, false);
+    let reg = server.host();
+    assert!(!server.log_shows("docker login accepts any password"));
+    let docker = Dockerd::start(&reg);
+    let team = format!("{reg}/team/app:v1");
+    let id = docker.import(&team, "pushed by docker with Basic auth\n");
+
+    let out = docker.login(&reg, "alice", "WRONG");
+    assert!(!out.status.success(), "{}", tail(&out.stdout));
+    let out = docker.login(&reg, "alice", "alice-pw");
+    assert!(out.status.success(), "{}", tail(&out.stderr));
+    docker.ok(&["push", &team]);
+    assert!(stored(&server, "team/app", "v1"));
+    docker.ok(&["rmi", &team]);
+    docker.ok(&["pull", &team]);
+    assert_eq!(docker.image_id(&team), id);
+    // Logged out, nothing: docker has no password to answer the challenge with.
+    docker.ok(&["logout", &reg]);
+    docker.ok(&["rmi", &team]);
+    let err = docker.fails(&["pull", &team]);
+    assert!(err.contains("no basic auth credentials"), "{err}");
 }
