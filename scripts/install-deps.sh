@@ -35,7 +35,9 @@
 # chromium: tests/web_ui.rs loads the registry's web pages in headless Chromium;
 # zfs-fuse: worker-runtime/tests/zfs_store.rs runs the ZFS layer store on a real pool, its
 # fixture starts and stops the daemon itself, so nothing here starts it;
-# curl and jq: tests/getting_started.rs runs docs/getting-started.md, which uses both)
+# curl and jq: tests/getting_started.rs runs docs/getting-started.md, which uses both;
+# docker.io: docker 20.10; tests/docker_compat.rs starts its own dockerd as root, with its own
+# data root and socket, and stops it: it never uses the package's docker service)
 # are installed with apt only when one is missing; apt-get update runs only then.
 set -euo pipefail
 
@@ -46,7 +48,7 @@ STAMPS="$TOOLS/stamps"
 CACHE="$ROOT/.cache"
 
 # ---- pins (keep in sync with the design's "Real peers used in tests") --------------------
-APT_PKGS=(skopeo umoci zstd pigz docker-registry openssl chromium zfs-fuse curl jq)
+APT_PKGS=(skopeo umoci zstd pigz docker-registry openssl chromium zfs-fuse curl jq docker.io)
 CRANE_PKG=github.com/google/go-containerregistry/cmd/crane
 CRANE_VER=v0.22.1
 ORAS_PKG=oras.land/oras/cmd/oras
@@ -257,6 +259,7 @@ check umoci umoci --version
 check zstd zstd --version
 check pigz pigz --version
 check chromium sh -c "chromium --version 2>/dev/null"
+check docker sh -c "/usr/bin/docker --version && /usr/sbin/dockerd --version >/dev/null"
 check crane sh -c "'$BIN/crane' version"
 want_mod "$BIN/crane" github.com/google/go-containerregistry "$CRANE_VER"
 check oras sh -c "'$BIN/oras' version | grep -i '^version' || '$BIN/oras' version"

@@ -11,6 +11,7 @@ mod client_faults;
 mod code_shape;
 mod depot_tls;
 mod distribution_s3;
+mod docker_compat;
 mod docs;
 mod fault_proxy;
 mod getting_started;

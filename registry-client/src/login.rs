@@ -87,8 +87,10 @@ pub struct LoginOutcome {
     pub registry: String,
     /// Where it went.
     pub stored: Stored,
-    /// Whether the registry asked for credentials. A registry that lets anyone in never
-    /// looks at them, so they are saved unchecked (as docker does); callers say so.
+    /// Whether the registry asked for credentials (a challenge on a 401, or on the 200 of an
+    /// anonymous `/v2/`), and so checked them. A registry that lets anyone in and names no
+    /// challenge never looks at them, so they are saved unchecked (as docker does); callers
+    /// say so.
     pub challenged: bool,
 }
 

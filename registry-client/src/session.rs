@@ -2,7 +2,7 @@
 //! host asked for before, one answered challenge per request, 401/403 final, 5xx/429 and
 //! transport errors retried with backoff.
 
-use reqwest::header::{AUTHORIZATION, HeaderValue};
+use reqwest::header::{AUTHORIZATION, HeaderValue, WWW_AUTHENTICATE};
 use reqwest::{StatusCode, Url};
 use validator::Name;
 
@@ -96,6 +96,13 @@ pub(crate) type Attempt = Result<reqwest::Response, reqwest::Error>;
 impl Client {
     /// Checks that the registry accepts this client's credentials: `GET /v2/`, answering a
     /// challenge as any request would (`rdctl login` runs this before saving).
+    ///
+    /// A registry that lets anonymous callers in may still name its challenge on the 200 (ours
+    /// with Basic auth and an anonymous rule, zot): it takes credentials, and says whether they
+    /// are right once asked with them. That challenge is answered too, and `/v2/` asked again
+    /// (Basic: a wrong password answers 401; Bearer: the token endpoint refuses it), so a wrong
+    /// credential is refused here rather than saved unchecked. A 200 without a challenge tells
+    /// nothing, and the credential is not sent to a registry that never asked for it.
     pub async fn check_login(&self, registry: &str) -> Result<(), ClientError> {
         let url = self.url(registry, "/v2/")?;
         let scope = Scope {
@@ -103,11 +110,20 @@ impl Client {
             repo: None,
             manifest_ref: None,
         };
-        let resp = self
-            .send(&scope, &url, &|| self.http_for(&url).get(url.clone()))
-            .await?;
+        let get = || self.http_for(&url).get(url.clone());
+        let resp = self.send(&scope, &url, &get).await?;
         if resp.status() != StatusCode::OK {
             return Err(Self::unexpected(&url, resp).await);
+        }
+        let offered = self.auth.challenge(registry).is_none()
+            && resp.headers().contains_key(WWW_AUTHENTICATE)
+            // A challenge that does not parse is ignored here as on any 200.
+            && matches!(self.auth.record(registry, resp.headers()), Ok(Some(_)));
+        if offered {
+            let resp = self.send(&scope, &url, &get).await?;
+            if resp.status() != StatusCode::OK {
+                return Err(Self::unexpected(&url, resp).await);
+            }
         }
         Ok(())
     }

@@ -199,6 +199,9 @@ pub async fn serve_with(
         Some(a) => Some(Arc::new(Auth::load(a).map_err(ServeError::Auth)?)),
         None => None,
     };
+    if let Some(hint) = auth.as_ref().and_then(|a| a.start_hint()) {
+        tracing::warn!("{hint}");
+    }
     // Before binding, so a bad file stops the start with its name and nothing listens.
     let tls = config.tls.clone().map(TlsConfig::load).transpose()?;
     // Bound before the store is opened, so a taken port fails the start without creating

@@ -34,6 +34,7 @@ struct Env {
     _conf: tempfile::TempDir,
     app: Router,
     tokens: bool,
+    auth: Arc<Auth>,
 }
 
 /// Users: `root` may do anything anywhere; `alice` everything in `lib/**` and `src/*`; `bob`
@@ -98,7 +99,7 @@ public_key = "{}"
     let app = router(AppState::new(
         Arc::new(FsStore::open(store.path()).unwrap()),
         RegistryConfig {
-            auth: Some(auth),
+            auth: Some(auth.clone()),
             ..RegistryConfig::default()
         },
     ));
@@ -107,6 +108,7 @@ public_key = "{}"
         _conf: conf,
         app,
         tokens,
+        auth,
     }
 }
 
@@ -508,6 +510,9 @@ async fn authorization(env: &Env, cred: Cred, scope: Option<&str>) -> Option<Str
 
 async fn matrix(tokens: bool) {
     let env = setup(tokens, "");
+    // Without an anonymous rule `/v2/` answers anonymous callers 401 in both modes, which
+    // docker follows: nothing to warn about at start.
+    assert_eq!(env.auth.start_hint(), None);
     let app = &env.app;
     for e in ENDPOINTS {
         for cred in [Cred::None, Cred::Wrong, Cred::NoRight, Cred::Right] {
@@ -951,9 +956,13 @@ async fn anonymous_pull_and_the_mount_fallback() {
     assert_eq!(r.status, StatusCode::CREATED);
 }
 
-/// Where anonymous callers may pull, the 200 of `GET /v2/` still carries the challenge
-/// (containers/image clients authenticate only after a challenge on that ping), and the empty
-/// Basic credential those clients then send when they have none (`Basic Og==`) is anonymous.
+/// Where anonymous callers may pull, an anonymous `GET /v2/` carries the challenge: with
+/// Basic auth on a 200 (containers/image clients authenticate only after a challenge on that
+/// ping, and docker's anonymous pulls need the 200), with tokens on a 401 as Docker Hub's
+/// (docker reads challenges only from a 401 there; anonymous callers then take an anonymous
+/// token, which opens it). The empty Basic credential containers/image clients send when they
+/// have none (`Basic Og==`) is anonymous. Only the Basic configuration is reported at start as
+/// one where docker cannot log in.
 #[tokio::test]
 async fn anonymous_ping_carries_the_challenge_and_an_empty_basic_credential_is_anonymous() {
     for tokens in [false, true] {
@@ -964,13 +973,43 @@ async fn anonymous_ping_carries_the_challenge_and_an_empty_basic_credential_is_a
         let app = &env.app;
         seed(app).await;
         let r = send(app, Method::GET, "/v2/", None, vec![]).await;
-        assert_eq!(r.status, StatusCode::OK, "tokens {tokens}");
-        let expected = if tokens {
-            format!("Bearer realm=\"http://reg.test/token\",service=\"{SERVICE}\"")
+        let (status, expected) = if tokens {
+            (
+                StatusCode::UNAUTHORIZED,
+                format!("Bearer realm=\"http://reg.test/token\",service=\"{SERVICE}\""),
+            )
         } else {
-            "Basic realm=\"test\",charset=\"UTF-8\"".to_owned()
+            (
+                StatusCode::OK,
+                "Basic realm=\"test\",charset=\"UTF-8\"".to_owned(),
+            )
         };
+        assert_eq!(r.status, status, "tokens {tokens}");
         assert_eq!(r.header("www-authenticate"), Some(expected.as_str()));
+        let hint = env.auth.start_hint();
+        if tokens {
+            assert_eq!(hint, None);
+            // What docker does next: an anonymous token without a scope opens `/v2/`.
+            let r = send(
+                app,
+                Method::GET,
+                &format!("/token?service={SERVICE}"),
+                None,
+                vec![],
+            )
+            .await;
+            assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+            let bearer = format!("Bearer {}", r.json()["token"].as_str().unwrap());
+            let r = send(app, Method::GET, "/v2/", Some(&bearer), vec![]).await;
+            assert_eq!(r.status, StatusCode::OK);
+            assert_eq!(r.header("www-authenticate"), None);
+        } else {
+            let hint = hint.expect("a start hint for docker");
+            assert!(
+                hint.contains("docker") && hint.contains("[auth.token]"),
+                "{hint}"
+            );
+        }
         // Callers with credentials get no challenge on their 200.
         let r = send(
             app,

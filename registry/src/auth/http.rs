@@ -119,6 +119,15 @@ enum Decision {
 fn decide(auth: &Auth, caller: &Caller, need: &Need) -> Decision {
     let anonymous_ok = auth.acl.anonymous_allowed();
     match (need, caller) {
+        // With tokens on, `/v2/` answers an anonymous caller 401 with the challenge, as Docker
+        // Hub, Harbor, GitLab and Quay do, even where anonymous callers may pull: docker (moby)
+        // reads the challenge only from a 401 on `GET /v2/`, and after a 200 there it never
+        // sends credentials (`docker login` "succeeds" with any password, `docker push`
+        // fails). Anonymous callers of every client then take an anonymous token from the
+        // token endpoint, which the ACL scopes. With Basic alone this cannot work for docker
+        // both ways (a 401 here makes docker refuse anonymous pulls for want of a password),
+        // so Basic keeps the 200 below; see `Auth::start_hint`.
+        (Need::Login, Caller::Anonymous) if auth.tokens.is_some() => Decision::Login,
         (Need::Login, Caller::Anonymous) | (Need::Catalog, Caller::Anonymous) => {
             if anonymous_ok {
                 Decision::Allow
@@ -322,12 +331,13 @@ pub(crate) async fn middleware(
     };
     match decide(&auth, &caller, &need) {
         Decision::Allow => {
-            // An anonymous `GET /v2/` that is let in (some rule names anonymous) still
-            // carries the challenge. containers/image clients (skopeo, podman, buildah) take
-            // the challenges of this ping, and only those, as the way to authenticate every
-            // later request: with none they send no credentials, even after a login, and a
-            // 401 on a push is final for them. Clients that read challenges only from a 401
-            // (docker, containerd, crane, oras, our own) ignore it.
+            // An anonymous `GET /v2/` that is let in (Basic auth, some rule names anonymous)
+            // still carries the challenge. containers/image clients (skopeo, podman, buildah)
+            // take the challenges of this ping, and only those, as the way to authenticate
+            // every later request: with none they send no credentials, even after a login,
+            // and a 401 on a push is final for them. Clients that read challenges only from a
+            // 401 (docker, containerd, crane, oras) ignore it; `rdctl login` answers it to
+            // check the credential.
             let ping = need == Need::Login
                 && matches!(caller, Caller::Anonymous)
                 && req.uri().path() == "/v2/";

@@ -327,6 +327,22 @@ impl Auth {
         }))
     }
 
+    /// What an operator should know at start about this configuration, if anything: with
+    /// Basic auth alone and a rule for anonymous callers, docker cannot both pull anonymously
+    /// and log in and push. Such a registry answers an anonymous `GET /v2/` with 200 (docker
+    /// pulls need that, and skopeo reads the challenge the 200 carries), and docker (moby)
+    /// takes a 200 there to mean "no auth": it never sends credentials, so `docker login`
+    /// accepts any password and `docker push` fails with "authentication required".
+    /// `[auth.token]` serves both (docs/auth.md, "docker").
+    pub fn start_hint(&self) -> Option<&'static str> {
+        (self.tokens.is_none() && self.acl.anonymous_allowed()).then_some(
+            "Basic auth with a rule for anonymous callers: docker clients pull anonymously but \
+             never send credentials here (docker login accepts any password, docker push fails \
+             with \"authentication required\"); skopeo, podman, crane, oras and rdctl work; \
+             configure [auth.token] for docker logins and pushes (docs/auth.md, \"docker\")",
+        )
+    }
+
     /// Whether the registry answers `/token` itself.
     pub fn issues_tokens(&self) -> bool {
         self.tokens.as_ref().is_some_and(|t| t.issuer.is_some())
