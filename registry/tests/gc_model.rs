@@ -67,8 +67,9 @@
 //! - `old_protocol_loses_a_push_to_a_duplicated_delete`,
 //!   `old_protocol_loses_a_push_to_a_dead_collectors_delete`: the bug the epochs fix, a
 //!   DELETE of a key the re-push wrote landing after the push was acknowledged.
-//! - `#[ignore]`d, larger: two runs with a broken lease; the same without the data epoch
-//!   recheck of HOLD (needed only once a second run dooms the epoch a request held).
+//! - `#[ignore]`d, larger: two runs with a broken lease; every DELETE of a run duplicated;
+//!   two runs without the data epoch recheck of HOLD, which loses a push (the recheck is
+//!   needed only once a second run dooms the epoch a request held).
 //!
 //! Each test prints its state counts and time, and a counterexample path step by step.
 //!
@@ -97,11 +98,15 @@
 //!   what keeps each run's deciding and deleting documents distinct.
 //! - A read is checked in each state as one snapshot, not as steps interleaved with writes.
 //! - A dead collector's requests are messages that may still land or never do.
+//! - The old protocol's wait for a deleting tombstone (until it is gone or `ttl_secs` old) is
+//!   "until it is gone or its run is over"; its collector puts the record back to idle where
+//!   the real one deletes the tombstone (requests treat both alike).
 //!
 //! # Running it
 //!
-//! `cargo test -p registry --test gc_model -- --nocapture` (the default bounds, under a
-//! minute in a debug build); `-- --ignored --nocapture` for the larger bounds.
+//! `cargo test -p registry --test gc_model -- --nocapture` (the default bounds: 15 s in a
+//! debug build on an idle core, 35 s on a loaded shared one); `-- --ignored --nocapture` for
+//! the two-run checks (about a minute of CPU each at most).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -392,6 +397,13 @@ enum Skip {
     HoldCheck,
     /// Requests do not hold again when the data epoch changed between their two reads.
     EpochRecheck,
+}
+
+impl Bounds {
+    /// Beyond the default: more than one run or more than one duplicated DELETE.
+    fn is_large(&self) -> bool {
+        self.runs > 1 || self.duplicates > 1
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -904,15 +916,16 @@ const NO_DELETE_OF_RELIED_ON: &str = "no DELETE removes a key an acknowledged re
 type Discoveries = HashMap<&'static str, Path<State, Action>>;
 
 /// Checks `model` to the end or (`first_failure`) until a property fails, and prints the
-/// counts and the time. Breadth first (shortest counterexamples), except a whole check of two
-/// runs: depth first keeps only the current path besides the states seen, not a frontier.
+/// counts and the time. Breadth first (shortest counterexamples), except a whole check of
+/// large bounds: depth first keeps only the current path besides the states seen, not a
+/// frontier (gigabytes for these).
 fn check(model: GcModel, first_failure: bool) -> Discoveries {
     let started = Instant::now();
     let mut builder = model.checker();
     if first_failure {
         builder = builder.finish_when(HasDiscoveries::AnyFailures);
     }
-    if model.bounds.runs > 1 && !first_failure {
+    if model.bounds.is_large() && !first_failure {
         summarize(
             model,
             "DFS",
@@ -1071,6 +1084,17 @@ fn old_protocol_loses_a_push_to_a_dead_collectors_delete() {
 #[ignore]
 fn new_protocol_keeps_every_acknowledged_push_across_a_broken_lease() {
     assert_safe(new_protocol(TWO_RUNS));
+}
+
+/// Every DELETE of the run may be sent twice (four of them, each duplicated once). Minutes:
+/// `-- --ignored`.
+#[test]
+#[ignore]
+fn new_protocol_keeps_every_acknowledged_push_with_every_delete_duplicated() {
+    assert_safe(new_protocol(Bounds {
+        duplicates: 4,
+        ..ONE_RUN
+    }));
 }
 
 /// The recheck of the data epoch in HOLD matters only once a second run dooms the new epoch
