@@ -236,3 +236,40 @@ fn rm_refuses_a_manifest_an_index_lists_unless_forced() {
     );
     drop(server);
 }
+
+/// Issue 51: `docker://` names a registry image on every side of every command, so pull does
+/// not write a directory `./docker:` and push does not look for a layout named `docker:`.
+#[test]
+fn docker_scheme_is_a_registry_on_both_sides_of_push_and_pull() {
+    let tmp = tempdir();
+    let dir = tmp.path();
+    umoci_image(dir, "hello\n");
+    let server = Server::start(&dir.join("data"), &[]);
+    let host = server.host();
+    ok(rd(dir).args(["push", "./img:v1", &format!("{host}/demo/hello:1.0")]));
+    let registry_dst = format!("docker://{host}/x/y:1");
+    let err = fails(
+        dir,
+        &["pull", &format!("{host}/demo/hello:1.0"), &registry_dst],
+    );
+    assert!(err.contains("names a registry image"), "{err}");
+    assert!(err.contains("rdctl copy"), "{err}");
+    assert!(
+        !dir.join("docker:").exists(),
+        "pull wrote a directory docker: for {registry_dst}"
+    );
+    let err = fails(
+        dir,
+        &[
+            "push",
+            &format!("docker://{host}/demo/hello:1.0"),
+            &format!("{host}/x:1"),
+        ],
+    );
+    assert!(err.contains("names a registry image"), "{err}");
+    assert!(!err.contains("not an OCI image layout"), "{err}");
+    // A layout spelled oci: where push writes to a registry is named as a layout.
+    let err = fails(dir, &["push", "./img:v1", "oci:other:v1"]);
+    assert!(err.contains("names an OCI image layout"), "{err}");
+    drop(server);
+}

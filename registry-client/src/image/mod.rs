@@ -155,6 +155,15 @@ impl ImageRef {
                 "transport {t}: is not supported; use oci:DIR or a registry reference"
             )));
         }
+        // `docker://` is a registry reference wherever it appears (as in `parse`); read as a
+        // path it would make a directory `docker:` or look for a layout that cannot exist.
+        if input.starts_with("docker://") {
+            return Err(bad(
+                "a docker:// reference names a registry image, and this side takes an OCI \
+                 image layout: write oci:DIR or ./DIR (rdctl copy copies between any two images)"
+                    .to_owned(),
+            ));
+        }
         let s = input.strip_prefix("oci:").unwrap_or(input);
         if let Some((dir, d)) = s.rsplit_once('@')
             && !d.contains('/')
@@ -197,6 +206,16 @@ impl ImageRef {
                 reason: format!(
                     "transport {t}: is not supported; use oci:DIR or a registry reference"
                 ),
+            });
+        }
+        // `oci:` is a layout wherever it appears (as in `parse`), never a host named `oci`.
+        if input.starts_with("oci:") {
+            return Err(TransferError::BadReference {
+                input: input.chars().take(300).collect(),
+                reason: "oci: names an OCI image layout, and this side takes a registry \
+                         image: write [docker://]HOST[:PORT]/REPO[:TAG] (rdctl copy copies \
+                         between any two images)"
+                    .to_owned(),
             });
         }
         let s = input.strip_prefix("docker://").unwrap_or(input);
