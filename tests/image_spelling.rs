@@ -273,3 +273,38 @@ fn docker_scheme_is_a_registry_on_both_sides_of_push_and_pull() {
     assert!(err.contains("names an OCI image layout"), "{err}");
     drop(server);
 }
+
+/// Issue 51: `rm --dry-run REPO@DIGEST` of a manifest an index lists answers what `rm` would:
+/// refused with MANIFEST_REFERENCED, naming the index; with `--force` it plans the removal.
+#[test]
+fn rm_dry_run_of_a_manifest_an_index_lists_is_refused_like_the_run() {
+    let tmp = tempdir();
+    let dir = tmp.path();
+    let img = umoci_image(dir, "hello\n");
+    let child = digest_of(&img, "v1");
+    add_index(&img, &child);
+    let index = digest_of(&img, "multi");
+    let server = Server::start(&dir.join("data"), &[]);
+    let repo = format!("{}/zones/app", server.host());
+    ok(rd(dir).args(["push", "./img:multi", &format!("{repo}:multi")]));
+    let by_digest = format!("{repo}@{child}");
+    let dry = fails(dir, &["rm", "--dry-run", &by_digest]);
+    let real = fails(dir, &["rm", &by_digest]);
+    for err in [&dry, &real] {
+        assert!(
+            err.contains("MANIFEST_REFERENCED") && err.contains("--force"),
+            "{err}"
+        );
+        assert!(err.contains("still lists this manifest"), "{err}");
+    }
+    assert!(dry.contains(&index), "the dry run names the index: {dry}");
+    let planned = json(dir, &["rm", "--dry-run", "--force", &by_digest]);
+    assert_eq!(planned["dry_run"], true, "{planned:#}");
+    assert_eq!(planned["listed_by"][0], index.as_str(), "{planned:#}");
+    assert_eq!(
+        json(dir, &["inspect", &by_digest])["digest"],
+        child,
+        "a dry run removes nothing"
+    );
+    drop(server);
+}

@@ -309,6 +309,10 @@ pub struct RemovalPlan {
     /// `sha256-<hex>.sig|.att|.sbom`. They go with it (each deleted by its own digest, the only
     /// delete distribution knows), so what they held can be reclaimed.
     pub attached_tags: Vec<String>,
+    /// Indexes that stay (reached from another tag) and list the manifest removed by digest:
+    /// our registry refuses that DELETE with `MANIFEST_REFERENCED` unless forced, so a dry run
+    /// can say so before anything is sent.
+    pub listed_by: Vec<Digest>,
     /// Referrers of the removed manifest that go with it.
     pub referrers: Vec<Digest>,
     /// What garbage collection can then reclaim: manifests and blobs that no remaining tag
@@ -396,6 +400,7 @@ pub async fn plan_removal(client: &Client, r: &ImageRef) -> Result<RemovalPlan, 
         still_tagged: Vec::new(),
         tags_removed: Vec::new(),
         attached_tags: Vec::new(),
+        listed_by: Vec::new(),
         referrers: Vec::new(),
         reclaimable: Vec::new(),
         reclaimable_bytes: 0,
@@ -479,6 +484,10 @@ pub async fn plan_removal(client: &Client, r: &ImageRef) -> Result<RemovalPlan, 
         }
     }
     plan.tags_examined = stay.iter().filter(|(t, _)| t.is_some()).count();
+    if r.digest().is_some() {
+        let roots: Vec<Content> = stay.iter().map(|(_, c)| c.clone()).collect();
+        plan.listed_by = indexes_listing(&source, roots, &root.digest).await?;
+    }
     for (t, c) in &stay {
         if c.digest == root.digest
             && let Some(t) = t
@@ -522,6 +531,35 @@ pub async fn plan_removal(client: &Client, r: &ImageRef) -> Result<RemovalPlan, 
         }
     }
     Ok(plan)
+}
+
+/// The indexes reachable from `roots` (through nested indexes) that list `target`.
+async fn indexes_listing(
+    source: &Source<'_>,
+    roots: Vec<Content>,
+    target: &Digest,
+) -> Result<Vec<Digest>, TransferError> {
+    fn is_index(c: &Content) -> bool {
+        validator::MediaType::parse(&c.media_type).is_ok_and(|m| m.is_index())
+    }
+    let mut stack: Vec<Content> = roots.into_iter().filter(is_index).collect();
+    let mut seen = BTreeSet::new();
+    let mut listing = Vec::new();
+    while let Some(c) = stack.pop() {
+        if !seen.insert(c.digest.clone()) {
+            continue;
+        }
+        if seen.len() > crate::image::MAX_DOCUMENTS {
+            return Err(TransferError::TooLarge { root: c.digest });
+        }
+        if let Document::Index(i) = read_doc(source, &c).await? {
+            if i.manifests.iter().any(|m| &m.digest == target) && !listing.contains(&c.digest) {
+                listing.push(c.digest.clone());
+            }
+            stack.extend(i.manifests.iter().map(content_of).filter(is_index));
+        }
+    }
+    Ok(listing)
 }
 
 /// The tags that hang signatures and referrers on `digest`: the referrers tag schema's
