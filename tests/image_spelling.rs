@@ -308,3 +308,60 @@ fn rm_dry_run_of_a_manifest_an_index_lists_is_refused_like_the_run() {
     );
     drop(server);
 }
+
+/// Issue 51: `rdctl rm oci:DIR@DIGEST` of a signed image removes its `sha256-<hex>.sig` tag
+/// as the same command does at a registry.
+#[test]
+fn rm_by_digest_in_a_layout_removes_the_signature_tag_as_at_a_registry() {
+    let tmp = tempdir();
+    let dir = tmp.path();
+    let img = umoci_image(dir, "hello\n");
+    let digest = digest_of(&img, "v1");
+    ok(rd(dir)
+        .args(["key", "generate", "--output-key-prefix", "k"])
+        .env("COSIGN_PASSWORD", ""));
+    let server = Server::start(&dir.join("data"), &[]);
+    let repo = format!("{}/zones/signed", server.host());
+    ok(rd(dir).args(["push", "./img:v1", &format!("{repo}:v1")]));
+    for image in ["oci:img:v1".to_owned(), format!("{repo}:v1")] {
+        ok(rd(dir)
+            .args(["sign", "--key", "k.key", &image])
+            .env("COSIGN_PASSWORD", ""));
+    }
+    let sig = format!("{}.sig", digest.replacen(':', "-", 1));
+    let all_tags = |target: &str| -> Vec<String> {
+        json(dir, &["ls", "--all", target])["tags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|t| t["tag"].as_str().map(str::to_owned))
+            .collect()
+    };
+    assert!(
+        all_tags("oci:img").contains(&sig),
+        "{:?}",
+        all_tags("oci:img")
+    );
+    assert!(all_tags(&repo).contains(&sig), "{:?}", all_tags(&repo));
+    let mut attached = Vec::new();
+    for target in [format!("oci:img@{digest}"), format!("{repo}@{digest}")] {
+        let plan = json(dir, &["rm", &target]);
+        attached.push(plan["attached_tags"].clone());
+    }
+    assert_eq!(attached[0], attached[1], "layout and registry plans agree");
+    assert!(
+        attached[0]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t == sig.as_str()),
+        "{attached:?}"
+    );
+    assert!(
+        !all_tags("oci:img").contains(&sig),
+        "the layout kept {sig}: {:?}",
+        all_tags("oci:img")
+    );
+    assert!(!all_tags(&repo).contains(&sig), "{:?}", all_tags(&repo));
+    drop(server);
+}

@@ -30,7 +30,8 @@ other tag; over 200 tags the answer is an estimate). At our registry, rdctl regi
 refuses a tag: delete REF@digest instead. Deleting REF@digest also deletes the tags that hang
 its signatures and referrers on it (sha256-<hex>, and cosign's .sig/.att/.sbom), so a registry
 without the referrers API can reclaim them too. In a layout the tag's index.json entry goes (and the
-untagged referrer entries of a manifest no tag names any more); --prune deletes the blob files
+untagged referrer entries of a manifest no tag names any more; by digest also its signature and
+referrers tags, as at a registry); --prune deletes the blob files
 nothing references. --json: {reference, tag, digest, media_type, still_tagged, tags_removed,
 attached_tags, listed_by, referrers,
 reclaimable [{digest, size, kind}], reclaimable_bytes, tags_examined, tags_total, estimate,
