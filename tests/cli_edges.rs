@@ -135,3 +135,46 @@ fn search_takes_pkg_fmri_spellings() {
     assert!(err.contains("publisher"), "{err}");
     drop(server);
 }
+
+/// `rdctl ARGS` in `dir`; (exit code, stderr).
+fn run_in(dir: &std::path::Path, args: &[&str]) -> (Option<i32>, String) {
+    let out = rdctl().current_dir(dir).args(args).output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Issue 51: `rdctl lock` names a missing `--ca-file` (as `ips list` does), hints at
+/// `--update=PKG` when the package was given as a separate word, and says of an unknown
+/// `--update=PKG` that the package is unknown, not that the lockfile is invalid.
+#[test]
+fn lock_errors_name_the_input() {
+    use crate::builder_e2e::{TOOL_BIN, image_file, publish_fixture};
+    let tmp = tempdir();
+    let dir = tmp.path();
+    let repo = publish_fixture(dir, TOOL_BIN);
+    std::fs::write(dir.join("image.toml"), image_file(s(&repo))).unwrap();
+    ok(rdctl().current_dir(dir).args(["lock", "image.toml"]));
+
+    let (code, err) = run_in(dir, &["lock", "image.toml", "--ca-file", "ca.pem"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("ca.pem"), "{err}");
+
+    for args in [
+        vec!["lock", "image.toml", "--update", "demo/tool"],
+        vec!["lock", "--update", "demo/tool", "image.toml"],
+    ] {
+        let (code, err) = run_in(dir, &args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains("--update=demo/tool"), "{args:?}: {err}");
+    }
+
+    let (code, err) = run_in(dir, &["lock", "image.toml", "--update=nosuch"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(!err.contains("invalid lockfile"), "{err}");
+    assert!(
+        err.contains("--update=nosuch") && err.contains("demo/tool"),
+        "{err}"
+    );
+}

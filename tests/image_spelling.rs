@@ -365,3 +365,57 @@ fn rm_by_digest_in_a_layout_removes_the_signature_tag_as_at_a_registry() {
     assert!(!all_tags(&repo).contains(&sig), "{:?}", all_tags(&repo));
     drop(server);
 }
+
+/// Issue 51: small error messages say what to write. `rdctl config` of an index of several
+/// manifests names `--platform` (the reference is valid); `copy` to a name that is neither a
+/// layout here nor a registry reference suggests `./NAME` and `oci:NAME`; a refused DELETE
+/// (409) is said once and briefly.
+#[test]
+fn small_errors_say_what_to_write() {
+    let tmp = tempdir();
+    let dir = tmp.path();
+    let img = umoci_image(dir, "hello\n");
+    let child = digest_of(&img, "v1");
+    add_index(&img, &child);
+    // A second platform entry makes the index ambiguous without --platform.
+    let index = digest_of(&img, "multi");
+    let path = img
+        .join("blobs/sha256")
+        .join(index.split_once(':').unwrap().1);
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let mut second = doc["manifests"][0].clone();
+    second["platform"]["architecture"] = "arm64".into();
+    doc["manifests"].as_array_mut().unwrap().push(second);
+    let bytes = serde_json::to_vec(&doc).unwrap();
+    let d = validator::Digest::sha256(&bytes);
+    std::fs::write(img.join("blobs/sha256").join(d.encoded()), &bytes).unwrap();
+    let top_path = img.join("index.json");
+    let top = std::fs::read_to_string(&top_path)
+        .unwrap()
+        .replace(&index, d.as_str());
+    let top = top.replace(
+        &format!("\"size\":{}", std::fs::metadata(&path).unwrap().len()),
+        &format!("\"size\":{}", bytes.len()),
+    );
+    std::fs::write(&top_path, top).unwrap();
+    let err = fails(dir, &["config", "./img:multi"]);
+    assert!(!err.contains("invalid image reference"), "{err}");
+    assert!(
+        err.contains("--platform") && err.contains("linux/arm64"),
+        "{err}"
+    );
+
+    let err = fails(dir, &["copy", "img:v1", "newdir:v1"]);
+    assert!(
+        err.contains("./newdir:v1") && err.contains("oci:newdir:v1"),
+        "{err}"
+    );
+
+    let server = Server::start(&dir.join("data"), &[]);
+    let repo = format!("{}/zones/app", server.host());
+    ok(rd(dir).args(["push", "./img:multi", &format!("{repo}:multi")]));
+    let err = fails(dir, &["rm", &format!("{repo}@{child}")]);
+    assert_eq!(err.matches("MANIFEST_REFERENCED").count(), 1, "{err}");
+    assert!(err.len() < 450, "{} characters: {err}", err.len());
+    drop(server);
+}

@@ -91,14 +91,10 @@ pub async fn config(
                                 .map_or_else(|| d.digest.to_string(), ToString::to_string)
                         })
                         .collect();
-                    return Err(TransferError::BadReference {
-                        input: r.to_string(),
-                        reason: format!(
-                            "{} is an index of {} manifests ({}): name one with --platform",
-                            c.digest,
-                            index.manifests.len(),
-                            offered.join(", ")
-                        ),
+                    return Err(TransferError::PlatformNeeded {
+                        index: c.digest.clone(),
+                        count: index.manifests.len(),
+                        offered: offered.join(", "),
                     });
                 }
                 c = content_of(&index.manifests[0]);

@@ -229,6 +229,15 @@ impl ImageRef {
                     "{} is an OCI image layout: write oci:{input} to use it",
                     l.dir.display()
                 );
+            } else if !input.starts_with("docker://")
+                && !input.starts_with(['.', '/'])
+                && !crate::reference::looks_like_host(input.split('/').next().unwrap_or(""))
+                && Self::parse_layout(input).is_ok()
+            {
+                // No host, no layout here: maybe a layout to be written (`copy img:1 newdir:1`).
+                reason = format!(
+                    "{reason}; for an OCI image layout here, write ./{input} or oci:{input}"
+                );
             }
             TransferError::BadReference {
                 input: e.input,
@@ -361,6 +370,16 @@ pub enum TransferError {
         /// The wanted platform.
         platform: String,
         /// What the index has.
+        offered: String,
+    },
+    /// An index lists several manifests and no platform chose one (the reference is fine).
+    #[error("{index} is an index of {count} manifests ({offered}): name one with --platform")]
+    PlatformNeeded {
+        /// The index.
+        index: Digest,
+        /// How many manifests it lists.
+        count: usize,
+        /// Their platforms (or digests, for entries without one).
         offered: String,
     },
     /// The destination names a digest the copied image does not have.

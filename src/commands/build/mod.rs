@@ -140,7 +140,7 @@ fn build_layout(
         threads: args.threads,
         payload_cache: args.payload_cache.clone(),
         layer_cache: args.layer_cache.clone(),
-        depot_tls: args.client.tls.depot_tls_warned(),
+        depot_tls: args.client.tls.depot_tls_warned()?,
         progress,
     };
     let summary = builder::build(&args.image_file, &opts)
