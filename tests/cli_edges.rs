@@ -178,3 +178,49 @@ fn lock_errors_name_the_input() {
         "{err}"
     );
 }
+
+/// Issue 51: `rdctl login` asks on the terminal (/dev/tty), as ssh and gpg do, not on
+/// standard input: with stdin redirected it still prompts, and the answers come from the
+/// terminal.
+#[test]
+fn login_prompts_on_the_terminal_not_on_stdin() {
+    use std::io::Write as _;
+    let tmp = tempdir();
+    let dir = tmp.path();
+    let server = Server::start(&dir.join("data"), &[]);
+    let auth = dir.join("auth.json");
+    let cmd = format!(
+        "{} login --auth-file {} {} </dev/null",
+        env!("CARGO_BIN_EXE_rdctl"),
+        s(&auth),
+        server.host()
+    );
+    // script(1) gives the command a terminal; what the test writes is typed on it.
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"alice\nsecret\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("Username:") && text.contains("Password:"),
+        "{text}"
+    );
+    let saved = std::fs::read_to_string(&auth).unwrap();
+    assert!(saved.contains(&server.host()), "{saved}");
+    drop(server);
+}
