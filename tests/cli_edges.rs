@@ -135,3 +135,92 @@ fn search_takes_pkg_fmri_spellings() {
     assert!(err.contains("publisher"), "{err}");
     drop(server);
 }
+
+/// `rdctl ARGS` in `dir`; (exit code, stderr).
+fn run_in(dir: &std::path::Path, args: &[&str]) -> (Option<i32>, String) {
+    let out = rdctl().current_dir(dir).args(args).output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Issue 51: `rdctl lock` names a missing `--ca-file` (as `ips list` does), hints at
+/// `--update=PKG` when the package was given as a separate word, and says of an unknown
+/// `--update=PKG` that the package is unknown, not that the lockfile is invalid.
+#[test]
+fn lock_errors_name_the_input() {
+    use crate::builder_e2e::{TOOL_BIN, image_file, publish_fixture};
+    let tmp = tempdir();
+    let dir = tmp.path();
+    let repo = publish_fixture(dir, TOOL_BIN);
+    std::fs::write(dir.join("image.toml"), image_file(s(&repo))).unwrap();
+    ok(rdctl().current_dir(dir).args(["lock", "image.toml"]));
+
+    let (code, err) = run_in(dir, &["lock", "image.toml", "--ca-file", "ca.pem"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("ca.pem"), "{err}");
+
+    for args in [
+        vec!["lock", "image.toml", "--update", "demo/tool"],
+        vec!["lock", "--update", "demo/tool", "image.toml"],
+    ] {
+        let (code, err) = run_in(dir, &args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains("--update=demo/tool"), "{args:?}: {err}");
+    }
+
+    let (code, err) = run_in(dir, &["lock", "image.toml", "--update=nosuch"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(!err.contains("invalid lockfile"), "{err}");
+    assert!(
+        err.contains("--update=nosuch") && err.contains("demo/tool"),
+        "{err}"
+    );
+}
+
+/// Issue 51: `rdctl login` asks on the terminal (/dev/tty), as ssh and gpg do, not on
+/// standard input: with stdin redirected it still prompts, and the answers come from the
+/// terminal.
+#[test]
+fn login_prompts_on_the_terminal_not_on_stdin() {
+    use std::io::Write as _;
+    let tmp = tempdir();
+    let dir = tmp.path();
+    let server = Server::start(&dir.join("data"), &[]);
+    let auth = dir.join("auth.json");
+    let cmd = format!(
+        "{} login --auth-file {} {} </dev/null",
+        env!("CARGO_BIN_EXE_rdctl"),
+        s(&auth),
+        server.host()
+    );
+    // script(1) gives the command a terminal; what the test writes is typed on it.
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"alice\nsecret\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("Username:") && text.contains("Password:"),
+        "{text}"
+    );
+    let saved = std::fs::read_to_string(&auth).unwrap();
+    assert!(saved.contains(&server.host()), "{saved}");
+    drop(server);
+}

@@ -236,3 +236,186 @@ fn rm_refuses_a_manifest_an_index_lists_unless_forced() {
     );
     drop(server);
 }
+
+/// Issue 51: `docker://` names a registry image on every side of every command, so pull does
+/// not write a directory `./docker:` and push does not look for a layout named `docker:`.
+#[test]
+fn docker_scheme_is_a_registry_on_both_sides_of_push_and_pull() {
+    let tmp = tempdir();
+    let dir = tmp.path();
+    umoci_image(dir, "hello\n");
+    let server = Server::start(&dir.join("data"), &[]);
+    let host = server.host();
+    ok(rd(dir).args(["push", "./img:v1", &format!("{host}/demo/hello:1.0")]));
+    let registry_dst = format!("docker://{host}/x/y:1");
+    let err = fails(
+        dir,
+        &["pull", &format!("{host}/demo/hello:1.0"), &registry_dst],
+    );
+    assert!(err.contains("names a registry image"), "{err}");
+    assert!(err.contains("rdctl copy"), "{err}");
+    assert!(
+        !dir.join("docker:").exists(),
+        "pull wrote a directory docker: for {registry_dst}"
+    );
+    let err = fails(
+        dir,
+        &[
+            "push",
+            &format!("docker://{host}/demo/hello:1.0"),
+            &format!("{host}/x:1"),
+        ],
+    );
+    assert!(err.contains("names a registry image"), "{err}");
+    assert!(!err.contains("not an OCI image layout"), "{err}");
+    // A layout spelled oci: where push writes to a registry is named as a layout.
+    let err = fails(dir, &["push", "./img:v1", "oci:other:v1"]);
+    assert!(err.contains("names an OCI image layout"), "{err}");
+    drop(server);
+}
+
+/// Issue 51: `rm --dry-run REPO@DIGEST` of a manifest an index lists answers what `rm` would:
+/// refused with MANIFEST_REFERENCED, naming the index; with `--force` it plans the removal.
+#[test]
+fn rm_dry_run_of_a_manifest_an_index_lists_is_refused_like_the_run() {
+    let tmp = tempdir();
+    let dir = tmp.path();
+    let img = umoci_image(dir, "hello\n");
+    let child = digest_of(&img, "v1");
+    add_index(&img, &child);
+    let index = digest_of(&img, "multi");
+    let server = Server::start(&dir.join("data"), &[]);
+    let repo = format!("{}/zones/app", server.host());
+    ok(rd(dir).args(["push", "./img:multi", &format!("{repo}:multi")]));
+    let by_digest = format!("{repo}@{child}");
+    let dry = fails(dir, &["rm", "--dry-run", &by_digest]);
+    let real = fails(dir, &["rm", &by_digest]);
+    for err in [&dry, &real] {
+        assert!(
+            err.contains("MANIFEST_REFERENCED") && err.contains("--force"),
+            "{err}"
+        );
+        assert!(err.contains("still lists this manifest"), "{err}");
+    }
+    assert!(dry.contains(&index), "the dry run names the index: {dry}");
+    let planned = json(dir, &["rm", "--dry-run", "--force", &by_digest]);
+    assert_eq!(planned["dry_run"], true, "{planned:#}");
+    assert_eq!(planned["listed_by"][0], index.as_str(), "{planned:#}");
+    assert_eq!(
+        json(dir, &["inspect", &by_digest])["digest"],
+        child,
+        "a dry run removes nothing"
+    );
+    drop(server);
+}
+
+/// Issue 51: `rdctl rm oci:DIR@DIGEST` of a signed image removes its `sha256-<hex>.sig` tag
+/// as the same command does at a registry.
+#[test]
+fn rm_by_digest_in_a_layout_removes_the_signature_tag_as_at_a_registry() {
+    let tmp = tempdir();
+    let dir = tmp.path();
+    let img = umoci_image(dir, "hello\n");
+    let digest = digest_of(&img, "v1");
+    ok(rd(dir)
+        .args(["key", "generate", "--output-key-prefix", "k"])
+        .env("COSIGN_PASSWORD", ""));
+    let server = Server::start(&dir.join("data"), &[]);
+    let repo = format!("{}/zones/signed", server.host());
+    ok(rd(dir).args(["push", "./img:v1", &format!("{repo}:v1")]));
+    for image in ["oci:img:v1".to_owned(), format!("{repo}:v1")] {
+        ok(rd(dir)
+            .args(["sign", "--key", "k.key", &image])
+            .env("COSIGN_PASSWORD", ""));
+    }
+    let sig = format!("{}.sig", digest.replacen(':', "-", 1));
+    let all_tags = |target: &str| -> Vec<String> {
+        json(dir, &["ls", "--all", target])["tags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|t| t["tag"].as_str().map(str::to_owned))
+            .collect()
+    };
+    assert!(
+        all_tags("oci:img").contains(&sig),
+        "{:?}",
+        all_tags("oci:img")
+    );
+    assert!(all_tags(&repo).contains(&sig), "{:?}", all_tags(&repo));
+    let mut attached = Vec::new();
+    for target in [format!("oci:img@{digest}"), format!("{repo}@{digest}")] {
+        let plan = json(dir, &["rm", &target]);
+        attached.push(plan["attached_tags"].clone());
+    }
+    assert_eq!(attached[0], attached[1], "layout and registry plans agree");
+    assert!(
+        attached[0]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t == sig.as_str()),
+        "{attached:?}"
+    );
+    assert!(
+        !all_tags("oci:img").contains(&sig),
+        "the layout kept {sig}: {:?}",
+        all_tags("oci:img")
+    );
+    assert!(!all_tags(&repo).contains(&sig), "{:?}", all_tags(&repo));
+    drop(server);
+}
+
+/// Issue 51: small error messages say what to write. `rdctl config` of an index of several
+/// manifests names `--platform` (the reference is valid); `copy` to a name that is neither a
+/// layout here nor a registry reference suggests `./NAME` and `oci:NAME`; a refused DELETE
+/// (409) is said once and briefly.
+#[test]
+fn small_errors_say_what_to_write() {
+    let tmp = tempdir();
+    let dir = tmp.path();
+    let img = umoci_image(dir, "hello\n");
+    let child = digest_of(&img, "v1");
+    add_index(&img, &child);
+    // A second platform entry makes the index ambiguous without --platform.
+    let index = digest_of(&img, "multi");
+    let path = img
+        .join("blobs/sha256")
+        .join(index.split_once(':').unwrap().1);
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let mut second = doc["manifests"][0].clone();
+    second["platform"]["architecture"] = "arm64".into();
+    doc["manifests"].as_array_mut().unwrap().push(second);
+    let bytes = serde_json::to_vec(&doc).unwrap();
+    let d = validator::Digest::sha256(&bytes);
+    std::fs::write(img.join("blobs/sha256").join(d.encoded()), &bytes).unwrap();
+    let top_path = img.join("index.json");
+    let top = std::fs::read_to_string(&top_path)
+        .unwrap()
+        .replace(&index, d.as_str());
+    let top = top.replace(
+        &format!("\"size\":{}", std::fs::metadata(&path).unwrap().len()),
+        &format!("\"size\":{}", bytes.len()),
+    );
+    std::fs::write(&top_path, top).unwrap();
+    let err = fails(dir, &["config", "./img:multi"]);
+    assert!(!err.contains("invalid image reference"), "{err}");
+    assert!(
+        err.contains("--platform") && err.contains("linux/arm64"),
+        "{err}"
+    );
+
+    let err = fails(dir, &["copy", "img:v1", "newdir:v1"]);
+    assert!(
+        err.contains("./newdir:v1") && err.contains("oci:newdir:v1"),
+        "{err}"
+    );
+
+    let server = Server::start(&dir.join("data"), &[]);
+    let repo = format!("{}/zones/app", server.host());
+    ok(rd(dir).args(["push", "./img:multi", &format!("{repo}:multi")]));
+    let err = fails(dir, &["rm", &format!("{repo}@{child}")]);
+    assert_eq!(err.matches("MANIFEST_REFERENCED").count(), 1, "{err}");
+    assert!(err.len() < 450, "{} characters: {err}", err.len());
+    drop(server);
+}

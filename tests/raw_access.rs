@@ -284,3 +284,86 @@ fn sbom_document_prints_the_spdx_document_itself() {
     assert!(listed.contains("web/server/nginx"), "{listed}");
     drop(server);
 }
+
+/// Issue 51: a title with directories (`sub/inner.txt`, as `oras push sub/inner.txt` writes
+/// it) is restored under the output directory as `oras pull` restores it; a title that would
+/// leave the output directory (`..`, absolute) is refused by name and nothing is written.
+#[test]
+fn artifact_get_restores_titles_with_directories_inside_the_output_only() {
+    use crate::package_search::{put_blob, put_manifest};
+    let tmp = tempdir();
+    let dir = tmp.path();
+    let server = Server::start(&dir.join("data"), &[]);
+    let host = server.host();
+    let src = dir.join("src");
+    std::fs::create_dir_all(src.join("sub/deeper")).unwrap();
+    std::fs::write(src.join("top.txt"), "top\n").unwrap();
+    std::fs::write(src.join("sub/inner.txt"), "inner\n").unwrap();
+    std::fs::write(src.join("sub/deeper/leaf.txt"), "leaf\n").unwrap();
+    let mut push = tool("oras");
+    push.current_dir(&src).args([
+        "push",
+        "--plain-http",
+        "--artifact-type",
+        "application/vnd.example.tree",
+        &format!("{host}/art/tree:1"),
+        "top.txt",
+        "sub/inner.txt",
+        "sub/deeper/leaf.txt",
+    ]);
+    ok(&mut push);
+    let by_oras = dir.join("by-oras");
+    oras(&["pull", "-o", s(&by_oras), &format!("{host}/art/tree:1")]);
+    let by_rdctl = dir.join("by-rdctl");
+    let got = ok(rdctl().args([
+        "artifact",
+        "get",
+        &format!("{host}/art/tree:1"),
+        "-o",
+        s(&by_rdctl),
+    ]));
+    let text = String::from_utf8_lossy(&got.stdout);
+    assert!(!text.contains("skipped"), "{text}");
+    for f in ["top.txt", "sub/inner.txt", "sub/deeper/leaf.txt"] {
+        assert_eq!(
+            std::fs::read(by_rdctl.join(f)).unwrap_or_default(),
+            std::fs::read(by_oras.join(f)).unwrap(),
+            "{f}: rdctl and oras restore it alike ({text})"
+        );
+    }
+    // Titles that leave the output directory are refused, naming the title.
+    let empty = put_blob(&server, "art/evil", b"{}");
+    let layer = put_blob(&server, "art/evil", b"evil\n");
+    for (tag, title) in [
+        ("up", "../escaped.txt"),
+        ("abs", "/tmp/escaped.txt"),
+        ("mid", "sub/../../escaped.txt"),
+    ] {
+        let m = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "artifactType": "application/vnd.example.evil",
+            "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": empty, "size": 2},
+            "layers": [{"mediaType": "text/plain", "digest": layer, "size": 5,
+                        "annotations": {"org.opencontainers.image.title": title}}],
+        });
+        put_manifest(&server, "art/evil", tag, &m);
+        let out_dir = dir.join("out").join(tag);
+        let o = rdctl()
+            .args([
+                "artifact",
+                "get",
+                &format!("{host}/art/evil:{tag}"),
+                "-o",
+                s(&out_dir),
+            ])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{title}: {err}");
+        assert!(err.contains(title), "{title}: {err}");
+        assert!(!dir.join("escaped.txt").exists() && !dir.join("out/escaped.txt").exists());
+    }
+    assert!(!Path::new("/tmp/escaped.txt").exists());
+    drop(server);
+}

@@ -412,12 +412,26 @@ fn htpasswd_over_tls_login_push_pull_copy_build_worker_logout() {
     );
     assert!(!err.contains("wrong"), "the password was printed: {err}");
 
-    // No terminal and no --password-stdin: a clear refusal, not a hang.
-    let out = rd(&home)
-        .args(["login", "-u", "alice", "--ca-file", &ca, &host])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    // No terminal and no --password-stdin: a clear refusal, not a hang. login asks on
+    // /dev/tty, so it runs in a session of its own (setsid), which has no terminal even when
+    // the tests run from one.
+    let with_env = rd(&home);
+    let mut no_tty = Command::new("setsid");
+    no_tty.arg("-w").arg(with_env.get_program()).args([
+        "login",
+        "-u",
+        "alice",
+        "--ca-file",
+        &ca,
+        &host,
+    ]);
+    for (k, v) in with_env.get_envs() {
+        match v {
+            Some(v) => no_tty.env(k, v),
+            None => no_tty.env_remove(k),
+        };
+    }
+    let out = no_tty.stdin(Stdio::null()).output().unwrap();
     assert!(failed("login without a terminal", &out).contains("--password-stdin"));
 
     // The right password is checked and saved in ~/.docker/config.json, mode 0600.

@@ -732,3 +732,44 @@ fn password_sources_and_key_formats() {
     );
     assert!(!d.join("x.key").exists());
 }
+
+/// Issue 51: `rdctl build --sign-key` without `--push` does not write the output directory
+/// (`./image`) as the signature's `docker-reference`: the image has no registry name yet, so
+/// the payload names none, and `verify` does not say "for ./image".
+#[test]
+fn build_sign_key_without_push_names_no_directory_as_the_reference() {
+    use crate::builder_e2e::{TOOL_BIN, image_file, publish_fixture};
+    let dir = tempdir();
+    let d = dir.path();
+    keys(d);
+    let repo_dir = publish_fixture(d, TOOL_BIN);
+    let image = d.join("image.toml");
+    fs::write(&image, image_file(s(&repo_dir))).unwrap();
+    ok(rd(d).args(["lock", "image.toml"]));
+    ok(rd(d).args([
+        "build",
+        "image.toml",
+        "--output",
+        "./image",
+        "--sign-key",
+        "ours.key",
+        "--quiet",
+    ]));
+    let (code, doc, stderr) = verify(d, &["--key", "ours.pub", "./image:1.0"]);
+    assert_eq!(code, 0, "{stderr}\n{doc}");
+    assert_eq!(doc["signatures"][0]["docker_reference"], "", "{doc:#}");
+    let text = ok(rd(d).args(["verify", "--key", "ours.pub", "./image:1.0"]));
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        !text.contains("for ./image") && !text.contains("for image"),
+        "{text}"
+    );
+    ok(cosign(d).args([
+        "verify",
+        "--key",
+        "ours.pub",
+        "--insecure-ignore-tlog=true",
+        "--local-image",
+        "./image",
+    ]));
+}

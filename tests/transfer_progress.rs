@@ -384,3 +384,92 @@ fn ctrl_c_says_what_was_kept_and_a_rerun_resumes() {
     assert!(from >= HELD_AT, "the rerun asked for {range:?}: {gets:#?}");
     drop((proxy, server));
 }
+
+/// Issue 51: an interrupted push says what a push keeps. An upload stopped midway is not
+/// kept (the registry drops the unfinished upload; the next run sends that blob again), so
+/// the message does not speak of a layout.
+#[test]
+fn ctrl_c_during_a_push_says_what_a_push_kept() {
+    use crate::fault_proxy::{Fault, FaultProxy, Rule};
+    use std::time::Duration;
+    let tmp = tempdir();
+    let dir = tmp.path();
+    let img = umoci_image(dir, &noise(1 << 20));
+    let server = Server::start(&dir.join("data"), &[]);
+    // Every upload request fails with 503, so the client keeps retrying a started blob.
+    let proxy = FaultProxy::start(
+        server.addr,
+        vec![Rule {
+            method: "",
+            path: "/blobs/uploads/".to_owned(),
+            times: u32::MAX,
+            fault: Fault::Status(503),
+        }],
+    );
+    let child = rdctl()
+        .args([
+            "push",
+            &format!("{}:v1", s(&img)),
+            &format!("{}/i/pushed:v1", proxy.host()),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    proxy.wait_for(Duration::from_secs(60), "a refused upload", |seen| {
+        seen.iter().any(|s| s.fault == Some(Fault::Status(503)))
+    });
+    ok(std::process::Command::new("kill").args(["-INT", &child.id().to_string()]));
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(err.contains("stopped midway"), "{err}");
+    assert!(!err.contains("layout"), "a push speaks of a layout: {err}");
+    assert!(err.contains("upload"), "{err}");
+    drop((proxy, server));
+}
+
+/// Issue 51: an interrupted `rdctl sync` to a registry says what an upload keeps, as push does.
+#[test]
+fn ctrl_c_during_a_sync_to_a_registry_says_what_an_upload_kept() {
+    use crate::fault_proxy::{Fault, FaultProxy, Rule};
+    use std::time::Duration;
+    let tmp = tempdir();
+    let dir = tmp.path();
+    let img = umoci_image(dir, &noise(1 << 20));
+    let from = Server::start(&dir.join("from"), &[]);
+    let to = Server::start(&dir.join("to"), &[]);
+    ok(rdctl().args([
+        "push",
+        &format!("{}:v1", s(&img)),
+        &format!("{}/site/app:v1", from.host()),
+    ]));
+    let proxy = FaultProxy::start(
+        to.addr,
+        vec![Rule {
+            method: "",
+            path: "/blobs/uploads/".to_owned(),
+            times: u32::MAX,
+            fault: Fault::Status(503),
+        }],
+    );
+    let child = rdctl()
+        .args(["sync", &format!("{}/site", from.host()), &proxy.host()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    proxy.wait_for(Duration::from_secs(60), "a refused upload", |seen| {
+        seen.iter().any(|s| s.fault == Some(Fault::Status(503)))
+    });
+    ok(std::process::Command::new("kill").args(["-INT", &child.id().to_string()]));
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(err.contains("stopped midway"), "{err}");
+    assert!(
+        !err.contains("layout"),
+        "a sync to a registry speaks of a layout: {err}"
+    );
+    drop((proxy, from, to));
+}

@@ -142,6 +142,19 @@ pub enum LockError {
         /// The image file's checksum now.
         actual: String,
     },
+    /// `--update=PKG` names a package neither pinned before nor resolved now.
+    #[error(
+        "--update={name}: {image} pins no package of that name (it pins {})",
+        if pinned.is_empty() { "none".to_owned() } else { pinned.join(", ") }
+    )]
+    UnknownUpdate {
+        /// The image file.
+        image: PathBuf,
+        /// The name given.
+        name: String,
+        /// The stems pinned before or resolved now.
+        pinned: Vec<String>,
+    },
     /// The lockfile is not valid.
     #[error("{lockfile}: invalid lockfile: {message}")]
     Invalid {
@@ -382,12 +395,18 @@ pub fn relock(
                 .any(|f| names_stem(n, f.stem()))
         };
         if let Some(n) = names.iter().find(|n| !known(n)) {
-            return Err(LockError::Invalid {
-                lockfile: path,
-                message: format!(
-                    "--update {n}: no package of that name is pinned or resolved for {}",
-                    image.path.display()
-                ),
+            let mut pinned: Vec<String> = previous
+                .iter()
+                .chain(&lockfile.packages)
+                .filter_map(|p| Fmri::parse(&p.fmri).ok())
+                .map(|f| f.stem().to_owned())
+                .collect();
+            pinned.sort();
+            pinned.dedup();
+            return Err(LockError::UnknownUpdate {
+                image: image.path.clone(),
+                name: n.clone(),
+                pinned,
             });
         }
     }
@@ -867,6 +886,7 @@ mod pin_tests {
             },
         )
         .unwrap_err();
-        assert!(e.to_string().contains("--update nothing/here"), "{e}");
+        assert!(e.to_string().contains("--update=nothing/here"), "{e}");
+        assert!(!e.to_string().contains("invalid lockfile"), "{e}");
     }
 }

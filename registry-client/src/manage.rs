@@ -309,6 +309,10 @@ pub struct RemovalPlan {
     /// `sha256-<hex>.sig|.att|.sbom`. They go with it (each deleted by its own digest, the only
     /// delete distribution knows), so what they held can be reclaimed.
     pub attached_tags: Vec<String>,
+    /// Indexes that stay (reached from another tag) and list the manifest removed by digest:
+    /// our registry refuses that DELETE with `MANIFEST_REFERENCED` unless forced, so a dry run
+    /// can say so before anything is sent.
+    pub listed_by: Vec<Digest>,
     /// Referrers of the removed manifest that go with it.
     pub referrers: Vec<Digest>,
     /// What garbage collection can then reclaim: manifests and blobs that no remaining tag
@@ -396,6 +400,7 @@ pub async fn plan_removal(client: &Client, r: &ImageRef) -> Result<RemovalPlan, 
         still_tagged: Vec::new(),
         tags_removed: Vec::new(),
         attached_tags: Vec::new(),
+        listed_by: Vec::new(),
         referrers: Vec::new(),
         reclaimable: Vec::new(),
         reclaimable_bytes: 0,
@@ -449,36 +454,15 @@ pub async fn plan_removal(client: &Client, r: &ImageRef) -> Result<RemovalPlan, 
             }
         }
         Source::Layout(layout) => {
-            let index = layout_index(layout)?;
-            plan.tags_total = index
-                .manifests
-                .iter()
-                .filter(|d| d.ref_name().is_some())
-                .count();
-            // A manifest removed by digest takes every entry naming it along, tags included.
             let by_digest = r.digest().is_some();
-            for d in &index.manifests {
-                let c = content_of(d);
-                if by_digest && c.digest == root.digest {
-                    if let Some(t) = d.ref_name() {
-                        plan.tags_removed.push(t.to_owned());
-                    }
-                    continue;
-                }
-                match d.ref_name() {
-                    Some(t) if Some(t) == tag.as_deref() => {}
-                    Some(t) => stay.push((Some(t.to_owned()), c)),
-                    // Untagged: referrers stay only with a subject that stays (checked below).
-                    None => {
-                        if layout_subject(layout, &c).is_none() {
-                            stay.push((None, c));
-                        }
-                    }
-                }
-            }
+            stay = layout_stay(layout, by_digest, &root.digest, tag.as_deref(), &mut plan)?;
         }
     }
     plan.tags_examined = stay.iter().filter(|(t, _)| t.is_some()).count();
+    if r.digest().is_some() {
+        let roots: Vec<Content> = stay.iter().map(|(_, c)| c.clone()).collect();
+        plan.listed_by = indexes_listing(&source, roots, &root.digest).await?;
+    }
     for (t, c) in &stay {
         if c.digest == root.digest
             && let Some(t) = t
@@ -522,6 +506,79 @@ pub async fn plan_removal(client: &Client, r: &ImageRef) -> Result<RemovalPlan, 
         }
     }
     Ok(plan)
+}
+
+/// The entries of a layout that stay when `root` goes (by `tag`, or by digest), recording in
+/// `plan` the tags that go along.
+fn layout_stay(
+    layout: &validator::ImageLayout,
+    by_digest: bool,
+    root: &Digest,
+    tag: Option<&str>,
+    plan: &mut RemovalPlan,
+) -> Result<Vec<(Option<String>, Content)>, TransferError> {
+    let index = layout_index(layout)?;
+    plan.tags_total = index
+        .manifests
+        .iter()
+        .filter(|d| d.ref_name().is_some())
+        .count();
+    // A manifest removed by digest takes every entry naming it along, tags included, and the
+    // entries tagged with its signature and referrers tags, as at a registry.
+    let attached = attached_tag_names(root);
+    let mut stay = Vec::new();
+    for d in &index.manifests {
+        let c = content_of(d);
+        if by_digest && &c.digest == root {
+            if let Some(t) = d.ref_name() {
+                plan.tags_removed.push(t.to_owned());
+            }
+            continue;
+        }
+        match d.ref_name() {
+            Some(t) if Some(t) == tag => {}
+            Some(t) if by_digest && attached.iter().any(|a| a == t) => {
+                plan.attached_tags.push(t.to_owned());
+            }
+            Some(t) => stay.push((Some(t.to_owned()), c)),
+            // Untagged: referrers stay only with a subject that stays (checked by the caller).
+            None => {
+                if layout_subject(layout, &c).is_none() {
+                    stay.push((None, c));
+                }
+            }
+        }
+    }
+    Ok(stay)
+}
+
+/// The indexes reachable from `roots` (through nested indexes) that list `target`.
+async fn indexes_listing(
+    source: &Source<'_>,
+    roots: Vec<Content>,
+    target: &Digest,
+) -> Result<Vec<Digest>, TransferError> {
+    fn is_index(c: &Content) -> bool {
+        validator::MediaType::parse(&c.media_type).is_ok_and(|m| m.is_index())
+    }
+    let mut stack: Vec<Content> = roots.into_iter().filter(is_index).collect();
+    let mut seen = BTreeSet::new();
+    let mut listing = Vec::new();
+    while let Some(c) = stack.pop() {
+        if !seen.insert(c.digest.clone()) {
+            continue;
+        }
+        if seen.len() > crate::image::MAX_DOCUMENTS {
+            return Err(TransferError::TooLarge { root: c.digest });
+        }
+        if let Document::Index(i) = read_doc(source, &c).await? {
+            if i.manifests.iter().any(|m| &m.digest == target) && !listing.contains(&c.digest) {
+                listing.push(c.digest.clone());
+            }
+            stack.extend(i.manifests.iter().map(content_of).filter(is_index));
+        }
+    }
+    Ok(listing)
 }
 
 /// The tags that hang signatures and referrers on `digest`: the referrers tag schema's
@@ -606,8 +663,10 @@ pub async fn remove(
                     source,
                 })?;
             let tag = plan.tag.clone().unwrap_or_default();
-            // By digest: every entry naming the manifest goes.
+            // By digest: every entry naming the manifest goes, and its signature and
+            // referrers tags.
             let by_digest = l.digest.as_ref().map(|_| plan.digest.to_string());
+            let attached = &plan.attached_tags;
             let referrers: BTreeSet<String> = if plan.still_tagged.is_empty() {
                 plan.referrers.iter().map(|d| d.to_string()).collect()
             } else {
@@ -623,6 +682,7 @@ pub async fn remove(
                         let digest = v.get("digest").and_then(|d| d.as_str()).unwrap_or("");
                         name != Some(tag.as_str())
                             && by_digest.as_deref() != Some(digest)
+                            && !name.is_some_and(|n| attached.iter().any(|a| a == n))
                             && !(name.is_none() && referrers.contains(digest))
                     });
                 })

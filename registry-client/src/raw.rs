@@ -91,14 +91,10 @@ pub async fn config(
                                 .map_or_else(|| d.digest.to_string(), ToString::to_string)
                         })
                         .collect();
-                    return Err(TransferError::BadReference {
-                        input: r.to_string(),
-                        reason: format!(
-                            "{} is an index of {} manifests ({}): name one with --platform",
-                            c.digest,
-                            index.manifests.len(),
-                            offered.join(", ")
-                        ),
+                    return Err(TransferError::PlatformNeeded {
+                        index: c.digest.clone(),
+                        count: index.manifests.len(),
+                        offered: offered.join(", "),
                     });
                 }
                 c = content_of(&index.manifests[0]);
@@ -335,7 +331,8 @@ async fn digest_file(path: &std::path::Path) -> Result<(Digest, u64), TransferEr
 pub struct ArtifactLayer {
     /// The layer.
     pub content: Content,
-    /// Its `org.opencontainers.image.title`, if any and if it is a plain file name.
+    /// Its `org.opencontainers.image.title`, if any, as the manifest says it (a file name, or
+    /// a relative path such as `sub/inner.txt`, which `oras push` writes; see [`title_path`]).
     pub title: Option<String>,
 }
 
@@ -363,11 +360,7 @@ pub async fn artifact(
         .iter()
         .map(|l| ArtifactLayer {
             content: content_of(l),
-            title: l
-                .annotations
-                .get(TITLE_ANNOTATION)
-                .filter(|t| safe_title(t))
-                .cloned(),
+            title: l.annotations.get(TITLE_ANNOTATION).cloned(),
         })
         .collect();
     Ok((root, artifact_type, layers))
@@ -376,6 +369,28 @@ pub async fn artifact(
 /// A title that names a file in the output directory and nothing else.
 pub fn safe_title(t: &str) -> bool {
     !t.is_empty() && t != "." && t != ".." && !t.contains('/') && !t.contains('\0')
+}
+
+/// Where a layer titled `title` goes, relative to the output directory, as `oras pull`
+/// restores it: the title's path (`sub/inner.txt`). `None` for a title that would leave the
+/// output directory or name no file (absolute, a `..` component, empty, a trailing `/`, NUL):
+/// a registry's annotation is not trusted to choose where files land.
+pub fn title_path(title: &str) -> Option<std::path::PathBuf> {
+    use std::path::Component;
+    if title.is_empty() || title.contains('\0') || title.ends_with('/') {
+        return None;
+    }
+    let path = std::path::Path::new(title);
+    let mut out = std::path::PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            // `./x` and `a/./b` stay inside, as they would for oras.
+            Component::CurDir => {}
+            _ => return None,
+        }
+    }
+    (!out.as_os_str().is_empty()).then_some(out)
 }
 
 /// Opens one layer of an artifact (see [`artifact`]), verified while it streams.
@@ -417,6 +432,29 @@ mod tests {
         }
         for bad in ["", ".", "..", "a/b", "/etc/passwd", "../x", "a\0b"] {
             assert!(!safe_title(bad), "{bad:?}");
+        }
+        for (title, path) in [
+            ("a.txt", "a.txt"),
+            ("sub/inner.txt", "sub/inner.txt"),
+            ("./a/./b", "a/b"),
+        ] {
+            assert_eq!(
+                title_path(title),
+                Some(std::path::PathBuf::from(path)),
+                "{title}"
+            );
+        }
+        for bad in [
+            "",
+            "..",
+            "../x",
+            "/etc/passwd",
+            "sub/../../x",
+            ".",
+            "a\0b",
+            "dir/",
+        ] {
+            assert_eq!(title_path(bad), None, "{bad:?}");
         }
         assert_eq!(
             Digest::sha256(b"{}").to_string(),

@@ -2,7 +2,7 @@
 //! empty config, an `artifactType`, an optional `subject`), from `registry_client::raw`.
 
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
@@ -55,10 +55,12 @@ pub struct PutArgs {
   rdctl artifact get 127.0.0.1:5000/docs/notes:1 -o ./notes
   rdctl artifact get 127.0.0.1:5000/zones/base@sha256:<hex> -o ./sbom
 
-Writes every layer that has a plain file name as its title (org.opencontainers.image.title)
-into DIR (created when missing), each verified while it streams and renamed into place only
-once it matched; layers without a title, or titled with a path, are listed and left out, as
-oras does. Exit status: 0 written, 2 failed.")]
+Writes every layer that has a title (org.opencontainers.image.title) into DIR (created when
+missing) under that name, each verified while it streams and renamed into place only once it
+matched. A title with directories (sub/inner.txt, as oras push writes it) is restored under
+DIR with its directories, as oras pull does; a title that would leave DIR (absolute, or with a
+.. component) is refused before anything is written. Layers without a title are listed and
+left out, as oras does. Exit status: 0 written, 2 failed.")]
 pub struct GetArgs {
     /// The artifact: `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]` or `oci:DIR[:TAG|@DIGEST]`.
     pub reference: String,
@@ -147,16 +149,33 @@ fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
             root.digest,
             artifact_type.as_deref().unwrap_or("-")
         )];
+        // Every title is checked before anything is written, so a refused one leaves nothing
+        // half restored.
+        let mut targets = Vec::with_capacity(layers.len());
         for l in &layers {
             let Some(title) = &l.title else {
+                targets.push(None);
+                continue;
+            };
+            let Some(rel) = registry_client::raw::title_path(title) else {
+                bail!(
+                    "layer {} is titled {title:?}, which would be written outside {}: refused (a title is a path inside the output directory)",
+                    l.content.digest,
+                    args.output.display()
+                );
+            };
+            targets.push(Some(rel));
+        }
+        for (l, rel) in layers.iter().zip(targets) {
+            let Some(rel) = rel else {
                 lines.push(format!(
-                    "skipped {} ({} bytes): no plain file name as its title",
+                    "skipped {} ({} bytes): no title",
                     l.content.digest, l.content.size
                 ));
                 continue;
             };
+            let path = inside(&args.output, &rel)?;
             let body = registry_client::raw::open_layer(&client, &r, &l.content).await?;
-            let path = args.output.join(title);
             super::raw::write_verified(body, &path)
                 .await
                 .with_context(|| format!("cannot write {}", path.display()))?;
@@ -175,6 +194,32 @@ fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
         writeln!(w, "{line}")?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `out/rel`, with the directories between created; refused when one of them resolves
+/// outside `out` (a symbolic link already there), so a title never writes elsewhere.
+fn inside(out: &Path, rel: &Path) -> anyhow::Result<PathBuf> {
+    let path = out.join(rel);
+    let Some(parent) = path.parent() else {
+        return Ok(path);
+    };
+    std::fs::create_dir_all(parent)
+        .with_context(|| format!("cannot create {}", parent.display()))?;
+    let root = out
+        .canonicalize()
+        .with_context(|| format!("cannot resolve {}", out.display()))?;
+    let real = parent
+        .canonicalize()
+        .with_context(|| format!("cannot resolve {}", parent.display()))?;
+    if !real.starts_with(&root) {
+        bail!(
+            "{} resolves to {}, outside {}: refused",
+            parent.display(),
+            real.display(),
+            out.display()
+        );
+    }
+    Ok(path)
 }
 
 #[cfg(test)]

@@ -6,6 +6,8 @@
 
 use std::path::PathBuf;
 
+use anyhow::Context as _;
+
 use registry_client::{AuthEnv, ClientBuilder, ClientOptions, DEFAULT_CERT_DIRS};
 
 /// How to trust TLS servers, registries and depots alike.
@@ -41,10 +43,14 @@ impl TlsArgs {
         }
     }
 
-    /// [`TlsArgs::depot_tls`], warning once on stderr when certificates are not verified.
-    pub fn depot_tls_warned(&self) -> ips_bridge::TlsSettings {
+    /// [`TlsArgs::depot_tls`], warning once on stderr when certificates are not verified;
+    /// every `--ca-file` is read now, so one that is missing fails whether or not a depot
+    /// needs it (a directory publisher reads none).
+    pub fn depot_tls_warned(&self) -> anyhow::Result<ips_bridge::TlsSettings> {
         warn_insecure(self.insecure);
-        self.depot_tls()
+        let tls = self.depot_tls();
+        tls.check_ca_files().context("--ca-file")?;
+        Ok(tls)
     }
 }
 
@@ -88,7 +94,6 @@ impl ClientArgs {
 
     /// The registry client these flags describe ([`ClientArgs::builder`], built).
     pub fn client(&self) -> anyhow::Result<registry_client::Client> {
-        use anyhow::Context as _;
         self.builder()
             .build()
             .context("cannot build the registry client")

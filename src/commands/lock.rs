@@ -35,10 +35,42 @@ pub struct Args {
     /// How to trust https:// depots.
     #[command(flatten)]
     pub tls: super::client::TlsArgs,
+    /// Words after the image file: only ever a mistake (`--update PKG` for `--update=PKG`),
+    /// taken here so the error can say what to write instead of clap's "unexpected argument".
+    #[arg(hide = true)]
+    pub stray: Vec<String>,
+}
+
+/// The error for words beyond the one image file. `--update demo/hello` parses as a bare
+/// `--update` (every pin) and a second word, since `--update` takes its value only after
+/// `=`; the words that are not files are then the packages meant.
+fn stray_words(args: &Args) -> anyhow::Error {
+    let words: Vec<String> = std::iter::once(args.image_file.display().to_string())
+        .chain(args.stray.iter().cloned())
+        .collect();
+    let bare_update = args
+        .update
+        .as_ref()
+        .is_some_and(|u| u.iter().any(String::is_empty));
+    let packages: Vec<&String> = words
+        .iter()
+        .filter(|w| !std::path::Path::new(w).is_file())
+        .collect();
+    if bare_update && !packages.is_empty() && packages.len() < words.len() {
+        let fixed: Vec<String> = packages.iter().map(|p| format!("--update={p}")).collect();
+        return anyhow::anyhow!(
+            "--update takes a package only after '=': write {} (a bare --update moves every pin)",
+            fixed.join(" ")
+        );
+    }
+    anyhow::anyhow!("lock takes one image file, got {}", words.join(" "))
 }
 
 /// Runs `rdctl lock`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if !args.stray.is_empty() {
+        return Err(stray_words(&args));
+    }
     let image = builder::ImageFile::load(&args.image_file)?;
     let update = match &args.update {
         None => builder::Update::Keep,
@@ -46,7 +78,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(names) => builder::Update::Packages(names.clone()),
     };
     let opts = builder::LockOptions {
-        depot_tls: args.tls.depot_tls_warned(),
+        depot_tls: args.tls.depot_tls_warned()?,
         update,
     };
     let (lockfile, path, changes) = builder::relock(&image, &opts)

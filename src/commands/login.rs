@@ -1,7 +1,7 @@
 //! `rdctl login`, `rdctl logout`: keep a registry credential in docker's config.json (or the
 //! credential helper it names) with `registry_client::login`.
 
-use std::io::{IsTerminal as _, Read as _, Write as _};
+use std::io::{Read as _, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -23,16 +23,20 @@ saved only when the registry accepts it: into the credential helper the file nam
 host (credHelpers, credsStore), else into the file (mode 0600). The file is --auth-file, else
 $REGISTRY_AUTH_FILE, else $DOCKER_CONFIG/config.json (~/.docker/config.json): the first file
 every rdctl command, docker and podman read. There is no password flag: it would show in ps.
+The user name and password are asked on the terminal (/dev/tty, as ssh and gpg do), never
+read from standard input, which a script may have redirected; without a terminal give
+--username and --password-stdin (the one way to pass the password non-interactively).
 
 Exit status: 0 logged in; 2 the registry refused the credential (nothing saved) or could not
 be reached, or the file could not be written.")]
 pub struct LoginArgs {
     /// The registry, `HOST[:PORT]` (a URL like https://HOST:PORT/ is accepted).
     pub registry: String,
-    /// The user name (prompted for on a terminal when missing).
+    /// The user name (asked on the terminal, /dev/tty, when missing).
     #[arg(long, short = 'u', value_name = "USER")]
     pub username: Option<String>,
-    /// Read the password from standard input (one line; the trailing newline is dropped).
+    /// Read the password from standard input (one line; the trailing newline is dropped):
+    /// the way for scripts, since without it the password is asked on the terminal.
     #[arg(long)]
     pub password_stdin: bool,
     #[command(flatten)]
@@ -64,6 +68,17 @@ fn login_file(explicit: Option<&std::path::Path>, env: &AuthEnv) -> anyhow::Resu
     )
 }
 
+/// The controlling terminal, where prompts go and answers come from (as ssh and gpg read
+/// passwords): standard input may be a file or pipe a script set up for something else.
+/// `None` without one (a daemon, CI).
+fn terminal() -> Option<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/tty")
+        .ok()
+}
+
 /// One line from `r`, without its line ending.
 fn read_line(r: &mut dyn std::io::BufRead) -> std::io::Result<String> {
     let mut s = String::new();
@@ -77,16 +92,16 @@ pub fn login(args: LoginArgs) -> anyhow::Result<ExitCode> {
     let env = AuthEnv::current();
     let file = login_file(args.client.auth_file.as_deref(), &env)?;
     let stdin = std::io::stdin();
-    let tty = stdin.is_terminal();
     let username = match args.username {
         Some(u) => u,
         None if args.password_stdin => bail!("--password-stdin needs --username"),
-        None if tty => {
-            eprint!("Username: ");
-            std::io::stderr().flush()?;
-            read_line(&mut stdin.lock()).context("cannot read the user name")?
+        None => {
+            let mut tty =
+                terminal().context("no terminal to ask for the user name on: give --username")?;
+            write!(tty, "Username: ")?;
+            tty.flush()?;
+            read_line(&mut std::io::BufReader::new(tty)).context("cannot read the user name")?
         }
-        None => bail!("no terminal to ask for the user name on: give --username"),
     };
     if username.is_empty() || username.contains(':') {
         bail!("user name {username:?}: must be non-empty and without ':'");
@@ -99,7 +114,8 @@ pub fn login(args: LoginArgs) -> anyhow::Result<ExitCode> {
             .context("cannot read the password from standard input")?;
         // One line: the newline `echo` adds is not part of the password.
         s.trim_end_matches(['\n', '\r']).to_owned()
-    } else if tty {
+    } else if terminal().is_some() {
+        // rpassword prompts and reads on /dev/tty with echo off.
         rpassword::prompt_password("Password: ").context("cannot read the password")?
     } else {
         bail!("no terminal to ask for the password on: use --password-stdin");

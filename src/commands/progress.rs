@@ -46,6 +46,14 @@ impl std::fmt::Debug for Bars {
 /// What happens to a download stopped midway, for copies into a layout.
 const LAYOUT_MIDWAY: &str = "a download into a layout keeps what arrived";
 
+/// What happens to an upload stopped midway, for pushes and copies to a registry: nothing of
+/// it is kept (the client does not resume an upload session across runs, and the registry
+/// drops the unfinished one).
+pub const UPLOAD_MIDWAY: &str = "an upload stopped midway is not kept: the registry drops it and the next run sends that blob again";
+
+/// Both, for a sync with registry and bundle destinations.
+pub const MIXED_MIDWAY: &str = "an upload to a registry stopped midway is not kept and is sent again on the next run; a download into a bundle keeps what arrived";
+
 impl Bars {
     /// Bars drawn when stderr is a terminal and `json` is off; otherwise silent.
     pub fn new(json: bool) -> Bars {

@@ -126,7 +126,12 @@ fn run(verb: &str, src: &ImageRef, dst: &ImageRef, common: &Common) -> anyhow::R
         None => None,
     };
     let client = common.client.client()?;
-    let bars = super::progress::Bars::new(common.json);
+    let bars = match dst {
+        ImageRef::Registry(_) => {
+            super::progress::Bars::new(common.json).midway(super::progress::UPLOAD_MIDWAY)
+        }
+        ImageRef::Layout(_) => super::progress::Bars::new(common.json),
+    };
     let opts = CopyOptions {
         platform,
         referrers: !common.no_referrers,

@@ -40,6 +40,16 @@ fn https_authority(url: &str) -> Option<&str> {
 }
 
 impl TlsSettings {
+    /// Reads every CA file now, so a missing or unusable one fails naming it even when no
+    /// `https://` depot is contacted (a directory publisher, a plain-HTTP depot): a file the
+    /// user named is never silently ignored.
+    pub fn check_ca_files(&self) -> Result<(), TlsFileError> {
+        for f in &self.ca_files {
+            read_certs(f)?;
+        }
+        Ok(())
+    }
+
     /// The ureq TLS configuration for `origin`: reads every CA file and the origin's
     /// `certs.d` entry now, so a bad file fails here, naming it.
     pub(crate) fn config_for(&self, origin: &str) -> Result<TlsConfig, TlsFileError> {

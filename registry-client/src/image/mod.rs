@@ -155,6 +155,15 @@ impl ImageRef {
                 "transport {t}: is not supported; use oci:DIR or a registry reference"
             )));
         }
+        // `docker://` is a registry reference wherever it appears (as in `parse`); read as a
+        // path it would make a directory `docker:` or look for a layout that cannot exist.
+        if input.starts_with("docker://") {
+            return Err(bad(
+                "a docker:// reference names a registry image, and this side takes an OCI \
+                 image layout: write oci:DIR or ./DIR (rdctl copy copies between any two images)"
+                    .to_owned(),
+            ));
+        }
         let s = input.strip_prefix("oci:").unwrap_or(input);
         if let Some((dir, d)) = s.rsplit_once('@')
             && !d.contains('/')
@@ -199,6 +208,16 @@ impl ImageRef {
                 ),
             });
         }
+        // `oci:` is a layout wherever it appears (as in `parse`), never a host named `oci`.
+        if input.starts_with("oci:") {
+            return Err(TransferError::BadReference {
+                input: input.chars().take(300).collect(),
+                reason: "oci: names an OCI image layout, and this side takes a registry \
+                         image: write [docker://]HOST[:PORT]/REPO[:TAG] (rdctl copy copies \
+                         between any two images)"
+                    .to_owned(),
+            });
+        }
         let s = input.strip_prefix("docker://").unwrap_or(input);
         Reference::parse(s).map(ImageRef::Registry).map_err(|e| {
             let mut reason = e.reason;
@@ -209,6 +228,15 @@ impl ImageRef {
                 reason = format!(
                     "{} is an OCI image layout: write oci:{input} to use it",
                     l.dir.display()
+                );
+            } else if !input.starts_with("docker://")
+                && !input.starts_with(['.', '/'])
+                && !crate::reference::looks_like_host(input.split('/').next().unwrap_or(""))
+                && Self::parse_layout(input).is_ok()
+            {
+                // No host, no layout here: maybe a layout to be written (`copy img:1 newdir:1`).
+                reason = format!(
+                    "{reason}; for an OCI image layout here, write ./{input} or oci:{input}"
                 );
             }
             TransferError::BadReference {
@@ -342,6 +370,16 @@ pub enum TransferError {
         /// The wanted platform.
         platform: String,
         /// What the index has.
+        offered: String,
+    },
+    /// An index lists several manifests and no platform chose one (the reference is fine).
+    #[error("{index} is an index of {count} manifests ({offered}): name one with --platform")]
+    PlatformNeeded {
+        /// The index.
+        index: Digest,
+        /// How many manifests it lists.
+        count: usize,
+        /// Their platforms (or digests, for entries without one).
         offered: String,
     },
     /// The destination names a digest the copied image does not have.

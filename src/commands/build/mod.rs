@@ -36,7 +36,8 @@ creation time; otherwise the newest package timestamp is. --push also pushes the
 referrer of the image manifest) unless --no-referrers is given.
 
 --sign-key signs the image in the layout right after the build (cosign's sha256-<hex>.sig tag;
-the payload names the --push repository, else the layout directory), and --attest also attaches
+the payload names the --push repository, else no repository: a directory is not an image
+name), and --attest also attaches
 the SPDX SBOM (spdxjson) and an SLSA v1 provenance (slsaprovenance1: image file and lockfile
 digests, publishers, packages, rdctl's version, SOURCE_DATE_EPOCH) as signed attestations;
 --push carries them along (skipped with --no-referrers). The key's password comes from
@@ -139,7 +140,7 @@ fn build_layout(
         threads: args.threads,
         payload_cache: args.payload_cache.clone(),
         layer_cache: args.layer_cache.clone(),
-        depot_tls: args.client.tls.depot_tls_warned(),
+        depot_tls: args.client.tls.depot_tls_warned()?,
         progress,
     };
     let summary = builder::build(&args.image_file, &opts)
@@ -175,9 +176,12 @@ fn publish(
         tag: Some(Tag::parse(&summary.tags[0]).context("the image file's first tag")?),
         manifest: summary.manifest.clone(),
     };
+    // The repository the image is pushed to; without --push it has no registry name yet, and
+    // the output directory is none (verify and cosign would show "for ./image"), so the
+    // payload names nothing, as for a key that signs a bare digest.
     let docker_reference = match push {
         Some(ImageRef::Registry(r)) => format!("{}/{}", r.registry(), r.name()),
-        _ => summary.output.display().to_string(),
+        _ => String::new(),
     };
     let statements = match (&inputs.sign_key, args.attest) {
         (Some(_), true) => {

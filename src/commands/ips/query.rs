@@ -20,7 +20,7 @@ pub(super) fn with_repo(
     let repo = q.repo.as_str();
     if repo.starts_with("http://") || repo.starts_with("https://") {
         let client = DepotClient::builder(repo)
-            .tls(q.tls.depot_tls_warned())
+            .tls(q.tls.depot_tls_warned()?)
             .connect()
             .with_context(|| format!("cannot reach depot {repo}"))?;
         f(&client)

@@ -21,7 +21,8 @@ use crate::commands::output::{human_size, table};
 
 REF with a tag deletes the tag; REF@digest deletes the manifest (and every tag naming it);
 our registry refuses to delete a manifest an index in the repository still lists
-(MANIFEST_REFERENCED, naming the index) unless --force. rm
+(MANIFEST_REFERENCED, naming the index) unless --force, and --dry-run refuses it the same way
+when another tag reaches such an index (--dry-run --force shows the plan). rm
 prints what garbage collection can then reclaim: the manifest if no other tag names it, its
 referrers, and the blobs nothing else in the repository references (found by reading every
 other tag; over 200 tags the answer is an estimate). At our registry, rdctl registry gc
@@ -29,9 +30,10 @@ other tag; over 200 tags the answer is an estimate). At our registry, rdctl regi
 refuses a tag: delete REF@digest instead. Deleting REF@digest also deletes the tags that hang
 its signatures and referrers on it (sha256-<hex>, and cosign's .sig/.att/.sbom), so a registry
 without the referrers API can reclaim them too. In a layout the tag's index.json entry goes (and the
-untagged referrer entries of a manifest no tag names any more); --prune deletes the blob files
+untagged referrer entries of a manifest no tag names any more; by digest also its signature and
+referrers tags, as at a registry); --prune deletes the blob files
 nothing references. --json: {reference, tag, digest, media_type, still_tagged, tags_removed,
-attached_tags, referrers,
+attached_tags, listed_by, referrers,
 reclaimable [{digest, size, kind}], reclaimable_bytes, tags_examined, tags_total, estimate,
 pruned, dry_run, removed}. Exit status: 0 removed (or planned with --dry-run), 2 failed.")]
 pub struct RmArgs {
@@ -67,15 +69,30 @@ pub fn rm(args: RmArgs) -> anyhow::Result<ExitCode> {
     let dry_run = args.dry_run;
     let prune = args.prune;
     let force = args.force;
-    let plan = crate::runtime::block_on(async {
-        let mut plan = registry_client::manage::plan_removal(&client, &r).await?;
-        if !dry_run {
-            registry_client::manage::remove(&client, &r, &mut plan, prune, force).await?;
-        }
-        Ok::<_, TransferError>(plan)
-    })?
-    .map_err(|e| explain_delete(e, &r))
-    .with_context(|| format!("cannot remove {r}"))?;
+    let mut plan = crate::runtime::block_on(registry_client::manage::plan_removal(&client, &r))?
+        .with_context(|| format!("cannot remove {r}"))?;
+    // A dry run answers what the run would: our registry refuses to delete a manifest an
+    // index still lists, so the plan does not promise that it goes.
+    if let ImageRef::Registry(reference) = &r
+        && dry_run
+        && !force
+        && reference.digest().is_some()
+        && !plan.listed_by.is_empty()
+    {
+        return Err(anyhow::anyhow!(referenced(
+            reference,
+            &plan.listed_by,
+            None
+        )))
+        .with_context(|| format!("cannot remove {r}"));
+    }
+    if !dry_run {
+        crate::runtime::block_on(registry_client::manage::remove(
+            &client, &r, &mut plan, prune, force,
+        ))?
+        .map_err(|e| explain_delete(e, &r, &plan.listed_by))
+        .with_context(|| format!("cannot remove {r}"))?;
+    }
     let mut w = std::io::stdout().lock();
     if args.json {
         let mut doc = serde_json::to_value(&plan)?;
@@ -89,8 +106,38 @@ pub fn rm(args: RmArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Why a manifest an index lists is not deleted, naming the indexes `listed_by` (found by the
+/// plan) or else, when the plan found none (an untagged index), what the registry `said`. The
+/// registry's own text is not repeated beside it: one sentence, each digest once.
+fn referenced(
+    reference: &registry_client::Reference,
+    listed_by: &[validator::Digest],
+    said: Option<&str>,
+) -> String {
+    let which = if listed_by.is_empty() {
+        said.map(|s| format!(" (the registry says: {s})"))
+            .unwrap_or_default()
+    } else {
+        let names: Vec<String> = listed_by.iter().map(ToString::to_string).collect();
+        format!(
+            " ({} {})",
+            if names.len() == 1 { "index" } else { "indexes" },
+            names.join(", ")
+        )
+    };
+    format!(
+        "an index in {}/{} still lists this manifest{which}, so deleting it would break that index (409 MANIFEST_REFERENCED): delete the index first, or rdctl rm --force to delete it anyway",
+        reference.registry(),
+        reference.name()
+    )
+}
+
 /// A refused DELETE, said in the user's terms with what the registry answered.
-fn explain_delete(e: TransferError, r: &ImageRef) -> anyhow::Error {
+fn explain_delete(
+    e: TransferError,
+    r: &ImageRef,
+    listed_by: &[validator::Digest],
+) -> anyhow::Error {
     let ImageRef::Registry(reference) = r else {
         return e.into();
     };
@@ -120,11 +167,15 @@ fn explain_delete(e: TransferError, r: &ImageRef) -> anyhow::Error {
             reference.registry(),
             reference.name()
         ),
-        Some(DeleteRefusal::Referenced) => format!(
-            "an index in {}/{} still lists this manifest, so deleting it would break that index (the registry answered {said}): delete the index first, or rdctl rm --force to delete it anyway",
-            reference.registry(),
-            reference.name()
-        ),
+        Some(DeleteRefusal::Referenced) => {
+            // Said whole here: the registry's error below would repeat its message and the
+            // digests in the URL.
+            let message = match client_error {
+                Some(ClientError::Registry { message, .. }) => Some(message.as_str()),
+                _ => None,
+            };
+            return anyhow::anyhow!(referenced(reference, listed_by, message));
+        }
         _ => return e.into(),
     };
     anyhow::Error::new(e).context(hint)

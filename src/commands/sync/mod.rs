@@ -97,6 +97,19 @@ pub fn run(args: SyncArgs) -> anyhow::Result<ExitCode> {
     let client = args.client.client()?;
     let terminal = std::io::stderr().is_terminal();
     let bars = super::progress::Bars::new(args.json);
+    // What a blob stopped midway leaves depends on where it was going: an upload to a registry
+    // is sent again, a download into a bundle's layout keeps what arrived.
+    let to_registry = rules
+        .iter()
+        .filter(|r| matches!(r.to, Endpoint::Registry { .. }))
+        .count();
+    let bars = if to_registry == rules.len() {
+        bars.midway(super::progress::UPLOAD_MIDWAY)
+    } else if to_registry > 0 {
+        bars.midway(super::progress::MIXED_MIDWAY)
+    } else {
+        bars
+    };
     let progress = |e: Event<'_>| {
         if !terminal {
             return;
