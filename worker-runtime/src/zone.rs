@@ -70,6 +70,14 @@ pub struct Caps {
     pub memory_bytes: Option<u64>,
 }
 
+/// The least `capped-cpu ncpus` zonecfg takes (illumos-gate `usr/src/cmd/zonecfg/zonecfg.c`
+/// refuses a cap below one hundredth of a CPU).
+pub const MIN_NCPUS: f64 = 0.01;
+/// The least `capped-memory physical` zonecfg takes, in bytes (1M, zonecfg.c).
+pub const MIN_PHYSICAL: u64 = 1 << 20;
+/// The least `capped-memory swap` zonecfg takes, in bytes (50M, zonecfg.c).
+pub const MIN_SWAP: u64 = 50 << 20;
+
 /// Bytes of a size with an optional k/m/g/t suffix (powers of 1024, as zonecfg reads them).
 pub fn size_bytes(s: &str) -> Option<u64> {
     let (digits, shift) = match s.chars().last()? {

@@ -161,3 +161,177 @@ async fn zones_are_clones_of_verified_layers_and_unused_layers_are_collected() {
     assert_eq!(std::fs::read(root.join("etc/release")).unwrap(), b"v2");
     task.abort();
 }
+
+/// A registry serving `apps/web:v1` and a worker directory on a dataset of `pool` whose
+/// worker.toml has `extra` keys at the top level; `zone(name)` writes a zone manifest.
+struct Node {
+    dir: tempfile::TempDir,
+    parent: String,
+    reference: Reference,
+    client: Client,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Node {
+    async fn new(pool: &zfspool::Pool, label: &str, extra: &str) -> Node {
+        let parent = pool.dataset(label);
+        let dir = tempfile::tempdir().unwrap();
+        let store = FsStore::open(dir.path().join("registry")).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let app = router(AppState::new(Arc::new(store), RegistryConfig::default()));
+        let task = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let client = Client::builder()
+            .retry(Retry {
+                attempts: 4,
+                base_delay: Duration::from_millis(10),
+                max_delay: Duration::from_millis(40),
+            })
+            .build()
+            .unwrap();
+        let reference = Reference::parse(&format!("{addr}/apps/web:v1")).unwrap();
+        good_image("v1").push(&client, &reference).await;
+        let t = dir.path();
+        std::fs::create_dir(t.join("zones")).unwrap();
+        std::fs::write(
+            t.join("worker.toml"),
+            format!(
+                "zones_dir = \"zones\"\nstate_dir = \"state\"\nworker_id = \"zfs-node\"\nos_version = \"{OS_VERSION}\"\ngc_grace_secs = 0\nplain_http = true\n{extra}\n[provisioner]\nkind = \"dir\"\nbase = \"roots\"\n[layer_store]\nkind = \"zfs\"\ndataset = \"{parent}\"\n"
+            ),
+        )
+        .unwrap();
+        Node {
+            dir,
+            parent,
+            reference,
+            client,
+            task,
+        }
+    }
+
+    fn zone(&self, name: &str) {
+        std::fs::write(
+            self.dir.path().join("zones").join(format!("{name}.toml")),
+            format!(
+                "name = \"{name}\"\nimage = \"{}\"\npull_policy = \"Always\"\n",
+                self.reference
+            ),
+        )
+        .unwrap();
+    }
+
+    /// A worker reading disk usage as it does in production (no fake).
+    fn worker(&self) -> Result<Arc<Worker>, worker_runtime::WorkerError> {
+        let cfg = WorkerConfig::load(&self.dir.path().join("worker.toml")).unwrap();
+        Ok(Arc::new(Worker::new(cfg)?.with_client(self.client.clone())))
+    }
+
+    fn layer_datasets(&self) -> Vec<String> {
+        zfspool::list(&format!("{}/layers", self.parent))
+            .into_iter()
+            .skip(1)
+            .filter(|n| !n.contains('@'))
+            .collect()
+    }
+}
+
+/// Layer GC reads the pool's fill as ZFS counts it (`zfs get used,available`), not
+/// `statvfs` of the zones' base: there, on ZFS, a pool filled by other datasets shows only
+/// the zones dataset's own bytes over the pool's free space and never looks full. The pool
+/// is filled to about 30 % by another dataset; with `image_gc_high_percent = 10`, the layer a
+/// replaced zone no longer uses is destroyed in the same pass. No fake disk here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn layer_gc_weighs_the_pool_as_zfs_counts_it() {
+    let pool = zfspool::pool();
+    let node = Node::new(
+        &pool,
+        "gcpool",
+        "image_gc_high_percent = 10\nimage_gc_low_percent = 5",
+    )
+    .await;
+    // Another tenant of the pool: 150 MiB of 512 (zfs-fuse does not compress by default).
+    let filler = pool.dataset("filler");
+    let file = std::path::PathBuf::from(zfspool::get("mountpoint", &filler)).join("fill");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&file).unwrap();
+        let chunk = vec![0x5au8; 1 << 20];
+        for _ in 0..150 {
+            f.write_all(&chunk).unwrap();
+        }
+        f.sync_all().unwrap();
+    }
+    // zfs-fuse accounts written bytes at the next transaction group.
+    let started = std::time::Instant::now();
+    while zfspool::get("used", &filler).parse::<u64>().unwrap() < 140 << 20 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the filler's bytes never showed in `used`"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    node.zone("web");
+    let s = node.worker().unwrap().pass(true).await.unwrap();
+    assert_eq!(s.provisioned, ["web"], "{s:?}");
+    assert_eq!(node.layer_datasets().len(), 2);
+    good_image("v2").push(&node.client, &node.reference).await;
+    let s = node.worker().unwrap().pass(true).await.unwrap();
+    assert_eq!(s.provisioned, ["web"], "{s:?}");
+    // v1's top layer is no zone's: collected; the shared base and v2's top stay.
+    assert_eq!(
+        node.layer_datasets().len(),
+        2,
+        "{:?} (pool used {} available {})",
+        node.layer_datasets(),
+        zfspool::get("used", &pool.name),
+        zfspool::get("available", &pool.name)
+    );
+    std::fs::remove_file(&file).unwrap();
+    node.task.abort();
+}
+
+/// A dataset among the store's zone datasets that is not the store's (here mounted on the
+/// zonepath of a zone `db` the node is asked to run) does not stop the worker: its start goes
+/// through, `web` keeps running, and only `db` fails, its status naming the dataset, which is
+/// left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unmarked_zone_dataset_refuses_its_zone_only() {
+    let pool = zfspool::pool();
+    let node = Node::new(&pool, "unmarked", "").await;
+    node.zone("web");
+    let s = node.worker().unwrap().pass(true).await.unwrap();
+    assert_eq!(s.provisioned, ["web"], "{s:?}");
+
+    let base = node.dir.path().join("roots");
+    let theirs = format!("{}/roots/theirs", node.parent);
+    let at = format!("mountpoint={}", base.join("db").display());
+    zfspool::run("zfs", &["create", "-o", &at, &theirs]);
+    std::fs::write(base.join("db").join("data"), b"theirs").unwrap();
+    node.zone("db");
+    let worker = node
+        .worker()
+        .unwrap_or_else(|e| panic!("the start was refused: {e:?}"));
+    let s = worker.pass(true).await.unwrap();
+    assert_eq!(s.unchanged, ["web"], "{s:?}");
+    assert_eq!(s.failed, ["db"], "{s:?}");
+    let rows = worker_runtime::status(&node.dir.path().join("worker.toml")).unwrap();
+    let db = rows.iter().find(|r| r.status.zone == "db").unwrap();
+    let err = db.status.last_error.clone().unwrap_or_default();
+    assert!(
+        err.contains(&base.join("db").display().to_string())
+            && err.contains("without an rdctl ownership mark"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(base.join("web/root/etc/release")).unwrap(),
+        b"v1"
+    );
+    assert_eq!(std::fs::read(base.join("db/data")).unwrap(), b"theirs");
+    // No mark was set on it (the value it shows is inherited from the store's parent).
+    let source = zfspool::run(
+        "zfs",
+        &["get", "-H", "-o", "source", "org.reddwarf:owner", &theirs],
+    );
+    assert!(source.starts_with("inherited"), "{source}");
+    node.task.abort();
+}

@@ -460,9 +460,10 @@ fn datasets_without_our_mark_are_never_touched() {
 
 /// A worker's start reads every zone dataset's marks and mount state (one `zfs get` for all
 /// of them): a zone dataset a crash left unmounted is mounted again with its files, and a
-/// dataset among them without the store's marks stops the start naming it, untouched.
+/// dataset among them without the store's marks is left untouched without stopping the start
+/// (only a zone whose zonepath it is can be refused, see `worker_zfs`).
 #[test]
-fn a_start_remounts_its_zone_datasets_and_refuses_an_unmarked_one() {
+fn a_start_remounts_its_zone_datasets_and_leaves_an_unmarked_one() {
     let s = setup("start");
     let zones = s._t.path().join("zones");
     let img = pulled(&s.store, vec![base()], None);
@@ -498,13 +499,148 @@ fn a_start_remounts_its_zone_datasets_and_refuses_an_unmarked_one() {
     assert!(roots[0].join("root/etc/release").exists());
     drop(zd);
 
-    // Somebody's dataset among the zone datasets: the start is refused, naming it.
+    // Somebody's dataset among the zone datasets: the start goes through and leaves it; a
+    // zone dataset unmounted at the same time is still mounted again.
     let theirs = format!("{}/roots/theirs", s.parent);
     run("zfs", &["create", "-o", "mountpoint=none", &theirs]);
-    let e = ZoneDatasets::open(open(&s, "node"), &zones).unwrap_err();
+    run("zfs", &["umount", &b_ds]);
+    let zd = ZoneDatasets::open(open(&s, "node"), &zones).unwrap();
+    assert_eq!(get("mounted", &b_ds), "yes");
+    assert_eq!(list(&theirs), vec![theirs.clone()], "left as it was");
+    assert_eq!(get("mountpoint", &theirs), "none");
+    // Where it is mounted, it is refused by name, never moved or destroyed.
+    let at = zones.join("c");
+    run(
+        "zfs",
+        &["set", &format!("mountpoint={}", at.display()), &theirs],
+    );
+    let e = zd.destroy(&at).unwrap_err();
     assert_unmarked(&e);
     assert!(e.to_string().contains(&theirs), "{e}");
-    assert_eq!(list(&theirs), vec![theirs.clone()], "left as it was");
+    assert_eq!(list(&theirs), vec![theirs.clone()]);
+}
+
+/// The documented recipe for the parent (`zfs create -o mountpoint=none <pool>/rdctl`) makes
+/// zones: the layer datasets would inherit `mountpoint=none` and could not be applied into, so
+/// the store gives `layers` a mountpoint of its own in the base (`.layers`).
+#[test]
+fn a_parent_made_with_mountpoint_none_makes_zones() {
+    let s = setup("recipe");
+    let parent = format!("{}/recipe", s.pool.name);
+    run("zfs", &["create", "-o", "mountpoint=none", &parent]);
+    let zones = s._t.path().join("zones");
+    let img = pulled(&s.store, vec![base(), app("one")], None);
+    let open_store = || {
+        let store = ZfsLayerStore::open(Zfs::default(), &parent, "node").unwrap();
+        ZoneDatasets::open(store, &zones).unwrap()
+    };
+    let zd = open_store();
+    let root = zd
+        .build_root(
+            &s.store,
+            &zones.join(".staging").join("web"),
+            "node",
+            &img,
+            &UnpackOptions::default(),
+            None,
+        )
+        .unwrap();
+    let (staging, _) = root.into_staging();
+    assert!(zd.rename(&staging, &zones.join("web")).unwrap());
+    let root = zones.join("web/root");
+    assert_eq!(std::fs::read(root.join("opt/one")).unwrap(), b"one");
+    assert!(!root.join("etc/release").exists(), "the whiteout applied");
+    let layers = format!("{parent}/layers");
+    assert_eq!(
+        get("mountpoint", &layers),
+        zones.join(".layers").to_string_lossy()
+    );
+    assert_eq!(
+        get("mountpoint", &parent),
+        "none",
+        "the parent is left as made"
+    );
+    // A second start finds it so and changes nothing.
+    drop(zd);
+    let zd = open_store();
+    assert!(zd.dataset_at(&zones.join("web")).unwrap().is_some());
+    assert_eq!(std::fs::read(root.join("opt/one")).unwrap(), b"one");
+}
+
+/// An operator's routine backup (`zfs snapshot -r <parent>@backup`) carries no mark of ours:
+/// removing a zone, destroying a zonepath or collecting a layer that has such a snapshot is
+/// refused (the zone) or skipped (the layer) naming the snapshot, and the dataset stays with
+/// it. Once the operator destroys the snapshot, the same calls go through.
+#[test]
+fn an_operators_snapshots_are_never_destroyed() {
+    let s = setup("backup");
+    let zs = open(&s, "node");
+    let img = pulled(&s.store, vec![base(), app("one")], None);
+    let chains = chain_ids(&[base().diff_id(), app("one").diff_id()]);
+    let p = zs
+        .prepare(&s.store, &img, &UnpackOptions::default())
+        .unwrap();
+    zs.clone_zone("web", &p, None).unwrap();
+    let backup = format!("{}@backup", s.parent);
+    run("zfs", &["snapshot", "-r", &backup]);
+
+    let web = format!("{}/zones/web", s.parent);
+    let e = zs.remove_zone("web").unwrap_err();
+    assert!(
+        matches!(&e, ZfsStoreError::ForeignSnapshot { snapshot, .. } if *snapshot == format!("{web}@backup")),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains(&format!("{web}@backup")), "{e}");
+    assert_eq!(list(&web), vec![web.clone(), format!("{web}@backup")]);
+    // The zone holds the top layer; the base is held by the top. With the zone gone...
+    run("zfs", &["destroy", &format!("{web}@backup")]);
+    assert!(zs.remove_zone("web").unwrap());
+    // ...nothing holds them, but both layers have the operator's snapshot: both stay.
+    let before = layer_datasets(&s);
+    let c = zs.collect(&Default::default()).unwrap();
+    assert!(c.destroyed.is_empty(), "{c:?}");
+    let top = format!("{}/layers/sha256-{}@backup", s.parent, chains[1].encoded());
+    assert!(
+        c.pinned.contains(&(chains[1].clone(), top.clone())),
+        "{c:?}"
+    );
+    assert_eq!(layer_datasets(&s), before);
+    // The operator is done with the backup: the layers go as usual.
+    run("zfs", &["destroy", "-r", &backup]);
+    let c = zs.collect(&Default::default()).unwrap();
+    assert_eq!(
+        c.destroyed,
+        vec![chains[1].clone(), chains[0].clone()],
+        "{c:?}"
+    );
+    assert!(layer_datasets(&s).is_empty(), "{:?}", layer_datasets(&s));
+
+    // A zonepath of the provisioner's datasets, the same way.
+    let s = setup("backup-zd");
+    let img = pulled(&s.store, vec![base(), app("one")], None);
+    let zones = s._t.path().join("zones");
+    let zd = ZoneDatasets::open(open(&s, "node"), &zones).unwrap();
+    let root = zd
+        .build_root(
+            &s.store,
+            &zones.join(".staging").join("api"),
+            "node",
+            &img,
+            &UnpackOptions::default(),
+            None,
+        )
+        .unwrap();
+    let (staging, _) = root.into_staging();
+    assert!(zd.rename(&staging, &zones.join("api")).unwrap());
+    let api = zd.dataset_at(&zones.join("api")).unwrap().unwrap();
+    let backup = format!("{}@backup", s.parent);
+    run("zfs", &["snapshot", "-r", &backup]);
+    let e = zd.destroy(&zones.join("api")).unwrap_err();
+    assert!(e.to_string().contains(&format!("{api}@backup")), "{e}");
+    assert!(zones.join("api/root/opt/one").exists(), "still there");
+    run("zfs", &["destroy", "-r", &backup]);
+    assert!(zd.destroy(&zones.join("api")).unwrap());
+    assert!(!list(&format!("{}/roots", s.parent)).contains(&api.to_string()));
 }
 
 /// `e` refuses a dataset for want of the store's owner mark.

@@ -229,6 +229,20 @@ fn what_cannot_be_mapped_is_refused_naming_the_field() {
             r#"{"cappedMemory": {"physical": "1.5g"}}"#,
             r#"solaris.cappedMemory.physical: "1.5g" is not a size like 512m or 2g"#,
         ),
+        // zonecfg's own minimums (illumos-gate usr/src/cmd/zonecfg/zonecfg.c), refused
+        // before a zone is made rather than by zonecfg.
+        (
+            r#"{"cappedCPU": {"ncpus": "0.005"}}"#,
+            r#"solaris.cappedCPU.ncpus: "0.005" is below 0.01, the least capped-cpu ncpus zonecfg takes"#,
+        ),
+        (
+            r#"{"cappedMemory": {"physical": "512k"}}"#,
+            r#"solaris.cappedMemory.physical: "512k" is below 1M, the least capped-memory physical zonecfg takes"#,
+        ),
+        (
+            r#"{"cappedMemory": {"physical": "1g", "swap": "49m"}}"#,
+            r#"solaris.cappedMemory.swap: "49m" is below 50M, the least capped-memory swap zonecfg takes"#,
+        ),
         (
             r#"{"cappedMemory": {"locked": "1g"}}"#,
             "solaris.cappedMemory.locked: unknown key; expected one of physical, swap",

@@ -9,7 +9,7 @@ use registry_client::Reference;
 use serde::Deserialize;
 
 use super::{ConfigError, read_toml, valid_name};
-use crate::zone::{PullPolicy, ResourceLimits, ZoneSpec, size_bytes};
+use crate::zone::{MIN_NCPUS, MIN_PHYSICAL, PullPolicy, ResourceLimits, ZoneSpec, size_bytes};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -110,13 +110,32 @@ pub fn load_zone(path: &Path) -> Result<ZoneSpec, ConfigError> {
     {
         return Err(value("limits.cpus", format!("{c} is not in (0, 1024]")));
     }
-    if let Some(m) = &f.limits.memory
-        && size_bytes(m).is_none()
+    // zonecfg's own minimums, refused here (naming the file) rather than by zonecfg when
+    // the zone is made.
+    if let Some(c) = f.limits.cpus
+        && c < MIN_NCPUS
     {
         return Err(value(
-            "limits.memory",
-            format!("{m:?} is not a size like 512m or 2g"),
+            "limits.cpus",
+            format!("{c} is below {MIN_NCPUS}, the least capped-cpu ncpus zonecfg takes"),
         ));
+    }
+    if let Some(m) = &f.limits.memory {
+        match size_bytes(m) {
+            None => {
+                return Err(value(
+                    "limits.memory",
+                    format!("{m:?} is not a size like 512m or 2g"),
+                ));
+            }
+            Some(b) if b < MIN_PHYSICAL => {
+                return Err(value(
+                    "limits.memory",
+                    format!("{m:?} is below 1M, the least capped-memory physical zonecfg takes"),
+                ));
+            }
+            Some(_) => {}
+        }
     }
     if let Some(d) = &f.limits.disk
         && size_bytes(d).is_none_or(|b| b == 0)

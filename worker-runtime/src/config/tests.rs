@@ -225,6 +225,41 @@ fn zone_manifests_good_bad_and_duplicate() {
     );
 }
 
+/// Caps zonecfg would reject (illumos-gate `usr/src/cmd/zonecfg/zonecfg.c`: `ncpus` below
+/// 0.01, `physical` below 1M) are refused when the manifest is read, naming the file, the
+/// field and the limit, not written into zonecfg's command file to fail there. The limits
+/// themselves pass.
+#[test]
+fn zone_caps_below_zonecfgs_minimums_are_refused_at_load() {
+    let t = tempfile::tempdir().unwrap();
+    let load = |limits: &str| {
+        let p = t.path().join("z.toml");
+        std::fs::write(
+            &p,
+            format!("name = \"z\"\nimage = \"reg.example/x:1\"\n[limits]\n{limits}\n"),
+        )
+        .unwrap();
+        load_zone(&p).map_err(|e| (p.clone(), e.to_string()))
+    };
+    for (limits, field, limit) in [
+        ("cpus = 0.005", "limits.cpus", "0.01"),
+        ("cpus = 0.0099", "limits.cpus", "0.01"),
+        ("memory = \"512k\"", "limits.memory", "1M"),
+        ("memory = \"1048575\"", "limits.memory", "1M"),
+    ] {
+        let (p, e) = load(limits).unwrap_err();
+        assert!(
+            e.starts_with(&format!("{}: {field}: ", p.display()))
+                && e.contains(&format!("below {limit}"))
+                && e.contains("zonecfg"),
+            "{limits}: {e}"
+        );
+    }
+    for ok in ["cpus = 0.01", "memory = \"1m\"", "memory = \"1048576\""] {
+        assert!(load(ok).is_ok(), "{ok}: {:?}", load(ok));
+    }
+}
+
 #[test]
 fn node_agent_keys_parse_with_kubelet_defaults() {
     let t = tempfile::tempdir().unwrap();

@@ -497,19 +497,51 @@ impl ZoneConfig {
             let field = "solaris.cappedCPU";
             let co = object(cpu, field, &["ncpus"])?;
             if let Some(n) = string(co, field, "ncpus")? {
-                c.ncpus = Some(Ncpus::parse(n).ok_or_else(|| {
+                let ncpus = Ncpus::parse(n).ok_or_else(|| {
                     err(
                         "solaris.cappedCPU.ncpus",
                         format!("{n:?} is not a number of CPUs in (0, 1024] such as \"1.5\""),
                     )
-                })?);
+                })?;
+                if ncpus.value() < crate::zone::MIN_NCPUS {
+                    return Err(err(
+                        "solaris.cappedCPU.ncpus",
+                        format!(
+                            "{n:?} is below {}, the least capped-cpu ncpus zonecfg takes",
+                            crate::zone::MIN_NCPUS
+                        ),
+                    ));
+                }
+                c.ncpus = Some(ncpus);
             }
         }
         if let Some(mem) = o.get("cappedMemory") {
             let field = "solaris.cappedMemory";
             let mo = object(mem, field, &["physical", "swap"])?;
-            c.physical = size(mo, field, "physical")?;
-            c.swap = size(mo, field, "swap")?;
+            // zonecfg's own minimums (illumos-gate usr/src/cmd/zonecfg/zonecfg.c), refused
+            // before the zone is made rather than by zonecfg.
+            let at_least = |key: &str, got: Option<Size>, min: u64, shown: &str| match got {
+                Some(s) if s.bytes() < min => Err(err(
+                    format!("{field}.{key}"),
+                    format!(
+                        "{:?} is below {shown}, the least capped-memory {key} zonecfg takes",
+                        s.0
+                    ),
+                )),
+                other => Ok(other),
+            };
+            c.physical = at_least(
+                "physical",
+                size(mo, field, "physical")?,
+                crate::zone::MIN_PHYSICAL,
+                "1M",
+            )?;
+            c.swap = at_least(
+                "swap",
+                size(mo, field, "swap")?,
+                crate::zone::MIN_SWAP,
+                "50M",
+            )?;
         }
         c.max_shm_memory = size(o, f, "maxShmMemory")?;
         if let Some(lp) = string(o, f, "limitpriv")? {

@@ -80,7 +80,7 @@ impl Worker {
     /// `image_gc_low_percent`. Blobs in `keep` are never removed.
     fn gc_by_disk_usage(&self, keep: &HashSet<Digest>) -> Result<(), WorkerError> {
         let space = self
-            .disk
+            .content_disk()
             .space(self.store.dir())
             .map_err(|source| StoreError::Io {
                 path: self.store.dir().to_owned(),
@@ -113,8 +113,9 @@ impl Worker {
         Ok(())
     }
 
-    /// Layer GC on the ZFS layer store, under image GC's thresholds: when the file system of
-    /// the zones (the pool) is at least `image_gc_high_percent` full, every layer chain that
+    /// Layer GC on the ZFS layer store, under image GC's thresholds: when the pool (or the
+    /// store's parent under a quota) is at least `image_gc_high_percent` full as ZFS counts it
+    /// ([`crate::zfs::ZfsLayerStore::space`]), every layer chain that
     /// no zone's image uses and no clone holds is destroyed ([`crate::zfs::ZfsLayerStore::collect`],
     /// top layers first). A layer a zone's clone still depends on stays until that zone is
     /// gone (ZFS's deferred destroy, without leaving marked snapshots behind).
@@ -122,14 +123,16 @@ impl Worker {
         let Some(zd) = &self.layer_store else {
             return Ok(());
         };
-        let space = self
-            .disk
-            .space(zd.base())
-            .map_err(|source| StoreError::Io {
+        // Not `statvfs` of the base: on ZFS it counts the zones dataset's own bytes plus the
+        // pool's free space, so a pool filled by anything else never looked full.
+        let space = match &self.disk {
+            Some(d) => d.space(zd.base()).map_err(|source| StoreError::Io {
                 path: zd.base().to_owned(),
                 op: "reading disk usage",
                 source,
-            })?;
+            })?,
+            None => zd.layers().space()?,
+        };
         let used = space.used_percent();
         if used < f64::from(self.config.image_gc_high_percent) {
             return Ok(());
@@ -149,10 +152,14 @@ impl Worker {
             destroyed = c.destroyed.len(),
             held = c.held.len(),
             foreign = c.foreign.len(),
+            pinned = c.pinned.len(),
             "layer garbage collection on the ZFS layer store"
         );
         for ds in &c.foreign {
             tracing::warn!(dataset = %ds, "a dataset under the layer store is not the store's; left alone");
+        }
+        for (chain, snapshot) in &c.pinned {
+            tracing::warn!(%chain, %snapshot, "an unused layer has a snapshot rdctl did not make; left with it until the snapshot is destroyed");
         }
         Ok(())
     }

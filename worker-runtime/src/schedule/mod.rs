@@ -183,8 +183,9 @@ pub struct Worker {
     pull_slots: Option<Arc<tokio::sync::Semaphore>>,
     /// Pulls per second per registry (`registry_pull_qps`, `registry_burst`).
     limiter: crate::throttle::RegistryLimiter,
-    /// Where image GC reads disk usage from.
-    disk: Arc<dyn crate::throttle::DiskUsage>,
+    /// Where GC reads disk usage from when a test says (else `statvfs` of the content store
+    /// for image GC, and ZFS's own numbers for layer GC).
+    disk: Option<Arc<dyn crate::throttle::DiskUsage>>,
     /// What the last attempt of each zone observed, for its status record.
     observed: std::sync::Mutex<HashMap<String, Observed>>,
     _lock: std::fs::File,
@@ -308,17 +309,23 @@ impl Worker {
                 config.registry_pull_qps,
                 config.registry_burst,
             ),
-            disk: Arc::new(crate::throttle::Statvfs),
+            disk: None,
             observed: std::sync::Mutex::new(HashMap::new()),
             config,
             _lock: lock,
         })
     }
 
-    /// Reads disk usage for image GC from `disk` instead of `statvfs` (tests).
+    /// Reads disk usage for image GC and layer GC from `disk` instead of `statvfs` and ZFS
+    /// (tests).
     pub fn with_disk_usage(mut self, disk: Arc<dyn crate::throttle::DiskUsage>) -> Self {
-        self.disk = disk;
+        self.disk = Some(disk);
         self
+    }
+
+    /// Where the content store's disk usage is read: `statvfs`, unless a test says.
+    fn content_disk(&self) -> &dyn crate::throttle::DiskUsage {
+        self.disk.as_deref().unwrap_or(&crate::throttle::Statvfs)
     }
 
     fn observe(&self, zone: &str, f: impl FnOnce(&mut Observed)) {

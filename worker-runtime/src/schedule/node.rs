@@ -240,7 +240,7 @@ impl Worker {
             return Ok(());
         };
         let high = self.config.image_gc_high_percent;
-        let (status, reason, message) = match self.disk.space(self.store.dir()) {
+        let (status, reason, message) = match self.content_disk().space(self.store.dir()) {
             Ok(space) => {
                 let used = space.used_percent();
                 if used >= f64::from(high) {

@@ -29,6 +29,12 @@
 //! **Collecting.** [`ZfsLayerStore::collect`] destroys the marked layers not kept and not
 //! cloned, top layers first; a layer a zone or a kept layer still clones waits for a later call.
 //!
+//! **Snapshots.** The store makes `@layer` on layers and no snapshot of a zone. Any other
+//! snapshot (an operator's `zfs snapshot -r <parent>@backup`) is not the store's: a dataset is
+//! destroyed without `-r`, after its own snapshots only, and one with a snapshot of someone
+//! else's is refused ([`ZfsStoreError::ForeignSnapshot`]) or, by [`ZfsLayerStore::collect`],
+//! left ([`Collected::pinned`]).
+//!
 //! The store runs `zfs` through [`Zfs`] (argument vectors, no shell) and is synchronous; async
 //! callers run it on a blocking thread. Layers shared by images being prepared at the same
 //! time are applied once (one lock per ChainID).
@@ -150,6 +156,18 @@ pub enum ZfsStoreError {
         /// The image manifest.
         manifest: Digest,
     },
+    /// The dataset has a snapshot the store did not make (an operator's backup, `zfs snapshot
+    /// -r <parent>@backup`): destroying the dataset would destroy it too, so the dataset is
+    /// left as it is until the snapshot is gone.
+    #[error(
+        "dataset {dataset} has snapshot {snapshot}, which rdctl did not make; refusing to destroy the dataset with it (destroy the snapshot to let the worker remove the dataset)"
+    )]
+    ForeignSnapshot {
+        /// The dataset.
+        dataset: DatasetName,
+        /// The first snapshot not made by the store.
+        snapshot: String,
+    },
     /// The zone's dataset already exists (remove the zone first).
     #[error("zone {zone}: dataset {dataset} already exists")]
     ZoneExists {
@@ -233,12 +251,16 @@ impl ZoneDataset {
 pub struct ZfsLayerStore {
     pub(super) zfs: Zfs,
     parent: DatasetName,
-    layers: DatasetName,
+    pub(super) layers: DatasetName,
     pub(super) zones: DatasetName,
     worker_id: String,
     /// One lock per ChainID being prepared.
     busy: Arc<Mutex<HashMap<Digest, Arc<Mutex<()>>>>>,
 }
+
+/// One dataset of [`ZfsLayerStore::check_children`]: its name, its `mountpoint`, and whether
+/// it is mounted when it is ours, or why it is not.
+pub(super) type ChildVerdict = (DatasetName, String, Result<bool, ZfsStoreError>);
 
 /// How a dataset stands against the marks wanted on it.
 pub(super) enum Found {
@@ -369,13 +391,14 @@ impl ZfsLayerStore {
 
     /// [`ZfsLayerStore::check`] of every file system directly under `parent` with one `zfs
     /// get` (a worker's start reads a hundred zones' datasets in one command, not two commands
-    /// each): the first one not marked as ours is the error; else each with its `mountpoint`
-    /// and whether it is mounted.
+    /// each): each with its `mountpoint`, and whether it is mounted when it is ours, or why it
+    /// is not ours. One dataset that is not ours is that dataset's verdict, not the whole
+    /// listing's: the caller leaves it alone and goes on with the others.
     pub(super) fn check_children(
         &self,
         parent: &DatasetName,
         kind: &str,
-    ) -> Result<Vec<(DatasetName, String, bool)>, ZfsStoreError> {
+    ) -> Result<Vec<ChildVerdict>, ZfsStoreError> {
         let wanted = self.marks(kind, &[]);
         let mut names: Vec<&str> = wanted.iter().map(|(p, _)| *p).collect();
         names.extend([PROP_STATE, "mountpoint", "mounted"]);
@@ -384,8 +407,8 @@ impl ZfsLayerStore {
             let ds = DatasetName::parse(&name)?;
             let mounted = props.pop().is_some_and(|p| p.value == "yes");
             let mountpoint = props.pop().map(|p| p.value).unwrap_or_default();
-            Self::judge(&ds, &wanted, props)?;
-            out.push((ds, mountpoint, mounted));
+            let verdict = Self::judge(&ds, &wanted, props).map(|_| mounted);
+            out.push((ds, mountpoint, verdict));
         }
         Ok(out)
     }
@@ -451,6 +474,93 @@ impl ZfsLayerStore {
         }
     }
 
+    /// Destroys `ds` with its snapshots named in `ours`, and nothing else. A snapshot of `ds`
+    /// the store did not make (an operator's `zfs snapshot -r <parent>@backup`) carries no
+    /// mark of ours: `zfs destroy -r` would take it along, so the dataset is refused whole
+    /// ([`ZfsStoreError::ForeignSnapshot`]) and stays until the snapshot is gone. The
+    /// destroys are not recursive: a snapshot or child made after the listing makes the
+    /// last one fail rather than go with the dataset.
+    pub(super) fn destroy_ours(
+        &self,
+        ds: &DatasetName,
+        ours: &[&str],
+    ) -> Result<(), ZfsStoreError> {
+        let listing = self.zfs.run([
+            "list",
+            "-H",
+            "-o",
+            "name",
+            "-t",
+            "snapshot",
+            "-r",
+            "-d",
+            "1",
+            ds.as_str(),
+        ]);
+        let listing = match listing {
+            Ok(l) => l,
+            Err(e) if e.is_missing() => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut found = Vec::new();
+        for snap in listing.lines().filter(|l| !l.is_empty()) {
+            let Some((of, name)) = snap.split_once('@') else {
+                continue;
+            };
+            if of != ds.as_str() {
+                continue;
+            }
+            if !ours.contains(&name) {
+                return Err(ZfsStoreError::ForeignSnapshot {
+                    dataset: ds.clone(),
+                    snapshot: snap.to_owned(),
+                });
+            }
+            found.push(snap.to_owned());
+        }
+        for snap in &found {
+            self.zfs.destroy(snap, false)?;
+        }
+        self.zfs.destroy(ds.as_str(), false)?;
+        Ok(())
+    }
+
+    /// The space that layer GC weighs: the fuller of the pool (its root dataset's `used` and
+    /// `available`) and the store's parent (a `quota` on it bounds its `available`), as ZFS
+    /// counts them. `statvfs` of a dataset's mountpoint reports that dataset's own bytes plus
+    /// the pool's free space, so a pool filled by other datasets looked nearly empty there.
+    pub fn space(&self) -> Result<crate::throttle::DiskSpace, ZfsStoreError> {
+        let pool = self
+            .parent
+            .as_str()
+            .split('/')
+            .next()
+            .unwrap_or(self.parent.as_str());
+        let mut fullest: Option<crate::throttle::DiskSpace> = None;
+        for ds in [pool, self.parent.as_str()] {
+            let props = self.zfs.get(ds, &["used", "available"])?.ok_or_else(|| {
+                ZfsStoreError::NoParent {
+                    dataset: self.parent.clone(),
+                }
+            })?;
+            let bytes = |p: &Property| {
+                p.value.parse::<u64>().map_err(|_| ZfsError::Output {
+                    command: format!("zfs get -H -p used,available {ds}"),
+                    line: p.value.clone(),
+                })
+            };
+            let (used, available) = (bytes(&props[0])?, bytes(&props[1])?);
+            let space = crate::throttle::DiskSpace {
+                total: used.saturating_add(available),
+                available,
+            };
+            if fullest.is_none_or(|f| space.used_percent() > f.used_percent()) {
+                fullest = Some(space);
+            }
+        }
+        Ok(fullest.expect("two datasets were read"))
+    }
+
     /// Makes every layer of `image` (blobs verified in `store`) a verified snapshot: reuses
     /// the trusted ones, destroys half-made ones and applies the missing ones, each checked
     /// against its DiffID. On an error the layer being applied is destroyed; the layers
@@ -504,7 +614,7 @@ impl ZfsLayerStore {
                     continue;
                 }
                 tracing::info!(dataset = %ds, ?state, "destroying a half-made layer");
-                self.zfs.destroy(ds.as_str(), true)?;
+                self.destroy_ours(&ds, &[LAYER_SNAPSHOT])?;
                 redone = true;
             }
             let blob_err = || {
@@ -546,7 +656,7 @@ impl ZfsLayerStore {
             let stats = match applied {
                 Ok(s) => s,
                 Err(e) => {
-                    if let Err(d) = self.zfs.destroy(ds.as_str(), true) {
+                    if let Err(d) = self.destroy_ours(&ds, &[LAYER_SNAPSHOT]) {
                         tracing::warn!(dataset = %ds, error = %d, "destroying a failed layer failed; the next pass redoes it");
                     }
                     return Err(match e {
@@ -646,15 +756,16 @@ impl ZfsLayerStore {
         })
     }
 
-    /// Destroys zone `zone`'s dataset (and its snapshots) after checking its marks; returns
-    /// whether there was one.
+    /// Destroys zone `zone`'s dataset after checking its marks; returns whether there was
+    /// one. The store makes no snapshot of a zone: one there is not ours and refuses the
+    /// removal ([`ZfsStoreError::ForeignSnapshot`]).
     pub fn remove_zone(&self, zone: &str) -> Result<bool, ZfsStoreError> {
         let ds = self.zone_dataset(zone)?;
         let extra = [(PROP_ZONE, zone.to_owned())];
         match self.check(&ds, "zone", &extra)? {
             Found::Missing => Ok(false),
             Found::Ours(_) => {
-                self.zfs.destroy(ds.as_str(), true)?;
+                self.destroy_ours(&ds, &[])?;
                 Ok(true)
             }
         }
@@ -671,13 +782,17 @@ pub struct Collected {
     pub held: Vec<Digest>,
     /// Datasets under `layers` that are not the store's (no or another's marks); untouched.
     pub foreign: Vec<DatasetName>,
+    /// Layers not kept that have a snapshot the store did not make (an operator's backup);
+    /// left whole, with that snapshot, until it is gone.
+    pub pinned: Vec<(Digest, String)>,
 }
 
 impl ZfsLayerStore {
     /// Destroys the layer datasets whose ChainID is not in `keep` and that no clone depends
     /// on, top layers first, repeating while that frees more (a destroyed top layer releases
     /// the layer below). A layer still cloned (by a zone or a kept layer) stays until a later
-    /// call; a dataset without the store's marks is never touched.
+    /// call; a dataset without the store's marks is never touched, nor one with a snapshot the
+    /// store did not make ([`Collected::pinned`]).
     pub fn collect(
         &self,
         keep: &std::collections::HashSet<Digest>,
@@ -728,12 +843,17 @@ impl ZfsLayerStore {
             for (chain, ds) in candidates {
                 let lock = self.chain_lock(&chain);
                 let _one = lock.lock().unwrap_or_else(|e| e.into_inner());
-                match self.zfs.destroy(ds.as_str(), true) {
+                match self.destroy_ours(&ds, &[LAYER_SNAPSHOT]) {
                     Ok(()) => out.destroyed.push(chain),
-                    Err(ZfsError::Failed { stderr, .. }) if stderr.contains("dependent clones") => {
+                    Err(ZfsStoreError::Zfs(ZfsError::Failed { stderr, .. }))
+                        if stderr.contains("dependent clones") =>
+                    {
                         still.push((chain, ds))
                     }
-                    Err(e) => return Err(e.into()),
+                    Err(ZfsStoreError::ForeignSnapshot { snapshot, .. }) => {
+                        out.pinned.push((chain, snapshot))
+                    }
+                    Err(e) => return Err(e),
                 }
             }
             candidates = still;

@@ -4,6 +4,8 @@
 //! ```text
 //! <parent>/zones           kind = zones,       mountpoint = <base> (the provisioner's base,
 //!                                              with its mark, .staging/ and .trash/)
+//! <parent>/layers          kind = layers,      mountpoint = <base>/.layers when the parent's
+//!                                              is none or legacy (else inherited)
 //! <parent>/roots           kind = zone-roots,  mountpoint = none
 //! <parent>/roots/<name>    kind = zonepath, chainid = <image ChainID>, zone = <zone> once placed;
 //!                          a clone of the image's top @layer, mounted where it stands:
@@ -69,6 +71,22 @@ impl ZoneDatasets {
             path: base.to_owned(),
             source: std::io::Error::other(e),
         })?;
+        // The layer datasets inherit their mountpoint from `layers`, which inherits the
+        // parent's. Under a parent made with `mountpoint=none` (or `legacy`) no layer would be
+        // mounted to be applied into, so `layers` then gets a mountpoint of its own: `.layers`
+        // in the base, beside `.staging` and `.trash` (the provisioner skips dot names). A
+        // mountpoint the parent gives stays as it is: layers already mounted are not moved.
+        let layers = z.store.layers.clone();
+        let at = z
+            .store
+            .zfs
+            .get(layers.as_str(), &["mountpoint"])?
+            .and_then(|p| p.into_iter().next())
+            .map(|p| p.value)
+            .unwrap_or_default();
+        if !at.starts_with('/') {
+            z.mount_at(&layers, &base.join(".layers").to_string_lossy())?;
+        }
         if let Found::Missing = z.store.check(&z.roots, "zone-roots", &[])? {
             let mut args = vec!["create".to_owned()];
             args.extend(z.store.mark_args("zone-roots", &[]));
@@ -76,12 +94,20 @@ impl ZoneDatasets {
             args.push(z.roots.to_string());
             z.store.zfs.run(args)?;
         }
-        // Every zone dataset's marks and mount state in one `zfs get`: a dataset in `roots`
-        // that is not ours stops the start (as any check does), one of ours that a crash left
-        // unmounted is mounted again.
-        for (ds, at, mounted) in z.store.check_children(&z.roots, ZONEPATH)? {
-            if at.starts_with('/') && !mounted {
-                z.store.zfs.run_while_busy(&["mount", ds.as_str()])?;
+        // Every zone dataset's marks and mount state in one `zfs get`: one of ours that a
+        // crash left unmounted is mounted again. A dataset in `roots` that is not ours is left
+        // as it is and does not stop the start: the zone whose zonepath it is mounted on (if
+        // any) is refused when it is reconciled, naming it, and every other zone runs on.
+        for (ds, at, verdict) in z.store.check_children(&z.roots, ZONEPATH)? {
+            match verdict {
+                Ok(mounted) => {
+                    if at.starts_with('/') && !mounted {
+                        z.store.zfs.run_while_busy(&["mount", ds.as_str()])?;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(dataset = %ds, mountpoint = %at, error = %e, "a dataset among the zone datasets is not the store's; left alone")
+                }
             }
         }
         Ok(z)
@@ -185,12 +211,13 @@ impl ZoneDatasets {
     }
 
     /// Destroys the store's dataset mounted at `path` (its marks checked); `false` when
-    /// `path` is not one.
+    /// `path` is not one. A snapshot on it that the store did not make refuses the destroy
+    /// ([`ZfsStoreError::ForeignSnapshot`]); the dataset stays where it is.
     pub fn destroy(&self, path: &Path) -> Result<bool, ZfsStoreError> {
         let Some(ds) = self.dataset_at(path)? else {
             return Ok(false);
         };
-        self.store.zfs.destroy(ds.as_str(), true)?;
+        self.store.destroy_ours(&ds, &[])?;
         let _ = std::fs::remove_dir(path);
         Ok(true)
     }
@@ -242,9 +269,9 @@ impl ZoneDatasets {
         args.extend([prepared.top_snapshot(), ds.to_string()]);
         self.store.zfs.run(args)?;
         let remover = {
-            let (zfs, ds, path) = (self.store.zfs.clone(), ds.clone(), staging.to_owned());
+            let (store, ds, path) = (self.store.clone(), ds.clone(), staging.to_owned());
             Remover(Box::new(move || {
-                zfs.destroy(ds.as_str(), true).map_err(|e| e.to_string())?;
+                store.destroy_ours(&ds, &[]).map_err(|e| e.to_string())?;
                 let _ = std::fs::remove_dir(&path);
                 Ok(())
             }))
