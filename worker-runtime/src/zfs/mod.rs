@@ -4,12 +4,14 @@
 //! ([`ZoneDatasets`], what `[layer_store] kind = "zfs"` wires into the worker).
 
 mod command;
+mod error;
 mod store;
 mod zones;
 
 pub use command::{DatasetName, DatasetNameError, Property, Zfs, ZfsError};
+pub use error::ZfsStoreError;
 pub use store::{
     Collected, LAYER_SNAPSHOT, LayerOutcome, PROP_CHAIN_ID, PROP_KIND, PROP_OWNER, PROP_STATE,
-    PROP_WORKER, PROP_ZONE, PreparedImage, ZfsLayerStore, ZfsStoreError, ZoneDataset,
+    PROP_WORKER, PROP_ZONE, PreparedImage, ZfsLayerStore, ZoneDataset,
 };
 pub use zones::{QUOTA_ANNOTATION, ZoneDatasets};

@@ -25,7 +25,8 @@
 use std::path::{Path, PathBuf};
 
 use super::command::DatasetName;
-use super::store::{Found, PROP_CHAIN_ID, PROP_ZONE, ZfsLayerStore, ZfsStoreError};
+use super::error::ZfsStoreError;
+use super::store::{Found, PROP_CHAIN_ID, PROP_ZONE, ZfsLayerStore};
 use crate::owner::{MARK_FILE, OwnerMark, write_atomic};
 use crate::store::ContentStore;
 use crate::unpack::UnpackOptions;
