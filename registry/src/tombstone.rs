@@ -321,12 +321,20 @@ pub(crate) async fn get_data(
     d: &Digest,
     limit: u64,
 ) -> Result<crate::storage::Document, StoreError> {
-    match store.get(&layout::blob_data(d), limit).await {
-        Err(e) if e.is_not_found() => match find_data(store, d).await? {
-            Some((key, _)) => store.get(&key, limit).await,
-            None => Err(e),
-        },
-        r => r,
+    let missing = match store.get(&layout::blob_data(d), limit).await {
+        Err(e) if e.is_not_found() => e,
+        r => return r,
+    };
+    // The legacy key was just found missing: go straight to the record's epoch (no second
+    // look at the legacy key, no stat before the read).
+    match read_record(store, d).await? {
+        Some((record, _)) if !record.epochs.data.is_empty() => {
+            match store.get(&record.epochs.data_key(d), limit).await {
+                Err(e) if e.is_not_found() => Err(missing),
+                r => r,
+            }
+        }
+        _ => Err(missing),
     }
 }
 
