@@ -1,9 +1,13 @@
 //! `rdctl registry gc` and the `[gc]` schedule of `rdctl registry serve`, end to end on a
 //! filesystem store: a dry run reports without touching the store, the grace window keeps
 //! young content, a real run deletes exactly the unreachable content, and a serving registry
-//! with `gc.interval` collects by itself (seen in its metrics) while tagged images stay.
+//! with `gc.interval` collects by itself (seen in its metrics) while tagged images stay; a
+//! collector process stopped with SIGSTOP (issue 53) holds up no push past its lease once the
+//! lease is broken, and `--break-lease --force` answers whatever state it is in.
 
+use std::net::SocketAddr;
 use std::path::Path;
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest as _, Sha256};
@@ -22,16 +26,23 @@ pub(crate) fn digest(data: &[u8]) -> String {
 }
 
 pub(crate) fn push_blob(server: &Server, repo: &str, data: &[u8]) -> String {
+    try_push_blob(server.addr, repo, data).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Uploads `data` in one request; its digest, or the status and body of a refusal.
+fn try_push_blob(addr: SocketAddr, repo: &str, data: &[u8]) -> Result<String, String> {
     let d = digest(data);
     let (status, _, body) = http(
-        server.addr,
+        addr,
         "POST",
         &format!("/v2/{repo}/blobs/uploads/?digest={d}"),
         &[("content-type", "application/octet-stream")],
         data,
     );
-    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
-    d
+    if status != 201 {
+        return Err(format!("{status}: {}", String::from_utf8_lossy(&body)));
+    }
+    Ok(d)
 }
 
 /// Pushes config and layer, then a manifest under `reference`; returns the manifest's digest.
@@ -42,8 +53,19 @@ pub(crate) fn push_image(
     config: &[u8],
     layer: &[u8],
 ) -> String {
-    let c = push_blob(server, repo, config);
-    let l = push_blob(server, repo, layer);
+    try_push_image(server.addr, repo, reference, config, layer).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`push_image`] that reports a refusal instead of failing the test.
+fn try_push_image(
+    addr: SocketAddr,
+    repo: &str,
+    reference: &str,
+    config: &[u8],
+    layer: &[u8],
+) -> Result<String, String> {
+    let c = try_push_blob(addr, repo, config)?;
+    let l = try_push_blob(addr, repo, layer)?;
     let m = serde_json::to_vec(&serde_json::json!({
         "schemaVersion": 2, "mediaType": MANIFEST,
         "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": c, "size": config.len()},
@@ -51,14 +73,16 @@ pub(crate) fn push_image(
     }))
     .unwrap();
     let (status, _, body) = http(
-        server.addr,
+        addr,
         "PUT",
         &format!("/v2/{repo}/manifests/{reference}"),
         &[("content-type", MANIFEST)],
         &m,
     );
-    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
-    digest(&m)
+    if status != 201 {
+        return Err(format!("{status}: {}", String::from_utf8_lossy(&body)));
+    }
+    Ok(digest(&m))
 }
 
 pub(crate) fn get(server: &Server, path: &str) -> u16 {
@@ -318,4 +342,226 @@ fn gc_break_lease() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// A child process killed (SIGKILL, which also ends a stopped one) and reaped on drop.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn signal(child: &Child, sig: rustix::process::Signal) {
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("a child's pid");
+    rustix::process::kill_process(pid, sig).expect("signalling the collector");
+}
+
+/// Whether `pid` holds a `flock` (a held one, not one it waits for), per `/proc/locks`.
+fn holds_flock(pid: u32) -> bool {
+    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    locks.lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.get(1) == Some(&"FLOCK") && f.get(4) == Some(&pid.to_string().as_str())
+    })
+}
+
+/// Whether the process is stopped (state `T` in `/proc/PID/stat`).
+fn stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with('T'))
+        })
+        .unwrap_or(false)
+}
+
+/// Stops the collector with SIGSTOP, preferably while it holds one of the filesystem store's
+/// file locks (the worst moment; tried again and again with SIGCONT in between, at spread-out
+/// moments). True when it was caught holding one; false when it was stopped elsewhere (a store
+/// that no longer locks). Panics when the collector finished first.
+fn stop_collector(collector: &mut Child) -> bool {
+    const TRIES: u32 = 3000;
+    let pid = collector.id();
+    for i in 0..TRIES {
+        if let Ok(Some(status)) = collector.try_wait() {
+            panic!("the collector finished ({status}) before it could be stopped; raise GARBAGE");
+        }
+        signal(collector, rustix::process::Signal::STOP);
+        let t = Instant::now();
+        while !stopped(pid) && t.elapsed() < Duration::from_secs(1) {
+            std::thread::yield_now();
+        }
+        if holds_flock(pid) || i + 1 == TRIES {
+            return holds_flock(pid);
+        }
+        signal(collector, rustix::process::Signal::CONT);
+        // 0..=3 ms, varying, so the stops land on different steps of the sweep.
+        std::thread::sleep(Duration::from_micros(u64::from(i * 7919 % 3001)));
+    }
+    false
+}
+
+/// Runs `cmd` for at most `limit`: its exit status and how long it took, or `None` (then it
+/// was killed) when it did not answer in time.
+fn run_within(cmd: &mut std::process::Command, limit: Duration) -> Option<(i32, Duration)> {
+    let started = Instant::now();
+    let mut child = Reaped(
+        cmd.stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    while started.elapsed() < limit {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            return Some((status.code().unwrap_or(-1), started.elapsed()));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+/// Issue 53 on the filesystem store: a collector process stopped with SIGSTOP (caught holding
+/// one of the store's file locks, when it takes any) must not hold up pushes for longer than
+/// its lease's time to live once that lease is broken, and `rdctl registry gc --break-lease
+/// --force` must answer within a few seconds whatever the stopped holder was doing. Today a
+/// stopped collector's `flock` on `.locks/<stripe>` blocks every write hashed to that stripe
+/// with no time limit.
+#[test]
+fn a_stopped_collector_process_holds_up_no_push_once_its_lease_is_broken() {
+    stopped_collector_process(true);
+}
+
+/// The same without an operator: once the stopped collector's lease is stale (its time to live
+/// after it was stopped), pushes go on.
+#[test]
+fn a_stopped_collector_process_holds_up_no_push_once_its_lease_is_stale() {
+    stopped_collector_process(false);
+}
+
+fn stopped_collector_process(break_lease: bool) {
+    /// The collector's lease time to live (`gc.lease_ttl`).
+    const LEASE_TTL: Duration = Duration::from_secs(3);
+    /// Slack on top of it for 64 concurrent pushes to a debug build on a loaded machine; a push
+    /// blocked behind a stopped collector waits without limit, far past this.
+    const SLACK: Duration = Duration::from_secs(10);
+    /// Unreferenced blobs: enough store writes that the collector is still sweeping when it is
+    /// stopped.
+    const GARBAGE: usize = 400;
+    /// New images pushed after the stop (and the break), each to its own repository, so that their writes
+    /// spread over the store's lock stripes (about 10 locked writes each, 256 stripes).
+    const PUSHES: usize = 64;
+
+    let data = tempdir();
+    let config = data.path().join("registry.toml");
+    std::fs::write(&config, "[gc]\nlease_ttl = \"3s\"\n").unwrap();
+    let server = Server::start(data.path(), &["--config", s(&config)]);
+    for i in 0..GARBAGE {
+        push_blob(&server, "gc/stopped", format!("garbage {i}").as_bytes());
+    }
+    // Older than a zero grace window (store times may have whole seconds).
+    std::thread::sleep(Duration::from_millis(2100));
+    let gc = |extra: &[&str]| {
+        let mut cmd = rdctl();
+        cmd.args([
+            "registry",
+            "gc",
+            "--config",
+            s(&config),
+            "--data",
+            s(data.path()),
+        ])
+        .args(extra);
+        cmd
+    };
+    let mut collector = Reaped(
+        gc(&["--grace", "0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let holding = stop_collector(&mut collector.0);
+
+    let mut failures = Vec::new();
+    // Pushes are timed from here: from the break, or from the stop (the lease turns stale a
+    // time to live later).
+    let started = Instant::now();
+    if break_lease {
+        match run_within(
+            &mut gc(&["--break-lease", "--force"]),
+            Duration::from_secs(5),
+        ) {
+            Some((0, _)) => {}
+            Some((code, took)) => failures.push(format!(
+                "rdctl registry gc --break-lease --force exited {code} after {took:.1?}"
+            )),
+            None => failures.push(
+                "rdctl registry gc --break-lease --force did not answer within 5 s".to_owned(),
+            ),
+        }
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let addr = server.addr;
+    let pushers: Vec<_> = (0..PUSHES)
+        .map(|i| {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let config = format!("{{\"after\":{i}}}");
+                let layer = format!("pushed after the break {i}");
+                let r = try_push_image(
+                    addr,
+                    &format!("gc/after-{i}"),
+                    "v1",
+                    config.as_bytes(),
+                    layer.as_bytes(),
+                );
+                let _ = tx.send((i, r, started.elapsed()));
+            })
+        })
+        .collect();
+    drop(tx);
+    let deadline = started + LEASE_TTL + SLACK;
+    let (mut acknowledged, mut answered) = (Vec::new(), 0);
+    while answered < PUSHES {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok((i, r, took)) = rx.recv_timeout(left) else {
+            break;
+        };
+        answered += 1;
+        match r {
+            Ok(_) => acknowledged.push(i),
+            Err(e) => failures.push(format!("push {i} refused after {took:.1?}: {e}")),
+        }
+    }
+    if answered < PUSHES {
+        failures.push(format!(
+            "{} of {PUSHES} pushes were still waiting {:?} after the lease was {} \
+             (the collector was stopped {} a file lock)",
+            PUSHES - answered,
+            LEASE_TTL + SLACK,
+            if break_lease {
+                "broken"
+            } else {
+                "left to turn stale"
+            },
+            if holding { "holding" } else { "without" }
+        ));
+    }
+    // Let the held pushes go, so the threads end.
+    drop(collector);
+    for p in pushers {
+        let _ = p.join();
+    }
+    for i in &acknowledged {
+        assert_eq!(
+            get(&server, &format!("/v2/gc/after-{i}/manifests/v1")),
+            200,
+            "acknowledged push {i} lost"
+        );
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
 }
