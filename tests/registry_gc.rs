@@ -359,13 +359,40 @@ fn signal(child: &Child, sig: rustix::process::Signal) {
     rustix::process::kill_process(pid, sig).expect("signalling the collector");
 }
 
-/// Whether `pid` holds a `flock` (a held one, not one it waits for), per `/proc/locks`.
-fn holds_flock(pid: u32) -> bool {
+/// Whether `pid` holds a `flock` (a held one, not one it waits for), per `/proc/locks`; with
+/// `inode`, one on that file.
+fn holds_flock(pid: u32, inode: Option<u64>) -> bool {
     let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    let pid = pid.to_string();
     locks.lines().any(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
-        f.get(1) == Some(&"FLOCK") && f.get(4) == Some(&pid.to_string().as_str())
+        // `1: FLOCK ADVISORY WRITE <pid> <major>:<minor>:<inode> 0 EOF`
+        f.get(1) == Some(&"FLOCK")
+            && f.get(4) == Some(&pid.as_str())
+            && inode.is_none_or(|want| {
+                f.get(5)
+                    .and_then(|dev| dev.rsplit(':').next())
+                    .and_then(|i| i.parse::<u64>().ok())
+                    == Some(want)
+            })
     })
+}
+
+/// The file the filesystem store locks for the collector's lease, if it locks through files
+/// at all: after one collection of an empty store, which writes and removes nothing but its
+/// lease, it is the only file in the store's hidden directories that a `flock` could be on.
+fn lease_lock_inode(data: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt as _;
+    let mut files = Vec::new();
+    for dir in std::fs::read_dir(data).ok()?.flatten() {
+        if dir.file_name().to_string_lossy().starts_with('.') && dir.path().is_dir() {
+            files.extend(std::fs::read_dir(dir.path()).ok()?.flatten());
+        }
+    }
+    match files.as_slice() {
+        [one] => one.metadata().ok().map(|m| m.ino()),
+        _ => None,
+    }
 }
 
 /// Whether the process is stopped (state `T` in `/proc/PID/stat`).
@@ -379,30 +406,45 @@ fn stopped(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-/// Stops the collector with SIGSTOP, preferably while it holds one of the filesystem store's
-/// file locks (the worst moment; tried again and again with SIGCONT in between, at spread-out
-/// moments). True when it was caught holding one; false when it was stopped elsewhere (a store
-/// that no longer locks). Panics when the collector finished first.
-fn stop_collector(collector: &mut Child) -> bool {
-    const TRIES: u32 = 3000;
+/// Stops the collector with SIGSTOP at the worst moment: while it holds the file lock of its
+/// lease (`lease_lock`, renewed every quarter of its time to live), or any file lock when that
+/// is unknown. It watches `/proc/locks` and stops the collector as soon as it takes the lock,
+/// again after SIGCONT if it let go meanwhile. Says what the stopped collector holds; one never
+/// caught (a store that no longer locks) is stopped wherever it is. Panics when the collector
+/// finished first.
+fn stop_collector(collector: &mut Child, lease_lock: Option<u64>) -> &'static str {
     let pid = collector.id();
-    for i in 0..TRIES {
-        if let Ok(Some(status)) = collector.try_wait() {
-            panic!("the collector finished ({status}) before it could be stopped; raise GARBAGE");
-        }
-        signal(collector, rustix::process::Signal::STOP);
+    let stop = |c: &Child| {
+        signal(c, rustix::process::Signal::STOP);
         let t = Instant::now();
         while !stopped(pid) && t.elapsed() < Duration::from_secs(1) {
             std::thread::yield_now();
         }
-        if holds_flock(pid) || i + 1 == TRIES {
-            return holds_flock(pid);
+    };
+    let watching = Instant::now();
+    while watching.elapsed() < Duration::from_secs(30) {
+        if let Ok(Some(status)) = collector.try_wait() {
+            panic!("the collector finished ({status}) before it could be stopped; raise GARBAGE");
+        }
+        if !holds_flock(pid, lease_lock) {
+            std::thread::yield_now();
+            continue;
+        }
+        stop(collector);
+        if holds_flock(pid, lease_lock) {
+            return match lease_lock {
+                Some(_) => "holding its lease's file lock",
+                None => "holding a file lock",
+            };
         }
         signal(collector, rustix::process::Signal::CONT);
-        // 0..=3 ms, varying, so the stops land on different steps of the sweep.
-        std::thread::sleep(Duration::from_micros(u64::from(i * 7919 % 3001)));
     }
-    false
+    stop(collector);
+    if holds_flock(pid, None) {
+        "holding a file lock"
+    } else {
+        "holding no file lock"
+    }
 }
 
 /// Runs `cmd` for at most `limit`: its exit status and how long it took, or `None` (then it
@@ -425,11 +467,11 @@ fn run_within(cmd: &mut std::process::Command, limit: Duration) -> Option<(i32, 
 }
 
 /// Issue 53 on the filesystem store: a collector process stopped with SIGSTOP (caught holding
-/// one of the store's file locks, when it takes any) must not hold up pushes for longer than
-/// its lease's time to live once that lease is broken, and `rdctl registry gc --break-lease
-/// --force` must answer within a few seconds whatever the stopped holder was doing. Today a
-/// stopped collector's `flock` on `.locks/<stripe>` blocks every write hashed to that stripe
-/// with no time limit.
+/// the file lock of its lease, while renewing it, when the store takes such locks) must not
+/// hold up pushes for longer than its lease's time to live once that lease is broken, and
+/// `rdctl registry gc --break-lease --force` must answer within a few seconds whatever the
+/// stopped holder was doing. Today a stopped collector's `flock` on `.locks/<stripe>` blocks
+/// every write hashed to that stripe with no time limit, the break's own included.
 #[test]
 fn a_stopped_collector_process_holds_up_no_push_once_its_lease_is_broken() {
     stopped_collector_process(true);
@@ -443,8 +485,9 @@ fn a_stopped_collector_process_holds_up_no_push_once_its_lease_is_stale() {
 }
 
 fn stopped_collector_process(break_lease: bool) {
-    /// The collector's lease time to live (`gc.lease_ttl`).
-    const LEASE_TTL: Duration = Duration::from_secs(3);
+    /// The collector's lease time to live (`gc.lease_ttl`, the shortest allowed: renewals,
+    /// where it holds its lease's file lock, every 0.5 s).
+    const LEASE_TTL: Duration = Duration::from_secs(2);
     /// Slack on top of it for 64 concurrent pushes to a debug build on a loaded machine; a push
     /// blocked behind a stopped collector waits without limit, far past this.
     const SLACK: Duration = Duration::from_secs(10);
@@ -457,13 +500,7 @@ fn stopped_collector_process(break_lease: bool) {
 
     let data = tempdir();
     let config = data.path().join("registry.toml");
-    std::fs::write(&config, "[gc]\nlease_ttl = \"3s\"\n").unwrap();
-    let server = Server::start(data.path(), &["--config", s(&config)]);
-    for i in 0..GARBAGE {
-        push_blob(&server, "gc/stopped", format!("garbage {i}").as_bytes());
-    }
-    // Older than a zero grace window (store times may have whole seconds).
-    std::thread::sleep(Duration::from_millis(2100));
+    std::fs::write(&config, "[gc]\nlease_ttl = \"2s\"\n").unwrap();
     let gc = |extra: &[&str]| {
         let mut cmd = rdctl();
         cmd.args([
@@ -477,6 +514,14 @@ fn stopped_collector_process(break_lease: bool) {
         .args(extra);
         cmd
     };
+    ok(&mut gc(&["--grace", "0"]));
+    let lease_lock = lease_lock_inode(data.path());
+    let server = Server::start(data.path(), &["--config", s(&config)]);
+    for i in 0..GARBAGE {
+        push_blob(&server, "gc/stopped", format!("garbage {i}").as_bytes());
+    }
+    // Older than a zero grace window (store times may have whole seconds).
+    std::thread::sleep(Duration::from_millis(2100));
     let mut collector = Reaped(
         gc(&["--grace", "0"])
             .stdout(Stdio::null())
@@ -484,7 +529,7 @@ fn stopped_collector_process(break_lease: bool) {
             .spawn()
             .unwrap(),
     );
-    let holding = stop_collector(&mut collector.0);
+    let holding = stop_collector(&mut collector.0, lease_lock);
 
     let mut failures = Vec::new();
     // Pushes are timed from here: from the break, or from the stop (the lease turns stale a
@@ -499,9 +544,10 @@ fn stopped_collector_process(break_lease: bool) {
             Some((code, took)) => failures.push(format!(
                 "rdctl registry gc --break-lease --force exited {code} after {took:.1?}"
             )),
-            None => failures.push(
-                "rdctl registry gc --break-lease --force did not answer within 5 s".to_owned(),
-            ),
+            None => failures.push(format!(
+                "rdctl registry gc --break-lease --force did not answer within 5 s (the \
+                 collector was stopped {holding})"
+            )),
         }
     }
     let (tx, rx) = std::sync::mpsc::channel();
@@ -540,7 +586,7 @@ fn stopped_collector_process(break_lease: bool) {
     if answered < PUSHES {
         failures.push(format!(
             "{} of {PUSHES} pushes were still waiting {:?} after the lease was {} \
-             (the collector was stopped {} a file lock)",
+             (the collector was stopped {})",
             PUSHES - answered,
             LEASE_TTL + SLACK,
             if break_lease {
@@ -548,7 +594,7 @@ fn stopped_collector_process(break_lease: bool) {
             } else {
                 "left to turn stale"
             },
-            if holding { "holding" } else { "without" }
+            holding
         ));
     }
     // Let the held pushes go, so the threads end.
