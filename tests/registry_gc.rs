@@ -408,11 +408,12 @@ fn stopped(pid: u32) -> bool {
 
 /// Stops the collector with SIGSTOP at the worst moment: while it holds the file lock of its
 /// lease (`lease_lock`, renewed every quarter of its time to live), or any file lock when that
-/// is unknown. It watches `/proc/locks` and stops the collector as soon as it takes the lock,
-/// again after SIGCONT if it let go meanwhile. Says what the stopped collector holds; one never
+/// is unknown. Once the lease exists (`lease`: not while the collector creates it, when a break
+/// has nothing to break yet), it watches `/proc/locks` and stops the collector as soon as it
+/// takes the lock, again after SIGCONT if it let go meanwhile. Says what the stopped collector holds; one never
 /// caught (a store that no longer locks) is stopped wherever it is. Panics when the collector
 /// finished first.
-fn stop_collector(collector: &mut Child, lease_lock: Option<u64>) -> &'static str {
+fn stop_collector(collector: &mut Child, lease: &Path, lease_lock: Option<u64>) -> &'static str {
     let pid = collector.id();
     let stop = |c: &Child| {
         signal(c, rustix::process::Signal::STOP);
@@ -426,7 +427,7 @@ fn stop_collector(collector: &mut Child, lease_lock: Option<u64>) -> &'static st
         if let Ok(Some(status)) = collector.try_wait() {
             panic!("the collector finished ({status}) before it could be stopped; raise GARBAGE");
         }
-        if !holds_flock(pid, lease_lock) {
+        if !lease.exists() || !holds_flock(pid, lease_lock) {
             std::thread::yield_now();
             continue;
         }
@@ -529,7 +530,7 @@ fn stopped_collector_process(break_lease: bool) {
             .spawn()
             .unwrap(),
     );
-    let holding = stop_collector(&mut collector.0, lease_lock);
+    let holding = stop_collector(&mut collector.0, &data.path().join("gc/lock"), lease_lock);
 
     let mut failures = Vec::new();
     // Pushes are timed from here: from the break, or from the stop (the lease turns stale a
