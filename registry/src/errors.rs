@@ -201,8 +201,8 @@ impl From<StoreError> for ApiError {
             chain.push_str(&s.to_string());
             src = s.source();
         }
-        // A store that gave up waiting (a filesystem stripe lock held by a stopped process):
-        // the client retries.
+        // A store request whose lock was taken over (a filesystem stripe lock its process kept
+        // too long: stopped or stalled) changed nothing: the client retries.
         let timed_out = matches!(&e, StoreError::Backend { source, .. } if source.kind() == std::io::ErrorKind::TimedOut);
         if timed_out {
             return ApiError::new(Code::Unavailable, chain).with_header(

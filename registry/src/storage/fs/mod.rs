@@ -1,9 +1,10 @@
 //! The filesystem store: the embedded default.
 //!
 //! Every key is a relative path under the root. Documents are written to a temporary file under
-//! `<root>/.tmp`, fsynced and renamed into place, under one of 256 striped `flock` locks in
-//! `<root>/.locks` (chosen by a hash of the key) so that conditional writes are atomic across
-//! threads and processes sharing the directory. Staging areas are plain files at their key, held
+//! `<root>/.tmp`, fsynced and renamed into place, under one of 256 stripe locks in
+//! `<root>/.stripes` (chosen by a hash of the key) so that conditional writes are atomic across
+//! threads and processes sharing the directory; a holder that keeps one too long (a stopped
+//! process) has it revoked (see `stripe.rs`). Staging areas are plain files at their key, held
 //! with an exclusive `flock` while a writer has them open; a commit hard-links the staging file to
 //! the destination (which fails if the destination exists, so publishing never overwrites) and
 //! then unlinks the staging name. Keys never start a segment with `.`, so the helper directories
@@ -11,7 +12,6 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -24,6 +24,7 @@ use super::{
     StoreResult, StoreWriter, past_end,
 };
 
+mod stripe;
 mod writer;
 
 use writer::FsWriter;
@@ -56,16 +57,16 @@ struct Inner {
     /// When a staging write last took too long on an async worker (see `writer.rs`), for
     /// every writer of the store to write on blocking threads for a while.
     slow_writes: writer::SlowWrites,
-    /// How long a request waits for a stripe lock before it gives up (see [`Inner::lock`]).
-    lock_wait: std::time::Duration,
+    /// The stripe locks of conditional writes and deletes (see [`Inner::lock`]).
+    stripes: stripe::Stripes,
 }
 
-/// How long a request waits for a stripe lock: the holder's critical section is a read, a
-/// compare and a rename (microseconds), so a wait this long means the holder is stopped
-/// (SIGSTOP, a debugger, ctrl-z on an `rdctl` sharing the directory) or stuck in the kernel.
-/// The request then fails with a retryable error naming the holder instead of queueing with
-/// no time limit.
-const STRIPE_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long one holder may keep a stripe lock before a waiter revokes it: the holder's
+/// critical section is a read, a compare and two renames (microseconds), so a holder this slow
+/// is stopped (SIGSTOP, a debugger, ctrl-z on an `rdctl` sharing the directory) or stalled. A
+/// second is well inside the shortest garbage-collection lease (2 s), so no request waits
+/// behind a stopped collector for longer than its lease.
+const STRIPE_REVOKE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What identifies one version of a document file (see `Inner::versions`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,13 +115,13 @@ impl FsStore {
     pub fn open(root: impl Into<PathBuf>) -> io::Result<FsStore> {
         let root = root.into();
         fs::create_dir_all(root.join(".tmp"))?;
-        fs::create_dir_all(root.join(".locks"))?;
+        let stripes = stripe::Stripes::open(root.join(".stripes"), STRIPE_REVOKE_AFTER)?;
         Ok(FsStore {
             inner: Arc::new(Inner {
                 root,
                 versions: Default::default(),
                 slow_writes: Default::default(),
-                lock_wait: STRIPE_LOCK_WAIT,
+                stripes,
             }),
         })
     }
@@ -206,31 +207,6 @@ async fn blocking<T: Send + 'static>(
     }
 }
 
-/// Who holds a stripe lock, from the process id its holder wrote into the file, and that
-/// process's state on Linux (`/proc/<pid>/stat`).
-fn lock_holder(f: &mut File) -> String {
-    let mut pid = String::new();
-    if f.seek(SeekFrom::Start(0)).is_err() || f.read_to_string(&mut pid).is_err() {
-        return "another process".to_owned();
-    }
-    let pid = pid.trim();
-    if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
-        return "another process".to_owned();
-    }
-    let state = fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|st| {
-            // pid (comm) STATE ...: comm may hold spaces and parentheses.
-            let rest = &st[st.rfind(')')? + 1..];
-            rest.split_whitespace().next().map(str::to_owned)
-        });
-    match state.as_deref() {
-        Some("T") | Some("t") => format!("process {pid}, which is stopped (SIGSTOP or a debugger)"),
-        Some(_) => format!("process {pid}"),
-        None => format!("process {pid} (no longer running)"),
-    }
-}
-
 fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
@@ -271,48 +247,11 @@ impl Inner {
         self.root.join(key.as_str())
     }
 
-    /// Takes the stripe lock of `key` (an exclusive `flock` on `.locks/<stripe>`), waiting at
-    /// most `lock_wait`. The holder writes its process id into the lock file, so a request
-    /// that gives up can say who holds it and whether that process is stopped.
-    fn lock(&self, key: &Key) -> io::Result<File> {
+    /// Takes the stripe lock of `key`.
+    fn lock(&self, key: &Key) -> io::Result<stripe::Held> {
         let digest = validator::Digest::sha256(key.as_str().as_bytes());
         let stripe = u32::from_str_radix(&digest.encoded()[..4], 16).unwrap_or(0) % LOCK_STRIPES;
-        let path = self.root.join(".locks").join(format!("{stripe:02x}"));
-        let mut f = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(&path)?;
-        let started = std::time::Instant::now();
-        let mut pause = std::time::Duration::from_micros(200);
-        loop {
-            match f.try_lock() {
-                Ok(()) => break,
-                Err(std::fs::TryLockError::WouldBlock) => {}
-                Err(std::fs::TryLockError::Error(e)) => return Err(e),
-            }
-            if started.elapsed() >= self.lock_wait {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "the store lock {} was held for {:.0} s by {}; retry later",
-                        path.display(),
-                        self.lock_wait.as_secs_f64(),
-                        lock_holder(&mut f)
-                    ),
-                ));
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(std::time::Duration::from_millis(20));
-        }
-        // Who holds it, for a request that gives up waiting (no fsync: only ever read while
-        // this process holds the lock, to name it).
-        let pid = std::process::id().to_string();
-        let _ = f
-            .set_len(0)
-            .and_then(|()| f.write_all_at(pid.as_bytes(), 0));
-        Ok(f)
+        self.stripes.lock(stripe)
     }
 
     fn temp_path(&self) -> PathBuf {
@@ -419,7 +358,7 @@ impl Inner {
     /// The part of [`Inner::put_doc`] under the stripe lock: the mode's check, then the rename
     /// of the durable temporary file `tmp` into place.
     fn put_locked(&self, key: &Key, tmp: &Path, mode: &PutMode) -> StoreResult<()> {
-        let _lock = self.lock(key).map_err(|e| backend(key, e))?;
+        let lock = self.lock(key).map_err(|e| backend(key, e))?;
         let path = self.path(key);
         match mode {
             PutMode::Create => {
@@ -452,7 +391,13 @@ impl Inner {
             }
             PutMode::Overwrite => {}
         }
-        with_parent(&path, || fs::rename(tmp, &path)).map_err(|e| backend(key, e))
+        // Through the lock, so that a holder stopped here and revoked changes nothing later.
+        let staged = lock.stage(tmp).map_err(|e| backend(key, e))?;
+        let published = with_parent(&path, || lock.publish(&staged, &path));
+        if published.is_err() {
+            lock.unstage(&staged, tmp);
+        }
+        published.map_err(|e| backend(key, e))
     }
 
     /// Removes empty directories from `path`'s parent up to (not including) the root.
@@ -775,11 +720,11 @@ impl Store for FsStore {
         Box::pin(blocking(key, move || {
             let path = inner.path(&k);
             {
-                let _lock = inner.lock(&k).map_err(|e| backend(&k, e))?;
+                let lock = inner.lock(&k).map_err(|e| backend(&k, e))?;
                 if path.is_dir() {
                     return Err(not_found(&k));
                 }
-                fs::remove_file(&path).map_err(|e| map_io(&k, e))?;
+                lock.remove(&path).map_err(|e| map_io(&k, e))?;
             }
             // Outside the lock: pruning races with creation anyway (see `with_parent`).
             inner.prune(&path);
@@ -792,39 +737,103 @@ impl Store for FsStore {
 mod tests {
     use super::*;
 
-    /// A stripe lock held past the wait (a stopped process sharing the directory holds it)
-    /// fails the request with a timeout that names the holder, instead of queueing it with no
-    /// time limit; once the lock is free the same write goes through. The new version's bytes
-    /// were written outside the lock and are removed again.
+    /// A stripe lock kept too long (its holder stopped or stalled) is revoked: the waiting write
+    /// goes through, and the old holder's pending rename then fails with a retryable error and
+    /// changes nothing (its new version's bytes are removed, not published).
     #[test]
-    fn a_stripe_lock_held_too_long_fails_the_request_naming_the_holder() {
+    fn a_stripe_lock_kept_too_long_is_revoked_and_its_holder_changes_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let mut store = FsStore::open(dir.path()).unwrap();
-        Arc::get_mut(&mut store.inner).unwrap().lock_wait = std::time::Duration::from_millis(300);
+        Arc::get_mut(&mut store.inner).unwrap().stripes.revoke_after =
+            std::time::Duration::from_millis(200);
         let key = Key::new("repositories/a/_tags").unwrap();
-        let holder = store.inner.lock(&key).unwrap();
+        let stale = store.inner.lock(&key).unwrap();
         let started = std::time::Instant::now();
-        let err = store
-            .inner
-            .put_doc(&key, b"{}", &PutMode::Overwrite)
-            .unwrap_err();
-        assert!(started.elapsed() < std::time::Duration::from_secs(3));
-        let StoreError::Backend { source, .. } = &err else {
-            panic!("{err}");
-        };
-        assert_eq!(source.kind(), io::ErrorKind::TimedOut, "{err}");
-        let text = source.to_string();
-        assert!(
-            text.contains(&format!("process {}", std::process::id())),
-            "{text}"
-        );
-        assert_eq!(fs::read_dir(dir.path().join(".tmp")).unwrap().count(), 0);
-        drop(holder);
         store
             .inner
-            .put_doc(&key, b"{}", &PutMode::Overwrite)
+            .put_doc(&key, b"new", &PutMode::Overwrite)
             .unwrap();
-        assert_eq!(store.inner.read_doc(&key, 10).unwrap().bytes, &b"{}"[..]);
+        assert!(started.elapsed() >= std::time::Duration::from_millis(200));
+        assert!(started.elapsed() < std::time::Duration::from_secs(3));
+
+        // The stale holder goes on with the write it had checked.
+        let tmp = store.inner.temp_path();
+        fs::write(&tmp, b"late").unwrap();
+        let err = stale.stage(&tmp).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
+        assert!(err.to_string().contains("took it over"), "{err}");
+        let path = store.inner.path(&key);
+        assert!(stale.remove(&path).is_err());
+        drop(stale);
+        assert_eq!(store.inner.read_doc(&key, 10).unwrap().bytes, &b"new"[..]);
+
+        // The lock is usable again, by this process and through a fresh store handle.
+        store
+            .inner
+            .put_doc(&key, b"again", &PutMode::Overwrite)
+            .unwrap();
+        let other = FsStore::open(dir.path()).unwrap();
+        other
+            .inner
+            .put_doc(&key, b"other", &PutMode::Overwrite)
+            .unwrap();
+        assert_eq!(store.inner.read_doc(&key, 10).unwrap().bytes, &b"other"[..]);
+    }
+
+    /// Read-modify-write increments under one stripe lock from several threads, some of whose
+    /// holders stall inside the lock and are revoked: every increment that reported success is
+    /// counted exactly once (no two holders ever changed the counter at once), and every
+    /// revoked one reports the retryable error.
+    #[test]
+    fn revocation_keeps_mutual_exclusion() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = FsStore::open(dir.path()).unwrap();
+        Arc::get_mut(&mut store.inner).unwrap().stripes.revoke_after =
+            std::time::Duration::from_millis(20);
+        let key = Key::new("counter").unwrap();
+        store.inner.put_doc(&key, b"0", &PutMode::Create).unwrap();
+        let (ok, revoked) = (
+            std::sync::atomic::AtomicU64::new(0),
+            std::sync::atomic::AtomicU64::new(0),
+        );
+        std::thread::scope(|s| {
+            for t in 0..4u32 {
+                let (inner, ok, revoked, key) = (&store.inner, &ok, &revoked, &key);
+                s.spawn(move || {
+                    for n in 0..40u32 {
+                        let lock = inner.lock(key).unwrap();
+                        let now: u64 = std::str::from_utf8(&inner.read_doc(key, 32).unwrap().bytes)
+                            .unwrap()
+                            .parse()
+                            .unwrap();
+                        if (n + t) % 10 == 0 {
+                            std::thread::sleep(std::time::Duration::from_millis(150));
+                        }
+                        let tmp = inner.temp_path();
+                        fs::write(&tmp, (now + 1).to_string()).unwrap();
+                        let r = lock
+                            .stage(&tmp)
+                            .and_then(|st| lock.publish(&st, &inner.path(key)));
+                        match r {
+                            Ok(()) => ok.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
+                            Err(e) => {
+                                assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
+                                let _ = fs::remove_file(&tmp);
+                                revoked.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                            }
+                        };
+                    }
+                });
+            }
+        });
+        let count: u64 = std::str::from_utf8(&store.inner.read_doc(&key, 32).unwrap().bytes)
+            .unwrap()
+            .parse()
+            .unwrap();
+        let (ok, revoked) = (ok.into_inner(), revoked.into_inner());
+        assert_eq!(count, ok, "{revoked} revoked");
+        assert!(revoked > 0, "no holder was revoked");
+        assert_eq!(ok + revoked, 160);
     }
 
     /// Keys created under a shared parent while other threads remove theirs (and prune the
