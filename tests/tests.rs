@@ -39,6 +39,7 @@ mod registry_limits;
 mod registry_redirect;
 mod registry_s3;
 mod registry_scrub;
+mod registry_sendfile;
 mod registry_sync;
 mod registry_tls;
 mod signing;

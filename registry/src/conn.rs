@@ -48,6 +48,8 @@ pub struct ConnLimits {
     pub write_stall: Duration,
     /// Time a request body may send nothing.
     pub body_idle: Duration,
+    /// Whether blob bytes go out with `sendfile(2)` on plain TCP (see `storage::file_region`).
+    pub sendfile: bool,
 }
 
 impl Default for ConnLimits {
@@ -58,6 +60,7 @@ impl Default for ConnLimits {
             header_read: Duration::from_secs(30),
             write_stall: Duration::from_secs(60),
             body_idle: Duration::from_secs(60),
+            sendfile: true,
         }
     }
 }
@@ -71,6 +74,7 @@ pub(crate) async fn serve<L>(
     stop: impl Future<Output = ()> + Send,
 ) where
     L: Listener<Addr = SocketAddr>,
+    L::Io: SendFile,
 {
     // Dropped to tell every connection to shut down gracefully.
     let (signal_tx, signal_rx) = watch::channel(());
@@ -100,7 +104,9 @@ pub(crate) async fn serve<L>(
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.header_read);
             builder.http2().timer(TokioTimer::new());
-            let io = TokioIo::new(StallGuard::new(io, limits.write_stall));
+            let mut guard = StallGuard::new(io, limits.write_stall);
+            guard.sendfile = limits.sendfile;
+            let io = TokioIo::new(guard);
             let conn = builder.serve_connection_with_upgrades(io, service);
             tokio::pin!(conn);
             let mut shutting_down = false;
@@ -139,6 +145,8 @@ struct StallGuard<T> {
     clock: Option<Pin<Box<tokio::time::Sleep>>>,
     /// Whether the clock runs: a write is pending.
     stalled: bool,
+    /// Whether slices of mapped blob files go out with `sendfile` (when the IO can).
+    sendfile: bool,
 }
 
 impl<T> StallGuard<T> {
@@ -148,6 +156,7 @@ impl<T> StallGuard<T> {
             limit,
             clock: None,
             stalled: false,
+            sendfile: false,
         }
     }
 
@@ -193,13 +202,110 @@ impl<T: AsyncRead + Unpin> AsyncRead for StallGuard<T> {
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for StallGuard<T> {
+/// A connection's socket as `sendfile(2)` sees it (see `storage::file_region`): a plain TCP
+/// socket takes bytes from a file; a TLS stream does not (its bytes are encrypted on the way),
+/// and is written as before.
+pub trait SendFile {
+    /// Whether [`SendFile::poll_send_file`] can send (otherwise no slice is looked up).
+    fn sends_files(&self) -> bool;
+
+    /// Sends up to `len` bytes of `file` from `offset`.
+    fn poll_send_file(
+        &self,
+        cx: &mut Context<'_>,
+        file: &std::fs::File,
+        offset: u64,
+        len: usize,
+    ) -> Poll<io::Result<usize>>;
+}
+
+impl SendFile for tokio::net::TcpStream {
+    fn sends_files(&self) -> bool {
+        true
+    }
+
+    fn poll_send_file(
+        &self,
+        cx: &mut Context<'_>,
+        file: &std::fs::File,
+        offset: u64,
+        len: usize,
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            std::task::ready!(self.poll_write_ready(cx))?;
+            let mut at = offset;
+            let sent = self.try_io(tokio::io::Interest::WRITABLE, || {
+                rustix::fs::sendfile(self, file, Some(&mut at), len).map_err(io::Error::from)
+            });
+            return Poll::Ready(match sent {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                // Committed blobs never shrink: a file that ends early is not served short.
+                Ok(0) => Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the blob's file ended before the bytes the response promised",
+                )),
+                r => r,
+            });
+        }
+    }
+}
+
+impl<T> SendFile for tokio_rustls::server::TlsStream<T> {
+    fn sends_files(&self) -> bool {
+        false
+    }
+
+    fn poll_send_file(
+        &self,
+        _: &mut Context<'_>,
+        _: &std::fs::File,
+        _: u64,
+        _: usize,
+    ) -> Poll<io::Result<usize>> {
+        Poll::Ready(Err(io::Error::other(
+            "a TLS stream does not send from files",
+        )))
+    }
+}
+
+impl<T: AsyncWrite + Unpin + SendFile> StallGuard<T> {
+    /// Writes `bufs` with `sendfile` when their first slice shows a blob file's bytes (the
+    /// same bytes, taken from the page cache instead of copied from the mapping), or the
+    /// plain slices before the first one that does; `None` when no slice does.
+    fn poll_from_file(
+        &mut self,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Option<Poll<io::Result<usize>>> {
+        if !self.sendfile || !self.inner.sends_files() {
+            return None;
+        }
+        let first = bufs.iter().position(|b| !b.is_empty())?;
+        let (at, (file, offset)) = bufs[first..]
+            .iter()
+            .enumerate()
+            .find_map(|(i, b)| crate::storage::file_region::lookup(b).map(|f| (first + i, f)))?;
+        if at > first {
+            return Some(Pin::new(&mut self.inner).poll_write_vectored(cx, &bufs[..at]));
+        }
+        let r = self.inner.poll_send_file(cx, &file, offset, bufs[at].len());
+        if let Poll::Ready(Ok(n)) = r {
+            crate::storage::file_region::sent(n);
+        }
+        Some(r)
+    }
+}
+
+impl<T: AsyncWrite + Unpin + SendFile> AsyncWrite for StallGuard<T> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        let r = match self.poll_from_file(cx, &[io::IoSlice::new(buf)]) {
+            Some(r) => r,
+            None => Pin::new(&mut self.inner).poll_write(cx, buf),
+        };
         self.progress(r, cx)
     }
 
@@ -208,7 +314,10 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for StallGuard<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        let r = match self.poll_from_file(cx, bufs) {
+            Some(r) => r,
+            None => Pin::new(&mut self.inner).poll_write_vectored(cx, bufs),
+        };
         self.progress(r, cx)
     }
 

@@ -172,6 +172,11 @@ impl Metrics {
             "# TYPE registry_http_response_bytes_total counter\nregistry_http_response_bytes_total {}",
             self.bytes_out.load(Ordering::Relaxed)
         );
+        let _ = writeln!(
+            out,
+            "# TYPE registry_blob_bytes_sent_from_file_total counter\nregistry_blob_bytes_sent_from_file_total {}",
+            crate::storage::file_region::sent_total()
+        );
         self.upload
             .lock()
             .expect("metrics lock")

@@ -79,6 +79,9 @@ impl ServeConfig {
         if let Some(v) = parsed(env, "RDCTL_REGISTRY_DELETE_ENABLED", BOOL)? {
             self.delete_enabled = v;
         }
+        if let Some(v) = parsed(env, "RDCTL_REGISTRY_SENDFILE", BOOL)? {
+            self.conn_limits.sendfile = v;
+        }
         if let Some(v) = size(
             env,
             &[

@@ -28,6 +28,7 @@ pub(super) struct FileConfig {
     listen: Option<SocketAddr>,
     data: Option<PathBuf>,
     delete_enabled: Option<bool>,
+    sendfile: Option<bool>,
     #[serde(alias = "max_manifest_bytes")]
     max_manifest_size: Option<ByteSize>,
     #[serde(alias = "shutdown_timeout_secs")]
@@ -254,6 +255,9 @@ impl ServeConfig {
         }
         if let Some(v) = f.delete_enabled {
             self.delete_enabled = v;
+        }
+        if let Some(v) = f.sendfile {
+            self.conn_limits.sendfile = v;
         }
         if let Some(v) = f.max_manifest_size {
             self.max_manifest_bytes = v.0;

@@ -484,3 +484,32 @@ fn environment_durations_and_sizes_take_the_same_forms() {
         "environment variable RDCTL_REGISTRY_UPLOAD_MAX_AGE has a bad value \"1 week\": has an unknown unit \"week\"; use ms, s, m, h or d (like \"90s\", \"15m\")"
     );
 }
+
+/// `sendfile` is on by default, off from the file, and the environment wins over the file.
+#[test]
+fn sendfile_is_on_by_default_and_can_be_turned_off() {
+    let none = |_: &str| None;
+    assert!(
+        ServeConfig::load_with_env(None, &none)
+            .unwrap()
+            .conn_limits
+            .sendfile
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("r.toml");
+    std::fs::write(&file, "sendfile = false\n").unwrap();
+    let c = ServeConfig::load_with_env(Some(&file), &none).unwrap();
+    assert!(!c.conn_limits.sendfile);
+    let env = |k: &str| (k == "RDCTL_REGISTRY_SENDFILE").then(|| "true".to_owned());
+    assert!(
+        ServeConfig::load_with_env(Some(&file), &env)
+            .unwrap()
+            .conn_limits
+            .sendfile
+    );
+    let bad = |k: &str| (k == "RDCTL_REGISTRY_SENDFILE").then(|| "maybe".to_owned());
+    let err = ServeConfig::load_with_env(None, &bad)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("RDCTL_REGISTRY_SENDFILE"), "{err}");
+}

@@ -25,6 +25,7 @@
 
 pub mod layout;
 
+pub(crate) mod file_region;
 mod fs;
 mod instrumented;
 #[cfg(feature = "s3")]

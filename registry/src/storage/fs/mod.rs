@@ -175,7 +175,9 @@ fn open_object(inner: &Inner, k: &Key) -> StoreResult<(File, ObjectMeta)> {
 
 /// Maps `len` bytes of `file` from `offset` and faults them in now, on the blocking thread, so a
 /// page that is not in the page cache never stalls the async worker that writes it out.
-fn map_window(file: &File, offset: u64, len: u64) -> io::Result<Bytes> {
+/// The window is registered (see `storage::file_region`) so that a plain TCP connection can send
+/// it with `sendfile` instead of writing it from the mapping.
+fn map_window(file: &Arc<File>, offset: u64, len: u64) -> io::Result<Bytes> {
     if len == 0 {
         return Ok(Bytes::new());
     }
@@ -191,9 +193,13 @@ fn map_window(file: &File, offset: u64, len: u64) -> io::Result<Bytes> {
             .offset(offset)
             .len(len)
             .populate()
-            .map(file)?
+            .map(&**file)?
     };
-    Ok(Bytes::from_owner(map))
+    Ok(Bytes::from_owner(super::file_region::MappedWindow::new(
+        map,
+        file.clone(),
+        offset,
+    )))
 }
 
 /// Runs blocking filesystem work off the async threads.
@@ -580,12 +586,12 @@ impl Store for FsStore {
                 if offset.saturating_add(len) > meta.size {
                     return Err(past_end(NAME, &k, offset, len, meta.size));
                 }
+                let f = Arc::new(f);
                 let first =
                     map_window(&f, offset, len.min(MAP_WINDOW)).map_err(|e| backend(&k, e))?;
                 Ok((meta, f, first))
             })
             .await?;
-            let file = Arc::new(file);
             let end = offset + len;
             let rest = (offset + first.len() as u64..end)
                 .step_by(MAP_WINDOW as usize)
