@@ -1249,3 +1249,72 @@ async fn a_manifest_an_index_lists_is_deleted_only_when_asked() {
     let r = delete(format!("/v2/r/manifests/{child}")).await;
     assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
 }
+
+/// A manifest GET by tag answers from the document cache once it has read the bytes, and the
+/// cache never outlives them: a manifest whose stored bytes are removed (garbage collection,
+/// a scrub's withdrawal) answers no more bytes, and one pushed again is served again.
+#[tokio::test]
+async fn a_cached_manifest_whose_bytes_are_gone_is_not_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = app_on(dir.path(), RegistryConfig::default());
+    let config = push_blob(&app, "r", b"{}").await;
+    let layer = push_blob(&app, "r", b"layer").await;
+    let m = image_manifest(&config, 2, &layer, 5);
+    let r = send(
+        &app,
+        Method::PUT,
+        "/v2/r/manifests/v1",
+        &[("content-type", MT)],
+        m.clone(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    for _ in 0..3 {
+        let r = send(
+            &app,
+            Method::GET,
+            "/v2/r/manifests/v1",
+            &[("accept", MT)],
+            Body::empty(),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(&r.body[..], &m[..]);
+    }
+    let d = Digest::sha256(&m);
+    let hex = d.encoded();
+    let bytes = dir
+        .path()
+        .join(format!("blobs/sha256/{}/{hex}/data", &hex[..2]));
+    std::fs::remove_file(&bytes).unwrap_or_else(|e| panic!("{}: {e}", bytes.display()));
+    let r = send(
+        &app,
+        Method::GET,
+        "/v2/r/manifests/v1",
+        &[("accept", MT)],
+        Body::empty(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{:?}", r.body);
+    assert_eq!(r.code(), "MANIFEST_UNKNOWN");
+
+    let r = send(
+        &app,
+        Method::PUT,
+        "/v2/r/manifests/v1",
+        &[("content-type", MT)],
+        m.clone(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    let r = send(
+        &app,
+        Method::GET,
+        "/v2/r/manifests/v1",
+        &[("accept", MT)],
+        Body::empty(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(&r.body[..], &m[..]);
+}
