@@ -28,6 +28,7 @@ mod compose;
 mod imagefile;
 mod layercache;
 mod lock;
+mod parents;
 mod pargz;
 mod pipeline;
 mod progress;
