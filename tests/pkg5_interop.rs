@@ -587,3 +587,108 @@ fn rdctl_publish_into_a_bare_pkgrepo_create_repository_lists_what_it_published()
         depot.log()
     );
 }
+
+/// Manifest and the stored manifest's `file` action lines for `path`, from a repository's
+/// only version of `stem`.
+fn file_action(repo: &Path, stem: &str, path: &str) -> String {
+    let dir = repo
+        .join("publisher/example.org/pkg")
+        .join(stem.replace('/', "%2F"));
+    let versions: Vec<PathBuf> = fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(versions.len(), 1, "{versions:?}");
+    let text = fs::read_to_string(&versions[0]).unwrap();
+    let needle = format!(" path={path} ");
+    text.lines()
+        .find(|l| l.starts_with("file ") && l.contains(&needle))
+        .unwrap_or_else(|| panic!("no file action for {path} in:\n{text}"))
+        .to_owned()
+}
+
+/// An action line without the attributes of the stored (compressed) payload: `chash`,
+/// `pkg.csize` and the `gzip:` content hash.
+fn uncompressed_attrs(action: &str) -> String {
+    action
+        .split(' ')
+        .filter(|t| {
+            !t.starts_with("chash=")
+                && !t.starts_with("pkg.csize=")
+                && !t.starts_with("pkg.content-hash=gzip:")
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// An ELF object of this machine to publish: the `true` command.
+fn host_elf() -> PathBuf {
+    let elf = ["/usr/bin/true", "/bin/true"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .expect("this test needs /usr/bin/true or /bin/true (an ELF executable)");
+    assert_eq!(
+        &fs::read(&elf).unwrap()[..4],
+        b"\x7fELF",
+        "{}",
+        elf.display()
+    );
+    elf
+}
+
+#[test]
+fn rdctl_publish_adds_the_elf_attributes_pkgsend_adds() {
+    let Some(bin) = pkg5_bin() else { return };
+    let f = Fixture::new();
+    fs::copy(host_elf(), f.proto.join("usr/bin/true")).unwrap();
+    let manifest = f.dir.join("elf.p5m");
+    write(
+        &manifest,
+        "set name=pkg.fmri value=pkg:/demo/elf@1.0,5.11-1:20240101T000000Z\n\
+         file path=usr/bin/true owner=root group=bin mode=0555\n\
+         file path=usr/bin/hello owner=root group=bin mode=0555\n",
+    );
+    let theirs = f.dir.join("theirs");
+    ok(tool(&bin, "pkgrepo").args(["create", s(&theirs)]));
+    ok(tool(&bin, "pkgrepo").args(["add-publisher", "-s", s(&theirs), "example.org"]));
+    ok(tool(&bin, "pkgsend").args([
+        "-D",
+        "allow-timestamp",
+        "publish",
+        "-s",
+        s(&theirs),
+        "-d",
+        s(&f.proto),
+        s(&manifest),
+    ]));
+    let ours = f.dir.join("ours");
+    f.rdctl_publish(&ours, &manifest);
+
+    let want = file_action(&theirs, "demo/elf", "usr/bin/true");
+    for attr in [
+        "elfarch=",
+        "elfbits=",
+        "elfhash=",
+        "pkg.content-hash=gelf:sha512t_256:",
+    ] {
+        assert!(want.contains(attr), "pkgsend wrote no {attr}: {want}");
+    }
+    // The whole action, byte for byte (elfarch, elfbits, elfhash, the gelf values before the
+    // file content hash), but for what the compressor decides: zlib-rs and Python's zlib
+    // deflate the same content at level 9 into different bytes (docs/ips.md).
+    let ours_elf = file_action(&ours, "demo/elf", "usr/bin/true");
+    assert_eq!(uncompressed_attrs(&ours_elf), uncompressed_attrs(&want));
+    assert!(
+        ours_elf.contains(" pkg.content-hash=gzip:sha512t_256:"),
+        "{ours_elf}"
+    );
+    // A script gets none of them, from either.
+    let script = file_action(&ours, "demo/elf", "usr/bin/hello");
+    assert!(!script.contains("elf"), "{script}");
+    assert_eq!(
+        uncompressed_attrs(&script),
+        uncompressed_attrs(&file_action(&theirs, "demo/elf", "usr/bin/hello"))
+    );
+    pkgrepo_accepts(&bin, &ours);
+}
