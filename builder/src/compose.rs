@@ -10,7 +10,9 @@
 //! no-ops in a zone (pkg runs `add_drv` only in global zones). `legacy` actions write
 //! `var/sadm/pkg/<pkg>/pkginfo`, and the `var/pkg` metadata comes from
 //! [`ips_bridge::ImageMetadata`]. Parent directories nobody delivers are added as pkg's
-//! install makes them ([`crate::parents`]).
+//! install makes them ([`parents`]).
+
+mod parents;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
@@ -220,7 +222,7 @@ pub(crate) fn compose(
     }
     add_legacy_pkginfo(&mut tree, &applicable, packages, filter, epoch);
     add_var_pkg(&mut tree, packages, filter, epoch, staging)?;
-    crate::parents::add_missing_parents(&mut tree, &unplaced, epoch);
+    parents::add_missing_parents(&mut tree, &unplaced, epoch);
     canonicalize_hardlinks(&mut tree, packages)?;
     Ok(tree)
 }

@@ -28,7 +28,6 @@ mod compose;
 mod imagefile;
 mod layercache;
 mod lock;
-mod parents;
 mod pargz;
 mod pipeline;
 mod progress;

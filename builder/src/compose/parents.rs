@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::compose::{Content, Node, Tree};
+use super::{Content, Node, Tree};
 use crate::tarball::Meta;
 
 /// The mode pkg asks for when it makes the parent of a file, link or hard link.
