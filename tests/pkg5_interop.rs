@@ -760,8 +760,8 @@ fn content_key(path: &str, bytes: &[u8]) -> String {
     sha256_hex(lines.join("\n").as_bytes())
 }
 
-/// The tree `pkg install` made at `root`, without `var/pkg` (image metadata, compared by
-/// `pkg verify` elsewhere) and `etc/.pwd.lock` (the lock file pkg leaves while it edits the
+/// The tree `pkg install` made at `root`, without `var/pkg` (image metadata: ours is what
+/// `pkg verify` checks the built image against) and `etc/.pwd.lock` (the lock file pkg leaves while it edits the
 /// account files); with the sets of paths that share an inode.
 fn pkg_tree(root: &Path) -> (BTreeMap<String, Installed>, BTreeSet<Vec<String>>) {
     use std::os::unix::fs::MetadataExt;
@@ -809,22 +809,50 @@ fn pkg_tree(root: &Path) -> (BTreeMap<String, Installed>, BTreeSet<Vec<String>>)
     (out, links)
 }
 
-/// The tree the layers of the image in the OCI layout `out` unpack to (in order, later
-/// entries replacing earlier ones), without `var/pkg`; with the sets of paths that share an
-/// inode (a tar hard link and its target).
-fn layout_tree(out: &Path) -> (BTreeMap<String, Installed>, BTreeSet<Vec<String>>) {
+/// The layer blobs of the image in the OCI layout `out` (its index's first manifest), in
+/// order; each is a gzip tar.
+fn layers(out: &Path) -> Vec<PathBuf> {
     let blob = |digest: &str| {
         out.join("blobs/sha256")
             .join(digest.trim_start_matches("sha256:"))
     };
     let index = json(&out.join("index.json"));
     let manifest = json(&blob(index["manifests"][0]["digest"].as_str().unwrap()));
+    manifest["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|layer| {
+            let media = layer["mediaType"].as_str().unwrap();
+            assert!(media.ends_with("tar+gzip"), "{media}");
+            blob(layer["digest"].as_str().unwrap())
+        })
+        .collect()
+}
+
+/// Unpacks the image in the OCI layout `out` into `root` as a zone's root holds it: modes
+/// (set-id bits included), owners and group ids, links (a fresh build has no whiteouts).
+fn unpack(out: &Path, root: &Path) {
+    for layer in layers(out) {
+        let f = fs::File::open(&layer).unwrap();
+        let mut ar = tar::Archive::new(flate2::read::MultiGzDecoder::new(f));
+        ar.set_preserve_permissions(true);
+        ar.set_preserve_ownerships(true);
+        ar.set_overwrite(true);
+        ar.unpack(root).unwrap_or_else(|e| {
+            panic!("unpacking {} into {}: {e}", layer.display(), root.display())
+        });
+    }
+}
+
+/// The tree the layers of the image in the OCI layout `out` unpack to (in order, later
+/// entries replacing earlier ones), without `var/pkg`; with the sets of paths that share an
+/// inode (a tar hard link and its target).
+fn layout_tree(out: &Path) -> (BTreeMap<String, Installed>, BTreeSet<Vec<String>>) {
     let mut tree = BTreeMap::new();
     let mut hardlinks: BTreeMap<String, String> = BTreeMap::new();
-    for layer in manifest["layers"].as_array().unwrap() {
-        let media = layer["mediaType"].as_str().unwrap();
-        assert!(media.ends_with("tar+gzip"), "{media}");
-        let f = fs::File::open(blob(layer["digest"].as_str().unwrap())).unwrap();
+    for layer in layers(out) {
+        let f = fs::File::open(&layer).unwrap();
         let mut ar = tar::Archive::new(flate2::read::MultiGzDecoder::new(f));
         for e in ar.entries().unwrap() {
             let mut e = e.unwrap();
@@ -1016,5 +1044,30 @@ fn rdctl_build_lays_out_the_tree_pkg_install_makes_from_a_pkgsend_repository() {
         let e = &ours[path];
         let owner = if as_root { owner } else { (0, 0) };
         assert_eq!((e.kind, e.mode, e.owner), (kind, mode, owner), "{path}");
+    }
+
+    // The real pkg verify of the image unpacked as a zone's root: our var/pkg, and every
+    // installed action checked against it (owners, modes, the ELF payload by its gelf hash).
+    if !as_root {
+        eprintln!(
+            "
+*** not root: the unpacked image's owners cannot be set, pkg verify NOT run ***
+"
+        );
+        return;
+    }
+    let zone = f.dir.join("zone");
+    fs::create_dir(&zone).unwrap();
+    unpack(&out, &zone);
+    let (code, stdout, stderr) = run(pkg(&bin, &zone).args(["verify", "-v"]));
+    assert_eq!(
+        code, 0,
+        "pkg verify of the built image:\n{stdout}\n{stderr}"
+    );
+    for fmri in ["demo/app", "demo/base"] {
+        assert!(
+            stdout.contains(fmri),
+            "pkg verify -v did not check {fmri}:\n{stdout}"
+        );
     }
 }
