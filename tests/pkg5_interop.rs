@@ -642,13 +642,26 @@ fn host_elf() -> PathBuf {
 fn rdctl_publish_adds_the_elf_attributes_pkgsend_adds() {
     let Some(bin) = pkg5_bin() else { return };
     let f = Fixture::new();
+    // This machine's `true` (64-bit), and pkg5's own test objects: 32-bit, built on
+    // illumos, with .comment and .SUNW sections.
+    let ro_data = root().join(".tools/pkg5/src/src/tests/ro_data");
     fs::copy(host_elf(), f.proto.join("usr/bin/true")).unwrap();
+    for so in ["elftest.so.1", "elftest.so.2"] {
+        fs::create_dir_all(f.proto.join("usr/lib")).unwrap();
+        fs::copy(ro_data.join(so), f.proto.join("usr/lib").join(so))
+            .unwrap_or_else(|e| panic!("{}: {e}", ro_data.join(so).display()));
+    }
     let manifest = f.dir.join("elf.p5m");
+    // Attributes a manifest gives are dropped and computed again (elftest.so.2 does not
+    // become a sparc object, the script gets no elfarch).
     write(
         &manifest,
         "set name=pkg.fmri value=pkg:/demo/elf@1.0,5.11-1:20240101T000000Z\n\
          file path=usr/bin/true owner=root group=bin mode=0555\n\
-         file path=usr/bin/hello owner=root group=bin mode=0555\n",
+         file path=usr/lib/elftest.so.1 owner=root group=bin mode=0755\n\
+         file path=usr/lib/elftest.so.2 owner=root group=bin mode=0755 elfarch=sparc \
+         elfbits=64 elfhash=0000\n\
+         file path=usr/bin/hello owner=root group=bin mode=0555 elfarch=sparc\n",
     );
     let theirs = f.dir.join("theirs");
     ok(tool(&bin, "pkgrepo").args(["create", s(&theirs)]));
@@ -666,24 +679,28 @@ fn rdctl_publish_adds_the_elf_attributes_pkgsend_adds() {
     let ours = f.dir.join("ours");
     f.rdctl_publish(&ours, &manifest);
 
-    let want = file_action(&theirs, "demo/elf", "usr/bin/true");
-    for attr in [
-        "elfarch=",
-        "elfbits=",
-        "elfhash=",
-        "pkg.content-hash=gelf:sha512t_256:",
+    for (path, bits) in [
+        ("usr/bin/true", "64"),
+        ("usr/lib/elftest.so.1", "32"),
+        ("usr/lib/elftest.so.2", "32"),
     ] {
-        assert!(want.contains(attr), "pkgsend wrote no {attr}: {want}");
+        let want = file_action(&theirs, "demo/elf", path);
+        for attr in [
+            "elfarch=i386 ",
+            &format!("elfbits={bits} "),
+            "elfhash=",
+            "pkg.content-hash=gelf:sha512t_256:",
+            "pkg.content-hash=gelf.unsigned:sha512t_256:",
+        ] {
+            assert!(want.contains(attr), "pkgsend wrote no {attr}: {want}");
+        }
+        // The whole action, byte for byte (elfarch, elfbits, elfhash, the gelf values before
+        // the file content hash), but for what the compressor decides: zlib-rs and Python's
+        // zlib deflate the same content at level 9 into different bytes (docs/ips.md).
+        let got = file_action(&ours, "demo/elf", path);
+        assert_eq!(uncompressed_attrs(&got), uncompressed_attrs(&want));
+        assert!(got.contains(" pkg.content-hash=gzip:sha512t_256:"), "{got}");
     }
-    // The whole action, byte for byte (elfarch, elfbits, elfhash, the gelf values before the
-    // file content hash), but for what the compressor decides: zlib-rs and Python's zlib
-    // deflate the same content at level 9 into different bytes (docs/ips.md).
-    let ours_elf = file_action(&ours, "demo/elf", "usr/bin/true");
-    assert_eq!(uncompressed_attrs(&ours_elf), uncompressed_attrs(&want));
-    assert!(
-        ours_elf.contains(" pkg.content-hash=gzip:sha512t_256:"),
-        "{ours_elf}"
-    );
     // A script gets none of them, from either.
     let script = file_action(&ours, "demo/elf", "usr/bin/hello");
     assert!(!script.contains("elf"), "{script}");

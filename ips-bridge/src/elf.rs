@@ -11,7 +11,9 @@
 //! is the same value (pkg leaves signature sections out of both).
 //!
 //! `elfarch` names the machine as pkg does (`i386` for x86 in either width, `sparc`, `ppc`,
-//! `aarch64`, `none`, else `other`) and `elfbits` the class (32 or 64).
+//! `aarch64`, `none`, else `other`) and `elfbits` the class (32 or 64). Whatever values a
+//! source manifest gives are dropped first ([`ElfInfo::strip_from`]), as `pkgsend publish`
+//! drops them.
 
 use std::io::{self, Read, Seek, SeekFrom};
 
@@ -152,11 +154,12 @@ impl ElfInfo {
         }
     }
 
-    /// Whether `pkgsend publish` would compute the attributes for `action`: only when it has
-    /// no `elfhash` and lacks `elfarch` or `elfbits`; otherwise it adds none of them.
-    pub fn wanted_for(action: &Action) -> bool {
-        action.get("elfhash").is_none()
-            && (action.get("elfarch").is_none() || action.get("elfbits").is_none())
+    /// Removes `elfarch`, `elfbits` and `elfhash` from `action`: `pkgsend publish` drops
+    /// them from every action with a payload and computes them again from the content.
+    pub fn strip_from(action: &mut Action) {
+        for key in ["elfarch", "elfbits", "elfhash"] {
+            action.remove(key);
+        }
     }
 }
 
@@ -365,7 +368,6 @@ mod tests {
              pkg.content-hash=file:sha512t_256:aa pkg.content-hash=gzip:sha512t_256:bb",
         )
         .unwrap();
-        assert!(ElfInfo::wanted_for(&a));
         let info = read(object(true, false, 62, b"")).unwrap().unwrap();
         info.apply_to(&mut a);
         assert_eq!(a.get("elfarch"), Some("i386"));
@@ -381,11 +383,11 @@ mod tests {
                 "gzip:sha512t_256:bb".into(),
             ]
         );
-        // pkgsend adds nothing once elfhash is there, or when both elfarch and elfbits are.
-        assert!(!ElfInfo::wanted_for(&a));
-        let given = crate::Action::parse("file path=x elfarch=sparc elfbits=32").unwrap();
-        assert!(!ElfInfo::wanted_for(&given));
-        let half = crate::Action::parse("file path=x elfarch=sparc").unwrap();
-        assert!(ElfInfo::wanted_for(&half));
+        // What a manifest gives is dropped, as pkgsend publish drops it.
+        let mut given =
+            crate::Action::parse("file path=x elfarch=sparc elfbits=32 elfhash=00 mode=0555")
+                .unwrap();
+        ElfInfo::strip_from(&mut given);
+        assert_eq!(given.to_string(), "file mode=0555 path=x");
     }
 }
