@@ -10,8 +10,10 @@
 //! root:root 0755.
 //!
 //! Within files, and within links, pkg's order is the order of its action objects in memory;
-//! we take path order. The two can only differ when one missing directory is the parent of
-//! one action and above the parent of another, under an ancestor whose mode is not 0755.
+//! hard links it takes in path order but puts a link to a link after its target. We take
+//! path order in each phase. The results can only differ when one missing directory is the
+//! parent of one action and above the parent of another, under an ancestor whose mode is
+//! not 0755.
 
 use std::collections::BTreeMap;
 
