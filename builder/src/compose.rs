@@ -9,8 +9,10 @@
 //! `preserve=abandon` are not installed on a fresh install, as in pkg; `driver` actions are
 //! no-ops in a zone (pkg runs `add_drv` only in global zones). `legacy` actions write
 //! `var/sadm/pkg/<pkg>/pkginfo`, and the `var/pkg` metadata comes from
-//! [`ips_bridge::ImageMetadata`]. Parent directories nobody delivers are added as 0755
-//! root:root, as pkg creates them.
+//! [`ips_bridge::ImageMetadata`]. Parent directories nobody delivers are added as pkg's
+//! install makes them ([`parents`]).
+
+mod parents;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
@@ -204,9 +206,14 @@ pub(crate) fn compose(
         epoch,
     };
     let mut tree: Tree = BTreeMap::new();
+    // Files installed as nothing (preserve=legacy|abandon): pkg still makes their parents.
+    let mut unplaced: Vec<&str> = Vec::new();
     for (path, &(i, a)) in &winners {
-        if let Some(node) = nodes.node(path, i, a)? {
-            tree.insert(path.clone(), node);
+        match nodes.node(path, i, a)? {
+            Some(node) => {
+                tree.insert(path.clone(), node);
+            }
+            None => unplaced.push(path),
         }
     }
     // Account files now hold the merged database; they belong to the generated layer.
@@ -215,7 +222,7 @@ pub(crate) fn compose(
     }
     add_legacy_pkginfo(&mut tree, &applicable, packages, filter, epoch);
     add_var_pkg(&mut tree, packages, filter, epoch, staging)?;
-    add_missing_parents(&mut tree, epoch);
+    parents::add_missing_parents(&mut tree, &unplaced, epoch);
     canonicalize_hardlinks(&mut tree, packages)?;
     Ok(tree)
 }
@@ -467,27 +474,6 @@ fn add_legacy_pkginfo(
                     owner: None,
                 },
             );
-        }
-    }
-}
-
-/// Parents nobody delivers: root-owned 0755 directories.
-fn add_missing_parents(tree: &mut Tree, epoch: u64) {
-    let paths: Vec<String> = tree.keys().cloned().collect();
-    for p in paths {
-        let mut cur = p.as_str();
-        while let Some((parent, _)) = cur.rsplit_once('/') {
-            if !tree.contains_key(parent) {
-                tree.insert(
-                    parent.to_owned(),
-                    Node {
-                        content: Content::Dir,
-                        meta: root_meta(0o755, epoch),
-                        owner: None,
-                    },
-                );
-            }
-            cur = parent;
         }
     }
 }

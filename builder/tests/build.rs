@@ -1367,3 +1367,48 @@ fn payload_readers_leave_the_layers_byte_identical_and_stop_on_a_bad_payload() {
     );
     assert!(matches!(e, BuildError::Payload { .. }));
 }
+
+#[test]
+fn directories_no_dir_action_delivers_are_made_as_pkg_makes_them() {
+    // pkg's makedirs: a missing directory above the one an action needs copies the mode,
+    // owner and group of the deepest directory that exists; the action's own parent gets
+    // the owner and group too, with mode 0755. Dirs are installed before files and links.
+    let f = fixture(
+        &["set name=pkg.fmri value=pkg:/demo/deep@1.0:20240101T000000Z
+dir path=var/demo/a/b mode=0700 owner=root group=bin
+file usr/bin/other path=var/demo/data/cache/x mode=0644 owner=root group=bin
+link path=usr/bin/more/l target=../tool
+file usr/bin/other path=opt/vendor/bin/run mode=0555 owner=root group=bin
+file usr/bin/other path=etc/old.d/x.conf mode=0644 owner=root group=bin preserve=legacy
+"],
+    );
+    fs::write(
+        f.image_file(),
+        IMAGE.replace("\"demo/tool\"", "\"demo/tool\", \"demo/deep\""),
+    )
+    .unwrap();
+    lock_it(&f);
+    let out = f.root().join("out");
+    let s = build_to(&f, &out);
+    let tree = read_layer(&out, &s.layers[0].digest);
+    let dir = |p: &str| {
+        let e = &tree[p];
+        assert_eq!(e.kind, b'5', "{p}");
+        (e.mode, e.uid, e.gid)
+    };
+    // var/demo is 0750 demo:demo (300). var/demo/a is above a delivered dir: a copy.
+    assert_eq!(dir("var/demo/a"), (0o750, 300, 300));
+    assert_eq!(dir("var/demo/a/b"), (0o700, 0, 2));
+    // var/demo/data is above the file's parent: a copy; the parent is 0755 demo:demo.
+    assert_eq!(dir("var/demo/data"), (0o750, 300, 300));
+    assert_eq!(dir("var/demo/data/cache"), (0o755, 300, 300));
+    // usr/bin is root:bin (2): the link's parent takes its owner and group.
+    assert_eq!(dir("usr/bin/more"), (0o755, 0, 2));
+    // Under the image root (root:root 0755).
+    assert_eq!(dir("opt"), (0o755, 0, 0));
+    assert_eq!(dir("opt/vendor/bin"), (0o755, 0, 0));
+    // A preserve=legacy file is not installed, but pkg makes its parent first (etc is
+    // root:sys).
+    assert!(!tree.contains_key("etc/old.d/x.conf"));
+    assert_eq!(dir("etc/old.d"), (0o755, 0, 3));
+}

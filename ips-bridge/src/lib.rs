@@ -17,7 +17,8 @@
 //! - [`PayloadHashes`]: which hashes an action names and streaming verification of stored
 //!   payloads (`gzip:`/`chash` on the stored bytes, `file:sha512t_256` → `file:sha256` →
 //!   SHA-1 on the content; [`Check`] says whether the stored bytes' hash is checked too);
-//!   [`compress`] writes payloads with pkg's fixed gzip header.
+//!   [`compress`] writes payloads with pkg's fixed gzip header; [`ElfInfo`] the attributes
+//!   `pkgsend` adds to ELF payloads (`elfarch`, `elfbits`, `elfhash`, `gelf:` hashes).
 //! - [`CatalogAttrs`], [`CatalogPart`] and [`Catalog`]: catalog v1 with pkg's signatures,
 //!   serialised byte for byte as pkg does.
 //! - [`FileRepo`]: version 4 file repositories: read, verify, publish.
@@ -69,6 +70,7 @@ mod config;
 mod conflict;
 mod depend;
 mod depot;
+mod elf;
 mod fmri;
 mod image;
 mod lint;
@@ -97,6 +99,7 @@ pub use depot::{
     DepotClient, DepotClientBuilder, DepotError, DepotServer, RetryPolicy, ServerTls, TlsFileError,
     TlsProblem, TlsSettings, VERSIONS,
 };
+pub use elf::{ElfError, ElfInfo};
 pub use fmri::{Fmri, FmriError, quote, unquote, valid_publisher, valid_stem};
 pub use image::{
     ImageError, ImageMetadata, ImagePublisher, InstalledPackage, entry_states, legacy_pkginfo,

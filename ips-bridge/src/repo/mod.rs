@@ -20,6 +20,7 @@ use crate::catalog::{
     catalog_time, update_log_name,
 };
 use crate::config::{IniError, IniFile};
+use crate::elf::{ElfError, ElfInfo};
 use crate::fmri::{Fmri, FmriError, valid_publisher};
 use crate::manifest::{Manifest, ManifestError};
 use crate::payload::{Check, HashAlg, PayloadError, PayloadHashes, compress, hash_hex};

@@ -345,6 +345,15 @@ impl FileRepo {
             })?;
         }
         info.apply_to(action);
+        ElfInfo::strip_from(action);
+        let elf =
+            ElfInfo::read(File::open(&source).map_err(io_err(&source))?).map_err(|e| match e {
+                ElfError::Io(e) => io_err(&source)(e),
+                e => err(format!("{}: {e}", source.display())),
+            })?;
+        if let Some(elf) = elf {
+            elf.apply_to(action);
+        }
         Ok(())
     }
 }
