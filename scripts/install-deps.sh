@@ -48,7 +48,7 @@ STAMPS="$TOOLS/stamps"
 CACHE="$ROOT/.cache"
 
 # ---- pins (keep in sync with the design's "Real peers used in tests") --------------------
-APT_PKGS=(skopeo umoci zstd pigz docker-registry openssl chromium zfs-fuse curl jq docker.io)
+APT_PKGS=(skopeo umoci zstd pigz docker-registry openssl chromium zfs-fuse curl jq docker.io podman)
 CRANE_PKG=github.com/google/go-containerregistry/cmd/crane
 CRANE_VER=v0.22.1
 ORAS_PKG=oras.land/oras/cmd/oras

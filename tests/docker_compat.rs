@@ -236,7 +236,7 @@ impl Drop for Dockerd {
 
 /// Runs `cmd` with `stdin`, killing it after 3 minutes (a docker command that hangs must fail
 /// the test, not stall the suite).
-fn run(cmd: &mut Command, stdin: Option<&str>) -> Output {
+pub(crate) fn run(cmd: &mut Command, stdin: Option<&str>) -> Output {
     let mut child = cmd
         .stdin(if stdin.is_some() {
             Stdio::piped()
@@ -273,7 +273,7 @@ fn run(cmd: &mut Command, stdin: Option<&str>) -> Output {
 
 /// A registry where `alice` (password `alice-pw`) may do everything and, with `anonymous`,
 /// anonymous callers may pull `public/**`; with `tokens` it issues bearer tokens at `/token`.
-fn registry(dir: &Path, tokens: bool, anonymous: bool) -> Server {
+pub(crate) fn registry(dir: &Path, tokens: bool, anonymous: bool) -> Server {
     let users = dir.join("htpasswd");
     std::fs::write(
         &users,
@@ -304,7 +304,7 @@ fn registry(dir: &Path, tokens: bool, anonymous: bool) -> Server {
 }
 
 /// Whether the registry holds `repo:tag` (asked as alice, who may read everything).
-fn stored(server: &Server, repo: &str, tag: &str) -> bool {
+pub(crate) fn stored(server: &Server, repo: &str, tag: &str) -> bool {
     let alice = format!(
         "Basic {}",
         base64::engine::general_purpose::STANDARD.encode("alice:alice-pw")

@@ -22,6 +22,7 @@ mod module_graph;
 mod package_search;
 mod pkg5_interop;
 mod pkg_version_agreement;
+mod podman_compat;
 mod pull_through;
 mod pull_through_token;
 mod pull_through_trust;

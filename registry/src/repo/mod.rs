@@ -460,46 +460,6 @@ impl Repos {
         self.read(&layout::manifest_link(name, d), LINK_LIMIT).await
     }
 
-    /// Reads a manifest's bytes (bounded by `limit`).
-    ///
-    /// Kept in the document cache beside the tag indexes: a manifest GET then asks the store
-    /// only whether the bytes are still there unchanged (one `stat` on the request's own worker
-    /// on the filesystem store, a conditional GET on S3) instead of reading them on the
-    /// blocking pool, so a GET by tag costs what a HEAD does. A manifest garbage collection
-    /// deleted or a scrub withdrew is gone from its key, which the question notices.
-    pub async fn manifest_bytes(&self, d: &Digest, limit: u64) -> ApiResult<Bytes> {
-        let key = layout::blob_data(d);
-        let held = self
-            .parsed
-            .lookup(&key)
-            .and_then(|(etag, doc)| Some((etag, doc.downcast::<Bytes>().ok()?)))
-            .filter(|(_, bytes)| bytes.len() as u64 <= limit);
-        let fresh = match &held {
-            Some((etag, _)) => self.store.get_if_changed(&key, limit, etag).await,
-            None => self.store.get(&key, limit).await.map(Some),
-        };
-        match fresh {
-            // "Unchanged" is only ever asked about a held version.
-            Ok(None) => held
-                .map(|(_, b)| (*b).clone())
-                .ok_or_else(|| ApiError::internal(format!("{key}: unchanged, but not held"))),
-            Ok(Some(doc)) => {
-                let size = doc.bytes.len();
-                self.parsed
-                    .insert(&key, doc.etag, Arc::new(doc.bytes.clone()), size);
-                Ok(doc.bytes)
-            }
-            // Not at the legacy key: at the record's epoch (not cached: a revived copy).
-            Err(e) if e.is_not_found() => {
-                self.parsed.forget(&key);
-                Ok(crate::tombstone::get_data(self.store.as_ref(), d, limit)
-                    .await?
-                    .bytes)
-            }
-            Err(e) => Err(e.into()),
-        }
-    }
-
     /// Removes a manifest from the repository, with every tag pointing at it and its entry in
     /// its subject's referrers. False when the repository did not hold it.
     pub async fn delete_manifest(&self, name: &Name, d: &Digest) -> ApiResult<bool> {
