@@ -31,7 +31,8 @@
 # --dist-scales "" skips distribution (say so in the docs; at 100,000 its HTTP seeding can
 # take longer than the bench is worth: the 10,000 run's seeding rate tells how long).
 # Output: one JSON line per measurement in bench/out/gc-rate/results.jsonl and a Markdown
-# table on stdout (docs/benchmarks.md, "Growth", holds a run's table).
+# table on stdout (docs/benchmarks.md: its row in "Where each cell stands", and "GC at the
+# rate users see on object stores").
 # BENCH_PROFILE=debug uses target/debug binaries (built if missing) instead of a release build;
 # RDCTL_BIN=PATH and BENCH_BIN=PATH together use those binaries and build nothing.
 set -euo pipefail

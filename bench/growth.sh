@@ -16,7 +16,7 @@
 #   4. `rdctl registry retention --dry-run` with one policy over grow/** keeping each
 #      repository's 5 newest tags: wall time, peak RSS, S3 requests.
 # Output: one JSON line per measurement in bench/out/growth/results.jsonl and a Markdown table
-# on stdout (docs/benchmarks.md, "Growth", holds a run's table).
+# on stdout (docs/benchmarks.md: its rows in "Where each cell stands", and "Growth").
 # BENCH_PROFILE=debug uses target/debug binaries (built if missing) instead of a release build.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
