@@ -1500,3 +1500,136 @@ fn columns_sorting_verified_badge_and_sbom_page_in_a_browser() {
     assert!(shown.contains(&format!("download=\"{}.json\"", &digest[7..])));
     doc_screenshot(&profile, &sbom_url, "ui-sbom", 1000, 900);
 }
+
+/// An index's size and created time have one definition everywhere (docs/api.md, "Image size"
+/// and "Image created time"): each platform row gives its image's size (manifest, config and
+/// layers), not its manifest's own bytes, and the index's created time is its newest image's,
+/// in `rdctl inspect` (text and JSON), `rdctl ls` (text and JSON), the tags page and the index
+/// page.
+#[test]
+fn an_index_has_one_size_and_one_created_time_everywhere() {
+    let dir = tempdir();
+    let reg = Server::start(&dir.path().join("data"), &[]);
+    let host = reg.host();
+    let repo = "when/multi";
+    let config = |arch: &str, created: &str| -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({
+            "architecture": arch, "os": "illumos", "created": created,
+            "rootfs": {"type": "layers", "diff_ids": []},
+        }))
+        .unwrap()
+    };
+    let (older, newer) = ("2024-01-02T03:04:05Z", "2025-06-07T08:09:10Z");
+    let (c1, c2) = (config("amd64", older), config("sparc", newer));
+    let shared = [5u8; 2000];
+    let (p1, m1) = small_image(&reg, repo, "amd64", &c1, &[&shared, &[6u8; 3000]]);
+    let (p2, m2) = small_image(&reg, repo, "sparc", &c2, &[&shared]);
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": p1, "size": m1,
+             "platform": {"os": "illumos", "architecture": "amd64"}},
+            {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": p2, "size": m2,
+             "platform": {"os": "illumos", "architecture": "sparc"}},
+        ],
+    });
+    let index_bytes = serde_json::to_vec(&index).unwrap();
+    let (st, _, body) = http(
+        reg.addr,
+        "PUT",
+        &format!("/v2/{repo}/manifests/all"),
+        &[("content-type", "application/vnd.oci.image.index.v1+json")],
+        &index_bytes,
+    );
+    assert_eq!(st, 201, "{}", String::from_utf8_lossy(&body));
+    let amd64 = m1 + c1.len() + 2000 + 3000;
+    let sparc = m2 + c2.len() + 2000;
+    let total = index_bytes.len() + m1 + m2 + c1.len() + c2.len() + 2000 + 3000;
+    let reference = format!("{host}/{repo}:all");
+
+    // rdctl inspect: JSON and text.
+    let v = inspect(&reference);
+    assert_eq!(v["created"], newer, "{v:#}");
+    assert_eq!(v["total_size"], total, "{v:#}");
+    let rows = v["manifests"].as_array().unwrap();
+    assert_eq!(
+        (&rows[0]["total_size"], &rows[1]["total_size"]),
+        (&amd64.into(), &sparc.into()),
+        "{v:#}"
+    );
+    assert_eq!(
+        (&rows[0]["size"], &rows[1]["size"]),
+        (&m1.into(), &m2.into())
+    );
+    let text = String::from_utf8(ok(rdctl().args(["inspect", &reference])).stdout).unwrap();
+    assert!(text.contains(&format!("Created:      {newer}")), "{text}");
+    for (digest, size, created) in [(&p1, amd64, older), (&p2, sparc, newer)] {
+        let line = text.lines().find(|l| l.contains(digest.as_str())).unwrap();
+        assert!(
+            line.contains(&human(size)) && line.contains(created),
+            "{}: {line}\n{text}",
+            human(size)
+        );
+    }
+
+    // rdctl ls: JSON and text (the index's age is its newest image's).
+    let out = ok(rdctl().args(["ls", "--json", &format!("{host}/{repo}")]));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = |tag: &str| -> serde_json::Value {
+        v["tags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["tag"] == tag)
+            .unwrap_or_else(|| panic!("{tag}: {v:#}"))
+            .clone()
+    };
+    assert_eq!(
+        (row("all")["size"].clone(), row("all")["created"].clone()),
+        (total.into(), newer.into())
+    );
+    let out = ok(rdctl().args(["ls", &format!("{host}/{repo}")]));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let cells = |tag: &str| -> Vec<String> {
+        let line = text
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(tag))
+            .unwrap_or_else(|| panic!("{tag}: {text}"));
+        let cells: Vec<&str> = line.split("  ").filter(|c| !c.trim().is_empty()).collect();
+        cells.iter().map(|c| c.trim().to_owned()).collect()
+    };
+    assert_eq!(cells("all").last(), cells("sparc").last(), "{text}");
+    assert_ne!(cells("all").last().map(String::as_str), Some("-"), "{text}");
+
+    // The pages: the index page's facts and platform rows, and the tag row's age.
+    let (_, _, page) = get(&reg, &format!("/ui/r/{repo}:all"), None);
+    assert!(
+        page.contains(&format!("<dd>{}</dd>", human(total))),
+        "{page}"
+    );
+    assert!(
+        page.contains(&format!("<dt>Created</dt><dd>{newer} (")),
+        "{page}"
+    );
+    for (digest, size, created) in [(&p1, amd64, older), (&p2, sparc, newer)] {
+        let r = row_of(&page, &format!("/ui/r/{repo}@{digest}"));
+        assert!(
+            r.contains(&format!("<td>{}</td><td>{created}</td>", human(size))),
+            "{r}"
+        );
+    }
+    let (_, _, tags) = get(&reg, &format!("/ui/r/{repo}"), None);
+    let age = |tag: &str| -> String {
+        let r = row_of(&tags, &format!("/ui/r/{repo}:{tag}"));
+        r.split("<td>")
+            .nth(5)
+            .unwrap()
+            .split("</td>")
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(age("all"), age("sparc"), "{tags}");
+    assert_ne!(age("all"), "—", "{tags}");
+}

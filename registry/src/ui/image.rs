@@ -4,7 +4,7 @@
 use serde_json::Value;
 use validator::{Digest, Name};
 
-use super::manifest::{image_size, is_index, read_manifest, summary};
+use super::manifest::{is_index, read_manifest, summary};
 use super::signatures::{cosign_tag, is_cosign_tag, is_signature, signatures_of, signed};
 use super::{Artifact, ArtifactDocument, DOCUMENT_SHOWN, ImageView, Referrer, now, pages, short};
 use crate::errors::ApiResult;
@@ -215,7 +215,7 @@ pub(super) async fn image(
         media_type: link.media_type,
         doc: &m.doc,
         config: m.config.as_ref(),
-        summary: summary(&m, image_size(repos, &digest, &m).await?),
+        summary: summary(repos, &digest, &m).await?,
         tags,
         packages,
         referrers,

@@ -298,11 +298,24 @@ async fn repository_or_image(
 /// One tag page's facts about a manifest.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Summary {
+    /// Its image size (docs/api.md, "Image size").
     pub size: u64,
     pub platforms: Vec<String>,
-    /// `created` of the config (or the index's annotation), in seconds since 1970.
+    /// `created` of the config; for an index, the newest of its images' (docs/api.md, "Image
+    /// created time"); in seconds since 1970.
     pub created: Option<u64>,
     pub index: bool,
+    /// An index's entries, in its order.
+    pub children: Vec<Child>,
+}
+
+/// One entry of an index: its platform, and the size and created time of the image under it.
+#[derive(Debug, Clone)]
+pub(crate) struct Child {
+    pub digest: Digest,
+    pub platform: Option<String>,
+    pub size: u64,
+    pub created: Option<u64>,
 }
 
 /// What the page says about an image's signatures.

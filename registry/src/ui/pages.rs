@@ -406,25 +406,23 @@ pub(crate) fn image(v: &ImageView<'_>) -> String {
 
     if v.summary.index {
         h.raw("<h2>Manifests</h2>");
-        table_start(&mut h, "Manifests", &["Platform", "Digest", "Size"]);
-        for m in v.doc["manifests"].as_array().into_iter().flatten() {
-            let Some(d) = m
-                .get("digest")
-                .and_then(Value::as_str)
-                .and_then(|d| Digest::parse(d).ok())
-            else {
-                continue;
-            };
-            let platform = m
-                .get("platform")
-                .and_then(super::manifest::platform_of)
-                .unwrap_or_else(|| "—".to_owned());
-            let _ = write!(h, "<tr><td>{}</td><td>", Esc(&platform));
-            digest_link(&mut h, name, &d);
+        table_start(
+            &mut h,
+            "Manifests",
+            &["Platform", "Digest", "Size", "Created"],
+        );
+        for c in &v.summary.children {
             let _ = write!(
                 h,
-                "</td><td>{}</td></tr>",
-                Esc(&size(m.get("size").and_then(Value::as_u64).unwrap_or(0)))
+                "<tr><td>{}</td><td>",
+                Esc(c.platform.as_deref().unwrap_or("—"))
+            );
+            digest_link(&mut h, name, &c.digest);
+            let _ = write!(
+                h,
+                "</td><td>{}</td><td>{}</td></tr>",
+                Esc(&size(c.size)),
+                Esc(&c.created.map_or("—".to_owned(), validator::rfc3339))
             );
         }
         table_end(&mut h);

@@ -8,7 +8,7 @@ use futures_util::StreamExt;
 use validator::{Digest, Name};
 
 use super::image::referrers_of;
-use super::manifest::{image_size, read_manifest, summary};
+use super::manifest::{read_manifest, summary};
 use super::signatures::{is_cosign_tag, signatures_of, signed};
 use super::{CONCURRENCY, PAGE, PullHost, Signed, Summary, TagRow, now, pages};
 use crate::errors::ApiResult;
@@ -61,7 +61,7 @@ pub(super) async fn repository(
     let facts: Vec<ApiResult<(Digest, Facts)>> = futures_util::stream::iter(digests)
         .map(|d| async move {
             let s = match read_manifest(repos, 16 << 20, &d).await? {
-                Some(m) => Some(summary(&m, image_size(repos, &d, &m).await?)),
+                Some(m) => Some(summary(repos, &d, &m).await?),
                 None => None,
             };
             let sigs = signatures_of(repos, name, &d, everything).await?;
