@@ -5,7 +5,9 @@
 //! The page's source carries two kinds of HTML comments for this runner (a reader never sees
 //! them): `<!-- not run: REASON -->` right above a block leaves that block out (the reason is
 //! required), and `<!-- run: COMMAND -->` runs a command a person at a terminal does not need,
-//! such as waiting for a server started with `&` to answer before the next line uses it.
+//! such as waiting for a server started with `&` to answer before the next line uses it. A
+//! hidden command never changes what a printed one does (no function, alias or PATH of its
+//! own): the page runs as printed.
 //!
 //! The page's fixed ports (5000, 5001, 5002, 10000) become free ones and its `/tmp` and
 //! `/media/usb` paths move into a temporary directory, so the run touches nothing outside it.
@@ -53,6 +55,16 @@ fn steps(page: &str) -> Result<Vec<Step>, String> {
                     )
                 })?
                 .trim();
+            if ["() {", "()", "alias ", "unset ", "PATH="]
+                .iter()
+                .any(|w| command.contains(w))
+            {
+                return Err(format!(
+                    "{PAGE}:{}: a run: comment may not change what the page's commands do \
+                     (a function, alias or PATH): {command:?}; print it in the page",
+                    i + 1
+                ));
+            }
             out.push(Step::Hidden {
                 line: i + 1,
                 command: command.to_owned(),
@@ -203,6 +215,19 @@ fn the_runner_reads_blocks_comments_and_refuses_placeholders() {
     assert!(err.contains(":1: `not run:` needs a reason"), "{err}");
     let err = steps("x\n```sh\ncurl http://h/v2/r/manifests/<image digest>\n```\n").unwrap_err();
     assert!(err.contains(":3: placeholder <image digest>"), "{err}");
+    // A hidden command that would swap a printed one (`cosign` for `cosign3`) is refused.
+    for hidden in [
+        "cosign() { cosign3 \"$@\"; }",
+        "alias cosign=cosign3",
+        "unset -f cosign",
+        "export PATH=/x:$PATH",
+    ] {
+        let err = steps(&format!(
+            "<!-- run: {hidden} -->\n```sh\ncosign version\n```\n"
+        ))
+        .unwrap_err();
+        assert!(err.contains(":1: a run: comment may not change"), "{err}");
+    }
     let err = steps("```sh\nCOSIGN_PASSWORD=… cosign sign x\n```\n").unwrap_err();
     assert!(err.contains("`…` in a command"), "{err}");
     // Heredocs, comparisons in quotes after a comment and ellipses in comments are fine.

@@ -12,6 +12,7 @@ mod code_shape;
 mod depot_tls;
 mod distribution_s3;
 mod docker_compat;
+mod docker_media_types;
 mod docs;
 mod fault_proxy;
 mod getting_started;

@@ -488,7 +488,8 @@ fn a_thousand_tags_render_in_under_a_second() {
     );
     assert!(body.contains("1001 tags"), "{body}");
     assert_eq!(
-        body.matches("<tr><td><a href=\"/ui/r/many/tags:").count(),
+        body.matches("<tr class=\"tag\"><td><a href=\"/ui/r/many/tags:")
+            .count(),
         100
     );
     // Pages of 100 with a next link, followed in the browser to the last page.
@@ -918,13 +919,60 @@ fn repository_list_columns_sorting_sizes_and_pull_host() {
         .unwrap_or_else(|| panic!("{v:#}"));
     assert_eq!(all["size"], multi_index, "{v:#}");
 
-    // The pull command names this registry, not a placeholder.
+    // Each tag has its own pull commands, naming this registry and the tag (no placeholder),
+    // with the flags a plain-HTTP registry needs, and its full digest.
     let (_, _, tags) = get(&reg, "/ui/r/size/big", None);
-    assert!(
-        tags.contains(&format!("<code>rdctl pull {host}/size/big:TAG</code>")),
-        "{tags}"
-    );
-    assert!(!tags.contains("HOST/"), "{tags}");
+    let (_, _, page1) = get(&reg, "/ui/r/size/big:1", None);
+    let at = page1.find("<dt>Digest</dt><dd class=\"mono\">").unwrap() + 32;
+    let digest = &page1[at..at + 71];
+    for tag in ["1", "2"] {
+        let pull = pull_row(&tags, &format!("/ui/r/size/big:{tag}"));
+        for want in [
+            format!("<code class=\"copy\">{digest}</code>"),
+            format!("<code class=\"copy\">docker pull {host}/size/big:{tag}</code>"),
+            format!(
+                "<code class=\"copy\">podman pull --tls-verify=false {host}/size/big:{tag}</code>"
+            ),
+            format!(
+                "<code class=\"copy\">skopeo copy --src-tls-verify=false docker://{host}/size/big:{tag} oci:big:{tag}</code>"
+            ),
+            format!(
+                "<code class=\"copy\">rdctl pull --plain-http {host}/size/big:{tag} ./big</code>"
+            ),
+        ] {
+            assert!(pull.contains(&want), "{want}: {pull}");
+        }
+    }
+    assert!(!tags.contains("HOST/") && !tags.contains(":TAG"), "{tags}");
+}
+
+/// The row under a tag's row on a tags page: the tag's digest and pull commands.
+fn pull_row<'a>(dom: &'a str, tag_href: &str) -> &'a str {
+    let at = dom
+        .find(&format!("href=\"{tag_href}\""))
+        .unwrap_or_else(|| panic!("no row linking {tag_href}: {dom}"));
+    let start = at
+        + dom[at..]
+            .find("<tr class=\"pull\">")
+            .unwrap_or_else(|| panic!("no pull row under {tag_href}: {dom}"));
+    &dom[start..start + dom[start..].find("</tr>").unwrap()]
+}
+
+/// The commands of a pull row, unescaped, by their label (docker, podman, skopeo, rdctl).
+fn pull_commands(row: &str) -> Vec<(String, String)> {
+    row.split("<li><span class=\"muted\">")
+        .skip(1)
+        .map(|item| {
+            let (label, rest) = item.split_once("</span>").unwrap();
+            let code = rest.split("<code class=\"copy\">").nth(1).unwrap();
+            let code = code.split("</code>").next().unwrap();
+            let code = code
+                .replace("&amp;", "&")
+                .replace("&lt;", "<")
+                .replace("&gt;", ">");
+            (label.to_owned(), code)
+        })
+        .collect()
 }
 
 /// An SBOM referrer's page is an artifact's: its artifact type, a link to its subject, and the
@@ -1149,7 +1197,7 @@ fn row_of<'a>(dom: &'a str, href: &str) -> &'a str {
     let at = dom
         .find(&format!("href=\"{href}\""))
         .unwrap_or_else(|| panic!("no row linking {href}: {dom}"));
-    let start = dom[..at].rfind("<tr>").expect("in a table row");
+    let start = dom[..at].rfind("<tr").expect("in a table row");
     &dom[start..at + dom[at..].find("</tr>").unwrap()]
 }
 
@@ -1213,7 +1261,7 @@ fn columns_sorting_verified_badge_and_sbom_page_in_a_browser() {
     push(&imgs.new.0, &format!("{host}/zones/app:2.0"), &[]);
     push(&imgs.new.0, &format!("{host}/zones/tool:2.2"), &[]);
     small_image(&reg, "misc/tiny", "1", b"{ }", &[b"tiny layer"]);
-    for (key, reference) in [("ours", "zones/app:2.0"), ("theirs", "zones/tool:2.2")] {
+    let sign = |key: &str, reference: &str| {
         let mut c = rdctl();
         with_password(&mut c);
         ok(c.args([
@@ -1222,10 +1270,14 @@ fn columns_sorting_verified_badge_and_sbom_page_in_a_browser() {
             &format!("{key}.key"),
             &format!("{host}/{reference}"),
         ]));
-    }
-    // The last push: misc/tiny, a second later than everything else.
+    };
+    sign("ours", "zones/app:2.0");
+    // The last push: misc/tiny, a second later than everything else…
     std::thread::sleep(Duration::from_millis(1100));
     small_image(&reg, "misc/tiny", "2", b"{ }", &[b"tiny layer"]);
+    // …for a signature pushed later still (cosign's `.sig` tag) changes no image of zones/tool.
+    std::thread::sleep(Duration::from_millis(1100));
+    sign("theirs", "zones/tool:2.2");
     let size_of = |reference: &str| -> usize {
         inspect(&format!("{host}/{reference}"))["total_size"]
             .as_u64()
@@ -1320,6 +1372,52 @@ fn columns_sorting_verified_badge_and_sbom_page_in_a_browser() {
         !plain_row.contains("signed") && !plain_row.contains("signature"),
         "{plain_row}"
     );
+    // The referrers column: a badge per kind, linking to the image's referrers; 2.0 has its
+    // signature and the SBOM rdctl build attached, 1.0 its SBOM only.
+    let (old, new) = (&imgs.old.1, &imgs.new.1);
+    for (row, digest, kinds) in [
+        (signed_row, new, &["signature", "SBOM"][..]),
+        (plain_row, old, &["SBOM"][..]),
+    ] {
+        for kind in kinds {
+            let badge = format!("href=\"/ui/r/zones/app@{digest}#referrers\">{kind}</a>");
+            assert!(row.contains(&badge), "{badge}: {row}");
+        }
+    }
+    // Under each tag its full digest and its pull commands, which run as printed.
+    let pull = pull_row(&tags, "/ui/r/zones/app:2.0");
+    let commands = pull_commands(pull);
+    let labels: Vec<&str> = commands.iter().map(|(l, _)| l.as_str()).collect();
+    assert_eq!(
+        labels,
+        ["digest", "docker", "podman", "skopeo", "rdctl"],
+        "{pull}"
+    );
+    assert_eq!(&commands[0].1, new, "{pull}");
+    let path = std::env::join_paths(
+        [
+            Path::new(env!("CARGO_BIN_EXE_rdctl"))
+                .parent()
+                .unwrap()
+                .to_path_buf(),
+            root().join(".tools/bin"),
+        ]
+        .into_iter()
+        .chain(std::env::split_paths(
+            &std::env::var_os("PATH").unwrap_or_default(),
+        )),
+    )
+    .unwrap();
+    for (label, command) in &commands[3..] {
+        let work = d.join(format!("pulled-by-{label}"));
+        fs::create_dir_all(&work).unwrap();
+        ok(Command::new("sh")
+            .args(["-c", command])
+            .current_dir(&work)
+            .env("PATH", &path));
+        let index = fs::read_to_string(work.join("app/index.json")).unwrap();
+        assert!(index.contains(new.as_str()), "{command}: {index}");
+    }
     let (page, _) = dump_dom(&profile, &format!("{base}/ui/r/zones/app:2.0"));
     assert!(page.contains(&verified), "{page}");
     let (other, _) = dump_dom(&profile, &format!("{base}/ui/r/zones/tool"));
@@ -1342,12 +1440,11 @@ fn columns_sorting_verified_badge_and_sbom_page_in_a_browser() {
         &format!("{base}/ui/r/zones/app"),
         "ui-tags-verified",
         1000,
-        460,
+        620,
     );
 
     // The SBOM rdctl build attached: linked from the image's referrers; its page is an
     // artifact's (type, subject, document), not an image's.
-    let new = &imgs.new.1;
     let inspected = inspect(&format!("{host}/zones/app:2.0"));
     let sbom = inspected["referrers"]
         .as_array()
@@ -1368,6 +1465,14 @@ fn columns_sorting_verified_badge_and_sbom_page_in_a_browser() {
     );
     let subject = link(&page, "/ui/r/zones/app@");
     assert_eq!(subject, format!("/ui/r/zones/app@{new}"), "the subject");
+    // Named as people know it, its tag linked; no empty rows for what an SBOM has none of.
+    assert!(
+        page.contains("<dt>Subject</dt><dd><a href=\"/ui/r/zones/app:2.0\">zones/app:2.0</a>"),
+        "{page}"
+    );
+    for absent in ["<dt>Tags</dt>", "<dt>Platform</dt>", "<dt>Created</dt>"] {
+        assert!(!page.contains(absent), "{absent}: {page}");
+    }
     assert!(
         !page.contains("<h2>Layers</h2>") && !page.contains("<h2>Config</h2>"),
         "{page}"
@@ -1394,4 +1499,137 @@ fn columns_sorting_verified_badge_and_sbom_page_in_a_browser() {
     assert_eq!(doc["spdxVersion"], "SPDX-2.3");
     assert!(shown.contains(&format!("download=\"{}.json\"", &digest[7..])));
     doc_screenshot(&profile, &sbom_url, "ui-sbom", 1000, 900);
+}
+
+/// An index's size and created time have one definition everywhere (docs/api.md, "Image size"
+/// and "Image created time"): each platform row gives its image's size (manifest, config and
+/// layers), not its manifest's own bytes, and the index's created time is its newest image's,
+/// in `rdctl inspect` (text and JSON), `rdctl ls` (text and JSON), the tags page and the index
+/// page.
+#[test]
+fn an_index_has_one_size_and_one_created_time_everywhere() {
+    let dir = tempdir();
+    let reg = Server::start(&dir.path().join("data"), &[]);
+    let host = reg.host();
+    let repo = "when/multi";
+    let config = |arch: &str, created: &str| -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({
+            "architecture": arch, "os": "illumos", "created": created,
+            "rootfs": {"type": "layers", "diff_ids": []},
+        }))
+        .unwrap()
+    };
+    let (older, newer) = ("2024-01-02T03:04:05Z", "2025-06-07T08:09:10Z");
+    let (c1, c2) = (config("amd64", older), config("sparc", newer));
+    let shared = [5u8; 2000];
+    let (p1, m1) = small_image(&reg, repo, "amd64", &c1, &[&shared, &[6u8; 3000]]);
+    let (p2, m2) = small_image(&reg, repo, "sparc", &c2, &[&shared]);
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": p1, "size": m1,
+             "platform": {"os": "illumos", "architecture": "amd64"}},
+            {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": p2, "size": m2,
+             "platform": {"os": "illumos", "architecture": "sparc"}},
+        ],
+    });
+    let index_bytes = serde_json::to_vec(&index).unwrap();
+    let (st, _, body) = http(
+        reg.addr,
+        "PUT",
+        &format!("/v2/{repo}/manifests/all"),
+        &[("content-type", "application/vnd.oci.image.index.v1+json")],
+        &index_bytes,
+    );
+    assert_eq!(st, 201, "{}", String::from_utf8_lossy(&body));
+    let amd64 = m1 + c1.len() + 2000 + 3000;
+    let sparc = m2 + c2.len() + 2000;
+    let total = index_bytes.len() + m1 + m2 + c1.len() + c2.len() + 2000 + 3000;
+    let reference = format!("{host}/{repo}:all");
+
+    // rdctl inspect: JSON and text.
+    let v = inspect(&reference);
+    assert_eq!(v["created"], newer, "{v:#}");
+    assert_eq!(v["total_size"], total, "{v:#}");
+    let rows = v["manifests"].as_array().unwrap();
+    assert_eq!(
+        (&rows[0]["total_size"], &rows[1]["total_size"]),
+        (&amd64.into(), &sparc.into()),
+        "{v:#}"
+    );
+    assert_eq!(
+        (&rows[0]["size"], &rows[1]["size"]),
+        (&m1.into(), &m2.into())
+    );
+    let text = String::from_utf8(ok(rdctl().args(["inspect", &reference])).stdout).unwrap();
+    assert!(text.contains(&format!("Created:      {newer}")), "{text}");
+    for (digest, size, created) in [(&p1, amd64, older), (&p2, sparc, newer)] {
+        let line = text.lines().find(|l| l.contains(digest.as_str())).unwrap();
+        assert!(
+            line.contains(&human(size)) && line.contains(created),
+            "{}: {line}\n{text}",
+            human(size)
+        );
+    }
+
+    // rdctl ls: JSON and text (the index's age is its newest image's).
+    let out = ok(rdctl().args(["ls", "--json", &format!("{host}/{repo}")]));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = |tag: &str| -> serde_json::Value {
+        v["tags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["tag"] == tag)
+            .unwrap_or_else(|| panic!("{tag}: {v:#}"))
+            .clone()
+    };
+    assert_eq!(
+        (row("all")["size"].clone(), row("all")["created"].clone()),
+        (total.into(), newer.into())
+    );
+    let out = ok(rdctl().args(["ls", &format!("{host}/{repo}")]));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let cells = |tag: &str| -> Vec<String> {
+        let line = text
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(tag))
+            .unwrap_or_else(|| panic!("{tag}: {text}"));
+        let cells: Vec<&str> = line.split("  ").filter(|c| !c.trim().is_empty()).collect();
+        cells.iter().map(|c| c.trim().to_owned()).collect()
+    };
+    assert_eq!(cells("all").last(), cells("sparc").last(), "{text}");
+    assert_ne!(cells("all").last().map(String::as_str), Some("-"), "{text}");
+
+    // The pages: the index page's facts and platform rows, and the tag row's age.
+    let (_, _, page) = get(&reg, &format!("/ui/r/{repo}:all"), None);
+    assert!(
+        page.contains(&format!("<dd>{}</dd>", human(total))),
+        "{page}"
+    );
+    assert!(
+        page.contains(&format!("<dt>Created</dt><dd>{newer} (")),
+        "{page}"
+    );
+    for (digest, size, created) in [(&p1, amd64, older), (&p2, sparc, newer)] {
+        let r = row_of(&page, &format!("/ui/r/{repo}@{digest}"));
+        assert!(
+            r.contains(&format!("<td>{}</td><td>{created}</td>", human(size))),
+            "{r}"
+        );
+    }
+    let (_, _, tags) = get(&reg, &format!("/ui/r/{repo}"), None);
+    let age = |tag: &str| -> String {
+        let r = row_of(&tags, &format!("/ui/r/{repo}:{tag}"));
+        r.split("<td>")
+            .nth(5)
+            .unwrap()
+            .split("</td>")
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(age("all"), age("sparc"), "{tags}");
+    assert_ne!(age("all"), "—", "{tags}");
 }

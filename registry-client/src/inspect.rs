@@ -46,7 +46,8 @@ pub struct Inspection {
     pub size: u64,
     /// Manifest, config and layer bytes of every image under the root (shared blobs once).
     pub total_size: u64,
-    /// The image's config `created` (for an index: the newest of its images).
+    /// When the image was created, as every surface reports it (docs/api.md, "Image created
+    /// time"): the config's `created`; for an index, the newest of its images'.
     pub created: Option<String>,
     /// `os/arch[/variant]` of each image.
     pub platforms: Vec<String>,
@@ -75,6 +76,19 @@ pub struct ImageDetails {
     pub config: RunConfig,
     /// The layers, bottom first.
     pub layers: Vec<LayerInfo>,
+}
+
+impl ImageDetails {
+    /// The image's size (docs/api.md, "Image size") when its manifest is `manifest_size`
+    /// bytes: the manifest, its config and its layers, every distinct digest once.
+    pub fn total_size(&self, manifest_size: u64) -> u64 {
+        let mut seen = std::collections::HashSet::from([&self.config_digest]);
+        let layers: u64 = (self.layers.iter())
+            .filter(|l| seen.insert(&l.digest))
+            .map(|l| l.size)
+            .sum();
+        manifest_size + self.config_size + layers
+    }
 }
 
 /// The run settings of an image config.
@@ -126,8 +140,11 @@ pub struct IndexChild {
     pub digest: Digest,
     /// Its media type.
     pub media_type: String,
-    /// Its size.
+    /// Its own (the manifest document's) size.
     pub size: u64,
+    /// The size of the image under it (docs/api.md, "Image size"): its manifest, config and
+    /// layers, every distinct digest once; its own size when it is no image manifest.
+    pub total_size: u64,
     /// The index's platform for it.
     pub platform: Option<String>,
     /// The image under it, when it is an image manifest.
@@ -213,6 +230,15 @@ fn config_platform(v: &serde_json::Value) -> String {
             }
             p
         }
+    }
+}
+
+/// Keeps in `newest` the later of it and `created` (RFC 3339 times, compared as times: an
+/// index's created time is its newest image's).
+pub(crate) fn keep_newest(newest: &mut Option<String>, created: &Option<String>) {
+    let at = |t: &Option<String>| t.as_deref().and_then(validator::parse_rfc3339);
+    if at(created).is_some() && at(created) > at(newest) {
+        newest.clone_from(created);
     }
 }
 
@@ -328,15 +354,15 @@ pub async fn inspect(client: &Client, r: &ImageRef) -> Result<Inspection, Transf
                     for l in &i.layers {
                         add(&l.digest, l.size, &mut out.total_size);
                     }
-                    if i.created > out.created {
-                        out.created = i.created.clone();
-                    }
+                    keep_newest(&mut out.created, &i.created);
                     out.platforms.push(i.platform.clone());
                 }
+                let total_size = image.as_ref().map_or(c.size, |i| i.total_size(c.size));
                 out.manifests.push(IndexChild {
                     digest: c.digest,
                     media_type: c.media_type,
                     size: c.size,
+                    total_size,
                     platform: d.platform.as_ref().map(ToString::to_string),
                     image,
                 });

@@ -47,7 +47,9 @@ pub struct TagRow {
     pub size: u64,
     /// `os/arch[/variant]` of each image.
     pub platforms: Vec<String>,
-    /// The config's `created`.
+    /// When the image was created (docs/api.md, "Image created time"): the config's
+    /// `created`; for an index, the newest of its images'; for an artifact, its
+    /// `org.opencontainers.image.created` annotation.
     pub created: Option<String>,
     /// The manifest's `artifactType`, for an artifact.
     pub artifact_type: Option<String>,
@@ -217,6 +219,7 @@ async fn summarize(
                     for l in &img.layers {
                         add(&l.digest, l.size, &mut row.size);
                     }
+                    crate::inspect::keep_newest(&mut row.created, &img.created);
                 }
             }
             row.platforms = i

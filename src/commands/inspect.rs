@@ -18,7 +18,8 @@ use super::output::{human_size, table};
   rdctl inspect oci:./image:1.0
   rdctl inspect --json 127.0.0.1:5000/zones/demo@sha256:4f1c… | jq -r '.image.layers[].packages[]'
 
-Shows the digest, media type, platform(s) (an index lists its manifests), created, total size,
+Shows the digest, media type, platform(s) (an index lists its manifests, each with its image's
+size), created (an index's: its newest image's), total size,
 the run configuration (entrypoint, cmd, env, user, working dir, stop signal, stop timeout,
 labels, ports, volumes), each layer with its size, media type and the IPS packages it holds
 (from the history rdctl build writes), and the referrers: SBOM, signatures and attestations
@@ -27,7 +28,7 @@ sha256-<hex>.sig/.att/.sbom tags. --json fields: reference, digest, media_type, 
 total_size, created, platforms, annotations, image {config_digest, config_size, platform,
 created, config {entrypoint, cmd, env, user, working_dir, stop_signal, stop_timeout, labels,
 exposed_ports, volumes}, layers [{digest, media_type, size, diff_id, created_by, packages}]},
-manifests [{digest, media_type, size, platform, image}], referrers [{digest, media_type, size,
+manifests [{digest, media_type, size, total_size, platform, image}], referrers [{digest, media_type, size,
 artifact_type, kind, found_by, tag, created}]. Exit status: 0 shown, 2 failed.")]
 pub struct InspectArgs {
     /// The image: `[docker://]HOST[:PORT]/REPO[:TAG|@DIGEST]`, `oci:DIR[:TAG|@DIGEST]` or
@@ -171,7 +172,7 @@ fn print_inspection(w: &mut impl Write, i: &Inspection) -> std::io::Result<()> {
                 vec![
                     m.platform.clone().unwrap_or_else(|| "-".into()),
                     m.digest.to_string(),
-                    human_size(m.size),
+                    human_size(m.total_size),
                     m.image
                         .as_ref()
                         .and_then(|x| x.created.clone())

@@ -63,7 +63,13 @@ pub struct PushArgs {
   rdctl pull --no-referrers 127.0.0.1:5000/zones/base:1.0 ./image
 
 Without a tag on LAYOUT the reference's tag names the index.json entry. Referrers (SBOM,
-signatures) come along as untagged index.json entries with their artifactType. On a terminal
+signatures) come along as untagged index.json entries with their artifactType. A Docker
+schema 2 manifest or manifest list is written with OCI media types, as `skopeo copy` to oci:
+does (skopeo, umoci and other OCI tools find a tag in index.json only on an OCI manifest or
+index): its config and layers stay byte for byte, its digest changes, each change is printed
+(\"converted\"), and its referrers and cosign tags, which name the Docker digest, stay behind;
+--keep-media-types writes it byte-exact instead (digests kept; rdctl reads it, skopeo's oci:
+transport does not). On a terminal
 each blob gets a progress bar on stderr; ctrl-c keeps the complete blobs and the part of a
 download that arrived, and the same command again resumes. Exit status: 0 pulled, 2 failed,
 130 interrupted.")]
@@ -73,7 +79,18 @@ pub struct PullArgs {
     /// The OCI image layout to write, `DIR[:TAG]` (created when missing).
     pub layout: String,
     #[command(flatten)]
+    pub media_types: MediaTypes,
+    #[command(flatten)]
     pub common: Common,
+}
+
+/// What a layout destination gets of a Docker schema 2 image.
+#[derive(Debug, clap::Args)]
+pub struct MediaTypes {
+    /// Write Docker schema 2 manifests and manifest lists into a layout byte-exact, digests
+    /// kept (by default they get OCI media types and new digests, as skopeo writes oci:)
+    #[arg(long)]
+    pub keep_media_types: bool,
 }
 
 /// Arguments of `rdctl copy`.
@@ -84,7 +101,9 @@ pub struct PullArgs {
   rdctl copy --platform illumos/amd64 docker://reg.example/base:1 oci:./image:1
   rdctl copy --no-referrers 127.0.0.1:5000/a:1 127.0.0.1:5001/b:1
 
-Referrers are copied too (recursively) unless --no-referrers is given. On a terminal each blob
+Referrers are copied too (recursively) unless --no-referrers is given. Into a layout a Docker
+schema 2 image gets OCI media types and new digests, as with rdctl pull (--keep-media-types
+keeps it byte-exact). On a terminal each blob
 gets a progress bar on stderr; after ctrl-c the same command again resumes. Exit status: 0
 copied, 2 failed, 130 interrupted.")]
 pub struct CopyArgs {
@@ -93,6 +112,8 @@ pub struct CopyArgs {
     /// The destination, in the same forms.
     pub destination: String,
     #[command(flatten)]
+    pub media_types: MediaTypes,
+    #[command(flatten)]
     pub common: Common,
 }
 
@@ -100,24 +121,44 @@ pub struct CopyArgs {
 pub fn push(args: PushArgs) -> anyhow::Result<ExitCode> {
     let src = ImageRef::parse_layout(&args.layout)?;
     let dst = ImageRef::parse_registry(&args.reference)?;
-    run("push", &src, &dst, &args.common)
+    run("push", &src, &dst, &args.common, false)
 }
 
 /// Runs `rdctl pull`.
 pub fn pull(args: PullArgs) -> anyhow::Result<ExitCode> {
     let src = ImageRef::parse_registry(&args.reference)?;
     let dst = ImageRef::parse_layout(&args.layout)?;
-    run("pull", &src, &dst, &args.common)
+    run(
+        "pull",
+        &src,
+        &dst,
+        &args.common,
+        !args.media_types.keep_media_types,
+    )
 }
 
 /// Runs `rdctl copy`.
 pub fn copy(args: CopyArgs) -> anyhow::Result<ExitCode> {
     let src = ImageRef::parse(&args.source)?;
     let dst = ImageRef::parse(&args.destination)?;
-    run("copy", &src, &dst, &args.common)
+    run(
+        "copy",
+        &src,
+        &dst,
+        &args.common,
+        !args.media_types.keep_media_types,
+    )
 }
 
-fn run(verb: &str, src: &ImageRef, dst: &ImageRef, common: &Common) -> anyhow::Result<ExitCode> {
+/// Copies `src` to `dst`; `oci_media_types`: a layout destination gets Docker documents with
+/// OCI media types ([`CopyOptions::oci_media_types`]).
+fn run(
+    verb: &str,
+    src: &ImageRef,
+    dst: &ImageRef,
+    common: &Common,
+    oci_media_types: bool,
+) -> anyhow::Result<ExitCode> {
     let platform = match &common.platform {
         Some(s) => Some(
             Platform::parse(s)
@@ -136,6 +177,7 @@ fn run(verb: &str, src: &ImageRef, dst: &ImageRef, common: &Common) -> anyhow::R
         platform,
         referrers: !common.no_referrers,
         listed_referrers: None,
+        oci_media_types,
     };
     let copied = crate::runtime::block_on(bars.until_interrupted(
         &dst.to_string(),
@@ -176,6 +218,10 @@ fn print_json(src: &ImageRef, dst: &ImageRef, r: &CopyReport) -> anyhow::Result<
         "blobs_skipped": all(&r.blobs_skipped),
         "bytes_copied": r.bytes_copied(),
         "bytes_skipped": r.bytes_skipped(),
+        "converted": r.converted.iter().map(|c| serde_json::json!({
+            "from": content(&c.from),
+            "to": content(&c.to),
+        })).collect::<Vec<_>>(),
     });
     let mut w = std::io::stdout().lock();
     serde_json::to_writer_pretty(&mut w, &doc)?;
@@ -208,6 +254,13 @@ fn print(src: &ImageRef, dst: &ImageRef, r: &CopyReport) -> anyhow::Result<()> {
             w,
             "wrote   referrer {} ({}, {} bytes)",
             m.digest, m.media_type, m.size
+        )?;
+    }
+    for c in &r.converted {
+        writeln!(
+            w,
+            "converted {} ({}) to {} ({}): OCI media types, as skopeo writes oci:; the digest changed, so its referrers and signatures stay behind (--keep-media-types keeps it as it is)",
+            c.from.digest, c.from.media_type, c.to.digest, c.to.media_type
         )?;
     }
     for m in &r.manifests_present {

@@ -186,6 +186,21 @@ impl MediaType {
             .expect("every named media type is in the table")
     }
 
+    /// The OCI media type a Docker schema 2 one corresponds to (manifest, manifest list,
+    /// config, layers; the mapping `skopeo copy` applies when it writes `oci:`); None for
+    /// everything else, OCI's own types included.
+    pub fn oci_equivalent(&self) -> Option<MediaType> {
+        Some(match self {
+            MediaType::DockerManifest => MediaType::OciManifest,
+            MediaType::DockerManifestList => MediaType::OciIndex,
+            MediaType::DockerConfig => MediaType::OciConfig,
+            MediaType::DockerLayerTar => MediaType::OciLayerTar,
+            MediaType::DockerLayerGzip => MediaType::OciLayerGzip,
+            MediaType::DockerForeignGzip => MediaType::OciForeignGzip,
+            _ => return None,
+        })
+    }
+
     /// Image manifests (OCI or Docker schema2).
     pub fn is_manifest(&self) -> bool {
         matches!(self, MediaType::OciManifest | MediaType::DockerManifest)
@@ -251,6 +266,30 @@ mod tests {
             assert_eq!(&parsed, mt);
             if *mt != MediaType::DockerSchema1 {
                 assert_eq!(parsed.as_str(), *name);
+            }
+        }
+    }
+
+    /// Every Docker schema 2 type has its OCI counterpart of the same kind; OCI's own types
+    /// and schema 1 have none.
+    #[test]
+    fn docker_types_map_to_oci_ones_of_the_same_kind() {
+        for (name, mt) in TABLE {
+            let oci = mt.oci_equivalent();
+            if name.starts_with("application/vnd.docker.") && *mt != MediaType::DockerSchema1 {
+                let oci = oci.unwrap_or_else(|| panic!("{name} has no OCI type"));
+                assert!(oci.as_str().starts_with("application/vnd.oci."), "{name}");
+                assert_eq!(oci.is_manifest(), mt.is_manifest(), "{name}");
+                assert_eq!(oci.is_index(), mt.is_index(), "{name}");
+                assert_eq!(oci.is_image_config(), mt.is_image_config(), "{name}");
+                assert_eq!(oci.layer_compression(), mt.layer_compression(), "{name}");
+                assert_eq!(
+                    oci.is_non_distributable(),
+                    mt.is_non_distributable(),
+                    "{name}"
+                );
+            } else {
+                assert_eq!(oci, None, "{name}");
             }
         }
     }

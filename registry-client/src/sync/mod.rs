@@ -536,6 +536,7 @@ async fn copy_item(
         platform: rule.platform.clone(),
         referrers: rule.referrers,
         listed_referrers: item.listed_referrers.clone(),
+        oci_media_types: false,
     };
     let mut source = item.source.clone();
     if let (Some(policy), ImageRef::Registry(r)) = (&rule.only_signed, &item.source) {

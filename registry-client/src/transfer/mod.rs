@@ -32,11 +32,13 @@
 //!   registry checked it when the tag was written). Blobs are still checked with a HEAD. A
 //!   rerun of a converged copy only reads, so it makes no push event
 //!   ([`CopyReport::manifests_present`]).
-//! - Manifests are written byte-exact, children before parents, and the tag (a registry tag or
+//! - Manifests are written byte-exact (unless [`CopyOptions::oci_media_types`] rewrites Docker
+//!   ones for a layout, each reported in [`CopyReport::converted`]), children before parents, and the tag (a registry tag or
 //!   an `org.opencontainers.image.ref.name` entry in the layout's `index.json`) is set last,
 //!   so a failed copy tags nothing. Referrers are written after their subject and before the
 //!   tag.
 
+mod convert;
 pub(crate) mod flight;
 mod referrers;
 pub(crate) mod stream;
@@ -52,6 +54,7 @@ pub use crate::image::{
     Content, ErrorKind, ImageRef, LayoutRef, MAX_REFERRER_DEPTH, TransferError,
 };
 use crate::image::{MAX_DOCUMENTS, checked, content_of};
+pub use convert::Converted;
 use stream::copy_blob;
 
 /// What to copy.
@@ -68,6 +71,10 @@ pub struct CopyOptions {
     /// its `bundle.json` lists with the image, so content added to a layout after the
     /// bundle was signed does not ride along with the content the signature covers.
     pub listed_referrers: Option<BTreeSet<Digest>>,
+    /// At a layout destination, write Docker schema 2 manifests and manifest lists with OCI
+    /// media types (new digests, each in [`CopyReport::converted`]), as `skopeo copy` to
+    /// `oci:` does, so every OCI tool reads the layout by tag (default false: byte-exact).
+    pub oci_media_types: bool,
 }
 
 impl Default for CopyOptions {
@@ -76,6 +83,7 @@ impl Default for CopyOptions {
             platform: None,
             referrers: true,
             listed_referrers: None,
+            oci_media_types: false,
         }
     }
 }
@@ -106,6 +114,10 @@ pub struct CopyReport {
     /// Referrers and cosign tag manifests the source offered that
     /// [`CopyOptions::listed_referrers`] does not list, so they were not copied.
     pub referrers_unlisted: Vec<Digest>,
+    /// Documents written with OCI media types in place of the source's Docker ones
+    /// ([`CopyOptions::oci_media_types`]), children first: the digests changed, so the
+    /// source's referrers and cosign tags of them (which name the old digests) stay behind.
+    pub converted: Vec<Converted>,
 }
 
 impl CopyReport {
@@ -184,7 +196,12 @@ pub async fn copy_with_progress(
             found: root.digest.clone(),
         });
     }
-    let order = walk(&source, root.clone(), root_bytes, root_doc).await?;
+    let mut order = walk(&source, root.clone(), root_bytes, root_doc).await?;
+    let converted = match dst {
+        ImageRef::Layout(_) if opts.oci_media_types => convert::to_oci(&mut order)?,
+        _ => Vec::new(),
+    };
+    let root = order[order.len() - 1].content.clone();
     if let Source::Layout(layout) = &source {
         blobs_present(layout, &order)?;
     }
@@ -203,6 +220,7 @@ pub async fn copy_with_progress(
         manifests_present: Vec::new(),
         tag_written: false,
         referrers_unlisted: Vec::new(),
+        converted,
     };
     // A destination tag that already names the root: the registry holds the whole graph.
     let tag_current = match &tag {

@@ -2,7 +2,7 @@
 //! indexes and the catalog. Every index is a small document replaced with a conditional write
 //! and retried on conflict, so concurrent requests on any number of replicas never lose an update.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::ops::Bound;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,9 +21,12 @@ pub use crate::tombstone::Epochs;
 pub use barrier::Held;
 mod doc_cache;
 pub(crate) mod hooks;
+mod tags;
 
 use doc_cache::DocCache;
 use hooks::{Hooks, TagVeto};
+use tags::{TagEntry, TagsDoc};
+pub(crate) use tags::{TagTarget, is_cosign_tag};
 
 /// Largest index document (tags, referrers, catalog, package index), read or written.
 pub(crate) const INDEX_LIMIT: u64 = 64 << 20;
@@ -49,41 +52,6 @@ pub(crate) struct ManifestLink {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct BlobLink {
     size: u64,
-}
-
-/// A tag's target: the manifest's digest with its media type and size, so a manifest GET by
-/// tag needs the tag index and the manifest bytes only (2 store reads), not the link as well.
-/// The three fields change together in one conditional write of the tag index, so a reader
-/// never sees a digest with another manifest's media type.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct TagTarget {
-    pub digest: Digest,
-    pub media_type: String,
-    pub size: u64,
-}
-
-/// A tag index entry: a [`TagTarget`], or a bare digest as written before tags carried the
-/// media type (still read; the link supplies the rest).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
-enum TagEntry {
-    Target(TagTarget),
-    Digest(Digest),
-}
-
-impl TagEntry {
-    fn digest(&self) -> &Digest {
-        match self {
-            TagEntry::Target(t) => &t.digest,
-            TagEntry::Digest(d) => d,
-        }
-    }
-}
-
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct TagsDoc {
-    tags: BTreeMap<String, TagEntry>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -490,9 +458,15 @@ impl Repos {
         }
         self.update::<TagsDoc, _>(&layout::tags(name), |t| {
             stopped = late();
-            let before = t.tags.len();
-            t.tags.retain(|_, v| *v.digest() != digest);
-            t.tags.len() != before && !stopped
+            let gone: Vec<String> = (t.tags.iter())
+                .filter(|(_, v)| *v.digest() == digest)
+                .map(|(k, _)| k.clone())
+                .collect();
+            for tag in &gone {
+                t.tags.remove(tag);
+                t.changed(tag);
+            }
+            !gone.is_empty() && !stopped
         })
         .await?;
         if stopped {
@@ -629,6 +603,14 @@ impl Repos {
             .unwrap_or_default())
     }
 
+    /// When an image tag of the repository was last set, moved or removed (cosign's tags
+    /// not counted), in seconds since 1970; None when the tag index does not say (no image
+    /// tag changed since it began to be recorded).
+    pub async fn last_tag_change(&self, name: &Name) -> ApiResult<Option<u64>> {
+        let doc = self.read_shared::<TagsDoc>(&layout::tags(name)).await?;
+        Ok(doc.and_then(|d| d.pushed))
+    }
+
     pub async fn resolve_tag_target(&self, name: &Name, tag: &Tag) -> ApiResult<Option<TagTarget>> {
         match self.read_tag(name, tag).await? {
             None => Ok(None),
@@ -669,10 +651,12 @@ impl Repos {
                 taken_by = Some(old.digest().clone());
                 return false;
             }
-            t.tags
-                .insert(tag.as_str().to_owned(), entry.clone())
-                .as_ref()
-                != Some(&entry)
+            let old = t.tags.insert(tag.as_str().to_owned(), entry.clone());
+            if old.as_ref() == Some(&entry) {
+                return false;
+            }
+            t.changed(tag.as_str());
+            true
         })
         .await?;
         match (veto, taken_by) {
@@ -686,6 +670,9 @@ impl Repos {
         let mut removed = false;
         self.update::<TagsDoc, _>(&layout::tags(name), |t| {
             removed = t.tags.remove(tag.as_str()).is_some();
+            if removed {
+                t.changed(tag.as_str());
+            }
             removed
         })
         .await?;
@@ -700,6 +687,7 @@ impl Repos {
             removed = t.tags.get(tag.as_str()).is_some_and(|e| e.digest() == d);
             if removed {
                 t.tags.remove(tag.as_str());
+                t.changed(tag.as_str());
             }
             removed
         })
@@ -781,6 +769,7 @@ mod tests {
         });
         let doc = TagsDoc {
             tags: [("new".to_owned(), target.clone())].into(),
+            pushed: None,
         };
         let json = serde_json::to_string(&doc).unwrap();
         assert!(json.contains(r#""mediaType":"#), "{json}");
@@ -797,6 +786,69 @@ mod tests {
         })
     }
 
+    /// The last push is a change of an image tag: setting, moving or removing cosign's
+    /// signature tag leaves it as it was; an image tag's set, move or removal records it.
+    #[tokio::test]
+    async fn a_signature_tag_is_no_push_of_the_repository() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(crate::storage::FsStore::open(dir.path()).unwrap());
+        let repos = Repos::new(store.clone());
+        let name = Name::parse("team/app").unwrap();
+        repos.ensure(&name).await.unwrap();
+        let (image, sig) = (Digest::sha256(b"image"), Digest::sha256(b"signature"));
+        let link = ManifestLink {
+            media_type: "application/vnd.oci.image.manifest.v1+json".to_owned(),
+            size: 7,
+            subject: None,
+        };
+        assert_eq!(repos.last_tag_change(&name).await.unwrap(), None);
+        let v1 = Tag::parse("v1").unwrap();
+        repos
+            .set_tag(&name, &v1, &image, &link, None)
+            .await
+            .unwrap();
+        assert!(repos.last_tag_change(&name).await.unwrap().is_some());
+        // Back-date the record, as if the image had been pushed long ago.
+        let key = layout::tags(&name);
+        repos
+            .update::<TagsDoc, _>(&key, |t| {
+                t.pushed = Some(1);
+                true
+            })
+            .await
+            .unwrap();
+        let cosign = Tag::parse(&format!("sha256-{}.sig", image.encoded())).unwrap();
+        repos
+            .set_tag(&name, &cosign, &sig, &link, None)
+            .await
+            .unwrap();
+        repos.delete_tag(&name, &cosign).await.unwrap();
+        repos
+            .set_tag(&name, &cosign, &sig, &link, None)
+            .await
+            .unwrap();
+        assert_eq!(repos.last_tag_change(&name).await.unwrap(), Some(1));
+        // Setting an image tag to what it already is changes nothing either.
+        repos
+            .set_tag(&name, &v1, &image, &link, None)
+            .await
+            .unwrap();
+        assert_eq!(repos.last_tag_change(&name).await.unwrap(), Some(1));
+        let v2 = Tag::parse("v2").unwrap();
+        repos.set_tag(&name, &v2, &sig, &link, None).await.unwrap();
+        let pushed = repos.last_tag_change(&name).await.unwrap().unwrap();
+        assert!(pushed > 1_700_000_000, "{pushed}");
+        repos
+            .update::<TagsDoc, _>(&key, |t| {
+                t.pushed = Some(1);
+                true
+            })
+            .await
+            .unwrap();
+        repos.delete_tag(&name, &v2).await.unwrap();
+        assert!(repos.last_tag_change(&name).await.unwrap().unwrap() > 1);
+    }
+
     /// Pages of a large tag index come from one parse held by the replica, and a write by
     /// another replica (another `Repos` on the same store) shows on the next page at once.
     #[tokio::test]
@@ -811,6 +863,7 @@ mod tests {
             tags: (0..1000)
                 .map(|i| (format!("t{i:04}"), target(&d)))
                 .collect(),
+            pushed: None,
         };
         let key = layout::tags(&name);
         store

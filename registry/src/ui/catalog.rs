@@ -54,7 +54,14 @@ pub(super) async fn repo_row(repos: &Repos, cache: &RowCache, name: String) -> A
     let row = RepoRow {
         tags: tags.iter().filter(|(t, _)| !is_cosign_tag(t)).count(),
         size: c.total(),
-        pushed: version.and_then(|(m, _)| m.duration_since(UNIX_EPOCH).ok().map(|t| t.as_secs())),
+        // The last change of an image tag; an index that has not recorded one yet (written
+        // before it was kept) answers with its own last write.
+        pushed: match repos.last_tag_change(&n).await? {
+            Some(t) => Some(t),
+            None => {
+                version.and_then(|(m, _)| m.duration_since(UNIX_EPOCH).ok().map(|t| t.as_secs()))
+            }
+        },
         name: name.clone(),
     };
     // Kept under the stat read before the tags: a tag set meanwhile changes the stat, so the

@@ -98,6 +98,11 @@ input{font:inherit;padding:.3rem .5rem;border:1px solid #8c959f;border-radius:4p
 button{font:inherit;padding:.3rem .9rem;border:1px solid #7a1f1f;background:#7a1f1f;color:#fff;border-radius:4px;cursor:pointer}
 .badge{display:inline-block;padding:0 .4rem;border-radius:3px;background:#1a7f37;color:#fff;font-size:.8rem}
 .muted{color:#57606a}
+a.kind{display:inline-block;padding:0 .4rem;margin:0 .2rem .1rem 0;border:1px solid #0b57a4;border-radius:3px;font-size:.8rem;text-decoration:none}
+tr.tag td{border-bottom:0}
+tr.pull td{padding-top:0;font-size:.85rem}
+ul.pull{list-style:none;margin:0;padding:0;display:flex;flex-wrap:wrap;gap:.1rem 1.25rem}
+.copy{user-select:all;-webkit-user-select:all;background:#f6f8fa;padding:0 .25rem;border-radius:3px;overflow-wrap:anywhere}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem;margin:0}
 dt{font-weight:600}
 dd{margin:0;overflow-wrap:anywhere}

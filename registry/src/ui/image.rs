@@ -4,8 +4,8 @@
 use serde_json::Value;
 use validator::{Digest, Name};
 
-use super::manifest::{image_size, is_index, read_manifest, summary};
-use super::signatures::{cosign_tag, is_signature, signatures_of, signed};
+use super::manifest::{is_index, read_manifest, summary};
+use super::signatures::{cosign_tag, is_cosign_tag, is_signature, signatures_of, signed};
 use super::{Artifact, ArtifactDocument, DOCUMENT_SHOWN, ImageView, Referrer, now, pages, short};
 use crate::errors::ApiResult;
 use crate::pkgindex;
@@ -104,6 +104,7 @@ pub(super) async fn artifact_of(
     Ok(Some(Artifact {
         artifact_type: artifact_type.unwrap_or(config_type).to_owned(),
         subject,
+        subject_tags: Vec::new(),
         document,
     }))
 }
@@ -121,28 +122,16 @@ pub(super) fn kind_of(artifact_type: &str) -> &'static str {
     }
 }
 
-/// An image (or index) of `name`; None when the repository does not hold it.
-pub(super) async fn image(
-    state: &AppState,
+/// The referrers of `digest` in `name`: those the referrers API lists, then cosign's
+/// `.sig`, `.att` and `.sbom` tags for it (among `tag_map`) that the API does not list.
+pub(super) async fn referrers_of(
+    repos: &Repos,
     name: &Name,
-    digest: Digest,
-) -> ApiResult<Option<(String, String)>> {
-    let repos = &state.app().repos;
-    let Some(link) = repos.manifest_link(name, &digest).await? else {
-        return Ok(None);
-    };
-    let limit = state.app().config.max_manifest_bytes.max(4 << 20);
-    let Some(m) = read_manifest(repos, limit, &digest).await? else {
-        return Ok(None);
-    };
-    let tag_map = repos.tag_map(name).await?;
-    let tags: Vec<String> = tag_map
-        .iter()
-        .filter(|(_, d)| *d == digest)
-        .map(|(t, _)| t.clone())
-        .collect();
+    digest: &Digest,
+    tag_map: &[(String, Digest)],
+) -> ApiResult<Vec<Referrer>> {
     let mut referrers: Vec<Referrer> = repos
-        .referrers(name, &digest)
+        .referrers(name, digest)
         .await?
         .iter()
         .filter_map(|r| {
@@ -165,7 +154,7 @@ pub(super) async fn image(
         ("att", "attestation"),
         ("sbom", "sbom"),
     ] {
-        let tag = cosign_tag(&digest, suffix);
+        let tag = cosign_tag(digest, suffix);
         if let Some((_, d)) = tag_map.iter().find(|(t, _)| *t == tag)
             && !referrers.iter().any(|r| r.digest == *d)
         {
@@ -177,8 +166,40 @@ pub(super) async fn image(
             });
         }
     }
+    Ok(referrers)
+}
+
+/// An image (or index) of `name`; None when the repository does not hold it.
+pub(super) async fn image(
+    state: &AppState,
+    name: &Name,
+    digest: Digest,
+) -> ApiResult<Option<(String, String)>> {
+    let repos = &state.app().repos;
+    let Some(link) = repos.manifest_link(name, &digest).await? else {
+        return Ok(None);
+    };
+    let limit = state.app().config.max_manifest_bytes.max(4 << 20);
+    let Some(m) = read_manifest(repos, limit, &digest).await? else {
+        return Ok(None);
+    };
+    let tag_map = repos.tag_map(name).await?;
+    let tags: Vec<String> = tag_map
+        .iter()
+        .filter(|(_, d)| *d == digest)
+        .map(|(t, _)| t.clone())
+        .collect();
+    let referrers = referrers_of(repos, name, &digest, &tag_map).await?;
     let packages = pkgindex::packages_of(repos, name, &digest).await?.packages;
-    let artifact = artifact_of(repos, name, &m.doc).await?;
+    let mut artifact = artifact_of(repos, name, &m.doc).await?;
+    if let Some(a) = &mut artifact
+        && let Some(subject) = &a.subject
+    {
+        a.subject_tags = (tag_map.iter())
+            .filter(|(t, d)| d == subject && !is_cosign_tag(t))
+            .map(|(t, _)| t.clone())
+            .collect();
+    }
     let sigs = signatures_of(repos, name, &digest, &tag_map).await?;
     let signed = signed(
         repos,
@@ -194,7 +215,7 @@ pub(super) async fn image(
         media_type: link.media_type,
         doc: &m.doc,
         config: m.config.as_ref(),
-        summary: summary(&m, image_size(repos, &digest, &m).await?),
+        summary: summary(repos, &digest, &m).await?,
         tags,
         packages,
         referrers,

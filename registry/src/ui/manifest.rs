@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 use validator::Digest;
 
-use super::Summary;
+use super::{Child, Summary};
 use crate::errors::{ApiResult, Code};
 use crate::repo::Repos;
 
@@ -73,33 +73,27 @@ pub(super) fn platform_of(v: &Value) -> Option<String> {
     })
 }
 
-/// The facts of `m`, whose [`image_size`] is `size`.
-pub(super) fn summary(m: &Manifest, size: u64) -> Summary {
+/// The facts of `m` (digest `d`): its [`image_size`], platforms and created time, one
+/// definition each (docs/api.md, "Image size" and "Image created time"); for an index, each
+/// platform's own facts too, and its created time is the newest of its images'.
+pub(super) async fn summary(repos: &Repos, d: &Digest, m: &Manifest) -> ApiResult<Summary> {
+    let size = image_size(repos, d, m).await?;
     if is_index(&m.doc) {
-        let platforms = m.doc["manifests"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|x| platform_of(x.get("platform")?))
-                    .collect::<BTreeSet<_>>()
-                    .into_iter()
-                    .collect()
-            })
-            .unwrap_or_default();
-        let created = m
-            .doc
-            .get("annotations")
-            .and_then(|a| a.get("org.opencontainers.image.created"))
-            .and_then(Value::as_str)
-            .and_then(parse_time);
-        return Summary {
+        let children = children(repos, m).await?;
+        let platforms = (children.iter())
+            .filter_map(|c| c.platform.clone())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        return Ok(Summary {
             size,
             platforms,
-            created,
+            created: children.iter().filter_map(|c| c.created).max(),
             index: true,
-        };
+            children,
+        });
     }
-    Summary {
+    Ok(Summary {
         size,
         platforms: m
             .config
@@ -107,13 +101,46 @@ pub(super) fn summary(m: &Manifest, size: u64) -> Summary {
             .and_then(platform_of)
             .into_iter()
             .collect(),
-        created: m
-            .config
-            .as_ref()
-            .and_then(|c| c.get("created")?.as_str())
-            .and_then(parse_time),
+        created: created_of(m),
         index: false,
+        children: Vec::new(),
+    })
+}
+
+/// An image's created time: its config's `created` (none before 1970, such as the zero time
+/// cosign writes).
+fn created_of(m: &Manifest) -> Option<u64> {
+    m.config
+        .as_ref()
+        .and_then(|c| c.get("created")?.as_str())
+        .and_then(parse_time)
+}
+
+/// The entries of index `m` in its order, each with the size and created time of the image
+/// under it (a manifest the registry cannot read counts its descriptor's size).
+async fn children(repos: &Repos, m: &Manifest) -> ApiResult<Vec<Child>> {
+    let mut out = Vec::new();
+    for entry in m.doc["manifests"].as_array().into_iter().flatten() {
+        let Some(digest) = entry
+            .get("digest")
+            .and_then(Value::as_str)
+            .and_then(|d| Digest::parse(d).ok())
+        else {
+            continue;
+        };
+        let own = entry.get("size").and_then(Value::as_u64).unwrap_or(0);
+        let (size, created) = match read_manifest(repos, 16 << 20, &digest).await? {
+            Some(cm) => (image_size(repos, &digest, &cm).await?, created_of(&cm)),
+            None => (own, None),
+        };
+        out.push(Child {
+            platform: entry.get("platform").and_then(platform_of),
+            digest,
+            size,
+            created,
+        });
     }
+    Ok(out)
 }
 
 /// Distinct digests and their sizes: what one definition of size counts.

@@ -3,8 +3,8 @@
 //!
 //! - `/` and `/ui` redirect to `/ui/`, the repositories (a `?q=` filter, pages of
 //!   [`PAGE`]).
-//! - `/ui/r/<name>`: a repository's tags (digest, size, platform, age, signed), pages of
-//!   [`PAGE`] tags.
+//! - `/ui/r/<name>`: a repository's tags (digest, size, platform, age, signed, referrers,
+//!   and each tag's full digest and pull commands), pages of [`PAGE`] tags.
 //! - `/ui/r/<name>@<digest>` and `/ui/r/<name>:<tag>`: an image (its config, layers with the
 //!   packages each came from, the SBOM's packages from the package index, its referrers), or
 //!   an index with its platforms.
@@ -271,7 +271,7 @@ async fn repository_or_image(
     let r = match target {
         Target::Repository(_) => {
             let p = params(query.as_deref());
-            let host = repository::pull_host(&headers);
+            let host = repository::pull_host(&headers, state.app().config.https);
             let keys = state.app().config.ui_trusted_keys.clone();
             repository::repository(repos, &keys, &name, &host, param(&p, "last")).await
         }
@@ -298,11 +298,24 @@ async fn repository_or_image(
 /// One tag page's facts about a manifest.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Summary {
+    /// Its image size (docs/api.md, "Image size").
     pub size: u64,
     pub platforms: Vec<String>,
-    /// `created` of the config (or the index's annotation), in seconds since 1970.
+    /// `created` of the config; for an index, the newest of its images' (docs/api.md, "Image
+    /// created time"); in seconds since 1970.
     pub created: Option<u64>,
     pub index: bool,
+    /// An index's entries, in its order.
+    pub children: Vec<Child>,
+}
+
+/// One entry of an index: its platform, and the size and created time of the image under it.
+#[derive(Debug, Clone)]
+pub(crate) struct Child {
+    pub digest: Digest,
+    pub platform: Option<String>,
+    pub size: u64,
+    pub created: Option<u64>,
 }
 
 /// What the page says about an image's signatures.
@@ -322,6 +335,15 @@ pub(crate) struct TagRow {
     pub digest: Digest,
     pub summary: Option<Summary>,
     pub signed: Signed,
+    /// The kind ([`Referrer::kind`]) of each of its referrers.
+    pub referrers: Vec<&'static str>,
+}
+
+/// How a client reaches this registry: the host people pull from, and whether it answers
+/// plain HTTP there (then skopeo, podman and rdctl need to be told).
+pub(crate) struct PullHost {
+    pub host: String,
+    pub plain_http: bool,
 }
 
 /// One referrer of an image.
@@ -356,6 +378,8 @@ pub(crate) struct Artifact {
     pub artifact_type: String,
     /// The manifest's `subject`: the image this artifact is about.
     pub subject: Option<Digest>,
+    /// The subject's tags in the artifact's repository (cosign's not counted).
+    pub subject_tags: Vec<String>,
     /// The first SPDX, CycloneDX or other JSON layer.
     pub document: Option<ArtifactDocument>,
 }

@@ -7,7 +7,7 @@ use serde_json::Value;
 use validator::{Digest, Name};
 
 use super::html::{Esc, Html, Q, age, size};
-use super::{CatalogSort, ImageView, RepoRow, STOP_TIMEOUT_LABEL, Signed, TagRow, short};
+use super::{CatalogSort, ImageView, PullHost, RepoRow, STOP_TIMEOUT_LABEL, Signed, TagRow, short};
 use crate::pkgindex::SearchResult;
 
 /// The link of an image page.
@@ -126,10 +126,11 @@ pub(crate) fn catalog(
     h.into_string()
 }
 
-/// A repository's tag page.
+/// A repository's tag page: a row of facts per tag, and under it the tag's full digest and
+/// the commands that pull it (docker, podman, skopeo, rdctl), each selected whole by a click.
 pub(crate) fn repository(
     name: &Name,
-    host: &str,
+    host: &PullHost,
     total: usize,
     cosign: usize,
     rows: &[TagRow],
@@ -139,29 +140,32 @@ pub(crate) fn repository(
     let mut h = Html::default();
     let _ = write!(
         h,
-        "<p class=\"muted\">{total} tag{}{}. Pull with <code>rdctl pull {}/{}:TAG</code>.</p>",
+        "<p class=\"muted\">{total} tag{}{}. Under each tag: its digest and the commands that pull it (a click selects a whole command).</p>",
         if total == 1 { "" } else { "s" },
         match cosign {
             0 => String::new(),
             1 => " (and 1 cosign tag, shown with its image)".to_owned(),
             n => format!(" (and {n} cosign tags, shown with their images)"),
         },
-        Esc(host),
-        Esc(name.as_str())
     );
     if rows.is_empty() {
         h.raw("<p>No tags.</p>");
         return h.into_string();
     }
-    table_start(
-        &mut h,
-        "Tags",
-        &["Tag", "Digest", "Size", "Platform", "Created", "Signed"],
-    );
+    let heads = [
+        "Tag",
+        "Digest",
+        "Size",
+        "Platform",
+        "Created",
+        "Signed",
+        "Referrers",
+    ];
+    table_start(&mut h, "Tags", &heads);
     for r in rows {
         let _ = write!(
             h,
-            "<tr><td><a href=\"/ui/r/{}:{}\">{}</a></td><td>",
+            "<tr class=\"tag\"><td><a href=\"/ui/r/{}:{}\">{}</a></td><td>",
             Esc(name.as_str()),
             Esc(&r.tag),
             Esc(&r.tag)
@@ -188,7 +192,10 @@ pub(crate) fn repository(
         }
         h.raw("<td>");
         signed_badge(&mut h, &r.signed);
+        h.raw("</td><td>");
+        referrer_badges(&mut h, name.as_str(), &r.digest, &r.referrers);
         h.raw("</td></tr>");
+        pull_row(&mut h, name, host, r, heads.len());
     }
     table_end(&mut h);
     if more && let Some(last) = rows.last() {
@@ -200,6 +207,86 @@ pub(crate) fn repository(
         );
     }
     h.into_string()
+}
+
+/// The commands that pull `name:tag` from `host`, labelled: docker, podman, skopeo (into an
+/// OCI layout named after the repository's last part) and rdctl. Over plain HTTP the ones
+/// that need telling say so (`--tls-verify=false`, `--plain-http`); docker decides that in
+/// its daemon's `insecure-registries`.
+pub(crate) fn pull_commands(
+    name: &Name,
+    host: &PullHost,
+    tag: &str,
+) -> [(&'static str, String); 4] {
+    let reference = format!("{}/{}:{tag}", host.host, name.as_str());
+    let dir = name.as_str().rsplit('/').next().unwrap_or(name.as_str());
+    let (podman, skopeo, rdctl) = if host.plain_http {
+        (
+            " --tls-verify=false",
+            " --src-tls-verify=false",
+            " --plain-http",
+        )
+    } else {
+        ("", "", "")
+    };
+    [
+        ("docker", format!("docker pull {reference}")),
+        ("podman", format!("podman pull{podman} {reference}")),
+        (
+            "skopeo",
+            format!("skopeo copy{skopeo} docker://{reference} oci:{dir}:{tag}"),
+        ),
+        ("rdctl", format!("rdctl pull{rdctl} {reference} ./{dir}")),
+    ]
+}
+
+/// The row under a tag's: its full digest and its pull commands, each selectable whole.
+fn pull_row(h: &mut Html, name: &Name, host: &PullHost, r: &TagRow, columns: usize) {
+    let _ = write!(
+        h,
+        "<tr class=\"pull\"><td colspan=\"{columns}\"><ul class=\"pull\" aria-label=\"Pull {}:{}\"><li><span class=\"muted\">digest</span> <code class=\"copy\">{}</code></li>",
+        Esc(name.as_str()),
+        Esc(&r.tag),
+        Esc(r.digest.as_str())
+    );
+    for (label, command) in pull_commands(name, host, &r.tag) {
+        let _ = write!(
+            h,
+            "<li><span class=\"muted\">{}</span> <code class=\"copy\">{}</code></li>",
+            Esc(label),
+            Esc(&command)
+        );
+    }
+    h.raw("</ul></td></tr>");
+}
+
+/// One badge per kind of referrer (signature, SBOM, attestation, other), saying how many in
+/// its title (a signature pushed both as cosign's tag and as a referrer is two manifests),
+/// linking to the image's referrers; `—` for none.
+fn referrer_badges(h: &mut Html, name: &str, d: &Digest, kinds: &[&str]) {
+    let mut shown = false;
+    for (kind, label) in [
+        ("signature", "signature"),
+        ("sbom", "SBOM"),
+        ("attestation", "attestation"),
+        ("other", "other"),
+    ] {
+        let n = kinds.iter().filter(|k| **k == kind).count();
+        if n == 0 {
+            continue;
+        }
+        let _ = write!(
+            h,
+            "<a class=\"kind\" title=\"{n} {kind} manifest{}\" href=\"{}#referrers\">{}</a> ",
+            if n == 1 { "" } else { "s" },
+            image_href(name, d),
+            Esc(label)
+        );
+        shown = true;
+    }
+    if !shown {
+        h.raw("—");
+    }
 }
 
 /// `verified: signed by sha256:…` (the key's id) when a signature verifies with a configured
@@ -301,39 +388,41 @@ pub(crate) fn image(v: &ImageView<'_>) -> String {
         "<dt>Digest</dt><dd class=\"mono\">{}</dd>",
         Esc(v.digest.as_str())
     );
-    fact(&mut h, "Tags", &v.tags.join(", "));
+    // Tags, platform and creation time only when there are some: an artifact (an SBOM, a
+    // signature) usually has none of them.
+    if !v.tags.is_empty() {
+        fact(&mut h, "Tags", &v.tags.join(", "));
+    }
     fact(&mut h, "Media type", &v.media_type);
     fact(&mut h, "Size", &size(v.summary.size));
-    fact(&mut h, "Platform", &v.summary.platforms.join(", "));
-    let created = v
-        .summary
-        .created
-        .map(|c| format!("{} ({})", validator::rfc3339(c), age(c, v.now)))
-        .unwrap_or_default();
-    fact(&mut h, "Created", &created);
+    if !v.summary.platforms.is_empty() {
+        fact(&mut h, "Platform", &v.summary.platforms.join(", "));
+    }
+    if let Some(c) = v.summary.created {
+        let created = format!("{} ({})", validator::rfc3339(c), age(c, v.now));
+        fact(&mut h, "Created", &created);
+    }
     h.raw("</dl>");
 
     if v.summary.index {
         h.raw("<h2>Manifests</h2>");
-        table_start(&mut h, "Manifests", &["Platform", "Digest", "Size"]);
-        for m in v.doc["manifests"].as_array().into_iter().flatten() {
-            let Some(d) = m
-                .get("digest")
-                .and_then(Value::as_str)
-                .and_then(|d| Digest::parse(d).ok())
-            else {
-                continue;
-            };
-            let platform = m
-                .get("platform")
-                .and_then(super::manifest::platform_of)
-                .unwrap_or_else(|| "—".to_owned());
-            let _ = write!(h, "<tr><td>{}</td><td>", Esc(&platform));
-            digest_link(&mut h, name, &d);
+        table_start(
+            &mut h,
+            "Manifests",
+            &["Platform", "Digest", "Size", "Created"],
+        );
+        for c in &v.summary.children {
             let _ = write!(
                 h,
-                "</td><td>{}</td></tr>",
-                Esc(&size(m.get("size").and_then(Value::as_u64).unwrap_or(0)))
+                "<tr><td>{}</td><td>",
+                Esc(c.platform.as_deref().unwrap_or("—"))
+            );
+            digest_link(&mut h, name, &c.digest);
+            let _ = write!(
+                h,
+                "</td><td>{}</td><td>{}</td></tr>",
+                Esc(&size(c.size)),
+                Esc(&c.created.map_or("—".to_owned(), validator::rfc3339))
             );
         }
         table_end(&mut h);
@@ -358,9 +447,26 @@ fn artifact(h: &mut Html, name: &str, a: &super::Artifact) {
     h.raw("<h2>Artifact</h2><dl>");
     fact(h, "Artifact type", &a.artifact_type);
     if let Some(s) = &a.subject {
+        // Named as people know it, `repository:tag` (each tag of it), with its digest; an
+        // untagged subject as `repository@digest`.
         h.raw("<dt>Subject</dt><dd>");
-        digest_link(h, name, s);
-        h.raw("</dd>");
+        for t in &a.subject_tags {
+            let _ = write!(
+                h,
+                "<a href=\"/ui/r/{}:{}\">{}:{}</a>, ",
+                Esc(name),
+                Esc(t),
+                Esc(name),
+                Esc(t)
+            );
+        }
+        let _ = write!(
+            h,
+            "<a class=\"mono\" href=\"{}\">{}@{}</a></dd>",
+            image_href(name, s),
+            Esc(name),
+            Esc(s.as_str())
+        );
     }
     h.raw("</dl>");
     let Some(d) = &a.document else {
@@ -414,7 +520,7 @@ fn packages(h: &mut Html, v: &ImageView<'_>) {
 
 fn referrers(h: &mut Html, v: &ImageView<'_>) {
     let name = v.name.as_str();
-    h.raw("<h2>Referrers</h2>");
+    h.raw("<h2 id=\"referrers\">Referrers</h2>");
     if v.referrers.is_empty() {
         h.raw(
             "<p class=\"muted\">No signatures, SBOMs or other artifacts refer to this image.</p>",

@@ -1,5 +1,5 @@
 //! A repository's page (`/ui/r/<name>`): its tags, a page at a time, each with its image's
-//! summary and signature state, and the pull command.
+//! summary, signature state and referrers, and the commands that pull it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -7,21 +7,32 @@ use axum::http::{HeaderMap, header};
 use futures_util::StreamExt;
 use validator::{Digest, Name};
 
-use super::manifest::{image_size, read_manifest, summary};
+use super::image::referrers_of;
+use super::manifest::{read_manifest, summary};
 use super::signatures::{is_cosign_tag, signatures_of, signed};
-use super::{CONCURRENCY, PAGE, Signed, Summary, TagRow, now, pages};
+use super::{CONCURRENCY, PAGE, PullHost, Signed, Summary, TagRow, now, pages};
 use crate::errors::ApiResult;
 use crate::repo::Repos;
 
 /// The registry as a client names it in a pull: the `Host` the browser used (behind a
-/// proxy that keeps the client's `Host`, the name people reach).
-pub(super) fn pull_host(headers: &HeaderMap) -> String {
-    headers
+/// proxy that keeps the client's `Host`, the name people reach), and whether it is reached
+/// over plain HTTP: this registry serves no TLS and no proxy in front says (in
+/// `X-Forwarded-Proto`) that it terminated TLS.
+pub(super) fn pull_host(headers: &HeaderMap, serves_tls: bool) -> PullHost {
+    let host = headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .filter(|h| !h.is_empty())
         .unwrap_or("HOST")
-        .to_owned()
+        .to_owned();
+    let forwarded_https = headers
+        .get("x-forwarded-proto")
+        .and_then(|h| h.to_str().ok())
+        .is_some_and(|p| p.eq_ignore_ascii_case("https"));
+    PullHost {
+        host,
+        plain_http: !serves_tls && !forwarded_https,
+    }
 }
 
 /// A repository's tags, one page after `last`; None when the repository does not exist.
@@ -29,7 +40,7 @@ pub(super) async fn repository(
     repos: &Repos,
     keys: &[trust::VerifyingKey],
     name: &Name,
-    host: &str,
+    host: &PullHost,
     last: Option<&str>,
 ) -> ApiResult<Option<(String, String)>> {
     if !repos.exists(name).await? {
@@ -46,34 +57,38 @@ pub(super) async fn repository(
     // Each distinct manifest of the page is read once, however many tags point at it.
     let digests: BTreeSet<Digest> = rows.iter().map(|(_, d)| (*d).clone()).collect();
     let everything = &everything;
-    let facts: Vec<ApiResult<(Digest, Option<Summary>, Signed)>> =
-        futures_util::stream::iter(digests)
-            .map(|d| async move {
-                let s = match read_manifest(repos, 16 << 20, &d).await? {
-                    Some(m) => Some(summary(&m, image_size(repos, &d, &m).await?)),
-                    None => None,
-                };
-                let sigs = signatures_of(repos, name, &d, everything).await?;
-                let signed = signed(repos, name, keys, &d, &sigs).await?;
-                Ok((d, s, signed))
-            })
-            .buffer_unordered(CONCURRENCY)
-            .collect()
-            .await;
+    type Facts = (Option<Summary>, Signed, Vec<&'static str>);
+    let facts: Vec<ApiResult<(Digest, Facts)>> = futures_util::stream::iter(digests)
+        .map(|d| async move {
+            let s = match read_manifest(repos, 16 << 20, &d).await? {
+                Some(m) => Some(summary(repos, &d, &m).await?),
+                None => None,
+            };
+            let sigs = signatures_of(repos, name, &d, everything).await?;
+            let signed = signed(repos, name, keys, &d, &sigs).await?;
+            let kinds = referrers_of(repos, name, &d, everything).await?;
+            let kinds = kinds.iter().map(|r| r.kind).collect();
+            Ok((d, (s, signed, kinds)))
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await;
     let mut by_digest = BTreeMap::new();
     for f in facts {
-        let (d, s, signed) = f?;
-        by_digest.insert(d, (s, signed));
+        let (d, facts) = f?;
+        by_digest.insert(d, facts);
     }
     let rows: Vec<TagRow> = rows
         .iter()
         .map(|(t, d)| {
-            let (s, signed) = by_digest.get(d).cloned().unwrap_or((None, Signed::No));
+            let (s, signed, referrers) =
+                (by_digest.get(d).cloned()).unwrap_or((None, Signed::No, Vec::new()));
             TagRow {
                 tag: t.clone(),
                 digest: d.clone(),
                 summary: s,
                 signed,
+                referrers,
             }
         })
         .collect();

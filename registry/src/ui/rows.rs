@@ -12,8 +12,8 @@ pub(crate) struct RepoRow {
     pub tags: usize,
     /// The distinct content of its tagged images, each counted as [`super::manifest::image_size`] does.
     pub size: u64,
-    /// When a tag of it was last set or removed (the tag index's last write), in seconds
-    /// since 1970.
+    /// When an image tag of it was last set, moved or removed, in seconds since 1970;
+    /// cosign's signature, attestation and SBOM tags are no push of it.
     pub pushed: Option<u64>,
 }
 

@@ -15,19 +15,7 @@ pub(super) fn is_signature(artifact_type: &str) -> bool {
         || artifact_type.contains("notary")
 }
 
-/// Whether `t` is one of cosign's tags (`sha256-<64 hex>.sig`, `.att`, `.sbom`).
-pub(super) fn is_cosign_tag(t: &str) -> bool {
-    let Some((base, suffix)) = t.rsplit_once('.') else {
-        return false;
-    };
-    matches!(suffix, "sig" | "att" | "sbom")
-        && base.strip_prefix("sha256-").is_some_and(|hex| {
-            hex.len() == 64
-                && hex
-                    .bytes()
-                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        })
-}
+pub(super) use crate::repo::is_cosign_tag;
 
 /// cosign's tag for a subject's signatures: `sha256-<hex>.sig`.
 pub(super) fn cosign_tag(d: &Digest, suffix: &str) -> String {

@@ -98,6 +98,7 @@ async fn replicate(
             platform: None,
             referrers: entry.referrers,
             listed_referrers: None,
+            oci_media_types: false,
         },
     )
     .await
