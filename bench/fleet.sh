@@ -70,7 +70,7 @@ for run in $(seq "$RUNS"); do
 			for p in "${pulls[@]}"; do wait "$p"; done
 			t1=$(date +%s.%N)
 			cpu=$(cpu_since "${PID[$side]}" "$cpu0")
-			printf '{"side":"%s","clients":%d,"mib":%d,"run":%d,"secs":%s,"cpu":%s}\n' \
+			printf '{"side":"%s","clients":%d,"mib":%d,"run":%d,"secs":%.4f,"cpu":%.3f}\n' \
 				"$side" "$clients" "$MIB" "$run" "$(echo "$t1 - $t0" | bc -l)" "$cpu" >> "$OUT/results.jsonl"
 		done
 	done
