@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A short fuzz run of every cargo-fuzz target (validator, ips-bridge, registry-client, trust). Not part of the test
+# A short fuzz run of every cargo-fuzz target (validator, ips-bridge, registry-client, trust,
+# registry, worker-runtime). Not part of the test
 # command: it needs a nightly toolchain and cargo-fuzz. The seeds are the checked-in corpora.
 #   scripts/fuzz.sh            60 s per target
 #   FUZZ_SECONDS=600 scripts/fuzz.sh
@@ -36,4 +37,6 @@ for t in $(cd "$ROOT/ips-bridge/fuzz" && cargo +nightly fuzz list); do
 done
 run registry-client www_authenticate "$ROOT/registry-client/fuzz/seeds/www_authenticate"
 run trust evidence "$ROOT/trust/fuzz/seeds/evidence"
+run registry http_request "$ROOT/registry/fuzz/seeds/http_request"
+run worker-runtime unpack "$ROOT/worker-runtime/fuzz/seeds/unpack"
 echo "==== fuzzing found nothing ===="
