@@ -1,0 +1,331 @@
+//! Volume cases run on every layer store (`volumes.rs` on the directory store,
+//! `worker_zfs.rs` on zfs-fuse): one expectation, each store, as the worker reaches them
+//! through the in-process registry.
+//!
+//! The image declares `Volumes` `/var/hello`, whose content in the image (owner 1234:5678,
+//! mode 0750, a file 0640) seeds the volume on first use. "The zone writes" means writing into
+//! the volume's source directory, which is what the zone's lofs mount of it shows.
+
+#![allow(dead_code)]
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use registry::storage::FsStore;
+use registry::{AppState, RegistryConfig, router};
+use registry_client::{Client, Reference, Retry};
+use serde_json::json;
+use validator::Digest;
+use worker_runtime::volume::AttachedVolume;
+use worker_runtime::{Worker, WorkerConfig, ZoneDescription};
+
+use super::image::{self, Image, Layer, Spec};
+use super::tarbuild::{H, Tar};
+
+pub const OS_VERSION: &str = "omnios-r151054";
+/// The image's volume.
+pub const HELLO: &str = "/var/hello";
+
+/// An image whose root has `etc/release` = `tag` and `/var/hello` (1234:5678, 0750) holding
+/// `greeting` (0640, "hello from <tag>"), with `Volumes` `/var/hello`.
+pub fn volume_image(tag: &str) -> Image {
+    let mut dir = H::new(b"var/hello", b'5');
+    (dir.mode, dir.uid, dir.gid) = (0o750, 1234, 5678);
+    let body = format!("hello from {tag}");
+    let mut greeting = H::new(b"var/hello/greeting", b'0');
+    (greeting.mode, greeting.uid, greeting.gid) = (0o640, 1234, 5678);
+    greeting.size = body.len() as u64;
+    let tar = Tar::new()
+        .dir("etc")
+        .file("etc/release", tag.as_bytes())
+        .dir("var")
+        .entry(dir, &[])
+        .entry(greeting, body.as_bytes())
+        .dir("srv")
+        .finish();
+    let mut img = image::image(
+        vec![Layer::new(tar)],
+        &Spec {
+            os_version: Some(OS_VERSION),
+            ..Spec::default()
+        },
+    );
+    let mut config: serde_json::Value = serde_json::from_slice(&img.config).unwrap();
+    config["config"]["Volumes"] = json!({ HELLO: {} });
+    img.config = serde_json::to_vec(&config).unwrap();
+    let mut manifest: serde_json::Value = serde_json::from_slice(&img.manifest).unwrap();
+    manifest["config"]["digest"] = json!(Digest::sha256(&img.config).to_string());
+    manifest["config"]["size"] = json!(img.config.len());
+    img.manifest = serde_json::to_vec(&manifest).unwrap();
+    img
+}
+
+/// A registry, a worker directory whose worker.toml ends with `store` (the `[layer_store]`
+/// table, or nothing for the directory store) and the tag `apps/vol:latest`.
+pub struct Node {
+    pub dir: tempfile::TempDir,
+    pub reference: Reference,
+    pub client: Client,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Node {
+    pub async fn new(store: &str) -> Node {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = FsStore::open(dir.path().join("registry")).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let app = router(AppState::new(Arc::new(fs), RegistryConfig::default()));
+        let task = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let client = Client::builder()
+            .retry(Retry {
+                attempts: 4,
+                base_delay: Duration::from_millis(10),
+                max_delay: Duration::from_millis(40),
+            })
+            .build()
+            .unwrap();
+        let t = dir.path();
+        std::fs::create_dir(t.join("zones")).unwrap();
+        std::fs::write(
+            t.join("worker.toml"),
+            format!(
+                "zones_dir = \"zones\"\nstate_dir = \"state\"\nworker_id = \"vol-node\"\nos_version = \"{OS_VERSION}\"\ngc_grace = \"0s\"\nplain_http = true\n[provisioner]\nkind = \"dir\"\nbase = \"roots\"\n{store}"
+            ),
+        )
+        .unwrap();
+        Node {
+            reference: Reference::parse(&format!("{addr}/apps/vol:latest")).unwrap(),
+            dir,
+            client,
+            task,
+        }
+    }
+
+    /// Pushes `volume_image(tag)` under the tag.
+    pub async fn push(&self, tag: &str) -> Digest {
+        volume_image(tag).push(&self.client, &self.reference).await
+    }
+
+    /// Writes zone `name`'s manifest: the tag, `pull_policy = "Always"`, then `extra`.
+    pub fn zone(&self, name: &str, extra: &str) {
+        std::fs::write(
+            self.dir.path().join("zones").join(format!("{name}.toml")),
+            format!(
+                "name = \"{name}\"\nimage = \"{}\"\npull_policy = \"Always\"\n{extra}",
+                self.reference
+            ),
+        )
+        .unwrap();
+    }
+
+    pub fn remove_zone(&self, name: &str) {
+        std::fs::remove_file(self.dir.path().join("zones").join(format!("{name}.toml"))).unwrap();
+    }
+
+    pub fn worker(&self) -> Arc<Worker> {
+        let cfg = WorkerConfig::load(&self.config()).unwrap();
+        Arc::new(Worker::new(cfg).unwrap().with_client(self.client.clone()))
+    }
+
+    pub fn config(&self) -> PathBuf {
+        self.dir.path().join("worker.toml")
+    }
+
+    pub fn base(&self) -> PathBuf {
+        self.dir.path().join("roots")
+    }
+
+    pub fn description(&self, zone: &str) -> ZoneDescription {
+        let p = self.base().join(zone).join("zone.json");
+        serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap()
+    }
+
+    /// The zone's volume at `path`, from its description.
+    pub fn volume(&self, zone: &str, path: &str) -> AttachedVolume {
+        let d = self.description(zone);
+        d.volumes
+            .iter()
+            .find(|v| v.path == path)
+            .unwrap_or_else(|| panic!("zone {zone} has no volume at {path}: {:?}", d.volumes))
+            .clone()
+    }
+
+    /// The volumes `rdctl worker status` shows.
+    pub fn status_volumes(&self) -> Vec<worker_runtime::volume::VolumeRecord> {
+        worker_runtime::status_report(&self.config())
+            .unwrap()
+            .node
+            .expect("a node status after a pass")
+            .volumes
+    }
+}
+
+/// Runs one pass and checks `zone` came out as `provisioned` or not.
+pub async fn pass(w: &Arc<Worker>, provisioned: &[&str]) -> worker_runtime::PassSummary {
+    let s = w.pass(true).await.unwrap();
+    let want: Vec<String> = provisioned.iter().map(|z| (*z).to_owned()).collect();
+    assert_eq!(s.provisioned, want, "{s:?}");
+    assert!(s.failed.is_empty(), "{s:?}");
+    s
+}
+
+fn mode_owner(p: &Path) -> (u32, u32, u32) {
+    let m = std::fs::symlink_metadata(p).unwrap();
+    (m.mode() & 0o7777, m.uid(), m.gid())
+}
+
+/// The image's volume is seeded from the image (content, owner, mode), mounted with `add fs`
+/// lofs, and what the zone writes there survives three image updates (each replacing the
+/// zone's root: the old zonepath is destroyed) and a worker restart; the seed is never
+/// applied again. Also a manifest volume with a name at a path the image has nothing at
+/// (empty, root's, 0755). Returns the node for store-specific checks.
+pub async fn data_survives_updates_and_restart(store: &str) -> Node {
+    let node = Node::new(store).await;
+    node.push("v1").await;
+    node.zone(
+        "web",
+        "[[volumes]]\npath = \"/srv/data\"\nname = \"webdata\"\n",
+    );
+    let w = node.worker();
+    pass(&w, &["web"]).await;
+    let hello = node.volume("web", HELLO);
+    assert_eq!(hello.id, "web.var-hello");
+    let src = &hello.source;
+    assert!(
+        !src.starts_with(node.base().join("web")),
+        "the volume lives outside the zonepath: {}",
+        src.display()
+    );
+    assert_eq!(
+        std::fs::read_to_string(src.join("greeting")).unwrap(),
+        "hello from v1"
+    );
+    if rustix::process::geteuid().is_root() {
+        assert_eq!(mode_owner(src), (0o750, 1234, 5678));
+        assert_eq!(mode_owner(&src.join("greeting")), (0o640, 1234, 5678));
+    } else {
+        assert_eq!(mode_owner(src).0, 0o750);
+        assert_eq!(mode_owner(&src.join("greeting")).0, 0o640);
+    }
+    let data = node.volume("web", "/srv/data");
+    assert_eq!(data.id, "webdata");
+    assert_eq!(mode_owner(&data.source).0, 0o755);
+    assert_eq!(std::fs::read_dir(&data.source).unwrap().count(), 0);
+    let zonecfg = std::fs::read_to_string(node.base().join("web/zonecfg.txt")).unwrap();
+    assert!(
+        zonecfg.contains(&format!(
+            "add fs\nset dir=/var/hello\nset special={}\nset type=lofs\nend\n",
+            src.display()
+        )),
+        "{zonecfg}"
+    );
+    // The zone writes its state.
+    std::fs::write(src.join("state"), b"counter=1").unwrap();
+    std::fs::write(src.join("greeting"), b"changed by the zone").unwrap();
+    std::fs::write(data.source.join("db"), b"rows").unwrap();
+    for tag in ["v2", "v3", "v4"] {
+        node.push(tag).await;
+        pass(&w, &["web"]).await;
+        let root = node.base().join("web/root");
+        assert_eq!(
+            std::fs::read(root.join("etc/release")).unwrap(),
+            tag.as_bytes()
+        );
+        assert_eq!(node.volume("web", HELLO), hello, "{tag}");
+        assert_eq!(
+            std::fs::read(src.join("state")).unwrap(),
+            b"counter=1",
+            "{tag}"
+        );
+        assert_eq!(
+            std::fs::read(src.join("greeting")).unwrap(),
+            b"changed by the zone",
+            "{tag}: the seed is not applied again"
+        );
+        assert_eq!(
+            std::fs::read(data.source.join("db")).unwrap(),
+            b"rows",
+            "{tag}"
+        );
+    }
+    drop(w);
+    let w = node.worker();
+    let s = pass(&w, &[]).await;
+    assert_eq!(s.unchanged, vec!["web".to_owned()], "{s:?}");
+    assert_eq!(std::fs::read(src.join("state")).unwrap(), b"counter=1");
+    assert_eq!(std::fs::read(data.source.join("db")).unwrap(), b"rows");
+    let listed = node.status_volumes();
+    let ids: Vec<(&str, &str, Option<u64>)> = listed
+        .iter()
+        .map(|v| (v.id.as_str(), v.zone.as_str(), v.released_unix))
+        .collect();
+    assert_eq!(
+        ids,
+        vec![("web.var-hello", "web", None), ("webdata", "web", None)]
+    );
+    node
+}
+
+/// Reclaim both ways: the manifest of `keep` (default `retain`) and of `drop` (`reclaim =
+/// "delete"`) are removed; after `gc_grace` (0 here) both zones are gone, `keep`'s volume
+/// stays with its data and is listed as released, `drop`'s is removed. `keep` coming back gets
+/// its volume again, data and all, not seeded again.
+pub async fn reclaim_both_ways(store: &str) -> Node {
+    let node = Node::new(store).await;
+    node.push("v1").await;
+    node.zone("keep", "");
+    node.zone("drop", "reclaim = \"delete\"\n");
+    let w = node.worker();
+    pass(&w, &["drop", "keep"]).await;
+    let kept = node.volume("keep", HELLO);
+    let dropped = node.volume("drop", HELLO);
+    std::fs::write(kept.source.join("state"), b"keep me").unwrap();
+    std::fs::write(dropped.source.join("state"), b"drop me").unwrap();
+    node.remove_zone("keep");
+    node.remove_zone("drop");
+    let s = w.pass(true).await.unwrap();
+    assert_eq!(
+        s.removed,
+        vec!["drop".to_owned(), "keep".to_owned()],
+        "{s:?}"
+    );
+    assert!(!node.base().join("keep").exists());
+    assert_eq!(
+        std::fs::read(kept.source.join("state")).unwrap(),
+        b"keep me"
+    );
+    assert!(
+        !dropped.source.exists() && !dropped.source.parent().unwrap().exists(),
+        "{} is removed",
+        dropped.source.display()
+    );
+    let listed = node.status_volumes();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].id, "keep.var-hello");
+    assert!(listed[0].released_unix.is_some(), "{listed:?}");
+    // It comes back: the retained volume is attached again as it was.
+    node.zone("keep", "");
+    pass(&w, &["keep"]).await;
+    assert_eq!(node.volume("keep", HELLO), kept);
+    assert_eq!(
+        std::fs::read(kept.source.join("state")).unwrap(),
+        b"keep me"
+    );
+    assert_eq!(
+        std::fs::read(kept.source.join("greeting")).unwrap(),
+        b"hello from v1"
+    );
+    let listed = node.status_volumes();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].released_unix, None, "{listed:?}");
+    node
+}
