@@ -11,7 +11,7 @@ use worker_runtime::Phase;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn data_in_a_volume_survives_three_image_updates_and_a_restart() {
-    let node = volume_cases::data_survives_updates_and_restart("").await;
+    let node = volume_cases::data_survives_updates_and_restart("", None).await;
     // A directory outside every zonepath: `<base>/.volumes/<id>/data`.
     let v = node.volume("web", HELLO);
     assert_eq!(v.source, node.base().join(".volumes/web.var-hello/data"));

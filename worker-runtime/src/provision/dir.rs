@@ -378,11 +378,15 @@ impl Provisioner for DirProvisioner {
             self.own(zone, &zonepath)?;
         }
         let d = describe(spec, root.image(), zonepath.clone())?;
-        let rd = RootDir::open(&root.root()).map_err(self.io(zone, "opening", &zonepath))?;
-        self.attach_volumes(&d, &rd)?;
-        if let Some(xml) = smf_manifest(&d) {
-            rd.write_file(ENTRYPOINT_MANIFEST_PATH, xml.as_bytes(), 0o444)
-                .map_err(self.io(zone, "writing the entrypoint manifest into", &zonepath))?;
+        {
+            // Closed before the root is placed: an open descriptor in a staging dataset would
+            // keep ZFS from moving its mount.
+            let rd = RootDir::open(&root.root()).map_err(self.io(zone, "opening", &zonepath))?;
+            self.attach_volumes(&d, &rd)?;
+            if let Some(xml) = smf_manifest(&d) {
+                rd.write_file(ENTRYPOINT_MANIFEST_PATH, xml.as_bytes(), 0o444)
+                    .map_err(self.io(zone, "writing the entrypoint manifest into", &zonepath))?;
+            }
         }
         let (staging, _) = root.into_staging();
         let result = self

@@ -169,11 +169,22 @@ impl Node {
     }
 }
 
-/// Runs one pass and checks `zone` came out as `provisioned` or not.
+/// Runs one pass and checks that exactly `provisioned` were made, naming the errors.
 pub async fn pass(w: &Arc<Worker>, provisioned: &[&str]) -> worker_runtime::PassSummary {
     let s = w.pass(true).await.unwrap();
     let want: Vec<String> = provisioned.iter().map(|z| (*z).to_owned()).collect();
-    assert_eq!(s.provisioned, want, "{s:?}");
+    let errors: Vec<Option<String>> = s
+        .failed
+        .iter()
+        .map(|z| {
+            let dir = &w.config().state_dir;
+            let p = dir.join("zones").join(format!("{z}.json"));
+            let st: worker_runtime::ZoneStatus =
+                serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
+            st.last_error
+        })
+        .collect();
+    assert_eq!(s.provisioned, want, "{s:?}: {errors:?}");
     assert!(s.failed.is_empty(), "{s:?}");
     s
 }
@@ -186,14 +197,15 @@ fn mode_owner(p: &Path) -> (u32, u32, u32) {
 /// The image's volume is seeded from the image (content, owner, mode), mounted with `add fs`
 /// lofs, and what the zone writes there survives three image updates (each replacing the
 /// zone's root: the old zonepath is destroyed) and a worker restart; the seed is never
-/// applied again. Also a manifest volume with a name at a path the image has nothing at
-/// (empty, root's, 0755). Returns the node for store-specific checks.
-pub async fn data_survives_updates_and_restart(store: &str) -> Node {
+/// applied again. Also a manifest volume `webdata` (of `size` when given) at a path the image
+/// has nothing at (empty, 0755). Returns the node for store-specific checks.
+pub async fn data_survives_updates_and_restart(store: &str, size: Option<&str>) -> Node {
     let node = Node::new(store).await;
     node.push("v1").await;
+    let size = size.map_or(String::new(), |s| format!("size = \"{s}\"\n"));
     node.zone(
         "web",
-        "[[volumes]]\npath = \"/srv/data\"\nname = \"webdata\"\n",
+        &format!("[[volumes]]\npath = \"/srv/data\"\nname = \"webdata\"\n{size}"),
     );
     let w = node.worker();
     pass(&w, &["web"]).await;
