@@ -233,6 +233,14 @@ pub enum VolumeError {
         /// The zone holding it.
         holder: String,
     },
+    /// Stopped before `step` as if the process had died (fault injection).
+    #[error("volume {volume}: interrupted before {step}")]
+    Interrupted {
+        /// The volume's id.
+        volume: String,
+        /// The step that did not run.
+        step: String,
+    },
     /// A size on the directory store, which cannot limit a directory.
     #[error(
         "volume {volume}: size: the directory layer store cannot limit a volume; set [layer_store] kind = \"zfs\" in worker.toml, or remove the size"
@@ -325,71 +333,77 @@ impl Volumes {
 
     /// Makes volume `v` for `zone` when it does not exist (a dataset with its quota on ZFS),
     /// seeds it from `root` at its path when it was never seeded, and records `zone` as its
-    /// holder. A volume another zone holds is refused. `step` is asked before each change
-    /// (the provisioner's crash injection).
+    /// holder. A volume another zone holds is refused. `stop_before` is asked before each
+    /// change; `true` stops there as a crash would ([`VolumeError::Interrupted`], the
+    /// provisioner's crash injection).
     pub fn attach(
         &self,
         zone: &str,
         v: &AttachedVolume,
         root: &RootDir,
         chown: bool,
-        step: &dyn Fn(&str) -> Result<(), crate::provision::ProvisionError>,
-    ) -> Result<(), crate::provision::ProvisionError> {
-        let err = |source| crate::provision::ProvisionError::Volume {
-            zone: zone.to_owned(),
-            source: Box::new(source),
-        };
+        stop_before: &dyn Fn(&str) -> bool,
+    ) -> Result<(), VolumeError> {
         let id = v.id.as_str();
+        let step = |name: String| {
+            if stop_before(&name) {
+                Err(VolumeError::Interrupted {
+                    volume: id.to_owned(),
+                    step: name,
+                })
+            } else {
+                Ok(())
+            }
+        };
         let at = self.dir.join(id);
-        if let Some(r) = self.read(id).map_err(err)?
+        if let Some(r) = self.read(id)?
             && r.zone != zone
             && r.released_unix.is_none()
         {
-            return Err(err(VolumeError::InUse {
+            return Err(VolumeError::InUse {
                 volume: id.to_owned(),
                 holder: r.zone,
-            }));
+            });
         }
-        step(&format!("create volume {id}"))?;
+        step(format!("create volume {id}"))?;
         match &self.datasets {
             Some(d) => d
                 .make_volume(id, &at, v.size_bytes)
                 .map_err(|source| VolumeError::Zfs {
                     volume: id.to_owned(),
                     source,
-                })
-                .map_err(err)?,
+                })?,
             None if v.size_bytes.is_some() => {
-                return Err(err(VolumeError::Unsized {
+                return Err(VolumeError::Unsized {
                     volume: id.to_owned(),
-                }));
+                });
             }
             None => {}
         }
-        owner::claim(&at, &self.mark())
-            .map_err(|source| VolumeError::Ownership {
-                volume: id.to_owned(),
-                source,
-            })
-            .map_err(err)?;
+        owner::claim(&at, &self.mark()).map_err(|source| VolumeError::Ownership {
+            volume: id.to_owned(),
+            source,
+        })?;
         let data = at.join(DATA);
         if !data.exists() {
-            step(&format!("seed volume {id}"))?;
+            step(format!("seed volume {id}"))?;
             let seeding = at.join(SEEDING);
             if seeding.exists() {
-                std::fs::remove_dir_all(&seeding)
-                    .map_err(self.io(id, "removing", &seeding))
-                    .map_err(err)?;
+                std::fs::remove_dir_all(&seeding).map_err(self.io(id, "removing", &seeding))?;
             }
-            root.copy_out(&v.path, &seeding, chown)
-                .map_err(self.io(id, "seeding from the image into", &seeding))
-                .map_err(err)?;
-            step(&format!("publish the seed of volume {id}"))?;
-            std::fs::rename(&seeding, &data)
-                .map_err(self.io(id, "publishing the seed as", &data))
-                .map_err(err)?;
+            root.copy_out(&v.path, &seeding, chown).map_err(self.io(
+                id,
+                "seeding from the image into",
+                &seeding,
+            ))?;
+            step(format!("publish the seed of volume {id}"))?;
+            std::fs::rename(&seeding, &data).map_err(self.io(
+                id,
+                "publishing the seed as",
+                &data,
+            ))?;
         }
-        step(&format!("record volume {id}"))?;
+        step(format!("record volume {id}"))?;
         self.write(&VolumeRecord {
             id: id.to_owned(),
             zone: zone.to_owned(),
@@ -398,7 +412,6 @@ impl Volumes {
             reclaim: v.reclaim,
             released_unix: None,
         })
-        .map_err(err)
     }
 
     /// Every volume of ours with its record (one cut short before its record was written
@@ -422,7 +435,8 @@ impl Volumes {
     /// Brings the records in line with what the zones hold: `held` maps each volume a zone
     /// has now to that zone's reclaim for it; any other volume not yet released is released
     /// at `since(zone)`. Then every released `delete` volume released at least `grace` ago is
-    /// removed. Returns the ids removed.
+    /// removed (one that cannot be is logged and left for the next call). Returns the ids
+    /// removed.
     pub fn reconcile(
         &self,
         held: &std::collections::HashMap<String, (String, Reclaim)>,
@@ -453,9 +467,17 @@ impl Volumes {
                 && r.released_unix
                     .is_some_and(|t| now.saturating_sub(t) >= grace.as_secs())
             {
-                self.remove(&r.id)?;
-                tracing::info!(volume = %r.id, zone = %r.zone, "released volume removed (reclaim = \"delete\")");
-                removed.push(r.id);
+                // One that cannot go (an operator's snapshot on its dataset) is that volume's
+                // problem: logged, tried again next pass; the others go on.
+                match self.remove(&r.id) {
+                    Ok(()) => {
+                        tracing::info!(volume = %r.id, zone = %r.zone, "released volume removed (reclaim = \"delete\")");
+                        removed.push(r.id);
+                    }
+                    Err(e) => {
+                        tracing::warn!(volume = %r.id, error = %validator::error_chain(&e), "removing a released volume failed; it stays until the next pass");
+                    }
+                }
             }
         }
         Ok(removed)

@@ -255,7 +255,21 @@ impl DirProvisioner {
         };
         let chown = rustix::process::geteuid().is_root();
         for v in &d.volumes {
-            volumes.attach(&d.zone, v, root, chown, &|step| self.step(&d.zone, step))?;
+            let stop = |step: &str| self.step(&d.zone, step).is_err();
+            volumes
+                .attach(&d.zone, v, root, chown, &stop)
+                .map_err(|e| match e {
+                    crate::volume::VolumeError::Interrupted { step, .. } => {
+                        ProvisionError::Interrupted {
+                            zone: d.zone.clone(),
+                            step,
+                        }
+                    }
+                    e => ProvisionError::Volume {
+                        zone: d.zone.clone(),
+                        source: Box::new(e),
+                    },
+                })?;
         }
         Ok(())
     }
