@@ -483,6 +483,19 @@ impl Volumes {
         Ok(removed)
     }
 
+    /// Releases every volume `zone` holds, as of `since` (the zone was removed): another
+    /// zone may take a named one in the same pass.
+    pub fn release(&self, zone: &str, since: u64) -> Result<(), VolumeError> {
+        for mut r in self.list()? {
+            if r.zone == zone && r.released_unix.is_none() {
+                r.released_unix = Some(since);
+                tracing::info!(volume = %r.id, zone, reclaim = ?r.reclaim, "volume released");
+                self.write(&r)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Removes volume `id`: its dataset (marks checked, an operator's snapshot refuses it)
     /// or its directory (mark checked, the mark last).
     fn remove(&self, id: &str) -> Result<(), VolumeError> {

@@ -237,3 +237,54 @@ fn rand_n() -> usize {
     static N: AtomicUsize = AtomicUsize::new(0);
     N.fetch_add(1, Ordering::Relaxed)
 }
+
+/// A named volume is one zone's at a time: a second zone naming it fails, naming the volume
+/// and the zone holding it, and the first zone keeps it; once the first zone is gone (its
+/// manifest removed, the volume retained) the second gets it, data and all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_volume_is_held_by_one_zone_and_follows_it_to_the_next() {
+    let node = Node::new("").await;
+    node.push("v1").await;
+    let shared = "[[volumes]]\npath = \"/srv/data\"\nname = \"shared\"\n";
+    node.zone("alpha", shared);
+    let w = node.worker();
+    volume_cases::pass(&w, &["alpha"]).await;
+    let v = node.volume("alpha", "/srv/data");
+    std::fs::write(v.source.join("db"), b"alpha's rows").unwrap();
+    node.zone("beta", shared);
+    let s = w.pass(true).await.unwrap();
+    assert_eq!(s.failed, vec!["beta".to_owned()], "{s:?}");
+    let err = worker_runtime::status(&node.config())
+        .unwrap()
+        .into_iter()
+        .find(|r| r.status.zone == "beta")
+        .unwrap()
+        .status
+        .last_error
+        .unwrap();
+    assert!(
+        err.contains("zone beta: volume shared: held by zone alpha"),
+        "{err}"
+    );
+    assert!(!node.base().join("beta").exists());
+    node.remove_zone("alpha");
+    // alpha goes first in the pass, releasing the volume, and beta is made with it.
+    let s = volume_cases::pass(&w, &["beta"]).await;
+    assert_eq!(s.removed, vec!["alpha".to_owned()], "{s:?}");
+    let b = node.volume("beta", "/srv/data");
+    assert_eq!(b.source, v.source);
+    assert_eq!(std::fs::read(b.source.join("db")).unwrap(), b"alpha's rows");
+    let listed = node.status_volumes();
+    assert_eq!(
+        listed
+            .iter()
+            .map(|r| (r.id.as_str(), r.zone.as_str(), r.released_unix))
+            .collect::<Vec<_>>(),
+        [
+            ("alpha.var-hello", "alpha", listed[0].released_unix),
+            ("beta.var-hello", "beta", None),
+            ("shared", "beta", None)
+        ]
+    );
+    assert!(listed[0].released_unix.is_some(), "{listed:?}");
+}

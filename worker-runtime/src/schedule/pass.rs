@@ -268,6 +268,11 @@ impl Worker {
                 match self.provisioner.remove(&zone) {
                     Ok(()) => {
                         self.state.remove(&zone)?;
+                        // Its volumes are free for the zones reconciled in this pass; the
+                        // pass's end removes the `delete` ones (`reconcile_volumes`).
+                        if let Err(e) = self.volumes.release(&zone, since) {
+                            tracing::warn!(zone, error = %error_chain(&e), "releasing the volumes of a removed zone failed; the pass's end tries again");
+                        }
                         removed.insert(zone.clone(), since);
                         summary.removed.push(zone);
                         continue;
