@@ -6,16 +6,9 @@ mod image;
 mod tarbuild;
 mod volume_cases;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-use validator::{Document, check_config, check_document};
 use volume_cases::{HELLO, Node};
 use worker_runtime::volume::Volumes;
-use worker_runtime::{
-    ContentStore, DirProvisioner, Phase, ProvisionError, Provisioner, PulledImage, StepHook,
-    UnpackOptions, ZoneSpec, build_root, load_zone,
-};
+use worker_runtime::{DirProvisioner, Phase};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn data_in_a_volume_survives_three_image_updates_and_a_restart() {
@@ -106,136 +99,22 @@ fn bad_volume_entries_are_refused_naming_the_element() {
     );
 }
 
-/// `volume_image(tag)` with its blobs in `store`, as the worker holds a pulled image.
-fn pulled(store: &ContentStore, tag: &str) -> PulledImage {
-    let img = volume_cases::volume_image(tag);
-    for l in &img.layers {
-        store.put_bytes(&l.digest(), &l.blob).unwrap();
-    }
-    let (r, doc) = check_document(&img.manifest, None, None, "manifest");
-    let Some(Document::Manifest(manifest)) = doc else {
-        panic!("{r}")
-    };
-    let (r, config) = check_config(&img.config, Some(1), "config");
-    PulledImage {
-        manifest_digest: img.manifest_digest(),
-        manifest: *manifest,
-        config_digest: img.config_digest(),
-        config: config.unwrap_or_else(|| panic!("{r}")),
-    }
-}
-
-/// A worker killed before any step of making a zone with a volume (creating, seeding,
-/// publishing the seed, recording it, placing the zonepath) and started again makes the
-/// zone with the whole seed, never half of one; and once the zone wrote into its volume, a
-/// kill before any step of replacing the zone with a new image loses nothing of it.
+/// A worker killed before any step of making a zone with a volume, or of replacing it, and
+/// started again converges with the data (`volume_cases::crash_at_any_step_converges`).
 #[test]
 fn a_crash_at_any_step_of_attaching_a_volume_converges_with_the_data() {
     let t = tempfile::tempdir().unwrap();
-    let store = ContentStore::open(&t.path().join("content"), "node-a").unwrap();
-    std::fs::write(
-        t.path().join("web.toml"),
-        "name = \"web\"\nimage = \"r.example/apps/vol:1\"\n",
-    )
-    .unwrap();
-    let spec: ZoneSpec = load_zone(&t.path().join("web.toml")).unwrap();
-    let (v1, v2) = (pulled(&store, "v1"), pulled(&store, "v2"));
-    let seen_steps = std::sync::Mutex::new(Vec::new());
-    for replace in [false, true] {
-        for k in 0.. {
-            let base = t.path().join(format!("zones-{replace}-{k}"));
-            let open = |hook: Option<StepHook>| {
-                let p = DirProvisioner::new(&base, "node-a").unwrap();
-                let v = Volumes::open(&base, "node-a", None).unwrap();
-                let p = p.with_volumes(v);
-                match hook {
-                    Some(h) => p.with_step_hook(h),
-                    None => p,
-                }
-            };
-            let root = |p: &DirProvisioner, img: &PulledImage| {
-                let staging = p.staging_dir().join(format!("r{k}.{}", rand_n()));
-                build_root(&store, &staging, "node-a", img, &UnpackOptions::default()).unwrap()
-            };
-            if replace {
-                let p = open(None);
-                let d = p.provision(&spec, root(&p, &v1)).unwrap();
-                std::fs::write(d.volumes[0].source.join("state"), b"written by the zone").unwrap();
+    volume_cases::crash_at_any_step_converges(&|label| {
+        let base = t.path().join(format!("zones-{label}"));
+        Box::new(move |hook| {
+            let p = DirProvisioner::new(&base, "node-a").unwrap();
+            let p = p.with_volumes(Volumes::open(&base, "node-a", None).unwrap());
+            match hook {
+                Some(h) => p.with_step_hook(h),
+                None => p,
             }
-            let seen = Arc::new(AtomicUsize::new(0));
-            let names = Arc::new(std::sync::Mutex::new(Vec::new()));
-            let (s2, n2) = (seen.clone(), names.clone());
-            let hook: StepHook = Arc::new(move |_: &str, step: &str| {
-                n2.lock().unwrap().push(step.to_owned());
-                s2.fetch_add(1, Ordering::SeqCst) == k
-            });
-            let p = open(Some(hook.clone()));
-            let img = if replace { &v2 } else { &v1 };
-            let r = p.provision(&spec, root(&p, img));
-            let crashed = seen.load(Ordering::SeqCst) > k;
-            if crashed {
-                assert!(
-                    matches!(r, Err(ProvisionError::Interrupted { .. })),
-                    "{r:?}"
-                );
-                drop(p);
-                // The next start and pass.
-                let p = open(None);
-                p.provision(&spec, root(&p, img)).unwrap();
-            } else {
-                r.unwrap();
-            }
-            let p = open(None);
-            let d = p.current("web").unwrap().unwrap();
-            let src = &d.volumes[0].source;
-            assert_eq!(
-                std::fs::read_to_string(src.join("greeting")).unwrap(),
-                "hello from v1",
-                "replace {replace}, crash at step {k}: the seed is whole and from the first image"
-            );
-            let state = std::fs::read(src.join("state")).ok();
-            assert_eq!(
-                state.as_deref(),
-                replace.then_some(&b"written by the zone"[..]),
-                "replace {replace}, crash at step {k}"
-            );
-            let left: Vec<_> = std::fs::read_dir(src.parent().unwrap())
-                .unwrap()
-                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .collect();
-            assert!(!left.contains(&"data.seeding".to_owned()), "{left:?}");
-            if !crashed {
-                seen_steps
-                    .lock()
-                    .unwrap()
-                    .push(names.lock().unwrap().clone());
-                break;
-            }
-        }
-    }
-    // Making the zone seeds the volume before placing the zonepath; replacing it seeds
-    // nothing (the volume keeps what the zone wrote).
-    let steps = seen_steps.into_inner().unwrap();
-    let seed = [
-        "create volume web.var-hello",
-        "seed volume web.var-hello",
-        "publish the seed of volume web.var-hello",
-        "record volume web.var-hello",
-        "fill the staging zonepath",
-        "place the zonepath",
-    ];
-    assert_eq!(steps[0], seed);
-    assert!(
-        !steps[1].iter().any(|s| s.starts_with("seed")),
-        "{:?}",
-        steps[1]
-    );
-    assert!(steps[1].contains(&"move the old zonepath aside".to_owned()));
-}
-
-fn rand_n() -> usize {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    N.fetch_add(1, Ordering::Relaxed)
+        })
+    });
 }
 
 /// A named volume is one zone's at a time: a second zone naming it fails, naming the volume

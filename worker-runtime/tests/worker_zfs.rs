@@ -4,7 +4,7 @@
 //! the disk over `image_gc_high_percent`, layers no zone uses are destroyed after the zones
 //! that held them are gone. Volumes are datasets of their own (not clones), with their
 //! size as `quota`, and keep their data across image updates, restarts and reclaim
-//! (`volume_cases/`, the same cases as on the directory store).
+//! (`volume_cases/`, the same cases as on the directory store, crash injection included).
 
 mod image;
 mod tarbuild;
@@ -392,4 +392,35 @@ async fn reclaim_retains_or_destroys_the_volume_dataset() {
         .skip(1)
         .collect();
     assert_eq!(volumes, [format!("{parent}/volumes/keep.var-hello")]);
+}
+
+/// On ZFS too, a worker killed before any step of making a zone with a volume (before `zfs
+/// create` of the volume's dataset, before seeding it, …) or of replacing the zone, and
+/// started again, converges with the whole seed and what the zone wrote.
+#[test]
+fn a_crash_at_any_step_of_attaching_a_volume_dataset_converges_with_the_data() {
+    let pool = zfspool::pool();
+    let t = tempfile::tempdir().unwrap();
+    volume_cases::crash_at_any_step_converges(&|label| {
+        let parent = pool.dataset(&format!("crash-{label}"));
+        let base = t.path().join(format!("zones-{label}"));
+        Box::new(move |hook| {
+            let layers = worker_runtime::ZfsLayerStore::open(
+                worker_runtime::zfs::Zfs::default(),
+                &parent,
+                "node-a",
+            )
+            .unwrap();
+            let zd = worker_runtime::ZoneDatasets::open(layers, &base).unwrap();
+            let v =
+                worker_runtime::volume::Volumes::open(&base, "node-a", Some(zd.clone())).unwrap();
+            let p = worker_runtime::DirProvisioner::on_datasets(zd, "node-a")
+                .unwrap()
+                .with_volumes(v);
+            match hook {
+                Some(h) => p.with_step_hook(h),
+                None => p,
+            }
+        })
+    });
 }
