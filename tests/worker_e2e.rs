@@ -1045,7 +1045,7 @@ fn a_worker_killed_mid_download_resumes_from_the_partial_file() {
     );
     assert_eq!(
         names(&t.path().join("node/roots")),
-        [".rdctl-owner", ".staging", ".trash", "big"]
+        [".rdctl-owner", ".staging", ".trash", ".volumes", "big"]
     );
     assert!(names(&t.path().join("node/state/content/ingest")).is_empty());
     let blob = t.path().join(format!(

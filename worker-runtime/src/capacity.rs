@@ -49,6 +49,10 @@ pub struct Allocated {
     pub memory_bytes: u64,
     /// Zones admitted.
     pub zones: u64,
+    /// Bytes the volumes' sizes hold (every sized volume, held or retained, as a bound or
+    /// released PersistentVolume keeps its capacity).
+    #[serde(default)]
+    pub volume_bytes: u64,
 }
 
 /// The node's side of `rdctl worker status --json`, written by the worker after every pass.
@@ -66,6 +70,10 @@ pub struct NodeStatus {
     /// pass that wrote them.
     #[serde(default)]
     pub conditions: Vec<NodeCondition>,
+    /// The zones' volumes: held ones and retained ones (`released_unix` set), after every
+    /// pass.
+    #[serde(default)]
+    pub volumes: Vec<crate::volume::VolumeRecord>,
     /// When the worker wrote this (seconds since the epoch).
     pub updated_unix: u64,
 }
@@ -513,6 +521,7 @@ mod tests {
                 cpus: 4.0,
                 memory_bytes: 0,
                 zones: 1,
+                volume_bytes: 0,
             }
         );
     }
@@ -584,6 +593,7 @@ mod tests {
                 cpus: 0.0,
                 memory_bytes: 768 << 20,
                 zones: 2,
+                volume_bytes: 0,
             }
         );
     }

@@ -54,6 +54,7 @@ mod store;
 pub mod throttle;
 mod unpack;
 mod verify;
+pub mod volume;
 pub mod zfs;
 mod zone;
 mod zone_policy;
@@ -63,8 +64,9 @@ pub use capacity::{
     Allocated, ConditionStatus, ConditionType, NodeCondition, NodeStatus, Resources,
 };
 pub use config::{
-    ConfigError, IpRange, LayerStoreConfig, ProvisionerConfig, PullPolicy, ResourceLimits,
-    WorkerConfig, ZoneLoadError, ZonePolicy, ZoneSpec, load_zone, load_zones, valid_name,
+    ConfigError, IpRange, LayerStoreConfig, ProvisionerConfig, PullPolicy, Reclaim, ResourceLimits,
+    VolumeSpec, WorkerConfig, ZoneLoadError, ZonePolicy, ZoneSpec, load_zone, load_zones,
+    valid_name,
 };
 pub use mirrors::{
     Mirror, MirrorEndpoint, Mirrors, Source as MirrorSource, Sources as PullSources,
@@ -83,6 +85,8 @@ pub use schedule::{
 pub use state::{Phase, StateDir, StateError, ZoneStatus};
 pub use store::{ContentStore, FetchStats, StoreError};
 pub use throttle::{DiskSpace, DiskUsage, PullBytes, Statvfs};
-pub use unpack::{LayerStats, RootDir, UnpackError, UnpackOptions, apply_layer, apply_stream};
+pub use unpack::{
+    CopiedTree, LayerStats, RootDir, UnpackError, UnpackOptions, apply_layer, apply_stream,
+};
 pub use verify::{PulledImage, RootError, VerifiedImage, VerifiedRoot, build_root};
 pub use zfs::{PreparedImage, ZfsLayerStore, ZfsStoreError, ZoneDatasets};

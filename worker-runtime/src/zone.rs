@@ -40,6 +40,37 @@ pub struct ResourceLimits {
     pub disk: Option<String>,
 }
 
+/// What happens to a zone's volume once no zone holds it (a PersistentVolume's
+/// `persistentVolumeReclaimPolicy`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reclaim {
+    /// Kept, with its data, until a zone names it again (or an operator removes it).
+    #[default]
+    Retain,
+    /// Removed `gc_grace` after it was released.
+    Delete,
+}
+
+/// One `[[volumes]]` entry of a zone manifest: persistent storage outside the zone's root,
+/// mounted at `path` in the zone.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct VolumeSpec {
+    /// Where the zone sees it (absolute, normalised).
+    pub path: String,
+    /// Its size: the `quota` of its dataset on the ZFS layer store (k/m/g/t suffix).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<String>,
+    /// A name that keeps the volume across re-creations of the zone under any zone name;
+    /// without one the volume is the zone's own (`<zone>.<path>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Overrides the zone's `reclaim` for this volume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim: Option<Reclaim>,
+}
+
 /// One zone manifest.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ZoneSpec {
@@ -56,6 +87,10 @@ pub struct ZoneSpec {
     pub stop_timeout_secs: Option<u32>,
     /// Caps.
     pub limits: ResourceLimits,
+    /// `[[volumes]]`, besides the image config's `Volumes`.
+    pub volumes: Vec<VolumeSpec>,
+    /// What happens to the zone's volumes once the zone is gone (default `Retain`).
+    pub reclaim: Reclaim,
     /// The manifest file.
     pub source: PathBuf,
 }

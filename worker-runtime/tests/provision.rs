@@ -71,6 +71,13 @@ fn description() -> ZoneDescription {
         )
         .unwrap(),
         zonepath: PathBuf::from("/zones/web"),
+        volumes: vec![worker_runtime::volume::AttachedVolume {
+            id: "web.var-lib-app".into(),
+            path: "/var/lib/app".into(),
+            source: PathBuf::from("/zones/.volumes/web.var-lib-app/data"),
+            size_bytes: Some(1 << 30),
+            reclaim: worker_runtime::Reclaim::Retain,
+        }],
     }
 }
 
@@ -95,8 +102,9 @@ fn zonecfg_smf_and_commands_match_the_expected_files() {
         "commands-web.txt",
         &command_plan(&d, &d.zonepath.join("zonecfg.txt")),
     );
-    // No limits, no user, no env: the optional parts are left out.
+    // No limits, no user, no env, no volumes: the optional parts are left out.
     let mut bare = description();
+    bare.volumes.clear();
     bare.limits = ResourceLimits::default();
     bare.zone_config = Default::default();
     bare.user = None;

@@ -262,7 +262,7 @@ async fn pulls_from_an_index_verifies_provisions_and_follows_a_moving_tag() {
     assert!(node.ls(&node.roots().join(".staging")).is_empty());
     assert_eq!(
         node.ls(&node.roots()),
-        [".rdctl-owner", ".staging", ".trash", "web"]
+        [".rdctl-owner", ".staging", ".trash", ".volumes", "web"]
     );
     // Blobs only v1 and the index used are collected (grace 0 here); v2's stay.
     let mut want: Vec<String> = [d2, v2.config_digest()]
@@ -280,7 +280,7 @@ async fn pulls_from_an_index_verifies_provisions_and_follows_a_moving_tag() {
     assert_eq!(s.removed, ["web"]);
     assert_eq!(
         node.ls(&node.roots()),
-        [".rdctl-owner", ".staging", ".trash"]
+        [".rdctl-owner", ".staging", ".trash", ".volumes"]
     );
     assert!(status(&node.config_path()).unwrap().is_empty());
     assert!(node.ls(&blobs).is_empty());
@@ -487,7 +487,14 @@ async fn foreign_zonepaths_are_refused_and_a_restart_cleans_up() {
     assert_eq!(s.unchanged, ["mine"]);
     assert_eq!(
         node.ls(&node.roots()),
-        [".rdctl-owner", ".staging", ".trash", "mine", "web"]
+        [
+            ".rdctl-owner",
+            ".staging",
+            ".trash",
+            ".volumes",
+            "mine",
+            "web"
+        ]
     );
     assert_eq!(
         std::fs::read(node.root("web").join("etc/release")).unwrap(),
@@ -637,6 +644,7 @@ async fn zones_asking_for_more_than_is_allocatable_are_unschedulable() {
             cpus: 1.5,
             memory_bytes: 512 << 20,
             zones: 3,
+            volume_bytes: 0,
         }
     );
     assert!(
@@ -722,6 +730,7 @@ async fn a_zone_waiting_out_its_grace_period_holds_its_resources_until_it_is_gon
             cpus: 1.5,
             memory_bytes: 768 << 20,
             zones: 1,
+            volume_bytes: 0,
         }
     );
     let pressure = condition("ResourcePressure");
@@ -1230,6 +1239,7 @@ async fn a_zone_capped_only_by_its_images_label_holds_those_caps() {
             cpus: 1.5,
             memory_bytes: 768 << 20,
             zones: 1,
+            volume_bytes: 0,
         }
     );
 }
@@ -1275,6 +1285,7 @@ async fn images_caps_count_against_what_zones_admitted_in_the_same_pass_left() {
             cpus: 4.0,
             memory_bytes: 0,
             zones: 1,
+            volume_bytes: 0,
         }
     );
     let pressure = n
@@ -1345,6 +1356,7 @@ async fn a_new_image_asking_for_more_than_is_left_leaves_the_zone_on_its_image()
             cpus: 5.0,
             memory_bytes: 0,
             zones: 2,
+            volume_bytes: 0,
         }
     );
 }

@@ -2,10 +2,13 @@
 //! the real registry: a pass pulls, applies each layer once into the layer store and makes
 //! each zone's root a clone of the image's top snapshot; a moved tag replaces the zone; with
 //! the disk over `image_gc_high_percent`, layers no zone uses are destroyed after the zones
-//! that held them are gone.
+//! that held them are gone. Volumes are datasets of their own (not clones), with their
+//! size as `quota`, and keep their data across image updates, restarts and reclaim
+//! (`volume_cases/`, the same cases as on the directory store, crash injection included).
 
 mod image;
 mod tarbuild;
+mod volume_cases;
 mod zfspool;
 
 use std::path::Path;
@@ -334,4 +337,90 @@ async fn an_unmarked_zone_dataset_refuses_its_zone_only() {
     );
     assert!(source.starts_with("inherited"), "{source}");
     node.task.abort();
+}
+
+/// `[layer_store]` on a fresh dataset of `pool`.
+fn zfs_store(pool: &zfspool::Pool, label: &str) -> (String, String) {
+    let parent = pool.dataset(label);
+    let store = format!("[layer_store]\nkind = \"zfs\"\ndataset = \"{parent}\"\n");
+    (parent, store)
+}
+
+/// On ZFS each volume is a dataset of its own under `<parent>/volumes`, not a clone of a
+/// layer (so destroying a replaced zonepath never reaches it), mounted where its description
+/// says, with its size as `quota`; its data survives three image updates and a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volumes_are_datasets_that_keep_their_data_across_updates_and_a_restart() {
+    let pool = zfspool::pool();
+    let (parent, store) = zfs_store(&pool, "volumes");
+    let node = volume_cases::data_survives_updates_and_restart(&store, Some("64m")).await;
+    for (id, quota) in [("web.var-hello", "0"), ("webdata", "67108864")] {
+        let ds = format!("{parent}/volumes/{id}");
+        assert_eq!(zfspool::get("origin", &ds), "-", "{ds} is no clone");
+        assert_eq!(zfspool::get("quota", &ds), quota, "{ds}");
+        assert_eq!(zfspool::get("org.reddwarf:kind", &ds), "volume", "{ds}");
+        let path = if id == "webdata" {
+            "/srv/data"
+        } else {
+            volume_cases::HELLO
+        };
+        let source = node.volume("web", path).source;
+        assert_eq!(
+            Path::new(&zfspool::get("mountpoint", &ds)).join("data"),
+            source,
+            "{ds}"
+        );
+    }
+    let listed = node.status_volumes();
+    assert_eq!(listed[1].size_bytes, Some(64 << 20), "{listed:?}");
+    let node_status = worker_runtime::status_report(&node.config())
+        .unwrap()
+        .node
+        .unwrap();
+    assert_eq!(node_status.allocated.volume_bytes, 64 << 20);
+}
+
+/// Reclaim on ZFS: the retained volume's dataset stays with its data, the deleted one's
+/// dataset is destroyed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_retains_or_destroys_the_volume_dataset() {
+    let pool = zfspool::pool();
+    let (parent, store) = zfs_store(&pool, "reclaim");
+    volume_cases::reclaim_both_ways(&store).await;
+    let volumes: Vec<String> = zfspool::list(&format!("{parent}/volumes"))
+        .into_iter()
+        .skip(1)
+        .collect();
+    assert_eq!(volumes, [format!("{parent}/volumes/keep.var-hello")]);
+}
+
+/// On ZFS too, a worker killed before any step of making a zone with a volume (before `zfs
+/// create` of the volume's dataset, before seeding it, …) or of replacing the zone, and
+/// started again, converges with the whole seed and what the zone wrote.
+#[test]
+fn a_crash_at_any_step_of_attaching_a_volume_dataset_converges_with_the_data() {
+    let pool = zfspool::pool();
+    let t = tempfile::tempdir().unwrap();
+    volume_cases::crash_at_any_step_converges(&|label| {
+        let parent = pool.dataset(&format!("crash-{label}"));
+        let base = t.path().join(format!("zones-{label}"));
+        Box::new(move |hook| {
+            let layers = worker_runtime::ZfsLayerStore::open(
+                worker_runtime::zfs::Zfs::default(),
+                &parent,
+                "node-a",
+            )
+            .unwrap();
+            let zd = worker_runtime::ZoneDatasets::open(layers, &base).unwrap();
+            let v =
+                worker_runtime::volume::Volumes::open(&base, "node-a", Some(zd.clone())).unwrap();
+            let p = worker_runtime::DirProvisioner::on_datasets(zd, "node-a")
+                .unwrap()
+                .with_volumes(v);
+            match hook {
+                Some(h) => p.with_step_hook(h),
+                None => p,
+            }
+        })
+    });
 }

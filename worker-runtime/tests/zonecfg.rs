@@ -50,6 +50,7 @@ fn description(zone_config: ZoneConfig, limits: ResourceLimits) -> ZoneDescripti
         limits,
         zone_config,
         zonepath: PathBuf::from("/zones/web"),
+        volumes: Vec::new(),
     }
 }
 

@@ -34,8 +34,9 @@ where a zone failed or was not admitted; 2 the configuration could not be loaded
 pass interrupted.")]
     Run(RunArgs),
     /// Show every zone's desired and current image digest, phase, what admitted it and the
-    /// last error, then the node's conditions (DiskPressure, ResourcePressure); with --json
-    /// also the node's capacity, allocatable and allocated resources.
+    /// last error, then the volumes (held by a zone, or released and retained) and the node's
+    /// conditions (DiskPressure, ResourcePressure); with --json also the node's capacity,
+    /// allocatable and allocated resources.
     #[command(after_help = "Examples:
   rdctl worker status
   rdctl worker status --json --config ./worker.toml | jq '.zones[].phase'

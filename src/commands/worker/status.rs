@@ -55,6 +55,14 @@ pub(super) fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
         })
         .collect();
     write_table(&mut out, &HEADER, &rows)?;
+    if let Some(node) = &report.node {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        for line in volume_lines(&node.volumes, now) {
+            writeln!(out, "{line}")?;
+        }
+    }
     if let Some(line) = report
         .node
         .as_ref()
@@ -85,6 +93,32 @@ fn conditions_line(node: &worker_runtime::NodeStatus, wide: bool) -> Option<Stri
         })
         .collect();
     Some(format!("conditions: {}", words.join(" ")))
+}
+
+/// One line per volume under the table: held ones with their zone, retained ones (released,
+/// waiting for their zone to come back, or for `gc_grace` with `reclaim = "delete"`) with how
+/// long ago they were released.
+fn volume_lines(volumes: &[worker_runtime::volume::VolumeRecord], now: u64) -> Vec<String> {
+    volumes
+        .iter()
+        .map(|v| {
+            let size = v.size_bytes.map_or(String::new(), |b| {
+                format!(", {}", crate::commands::output::human_size(b))
+            });
+            let state = match v.released_unix {
+                None => "held".to_owned(),
+                Some(t) => format!("released {}s ago", now.saturating_sub(t)),
+            };
+            let reclaim = match v.reclaim {
+                worker_runtime::Reclaim::Retain => "retain",
+                worker_runtime::Reclaim::Delete => "delete",
+            };
+            format!(
+                "volume {}: zone {} at {}{size}, {state}, reclaim={reclaim}",
+                v.id, v.zone, v.path
+            )
+        })
+        .collect()
 }
 
 /// `worker status --packages`: one line per zone and package (zones whose packages cannot be
@@ -221,6 +255,37 @@ fn write_table<const N: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn volumes_are_listed_held_or_released_with_their_reclaim() {
+        let v = |id: &str, size, released, reclaim| worker_runtime::volume::VolumeRecord {
+            id: id.into(),
+            zone: "web".into(),
+            path: "/var/hello".into(),
+            size_bytes: size,
+            reclaim,
+            released_unix: released,
+        };
+        let lines = volume_lines(
+            &[
+                v(
+                    "web.var-hello",
+                    Some(64 << 20),
+                    None,
+                    worker_runtime::Reclaim::Retain,
+                ),
+                v("old", None, Some(100), worker_runtime::Reclaim::Delete),
+            ],
+            160,
+        );
+        assert_eq!(
+            lines,
+            [
+                "volume web.var-hello: zone web at /var/hello, 64.0 MiB, held, reclaim=retain",
+                "volume old: zone web at /var/hello, released 60s ago, reclaim=delete",
+            ]
+        );
+    }
 
     #[test]
     fn the_table_aligns_columns_and_shortens_digests_and_errors() {

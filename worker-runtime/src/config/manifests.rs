@@ -9,7 +9,10 @@ use registry_client::Reference;
 use serde::Deserialize;
 
 use super::{ConfigError, read_toml, valid_name};
-use crate::zone::{MIN_NCPUS, MIN_PHYSICAL, PullPolicy, ResourceLimits, ZoneSpec, size_bytes};
+use crate::volume::{check_volume_name, check_volume_path};
+use crate::zone::{
+    MIN_NCPUS, MIN_PHYSICAL, PullPolicy, Reclaim, ResourceLimits, VolumeSpec, ZoneSpec, size_bytes,
+};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -21,6 +24,10 @@ struct FileZone {
     stop_timeout_secs: Option<u32>,
     #[serde(default)]
     limits: ResourceLimits,
+    #[serde(default)]
+    volumes: Vec<VolumeSpec>,
+    #[serde(default)]
+    reclaim: Reclaim,
 }
 
 /// A zone manifest that could not be used; the other zones go on.
@@ -145,6 +152,7 @@ pub fn load_zone(path: &Path) -> Result<ZoneSpec, ConfigError> {
             format!("{d:?} is not a size like 512m or 10G"),
         ));
     }
+    check_volumes(path, &f.volumes)?;
     Ok(ZoneSpec {
         name: f.name,
         image,
@@ -152,6 +160,47 @@ pub fn load_zone(path: &Path) -> Result<ZoneSpec, ConfigError> {
         brand,
         stop_timeout_secs: f.stop_timeout_secs,
         limits: f.limits,
+        volumes: f.volumes,
+        reclaim: f.reclaim,
         source: path.to_owned(),
     })
+}
+
+/// `[[volumes]]`: each path absolute and normalised, each size a size, each name a volume
+/// name; no path or name twice.
+fn check_volumes(path: &Path, volumes: &[VolumeSpec]) -> Result<(), ConfigError> {
+    let value = |field: String, reason: String| ConfigError::Element {
+        path: path.to_owned(),
+        field,
+        reason,
+    };
+    for (i, v) in volumes.iter().enumerate() {
+        check_volume_path(&v.path).map_err(|r| value(format!("volumes.{i}.path"), r))?;
+        if let Some(s) = &v.size
+            && size_bytes(s).is_none_or(|b| b == 0)
+        {
+            return Err(value(
+                format!("volumes.{i}.size"),
+                format!("{s:?} is not a size like 512m or 10G"),
+            ));
+        }
+        if let Some(n) = &v.name {
+            check_volume_name(n).map_err(|r| value(format!("volumes.{i}.name"), r))?;
+        }
+        if let Some(j) = volumes[..i].iter().position(|o| o.path == v.path) {
+            return Err(value(
+                format!("volumes.{i}.path"),
+                format!("{:?} is also volumes.{j}.path", v.path),
+            ));
+        }
+        if let Some(n) = &v.name
+            && let Some(j) = volumes[..i].iter().position(|o| o.name.as_ref() == Some(n))
+        {
+            return Err(value(
+                format!("volumes.{i}.name"),
+                format!("{n:?} is also volumes.{j}.name"),
+            ));
+        }
+    }
+    Ok(())
 }

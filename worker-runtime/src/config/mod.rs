@@ -98,7 +98,7 @@ use config_toml::HumanDuration;
 use registry_client::ClientOptions;
 use serde::Deserialize;
 
-pub use crate::zone::{PullPolicy, ResourceLimits, ZoneSpec};
+pub use crate::zone::{PullPolicy, Reclaim, ResourceLimits, VolumeSpec, ZoneSpec};
 pub use crate::zone_policy::{IpRange, ZonePolicy};
 pub use manifests::{ZoneLoadError, load_zone, load_zones};
 pub use stores::{LayerStoreConfig, ProvisionerConfig};
@@ -202,6 +202,16 @@ pub enum ConfigError {
         path: PathBuf,
         /// The key.
         field: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A value in an array of tables is out of range or malformed (`volumes.1.path`).
+    #[error("{path}: {field}: {reason}")]
+    Element {
+        /// The file.
+        path: PathBuf,
+        /// The key with the element's index.
+        field: String,
         /// What is wrong.
         reason: String,
     },

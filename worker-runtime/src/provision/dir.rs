@@ -4,6 +4,7 @@
 //! <base>/.rdctl-owner                 mark (kind zone-base)
 //! <base>/.staging/<zone>.<n>/         roots being built (mark kind staging)
 //! <base>/.trash/<zone>.<n>/           replaced zonepaths on their way out
+//! <base>/.volumes/<id>/               volumes, outside every zonepath (`crate::volume`)
 //! <base>/<zone>/.rdctl-owner          mark (kind zone)
 //! <base>/<zone>/root/                 the verified root file system
 //! <base>/<zone>/zone.json             the ZoneDescription
@@ -32,6 +33,7 @@ use super::{Capabilities, ProvisionError, Provisioner, StepHook, ZoneDescription
 use crate::owner::{self, MARK_FILE, OwnerMark, write_atomic};
 use crate::unpack::RootDir;
 use crate::verify::VerifiedRoot;
+use crate::volume::Volumes;
 use crate::zfs::ZoneDatasets;
 use crate::zone::ZoneSpec;
 
@@ -44,6 +46,7 @@ pub struct DirProvisioner {
     worker_id: String,
     hook: Option<StepHook>,
     datasets: Option<ZoneDatasets>,
+    volumes: Option<Volumes>,
 }
 
 impl std::fmt::Debug for DirProvisioner {
@@ -53,6 +56,7 @@ impl std::fmt::Debug for DirProvisioner {
             .field("worker_id", &self.worker_id)
             .field("hook", &self.hook.is_some())
             .field("datasets", &self.datasets)
+            .field("volumes", &self.volumes)
             .finish()
     }
 }
@@ -104,6 +108,7 @@ impl DirProvisioner {
             worker_id: worker_id.to_owned(),
             hook: None,
             datasets,
+            volumes: None,
         };
         // A staging root is marked `staging` while it is built and `zone` once filled; an
         // interrupted run can leave either kind there, and replaced zones in `.trash`.
@@ -149,6 +154,18 @@ impl DirProvisioner {
     pub fn with_step_hook(mut self, hook: StepHook) -> Self {
         self.hook = Some(hook);
         self
+    }
+
+    /// Attaches each zone's volumes from `volumes` (made and seeded on first use) before its
+    /// zonepath is placed; without it a zone with volumes is refused.
+    pub fn with_volumes(mut self, volumes: Volumes) -> Self {
+        self.volumes = Some(volumes);
+        self
+    }
+
+    /// The volumes, when attached with [`DirProvisioner::with_volumes`].
+    pub fn volumes(&self) -> Option<&Volumes> {
+        self.volumes.as_ref()
     }
 
     /// The base directory.
@@ -221,6 +238,40 @@ impl DirProvisioner {
         let mark = serde_json::to_vec_pretty(&self.zone_mark()).expect("a mark serialises");
         let p = staging.join(MARK_FILE);
         write_atomic(&p, &mark).map_err(self.io(z, "marking", &p))
+    }
+
+    /// Makes and seeds (from the verified root, before the entrypoint manifest is written
+    /// into it) the zone's volumes that need it, and records the zone as their holder.
+    fn attach_volumes(&self, d: &ZoneDescription, root: &RootDir) -> Result<(), ProvisionError> {
+        if d.volumes.is_empty() {
+            return Ok(());
+        }
+        let Some(volumes) = &self.volumes else {
+            return Err(ProvisionError::Config {
+                zone: d.zone.clone(),
+                field: "volumes",
+                reason: "this provisioner has no volume store".to_owned(),
+            });
+        };
+        let chown = rustix::process::geteuid().is_root();
+        for v in &d.volumes {
+            let stop = |step: &str| self.step(&d.zone, step).is_err();
+            volumes
+                .attach(&d.zone, v, root, chown, &stop)
+                .map_err(|e| match e {
+                    crate::volume::VolumeError::Interrupted { step, .. } => {
+                        ProvisionError::Interrupted {
+                            zone: d.zone.clone(),
+                            step,
+                        }
+                    }
+                    e => ProvisionError::Volume {
+                        zone: d.zone.clone(),
+                        source: Box::new(e),
+                    },
+                })?;
+        }
+        Ok(())
     }
 
     fn trash_path(&self, zone: &str) -> PathBuf {
@@ -341,10 +392,15 @@ impl Provisioner for DirProvisioner {
             self.own(zone, &zonepath)?;
         }
         let d = describe(spec, root.image(), zonepath.clone())?;
-        if let Some(xml) = smf_manifest(&d) {
+        {
+            // Closed before the root is placed: an open descriptor in a staging dataset would
+            // keep ZFS from moving its mount.
             let rd = RootDir::open(&root.root()).map_err(self.io(zone, "opening", &zonepath))?;
-            rd.write_file(ENTRYPOINT_MANIFEST_PATH, xml.as_bytes(), 0o444)
-                .map_err(self.io(zone, "writing the entrypoint manifest into", &zonepath))?;
+            self.attach_volumes(&d, &rd)?;
+            if let Some(xml) = smf_manifest(&d) {
+                rd.write_file(ENTRYPOINT_MANIFEST_PATH, xml.as_bytes(), 0o444)
+                    .map_err(self.io(zone, "writing the entrypoint manifest into", &zonepath))?;
+            }
         }
         let (staging, _) = root.into_staging();
         let result = self

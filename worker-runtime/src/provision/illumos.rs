@@ -49,6 +49,16 @@ pub fn zonecfg_script(d: &ZoneDescription) -> String {
     let _ = writeln!(s, "set autoboot=false");
     let _ = writeln!(s, "set ip-type=exclusive");
     s.push_str(&d.zone_config.commands());
+    // Volumes: a loopback mount of a directory outside the zonepath, made by zoneadm in the
+    // global zone at boot (the zone gets no ZFS administration, unlike `add dataset`).
+    for v in &d.volumes {
+        let _ = writeln!(
+            s,
+            "add fs\nset dir={}\nset special={}\nset type=lofs\nend",
+            zonecfg_quote(&v.path),
+            zonecfg_quote(&v.source.to_string_lossy())
+        );
+    }
     let _ = writeln!(s, "verify\ncommit");
     s
 }

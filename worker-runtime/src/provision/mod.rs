@@ -77,6 +77,10 @@ pub struct ZoneDescription {
     pub zone_config: zonecfg::ZoneConfig,
     /// Where the zone lives.
     pub zonepath: PathBuf,
+    /// Its volumes, mounted with zonecfg `add fs` (lofs) from outside the zonepath (absent
+    /// in descriptions written before volumes existed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<crate::volume::AttachedVolume>,
 }
 
 /// A provisioner could not create, replace or remove a zone.
@@ -146,6 +150,15 @@ pub enum ProvisionError {
         zone: String,
         /// The state zoneadm reports.
         state: String,
+    },
+    /// A volume could not be made, seeded or attached.
+    #[error("zone {zone}")]
+    Volume {
+        /// The zone.
+        zone: String,
+        /// The cause.
+        #[source]
+        source: Box<crate::volume::VolumeError>,
     },
     /// A [`StepHook`] stopped the provisioner before `step`, as a crash would: nothing after
     /// the step ran and nothing was cleaned up (fault injection for the conformance suite).
@@ -289,6 +302,10 @@ pub fn describe(
         .and_then(|l| l.get(zonecfg::SOLARIS_LABEL));
     let zone_config = zonecfg::ZoneConfig::from_image(solaris.map(String::as_str), &spec.limits)
         .map_err(|e| bad("Labels", format!("{}: {e}", zonecfg::SOLARIS_LABEL)))?;
+    let image_volumes = c.volumes().clone().unwrap_or_default();
+    let base = zonepath.parent().unwrap_or(&zonepath);
+    let volumes = crate::volume::wanted(spec, &image_volumes, base)
+        .map_err(|(field, reason)| bad(field, reason))?;
     Ok(ZoneDescription {
         zone: spec.name.clone(),
         brand: spec.brand.clone(),
@@ -307,5 +324,6 @@ pub fn describe(
         limits: spec.limits.clone(),
         zone_config,
         zonepath,
+        volumes,
     })
 }

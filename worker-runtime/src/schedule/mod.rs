@@ -12,6 +12,7 @@ mod node;
 mod pass;
 mod reconcile;
 mod status;
+mod volumes;
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
@@ -67,6 +68,9 @@ pub enum WorkerError {
     /// The ZFS layer store (`[layer_store] kind = "zfs"`) could not be opened.
     #[error("layer_store")]
     LayerStore(#[from] crate::zfs::ZfsStoreError),
+    /// The volumes' directory (or dataset) could not be opened.
+    #[error("volumes")]
+    Volume(#[source] Box<crate::volume::VolumeError>),
     /// The metrics address could not be bound.
     #[error("metrics_listen {addr}: cannot listen")]
     Metrics {
@@ -107,6 +111,12 @@ pub enum ZoneError {
         /// Kubelet's reason word (`OutOfcpu`, `OutOfmemory`), the image's cap and what is left.
         reason: String,
     },
+}
+
+impl From<crate::volume::VolumeError> for WorkerError {
+    fn from(e: crate::volume::VolumeError) -> WorkerError {
+        WorkerError::Volume(Box::new(e))
+    }
 }
 
 impl From<crate::zfs::ZfsStoreError> for ZoneError {
@@ -174,6 +184,8 @@ pub struct Worker {
     provisioner: Box<dyn Provisioner>,
     /// The ZFS zonepath datasets when `[layer_store] kind = "zfs"`.
     layer_store: Option<crate::zfs::ZoneDatasets>,
+    /// The zones' volumes (under the provisioner's base).
+    volumes: crate::volume::Volumes,
     host: HostPlatform,
     unpack: UnpackOptions,
     metrics: Arc<Metrics>,
@@ -274,19 +286,19 @@ impl Worker {
                 )?)
             }
         };
-        let zone_base = |base: &std::path::Path| match &layer_store {
-            None => DirProvisioner::new(base, &config.worker_id),
-            Some(d) => DirProvisioner::on_datasets(d.clone(), &config.worker_id),
+        let dir = match &layer_store {
+            None => DirProvisioner::new(config.provisioner.base(), &config.worker_id)?,
+            Some(d) => DirProvisioner::on_datasets(d.clone(), &config.worker_id)?,
         };
+        let volumes =
+            crate::volume::Volumes::open(dir.base(), &config.worker_id, layer_store.clone())?;
+        let dir = dir.with_volumes(volumes.clone());
         let provisioner: Box<dyn Provisioner> = match &config.provisioner {
-            ProvisionerConfig::Dir { base } => Box::new(zone_base(base)?),
+            ProvisionerConfig::Dir { .. } => Box::new(dir),
             #[cfg(target_os = "illumos")]
-            ProvisionerConfig::Illumos { base } => {
-                Box::new(crate::provision::IllumosProvisioner::new(
-                    zone_base(base)?,
-                    crate::provision::SystemRunner,
-                ))
-            }
+            ProvisionerConfig::Illumos { .. } => Box::new(
+                crate::provision::IllumosProvisioner::new(dir, crate::provision::SystemRunner),
+            ),
             #[cfg(not(target_os = "illumos"))]
             ProvisionerConfig::Illumos { .. } => {
                 return Err(ProvisionError::Unsupported("illumos").into());
@@ -299,6 +311,7 @@ impl Worker {
             state,
             provisioner,
             layer_store,
+            volumes,
             unpack: UnpackOptions::default(),
             metrics,
             policy: std::sync::RwLock::new(Arc::new(policy)),

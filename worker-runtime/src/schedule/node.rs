@@ -212,9 +212,11 @@ impl Worker {
                 now_unix(),
             )
         };
-        let disk = self
-            .state
-            .load_node()
+        let last = self.state.load_node();
+        let volumes = last.as_ref().map(|n| n.volumes.clone()).unwrap_or_default();
+        let mut allocated = pass.ledger.borrow().allocated();
+        allocated.volume_bytes = volumes.iter().filter_map(|v| v.size_bytes).sum();
+        let disk = last
             .map(|n| n.conditions)
             .unwrap_or_else(|| pass.previous.clone());
         let mut conditions: Vec<NodeCondition> = disk
@@ -225,9 +227,10 @@ impl Worker {
         self.state.save_node(&NodeStatus {
             capacity: host_capacity(),
             allocatable: self.config.allocatable.clone(),
-            allocated: pass.ledger.borrow().allocated(),
+            allocated,
             capabilities: Some(self.provisioner.capabilities()),
             conditions,
+            volumes,
             updated_unix: now_unix(),
         })?;
         Ok(())

@@ -45,9 +45,11 @@ impl Worker {
         let mut summary = PassSummary::default();
         self.record_invalid(invalid, &mut summary)?;
         let wanted: HashSet<String> = specs.iter().map(|s| s.name.clone()).collect();
+        let by_name: HashMap<String, ZoneSpec> =
+            specs.iter().map(|s| (s.name.clone(), s.clone())).collect();
         // Zones past their grace period go first, so what they held is free for this pass;
         // the others still hold theirs (`admit_by_resources`).
-        self.remove_orphans(&wanted, &mut summary)?;
+        let removed = self.remove_orphans(&wanted, &mut summary)?;
         let (specs, ledger) = self.admit_by_resources(specs, &mut summary)?;
         let (mut tasks, names) =
             self.spawn_reconciles(specs, &ledger, ignore_backoff, &mut summary);
@@ -86,6 +88,7 @@ impl Worker {
         // Every claim is settled now: what the zones made in this pass hold is final.
         late_refusals.sort();
         self.write_node_status(&ledger, &late_refusals)?;
+        self.reconcile_volumes(&by_name, &removed)?;
         // Between passes nothing is downloading: blobs no zone uses go after the grace period.
         self.collect_garbage(&results);
         self.record_disk_pressure()?;
@@ -247,11 +250,13 @@ impl Worker {
 
     /// Zones of ours whose manifest is gone are removed once they have been orphaned for the
     /// grace period (a manifest briefly missing during an edit does not destroy a zone).
+    /// Returns each zone removed with the time its manifest was found gone.
     fn remove_orphans(
         &self,
         wanted: &HashSet<String>,
         summary: &mut PassSummary,
-    ) -> Result<(), WorkerError> {
+    ) -> Result<HashMap<String, u64>, WorkerError> {
+        let mut removed = HashMap::new();
         for zone in self.provisioner.zones()? {
             if wanted.contains(&zone) {
                 continue;
@@ -263,6 +268,12 @@ impl Worker {
                 match self.provisioner.remove(&zone) {
                     Ok(()) => {
                         self.state.remove(&zone)?;
+                        // Its volumes are free for the zones reconciled in this pass; the
+                        // pass's end removes the `delete` ones (`reconcile_volumes`).
+                        if let Err(e) = self.volumes.release(&zone, since) {
+                            tracing::warn!(zone, error = %error_chain(&e), "releasing the volumes of a removed zone failed; the pass's end tries again");
+                        }
+                        removed.insert(zone.clone(), since);
                         summary.removed.push(zone);
                         continue;
                     }
@@ -272,6 +283,6 @@ impl Worker {
             st.updated_unix = now_unix();
             self.state.save(&st)?;
         }
-        Ok(())
+        Ok(removed)
     }
 }

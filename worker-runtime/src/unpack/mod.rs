@@ -24,6 +24,7 @@
 //! [`apply_stream`]); `root` holds [`RootDir`] and in-root resolution, `entry` applies one tar
 //! entry, `whiteout` the whiteouts and opaque markers.
 
+mod copy;
 mod entry;
 mod root;
 mod whiteout;
@@ -36,6 +37,7 @@ use validator::{
     decompress_layer,
 };
 
+pub use copy::CopiedTree;
 pub use root::RootDir;
 
 /// Symlinks followed while resolving one path (Linux uses 40 too).

@@ -6,6 +6,7 @@
 mod command;
 mod error;
 mod store;
+mod volumes;
 mod zones;
 
 pub use command::{DatasetName, DatasetNameError, Property, Zfs, ZfsError};

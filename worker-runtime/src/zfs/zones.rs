@@ -116,7 +116,7 @@ impl ZoneDatasets {
 
     /// Sets `ds`'s mountpoint to `mp` (unmounting it first, a remount by `zfs set` can find
     /// the old place busy) and mounts it.
-    fn mount_at(&self, ds: &DatasetName, mp: &str) -> Result<(), ZfsStoreError> {
+    pub(super) fn mount_at(&self, ds: &DatasetName, mp: &str) -> Result<(), ZfsStoreError> {
         let now = self
             .store
             .zfs

@@ -106,6 +106,8 @@ pub fn spec(zone: &str) -> ZoneSpec {
         brand: "nlipkg".into(),
         stop_timeout_secs: Some(STOP_TIMEOUT),
         limits: ResourceLimits::default(),
+        volumes: Vec::new(),
+        reclaim: worker_runtime::Reclaim::Retain,
         source: PathBuf::from(format!("{zone}.toml")),
     }
 }
