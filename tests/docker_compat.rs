@@ -189,16 +189,7 @@ impl Dockerd {
     /// Makes a one-layer image (a tar of one file, `docker import`) tagged `reference`;
     /// returns its image id. Nothing comes from the internet.
     fn import(&self, reference: &str, text: &str) -> String {
-        let tar = self.dir.path().join("rootfs.tar");
-        let mut b = tar::Builder::new(Vec::new());
-        let mut h = tar::Header::new_ustar();
-        h.set_size(text.len() as u64);
-        h.set_mode(0o644);
-        h.set_mtime(1_700_000_000);
-        h.set_entry_type(tar::EntryType::Regular);
-        h.set_cksum();
-        b.append_data(&mut h, "etc/motd", text.as_bytes()).unwrap();
-        std::fs::write(&tar, b.into_inner().unwrap()).unwrap();
+        let tar = motd_rootfs(self.dir.path(), text);
         self.ok(&["import", s(&tar), reference]);
         self.image_id(reference)
     }
@@ -301,6 +292,22 @@ pub(crate) fn registry(dir: &Path, tokens: bool, anonymous: bool) -> Server {
     let config = dir.join("registry.toml");
     std::fs::write(&config, toml).unwrap();
     Server::start(&dir.join("data"), &["--config", s(&config)])
+}
+
+/// A root file system of one file, `etc/motd` holding `text`, as a tar in `dir`: what
+/// `docker import` and `podman import` make a one-layer image of.
+pub(crate) fn motd_rootfs(dir: &Path, text: &str) -> PathBuf {
+    let tar = dir.join("rootfs.tar");
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_ustar();
+    h.set_size(text.len() as u64);
+    h.set_mode(0o644);
+    h.set_mtime(1_700_000_000);
+    h.set_entry_type(tar::EntryType::Regular);
+    h.set_cksum();
+    b.append_data(&mut h, "etc/motd", text.as_bytes()).unwrap();
+    std::fs::write(&tar, b.into_inner().unwrap()).unwrap();
+    tar
 }
 
 /// Whether the registry holds `repo:tag` (asked as alice, who may read everything).

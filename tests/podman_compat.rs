@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use crate::docker_compat::{registry, run, stored};
+use crate::docker_compat::{motd_rootfs, registry, run, stored};
 use crate::util::{s, tail, tempdir};
 
 /// The Debian podman, by path (`scripts/install-deps.sh` installs it).
@@ -103,16 +103,7 @@ impl Podman {
 
     /// A one-layer image (a tar of one file, `podman import`) tagged `reference`; its id.
     fn import(&self, reference: &str, text: &str) -> String {
-        let tar = self.dir.path().join("rootfs.tar");
-        let mut b = tar::Builder::new(Vec::new());
-        let mut h = tar::Header::new_ustar();
-        h.set_size(text.len() as u64);
-        h.set_mode(0o644);
-        h.set_mtime(1_700_000_000);
-        h.set_entry_type(tar::EntryType::Regular);
-        h.set_cksum();
-        b.append_data(&mut h, "etc/motd", text.as_bytes()).unwrap();
-        std::fs::write(&tar, b.into_inner().unwrap()).unwrap();
+        let tar = motd_rootfs(self.dir.path(), text);
         self.ok(&["import", s(&tar), reference]);
         self.image_id(reference)
     }

@@ -214,6 +214,15 @@ pub(crate) fn assert_same_tree(what: &str, ours: &Path, theirs: &Path, owners: b
 /// An IPS repository published with `rdctl ips publish`, an image file and its lockfile.
 pub(crate) fn ips_image(dir: &Path) -> PathBuf {
     let proto = dir.join("proto");
+    // A real ELF header (64-bit x86-64 shared object, no sections): `rdctl ips publish`, like
+    // pkgsend, refuses a file that starts like ELF and cannot be read as one.
+    let mut elf = vec![0x7f, b'E', b'L', b'F', 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    for (v, width) in [(3u64, 2), (0x3e, 2), (1, 4), (0, 8), (0, 8), (0, 8), (0, 4)] {
+        elf.extend_from_slice(&v.to_le_bytes()[..width]);
+    }
+    for v in [64u16, 0, 0, 64, 0, 0] {
+        elf.extend_from_slice(&v.to_le_bytes());
+    }
     let files: [(&str, &[u8]); 5] = [
         (
             "etc/passwd",
@@ -221,10 +230,7 @@ pub(crate) fn ips_image(dir: &Path) -> PathBuf {
         ),
         ("etc/group", b"root::0:\nsys::3:\nbin::2:\ndemo::300:\n"),
         ("usr/bin/tool", b"#!/bin/sh\necho tool\n"),
-        (
-            "usr/lib/libdemo.so.1",
-            &[0x7f, b'E', b'L', b'F', 2, 1, 1, 0],
-        ),
+        ("usr/lib/libdemo.so.1", &elf),
         ("etc/tool.conf", b"port=80\n"),
     ];
     for (p, b) in files {
