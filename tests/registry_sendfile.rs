@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::registry_e2e::{header, http};
-use crate::registry_gc::digest;
+use crate::registry_gc::push_blob as push;
 use crate::util::{Server, tempdir};
 
 /// A blob of `len` bytes that no shift of itself repeats (so a byte from a wrong offset shows).
@@ -24,19 +24,6 @@ fn blob(len: usize, seed: u64) -> Vec<u8> {
             x as u8
         })
         .collect()
-}
-
-fn push(server: &Server, repo: &str, data: &[u8]) -> String {
-    let d = digest(data);
-    let (status, _, body) = http(
-        server.addr,
-        "POST",
-        &format!("/v2/{repo}/blobs/uploads/?digest={d}"),
-        &[("content-type", "application/octet-stream")],
-        data,
-    );
-    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
-    d
 }
 
 fn sent_from_file(server: &Server) -> u64 {

@@ -542,14 +542,7 @@ fn add_var_pkg(
                 path: path.clone(),
                 source,
             })?;
-            let base = Meta {
-                mode: 0o755,
-                uid: 0,
-                gid: 0,
-                uname: "root".into(),
-                gname: "root".into(),
-                mtime: epoch,
-            };
+            let base = parents::created_by_pkg(epoch);
             if ft.is_dir() {
                 stack.push(path);
                 tree.entry(rel).or_insert(Node {

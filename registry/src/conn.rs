@@ -207,22 +207,25 @@ impl<T: AsyncRead + Unpin> AsyncRead for StallGuard<T> {
 /// and is written as before.
 pub trait SendFile {
     /// Whether [`SendFile::poll_send_file`] can send (otherwise no slice is looked up).
-    fn sends_files(&self) -> bool;
+    const SENDS_FILES: bool = false;
 
-    /// Sends up to `len` bytes of `file` from `offset`.
+    /// Sends up to `len` bytes of `file` from `offset` (only called when
+    /// [`SendFile::SENDS_FILES`]).
     fn poll_send_file(
         &self,
-        cx: &mut Context<'_>,
-        file: &std::fs::File,
-        offset: u64,
-        len: usize,
-    ) -> Poll<io::Result<usize>>;
+        _cx: &mut Context<'_>,
+        _file: &std::fs::File,
+        _offset: u64,
+        _len: usize,
+    ) -> Poll<io::Result<usize>> {
+        Poll::Ready(Err(io::Error::other(
+            "this stream does not send from files",
+        )))
+    }
 }
 
 impl SendFile for tokio::net::TcpStream {
-    fn sends_files(&self) -> bool {
-        true
-    }
+    const SENDS_FILES: bool = true;
 
     fn poll_send_file(
         &self,
@@ -250,23 +253,7 @@ impl SendFile for tokio::net::TcpStream {
     }
 }
 
-impl<T> SendFile for tokio_rustls::server::TlsStream<T> {
-    fn sends_files(&self) -> bool {
-        false
-    }
-
-    fn poll_send_file(
-        &self,
-        _: &mut Context<'_>,
-        _: &std::fs::File,
-        _: u64,
-        _: usize,
-    ) -> Poll<io::Result<usize>> {
-        Poll::Ready(Err(io::Error::other(
-            "a TLS stream does not send from files",
-        )))
-    }
-}
+impl<T> SendFile for tokio_rustls::server::TlsStream<T> {}
 
 impl<T: AsyncWrite + Unpin + SendFile> StallGuard<T> {
     /// Writes `bufs` with `sendfile` when their first slice shows a blob file's bytes (the
@@ -277,7 +264,7 @@ impl<T: AsyncWrite + Unpin + SendFile> StallGuard<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Option<Poll<io::Result<usize>>> {
-        if !self.sendfile || !self.inner.sends_files() {
+        if !self.sendfile || !T::SENDS_FILES {
             return None;
         }
         let first = bufs.iter().position(|b| !b.is_empty())?;

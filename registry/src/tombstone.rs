@@ -321,20 +321,34 @@ pub(crate) async fn get_data(
     d: &Digest,
     limit: u64,
 ) -> Result<crate::storage::Document, StoreError> {
-    let missing = match store.get(&layout::blob_data(d), limit).await {
-        Err(e) if e.is_not_found() => e,
-        r => return r,
+    let legacy = layout::blob_data(d);
+    match store.get(&legacy, limit).await {
+        Err(e) if e.is_not_found() => get_epoch_data(store, d, limit, &legacy).await,
+        r => r,
+    }
+}
+
+/// The bytes of `d` at the record's epoch, for a caller that just found the legacy key
+/// `legacy` missing (no second look at it, no stat before the read); a `NotFound` error naming
+/// `legacy` when there are none.
+pub(crate) async fn get_epoch_data(
+    store: &dyn Store,
+    d: &Digest,
+    limit: u64,
+    legacy: &Key,
+) -> Result<crate::storage::Document, StoreError> {
+    let missing = || StoreError::NotFound {
+        store: store.name(),
+        key: legacy.clone(),
     };
-    // The legacy key was just found missing: go straight to the record's epoch (no second
-    // look at the legacy key, no stat before the read).
     match read_record(store, d).await? {
         Some((record, _)) if !record.epochs.data.is_empty() => {
             match store.get(&record.epochs.data_key(d), limit).await {
-                Err(e) if e.is_not_found() => Err(missing),
+                Err(e) if e.is_not_found() => Err(missing()),
                 r => r,
             }
         }
-        _ => Err(missing),
+        _ => Err(missing()),
     }
 }
 

@@ -24,7 +24,7 @@ use crate::tarball::Meta;
 const PARENT_MODE: u32 = 0o755;
 
 /// What pkg's `image-create` makes before installing anything: root:root 0755.
-fn created_by_pkg(epoch: u64) -> Meta {
+pub(super) fn created_by_pkg(epoch: u64) -> Meta {
     Meta {
         mode: 0o755,
         uid: 0,

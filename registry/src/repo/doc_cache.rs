@@ -8,7 +8,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use validator::Digest;
 
-use crate::errors::{ApiError, ApiResult};
+use crate::errors::ApiResult;
 use crate::storage::{Key, layout};
 
 /// Index documents (a repository's tag index, the catalog) as parsed at a known version.
@@ -53,16 +53,26 @@ const DOC_CACHE_BYTES: usize = 32 << 20;
 const ENTRY_OVERHEAD: usize = 256;
 
 impl DocCache {
+    #[cfg(test)]
     pub(super) fn lookup(
         &self,
         key: &Key,
+    ) -> Option<(crate::storage::Etag, Arc<dyn std::any::Any + Send + Sync>)> {
+        self.lookup_within(key, u64::MAX)
+    }
+
+    /// [`DocCache::lookup`] of a document stored in at most `limit` bytes.
+    fn lookup_within(
+        &self,
+        key: &Key,
+        limit: u64,
     ) -> Option<(crate::storage::Etag, Arc<dyn std::any::Any + Send + Sync>)> {
         let mut inner = self.docs.lock().unwrap_or_else(|e| e.into_inner());
         inner.clock += 1;
         let now = inner.clock;
         let e = inner.entries.get_mut(key)?;
         e.used = now;
-        Some((e.etag.clone(), e.doc.clone()))
+        (e.size as u64 <= limit).then(|| (e.etag.clone(), e.doc.clone()))
     }
 
     pub(super) fn insert(
@@ -127,6 +137,42 @@ impl DocCacheInner {
 }
 
 impl super::Repos {
+    /// Reads the document at `key` (at most `limit` bytes) through the replica's document
+    /// cache: one store request every time (a conditional one when a copy is held), `parse`
+    /// only when the document changed. `None` when it is not there.
+    pub(super) async fn read_cached<T>(
+        &self,
+        key: &Key,
+        limit: u64,
+        parse: impl FnOnce(&Bytes) -> ApiResult<T>,
+    ) -> ApiResult<Option<Arc<T>>>
+    where
+        T: Send + Sync + 'static,
+    {
+        let held = self
+            .parsed
+            .lookup_within(key, limit)
+            .and_then(|(etag, doc)| Some((etag, doc.downcast::<T>().ok()?)));
+        let fresh = match &held {
+            Some((etag, _)) => self.store.get_if_changed(key, limit, etag).await,
+            None => self.store.get(key, limit).await.map(Some),
+        };
+        match fresh {
+            // "Unchanged" is only ever asked about a held version.
+            Ok(None) => Ok(held.map(|(_, doc)| doc)),
+            Ok(Some(d)) => {
+                let doc = Arc::new(parse(&d.bytes)?);
+                self.parsed.insert(key, d.etag, doc.clone(), d.bytes.len());
+                Ok(Some(doc))
+            }
+            Err(e) if e.is_not_found() => {
+                self.parsed.forget(key);
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Reads a manifest's bytes (bounded by `limit`).
     ///
     /// Kept in the document cache beside the tag indexes: a manifest GET then asks the store
@@ -136,34 +182,14 @@ impl super::Repos {
     /// deleted or a scrub withdrew is gone from its key, which the question notices.
     pub async fn manifest_bytes(&self, d: &Digest, limit: u64) -> ApiResult<Bytes> {
         let key = layout::blob_data(d);
-        let held = self
-            .parsed
-            .lookup(&key)
-            .and_then(|(etag, doc)| Some((etag, doc.downcast::<Bytes>().ok()?)))
-            .filter(|(_, bytes)| bytes.len() as u64 <= limit);
-        let fresh = match &held {
-            Some((etag, _)) => self.store.get_if_changed(&key, limit, etag).await,
-            None => self.store.get(&key, limit).await.map(Some),
-        };
-        match fresh {
-            // "Unchanged" is only ever asked about a held version.
-            Ok(None) => held
-                .map(|(_, b)| (*b).clone())
-                .ok_or_else(|| ApiError::internal(format!("{key}: unchanged, but not held"))),
-            Ok(Some(doc)) => {
-                let size = doc.bytes.len();
-                self.parsed
-                    .insert(&key, doc.etag, Arc::new(doc.bytes.clone()), size);
-                Ok(doc.bytes)
-            }
+        match self.read_cached(&key, limit, |b| Ok(b.clone())).await? {
+            Some(bytes) => Ok((*bytes).clone()),
             // Not at the legacy key: at the record's epoch (not cached: a revived copy).
-            Err(e) if e.is_not_found() => {
-                self.parsed.forget(&key);
-                Ok(crate::tombstone::get_data(self.store.as_ref(), d, limit)
+            None => Ok(
+                crate::tombstone::get_epoch_data(self.store.as_ref(), d, limit, &key)
                     .await?
-                    .bytes)
-            }
-            Err(e) => Err(e.into()),
+                    .bytes,
+            ),
         }
     }
 }

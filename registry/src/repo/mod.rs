@@ -144,28 +144,10 @@ impl Repos {
     where
         T: DeserializeOwned + Send + Sync + 'static,
     {
-        let held = self
-            .parsed
-            .lookup(key)
-            .and_then(|(etag, doc)| Some((etag, doc.downcast::<T>().ok()?)));
-        let fresh = match &held {
-            Some((etag, _)) => self.store.get_if_changed(key, INDEX_LIMIT, etag).await,
-            None => self.store.get(key, INDEX_LIMIT).await.map(Some),
-        };
-        match fresh {
-            Ok(None) => Ok(held.map(|(_, doc)| doc)),
-            Ok(Some(d)) => {
-                let doc: Arc<T> =
-                    Arc::new(serde_json::from_slice(&d.bytes).map_err(|e| corrupt(key, e))?);
-                self.parsed.insert(key, d.etag, doc.clone(), d.bytes.len());
-                Ok(Some(doc))
-            }
-            Err(e) if e.is_not_found() => {
-                self.parsed.forget(key);
-                Ok(None)
-            }
-            Err(e) => Err(e.into()),
-        }
+        self.read_cached(key, INDEX_LIMIT, |bytes| {
+            serde_json::from_slice(bytes).map_err(|e| corrupt(key, e))
+        })
+        .await
     }
 
     /// Read-modify-write of an index document with a conditional put; `f` returns false when

@@ -275,18 +275,16 @@ impl Stripes {
             path: path.clone(),
         };
         rustix::fs::flock(&held.fd, FlockOperation::NonBlockingLockExclusive)?;
-        match rustix::fs::renameat(fd, OPS, fd, format!("{NEXT}{next}")) {
-            Ok(()) => {}
-            Err(Errno::NOENT) => {
-                drop(held);
-                let _ = fs::remove_dir_all(&path);
-                return Ok(None);
-            }
-            Err(e) => {
-                drop(held);
-                let _ = fs::remove_dir_all(&path);
-                return Err(e.into());
-            }
+        if let Err(e) = rustix::fs::renameat(fd, OPS, fd, format!("{NEXT}{next}")) {
+            // The successor was never named: nobody else can reach it.
+            drop(held);
+            let _ = fs::remove_dir_all(&path);
+            // No `ops` any more: another waiter revoked it first.
+            return if e == Errno::NOENT {
+                Ok(None)
+            } else {
+                Err(e.into())
+            };
         }
         held.record();
         tracing::warn!(
