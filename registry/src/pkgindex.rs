@@ -58,6 +58,11 @@ type Sboms = BTreeMap<Digest, Vec<SpdxPackage>>;
 struct IndexDoc {
     /// Subject digest → SBOM manifest digest → its packages.
     images: BTreeMap<Digest, Sboms>,
+    /// SBOM manifest digest → the epoch of its manifest link it was recorded with (absent:
+    /// the legacy key). Garbage collection forgets an SBOM's entries only with that link
+    /// (`docs/gc.md`, "Epochs").
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    epochs: BTreeMap<Digest, String>,
 }
 
 /// The package index's part in manifest deletes: it forgets the manifest as a subject and as
@@ -74,19 +79,21 @@ impl crate::repo::hooks::RepoHook for PackageIndexHook {
         repos: &'a Repos,
         name: &'a Name,
         d: &'a Digest,
+        epoch: Option<&'a str>,
     ) -> crate::storage::BoxFuture<'a, ApiResult<()>> {
-        Box::pin(forget(repos, name, d))
+        Box::pin(forget(repos, name, d, epoch))
     }
 }
 
 /// Reads the SPDX document `layer` of SBOM manifest `sbom` and records its packages against
-/// `subject` in `name`. `Ok(None)` when the document is not SPDX JSON (logged, not recorded).
+/// `subject` in `name`, stamped with `epoch`, the epoch of `sbom`'s manifest link. `Ok(None)`
+/// when the document is not SPDX JSON (logged, not recorded).
 pub(crate) async fn index_referrer(
     repos: &Repos,
     name: &Name,
-    subject: &Digest,
-    sbom: &Digest,
+    (subject, sbom): (&Digest, &Digest),
     layer: &Digest,
+    epoch: &str,
 ) -> ApiResult<Option<usize>> {
     let doc = match crate::tombstone::get_data(repos.store().as_ref(), layer, MAX_SBOM_BYTES).await
     {
@@ -108,7 +115,7 @@ pub(crate) async fn index_referrer(
     match parsed {
         Ok(p) => {
             let n = p.packages.len();
-            record(repos, name, subject, sbom, p.packages).await?;
+            record(repos, name, (subject, sbom), epoch, p.packages).await?;
             Ok(Some(n))
         }
         Err(reason) => {
@@ -118,29 +125,44 @@ pub(crate) async fn index_referrer(
     }
 }
 
-/// Records the packages of SBOM `sbom` against `subject` in `name`.
+/// Records the packages of SBOM `sbom` (its manifest link at `epoch`) against `subject` in
+/// `name`.
 pub(crate) async fn record(
     repos: &Repos,
     name: &Name,
-    subject: &Digest,
-    sbom: &Digest,
+    (subject, sbom): (&Digest, &Digest),
+    epoch: &str,
     packages: Vec<SpdxPackage>,
 ) -> ApiResult<()> {
     repos
         .update::<IndexDoc, _>(&layout::package_index(name), |d| {
+            let stamp = d.epochs.get(sbom).map_or("", String::as_str);
             let e = d.images.entry(subject.clone()).or_default();
-            if e.get(sbom) == Some(&packages) {
+            if e.get(sbom) == Some(&packages) && stamp == epoch {
                 return false;
             }
             e.insert(sbom.clone(), packages.clone());
+            if epoch.is_empty() {
+                d.epochs.remove(sbom);
+            } else {
+                d.epochs.insert(sbom.clone(), epoch.to_owned());
+            }
             true
         })
         .await?;
     Ok(())
 }
 
-/// Removes manifest `d` of `name` from the index, as a subject and as an SBOM.
-pub(crate) async fn forget(repos: &Repos, name: &Name, d: &Digest) -> ApiResult<()> {
+/// Removes manifest `d` of `name` from the index, as a subject and as an SBOM. With `epoch`
+/// (garbage collection of `d`'s link of that epoch) only its entries as an SBOM recorded with
+/// that link: entries under `d` as a subject go with their SBOMs (a subject's SBOMs are
+/// collected with it unless tagged, and queries skip a subject that is not linked).
+pub(crate) async fn forget(
+    repos: &Repos,
+    name: &Name,
+    d: &Digest,
+    epoch: Option<&str>,
+) -> ApiResult<()> {
     let key = layout::package_index(name);
     // Most repositories that delete have no index; skip the conditional write then.
     if repos.read::<IndexDoc>(&key, INDEX_LIMIT).await?.is_none() {
@@ -148,7 +170,14 @@ pub(crate) async fn forget(repos: &Repos, name: &Name, d: &Digest) -> ApiResult<
     }
     repos
         .update::<IndexDoc, _>(&key, |doc| {
-            let mut changed = doc.images.remove(d).is_some();
+            let stamp = doc.epochs.get(d).map_or("", String::as_str);
+            if epoch.is_some_and(|e| e != stamp) {
+                return false;
+            }
+            let mut changed = doc.epochs.remove(d).is_some();
+            if epoch.is_none() {
+                changed |= doc.images.remove(d).is_some();
+            }
             doc.images.retain(|_, sboms| {
                 changed |= sboms.remove(d).is_some();
                 !sboms.is_empty()
@@ -501,9 +530,12 @@ pub async fn reindex(
                         Err(e) => return Err(e.into()),
                     };
                 let indexed = match layer {
-                    Some(layer) => index_referrer(&repos, name, subject, &sbom, &layer)
-                        .await
-                        .map_err(fail)?,
+                    Some(layer) => {
+                        let epoch = repos.manifest_link_epoch(name, &sbom).await.map_err(fail)?;
+                        index_referrer(&repos, name, (subject, &sbom), &layer, &epoch)
+                            .await
+                            .map_err(fail)?
+                    }
                     None => None,
                 };
                 match indexed {

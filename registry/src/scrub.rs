@@ -443,7 +443,13 @@ async fn check_manifests(
             Some((n, RepoPart::BlobLink(d, _))) => {
                 blob_links.insert((n, d));
             }
-            Some((n, RepoPart::ManifestLink(d))) => manifest_links.push((n, d)),
+            // A link at two epochs (a collector's DELETE of the old one still to come) is one
+            // manifest.
+            Some((n, RepoPart::ManifestLink(d, _)))
+                if manifest_links.last() != Some(&(n.clone(), d.clone())) =>
+            {
+                manifest_links.push((n, d));
+            }
             _ => {}
         }
     }
@@ -601,12 +607,11 @@ async fn check_manifest(
     let store = content.store;
     let mut found = Checked::default();
     let mut problem = |p: String| problems.push(p);
-    let media_type = match store.get(&layout::manifest_link(name, d), LINK_LIMIT).await {
-        Ok(doc) => serde_json::from_slice::<serde_json::Value>(&doc.bytes)
+    let media_type = match crate::tombstone::find_manifest_link(store, name, d, LINK_LIMIT).await? {
+        Some((_, doc)) => serde_json::from_slice::<serde_json::Value>(&doc.bytes)
             .ok()
             .and_then(|v| v.get("mediaType")?.as_str().map(str::to_owned)),
-        Err(e) if e.is_not_found() => return Ok(found), // deleted since the listing
-        Err(e) => return Err(e.into()),
+        None => return Ok(found), // deleted since the listing
     };
     let bytes = match crate::tombstone::get_data(store, d, MANIFEST_LIMIT).await {
         Ok(doc) => doc.bytes,

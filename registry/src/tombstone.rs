@@ -62,6 +62,9 @@ pub struct Epochs {
     pub(crate) data: String,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) blob_links: BTreeMap<String, String>,
+    /// The current epoch of each repository's link to the digest as a manifest.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) manifest_links: BTreeMap<String, String>,
 }
 
 impl Epochs {
@@ -75,6 +78,18 @@ impl Epochs {
         self.blob_links
             .get(name.as_str())
             .map_or("", String::as_str)
+    }
+
+    /// The current epoch of `name`'s link to the manifest.
+    pub(crate) fn manifest_link(&self, name: &Name) -> &str {
+        self.manifest_links
+            .get(name.as_str())
+            .map_or("", String::as_str)
+    }
+
+    /// The key of `name`'s manifest link at the current epoch.
+    pub(crate) fn manifest_link_key(&self, name: &Name, d: &Digest) -> Key {
+        layout::manifest_link_at(name, d, self.manifest_link(name))
     }
 
     /// The key of the bytes at the current epoch.
@@ -95,7 +110,7 @@ impl Epochs {
     }
 
     fn is_empty(&self) -> bool {
-        self.data.is_empty() && self.blob_links.is_empty()
+        self.data.is_empty() && self.blob_links.is_empty() && self.manifest_links.is_empty()
     }
 
     fn parse(v: Option<&Value>) -> Epochs {
@@ -110,6 +125,8 @@ impl Epochs {
         }
         e.blob_links
             .retain(|n, ep| layout::epoch_ok(ep) && Name::parse(n).is_ok());
+        e.manifest_links
+            .retain(|n, ep| layout::epoch_ok(ep) && Name::parse(n).is_ok());
         e
     }
 }
@@ -123,10 +140,15 @@ pub(crate) struct Doomed {
     /// Blob links, by repository, at these epochs.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) blob_links: BTreeMap<String, String>,
-    /// Manifest links (legacy keys, by repository). They have no epochs yet: requests relying
-    /// on such a digest wait for the collector as before epochs (`docs/gc.md`).
+    /// Manifest links without epochs (legacy keys, by repository), written by a collector of
+    /// the version before manifest links had epochs: requests relying on such a digest wait
+    /// for that collector (`docs/gc.md`). This version writes [`Doomed::manifest_link_epochs`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) manifest_links: Vec<String>,
+    /// Manifest links, by repository, at these epochs; with them the entries the repository's
+    /// documents (referrers, package index, quota usage) recorded at that epoch.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) manifest_link_epochs: BTreeMap<String, String>,
 }
 
 /// How far the collector that wrote a tombstone got.
@@ -309,6 +331,35 @@ pub(crate) async fn find_data(
     let key = record.epochs.data_key(d);
     match store.stat(&key).await {
         Ok(m) => Ok(Some((key, m))),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Where `name`'s link to manifest `d` can be read: the legacy key, or else the one of the
+/// epoch the digest's record names (as [`find_data`] for the bytes). `None` when neither
+/// exists.
+pub(crate) async fn find_manifest_link(
+    store: &dyn Store,
+    name: &Name,
+    d: &Digest,
+    limit: u64,
+) -> Result<Option<(Key, crate::storage::Document)>, StoreError> {
+    let legacy = layout::manifest_link(name, d);
+    match store.get(&legacy, limit).await {
+        Ok(doc) => return Ok(Some((legacy, doc))),
+        Err(e) if e.is_not_found() => {}
+        Err(e) => return Err(e),
+    }
+    let Some((record, _)) = read_record(store, d).await? else {
+        return Ok(None);
+    };
+    if record.epochs.manifest_link(name).is_empty() {
+        return Ok(None);
+    }
+    let key = record.epochs.manifest_link_key(name, d);
+    match store.get(&key, limit).await {
+        Ok(doc) => Ok(Some((key, doc))),
         Err(e) if e.is_not_found() => Ok(None),
         Err(e) => Err(e),
     }

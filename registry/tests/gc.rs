@@ -1572,3 +1572,154 @@ async fn s3_killed_collector_blocks_no_push() {
 async fn fs_waiting_request_backs_off() {
     waiting_request_backs_off(fs_store().await).await;
 }
+
+/// The digests the referrers API lists for `subject` in `repo`.
+async fn referrer_digests(s: &Served, repo: &str, subject: &Digest) -> Vec<String> {
+    let v: serde_json::Value =
+        reqwest::get(format!("http://{}/v2/{repo}/referrers/{subject}", s.addr))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .map(|b| serde_json::from_slice(&b).unwrap())
+            .unwrap();
+    v["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["digest"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// An untagged image and an untagged signature of it (a referrer), both old enough to collect.
+async fn untagged_signed(s: &Served, repo: &str) -> (Image, Image) {
+    let img = Image::new(
+        bytes(&format!("{repo} signed config"), 30),
+        vec![bytes(&format!("{repo} signed layer"), 900)],
+        None,
+    );
+    let sig = Image::new(
+        bytes(&format!("{repo} sig config"), 20),
+        vec![bytes(&format!("{repo} sig layer"), 40)],
+        Some(&img.manifest),
+    );
+    for i in [&img, &sig] {
+        s.push_image(repo, &i.digest().to_string(), i)
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        referrer_digests(s, repo, &img.digest()).await,
+        [sig.digest().to_string()]
+    );
+    age_past_zero_grace().await;
+    (img, sig)
+}
+
+/// Issue 53, manifest links: with `--delete-untagged` every DELETE of the collector (manifest
+/// links included) reaches the store 3 s late, twice. Meanwhile the image is pushed again under
+/// a tag and its signature by digest. Once every DELETE arrived, both are still served and the
+/// signature is still listed among the image's referrers: the commit had moved the manifest
+/// links to new epochs too, and the re-push wrote and stamped everything there. Before manifest
+/// links had epochs, the late DELETE removed the re-pushed link (404).
+async fn late_manifest_deletes_lose_nothing(store: (Arc<dyn Store>, Option<tempfile::TempDir>)) {
+    let s = serve(store).await;
+    let (img, sig) = untagged_signed(&s, "gc/late-m").await;
+    let late = Gated::late(s.store.clone(), Duration::from_secs(3));
+    let opts = GcOptions {
+        grace: Duration::ZERO,
+        delete_untagged: true,
+        lease_ttl: Duration::from_secs(3),
+        ..GcOptions::default()
+    };
+    let report = gc::collect(late.clone(), &opts).await.unwrap();
+    assert_eq!(report.deleted_manifest_links, 2, "{report:?}");
+    s.push_image("gc/late-m", "v1", &img).await.unwrap();
+    s.push_image("gc/late-m", &sig.digest().to_string(), &sig)
+        .await
+        .unwrap();
+    late.until_delivered().await;
+    s.assert_image("gc/late-m", "v1", &img).await;
+    s.assert_image("gc/late-m", &sig.digest().to_string(), &sig)
+        .await;
+    assert_eq!(
+        referrer_digests(&s, "gc/late-m", &img.digest()).await,
+        [sig.digest().to_string()]
+    );
+    // The next run keeps both (the image is tagged, the signature refers to it) and removes
+    // only what the late DELETEs left at the old epochs.
+    let next = s.gc(Duration::ZERO, true, false).await;
+    assert!(next.deleted.is_empty(), "{:?}", next.deleted);
+    s.assert_image("gc/late-m", "v1", &img).await;
+    assert_eq!(
+        referrer_digests(&s, "gc/late-m", &img.digest()).await,
+        [sig.digest().to_string()]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_late_manifest_deletes_lose_nothing() {
+    late_manifest_deletes_lose_nothing(fs_store().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3_late_manifest_deletes_lose_nothing() {
+    late_manifest_deletes_lose_nothing(s3_store().await).await;
+}
+
+/// A collector held right after committing to delete an untagged image's manifest link and its
+/// signature's (as by SIGSTOP, its lease still live): the image pushed again under a tag and the
+/// signature again by digest are answered at once (no wait for the collector), and when the
+/// collector goes on and finishes, what it forgets (the signature's referrer entry) and deletes
+/// (the links) is only what was recorded at the epochs it committed to: both stay served, the
+/// signature stays listed.
+async fn collector_after_commit_forgets_only_its_epoch(
+    store: (Arc<dyn Store>, Option<tempfile::TempDir>),
+) {
+    let s = serve(store).await;
+    let (img, sig) = untagged_signed(&s, "gc/stamped").await;
+    let gated = Gated::new(s.store.clone(), Gate::Committed);
+    let run = tokio::spawn({
+        let store: Arc<dyn Store> = gated.clone();
+        async move {
+            let opts = GcOptions {
+                grace: Duration::ZERO,
+                delete_untagged: true,
+                lease_ttl: Duration::from_secs(40),
+                ..GcOptions::default()
+            };
+            gc::collect(store, &opts).await
+        }
+    });
+    gated.until_held().await;
+    tokio::time::timeout(Duration::from_secs(5), async {
+        s.push_image("gc/stamped", "v1", &img).await.unwrap();
+        s.push_image("gc/stamped", &sig.digest().to_string(), &sig)
+            .await
+            .unwrap();
+    })
+    .await
+    .expect("a push waited for a collector that committed under epochs");
+    gated.open();
+    let report = run.await.unwrap().unwrap();
+    assert!(report.deleted_manifest_links >= 1, "{report:?}");
+    s.assert_image("gc/stamped", "v1", &img).await;
+    s.assert_image("gc/stamped", &sig.digest().to_string(), &sig)
+        .await;
+    assert_eq!(
+        referrer_digests(&s, "gc/stamped", &img.digest()).await,
+        [sig.digest().to_string()]
+    );
+    let next = s.gc(Duration::ZERO, true, false).await;
+    assert!(next.deleted.is_empty(), "{:?}", next.deleted);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_collector_after_commit_forgets_only_its_epoch() {
+    collector_after_commit_forgets_only_its_epoch(fs_store().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3_collector_after_commit_forgets_only_its_epoch() {
+    collector_after_commit_forgets_only_its_epoch(s3_store().await).await;
+}

@@ -681,21 +681,4 @@ impl Store for LateStore {
             }
         })
     }
-    fn delete_before<'a>(
-        &'a self,
-        key: &'a Key,
-        until: Instant,
-    ) -> BoxFuture<'a, StoreResult<bool>> {
-        Box::pin(async move {
-            // The caller's last check happens here, as in a store that sends one request; what
-            // is late is the removal that request causes, which checks nothing any more.
-            if Instant::now() >= until {
-                return Ok(false);
-            }
-            match self.take(key) {
-                Some(late) => self.late_delete(key, late).await.map(|()| true),
-                None => self.inner.delete_before(key, until).await,
-            }
-        })
-    }
 }

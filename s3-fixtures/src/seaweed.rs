@@ -360,7 +360,8 @@ impl SeaweedFs {
         match r {
             Ok(s) => Ok(s),
             Err(msg) => Err(FixtureError::Io {
-                what: "the shared SeaweedFS failed to start earlier".to_owned(),
+                // The cause goes into the message too: tests print errors with `{e}`.
+                what: format!("the shared SeaweedFS failed to start earlier: {msg}"),
                 source: std::io::Error::other(msg.clone()),
             }),
         }

@@ -52,9 +52,13 @@ impl Pass {
                 plan.blob_links
                     .extend(epochs.iter().map(|e| (name.clone(), e.clone())));
             }
-            for d in snap.manifest_links.difference(&m.manifests) {
+            for (d, epochs) in &snap.manifest_links {
+                if m.manifests.contains(d) {
+                    continue;
+                }
                 let plan = self.links.entry(d.clone()).or_default();
-                plan.manifest_links.push(name.clone());
+                plan.manifest_links
+                    .extend(epochs.iter().map(|e| (name.clone(), e.clone())));
             }
             for d in m.manifests.iter().chain(m.blobs.iter()) {
                 self.kept.insert(d);
@@ -135,7 +139,7 @@ pub(super) async fn mark(
         queue.extend(tags);
     }
     if !opts.delete_untagged {
-        queue.extend(snap.manifest_links.iter().cloned());
+        queue.extend(snap.manifest_links.keys().cloned());
     }
     let mut m = Marked::default();
     while let Some(d) = queue.pop_front() {

@@ -225,18 +225,6 @@ pub enum GcError {
         /// The lease key.
         key: Key,
     },
-    /// The deletions of one digest did not finish within half the lease's time to live after
-    /// the collector committed to them (requests stop waiting for its tombstone then); the run
-    /// stopped.
-    #[error(
-        "garbage collection: deleting {digest} took longer than {window_secs} s after committing to it; it stopped"
-    )]
-    DeleteWindow {
-        /// The digest.
-        digest: Digest,
-        /// The window, in seconds.
-        window_secs: f64,
-    },
     /// `break_lease` found a live lease and was not forced.
     #[error(
         "the garbage collection lease {key} is live (held by {holder}, renewed {age_secs} s ago, stale after {ttl_secs} s); use --force to break it"
@@ -258,7 +246,8 @@ pub enum GcError {
 struct RepoSnapshot {
     /// Each blob link's digest with the epochs its keys have.
     blob_links: BTreeMap<Digest, Vec<String>>,
-    manifest_links: BTreeSet<Digest>,
+    /// Each manifest link's digest with the epochs its keys have.
+    manifest_links: BTreeMap<Digest, Vec<String>>,
     referrers: BTreeSet<Digest>,
     has_tags: bool,
 }
@@ -284,7 +273,7 @@ struct Marked {
 struct Plan {
     /// Links their repository does not keep, with the epoch of each key.
     blob_links: Vec<(Name, String)>,
-    manifest_links: Vec<Name>,
+    manifest_links: Vec<(Name, String)>,
     /// The epochs of the bytes and of the hold records listed.
     data: Vec<String>,
     used: Vec<String>,
@@ -395,8 +384,8 @@ async fn mark_all(
                 RepoPart::BlobLink(d, epoch) => {
                     r.blob_links.entry(d).or_default().push(epoch);
                 }
-                RepoPart::ManifestLink(d) => {
-                    r.manifest_links.insert(d);
+                RepoPart::ManifestLink(d, epoch) => {
+                    r.manifest_links.entry(d).or_default().push(epoch);
                 }
                 RepoPart::Referrers(d) => {
                     r.referrers.insert(d);

@@ -53,9 +53,14 @@ impl Sweep<'_> {
                 None => {}
             }
         }
-        for name in &plan.manifest_links {
-            match self.old(&layout::manifest_link(name, d)).await? {
-                Some((true, _)) => c.manifest_links.push(name.clone()),
+        for (name, epoch) in &plan.manifest_links {
+            let key = layout::manifest_link_at(name, d, epoch);
+            if epoch != epochs0.manifest_link(name) {
+                c.dead_manifest_links.push((name.clone(), epoch.clone()));
+                continue;
+            }
+            match self.old(&key).await? {
+                Some((true, _)) => c.manifest_links.push((name.clone(), epoch.clone())),
                 Some((false, _)) => {
                     out.young += 1;
                     data_ok = false;
@@ -91,14 +96,16 @@ impl Sweep<'_> {
         };
         let Candidates {
             dead,
+            dead_manifest_links,
             blob_links,
             manifest_links,
             current,
             data_size,
             used: used_ok,
         } = self.candidates(&d, &plan, &epochs0, &mut out).await?;
+        let dead = (dead.as_slice(), dead_manifest_links.as_slice());
         if blob_links.is_empty() && manifest_links.is_empty() && data_size.is_none() && !used_ok {
-            self.delete_dead(&dead, &mut out).await?;
+            self.delete_dead(&d, dead, &mut out).await?;
             return Ok(out);
         }
 
@@ -116,8 +123,8 @@ impl Sweep<'_> {
                     self.restore_record(&tombstone, &etag, &epochs).await;
                     return Ok(out);
                 }
-                // Another run committed to deleting manifest links of this digest and may
-                // still be at it.
+                // A collector from before manifest links had epochs committed to deleting
+                // some of this digest's and may still be at it.
                 None => return Ok(out),
             }
         }
@@ -148,17 +155,15 @@ impl Sweep<'_> {
         // request that met the tombstone meanwhile released it (a conditional replace too),
         // and then this fails and nothing of the digest goes: the store orders the two,
         // whatever this process's clocks and pauses. Once it succeeds, requests write the
-        // bytes and links at the new epochs, so no DELETE this run sends (however late it
-        // arrives, however often it is repeated) can remove anything a request wrote after
-        // the commit. Only manifest links (still without epochs) are deleted within half the
-        // lease's time to live after the commit, and requests wait for those.
+        // bytes and links at the new epochs (and stamp what they record about a manifest with
+        // its new link's epoch), so no write this run sends (however late it arrives, however
+        // often it is repeated) can remove anything a request wrote after the commit.
         let (epochs, doomed) = next_epochs(
             &epochs0,
             (data_size.is_some() || used_ok).then_some(current.as_str()),
             &blob_links,
             &manifest_links,
         );
-        let mut deadline = None;
         let mut ours = written.clone();
         if let (Some(etag), Some(lease)) = (written, self.lease) {
             let sent = Instant::now();
@@ -172,7 +177,9 @@ impl Sweep<'_> {
                 .await
             {
                 Ok(etag) => {
-                    deadline = Some((sent, lease.0.ttl() / 2));
+                    // Nothing this run deletes from now on needs a time limit; the log says
+                    // how long the commit took.
+                    tracing::debug!(digest = %d, secs = sent.elapsed().as_secs_f64(), "garbage collection committed");
                     ours = Some(etag);
                 }
                 Err(StoreError::PreconditionFailed { .. }) => {
@@ -198,12 +205,11 @@ impl Sweep<'_> {
                 &d,
                 (&blob_links, &manifest_links),
                 (&current, data_size, used_ok),
-                deadline,
                 &mut out,
             )
             .await;
         let r = match r {
-            Ok(()) => self.delete_dead(&dead, &mut out).await,
+            Ok(()) => self.delete_dead(&d, dead, &mut out).await,
             Err(e) => Err(e),
         };
         // Done (or stopped): the record goes idle at the new epochs. A run that stopped
@@ -216,107 +222,103 @@ impl Sweep<'_> {
     }
 
     /// Deletes keys of dead epochs (see [`Sweep::sweep`]): no request writes them any more, so
-    /// no decision is needed.
-    async fn delete_dead(&self, dead: &[Key], out: &mut Outcome) -> Result<(), GcError> {
+    /// no decision is needed. A manifest link of a dead epoch takes what was recorded with it
+    /// (a run that stopped after its commit left it).
+    async fn delete_dead(
+        &self,
+        d: &Digest,
+        (dead, manifest_links): (&[Key], &[(Name, String)]),
+        out: &mut Outcome,
+    ) -> Result<(), GcError> {
         if self.dry_run {
             return Ok(());
         }
+        for (name, epoch) in manifest_links {
+            self.collect_manifest_link(name, d, epoch).await?;
+            out.records += 1;
+        }
         for key in dead {
-            self.delete(key, None).await?;
+            self.delete(key).await?;
             out.records += 1;
         }
         Ok(())
     }
 
+    /// Removes `name`'s link to manifest `d` at `epoch`, with what was recorded with it
+    /// ([`Repos::collect_manifest_link`]).
+    async fn collect_manifest_link(
+        &self,
+        name: &Name,
+        d: &Digest,
+        epoch: &str,
+    ) -> Result<bool, GcError> {
+        if let Some(lease) = self.lease {
+            lease.check()?;
+        }
+        self.repos
+            .collect_manifest_link(name, d, epoch)
+            .await
+            .map_err(|e| GcError::Unlink {
+                repository: name.to_string(),
+                digest: d.clone(),
+                reason: e.to_string(),
+            })
+    }
+
     pub(super) async fn delete_candidates(
         &self,
         d: &Digest,
-        (blob_links, manifest_links): (&[(Name, String)], &[Name]),
+        (blob_links, manifest_links): (&[LinkAt], &[LinkAt]),
         (data_epoch, data, used): (&str, Option<u64>, bool),
-        deadline: Option<(Instant, Duration)>,
         out: &mut Outcome,
     ) -> Result<(), GcError> {
-        let past_window = || GcError::DeleteWindow {
-            digest: d.clone(),
-            window_secs: deadline.map_or(0.0, |(_, window)| window.as_secs_f64()),
-        };
-        let until = deadline.map(|(sent, window)| sent + window);
-        let in_window = || match deadline {
-            Some((sent, window)) if sent.elapsed() >= window => Err(past_window()),
-            _ => Ok(()),
-        };
         let deletion = |kind, name: Option<&Name>, bytes| Deletion {
             kind,
             digest: d.clone(),
             repository: name.map(|n| n.to_string()),
             bytes,
         };
-        for name in manifest_links {
-            if let (false, Some(lease)) = (self.dry_run, self.lease) {
-                lease.check()?;
-                in_window()?;
-            }
+        // Manifest links first, with what was recorded with them (referrer entries, the package
+        // index, quota usage), each only at the epoch the commit left behind: a re-push after
+        // the commit wrote and stamped everything at the new one.
+        for (name, epoch) in manifest_links {
             if !self.dry_run {
-                // Also drops the manifest from its subject's referrers. No tag can point at it:
-                // one set after the mark came from a PUT that held the digest.
-                // Each of its writes looks at the window first: a run paused in the middle
-                // (SIGSTOP) does not go on with the rest once requests may rely on the digest.
-                let done = self
-                    .repos
-                    .delete_manifest_until(name, d, until)
-                    .await
-                    .map_err(|e| GcError::Unlink {
-                        repository: name.to_string(),
-                        digest: d.clone(),
-                        reason: e.to_string(),
-                    })?;
-                if done.is_none() {
-                    return Err(past_window());
-                }
+                self.collect_manifest_link(name, d, epoch).await?;
             }
             out.deleted
                 .push(deletion(ObjectKind::ManifestLink, Some(name), 0));
         }
-        // Blob links, bytes and the hold record are at epochs the commit left behind: their
-        // DELETEs need no window.
+        // Blob links, bytes and the hold record are at epochs the commit left behind too.
         for (name, epoch) in blob_links {
             if !self.dry_run {
-                self.delete(&layout::blob_link_at(name, d, epoch), None)
-                    .await?;
+                self.delete(&layout::blob_link_at(name, d, epoch)).await?;
             }
             out.deleted
                 .push(deletion(ObjectKind::BlobLink, Some(name), 0));
         }
         if let Some(size) = data {
             if !self.dry_run {
-                self.delete(&layout::blob_data_at(d, data_epoch), None)
-                    .await?;
+                self.delete(&layout::blob_data_at(d, data_epoch)).await?;
             }
             out.deleted.push(deletion(ObjectKind::Blob, None, size));
         }
         if used {
             if !self.dry_run {
-                self.delete(&layout::blob_used_at(d, data_epoch), None)
-                    .await?;
+                self.delete(&layout::blob_used_at(d, data_epoch)).await?;
             }
             out.records += 1;
         }
         Ok(())
     }
 
-    /// Deletes `key` (gone already counts); with `until`, only before it (the store looks
-    /// right before the request that removes it): false when it had passed.
-    pub(super) async fn delete(&self, key: &Key, until: Option<Instant>) -> Result<bool, GcError> {
+    /// Deletes `key` (gone already counts).
+    pub(super) async fn delete(&self, key: &Key) -> Result<(), GcError> {
         if let Some(lease) = self.lease {
             lease.check()?;
         }
-        let r = match until {
-            Some(until) => self.store.delete_before(key, until).await,
-            None => self.store.delete(key).await.map(|()| true),
-        };
-        match r {
-            Ok(done) => Ok(done),
-            Err(e) if e.is_not_found() => Ok(true),
+        match self.store.delete(key).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
@@ -415,14 +417,20 @@ impl Sweep<'_> {
     }
 }
 
+/// A repository's link and its epoch.
+type LinkAt = (Name, String);
+
 /// What [`Sweep::candidates`] found of one digest.
 #[derive(Default)]
 pub(super) struct Candidates {
     /// Keys at dead epochs.
     dead: Vec<Key>,
+    /// Manifest links at dead epochs.
+    dead_manifest_links: Vec<(Name, String)>,
     /// Blob links to decide about, with their (current) epochs.
     blob_links: Vec<(Name, String)>,
-    manifest_links: Vec<Name>,
+    /// Manifest links to decide about, with their (current) epochs.
+    manifest_links: Vec<(Name, String)>,
     /// The bytes' current epoch.
     current: String,
     /// The bytes are a candidate, of this size.
@@ -437,7 +445,7 @@ fn next_epochs(
     epochs0: &Epochs,
     data: Option<&str>,
     blob_links: &[(Name, String)],
-    manifest_links: &[Name],
+    manifest_links: &[(Name, String)],
 ) -> (Epochs, Doomed) {
     let mut epochs = epochs0.clone();
     let mut doomed = Doomed::default();
@@ -449,7 +457,14 @@ fn next_epochs(
         doomed.blob_links.insert(name.to_string(), epoch.clone());
         epochs.blob_links.insert(name.to_string(), Epochs::fresh());
     }
-    doomed.manifest_links = manifest_links.iter().map(ToString::to_string).collect();
+    for (name, epoch) in manifest_links {
+        doomed
+            .manifest_link_epochs
+            .insert(name.to_string(), epoch.clone());
+        epochs
+            .manifest_links
+            .insert(name.to_string(), Epochs::fresh());
+    }
     (epochs, doomed)
 }
 

@@ -124,6 +124,10 @@ struct Entry {
     blobs: BTreeMap<String, u64>,
     /// When it was reserved (Unix seconds).
     at: u64,
+    /// The epoch of the manifest link it was recorded with (`""`: the legacy key); garbage
+    /// collection forgets it only with that link.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    epoch: String,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -168,7 +172,7 @@ pub(crate) async fn reserve(
     name: &Name,
     rule: &QuotaRule,
     d: &Digest,
-    size: u64,
+    (size, epoch): (u64, &str),
     blobs: &[Digest],
 ) -> ApiResult<()> {
     let key = layout::repository_usage(name);
@@ -184,6 +188,7 @@ pub(crate) async fn reserve(
         size,
         blobs: BTreeMap::new(),
         at: now_secs(),
+        epoch: epoch.to_owned(),
     };
     for b in blobs {
         let s = repos.blob_linked(name, b).await?.ok_or_else(|| {
@@ -198,8 +203,13 @@ pub(crate) async fn reserve(
     let doc = repos
         .update::<UsageDoc, _>(&key, |u| {
             refused = None;
-            if u.entries.contains_key(d.as_str()) {
-                return false;
+            // Pushed again: the entry stays, recorded with the link just written.
+            if let Some(e) = u.entries.get_mut(d.as_str()) {
+                if e.epoch == epoch {
+                    return false;
+                }
+                e.epoch = epoch.to_owned();
+                return true;
             }
             u.entries.insert(d.to_string(), entry.clone());
             let (bytes, manifests) = u.totals();
@@ -246,19 +256,30 @@ impl crate::repo::hooks::RepoHook for QuotaHook {
         repos: &'a Repos,
         name: &'a Name,
         d: &'a Digest,
+        epoch: Option<&'a str>,
     ) -> crate::storage::BoxFuture<'a, ApiResult<()>> {
-        Box::pin(forget(repos, name, d))
+        Box::pin(forget(repos, name, d, epoch))
     }
 }
 
 /// Drops manifest `d` from the usage of `name` (nothing when the repository has no usage
-/// document or the manifest is not in it).
-pub(crate) async fn forget(repos: &Repos, name: &Name, d: &Digest) -> ApiResult<()> {
+/// document or the manifest is not in it); with `epoch`, only an entry recorded with the link
+/// of that epoch (garbage collection: see [`crate::repo::hooks::RepoHook::on_delete`]).
+pub(crate) async fn forget(
+    repos: &Repos,
+    name: &Name,
+    d: &Digest,
+    epoch: Option<&str>,
+) -> ApiResult<()> {
     repos
         .update::<UsageDoc, _>(&layout::repository_usage(name), |u| {
-            if u.entries.remove(d.as_str()).is_none() {
+            let Some(entry) = u.entries.get(d.as_str()) else {
+                return false;
+            };
+            if epoch.is_some_and(|e| e != entry.epoch) {
                 return false;
             }
+            u.entries.remove(d.as_str());
             u.refresh();
             true
         })
@@ -272,10 +293,12 @@ async fn count(repos: &Repos, name: &Name) -> ApiResult<BTreeMap<String, Entry>>
     let mut out = BTreeMap::new();
     let keys = repos.store().list(&layout::repository(name)).await?;
     for k in keys {
-        let Some((n, RepoPart::ManifestLink(d))) = layout::parse_repo_key(&k) else {
+        let Some((n, RepoPart::ManifestLink(d, _))) = layout::parse_repo_key(&k) else {
             continue;
         };
-        if &n != name {
+        // A link at two epochs (a collector's DELETE of the old one still to come) is one
+        // manifest.
+        if &n != name || out.contains_key(d.as_str()) {
             continue;
         }
         let Some(link) = repos.manifest_link(name, &d).await? else {
@@ -316,6 +339,7 @@ async fn count(repos: &Repos, name: &Name) -> ApiResult<BTreeMap<String, Entry>>
                 size: link.size,
                 blobs,
                 at: 0,
+                epoch: repos.manifest_link_epoch(name, &d).await?,
             },
         );
     }
@@ -460,6 +484,7 @@ mod tests {
             size,
             blobs: blobs.iter().map(|(d, s)| (d.to_string(), *s)).collect(),
             at: 0,
+            epoch: String::new(),
         };
         let mut doc = UsageDoc::default();
         doc.entries

@@ -277,12 +277,8 @@ async fn plan_repository(
         if pushed.contains_key(d) {
             continue;
         }
-        let t = match repos.store().stat(&layout::manifest_link(name, d)).await {
-            Ok(m) => m.modified,
-            // A tag without a link is a leftover; treat it as pushed now (never removed for age).
-            Err(e) if e.is_not_found() => now,
-            Err(e) => return Err(e.into()),
-        };
+        // A tag without a link is a leftover; treat it as pushed now (never removed for age).
+        let t = repos.manifest_link_written(name, d).await?.unwrap_or(now);
         pushed.insert(d.clone(), t);
         referenced.insert(d.clone(), !repos.referrers(name, d).await?.is_empty());
     }
@@ -411,17 +407,12 @@ pub(crate) async fn apply(repos: &Repos, plan: RetentionPlan) -> ApiResult<Reten
             .await?
             .iter()
             .any(|(_, d)| *d == m.digest);
-        let repushed = match repos
-            .store()
-            .stat(&layout::manifest_link(&name, &m.digest))
-            .await
-        {
-            Ok(meta) => meta.modified > planned_at,
-            Err(e) if e.is_not_found() => {
+        let repushed = match repos.manifest_link_written(&name, &m.digest).await? {
+            Some(written) => written > planned_at,
+            None => {
                 out.skipped += 1;
                 continue;
             }
-            Err(e) => return Err(e.into()),
         };
         if still_tagged || repushed {
             out.skipped += 1;

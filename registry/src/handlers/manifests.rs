@@ -355,13 +355,15 @@ impl ManifestPut {
                 name,
                 rule,
                 digest,
-                self.size,
+                (self.size, own.epochs.manifest_link(name)),
                 &checked.blobs,
             )
             .await?;
         }
-        repos.link_manifest(name, digest, &link).await?;
-        self.add_referrer().await?;
+        repos
+            .link_manifest(name, digest, &own.epochs, &link)
+            .await?;
+        self.add_referrer(own.epochs.manifest_link(name)).await?;
         for t in &self.tags {
             let rule = self.governance.immutable_rule(name.as_str(), t.as_str());
             let veto = rule.map(|r| r as &dyn crate::repo::hooks::TagVeto);
@@ -375,8 +377,8 @@ impl ManifestPut {
 
     /// A manifest with a `subject` is listed among its subject's referrers (with the
     /// descriptor fields the referrers API answers), and an SPDX one is indexed for package
-    /// search.
-    async fn add_referrer(&self) -> ApiResult<()> {
+    /// search; both entries are stamped with `epoch`, the epoch of the link just written.
+    async fn add_referrer(&self, epoch: &str) -> ApiResult<()> {
         let (repos, name, digest, checked) = (&self.repos, &self.name, &self.digest, &self.checked);
         let Some(subject) = &checked.subject else {
             return Ok(());
@@ -392,9 +394,11 @@ impl ManifestPut {
         if let Some(a) = &checked.annotations {
             desc["annotations"] = a.clone();
         }
-        repos.add_referrer(name, subject, digest, desc).await?;
+        repos
+            .add_referrer(name, subject, digest, desc, epoch)
+            .await?;
         if let Some(layer) = &checked.spdx_layer {
-            crate::pkgindex::index_referrer(repos, name, subject, digest, layer).await?;
+            crate::pkgindex::index_referrer(repos, name, (subject, digest), layer, epoch).await?;
         }
         Ok(())
     }
@@ -501,7 +505,7 @@ async fn hold_references(
             let held = repos.hold(r).await?;
             let linked = (held.data || repos.revive(r, &held.epochs).await?)
                 && if manifest {
-                    repos.manifest_link(name, r).await?.is_some()
+                    repos.relink_manifest(name, r, &held.epochs).await?
                 } else {
                     repos.relink_blob(name, r, &held.epochs).await?
                 };

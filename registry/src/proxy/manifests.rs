@@ -200,7 +200,9 @@ impl Proxy {
             size: bytes.len() as u64,
             subject: checked.subject.clone(),
         };
-        repos.link_manifest(name, &digest, &link).await?;
+        repos
+            .link_manifest(name, &digest, &own.epochs, &link)
+            .await?;
         if let Some(subject) = &checked.subject {
             // Listed under its subject as a pushed referrer is.
             repos
@@ -209,6 +211,7 @@ impl Proxy {
                     subject,
                     &digest,
                     descriptor(&checked, &digest, bytes.len()),
+                    own.epochs.manifest_link(name),
                 )
                 .await?;
         }

@@ -20,14 +20,17 @@ pub(crate) trait RepoHook: Send + Sync {
     /// Short name for logs and [`Hooks`]'s debug output.
     fn name(&self) -> &'static str;
 
-    /// Manifest `d` is leaving repository `name`: its tags and its referrer entry are gone, its
-    /// link goes right after every hook returned. A hook forgets what it recorded about the
-    /// manifest; an error stops the delete before the link goes (it is retried as a whole).
+    /// Manifest `d` is leaving repository `name`: its referrer entry is gone, its link goes
+    /// right after every hook returned. A hook forgets what it recorded about the manifest;
+    /// with `epoch` (garbage collection of the link of that epoch), only what it recorded with
+    /// that link (`docs/gc.md`, "Epochs"). An error stops the delete before the link goes (it
+    /// is retried as a whole).
     fn on_delete<'a>(
         &'a self,
         repos: &'a Repos,
         name: &'a Name,
         d: &'a Digest,
+        epoch: Option<&'a str>,
     ) -> BoxFuture<'a, ApiResult<()>>;
 }
 
@@ -85,6 +88,7 @@ mod tests {
             repos: &'a Repos,
             name: &'a Name,
             d: &'a Digest,
+            _epoch: Option<&'a str>,
         ) -> BoxFuture<'a, ApiResult<()>> {
             Box::pin(async move {
                 // The link is still there while the hooks run.
@@ -111,7 +115,10 @@ mod tests {
             size: 1,
             subject: None,
         };
-        repos.link_manifest(&name, &d, &link).await.unwrap();
+        repos
+            .link_manifest(&name, &d, &crate::repo::Epochs::default(), &link)
+            .await
+            .unwrap();
         (dir, repos, name, d)
     }
 

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::ops::Bound;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
@@ -17,6 +17,7 @@ use crate::storage::{Key, ObjectMeta, PutMode, Store, StoreError, layout};
 use validator::{Name, Tag};
 
 mod barrier;
+mod manifests;
 pub use crate::tombstone::Epochs;
 pub use barrier::Held;
 mod doc_cache;
@@ -54,9 +55,14 @@ struct BlobLink {
     size: u64,
 }
 
+/// A subject's referrers in one repository: the descriptors the referrers API answers, and
+/// the epoch of each referrer's manifest link when it was listed (absent: the legacy epoch),
+/// so a collector forgets only an entry of the link it deleted (`docs/gc.md`, "Epochs").
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct ReferrersDoc {
     manifests: Vec<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    epochs: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -366,131 +372,6 @@ impl Repos {
         }
     }
 
-    // ---- manifests ----
-
-    /// Stores verified manifest bytes under their digest (create-only: existing bytes are the
-    /// same bytes).
-    /// At the epoch a hold of `d` gave.
-    pub async fn put_manifest_bytes(
-        &self,
-        d: &Digest,
-        epochs: &Epochs,
-        bytes: Bytes,
-    ) -> ApiResult<()> {
-        match self
-            .store
-            .put(&epochs.data_key(d), bytes, PutMode::Create)
-            .await
-        {
-            Ok(_) | Err(StoreError::AlreadyExists { .. }) => Ok(()),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// Links stored manifest bytes into the repository.
-    pub async fn link_manifest(
-        &self,
-        name: &Name,
-        d: &Digest,
-        link: &ManifestLink,
-    ) -> ApiResult<()> {
-        self.ensure(name).await?;
-        let bytes = serde_json::to_vec(link).map_err(ApiError::internal)?;
-        self.store
-            .put(
-                &layout::manifest_link(name, d),
-                Bytes::from(bytes),
-                PutMode::Overwrite,
-            )
-            .await?;
-        Ok(())
-    }
-
-    pub async fn manifest_link(&self, name: &Name, d: &Digest) -> ApiResult<Option<ManifestLink>> {
-        self.read(&layout::manifest_link(name, d), LINK_LIMIT).await
-    }
-
-    /// Removes a manifest from the repository, with every tag pointing at it and its entry in
-    /// its subject's referrers. False when the repository did not hold it.
-    pub async fn delete_manifest(&self, name: &Name, d: &Digest) -> ApiResult<bool> {
-        Ok(self
-            .delete_manifest_until(name, d, None)
-            .await?
-            .unwrap_or(false))
-    }
-
-    /// [`Repos::delete_manifest`] for garbage collection: it makes each of its writes only
-    /// before `until`, looking right before each (a collector deletes only within a window
-    /// after committing to it, and a collector paused mid-way must not go on past it). `None`
-    /// when it stopped there; what it had done stays.
-    pub(crate) async fn delete_manifest_until(
-        &self,
-        name: &Name,
-        d: &Digest,
-        until: Option<Instant>,
-    ) -> ApiResult<Option<bool>> {
-        let late = || until.is_some_and(|u| Instant::now() >= u);
-        let Some(link) = self.manifest_link(name, d).await? else {
-            return Ok(Some(false));
-        };
-        let digest = d.clone();
-        let mut stopped = late();
-        if stopped {
-            return Ok(None);
-        }
-        self.update::<TagsDoc, _>(&layout::tags(name), |t| {
-            stopped = late();
-            let gone: Vec<String> = (t.tags.iter())
-                .filter(|(_, v)| *v.digest() == digest)
-                .map(|(k, _)| k.clone())
-                .collect();
-            for tag in &gone {
-                t.tags.remove(tag);
-                t.changed(tag);
-            }
-            !gone.is_empty() && !stopped
-        })
-        .await?;
-        if stopped {
-            return Ok(None);
-        }
-        if let Some(subject) = &link.subject {
-            let ds = d.as_str().to_owned();
-            self.update::<ReferrersDoc, _>(&layout::referrers(name, subject), |r| {
-                stopped = late();
-                let before = r.manifests.len();
-                r.manifests
-                    .retain(|m| m.get("digest").and_then(|v| v.as_str()) != Some(ds.as_str()));
-                r.manifests.len() != before && !stopped
-            })
-            .await?;
-        }
-        if stopped {
-            return Ok(None);
-        }
-        // The features forget the manifest (the package index, quota usage), each before the
-        // unlink: a crash in between leaves a record that over-counts or that queries skip
-        // (they check liveness), never one that under-counts.
-        for hook in self.hooks.iter() {
-            if late() {
-                return Ok(None);
-            }
-            hook.on_delete(self, name, d).await?;
-        }
-        let key = layout::manifest_link(name, d);
-        let r = match until {
-            // The store looks at `until` right before the request that removes the link.
-            Some(until) => self.store.delete_before(&key, until).await,
-            None => self.store.delete(&key).await.map(|()| true),
-        };
-        match r {
-            Ok(true) => Ok(Some(true)),
-            Ok(false) => Ok(None),
-            Err(e) if e.is_not_found() => Ok(Some(false)),
-            Err(e) => Err(e.into()),
-        }
-    }
-
     /// The indexes in the repository that list `child` among their `manifests`, at most
     /// `limit` of them (the DELETE handler's `MANIFEST_REFERENCED` check). No document maps a
     /// child to its indexes, so this walks the repository's manifest links a page at a time:
@@ -514,11 +395,13 @@ impl Repos {
             let page = self.store.list_page(&prefix, after.as_ref(), PAGE).await?;
             let end = page.len() < PAGE;
             after = page.last().cloned();
-            let candidates: Vec<Digest> = page
+            // A link at two epochs (a collector's DELETE of the old one still to come) is one
+            // manifest.
+            let candidates: BTreeSet<Digest> = page
                 .iter()
                 .filter_map(layout::parse_repo_key)
                 .filter_map(|(n, part)| match part {
-                    layout::RepoPart::ManifestLink(d) if n == *name && d != *child => Some(d),
+                    layout::RepoPart::ManifestLink(d, _) if n == *name && d != *child => Some(d),
                     _ => None,
                 })
                 .collect();
@@ -542,12 +425,14 @@ impl Repos {
                     found.push(d);
                     if found.len() >= limit {
                         found.sort();
+                        found.dedup();
                         return Ok(found);
                     }
                 }
             }
             if end {
                 found.sort();
+                found.dedup();
                 return Ok(found);
             }
         }
@@ -695,42 +580,6 @@ impl Repos {
         );
         let rest = doc.tags.range::<str, _>(after).map(|(t, _)| t);
         Ok(Some(take_page(rest, n)))
-    }
-
-    // ---- referrers ----
-
-    /// Records `descriptor` (of manifest `d`) as a referrer of `subject`.
-    pub async fn add_referrer(
-        &self,
-        name: &Name,
-        subject: &Digest,
-        d: &Digest,
-        descriptor: serde_json::Value,
-    ) -> ApiResult<()> {
-        let ds = d.as_str().to_owned();
-        self.update::<ReferrersDoc, _>(&layout::referrers(name, subject), |r| {
-            if r.manifests
-                .iter()
-                .any(|m| m.get("digest").and_then(|v| v.as_str()) == Some(ds.as_str()))
-            {
-                return false;
-            }
-            r.manifests.push(descriptor.clone());
-            true
-        })
-        .await?;
-        Ok(())
-    }
-
-    pub async fn referrers(
-        &self,
-        name: &Name,
-        subject: &Digest,
-    ) -> ApiResult<Vec<serde_json::Value>> {
-        let doc: Option<ReferrersDoc> = self
-            .read(&layout::referrers(name, subject), INDEX_LIMIT)
-            .await?;
-        Ok(doc.map(|d| d.manifests).unwrap_or_default())
     }
 }
 

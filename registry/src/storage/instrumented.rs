@@ -171,17 +171,4 @@ impl Store for Instrumented {
             r
         })
     }
-
-    fn delete_before<'a>(
-        &'a self,
-        key: &'a Key,
-        until: std::time::Instant,
-    ) -> BoxFuture<'a, StoreResult<bool>> {
-        Box::pin(async move {
-            let t = Instant::now();
-            let r = self.inner.delete_before(key, until).await;
-            self.record("delete", key, t, &r);
-            r
-        })
-    }
 }

@@ -170,8 +170,8 @@ pub enum RepoPart {
     Marker,
     /// [`blob_link_at`] of this digest and epoch.
     BlobLink(Digest, String),
-    /// [`manifest_link`] of this digest.
-    ManifestLink(Digest),
+    /// [`manifest_link_at`] of this digest and epoch.
+    ManifestLink(Digest, String),
     /// [`tags`].
     Tags,
     /// [`referrers`] of this subject.
@@ -193,7 +193,10 @@ pub fn parse_repo_key(k: &Key) -> Option<(Name, RepoPart)> {
             let (hex, epoch) = split_epoch(hex)?;
             RepoPart::BlobLink(digest(alg, hex)?, epoch.to_owned())
         }
-        ["_manifests", alg, hex] => RepoPart::ManifestLink(digest(alg, hex)?),
+        ["_manifests", alg, hex] => {
+            let (hex, epoch) = split_epoch(hex)?;
+            RepoPart::ManifestLink(digest(alg, hex)?, epoch.to_owned())
+        }
         ["_referrers", alg, hex] => RepoPart::Referrers(digest(alg, hex)?),
         _ => return None,
     };
@@ -236,6 +239,11 @@ pub fn manifest_link(name: &Name, d: &Digest) -> Key {
         d.algorithm(),
         d.encoded()
     ))
+}
+
+/// The repository's link to manifest `d` of epoch `epoch` (`""`: [`manifest_link`]).
+pub fn manifest_link_at(name: &Name, d: &Digest, epoch: &str) -> Key {
+    at_epoch(manifest_link(name, d), epoch)
 }
 
 /// Prefix of every manifest link of the repository.
@@ -416,7 +424,14 @@ mod tests {
                 blob_link_at(&n, &d, "00ff"),
                 RepoPart::BlobLink(d.clone(), "00ff".to_owned()),
             ),
-            (manifest_link(&n, &d), RepoPart::ManifestLink(d.clone())),
+            (
+                manifest_link(&n, &d),
+                RepoPart::ManifestLink(d.clone(), String::new()),
+            ),
+            (
+                manifest_link_at(&n, &d, "0a1b"),
+                RepoPart::ManifestLink(d.clone(), "0a1b".to_owned()),
+            ),
             (referrers(&n, &d), RepoPart::Referrers(d.clone())),
         ] {
             assert_eq!(parse_repo_key(&k), Some((n.clone(), part)), "{k}");

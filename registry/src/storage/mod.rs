@@ -410,25 +410,6 @@ pub trait Store: Send + Sync + fmt::Debug {
 
     /// Deletes an object, a document or a staging area. [`StoreError::NotFound`] when absent.
     fn delete<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, StoreResult<()>>;
-
-    /// Deletes like [`Store::delete`], only before `until`: `Ok(false)` when it had passed
-    /// before the request that removes the object was sent (nothing removed). A store that
-    /// needs several requests for one delete (S3: a HEAD, then the DELETE) looks again right
-    /// before the removing one, so a caller paused between them (SIGSTOP) does not delete
-    /// late. Garbage collection deletes this way within its window after committing to a
-    /// digest.
-    fn delete_before<'a>(
-        &'a self,
-        key: &'a Key,
-        until: std::time::Instant,
-    ) -> BoxFuture<'a, StoreResult<bool>> {
-        Box::pin(async move {
-            if std::time::Instant::now() >= until {
-                return Ok(false);
-            }
-            self.delete(key).await.map(|()| true)
-        })
-    }
 }
 
 #[cfg(test)]

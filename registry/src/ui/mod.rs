@@ -442,7 +442,10 @@ mod tests {
             size: bytes.len() as u64,
             subject: None,
         };
-        repos.link_manifest(&name, &d, &link).await.unwrap();
+        repos
+            .link_manifest(&name, &d, &crate::repo::Epochs::default(), &link)
+            .await
+            .unwrap();
         let tag = |t: &str| Tag::parse(t).unwrap();
         repos
             .set_tag(&name, &tag("v1"), &d, &link, None)

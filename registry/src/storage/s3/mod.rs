@@ -427,33 +427,18 @@ impl Store for S3Store {
     }
 
     fn delete<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, StoreResult<()>> {
-        Box::pin(async move { self.delete_until(key, None).await.map(|_| ()) })
-    }
-
-    fn delete_before<'a>(
-        &'a self,
-        key: &'a Key,
-        until: std::time::Instant,
-    ) -> BoxFuture<'a, StoreResult<bool>> {
-        Box::pin(self.delete_until(key, Some(until)))
+        Box::pin(self.delete_key(key))
     }
 }
 
 impl S3Store {
-    /// [`Store::delete`], and [`Store::delete_before`] with `until`: looked at after the HEAD,
-    /// right before the DELETE that removes the key (the data object behind a blob reference
-    /// is the upload's own, so removing it late harms no later upload of the same bytes).
-    async fn delete_until(
-        &self,
-        key: &Key,
-        until: Option<std::time::Instant>,
-    ) -> StoreResult<bool> {
+    /// [`Store::delete`]: a HEAD says what the key is, then its objects go (the data object
+    /// behind a blob reference is the upload's own, so removing it late harms no later upload
+    /// of the same bytes).
+    async fn delete_key(&self, key: &Key) -> StoreResult<()> {
         let inner = &self.inner;
         let object = inner.full(key);
         let head = inner.head(key).await?;
-        if until.is_some_and(|u| std::time::Instant::now() >= u) {
-            return Ok(false);
-        }
         match head.kind.as_deref() {
             Some(KIND_STAGING) => {
                 let (doc, _) = inner.read_staging(key).await?;
@@ -471,6 +456,6 @@ impl S3Store {
             }
             _ => inner.delete_object(key, &object).await?,
         }
-        Ok(true)
+        Ok(())
     }
 }
