@@ -16,9 +16,13 @@
 //!   duplicates or fails the first S3 DELETE whose path names the layer's hex, and still
 //!   delivers it after the collector's client gave up on it.
 //! - **Filesystem**: the registry serves the directory through a plain `FsStore`; the collector
-//!   runs through [`LateStore`], which does the same to the first `delete`/`delete_before` of a
-//!   key naming the hex: it tells the collector the DELETE went out and removes the key later,
-//!   on a task of its own, as the network would.
+//!   runs through [`LateStore`], which does the same to the first `delete` of a key naming the
+//!   hex: it tells the collector the DELETE went out and removes the key later, on a task of
+//!   its own, as the network would.
+//!
+//! Each case aims at the layer's DELETE, or ([`Aim::ManifestLink`]) at the DELETE of the
+//! untagged manifest's link in its repository (the collector runs with `--delete-untagged`),
+//! and the re-push must leave the manifest resolvable by tag and by digest.
 //!
 //! Each case measures how long the re-push took to be acknowledged (it must be within
 //! [`LEASE_TTL`]: requests must not wait for a committing collector) and whether the image
@@ -297,7 +301,8 @@ impl Case {
     }
 
     fn reference(&self, repo: &str, reference: &str) -> Reference {
-        Reference::parse(&format!("{}/{repo}:{reference}", self.addr)).unwrap()
+        let sep = if reference.contains(':') { "@" } else { ":" };
+        Reference::parse(&format!("{}/{repo}{sep}{reference}", self.addr)).unwrap()
     }
 
     async fn push(&self, repo: &str, tag: &str, img: &Image) -> Result<(), String> {
@@ -438,6 +443,14 @@ impl Image {
     fn layer_hex(&self) -> String {
         Digest::sha256(&self.layer).encoded().to_owned()
     }
+
+    fn manifest_digest(&self) -> Digest {
+        Digest::sha256(&self.manifest)
+    }
+
+    fn manifest_hex(&self) -> String {
+        self.manifest_digest().encoded().to_owned()
+    }
 }
 
 /// Store modification times may have one-second resolution (S3 `Last-Modified`); waiting this
@@ -446,21 +459,38 @@ async fn age_past_zero_grace() {
     tokio::time::sleep(Duration::from_millis(2100)).await;
 }
 
+/// Which of the collector's DELETEs a case makes late.
+#[derive(Debug, Clone, Copy)]
+enum Aim {
+    /// The first naming the layer's digest (its link or its bytes).
+    Layer,
+    /// The first naming the manifest's digest: its link in the repository, which the
+    /// collector deletes before the manifest's bytes.
+    ManifestLink,
+}
+
 /// One case: an image made garbage, a collection whose DELETE of the layer is late in the way
 /// `late` says, the same image pushed again meanwhile, and the late DELETE landed. With
 /// `break_lease`, the collector's lease is broken by force before the re-push (a collector
 /// paused at its DELETE, `LateDelete::Hold`, is presumed dead by an operator). Returns what
 /// went wrong, each with how; empty when nothing was lost.
-async fn late_delete_case(backend: Backend, late: LateDelete, break_lease: bool) -> Vec<String> {
+async fn late_delete_case(
+    backend: Backend,
+    (late, break_lease, aim): (LateDelete, bool, Aim),
+) -> Vec<String> {
     let case = Case::start(backend).await;
-    let name = format!("{backend:?} {late:?}");
+    let name = format!("{backend:?} {late:?} {aim:?}");
     let repo = "faults/late";
     let img = Image::new(&name);
     case.push(repo, "v1", &img).await.unwrap();
     case.untag(repo, "v1").await;
     age_past_zero_grace().await;
 
-    case.tap.aim(&img.layer_hex(), late);
+    let hex = match aim {
+        Aim::Layer => img.layer_hex(),
+        Aim::ManifestLink => img.manifest_hex(),
+    };
+    case.tap.aim(&hex, late);
     let mut run = case.collect();
     let mut failures = Vec::new();
     if tokio::time::timeout(Duration::from_secs(60), case.tap.until_taken())
@@ -468,7 +498,7 @@ async fn late_delete_case(backend: Backend, late: LateDelete, break_lease: bool)
         .is_err()
     {
         return vec![format!(
-            "{name}: the collector never sent a DELETE naming the layer's hex; its run: {:?}",
+            "{name}: the collector never sent the DELETE aimed at; its run: {:?}",
             run.await
         )];
     }
@@ -504,7 +534,9 @@ async fn late_delete_case(backend: Backend, late: LateDelete, break_lease: bool)
         Some(o) => o,
         None => run_outcome(&mut run).await,
     };
-    let lost = case.unreadable(repo, "v2", &img).await;
+    let mut lost = case.unreadable(repo, "v2", &img).await;
+    let by_digest = img.manifest_digest().to_string();
+    lost.extend(case.unreadable(repo, &by_digest, &img).await);
     if !lost.is_empty() {
         failures.push(format!(
             "{name}: an acknowledged push lost content after the late DELETE landed: \
@@ -526,10 +558,10 @@ async fn run_outcome(run: &mut tokio::task::JoinHandle<Result<GcReport, gc::GcEr
 
 /// Runs cases concurrently (each with its own store, registry and collector, so the long
 /// delays overlap) and fails with every case's failures.
-async fn run_cases(backend: Backend, cases: &[(LateDelete, bool)]) {
+async fn run_cases(backend: Backend, cases: &[(LateDelete, bool, Aim)]) {
     let tasks: Vec<_> = cases
         .iter()
-        .map(|&(late, break_lease)| tokio::spawn(late_delete_case(backend, late, break_lease)))
+        .map(|&case| tokio::spawn(late_delete_case(backend, case)))
         .collect();
     let mut failures = Vec::new();
     for t in tasks {
@@ -543,10 +575,14 @@ async fn run_cases(backend: Backend, cases: &[(LateDelete, bool)]) {
 /// client's attempt, so the SDK retries while the first DELETE is still on its way).
 const DELAYS: [u64; 4] = [1, 5, 20, 60];
 
-fn delays() -> Vec<(LateDelete, bool)> {
+/// Every delay, aimed at the layer and at the manifest link.
+fn delays() -> Vec<(LateDelete, bool, Aim)> {
     DELAYS
         .iter()
-        .map(|&s| (LateDelete::Delay(Duration::from_secs(s)), false))
+        .flat_map(|&s| {
+            let late = LateDelete::Delay(Duration::from_secs(s));
+            [(late, false, Aim::Layer), (late, false, Aim::ManifestLink)]
+        })
         .collect()
 }
 
@@ -564,7 +600,18 @@ async fn s3_delayed_delete_loses_no_acknowledged_push() {
 async fn fs_duplicated_delete_loses_no_acknowledged_push() {
     run_cases(
         Backend::Fs,
-        &[(LateDelete::Duplicate(Duration::from_secs(20)), false)],
+        &[
+            (
+                LateDelete::Duplicate(Duration::from_secs(20)),
+                false,
+                Aim::Layer,
+            ),
+            (
+                LateDelete::Duplicate(Duration::from_secs(20)),
+                false,
+                Aim::ManifestLink,
+            ),
+        ],
     )
     .await;
 }
@@ -573,7 +620,18 @@ async fn fs_duplicated_delete_loses_no_acknowledged_push() {
 async fn s3_duplicated_delete_loses_no_acknowledged_push() {
     run_cases(
         Backend::S3,
-        &[(LateDelete::Duplicate(Duration::from_secs(20)), false)],
+        &[
+            (
+                LateDelete::Duplicate(Duration::from_secs(20)),
+                false,
+                Aim::Layer,
+            ),
+            (
+                LateDelete::Duplicate(Duration::from_secs(20)),
+                false,
+                Aim::ManifestLink,
+            ),
+        ],
     )
     .await;
 }
@@ -582,7 +640,18 @@ async fn s3_duplicated_delete_loses_no_acknowledged_push() {
 async fn fs_failed_and_retried_delete_loses_no_acknowledged_push() {
     run_cases(
         Backend::Fs,
-        &[(LateDelete::FailAfter(Duration::from_secs(20)), false)],
+        &[
+            (
+                LateDelete::FailAfter(Duration::from_secs(20)),
+                false,
+                Aim::Layer,
+            ),
+            (
+                LateDelete::FailAfter(Duration::from_secs(20)),
+                false,
+                Aim::ManifestLink,
+            ),
+        ],
     )
     .await;
 }
@@ -591,7 +660,18 @@ async fn fs_failed_and_retried_delete_loses_no_acknowledged_push() {
 async fn s3_failed_and_retried_delete_loses_no_acknowledged_push() {
     run_cases(
         Backend::S3,
-        &[(LateDelete::FailAfter(Duration::from_secs(20)), false)],
+        &[
+            (
+                LateDelete::FailAfter(Duration::from_secs(20)),
+                false,
+                Aim::Layer,
+            ),
+            (
+                LateDelete::FailAfter(Duration::from_secs(20)),
+                false,
+                Aim::ManifestLink,
+            ),
+        ],
     )
     .await;
 }
@@ -600,12 +680,26 @@ async fn s3_failed_and_retried_delete_loses_no_acknowledged_push() {
 /// lease by force and the image is pushed again; it goes on afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fs_collector_paused_at_its_delete_across_a_forced_break() {
-    run_cases(Backend::Fs, &[(LateDelete::Hold, true)]).await;
+    run_cases(
+        Backend::Fs,
+        &[
+            (LateDelete::Hold, true, Aim::Layer),
+            (LateDelete::Hold, true, Aim::ManifestLink),
+        ],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn s3_collector_paused_at_its_delete_across_a_forced_break() {
-    run_cases(Backend::S3, &[(LateDelete::Hold, true)]).await;
+    run_cases(
+        Backend::S3,
+        &[
+            (LateDelete::Hold, true, Aim::Layer),
+            (LateDelete::Hold, true, Aim::ManifestLink),
+        ],
+    )
+    .await;
 }
 
 impl Store for LateStore {
