@@ -90,7 +90,11 @@ impl Request {
         };
         let count = |field: &'static str, v: &str| match v {
             "None" => Ok(None),
-            n => n.trim().parse::<usize>().map(Some).map_err(|_| bad(field, v)),
+            n => n
+                .trim()
+                .parse::<usize>()
+                .map(Some)
+                .map_err(|_| bad(field, v)),
         };
         let num = count("num_to_return", num)?;
         let start = count("start_point", start)?.unwrap_or(0);
@@ -206,11 +210,7 @@ impl Node {
 
     fn boolean(and: bool, l: Node, r: Node) -> Result<Node, QueryError> {
         if l.returns_packages() != r.returns_packages() {
-            let (actions, packages) = if l.returns_packages() {
-                (r, l)
-            } else {
-                (l, r)
-            };
+            let (actions, packages) = if l.returns_packages() { (r, l) } else { (l, r) };
             return Err(QueryError::Mixed {
                 actions: actions.describe(),
                 packages: packages.describe(),
@@ -270,7 +270,14 @@ fn space(c: char) -> bool {
 
 /// The end of the token pattern `[^\s(<first>][^\s]*[^\s<last>]|[^\s<single>]` starting
 /// at `i`, within the non-space run ending at `run`.
-fn token_end(c: &[char], i: usize, run: usize, first: &str, last: &str, single: &str) -> Option<usize> {
+fn token_end(
+    c: &[char],
+    i: usize,
+    run: usize,
+    first: &str,
+    last: &str,
+    single: &str,
+) -> Option<usize> {
     if i >= run || first.contains(c[i]) {
         return (i < run && !single.contains(c[i])).then_some(i + 1);
     }
@@ -513,7 +520,10 @@ impl Parser<'_> {
                 t.restrict(&fields);
                 Ok(Node::Term(t))
             }
-            Some(Node::Phrase { term: mut t, phrase }) if token.is_empty() => {
+            Some(Node::Phrase {
+                term: mut t,
+                phrase,
+            }) if token.is_empty() => {
                 t.restrict(&fields);
                 Ok(Node::Phrase { term: t, phrase })
             }
@@ -608,7 +618,10 @@ mod tests {
 
     #[test]
     fn terms_side_by_side_are_anded_and_boolean_operators_nest_right() {
-        assert_eq!(parse("a b c").unwrap(), and(term("a"), and(term("b"), term("c"))));
+        assert_eq!(
+            parse("a b c").unwrap(),
+            and(term("a"), and(term("b"), term("c")))
+        );
         assert_eq!(
             parse("a b AND c").unwrap(),
             and(and(term("a"), term("b")), term("c"))
@@ -636,11 +649,19 @@ mod tests {
             panic!()
         };
         assert_eq!(
-            (t.package.as_deref(), t.action.as_deref(), t.key, t.token.as_str()),
+            (
+                t.package.as_deref(),
+                t.action.as_deref(),
+                t.key,
+                t.token.as_str()
+            ),
             (Some("demo/hello*"), Some("set"), None, "*")
         );
         // `key: token` applies the fields to the next term; a token of its own ANDs.
-        assert_eq!(parse("basename: hello").unwrap(), fielded("", "", "basename", "hello"));
+        assert_eq!(
+            parse("basename: hello").unwrap(),
+            fielded("", "", "basename", "hello")
+        );
         assert_eq!(
             parse("basename:hello bin").unwrap(),
             and(fielded("", "", "basename", "hello"), term("bin"))
@@ -655,7 +676,10 @@ mod tests {
         let Node::Phrase { term, phrase } = parse(":::'Says h'").unwrap() else {
             panic!()
         };
-        assert_eq!((term.token.as_str(), term.glob, phrase.as_str()), ("Says*", false, "Says h"));
+        assert_eq!(
+            (term.token.as_str(), term.glob, phrase.as_str()),
+            ("Says*", false, "Says h")
+        );
         assert_eq!(
             parse("p<:::hel*>").unwrap(),
             Node::Packages(Box::new(fielded("", "", "", "hel*")))
@@ -682,9 +706,19 @@ mod tests {
                 Box::new(Node::Packages(Box::new(term("b"))))
             )
         );
-        assert!(matches!(Request::v1("False_2_x"), Err(QueryError::Incomplete(_))));
-        for bad in ["Maybe_2_None_None_a", "False_3_None_None_a", "False_2_x_None_a"] {
-            assert!(matches!(Request::v1(bad), Err(QueryError::Field { .. })), "{bad}");
+        assert!(matches!(
+            Request::v1("False_2_x"),
+            Err(QueryError::Incomplete(_))
+        ));
+        for bad in [
+            "Maybe_2_None_None_a",
+            "False_3_None_None_a",
+            "False_2_x_None_a",
+        ] {
+            assert!(
+                matches!(Request::v1(bad), Err(QueryError::Field { .. })),
+                "{bad}"
+            );
         }
         let long = vec!["a"; 101].join(" ");
         assert_eq!(Request::v0(&long).unwrap_err(), QueryError::TooLong(101));
@@ -692,7 +726,12 @@ mod tests {
 
     #[test]
     fn globs_are_fnmatch() {
-        let g = |p: &str, t: &str| glob(&p.chars().collect::<Vec<_>>(), &t.chars().collect::<Vec<_>>());
+        let g = |p: &str, t: &str| {
+            glob(
+                &p.chars().collect::<Vec<_>>(),
+                &t.chars().collect::<Vec<_>>(),
+            )
+        };
         assert!(g("h*o", "hello") && g("h?llo", "hello") && g("h[ae]llo", "hello"));
         assert!(!g("h[!e]llo", "hello") && g("[a-c]x", "bx") && g("a[", "a["));
         assert!(!g("h?", "h") && g("*", ""));

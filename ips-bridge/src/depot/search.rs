@@ -127,7 +127,11 @@ impl Index {
             };
             key(a)
                 .cmp(&key(b))
-                .then_with(|| packages[a.hit.package].fmri.cmp(&packages[b.hit.package].fmri))
+                .then_with(|| {
+                    packages[a.hit.package]
+                        .fmri
+                        .cmp(&packages[b.hit.package].fmri)
+                })
                 .then(a.hit.line.cmp(&b.hit.line))
         });
         Ok(Self { packages, entries })
@@ -152,10 +156,20 @@ impl Index {
                 token == t.token
             }
         };
-        let package = t.package.as_deref().map(|p| p.to_lowercase().chars().collect::<Vec<_>>());
+        let package = t
+            .package
+            .as_deref()
+            .map(|p| p.to_lowercase().chars().collect::<Vec<_>>());
         let fields_match = |h: &Hit| {
             package.as_ref().is_none_or(|p| {
-                glob(p, &self.packages[h.package].fmri.to_lowercase().chars().collect::<Vec<_>>())
+                glob(
+                    p,
+                    &self.packages[h.package]
+                        .fmri
+                        .to_lowercase()
+                        .chars()
+                        .collect::<Vec<_>>(),
+                )
             }) && t.action.as_ref().is_none_or(|a| *a == h.action)
                 && t.key.as_ref().is_none_or(|k| *k == h.key)
         };
@@ -188,7 +202,11 @@ impl Index {
         match node {
             Node::Term(t) => Found::Actions(self.term(t, cs, restriction)),
             Node::Phrase { term, phrase } => {
-                let phrase = if cs { phrase.clone() } else { phrase.to_lowercase() };
+                let phrase = if cs {
+                    phrase.clone()
+                } else {
+                    phrase.to_lowercase()
+                };
                 let contains = |s: &str| {
                     if cs {
                         s.contains(&phrase)
@@ -273,11 +291,12 @@ impl Found {
 fn tokens(a: &Action) -> Vec<(String, String, String, String)> {
     // (key, token, value shown when not the key)
     let mut raw: Vec<(String, String, Option<String>)> = Vec::new();
-    let each = |raw: &mut Vec<(String, String, Option<String>)>, key: &str, attr: &str, shown: bool| {
-        for v in a.get_all(attr) {
-            raw.push((key.to_owned(), v.clone(), shown.then(|| v.clone())));
-        }
-    };
+    let each =
+        |raw: &mut Vec<(String, String, Option<String>)>, key: &str, attr: &str, shown: bool| {
+            for v in a.get_all(attr) {
+                raw.push((key.to_owned(), v.clone(), shown.then(|| v.clone())));
+            }
+        };
     let hash = a.hash().map(str::to_owned);
     match a.kind() {
         ActionKind::Set => return set_tokens(a),
@@ -376,7 +395,12 @@ fn depend_tokens(a: &Action) -> Vec<(String, String, String, String)> {
     for fmri in a.get_all("fmri") {
         let bare = strip_scheme(fmri);
         let mut push = |t: &str| {
-            out.push(("depend".to_owned(), ty.to_owned(), t.to_owned(), ty.to_owned()));
+            out.push((
+                "depend".to_owned(),
+                ty.to_owned(),
+                t.to_owned(),
+                ty.to_owned(),
+            ));
         };
         push(&bare);
         if let Some((stem, _)) = bare.split_once('@') {
@@ -404,7 +428,12 @@ fn set_tokens(a: &Action) -> Vec<(String, String, String, String)> {
     };
     let mut out = Vec::new();
     let mut push = |token: &str, shown: &str| {
-        out.push(("set".to_owned(), name.to_owned(), token.to_owned(), shown.to_owned()));
+        out.push((
+            "set".to_owned(),
+            name.to_owned(),
+            token.to_owned(),
+            shown.to_owned(),
+        ));
     };
     if name == "info.classification" {
         for v in values {
@@ -436,8 +465,14 @@ fn set_tokens(a: &Action) -> Vec<(String, String, String, String)> {
                 .and_then(|v| v.timestamp())
                 .map_or("None".to_owned(), |t| t.to_string());
             push(&stem, &stem);
-            push(&ver.map_or("5.11".to_owned(), |v| v.build().to_string()), &stem);
-            push(&ver.map_or("None".to_owned(), |v| v.release().to_string()), &stem);
+            push(
+                &ver.map_or("5.11".to_owned(), |v| v.build().to_string()),
+                &stem,
+            );
+            push(
+                &ver.map_or("None".to_owned(), |v| v.release().to_string()),
+                &stem,
+            );
             push(&time, &stem);
             let parts: Vec<&str> = f.stem().split('/').collect();
             for i in (0..parts.len()).rev() {
@@ -456,7 +491,12 @@ fn set_tokens(a: &Action) -> Vec<(String, String, String, String)> {
 fn run(repo: &FileRepo, publisher: &str, request: &Request) -> Result<(Index, Found), SearchError> {
     let index = Index::build(repo, publisher)?;
     let found = index.eval(&request.tree, request.case_sensitive, None);
-    let keep = |n: usize| request.num.unwrap_or(usize::MAX).min(n.saturating_sub(request.start));
+    let keep = |n: usize| {
+        request
+            .num
+            .unwrap_or(usize::MAX)
+            .min(n.saturating_sub(request.start))
+    };
     let found = match found {
         Found::Actions(v) => {
             let n = keep(v.len());
@@ -493,7 +533,11 @@ pub(super) fn search_v1(
     if lines.is_empty() {
         return Ok(None);
     }
-    Ok(Some(std::iter::once(VALIDATION.to_owned()).chain(lines).collect()))
+    Ok(Some(
+        std::iter::once(VALIDATION.to_owned())
+            .chain(lines)
+            .collect(),
+    ))
 }
 
 /// The answer to `search/0/TOKEN`: one line per matching action, `KEY FMRI ACTION VALUE`
@@ -517,7 +561,11 @@ pub(super) fn search_v0(
         if a.kind() == ActionKind::Set {
             out.push_str(&format!("{key_value} {fmri} set {}\n", h.shown));
         } else {
-            out.push_str(&format!("{} {fmri} {} {key_value}\n", h.shown, a.kind().name()));
+            out.push_str(&format!(
+                "{} {fmri} {} {key_value}\n",
+                h.shown,
+                a.kind().name()
+            ));
         }
     }
     Ok(out)
@@ -530,7 +578,10 @@ fn python_value(values: &[String]) -> String {
         [v] => v.clone(),
         vs => format!(
             "[{}]",
-            vs.iter().map(|v| format!("'{v}'")).collect::<Vec<_>>().join(", ")
+            vs.iter()
+                .map(|v| format!("'{v}'"))
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     }
 }
@@ -601,7 +652,10 @@ mod tests {
         );
         // Without pkg.content-hash pkg skips a license whole.
         assert!(toks("license abc license=MIT").is_empty());
-        assert_eq!(toks("user username=demo")[0], t("user", "name", "demo", "name"));
+        assert_eq!(
+            toks("user username=demo")[0],
+            t("user", "name", "demo", "name")
+        );
         assert!(toks("depend fmri=a type=weird").is_empty());
     }
 
