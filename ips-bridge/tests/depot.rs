@@ -53,12 +53,9 @@ fn file_and_http_readers_agree_and_payloads_verify() {
     let client = DepotClient::connect(&server.url()).unwrap();
     assert!(client.server().starts_with("pkg-server"));
     assert_eq!(client.negotiate("file", &[0, 1]).unwrap(), 1);
-    // search/1 is served, search/0 is not.
+    // Both search versions are served, as pkg.depotd serves them.
     assert_eq!(client.negotiate("search", &[0, 1]).unwrap(), 1);
-    assert!(matches!(
-        client.negotiate("search", &[0]),
-        Err(DepotError::Unsupported { .. })
-    ));
+    assert_eq!(client.negotiate("search", &[0]).unwrap(), 0);
 
     let over_http = client.packages("example.org").unwrap();
     let on_disk = repo.packages("example.org").unwrap();
@@ -467,7 +464,7 @@ fn server_answers_status_publisher_and_rejects_writes() {
     assert_eq!(client.packages("other.org").unwrap().len(), 1);
     // Unknown operations, versions and traversal attempts are 404s; writes are refused.
     for path in [
-        "search/0/x",
+        "search/2/x",
         "catalog/0/catalog.attrs",
         "catalog/1/..%2Fpkg5.repository",
         "file/1/..",
@@ -671,7 +668,7 @@ fn a_bad_ca_file_fails_when_the_client_is_built_naming_the_file() {
 }
 
 #[test]
-fn server_answers_search_1_by_basename_path_and_package_name() {
+fn server_answers_search_by_basename_path_package_name_and_pkgs_query_language() {
     let tmp = tempfile::tempdir().unwrap();
     let repo = fixture_repo(&tmp.path().join("repo"));
     let server = DepotServer::start(repo, "127.0.0.1:0").unwrap();
@@ -715,8 +712,47 @@ fn server_answers_search_1_by_basename_path_and_package_name() {
     );
     let (_, body) = get("False_2_None_None_dir:basename:hello");
     assert_eq!(body, "", "no dir is called hello");
-    // Nothing found is 204; a case-sensitive query is case-sensitive; boolean queries are 400.
+    // Nothing found is 204; a case-sensitive query is case-sensitive.
     assert_eq!(get("False_2_None_None_nothing").0, 204);
     assert_eq!(get("True_2_None_None_HELLO").0, 204);
-    assert_eq!(get("False_2_None_None_hello AND bin").0, 400);
+    // AND: the second term is searched within the actions the first found (no action of
+    // hello has both tokens, one action has `hello` and `/usr/bin/hello`).
+    assert_eq!(get("False_2_None_None_hello AND bin").0, 204);
+    let (code, body) = get("False_2_None_None_(:::hello AND :::/usr/bin/hello)");
+    assert_eq!((code, body.lines().count()), (200, 2), "{body}");
+    assert!(
+        body.contains(&format!("0 2 {hello} basename file ")),
+        "{body}"
+    );
+    // Packages having both; either.
+    let (_, body) = get("False_1_None_None_hello base");
+    assert_eq!(body, "", "no package has both");
+    let (_, body) = get("False_1_None_None_hello OR base");
+    assert_eq!(body.lines().count(), 3, "{body}");
+    // Bad queries are 400 with pkg's reason; search/0 answers old clients' format.
+    for bad in [
+        "False_2_None_None_(hello",
+        "False_2_None_None_p<a> b",
+        "False_9_None_None_a",
+    ] {
+        let (code, body) = get(bad);
+        assert_eq!(code, 400, "{bad}: {body}");
+        assert!(
+            body.contains("query") || body.contains("results"),
+            "{bad}: {body}"
+        );
+    }
+    let url = format!("{}search/0/hello", server.url());
+    let body = agent
+        .get(url)
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    assert!(
+        body.lines()
+            .any(|l| l == format!("basename {hello} file usr/bin/hello")),
+        "{body}"
+    );
 }

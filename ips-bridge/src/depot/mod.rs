@@ -2,6 +2,7 @@
 //! repository.
 
 mod client;
+mod query;
 mod search;
 mod server;
 mod terminator;

@@ -16,7 +16,7 @@ use crate::fmri::{Fmri, unquote};
 use crate::repo::FileRepo;
 
 /// The operations and versions the server answers, as sent by `versions/0/`.
-pub const VERSIONS: &str = "pkg-server ips-bridge-0.1\nversions 0\ncatalog 1\nmanifest 0\nfile 0 1\npublisher 0 1\nsearch 1\nstatus 0\n";
+pub const VERSIONS: &str = "pkg-server ips-bridge-0.1\nversions 0\ncatalog 1\nmanifest 0\nfile 0 1\npublisher 0 1\nsearch 0 1\nstatus 0\n";
 
 const OPS: [&str; 7] = [
     "versions",
@@ -266,22 +266,43 @@ fn handle(repo: &FileRepo, req: Request) -> io::Result<()> {
                 "application/vnd.pkg5.info",
             )
         }
-        ("search", "1") => answer_search(repo, &publisher, arg, req),
+        ("search", v @ ("0" | "1")) => answer_search(repo, &publisher, v, arg, req),
         ("status", "0") => answer_status(repo, req),
         _ => not_found(req, "operation not supported"),
     }
 }
 
-/// `search/1/QUERY` (see [`super::search`]).
-fn answer_search(repo: &FileRepo, publisher: &str, arg: &str, req: Request) -> io::Result<()> {
-    match super::search::search(repo, publisher, &unquote(arg).unwrap_or_default()) {
-        Ok(Some(body)) => req.respond(
-            Response::from_data(body.into_bytes())
-                .with_header(header("Content-Type", "text/plain; charset=utf-8")),
-        ),
+/// `search/0/TOKEN` and `search/1/QUERY` (see [`super::search`]).
+fn answer_search(
+    repo: &FileRepo,
+    publisher: &str,
+    version: &str,
+    arg: &str,
+    req: Request,
+) -> io::Result<()> {
+    use super::search::{SearchError, search_v0, search_v1};
+    let text = |body: String| {
+        Response::from_data(body.into_bytes())
+            .with_header(header("Content-Type", "text/plain; charset=utf-8"))
+    };
+    let query = unquote(arg).unwrap_or_default();
+    let answer = if query.is_empty() {
+        // pkg.depotd answers a missing query with 400 (search/1) or 500 (search/0).
+        return req.respond(
+            Response::from_string(format!("search/{version}/ needs a query\n"))
+                .with_status_code(StatusCode(400)),
+        );
+    } else if version == "0" {
+        // An old client's search: every match, an empty body for none.
+        search_v0(repo, publisher, &query).map(Some)
+    } else {
+        search_v1(repo, publisher, &query)
+    };
+    match answer {
+        Ok(Some(body)) => req.respond(text(body)),
         // No match: 204, so pkg tells "no results" from "search unavailable".
         Ok(None) => req.respond(Response::empty(StatusCode(204))),
-        Err(e @ super::search::SearchError::Query(_)) => {
+        Err(e @ SearchError::Query(_)) => {
             req.respond(Response::from_string(format!("{e}\n")).with_status_code(StatusCode(400)))
         }
         Err(e) => not_found(req, &e.to_string()),

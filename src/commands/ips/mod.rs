@@ -33,8 +33,8 @@ Exit status: 0 published, 2 the package could not be published.")]
 
 Prints `listening on URL` (the real port when PORT is 0) on stdout: http://, or https:// with
 --tls-cert and --tls-key. pkg(5) clients list, install, pkgrecv and `pkg search -r` from it
-(search/1: one term, see docs/ips.md). The server holds no state, so SIGTERM or ctrl-c simply
-ends the process.
+(search/0 and search/1 with pkg's query language, read from the manifests: see docs/ips.md).
+The server holds no state, so SIGTERM or ctrl-c simply ends the process.
 Exit status: 2 the repository could not be opened or the address bound; otherwise it serves
 until a signal ends it.")]
     Serve(ServeArgs),
