@@ -55,7 +55,7 @@ fn bad_rollout_keys_are_refused_naming_the_key() {
             "readiness.host: \"web.local\" is not an IP address",
         ),
         ("[readiness]\nport = 80\nperiod = \"0s\"", "readiness.period: must be more than 0s"),
-        ("[readiness]\nport = 80\nexec = \"true\"", "unknown field `exec`"),
+        ("[readiness]\nport = 80\nexec = \"true\"", "readiness.exec: unknown key `exec`"),
     ] {
         let p = t.path().join("web.toml");
         std::fs::write(&p, format!("name = \"web\"\nimage = \"r.example/a:1\"\n{body}\n")).unwrap();

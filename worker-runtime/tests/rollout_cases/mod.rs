@@ -273,7 +273,9 @@ pub fn a_crash_at_any_step_of_a_switch_keeps_a_zone_with_its_data(fresh: &dyn Fn
                 panic!("{then:?}, crash before step {k}: no zone runs after the restart")
             });
             let rel = release(&d.zonepath);
-            let prev = p.previous("web").unwrap().map(|d| release(&d.zonepath));
+            // A description names the zonepath it runs at; the kept root is in `.previous`.
+            let kept = d.zonepath.parent().unwrap().join(".previous/web");
+            let prev = p.previous("web").unwrap().map(|_| release(&kept));
             let opened = !(crashed && log.lock().unwrap()[k] == "open the switch");
             let want = match (then, crashed) {
                 // Cut short: an update is undone, a rollback finished once it was opened.
