@@ -4,9 +4,12 @@
 //! the disk over `image_gc_high_percent`, layers no zone uses are destroyed after the zones
 //! that held them are gone. Volumes are datasets of their own (not clones), with their
 //! size as `quota`, and keep their data across image updates, restarts and reclaim
-//! (`volume_cases/`, the same cases as on the directory store, crash injection included).
+//! (`volume_cases/`, the same cases as on the directory store, crash injection included). An
+//! image update keeps the replaced clone as the previous root for a rollback, and one that
+//! never becomes ready is rolled back (`rollout_cases/`).
 
 mod image;
+mod rollout_cases;
 mod tarbuild;
 mod volume_cases;
 mod zfspool;
@@ -423,4 +426,82 @@ fn a_crash_at_any_step_of_attaching_a_volume_dataset_converges_with_the_data() {
             }
         })
     });
+}
+
+/// The opener of a fresh ZFS-backed provisioner with volumes for each crash run.
+fn zfs_opener<'a>(
+    pool: &'a zfspool::Pool,
+    t: &'a tempfile::TempDir,
+    prefix: &'a str,
+) -> impl Fn(&str) -> volume_cases::Opener + 'a {
+    move |label| {
+        let parent = pool.dataset(&format!("{prefix}-{label}"));
+        let base = t.path().join(format!("zones-{label}"));
+        Box::new(move |hook| {
+            let layers = worker_runtime::ZfsLayerStore::open(
+                worker_runtime::zfs::Zfs::default(),
+                &parent,
+                "node-a",
+            )
+            .unwrap();
+            let zd = worker_runtime::ZoneDatasets::open(layers, &base).unwrap();
+            let v =
+                worker_runtime::volume::Volumes::open(&base, "node-a", Some(zd.clone())).unwrap();
+            let p = worker_runtime::DirProvisioner::on_datasets(zd, "node-a")
+                .unwrap()
+                .with_volumes(v);
+            match hook {
+                Some(h) => p.with_step_hook(h),
+                None => p,
+            }
+        })
+    }
+}
+
+/// On ZFS the previous root is the replaced zone's clone, kept (mounted in `.previous`) while
+/// its volume keeps the data through three updates and a rollback; removing the zone destroys
+/// both clones and keeps the volume's dataset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn updates_keep_the_previous_clone_and_roll_back_with_the_volume_data() {
+    let pool = zfspool::pool();
+    let (parent, store) = zfs_store(&pool, "rollout");
+    let node = rollout_cases::updates_keep_the_previous_root_and_roll_back(&store).await;
+    let roots: Vec<String> = zfspool::list(&format!("{parent}/roots"))
+        .into_iter()
+        .skip(1)
+        .collect();
+    assert!(roots.is_empty(), "the zone and its previous clone are gone: {roots:?}");
+    assert!(!node.base().join(".previous/web").exists());
+    let volumes: Vec<String> = zfspool::list(&format!("{parent}/volumes"))
+        .into_iter()
+        .skip(1)
+        .collect();
+    assert_eq!(volumes, [format!("{parent}/volumes/web.var-hello")]);
+}
+
+/// On ZFS a zone that never becomes ready is rolled back within `update_timeout`; the failed
+/// image's clone is the one kept as the previous root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_never_ready_update_is_rolled_back_to_the_previous_clone() {
+    let pool = zfspool::pool();
+    let (parent, store) = zfs_store(&pool, "never-ready");
+    let node = rollout_cases::a_never_ready_update_rolls_back_within_update_timeout(&store).await;
+    let kept = node.base().join(".previous/web");
+    let ds = zfspool::list(&format!("{parent}/roots"))
+        .into_iter()
+        .skip(1)
+        .find(|n| zfspool::get("mountpoint", n) == kept.to_str().unwrap())
+        .expect("the previous root is a dataset mounted in .previous");
+    assert!(zfspool::get("origin", &ds).contains("@"), "{ds} is a clone");
+}
+
+/// On ZFS too, a worker killed before any step of a switch (each step a change of a clone's
+/// mountpoint or a destroy) and started again runs the old or the new root with the data.
+#[test]
+fn a_crash_at_any_step_of_a_switch_on_zfs_keeps_a_zone_with_its_data() {
+    let pool = zfspool::pool();
+    let t = tempfile::tempdir().unwrap();
+    rollout_cases::a_crash_at_any_step_of_a_switch_keeps_a_zone_with_its_data(&zfs_opener(
+        &pool, &t, "switch",
+    ));
 }

@@ -237,7 +237,15 @@ pub fn a_crash_at_any_step_of_a_switch_keeps_a_zone_with_its_data(fresh: &dyn Fn
     let imgs: Vec<PulledImage> = ["v1", "v2", "v3"].iter().map(|t| pulled(&store, t)).collect();
     let root = |p: &DirProvisioner, img: &PulledImage| {
         let staging = p.staging_dir().join(format!("r{}", next()));
-        build_root(&store, &staging, "node-a", img, &UnpackOptions::default()).unwrap()
+        let opts = UnpackOptions::default();
+        // On the ZFS layer store a root is a clone of the image's top layer, as the worker
+        // makes it.
+        match p.datasets() {
+            Some(zd) => zd
+                .build_root(&store, &staging, "node-a", img, &opts, None)
+                .unwrap(),
+            None => build_root(&store, &staging, "node-a", img, &opts).unwrap(),
+        }
     };
     let mut steps_seen = Vec::new();
     for then in [Then::Confirm, Then::Undo, Then::Rollback] {
