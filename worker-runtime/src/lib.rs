@@ -65,8 +65,8 @@ pub use capacity::{
 };
 pub use config::{
     ConfigError, IpRange, LayerStoreConfig, ProbeCheck, ProvisionerConfig, PullPolicy,
-    ReadinessProbe, Reclaim, ResourceLimits, Rollout, VolumeSpec, WorkerConfig, ZoneLoadError, ZonePolicy, ZoneSpec, load_zone, load_zones,
-    valid_name,
+    ReadinessProbe, Reclaim, ResourceLimits, Rollout, VolumeSpec, WorkerConfig, ZoneLoadError,
+    ZonePolicy, ZoneSpec, load_zone, load_zones, valid_name,
 };
 pub use mirrors::{
     Mirror, MirrorEndpoint, Mirrors, Source as MirrorSource, Sources as PullSources,

@@ -263,7 +263,14 @@ async fn pulls_from_an_index_verifies_provisions_and_follows_a_moving_tag() {
     // The replaced root is kept for a rollback.
     assert_eq!(
         node.ls(&node.roots()),
-        [".previous", ".rdctl-owner", ".staging", ".trash", ".volumes", "web"]
+        [
+            ".previous",
+            ".rdctl-owner",
+            ".staging",
+            ".trash",
+            ".volumes",
+            "web"
+        ]
     );
     assert_eq!(node.ls(&node.roots().join(".previous")), [".switch", "web"]);
     assert_eq!(node.status("web").previous_digest, Some(index.clone()));
@@ -283,7 +290,13 @@ async fn pulls_from_an_index_verifies_provisions_and_follows_a_moving_tag() {
     assert_eq!(s.removed, ["web"]);
     assert_eq!(
         node.ls(&node.roots()),
-        [".previous", ".rdctl-owner", ".staging", ".trash", ".volumes"]
+        [
+            ".previous",
+            ".rdctl-owner",
+            ".staging",
+            ".trash",
+            ".volumes"
+        ]
     );
     assert_eq!(node.ls(&node.roots().join(".previous")), [".switch"]);
     assert!(status(&node.config_path()).unwrap().is_empty());

@@ -44,8 +44,14 @@ fn a_crash_at_any_step_of_a_switch_leaves_the_old_or_the_new_zone_with_its_data(
 fn bad_rollout_keys_are_refused_naming_the_key() {
     let t = tempfile::tempdir().unwrap();
     for (body, want) in [
-        ("update_timeout = \"0s\"", "update_timeout: must be more than 0s"),
-        ("[readiness]\nport = 0", "readiness.port: must be from 1 to 65535"),
+        (
+            "update_timeout = \"0s\"",
+            "update_timeout: must be more than 0s",
+        ),
+        (
+            "[readiness]\nport = 0",
+            "readiness.port: must be from 1 to 65535",
+        ),
         (
             "[readiness]\nport = 80\npath = \"healthz\"",
             "readiness.path: \"healthz\" is not an absolute request path",
@@ -54,11 +60,21 @@ fn bad_rollout_keys_are_refused_naming_the_key() {
             "[readiness]\nport = 80\nhost = \"web.local\"",
             "readiness.host: \"web.local\" is not an IP address",
         ),
-        ("[readiness]\nport = 80\nperiod = \"0s\"", "readiness.period: must be more than 0s"),
-        ("[readiness]\nport = 80\nexec = \"true\"", "readiness.exec: unknown key `exec`"),
+        (
+            "[readiness]\nport = 80\nperiod = \"0s\"",
+            "readiness.period: must be more than 0s",
+        ),
+        (
+            "[readiness]\nport = 80\nexec = \"true\"",
+            "readiness.exec: unknown key `exec`",
+        ),
     ] {
         let p = t.path().join("web.toml");
-        std::fs::write(&p, format!("name = \"web\"\nimage = \"r.example/a:1\"\n{body}\n")).unwrap();
+        std::fs::write(
+            &p,
+            format!("name = \"web\"\nimage = \"r.example/a:1\"\n{body}\n"),
+        )
+        .unwrap();
         let msg = validator::error_chain(&worker_runtime::load_zone(&p).unwrap_err());
         assert!(msg.contains(want), "{body}: {msg}");
         assert!(msg.contains("web.toml"), "{body}: {msg}");
@@ -70,7 +86,10 @@ fn bad_rollout_keys_are_refused_naming_the_key() {
     )
     .unwrap();
     let spec = worker_runtime::load_zone(&p).unwrap();
-    assert_eq!(spec.rollout.update_timeout, std::time::Duration::from_secs(45));
+    assert_eq!(
+        spec.rollout.update_timeout,
+        std::time::Duration::from_secs(45)
+    );
     let r = spec.rollout.readiness.unwrap();
     assert_eq!(
         (r.host.as_str(), r.port, r.period),
@@ -85,5 +104,8 @@ fn bad_rollout_keys_are_refused_naming_the_key() {
     std::fs::write(&p, "name = \"web\"\nimage = \"r.example/a:1\"\n").unwrap();
     let spec = worker_runtime::load_zone(&p).unwrap();
     assert_eq!(spec.rollout, worker_runtime::Rollout::default());
-    assert_eq!(spec.rollout.update_timeout, std::time::Duration::from_secs(120));
+    assert_eq!(
+        spec.rollout.update_timeout,
+        std::time::Duration::from_secs(120)
+    );
 }

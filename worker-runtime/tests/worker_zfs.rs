@@ -470,7 +470,10 @@ async fn updates_keep_the_previous_clone_and_roll_back_with_the_volume_data() {
         .into_iter()
         .skip(1)
         .collect();
-    assert!(roots.is_empty(), "the zone and its previous clone are gone: {roots:?}");
+    assert!(
+        roots.is_empty(),
+        "the zone and its previous clone are gone: {roots:?}"
+    );
     assert!(!node.base().join(".previous/web").exists());
     let volumes: Vec<String> = zfspool::list(&format!("{parent}/volumes"))
         .into_iter()

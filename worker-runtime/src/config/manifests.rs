@@ -206,7 +206,10 @@ fn rollout(
             }
             let check = match r.path {
                 None => ProbeCheck::Tcp,
-                Some(p) if p.starts_with('/') && !p.chars().any(|c| c.is_whitespace() || c.is_control()) => {
+                Some(p)
+                    if p.starts_with('/')
+                        && !p.chars().any(|c| c.is_whitespace() || c.is_control()) =>
+                {
                     ProbeCheck::Http { path: p }
                 }
                 Some(p) => {
@@ -216,7 +219,9 @@ fn rollout(
                     ));
                 }
             };
-            let period = r.period.map_or(std::time::Duration::from_secs(1), Into::into);
+            let period = r
+                .period
+                .map_or(std::time::Duration::from_secs(1), Into::into);
             if period.is_zero() {
                 return Err(("readiness.period", "must be more than 0s".to_owned()));
             }

@@ -163,8 +163,11 @@ impl DirProvisioner {
             Move::Discard(s) => {
                 let from = path(s);
                 let trash = self.trash_path(zone);
-                self.rename(&from, &trash)
-                    .map_err(self.io(zone, "moving a zonepath into the trash", &from))?;
+                self.rename(&from, &trash).map_err(self.io(
+                    zone,
+                    "moving a zonepath into the trash",
+                    &from,
+                ))?;
                 match self.remove_tree(zone, &trash) {
                     Err(e @ ProvisionError::Interrupted { .. }) => Err(e),
                     Err(e) => {
@@ -184,9 +187,11 @@ impl DirProvisioner {
         let zonepath = self.base().join(zone);
         if !exists(&zonepath) {
             self.step(zone, "place the zonepath")?;
-            return self
-                .rename(staging, &zonepath)
-                .map_err(self.io(zone, "placing the zone", &zonepath));
+            return self.rename(staging, &zonepath).map_err(self.io(
+                zone,
+                "placing the zone",
+                &zonepath,
+            ));
         }
         self.own(zone, &zonepath)?;
         // A switch left open (not confirmed) is settled before another begins.

@@ -186,7 +186,11 @@ mod tests {
                     assert!(s.find("old").is_some(), "{s:?}");
                 }
                 let (end, done) = settle("old", s.clone());
-                assert_eq!(end.current.as_deref(), Some("old"), "cut after {k}: {done:?}");
+                assert_eq!(
+                    end.current.as_deref(),
+                    Some("old"),
+                    "cut after {k}: {done:?}"
+                );
                 assert_eq!(end.aside, None);
                 assert_eq!(end.staging, None);
                 if k == moves.len() {
@@ -244,8 +248,9 @@ mod tests {
     #[test]
     fn every_arrangement_settles_on_the_target_and_keeps_a_previous_root() {
         let gens = ["t", "x", "y", "z"];
-        let choices: Vec<Option<&str>> =
-            std::iter::once(None).chain(gens.iter().copied().map(Some)).collect();
+        let choices: Vec<Option<&str>> = std::iter::once(None)
+            .chain(gens.iter().copied().map(Some))
+            .collect();
         let mut seen = 0;
         for c in &choices {
             for p in &choices {

@@ -84,7 +84,10 @@ impl Worker {
     /// Waits for the zone just provisioned (its switch open) to be ready, then confirms the
     /// switch; not ready within `update_timeout`: undoes it and fails with
     /// [`ZoneError::NotReady`].
-    pub(super) async fn confirm_or_undo(self: &Arc<Self>, spec: &ZoneSpec) -> Result<(), ZoneError> {
+    pub(super) async fn confirm_or_undo(
+        self: &Arc<Self>,
+        spec: &ZoneSpec,
+    ) -> Result<(), ZoneError> {
         let timeout = spec.rollout.update_timeout;
         let deadline = Instant::now() + timeout;
         let period = spec
@@ -215,7 +218,10 @@ mod tests {
         probe(&http(port, "/")).await.unwrap();
         let port = serve("503 Service Unavailable").await;
         let e = probe(&http(port, "/healthz")).await.unwrap_err();
-        assert!(e.contains("http GET 127.0.0.1:") && e.ends_with("/healthz: status 503"), "{e}");
+        assert!(
+            e.contains("http GET 127.0.0.1:") && e.ends_with("/healthz: status 503"),
+            "{e}"
+        );
         // Nothing listens on a port just released.
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let free = l.local_addr().unwrap().port();
@@ -225,7 +231,10 @@ mod tests {
             ..http(free, "/")
         };
         let e = probe(&tcp).await.unwrap_err();
-        assert!(e.starts_with(&format!("readiness probe tcp 127.0.0.1:{free}: ")), "{e}");
+        assert!(
+            e.starts_with(&format!("readiness probe tcp 127.0.0.1:{free}: ")),
+            "{e}"
+        );
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let tcp = ReadinessProbe {
             port: l.local_addr().unwrap().port(),

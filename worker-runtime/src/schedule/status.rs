@@ -123,7 +123,9 @@ pub enum RollbackError {
         zone: String,
     },
     /// Nothing to go back to.
-    #[error("zone {zone}: no previous root is kept (the zone has not been updated since it was made, or was rolled back to and updated since)")]
+    #[error(
+        "zone {zone}: no previous root is kept (the zone has not been updated since it was made, or was rolled back to and updated since)"
+    )]
     NoPrevious {
         /// The zone.
         zone: String,

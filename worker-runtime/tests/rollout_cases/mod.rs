@@ -61,10 +61,7 @@ pub async fn updates_keep_the_previous_root_and_roll_back(store: &str) -> Node {
         assert_eq!(std::fs::read(src.join("state")).unwrap(), b"counter=1");
     }
     // Nothing aside, no switch left open.
-    assert_eq!(
-        names(&node.base().join(".previous")),
-        [".switch", "web"]
-    );
+    assert_eq!(names(&node.base().join(".previous")), [".switch", "web"]);
     assert!(names(&node.base().join(".previous/.switch")).is_empty());
     assert!(names(&node.base().join(".trash")).is_empty());
 
@@ -76,7 +73,11 @@ pub async fn updates_keep_the_previous_root_and_roll_back(store: &str) -> Node {
     assert_eq!(release(&previous), "v4");
     let st = status(&node, "web");
     assert_eq!(
-        (st.phase, st.current_digest.as_ref(), st.previous_digest.as_ref()),
+        (
+            st.phase,
+            st.current_digest.as_ref(),
+            st.previous_digest.as_ref()
+        ),
         (Phase::Ready, Some(&digests[2]), Some(&digests[3]))
     );
     let rb = st.rolled_back.clone().unwrap();
@@ -103,7 +104,10 @@ pub async fn updates_keep_the_previous_root_and_roll_back(store: &str) -> Node {
     assert!(!previous.exists() && !current.exists());
     assert_eq!(std::fs::read(src.join("state")).unwrap(), b"counter=1");
     let e = worker_runtime::request_rollback(&node.config(), "web").unwrap_err();
-    assert!(e.to_string().contains("zone web: the worker has no record"), "{e}");
+    assert!(
+        e.to_string().contains("zone web: the worker has no record"),
+        "{e}"
+    );
     node
 }
 
@@ -190,7 +194,11 @@ pub async fn a_never_ready_update_rolls_back_within_update_timeout(store: &str) 
     assert_eq!(release(&current), "v2");
     let st = status(&node, "web");
     assert_eq!(
-        (st.phase, st.current_digest.as_ref(), st.previous_digest.as_ref()),
+        (
+            st.phase,
+            st.current_digest.as_ref(),
+            st.previous_digest.as_ref()
+        ),
         (Phase::Ready, Some(&d2), Some(&d1))
     );
     assert_eq!(std::fs::read(src.join("state")).unwrap(), b"counter=7");
@@ -234,7 +242,10 @@ pub fn a_crash_at_any_step_of_a_switch_keeps_a_zone_with_its_data(fresh: &dyn Fn
     )
     .unwrap();
     let spec: ZoneSpec = load_zone(&t.path().join("web.toml")).unwrap();
-    let imgs: Vec<PulledImage> = ["v1", "v2", "v3"].iter().map(|t| pulled(&store, t)).collect();
+    let imgs: Vec<PulledImage> = ["v1", "v2", "v3"]
+        .iter()
+        .map(|t| pulled(&store, t))
+        .collect();
     let root = |p: &DirProvisioner, img: &PulledImage| {
         let staging = p.staging_dir().join(format!("r{}", next()));
         let opts = UnpackOptions::default();
@@ -303,10 +314,19 @@ pub fn a_crash_at_any_step_of_a_switch_keeps_a_zone_with_its_data(fresh: &dyn Fn
                 "{then:?}, crash before step {k}"
             );
             let base = d.zonepath.parent().unwrap();
-            assert!(names(&base.join(".previous/.aside")).is_empty(), "{then:?} {k}");
-            assert!(names(&base.join(".previous/.switch")).is_empty(), "{then:?} {k}");
+            assert!(
+                names(&base.join(".previous/.aside")).is_empty(),
+                "{then:?} {k}"
+            );
+            assert!(
+                names(&base.join(".previous/.switch")).is_empty(),
+                "{then:?} {k}"
+            );
             if crashed {
-                assert!(matches!(r, Err(ProvisionError::Interrupted { .. })), "{r:?}");
+                assert!(
+                    matches!(r, Err(ProvisionError::Interrupted { .. })),
+                    "{r:?}"
+                );
             } else {
                 r.unwrap();
                 steps_seen.push((then, log.lock().unwrap().clone()));
@@ -315,11 +335,25 @@ pub fn a_crash_at_any_step_of_a_switch_keeps_a_zone_with_its_data(fresh: &dyn Fn
         }
     }
     let steps = |t: usize| steps_seen[t].1.clone();
-    assert!(steps(0).contains(&"open the switch".to_owned()), "{:?}", steps(0));
-    for s in ["discard the previous zonepath", "move the old zonepath aside", "place the new zonepath", "confirm the switch"] {
+    assert!(
+        steps(0).contains(&"open the switch".to_owned()),
+        "{:?}",
+        steps(0)
+    );
+    for s in [
+        "discard the previous zonepath",
+        "move the old zonepath aside",
+        "place the new zonepath",
+        "confirm the switch",
+    ] {
         assert!(steps(0).contains(&s.to_owned()), "{s}: {:?}", steps(0));
     }
-    for s in ["set the current zonepath aside", "put the previous zonepath back", "keep the zonepath set aside as previous", "close the switch"] {
+    for s in [
+        "set the current zonepath aside",
+        "put the previous zonepath back",
+        "keep the zonepath set aside as previous",
+        "close the switch",
+    ] {
         assert!(steps(1).contains(&s.to_owned()), "{s}: {:?}", steps(1));
         assert!(steps(2).contains(&s.to_owned()), "{s}: {:?}", steps(2));
     }
