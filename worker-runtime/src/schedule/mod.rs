@@ -106,12 +106,12 @@ pub enum ZoneError {
     #[error("internal: {0}")]
     Task(String),
     /// The new zone did not become ready within the manifest's `update_timeout`: the
-    /// previous root runs again (`rolled_back`), or, for a new zone with nothing to go back
-    /// to, the zone is left as made.
+    /// previous root runs again (`rolled_back`), or, with no previous root kept (a new zone,
+    /// a provisioner that keeps none), the zone is left as made.
     #[error(
         "not ready within update_timeout {}s: {reason}; {}",
         timeout.as_secs_f64(),
-        if *rolled_back { "rolled back to the previous root" } else { "a new zone has no previous root to roll back to: it is left as made" }
+        if *rolled_back { "rolled back to the previous root" } else { "no previous root is kept to roll back to (a new zone, or the illumos provisioner): the zone is left as made" }
     )]
     NotReady {
         /// The last thing found not ready (the zone's state, or the probe's answer).

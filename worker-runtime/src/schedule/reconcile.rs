@@ -170,13 +170,13 @@ impl Worker {
             .await
             .map_err(|e| fail(ZoneError::Task(e.to_string())))?
             .map_err(|e| fail(e.into()))?;
-        // Ready within update_timeout, or the previous root runs again.
-        self.confirm_or_undo(spec).await.map_err(fail)?;
         if replacing {
             let ms = u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX);
             tracing::info!(zone = %spec.name, downtime_ms = ms, "zone replaced");
             self.observe(&spec.name, |o| o.replace_downtime_ms = Some(ms));
         }
+        // Ready within update_timeout, or the previous root runs again.
+        self.confirm_or_undo(spec).await.map_err(fail)?;
         Ok((Outcome::Provisioned, desired, admission))
     }
 
