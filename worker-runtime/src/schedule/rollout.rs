@@ -50,7 +50,7 @@ pub async fn probe(p: &ReadinessProbe) -> Result<(), String> {
             .await
             .map_err(|e| e.to_string())?;
         // The status line is all that is read.
-        let mut head = vec![0u8; 64];
+        let mut head = [0u8; 64];
         let mut n = 0;
         while n < 12 {
             let r = s.read(&mut head[n..]).await.map_err(|e| e.to_string())?;
