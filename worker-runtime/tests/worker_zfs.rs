@@ -158,13 +158,33 @@ async fn zones_are_clones_of_verified_layers_and_unused_layers_are_collected() {
     let root = t.join("roots").join("web").join("root");
     assert_eq!(std::fs::read(root.join("etc/release")).unwrap(), b"v2");
     assert_eq!(layer_datasets().len(), 3, "{:?}", layer_datasets());
-    // Under the high threshold nothing is collected; over it, v1's top layer (no zone uses
-    // it) goes, the shared base and v2's top stay.
+    // Over the high threshold v1's top layer stays while the zones keep their v1 clones as
+    // the previous roots (for a rollback).
     let s = worker(90).pass(true).await.unwrap();
     assert!(s.provisioned.is_empty(), "{s:?}");
-    assert_eq!(layer_datasets().len(), 2, "{:?}", layer_datasets());
+    let before = layer_datasets();
+    assert_eq!(before.len(), 3, "{before:?}");
     assert!(origin_of("web").ends_with("@layer"));
     assert_eq!(std::fs::read(root.join("etc/release")).unwrap(), b"v2");
+    // The tag moves again: v2's clones are the previous roots now, so v1's top layer (no
+    // zone's any more) goes; the shared base, v2's top and v3's stay.
+    good_image("v3")
+        .push(
+            &c,
+            &Reference::parse(&format!("{addr}/apps/web:v1")).unwrap(),
+        )
+        .await;
+    let s = worker(90).pass(true).await.unwrap();
+    assert_eq!(s.provisioned, ["api", "web"], "{s:?}");
+    let after = layer_datasets();
+    assert_eq!(after.len(), 3, "{after:?}");
+    let gone: Vec<_> = before.iter().filter(|d| !after.contains(d)).collect();
+    assert_eq!(
+        gone.len(),
+        1,
+        "v1's top layer is collected: {before:?} -> {after:?}"
+    );
+    assert_eq!(std::fs::read(root.join("etc/release")).unwrap(), b"v3");
     task.abort();
 }
 
@@ -283,10 +303,16 @@ async fn layer_gc_weighs_the_pool_as_zfs_counts_it() {
     good_image("v2").push(&node.client, &node.reference).await;
     let s = node.worker().unwrap().pass(true).await.unwrap();
     assert_eq!(s.provisioned, ["web"], "{s:?}");
-    // v1's top layer is no zone's: collected; the shared base and v2's top stay.
+    // v1's clone is kept as the previous root: its layers stay. The next update makes v2's
+    // the previous root, and v1's top layer (no zone's any more) is collected: the shared
+    // base, v2's top and v3's stay.
+    assert_eq!(node.layer_datasets().len(), 3);
+    good_image("v3").push(&node.client, &node.reference).await;
+    let s = node.worker().unwrap().pass(true).await.unwrap();
+    assert_eq!(s.provisioned, ["web"], "{s:?}");
     assert_eq!(
         node.layer_datasets().len(),
-        2,
+        3,
         "{:?} (pool used {} available {})",
         node.layer_datasets(),
         zfspool::get("used", &pool.name),
