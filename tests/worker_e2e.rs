@@ -1233,3 +1233,89 @@ fn a_stalled_download_is_cancelled_at_the_progress_deadline_and_resumed_on_retry
     assert_eq!(st["phase"], "Ready");
     assert_eq!(st["pull"]["done_bytes"], st["pull"]["total_bytes"], "{st}");
 }
+
+/// `rdctl worker rollback` end to end: after an update, `status` shows the previous digest;
+/// the rollback asked for is done by the next `worker run --once`, which puts the previous
+/// root back and keeps it while the tag stays; a zone with nothing kept is refused (exit 2).
+#[test]
+fn rollback_puts_the_previous_root_back_and_status_shows_both_digests() {
+    let t = tempdir();
+    let server = Server::start(&t.path().join("registry"), &[]);
+    let node = Node::new(&t.path().join("node"));
+    node.zone("app", &format!("{}/roll/app:1", server.host()));
+    let release = || std::fs::read_to_string(node.root("app").join("release")).unwrap();
+    let digest = |z: &serde_json::Value, k: &str| z[k].as_str().map(str::to_owned);
+    RawImage::new("first").push(server.addr, "roll/app", "1");
+    assert!(node.run_once().status.success());
+    let st = node.status();
+    let first = digest(&st["app"], "current_digest").unwrap();
+    assert_eq!(digest(&st["app"], "previous_digest"), None);
+    let refused = rdctl()
+        .args(["worker", "rollback", "app", "--config", s(&node.config())])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{}", tail(&refused.stderr));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("zone app: no previous root is kept"),
+        "{}",
+        tail(&refused.stderr)
+    );
+    RawImage::new("second").push(server.addr, "roll/app", "1");
+    assert!(node.run_once().status.success());
+    assert_eq!(release(), "second release\n");
+    let st = node.status();
+    let second = digest(&st["app"], "current_digest").unwrap();
+    assert_eq!(
+        digest(&st["app"], "previous_digest").as_deref(),
+        Some(first.as_str())
+    );
+    let table = ok(rdctl().args(["worker", "status", "--config", s(&node.config())]));
+    let table = String::from_utf8_lossy(&table.stdout).into_owned();
+    let header = table.lines().next().unwrap();
+    assert!(
+        header.contains("CURRENT") && header.contains("PREVIOUS"),
+        "{table}"
+    );
+    assert!(
+        table.contains(&first[..19]) && table.contains(&second[..19]),
+        "{table}"
+    );
+
+    let asked = ok(rdctl().args(["worker", "rollback", "app", "--config", s(&node.config())]));
+    let said = String::from_utf8_lossy(&asked.stdout).into_owned();
+    assert!(
+        said.contains(&format!(
+            "zone app: rollback from {second} to {first} asked for"
+        )),
+        "{said}"
+    );
+    assert!(node.run_once().status.success());
+    assert_eq!(release(), "first release\n");
+    let st = node.status();
+    assert_eq!(
+        digest(&st["app"], "current_digest").as_deref(),
+        Some(first.as_str())
+    );
+    assert_eq!(
+        digest(&st["app"], "previous_digest").as_deref(),
+        Some(second.as_str())
+    );
+    assert_eq!(st["app"]["rolled_back"]["manual"], serde_json::json!(true));
+    // The tag still points at what was rolled away from: the zone stays.
+    assert!(node.run_once().status.success());
+    assert_eq!(release(), "first release\n");
+    let missing = rdctl()
+        .args([
+            "worker",
+            "rollback",
+            "nosuch",
+            "--config",
+            s(&node.config()),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("zone nosuch: the worker has no record")
+    );
+}

@@ -64,9 +64,9 @@ pub use capacity::{
     Allocated, ConditionStatus, ConditionType, NodeCondition, NodeStatus, Resources,
 };
 pub use config::{
-    ConfigError, IpRange, LayerStoreConfig, ProvisionerConfig, PullPolicy, Reclaim, ResourceLimits,
-    VolumeSpec, WorkerConfig, ZoneLoadError, ZonePolicy, ZoneSpec, load_zone, load_zones,
-    valid_name,
+    ConfigError, IpRange, LayerStoreConfig, ProbeCheck, ProvisionerConfig, PullPolicy,
+    ReadinessProbe, Reclaim, ResourceLimits, Rollout, VolumeSpec, WorkerConfig, ZoneLoadError,
+    ZonePolicy, ZoneSpec, load_zone, load_zones, valid_name,
 };
 pub use mirrors::{
     Mirror, MirrorEndpoint, Mirrors, Source as MirrorSource, Sources as PullSources,
@@ -79,10 +79,10 @@ pub use provision::{
 pub use pull::{HostPlatform, PullError, pull, resolve};
 pub use pull_log::{LOG_INTERVAL, LoggedProgress};
 pub use schedule::{
-    PassSummary, StatusReport, StatusRow, Worker, WorkerError, ZoneError, run, status,
-    status_report,
+    PassSummary, RollbackError, StatusReport, StatusRow, Worker, WorkerError, ZoneError,
+    request_rollback, run, status, status_report,
 };
-pub use state::{Phase, StateDir, StateError, ZoneStatus};
+pub use state::{Phase, RolledBack, StateDir, StateError, ZoneStatus};
 pub use store::{ContentStore, FetchStats, StoreError};
 pub use throttle::{DiskSpace, DiskUsage, PullBytes, Statvfs};
 pub use unpack::{

@@ -4,6 +4,7 @@
 //! <state>/.rdctl-owner        mark (kind state)
 //! <state>/lock                flock'd by the running worker: one worker per state directory
 //! <state>/zones/<zone>.json   ZoneStatus, replaced atomically after every attempt
+//! <state>/rollback/<zone>    a rollback asked for by `rdctl worker rollback`, until the next pass
 //! <state>/node.json           NodeStatus (capacity, allocatable, allocated), after every pass
 //! <state>/content/            the content store
 //! ```
@@ -91,6 +92,27 @@ pub struct ZoneStatus {
     /// new one booted (milliseconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replace_downtime_ms: Option<u64>,
+    /// What the previous root kept for a rollback was made from (the resolved digest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_digest: Option<Digest>,
+    /// The last rollback: the digest rolled away from, why, and whether an operator asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolled_back: Option<RolledBack>,
+}
+
+/// A rollback from an image to the previous root.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RolledBack {
+    /// The digest rolled away from.
+    pub digest: Digest,
+    /// Why: the readiness failure, or `rdctl worker rollback`.
+    pub reason: String,
+    /// True for `rdctl worker rollback`: the zone stays on the previous root until the
+    /// reference resolves to another digest. False for an update that did not become ready:
+    /// that digest is tried again after the back-off.
+    pub manual: bool,
+    /// When (seconds since the epoch).
+    pub at_unix: u64,
 }
 
 /// A state-directory operation failed.
@@ -230,6 +252,49 @@ impl StateDir {
             Err(source) => Err(StateError::Io {
                 path,
                 op: "removing the zone status",
+                source,
+            }),
+        }
+    }
+
+    fn requests_dir(&self) -> PathBuf {
+        self.dir.join("rollback")
+    }
+
+    /// Asks the worker to roll `zone` back at its next pass (`rdctl worker rollback`).
+    pub fn request_rollback(&self, zone: &str) -> Result<(), StateError> {
+        let dir = self.requests_dir();
+        let io = |op, path: &Path| {
+            let path = path.to_owned();
+            move |source| StateError::Io { path, op, source }
+        };
+        std::fs::create_dir_all(&dir).map_err(io("creating", &dir))?;
+        let p = dir.join(zone);
+        write_atomic(&p, zone.as_bytes()).map_err(io("writing the rollback request", &p))
+    }
+
+    /// The zones whose rollback was asked for, sorted.
+    pub fn rollback_requests(&self) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(self.requests_dir())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.starts_with('.'))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Forgets a rollback request (done, or refused with the reason in the zone's record).
+    pub fn clear_rollback_request(&self, zone: &str) -> Result<(), StateError> {
+        let path = self.requests_dir().join(zone);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(StateError::Io {
+                path,
+                op: "removing the rollback request",
                 source,
             }),
         }

@@ -7,6 +7,7 @@
 //! stand on it without importing each other in a circle.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use registry_client::Reference;
 use serde::{Deserialize, Serialize};
@@ -71,6 +72,57 @@ pub struct VolumeSpec {
     pub reclaim: Option<Reclaim>,
 }
 
+/// The time an updated zone has to become ready when the manifest does not say (kubelet's
+/// Deployment `progressDeadlineSeconds` is 600 s; a zone boots in seconds).
+pub const DEFAULT_UPDATE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What a readiness probe checks (kubelet's `readinessProbe` `tcpSocket` and `httpGet`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProbeCheck {
+    /// A TCP connection to the port is accepted.
+    Tcp,
+    /// `GET path` answers with a status from 200 to 399 (kubelet's success range).
+    Http {
+        /// The request path (absolute).
+        path: String,
+    },
+}
+
+/// The manifest's `[readiness]`: a probe of the zone's service, tried every `period` until it
+/// succeeds or the update's time is up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadinessProbe {
+    /// The address probed (default `127.0.0.1`; an exclusive-IP zone's own address).
+    pub host: String,
+    /// The port.
+    pub port: u16,
+    /// TCP or HTTP.
+    pub check: ProbeCheck,
+    /// Between tries (kubelet's `periodSeconds`; default 1 s).
+    pub period: Duration,
+}
+
+/// How an image update is switched: the new zone must be ready within `update_timeout` (the
+/// provisioner's notion of running, then the probe when there is one), else the previous root
+/// is put back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rollout {
+    /// The time the new zone has to become ready.
+    pub update_timeout: Duration,
+    /// The probe, when the manifest has `[readiness]`.
+    pub readiness: Option<ReadinessProbe>,
+}
+
+impl Default for Rollout {
+    fn default() -> Rollout {
+        Rollout {
+            update_timeout: DEFAULT_UPDATE_TIMEOUT,
+            readiness: None,
+        }
+    }
+}
+
 /// One zone manifest.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ZoneSpec {
@@ -91,6 +143,8 @@ pub struct ZoneSpec {
     pub volumes: Vec<VolumeSpec>,
     /// What happens to the zone's volumes once the zone is gone (default `Retain`).
     pub reclaim: Reclaim,
+    /// How an image update is confirmed or rolled back (`update_timeout`, `[readiness]`).
+    pub rollout: Rollout,
     /// The manifest file.
     pub source: PathBuf,
 }

@@ -330,6 +330,31 @@ fn illumos_provisioner_runs_create_and_replace_in_order() {
     assert_eq!(calls, expected);
 }
 
+/// Ready on illumos: the zone `running` and its entrypoint service `online` (`svcs -z` from the
+/// global zone); a service in `maintenance`, or a zone that is not running, is not ready.
+#[test]
+fn illumos_readiness_is_the_zone_running_and_its_entrypoint_online() {
+    let b = IllumosBackend::new();
+    let p = b.open("node", None);
+    let spec = conformance::spec("web");
+    assert!(!p.ready("web").unwrap(), "no zone yet");
+    let root = conformance::root(&b, &p, "node", "v1");
+    p.provision(&spec, root).unwrap();
+    assert!(p.ready("web").unwrap());
+    assert!(
+        b.fake
+            .calls()
+            .iter()
+            .any(|(c, _)| c == "svcs -z web -H -o state svc:/site/rdctl/entrypoint:default")
+    );
+    b.fake.break_service("web");
+    assert!(!p.ready("web").unwrap(), "entrypoint in maintenance");
+    b.fake.heal();
+    assert!(p.ready("web").unwrap());
+    b.fake.force_state("web", State::Installed);
+    assert!(!p.ready("web").unwrap(), "not running");
+}
+
 #[test]
 fn illumos_converges_from_every_zoneadm_state() {
     // Whatever state an interrupted zoneadm left the zone in, the next pass replaces it.

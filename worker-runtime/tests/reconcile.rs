@@ -260,10 +260,20 @@ async fn pulls_from_an_index_verifies_provisions_and_follows_a_moving_tag() {
     assert_eq!(node.status("web").current_digest, Some(d2.clone()));
     assert!(node.ls(&node.roots().join(".trash")).is_empty());
     assert!(node.ls(&node.roots().join(".staging")).is_empty());
+    // The replaced root is kept for a rollback.
     assert_eq!(
         node.ls(&node.roots()),
-        [".rdctl-owner", ".staging", ".trash", ".volumes", "web"]
+        [
+            ".previous",
+            ".rdctl-owner",
+            ".staging",
+            ".trash",
+            ".volumes",
+            "web"
+        ]
     );
+    assert_eq!(node.ls(&node.roots().join(".previous")), [".switch", "web"]);
+    assert_eq!(node.status("web").previous_digest, Some(index.clone()));
     // Blobs only v1 and the index used are collected (grace 0 here); v2's stay.
     let mut want: Vec<String> = [d2, v2.config_digest()]
         .into_iter()
@@ -280,8 +290,15 @@ async fn pulls_from_an_index_verifies_provisions_and_follows_a_moving_tag() {
     assert_eq!(s.removed, ["web"]);
     assert_eq!(
         node.ls(&node.roots()),
-        [".rdctl-owner", ".staging", ".trash", ".volumes"]
+        [
+            ".previous",
+            ".rdctl-owner",
+            ".staging",
+            ".trash",
+            ".volumes"
+        ]
     );
+    assert_eq!(node.ls(&node.roots().join(".previous")), [".switch"]);
     assert!(status(&node.config_path()).unwrap().is_empty());
     assert!(node.ls(&blobs).is_empty());
 }

@@ -4,9 +4,12 @@
 //! the disk over `image_gc_high_percent`, layers no zone uses are destroyed after the zones
 //! that held them are gone. Volumes are datasets of their own (not clones), with their
 //! size as `quota`, and keep their data across image updates, restarts and reclaim
-//! (`volume_cases/`, the same cases as on the directory store, crash injection included).
+//! (`volume_cases/`, the same cases as on the directory store, crash injection included). An
+//! image update keeps the replaced clone as the previous root for a rollback, and one that
+//! never becomes ready is rolled back (`rollout_cases/`).
 
 mod image;
+mod rollout_cases;
 mod tarbuild;
 mod volume_cases;
 mod zfspool;
@@ -155,13 +158,33 @@ async fn zones_are_clones_of_verified_layers_and_unused_layers_are_collected() {
     let root = t.join("roots").join("web").join("root");
     assert_eq!(std::fs::read(root.join("etc/release")).unwrap(), b"v2");
     assert_eq!(layer_datasets().len(), 3, "{:?}", layer_datasets());
-    // Under the high threshold nothing is collected; over it, v1's top layer (no zone uses
-    // it) goes, the shared base and v2's top stay.
+    // Over the high threshold v1's top layer stays while the zones keep their v1 clones as
+    // the previous roots (for a rollback).
     let s = worker(90).pass(true).await.unwrap();
     assert!(s.provisioned.is_empty(), "{s:?}");
-    assert_eq!(layer_datasets().len(), 2, "{:?}", layer_datasets());
+    let before = layer_datasets();
+    assert_eq!(before.len(), 3, "{before:?}");
     assert!(origin_of("web").ends_with("@layer"));
     assert_eq!(std::fs::read(root.join("etc/release")).unwrap(), b"v2");
+    // The tag moves again: v2's clones are the previous roots now, so v1's top layer (no
+    // zone's any more) goes; the shared base, v2's top and v3's stay.
+    good_image("v3")
+        .push(
+            &c,
+            &Reference::parse(&format!("{addr}/apps/web:v1")).unwrap(),
+        )
+        .await;
+    let s = worker(90).pass(true).await.unwrap();
+    assert_eq!(s.provisioned, ["api", "web"], "{s:?}");
+    let after = layer_datasets();
+    assert_eq!(after.len(), 3, "{after:?}");
+    let gone: Vec<_> = before.iter().filter(|d| !after.contains(d)).collect();
+    assert_eq!(
+        gone.len(),
+        1,
+        "v1's top layer is collected: {before:?} -> {after:?}"
+    );
+    assert_eq!(std::fs::read(root.join("etc/release")).unwrap(), b"v3");
     task.abort();
 }
 
@@ -280,10 +303,16 @@ async fn layer_gc_weighs_the_pool_as_zfs_counts_it() {
     good_image("v2").push(&node.client, &node.reference).await;
     let s = node.worker().unwrap().pass(true).await.unwrap();
     assert_eq!(s.provisioned, ["web"], "{s:?}");
-    // v1's top layer is no zone's: collected; the shared base and v2's top stay.
+    // v1's clone is kept as the previous root: its layers stay. The next update makes v2's
+    // the previous root, and v1's top layer (no zone's any more) is collected: the shared
+    // base, v2's top and v3's stay.
+    assert_eq!(node.layer_datasets().len(), 3);
+    good_image("v3").push(&node.client, &node.reference).await;
+    let s = node.worker().unwrap().pass(true).await.unwrap();
+    assert_eq!(s.provisioned, ["web"], "{s:?}");
     assert_eq!(
         node.layer_datasets().len(),
-        2,
+        3,
         "{:?} (pool used {} available {})",
         node.layer_datasets(),
         zfspool::get("used", &pool.name),
@@ -423,4 +452,85 @@ fn a_crash_at_any_step_of_attaching_a_volume_dataset_converges_with_the_data() {
             }
         })
     });
+}
+
+/// The opener of a fresh ZFS-backed provisioner with volumes for each crash run.
+fn zfs_opener<'a>(
+    pool: &'a zfspool::Pool,
+    t: &'a tempfile::TempDir,
+    prefix: &'a str,
+) -> impl Fn(&str) -> volume_cases::Opener + 'a {
+    move |label| {
+        let parent = pool.dataset(&format!("{prefix}-{label}"));
+        let base = t.path().join(format!("zones-{label}"));
+        Box::new(move |hook| {
+            let layers = worker_runtime::ZfsLayerStore::open(
+                worker_runtime::zfs::Zfs::default(),
+                &parent,
+                "node-a",
+            )
+            .unwrap();
+            let zd = worker_runtime::ZoneDatasets::open(layers, &base).unwrap();
+            let v =
+                worker_runtime::volume::Volumes::open(&base, "node-a", Some(zd.clone())).unwrap();
+            let p = worker_runtime::DirProvisioner::on_datasets(zd, "node-a")
+                .unwrap()
+                .with_volumes(v);
+            match hook {
+                Some(h) => p.with_step_hook(h),
+                None => p,
+            }
+        })
+    }
+}
+
+/// On ZFS the previous root is the replaced zone's clone, kept (mounted in `.previous`) while
+/// its volume keeps the data through three updates and a rollback; removing the zone destroys
+/// both clones and keeps the volume's dataset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn updates_keep_the_previous_clone_and_roll_back_with_the_volume_data() {
+    let pool = zfspool::pool();
+    let (parent, store) = zfs_store(&pool, "rollout");
+    let node = rollout_cases::updates_keep_the_previous_root_and_roll_back(&store).await;
+    let roots: Vec<String> = zfspool::list(&format!("{parent}/roots"))
+        .into_iter()
+        .skip(1)
+        .collect();
+    assert!(
+        roots.is_empty(),
+        "the zone and its previous clone are gone: {roots:?}"
+    );
+    assert!(!node.base().join(".previous/web").exists());
+    let volumes: Vec<String> = zfspool::list(&format!("{parent}/volumes"))
+        .into_iter()
+        .skip(1)
+        .collect();
+    assert_eq!(volumes, [format!("{parent}/volumes/web.var-hello")]);
+}
+
+/// On ZFS a zone that never becomes ready is rolled back within `update_timeout`; the failed
+/// image's clone is the one kept as the previous root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_never_ready_update_is_rolled_back_to_the_previous_clone() {
+    let pool = zfspool::pool();
+    let (parent, store) = zfs_store(&pool, "never-ready");
+    let node = rollout_cases::a_never_ready_update_rolls_back_within_update_timeout(&store).await;
+    let kept = node.base().join(".previous/web");
+    let ds = zfspool::list(&format!("{parent}/roots"))
+        .into_iter()
+        .skip(1)
+        .find(|n| zfspool::get("mountpoint", n) == kept.to_str().unwrap())
+        .expect("the previous root is a dataset mounted in .previous");
+    assert!(zfspool::get("origin", &ds).contains("@"), "{ds} is a clone");
+}
+
+/// On ZFS too, a worker killed before any step of a switch (each step a change of a clone's
+/// mountpoint or a destroy) and started again runs the old or the new root with the data.
+#[test]
+fn a_crash_at_any_step_of_a_switch_on_zfs_keeps_a_zone_with_its_data() {
+    let pool = zfspool::pool();
+    let t = tempfile::tempdir().unwrap();
+    rollout_cases::a_crash_at_any_step_of_a_switch_keeps_a_zone_with_its_data(&zfs_opener(
+        &pool, &t, "switch",
+    ));
 }

@@ -43,6 +43,29 @@ pass interrupted.")]
 
 Exit status: 0 shown, 2 the configuration or state could not be read.")]
     Status(StatusArgs),
+    /// Put a zone's previous root back (kubectl rollout undo): the running worker does it at
+    /// its next pass, and the zone stays there until its image reference resolves to another
+    /// digest; the root it leaves is kept as the previous one (a second rollback goes forward).
+    #[command(after_help = "Examples:
+  rdctl worker rollback web
+  rdctl worker rollback web --config ./worker.toml && kill -HUP \"$(pgrep -f 'rdctl worker run')\"
+
+`rdctl worker status` shows each zone's current and previous digest; a zone without a previous
+root (never updated) is refused. The worker does the rollback at its next pass: SIGHUP starts
+one at once.
+Exit status: 0 asked for, 2 refused (no such zone, nothing kept) or the configuration could not
+be read.")]
+    Rollback(RollbackArgs),
+}
+
+/// Arguments of `rdctl worker rollback`.
+#[derive(Debug, clap::Args)]
+pub struct RollbackArgs {
+    /// The zone.
+    zone: String,
+    /// The worker configuration.
+    #[arg(long, value_name = "FILE", default_value = "/etc/rdctl/worker.toml")]
+    config: PathBuf,
 }
 
 /// Arguments of `rdctl worker run`.
@@ -90,7 +113,21 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     match cmd {
         Command::Run(args) => run_worker(args),
         Command::Status(args) => status::run(args),
+        Command::Rollback(args) => rollback(args),
     }
+}
+
+fn rollback(args: RollbackArgs) -> anyhow::Result<ExitCode> {
+    let st = worker_runtime::request_rollback(&args.config, &args.zone)
+        .with_context(|| format!("worker rollback with {}", args.config.display()))?;
+    let show = |d: Option<&validator::Digest>| d.map_or("-".to_owned(), |d| d.to_string());
+    println!(
+        "zone {}: rollback from {} to {} asked for; the worker does it at its next pass (SIGHUP starts one)",
+        args.zone,
+        show(st.current_digest.as_ref()),
+        show(st.previous_digest.as_ref())
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 fn run_worker(args: RunArgs) -> anyhow::Result<ExitCode> {

@@ -21,7 +21,7 @@ pub(super) fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let rows = report.zones;
-    let rows: Vec<[String; 7]> = rows
+    let rows: Vec<[String; 8]> = rows
         .iter()
         .map(|r| {
             let s = &r.status;
@@ -48,6 +48,7 @@ pub(super) fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
                 phase,
                 digest_cell(s.desired_digest.as_ref(), args.wide),
                 digest_cell(s.current_digest.as_ref(), args.wide),
+                digest_cell(s.previous_digest.as_ref(), args.wide),
                 admission_cell(s.admission.as_ref(), args.wide),
                 s.image.clone(),
                 error_cell(error.as_deref(), args.wide),
@@ -152,11 +153,12 @@ fn packages(args: &StatusArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// The status table's columns.
-const HEADER: [&str; 7] = [
+const HEADER: [&str; 8] = [
     "ZONE",
     "PHASE",
     "DESIRED",
     "CURRENT",
+    "PREVIOUS",
     "ADMITTED BY",
     "IMAGE",
     "LAST ERROR",

@@ -11,7 +11,8 @@ use serde::Deserialize;
 use super::{ConfigError, read_toml, valid_name};
 use crate::volume::{check_volume_name, check_volume_path};
 use crate::zone::{
-    MIN_NCPUS, MIN_PHYSICAL, PullPolicy, Reclaim, ResourceLimits, VolumeSpec, ZoneSpec, size_bytes,
+    DEFAULT_UPDATE_TIMEOUT, MIN_NCPUS, MIN_PHYSICAL, ProbeCheck, PullPolicy, ReadinessProbe,
+    Reclaim, ResourceLimits, Rollout, VolumeSpec, ZoneSpec, size_bytes,
 };
 
 #[derive(Debug, Deserialize)]
@@ -28,6 +29,18 @@ struct FileZone {
     volumes: Vec<VolumeSpec>,
     #[serde(default)]
     reclaim: Reclaim,
+    update_timeout: Option<config_toml::HumanDuration>,
+    readiness: Option<FileReadiness>,
+}
+
+/// `[readiness]` as written: `port` and `path` (HTTP) or `port` alone (TCP).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileReadiness {
+    port: u16,
+    path: Option<String>,
+    host: Option<String>,
+    period: Option<config_toml::HumanDuration>,
 }
 
 /// A zone manifest that could not be used; the other zones go on.
@@ -153,6 +166,7 @@ pub fn load_zone(path: &Path) -> Result<ZoneSpec, ConfigError> {
         ));
     }
     check_volumes(path, &f.volumes)?;
+    let rollout = rollout(f.update_timeout, f.readiness).map_err(|(k, r)| value(k, r))?;
     Ok(ZoneSpec {
         name: f.name,
         image,
@@ -162,7 +176,66 @@ pub fn load_zone(path: &Path) -> Result<ZoneSpec, ConfigError> {
         limits: f.limits,
         volumes: f.volumes,
         reclaim: f.reclaim,
+        rollout,
         source: path.to_owned(),
+    })
+}
+
+/// `update_timeout` (more than zero) and `[readiness]`: a port above zero, an absolute path, a
+/// host that is an IP address (the probe resolves no names), a period above zero.
+fn rollout(
+    timeout: Option<config_toml::HumanDuration>,
+    readiness: Option<FileReadiness>,
+) -> Result<Rollout, (&'static str, String)> {
+    let update_timeout = timeout.map_or(DEFAULT_UPDATE_TIMEOUT, Into::into);
+    if update_timeout.is_zero() {
+        return Err(("update_timeout", "must be more than 0s".to_owned()));
+    }
+    let readiness = match readiness {
+        None => None,
+        Some(r) => {
+            if r.port == 0 {
+                return Err(("readiness.port", "must be from 1 to 65535".to_owned()));
+            }
+            let host = r.host.unwrap_or_else(|| "127.0.0.1".to_owned());
+            if host.parse::<std::net::IpAddr>().is_err() {
+                return Err((
+                    "readiness.host",
+                    format!("{host:?} is not an IP address such as 127.0.0.1"),
+                ));
+            }
+            let check = match r.path {
+                None => ProbeCheck::Tcp,
+                Some(p)
+                    if p.starts_with('/')
+                        && !p.chars().any(|c| c.is_whitespace() || c.is_control()) =>
+                {
+                    ProbeCheck::Http { path: p }
+                }
+                Some(p) => {
+                    return Err((
+                        "readiness.path",
+                        format!("{p:?} is not an absolute request path such as /healthz"),
+                    ));
+                }
+            };
+            let period = r
+                .period
+                .map_or(std::time::Duration::from_secs(1), Into::into);
+            if period.is_zero() {
+                return Err(("readiness.period", "must be more than 0s".to_owned()));
+            }
+            Some(ReadinessProbe {
+                host,
+                port: r.port,
+                check,
+                period,
+            })
+        }
+    };
+    Ok(Rollout {
+        update_timeout,
+        readiness,
     })
 }
 

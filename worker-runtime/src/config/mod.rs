@@ -98,7 +98,9 @@ use config_toml::HumanDuration;
 use registry_client::ClientOptions;
 use serde::Deserialize;
 
-pub use crate::zone::{PullPolicy, Reclaim, ResourceLimits, VolumeSpec, ZoneSpec};
+pub use crate::zone::{
+    ProbeCheck, PullPolicy, ReadinessProbe, Reclaim, ResourceLimits, Rollout, VolumeSpec, ZoneSpec,
+};
 pub use crate::zone_policy::{IpRange, ZonePolicy};
 pub use manifests::{ZoneLoadError, load_zone, load_zones};
 pub use stores::{LayerStoreConfig, ProvisionerConfig};

@@ -5,6 +5,7 @@
 //! <base>/.staging/<zone>.<n>/         roots being built (mark kind staging)
 //! <base>/.trash/<zone>.<n>/           replaced zonepaths on their way out
 //! <base>/.volumes/<id>/               volumes, outside every zonepath (`crate::volume`)
+//! <base>/.previous/<zone>/            the zone's previous root, kept for a rollback
 //! <base>/<zone>/.rdctl-owner          mark (kind zone)
 //! <base>/<zone>/root/                 the verified root file system
 //! <base>/<zone>/zone.json             the ZoneDescription
@@ -13,8 +14,9 @@
 //! <base>/<zone>/entrypoint.xml        SMF manifest of the entrypoint (also in the root)
 //! ```
 //!
-//! A zonepath appears by one rename of a complete staging directory; a replaced one is first
-//! renamed into `.trash`, so at every moment `<base>/<zone>` is either the old or the new zone.
+//! A zonepath appears by one rename of a complete staging directory; a replaced one is kept as
+//! the previous root in `.previous` (see `previous`, the switch's journal and moves), so after
+//! a crash at any step the next start has `<base>/<zone>` be the old or the new zone.
 //! What is in `.trash` is removed entry by entry, its mark last (the step hook is asked before
 //! each entry, so injected crashes land inside the removal too).
 //!
@@ -146,6 +148,9 @@ impl DirProvisioner {
                 }
             }
         }
+        // A worker killed in the middle of switching a zone's root: the switch is finished
+        // or undone before any zone is looked at.
+        p.settle_open_switches();
         Ok(p)
     }
 
@@ -184,7 +189,7 @@ impl DirProvisioner {
         }
     }
 
-    fn io(
+    pub(super) fn io(
         &self,
         zone: &str,
         op: &'static str,
@@ -210,7 +215,7 @@ impl DirProvisioner {
             .join(format!("{zone}.{}.{n}", std::process::id()))
     }
 
-    fn own(&self, zone: &str, path: &Path) -> Result<(), ProvisionError> {
+    pub(super) fn own(&self, zone: &str, path: &Path) -> Result<(), ProvisionError> {
         owner::check(path, &self.zone_mark()).map_err(|source| ProvisionError::Ownership {
             zone: zone.to_owned(),
             source,
@@ -235,6 +240,9 @@ impl DirProvisioner {
                 write_atomic(&p, &b).map_err(self.io(z, "writing", &p))?;
             }
         }
+        let p = staging.join(super::previous::GENERATION_FILE);
+        let generation = super::previous::new_generation();
+        write_atomic(&p, generation.as_bytes()).map_err(self.io(z, "writing", &p))?;
         let mark = serde_json::to_vec_pretty(&self.zone_mark()).expect("a mark serialises");
         let p = staging.join(MARK_FILE);
         write_atomic(&p, &mark).map_err(self.io(z, "marking", &p))
@@ -274,7 +282,7 @@ impl DirProvisioner {
         Ok(())
     }
 
-    fn trash_path(&self, zone: &str) -> PathBuf {
+    pub(super) fn trash_path(&self, zone: &str) -> PathBuf {
         self.base.join(".trash").join(format!(
             "{zone}.{}.{}",
             std::process::id(),
@@ -282,40 +290,8 @@ impl DirProvisioner {
         ))
     }
 
-    fn place(&self, zone: &str, staging: &Path, zonepath: &Path) -> Result<(), ProvisionError> {
-        if std::fs::symlink_metadata(zonepath).is_ok() {
-            self.own(zone, zonepath)?;
-            let trash = self.trash_path(zone);
-            self.step(zone, "move the old zonepath aside")?;
-            self.rename(zonepath, &trash).map_err(self.io(
-                zone,
-                "moving the old zone aside",
-                zonepath,
-            ))?;
-            self.step(zone, "place the new zonepath")?;
-            if let Err(e) = self.rename(staging, zonepath) {
-                // Put the old zone back: the zone keeps running its old image.
-                let _ = self.rename(&trash, zonepath);
-                return Err(self.io(zone, "placing the new zone", zonepath)(e));
-            }
-            self.step(zone, "remove the replaced zonepath")?;
-            match self.remove_tree(zone, &trash) {
-                Err(e @ ProvisionError::Interrupted { .. }) => return Err(e),
-                Err(e) => {
-                    tracing::warn!(zone, error = %e, "removing the replaced zone failed; it stays in .trash")
-                }
-                Ok(()) => {}
-            }
-            Ok(())
-        } else {
-            self.step(zone, "place the zonepath")?;
-            self.rename(staging, zonepath)
-                .map_err(self.io(zone, "placing the zone", zonepath))
-        }
-    }
-
     /// A rename within the base: `zfs rename` when `from` is a dataset of the store's.
-    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+    pub(super) fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
         if let Some(d) = &self.datasets
             && d.rename(from, to).map_err(std::io::Error::other)?
         {
@@ -328,7 +304,7 @@ impl DirProvisioner {
     /// `zfs destroy` (its marks checked), a directory entry by entry after its mark was
     /// checked, asking the step hook before each entry, and its mark last, so a removal cut
     /// short leaves a directory in `.trash` that is still ours and goes at the next start.
-    fn remove_tree(&self, zone: &str, path: &Path) -> Result<(), ProvisionError> {
+    pub(super) fn remove_tree(&self, zone: &str, path: &Path) -> Result<(), ProvisionError> {
         if let Some(d) = &self.datasets
             && d.destroy(path)
                 .map_err(|e| self.io(zone, "destroying", path)(std::io::Error::other(e)))?
@@ -385,6 +361,16 @@ impl Provisioner for DirProvisioner {
         spec: &ZoneSpec,
         root: VerifiedRoot,
     ) -> Result<ZoneDescription, ProvisionError> {
+        let d = self.provision_unconfirmed(spec, root)?;
+        self.confirm_switch(&spec.name)?;
+        Ok(d)
+    }
+
+    fn provision_unconfirmed(
+        &self,
+        spec: &ZoneSpec,
+        root: VerifiedRoot,
+    ) -> Result<ZoneDescription, ProvisionError> {
         let zone = spec.name.as_str();
         let zonepath = self.base.join(zone);
         if std::fs::symlink_metadata(&zonepath).is_ok() {
@@ -406,7 +392,7 @@ impl Provisioner for DirProvisioner {
         let result = self
             .step(zone, "fill the staging zonepath")
             .and_then(|()| self.fill(&d, &staging))
-            .and_then(|()| self.place(zone, &staging, &zonepath));
+            .and_then(|()| self.switch_in(zone, &staging));
         // An interruption stands for a crash: nothing is cleaned up (the next start does it).
         if result
             .as_ref()
@@ -427,6 +413,7 @@ impl Provisioner for DirProvisioner {
     }
 
     fn remove(&self, zone: &str) -> Result<(), ProvisionError> {
+        self.discard_kept(zone)?;
         let zonepath = self.base.join(zone);
         if std::fs::symlink_metadata(&zonepath).is_err() {
             return Ok(());
@@ -459,6 +446,22 @@ impl Provisioner for DirProvisioner {
         }
         out.sort();
         Ok(out)
+    }
+
+    fn confirm(&self, zone: &str) -> Result<(), ProvisionError> {
+        self.confirm_switch(zone)
+    }
+
+    fn undo(&self, zone: &str) -> Result<Option<ZoneDescription>, ProvisionError> {
+        self.settle(zone)
+    }
+
+    fn previous(&self, zone: &str) -> Result<Option<ZoneDescription>, ProvisionError> {
+        self.previous_description(zone)
+    }
+
+    fn rollback(&self, zone: &str) -> Result<ZoneDescription, ProvisionError> {
+        self.roll_back(zone)
     }
 
     fn capabilities(&self) -> Capabilities {

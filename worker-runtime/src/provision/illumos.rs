@@ -254,6 +254,16 @@ pub fn list_command() -> Vec<String> {
     argv(&["zoneadm", "list", "-cp"])
 }
 
+/// The entrypoint service's SMF FMRI (the manifest's `site/rdctl/entrypoint`, its default
+/// instance).
+pub const ENTRYPOINT_FMRI: &str = "svc:/site/rdctl/entrypoint:default";
+
+/// The entrypoint service's state in the zone, from the global zone (`svcs -z`): `online` once
+/// its start method ran and it stays up.
+pub fn service_state_command(zone: &str) -> Vec<String> {
+    argv(&["svcs", "-z", zone, "-H", "-o", "state", ENTRYPOINT_FMRI])
+}
+
 /// Uninstall and forget the zone's configuration.
 pub fn remove_commands(zone: &str) -> Vec<Vec<String>> {
     vec![
@@ -611,6 +621,30 @@ impl<R: CommandRunner> Provisioner for IllumosProvisioner<R> {
             self.bring_down(zone, self.grace(zone))?;
         }
         self.dir.remove(zone)
+    }
+
+    /// Up: the zone `running` and, when the image names a command, its entrypoint service
+    /// `online` (reads only: no step hook).
+    fn ready(&self, zone: &str) -> Result<bool, ProvisionError> {
+        if !matches!(self.entry(zone)?, Some(e) if e.state == "running") {
+            return Ok(false);
+        }
+        let Some(d) = self.dir.current(zone)? else {
+            return Ok(false);
+        };
+        if smf_manifest(&d).is_none() {
+            return Ok(true);
+        }
+        let argv = service_state_command(zone);
+        let out = self
+            .runner
+            .run(&argv, Some(Duration::from_secs(10)))
+            .map_err(|e| ProvisionError::Command {
+                zone: zone.to_owned(),
+                command: argv.join(" "),
+                detail: e.to_string(),
+            })?;
+        Ok(out.code == Some(0) && out.stdout.trim() == "online")
     }
 
     fn zones(&self) -> Result<Vec<String>, ProvisionError> {

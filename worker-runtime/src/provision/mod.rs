@@ -13,6 +13,8 @@
 
 mod dir;
 pub mod illumos;
+mod previous;
+pub mod switch;
 pub mod zonecfg;
 
 use std::path::PathBuf;
@@ -160,6 +162,12 @@ pub enum ProvisionError {
         #[source]
         source: Box<crate::volume::VolumeError>,
     },
+    /// A rollback was asked for a zone that has no previous root kept.
+    #[error("zone {zone}: no previous root is kept to roll back to")]
+    NoPrevious {
+        /// The zone.
+        zone: String,
+    },
     /// A [`StepHook`] stopped the provisioner before `step`, as a crash would: nothing after
     /// the step ran and nothing was cleaned up (fault injection for the conformance suite).
     #[error("zone {zone}: interrupted before {step}")]
@@ -208,8 +216,54 @@ pub trait Provisioner: Send + Sync {
         root: VerifiedRoot,
     ) -> Result<ZoneDescription, ProvisionError>;
 
-    /// Stops and removes a zone of ours.
+    /// Stops and removes a zone of ours (and the previous root kept for it).
     fn remove(&self, zone: &str) -> Result<(), ProvisionError>;
+
+    /// As [`Provisioner::provision`], but a replaced zone's root is kept and the switch stays
+    /// open until [`Provisioner::confirm`] (the new zone is ready) or [`Provisioner::undo`]
+    /// (it is not): a restart before either puts the replaced root back. Default: `provision`
+    /// (a provisioner that keeps no previous root has nothing to undo).
+    fn provision_unconfirmed(
+        &self,
+        spec: &ZoneSpec,
+        root: VerifiedRoot,
+    ) -> Result<ZoneDescription, ProvisionError> {
+        self.provision(spec, root)
+    }
+
+    /// Whether the zone is up as this provisioner sees it (before any readiness probe): for
+    /// zones that run nothing, its zonepath placed and described. Default: described.
+    fn ready(&self, zone: &str) -> Result<bool, ProvisionError> {
+        Ok(self.current(zone)?.is_some())
+    }
+
+    /// Ends an open switch: the new zone stays, the replaced root is kept as the previous
+    /// one. Nothing open: nothing to do.
+    fn confirm(&self, zone: &str) -> Result<(), ProvisionError> {
+        let _ = zone;
+        Ok(())
+    }
+
+    /// Undoes an open switch: the replaced root runs again and the new one is kept as the
+    /// previous root. `None` when no switch is open (a new zone has nothing to go back to).
+    fn undo(&self, zone: &str) -> Result<Option<ZoneDescription>, ProvisionError> {
+        let _ = zone;
+        Ok(None)
+    }
+
+    /// The previous root kept for the zone, described.
+    fn previous(&self, zone: &str) -> Result<Option<ZoneDescription>, ProvisionError> {
+        let _ = zone;
+        Ok(None)
+    }
+
+    /// `rdctl worker rollback`: the previous root runs and the current one becomes the
+    /// previous root (a second rollback goes forward again).
+    fn rollback(&self, zone: &str) -> Result<ZoneDescription, ProvisionError> {
+        Err(ProvisionError::NoPrevious {
+            zone: zone.to_owned(),
+        })
+    }
 
     /// The zones of ours that exist.
     fn zones(&self) -> Result<Vec<String>, ProvisionError>;

@@ -144,6 +144,12 @@ impl Worker {
             {
                 keep.insert(chain);
             }
+            // The previous root kept for a rollback is a clone of its image's layers too.
+            if let Ok(Some(d)) = self.provisioner.previous(&zone)
+                && let Some(chain) = d.chain_id
+            {
+                keep.insert(chain);
+            }
         }
         let c = zd.layers().collect(&keep)?;
         tracing::info!(

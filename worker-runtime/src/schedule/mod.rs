@@ -11,6 +11,7 @@ mod gc;
 mod node;
 mod pass;
 mod reconcile;
+mod rollout;
 mod status;
 mod volumes;
 
@@ -32,7 +33,7 @@ use crate::store::{ContentStore, StoreError};
 use crate::unpack::UnpackOptions;
 use crate::verify::RootError;
 
-pub use status::{StatusReport, StatusRow, status, status_report};
+pub use status::{RollbackError, StatusReport, StatusRow, request_rollback, status, status_report};
 
 /// The worker could not start or run a pass at all (per-zone failures are recorded instead).
 #[derive(Debug, thiserror::Error)]
@@ -104,6 +105,22 @@ pub enum ZoneError {
     /// A blocking task died.
     #[error("internal: {0}")]
     Task(String),
+    /// The new zone did not become ready within the manifest's `update_timeout`: the
+    /// previous root runs again (`rolled_back`), or, with no previous root kept (a new zone,
+    /// a provisioner that keeps none), the zone is left as made.
+    #[error(
+        "not ready within update_timeout {}s: {reason}; {}",
+        timeout.as_secs_f64(),
+        if *rolled_back { "rolled back to the previous root" } else { "no previous root is kept to roll back to (a new zone, or the illumos provisioner): the zone is left as made" }
+    )]
+    NotReady {
+        /// The last thing found not ready (the zone's state, or the probe's answer).
+        reason: String,
+        /// The time it had.
+        timeout: std::time::Duration,
+        /// Whether the previous root runs again.
+        rolled_back: bool,
+    },
     /// The image's caps ask for more than the node has left once the zones admitted before it
     /// hold theirs: the zone is not made (phase `Unschedulable`).
     #[error("{reason}")]

@@ -50,6 +50,8 @@ impl Worker {
         // Zones past their grace period go first, so what they held is free for this pass;
         // the others still hold theirs (`admit_by_resources`).
         let removed = self.remove_orphans(&wanted, &mut summary)?;
+        // `rdctl worker rollback` requests, before the zones are looked at.
+        self.rollbacks().await?;
         let (specs, ledger) = self.admit_by_resources(specs, &mut summary)?;
         let (mut tasks, names) =
             self.spawn_reconciles(specs, &ledger, ignore_backoff, &mut summary);
@@ -180,8 +182,12 @@ impl Worker {
             updated_unix: now_unix(),
             pull: prev.pull,
             replace_downtime_ms: prev.replace_downtime_ms,
+            previous_digest: prev.previous_digest.clone(),
+            rolled_back: prev.rolled_back.clone(),
             ..ZoneStatus::default()
         };
+        // A previous root the provisioner no longer keeps is not shown.
+        let kept = matches!(self.provisioner.previous(&spec.name), Ok(Some(_)));
         let seen = self
             .observed
             .lock()
@@ -198,9 +204,13 @@ impl Worker {
             Ok((outcome, desired, admission)) => {
                 st.phase = Phase::Ready;
                 st.desired_digest = Some(desired.clone());
-                st.current_digest = Some(desired);
+                st.current_digest = Some(desired.clone());
                 if matches!(outcome, Outcome::Provisioned) {
                     st.admission = admission;
+                    if prev.current_digest.as_ref() != Some(&desired) {
+                        st.previous_digest = prev.current_digest.clone();
+                    }
+                    st.rolled_back = None;
                 }
                 match outcome {
                     Outcome::Provisioned => summary.provisioned.push(spec.name.clone()),
@@ -237,6 +247,26 @@ impl Worker {
                 if desired.is_some() {
                     st.desired_digest = desired;
                 }
+                if let ZoneError::NotReady {
+                    reason,
+                    rolled_back,
+                    ..
+                } = &e
+                    && let Some(d) = &st.desired_digest
+                {
+                    if *rolled_back {
+                        // The failed root is kept as the previous one.
+                        st.previous_digest = Some(d.clone());
+                        st.rolled_back = Some(crate::state::RolledBack {
+                            digest: d.clone(),
+                            reason: reason.clone(),
+                            manual: false,
+                            at_unix: now_unix(),
+                        });
+                    } else {
+                        st.current_digest = Some(d.clone());
+                    }
+                }
                 st.failed_blob = e.blob().cloned();
                 st.last_error = Some(error_chain(&e));
                 st.failures = prev.failures.saturating_add(1);
@@ -244,6 +274,9 @@ impl Worker {
                     Some(now_unix() + self.config.backoff(st.failures).as_secs());
                 summary.failed.push(spec.name.clone());
             }
+        }
+        if !kept {
+            st.previous_digest = None;
         }
         st
     }

@@ -105,6 +105,13 @@ impl Worker {
         if current.is_some() && prev.current_digest.as_ref() == Some(&desired) {
             return Ok((Outcome::Unchanged, desired, None));
         }
+        // Rolled back by an operator from this digest: stays until the reference moves on.
+        if current.is_some()
+            && super::rollout::held_back(prev, &desired)
+            && let Some(d) = &prev.current_digest
+        {
+            return Ok((Outcome::Unchanged, d.clone(), None));
+        }
         let fail = |e: ZoneError| (e, Some(desired.clone()));
         // The policy decides on the resolved digest before any layer is fetched.
         self.admit(spec, &sources, &desired)
@@ -159,7 +166,7 @@ impl Worker {
         // The new root is verified and placed in staging: a replacement's downtime is the
         // provisioner's stop of the old zone through the boot of the new one.
         let t = std::time::Instant::now();
-        tokio::task::spawn_blocking(move || me.provisioner.provision(&spec2, root))
+        tokio::task::spawn_blocking(move || me.provisioner.provision_unconfirmed(&spec2, root))
             .await
             .map_err(|e| fail(ZoneError::Task(e.to_string())))?
             .map_err(|e| fail(e.into()))?;
@@ -168,6 +175,8 @@ impl Worker {
             tracing::info!(zone = %spec.name, downtime_ms = ms, "zone replaced");
             self.observe(&spec.name, |o| o.replace_downtime_ms = Some(ms));
         }
+        // Ready within update_timeout, or the previous root runs again.
+        self.confirm_or_undo(spec).await.map_err(fail)?;
         Ok((Outcome::Provisioned, desired, admission))
     }
 

@@ -83,3 +83,51 @@ pub fn status(config_path: &std::path::Path) -> Result<Vec<StatusRow>, WorkerErr
     rows.sort_by(|a, b| a.status.zone.cmp(&b.status.zone));
     Ok(rows)
 }
+
+/// `rdctl worker rollback ZONE`: asks the worker to put the zone's previous root back at its
+/// next pass. Refused when the zone has no record or no previous root recorded. Returns the
+/// zone's record (its current and previous digests as they are now).
+pub fn request_rollback(
+    config_path: &std::path::Path,
+    zone: &str,
+) -> Result<ZoneStatus, RollbackError> {
+    let config = WorkerConfig::load(config_path).map_err(|e| RollbackError::Worker(e.into()))?;
+    let state = StateDir::read_only(&config.state_dir);
+    let Some(st) = state.load(zone).filter(|_| crate::config::valid_name(zone)) else {
+        return Err(RollbackError::NoZone {
+            zone: zone.to_owned(),
+        });
+    };
+    if st.previous_digest.is_none() {
+        return Err(RollbackError::NoPrevious {
+            zone: zone.to_owned(),
+        });
+    }
+    state
+        .request_rollback(zone)
+        .map_err(|e| RollbackError::Worker(e.into()))?;
+    Ok(st)
+}
+
+/// `rdctl worker rollback` could not ask for the rollback.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RollbackError {
+    /// The worker's configuration or state.
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+    /// The worker has no record of the zone.
+    #[error("zone {zone}: the worker has no record of it (see rdctl worker status)")]
+    NoZone {
+        /// The zone.
+        zone: String,
+    },
+    /// Nothing to go back to.
+    #[error(
+        "zone {zone}: no previous root is kept (the zone has not been updated since it was made, or was rolled back to and updated since)"
+    )]
+    NoPrevious {
+        /// The zone.
+        zone: String,
+    },
+}

@@ -108,6 +108,7 @@ pub fn spec(zone: &str) -> ZoneSpec {
         limits: ResourceLimits::default(),
         volumes: Vec::new(),
         reclaim: worker_runtime::Reclaim::Retain,
+        rollout: Default::default(),
         source: PathBuf::from(format!("{zone}.toml")),
     }
 }

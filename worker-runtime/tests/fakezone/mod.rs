@@ -20,7 +20,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use worker_runtime::CommandRunner;
-use worker_runtime::provision::illumos::{CommandOutcome, ENTRYPOINT_MANIFEST_PATH};
+use worker_runtime::provision::illumos::{
+    CommandOutcome, ENTRYPOINT_FMRI, ENTRYPOINT_MANIFEST_PATH,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum State {
@@ -60,6 +62,8 @@ struct Zone {
     id: Option<u32>,
     /// (stop signal without SIG, the stop method's timeout_seconds) read at boot.
     stop: Option<(String, u32)>,
+    /// Whether boot found an entrypoint service manifest (manifest-import enables it).
+    entrypoint: bool,
 }
 
 /// What happened when a zone was stopped.
@@ -87,6 +91,8 @@ struct Host {
     stops: Vec<StopEvent>,
     /// zoneadm subcommands made to fail (`install`, `boot`, ...), as a broken brand would.
     failing: BTreeSet<String>,
+    /// Zones whose entrypoint service fails its start method (SMF: `maintenance`).
+    broken_services: BTreeSet<String>,
 }
 
 /// The fake host; clones share one host (one global zone namespace, as on a real system).
@@ -151,9 +157,17 @@ impl FakeZones {
         self.host().failing.insert(sub.to_owned());
     }
 
-    /// Ends every [`FakeZones::fail_on`].
+    /// The zone's entrypoint service goes to `maintenance` (its start method fails) until
+    /// [`FakeZones::heal`].
+    pub fn break_service(&self, zone: &str) {
+        self.host().broken_services.insert(zone.to_owned());
+    }
+
+    /// Ends every [`FakeZones::fail_on`] and [`FakeZones::break_service`].
     pub fn heal(&self) {
-        self.host().failing.clear();
+        let mut h = self.host();
+        h.failing.clear();
+        h.broken_services.clear();
     }
 
     /// Every stop, in order.
@@ -210,9 +224,9 @@ impl FakeZones {
                     let manifest = Path::new(&z.zonepath)
                         .join("root")
                         .join(ENTRYPOINT_MANIFEST_PATH);
-                    z.stop = std::fs::read_to_string(manifest)
-                        .ok()
-                        .and_then(|m| stop_method(&m));
+                    let text = std::fs::read_to_string(manifest).ok();
+                    z.entrypoint = text.is_some();
+                    z.stop = text.and_then(|m| stop_method(&m));
                     h.next_id += 1;
                     z.id = Some(h.next_id);
                     z.state = State::Running;
@@ -311,6 +325,7 @@ impl FakeZones {
                             brand: "ipkg".into(),
                             id: None,
                             stop: None,
+                            entrypoint: false,
                         });
                     } else if let Some(v) = line.strip_prefix("set zonepath=") {
                         let Some(z) = new.as_mut() else {
@@ -390,6 +405,23 @@ impl CommandRunner for FakeZones {
             ["zoneadm", "-z", zone, rest @ ..] => {
                 let zone = zone.to_string();
                 self.zoneadm(&mut h, &zone, rest, timeout)
+            }
+            ["svcs", "-z", zone, "-H", "-o", "state", fmri] => {
+                // svcs(1) from the global zone: the service's state in a running zone.
+                match h.zones.get(*zone) {
+                    Some(z) if z.state == State::Running => {
+                        if !z.entrypoint || *fmri != ENTRYPOINT_FMRI {
+                            fail(format!(
+                                "svcs: Pattern '{fmri}' doesn't match any instances"
+                            ))
+                        } else if h.broken_services.contains(*zone) {
+                            ok("maintenance\n".into())
+                        } else {
+                            ok("online\n".into())
+                        }
+                    }
+                    _ => fail(format!("svcs: zone '{zone}' is not running")),
+                }
             }
             ["zonecfg", "-z", zone, rest @ ..] => {
                 let zone = zone.to_string();
