@@ -14,7 +14,10 @@
 //! ```
 //!
 //! A zonepath appears by one rename of a complete staging directory; a replaced one is first
-//! renamed into `.trash`, so at every moment `<base>/<zone>` is either the old or the new zone.
+//! renamed into `.trash` as `<zone>.<pid>.<n>.replaced`, the new one renamed into place, and
+//! only then the old one renamed to an ordinary trash name and removed. A start that finds a
+//! `.replaced` zonepath and no zonepath of its zone (a crash between the two renames) puts the
+//! old one back, so across any crash `<base>/<zone>` is the old or the new zone, never neither.
 //! What is in `.trash` is removed entry by entry, its mark last (the step hook is asked before
 //! each entry, so injected crashes land inside the removal too).
 //!
@@ -38,6 +41,9 @@ use crate::zfs::ZoneDatasets;
 use crate::zone::ZoneSpec;
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// The suffix of a replaced zonepath in `.trash` until the new one is placed.
+const REPLACED: &str = ".replaced";
 
 /// Places zone roots and descriptions under a base directory.
 #[derive(Clone)]
@@ -121,6 +127,9 @@ impl DirProvisioner {
             let entries = std::fs::read_dir(&dir).map_err(p.io("", "listing", &dir))?;
             for e in entries.flatten() {
                 let path = e.path();
+                if p.put_back(&path) {
+                    continue;
+                }
                 // A dataset of the store's goes whatever its files say (its ZFS marks are the
                 // store's; a clone cut short may not have its file mark yet).
                 match p.datasets.as_ref().map(|d| d.destroy(&path)) {
@@ -282,12 +291,52 @@ impl DirProvisioner {
         ))
     }
 
+    /// Where a replaced zonepath waits until the new one is placed.
+    fn replaced_path(&self, zone: &str) -> PathBuf {
+        let mut p = self.trash_path(zone).into_os_string();
+        p.push(REPLACED);
+        PathBuf::from(p)
+    }
+
+    /// At a start: when `path` is a replaced zonepath of ours (`.trash/<zone>.<pid>.<n>.replaced`)
+    /// and its zone has no zonepath (a crash came between moving it aside and placing the new
+    /// one), moves it back and returns `true`: the old zone is back, and the next pass replaces
+    /// it again. Anything else is left to the clean-up.
+    fn put_back(&self, path: &Path) -> bool {
+        let Some(zone) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(REPLACED))
+            .and_then(|n| n.rsplitn(3, '.').nth(2))
+            .filter(|z| !z.is_empty() && !z.starts_with('.'))
+        else {
+            return false;
+        };
+        let zonepath = self.base.join(zone);
+        if path.parent() != Some(&self.base.join(".trash"))
+            || std::fs::symlink_metadata(&zonepath).is_ok()
+            || owner::check(path, &self.zone_mark()).is_err()
+        {
+            return false;
+        }
+        match self.rename(path, &zonepath) {
+            Ok(()) => {
+                tracing::warn!(zone, path = %path.display(), "a replacement was cut short before the new zonepath was placed; the old one is back");
+                true
+            }
+            Err(e) => {
+                tracing::warn!(zone, path = %path.display(), error = %e, "putting a replaced zonepath back failed");
+                false
+            }
+        }
+    }
+
     fn place(&self, zone: &str, staging: &Path, zonepath: &Path) -> Result<(), ProvisionError> {
         if std::fs::symlink_metadata(zonepath).is_ok() {
             self.own(zone, zonepath)?;
-            let trash = self.trash_path(zone);
+            let aside = self.replaced_path(zone);
             self.step(zone, "move the old zonepath aside")?;
-            self.rename(zonepath, &trash).map_err(self.io(
+            self.rename(zonepath, &aside).map_err(self.io(
                 zone,
                 "moving the old zone aside",
                 zonepath,
@@ -295,8 +344,16 @@ impl DirProvisioner {
             self.step(zone, "place the new zonepath")?;
             if let Err(e) = self.rename(staging, zonepath) {
                 // Put the old zone back: the zone keeps running its old image.
-                let _ = self.rename(&trash, zonepath);
+                let _ = self.rename(&aside, zonepath);
                 return Err(self.io(zone, "placing the new zone", zonepath)(e));
+            }
+            // From here the old zonepath is ordinary trash: a start no longer puts it back
+            // (a removal cut short must never be put back half-removed).
+            let trash = self.trash_path(zone);
+            self.step(zone, "retire the replaced zonepath")?;
+            if let Err(e) = self.rename(&aside, &trash) {
+                tracing::warn!(zone, error = %e, "retiring the replaced zone failed; the next start removes it");
+                return Ok(());
             }
             self.step(zone, "remove the replaced zonepath")?;
             match self.remove_tree(zone, &trash) {
