@@ -3,12 +3,13 @@
 //! over the fake zone tools (`fakezone/`), each with zonepaths, staging roots and the trash
 //! made of datasets (`ZoneDatasets`), a zone root being a clone of the image's top snapshot.
 //!
-//! Then five deliberately broken backends on the same store, each right in everything but one
+//! Then six deliberately broken backends on the same store, each right in everything but one
 //! thing, which the suite must fail: one that destroys a dataset it did not create, one that
 //! reports success when the zone tools failed, one that leaves its staging clone after a
 //! failed create, one that deletes a zonepath in place instead of through its trash
 //! (caught by a crash injected inside the deletion), and one that destroys the old zonepath
-//! before placing the new one (caught by a crash injected between the two).
+//! before placing the new one (caught by a crash injected between the two), and one whose
+//! start destroys datasets it did not create in `.staging` and `.trash`.
 
 mod conformance;
 mod fakezone;
@@ -439,6 +440,30 @@ impl Provisioner for DestroyFirst {
 
 struct DestroyFirstBackend(ZfsBackend);
 
+/// Broken (f): its start destroys every dataset mounted in `.staging` or `.trash`, marks or
+/// not. Otherwise the `dir` provisioner on the ZFS store.
+struct SweeperBackend(ZfsBackend);
+
+impl SweeperBackend {
+    fn sweep(&self, worker: &str) {
+        let roots = format!("{}/{worker}/roots", self.0.top);
+        let base = self.0.base(worker);
+        let zfs = Zfs::default();
+        if !zfs.exists(&roots).unwrap() {
+            return;
+        }
+        for ds in zfspool::list(&roots).into_iter().skip(1) {
+            let at = zfspool::get("mountpoint", &ds);
+            if [".staging", ".trash"]
+                .iter()
+                .any(|sub| Path::new(&at).parent() == Some(&base.join(sub)))
+            {
+                zfs.destroy(&ds, true).unwrap();
+            }
+        }
+    }
+}
+
 /// The backend parts the broken ones share with [`ZfsBackend`].
 macro_rules! zfs_backend {
     ($b:ident, $p:ty, |$s:ident, $w:ident, $h:ident| $open:expr) => {
@@ -510,6 +535,22 @@ zfs_backend!(DestroyFirstBackend, DestroyFirst, |s, w, h| DestroyFirst {
     p: s.0.open_dir(w, h.clone()),
     hook: h,
 });
+
+zfs_backend!(SweeperBackend, DirProvisioner, |s, w, h| {
+    s.sweep(w);
+    s.0.open_dir(w, h)
+});
+
+#[test]
+fn the_suite_fails_a_backend_whose_start_destroys_datasets_it_did_not_create() {
+    conformance::create_describe_list_remove(&SweeperBackend(ZfsBackend::new()));
+    let msg = suite_fails("destroys unmarked datasets in .staging and .trash", || {
+        conformance::a_start_leaves_what_it_did_not_create_in_staging_and_trash(&SweeperBackend(
+            ZfsBackend::new(),
+        ))
+    });
+    assert!(msg.contains("was not the worker's and a start"), "{msg}");
+}
 
 #[test]
 fn the_suite_fails_a_backend_that_destroys_the_old_zonepath_before_placing_the_new_one() {

@@ -5,7 +5,7 @@
 //! `<state_dir>/zfs-layers`) every layer applied and snapshotted gets a record
 //! `<alg>-<hex>.json` in the worker's own state: its ChainID, DiffID and the `@layer`
 //! snapshot's `guid` and `createtxg`, which ZFS sets and nobody can. A layer is reused only
-//! when its snapshot is the recorded one ([`Trust::Yes`]); one that differs is refused
+//! when its snapshot is the recorded one; one that differs is refused
 //! ([`ZfsStoreError::Untrusted`]) and left for the operator.
 //!
 //! **Adoption.** A complete, marked layer without a record was made by a worker from before
@@ -42,22 +42,6 @@ struct LayerRecord {
     snapshot: String,
     guid: String,
     createtxg: String,
-}
-
-/// How a complete, marked layer stands against its record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Trust {
-    /// Its snapshot is the recorded one (or the store keeps no records).
-    Yes,
-    /// No record (an older worker's layer, or one snapshotted just before a crash): adopted
-    /// after its content was compared with the layer applied again.
-    NoRecord,
-}
-
-/// A layer's blob, ready to be applied.
-pub(super) struct Blob<'a> {
-    pub(super) reader: Box<dyn std::io::BufRead + Send + 'a>,
-    pub(super) compression: validator::Compression,
 }
 
 impl ZfsLayerStore {
@@ -118,21 +102,23 @@ impl ZfsLayerStore {
     }
 
     /// Whether `snapshot` (of layer `chain`, complete and marked, with `identity`) is the one
-    /// this worker verified for `diff_id`; an error when another snapshot stands in its place.
-    pub(super) fn trust(
+    /// this worker verified for `diff_id`: `true` when the record says so (or the store keeps
+    /// no records), `false` when there is no record (adopt it first), an error when another
+    /// snapshot stands in its place.
+    pub(super) fn trusted(
         &self,
         ds: &DatasetName,
         chain: &Digest,
         diff_id: &Digest,
         snapshot: &str,
         identity: (String, String),
-    ) -> Result<Trust, ZfsStoreError> {
+    ) -> Result<bool, ZfsStoreError> {
         let Some(path) = self.record_path(chain) else {
-            return Ok(Trust::Yes);
+            return Ok(true);
         };
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Trust::NoRecord),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
             Err(source) => {
                 return Err(ZfsStoreError::Record {
                     path,
@@ -144,7 +130,7 @@ impl ZfsLayerStore {
         // A record cut short by a crash (write_atomic makes that unlikely) counts as none:
         // the layer is compared again before it is used.
         let Ok(r) = serde_json::from_slice::<LayerRecord>(&bytes) else {
-            return Ok(Trust::NoRecord);
+            return Ok(false);
         };
         let untrusted = |reason: String| ZfsStoreError::Untrusted {
             dataset: ds.clone(),
@@ -165,7 +151,7 @@ impl ZfsLayerStore {
                 r.guid, r.createtxg
             )));
         }
-        Ok(Trust::Yes)
+        Ok(true)
     }
 
     /// Removes the record of a layer just destroyed.
@@ -178,17 +164,17 @@ impl ZfsLayerStore {
         }
     }
 
-    /// Adopts layer `ds` (complete, marked, unrecorded): applies `blob` again (DiffID checked)
-    /// into a scratch clone of `below`'s snapshot, compares it with a clone of `ds@layer`,
-    /// and records `ds@layer` when they are the same tree (see the module docs). The scratch
-    /// clones are destroyed whatever the outcome.
+    /// Adopts layer `ds` (complete, marked, unrecorded): applies `blob` (the layer's bytes
+    /// and their compression) again, DiffID checked, into a scratch clone of `below`'s
+    /// snapshot, compares it with a clone of `ds@layer`, and records `ds@layer` when they are
+    /// the same tree (see the module docs). The scratch clones are destroyed whatever the
+    /// outcome.
     pub(super) fn adopt(
         &self,
         ds: &DatasetName,
         below: Option<&DatasetName>,
-        chain: &Digest,
-        diff_id: &Digest,
-        blob: Blob<'_>,
+        (chain, diff_id): (&Digest, &Digest),
+        blob: (impl std::io::BufRead + Send, validator::Compression),
         opts: &UnpackOptions,
     ) -> Result<(), Applied> {
         let snap = ds.snapshot(LAYER_SNAPSHOT);
@@ -225,14 +211,7 @@ impl ZfsLayerStore {
                 ),
             }
             .map_err(|e| Applied::Store(e.into()))?;
-            self.apply(
-                &scratch,
-                below.is_none(),
-                blob.reader,
-                blob.compression,
-                diff_id,
-                opts,
-            )?;
+            self.apply(&scratch, below.is_none(), blob.0, blob.1, diff_id, opts)?;
             run("clone", vec![snap.clone(), view.to_string()])
                 .map_err(|e| Applied::Store(e.into()))?;
             let (a, b) = (

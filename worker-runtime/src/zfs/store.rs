@@ -52,7 +52,6 @@ use validator::{Digest, chain_ids};
 
 use super::command::{DatasetName, Property, Zfs, ZfsError};
 use super::error::ZfsStoreError;
-use super::records::{Blob, Trust};
 use crate::store::ContentStore;
 use crate::unpack::{LayerStats, RootDir, UnpackOptions, apply_layer};
 use crate::verify::{PulledImage, RootError};
@@ -539,19 +538,14 @@ impl ZfsLayerStore {
                 if state == Some(COMPLETE)
                     && let Some(identity) = self.identity(&snap)?
                 {
-                    let outcome = match self.trust(&ds, chain, diff_id, &snap, identity)? {
-                        Trust::Yes => LayerOutcome::Reused,
-                        Trust::NoRecord => {
-                            tracing::info!(dataset = %ds, "a layer without a record of its verification is compared with the layer applied again");
-                            let reader = Box::new(blob()?);
-                            let blob = Blob {
-                                reader,
-                                compression,
-                            };
-                            self.adopt(&ds, below.as_ref(), chain, diff_id, blob, opts)
-                                .map_err(applied_err)?;
-                            LayerOutcome::Adopted
-                        }
+                    let outcome = if self.trusted(&ds, chain, diff_id, &snap, identity)? {
+                        LayerOutcome::Reused
+                    } else {
+                        tracing::info!(dataset = %ds, "a layer without a record of its verification is compared with the layer applied again");
+                        let blob = (blob()?, compression);
+                        self.adopt(&ds, below.as_ref(), (chain, diff_id), blob, opts)
+                            .map_err(applied_err)?;
+                        LayerOutcome::Adopted
                     };
                     outcomes.push(outcome);
                     below = Some(ds);
