@@ -1,6 +1,8 @@
 //! Provisioners: the conformance suite (`conformance/`) for `dir`, for `illumos` over the fake
-//! zone tools (`fakezone/`) and, to show that the suite catches it, for a broken backend that
-//! removes zones it does not own; the zonecfg, SMF and command text against expected files in
+//! zone tools (`fakezone/`) and, to show that the suite catches them, for broken backends: one
+//! that removes zones it does not own, one whose start-up clean-up removes what it did not
+//! create from `.staging` and `.trash`, one whose remove reports success when the zone tools
+//! failed, and one that removes the old zone before placing the new one; the zonecfg, SMF and command text against expected files in
 //! `tests/data/golden/`; the StopSignal → SMF stop method mapping; and the illumos
 //! provisioner's command sequence (create; replace = shutdown, halt after the grace period,
 //! uninstall, delete, create) at its command-runner seam.
@@ -286,6 +288,171 @@ fn the_suite_fails_a_backend_that_removes_zones_it_does_not_own() {
     assert!(msg.contains("another worker's"), "{msg}");
 }
 
+/// The panic message of `case`, which must panic.
+fn suite_fails(what: &str, case: impl FnOnce()) -> String {
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(case));
+    let payload = r.expect_err(&format!("the suite passed a backend that {what}"));
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_default()
+}
+
+/// Broken: its start empties `.staging` and `.trash`, marks or not. Otherwise the `dir`
+/// provisioner.
+struct SweeperBackend(DirBackend);
+
+impl Backend for SweeperBackend {
+    type P = DirProvisioner;
+    fn open(&self, worker: &str, hook: Option<StepHook>) -> DirProvisioner {
+        for sub in [".staging", ".trash"] {
+            for e in std::fs::read_dir(base(&self.0.t, worker).join(sub))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                std::fs::remove_dir_all(e.path()).unwrap();
+            }
+        }
+        self.0.open(worker, hook)
+    }
+    fn store(&self) -> &ContentStore {
+        self.0.store()
+    }
+    fn running(&self, zone: &str) -> bool {
+        self.0.running(zone)
+    }
+    fn stops(&self) -> Option<Vec<StopEvent>> {
+        None
+    }
+    fn ignore_stop(&self, _zone: &str) {}
+}
+
+#[test]
+fn the_suite_fails_a_backend_whose_start_removes_what_it_did_not_create() {
+    conformance::create_describe_list_remove(&SweeperBackend(DirBackend::new()));
+    conformance::reruns_are_idempotent(&SweeperBackend(DirBackend::new()));
+    let msg = suite_fails("empties .staging and .trash at its start", || {
+        conformance::a_start_leaves_what_it_did_not_create_in_staging_and_trash(&SweeperBackend(
+            DirBackend::new(),
+        ))
+    });
+    assert!(msg.contains("was not the worker's and a start"), "{msg}");
+}
+
+/// Broken: `remove` reports success when the zone tools failed. Otherwise the `illumos`
+/// provisioner.
+struct QuietRemove(IllumosProvisioner<FakeZones>);
+
+/// Broken: replacing a zone removes the old one (halt, uninstall, delete, its zonepath gone)
+/// before the new one is placed. Otherwise the `illumos` provisioner.
+struct RemoveFirst(IllumosProvisioner<FakeZones>);
+
+macro_rules! illumos_but {
+    ($p:ident, |$s:ident, $spec:ident, $root:ident| $provision:expr, |$r:ident, $zone:ident| $remove:expr) => {
+        impl Provisioner for $p {
+            fn staging_dir(&self) -> PathBuf {
+                self.0.staging_dir()
+            }
+            fn current(&self, zone: &str) -> Result<Option<ZoneDescription>, ProvisionError> {
+                self.0.current(zone)
+            }
+            fn provision(
+                &self,
+                $spec: &ZoneSpec,
+                $root: VerifiedRoot,
+            ) -> Result<ZoneDescription, ProvisionError> {
+                let $s = self;
+                $provision
+            }
+            fn remove(&self, $zone: &str) -> Result<(), ProvisionError> {
+                let $r = self;
+                $remove
+            }
+            fn zones(&self) -> Result<Vec<String>, ProvisionError> {
+                self.0.zones()
+            }
+            fn capabilities(&self) -> Capabilities {
+                self.0.capabilities()
+            }
+        }
+        impl Backend for Broken<$p> {
+            type P = $p;
+            fn open(&self, worker: &str, hook: Option<StepHook>) -> $p {
+                $p(self.0.open(worker, hook))
+            }
+            fn store(&self) -> &ContentStore {
+                self.0.store()
+            }
+            fn running(&self, zone: &str) -> bool {
+                self.0.running(zone)
+            }
+            fn stops(&self) -> Option<Vec<StopEvent>> {
+                self.0.stops()
+            }
+            fn ignore_stop(&self, zone: &str) {
+                self.0.ignore_stop(zone);
+            }
+            fn fail_tools(&self, sub: &str) -> bool {
+                self.0.fail_tools(sub)
+            }
+            fn heal_tools(&self) {
+                self.0.heal_tools()
+            }
+        }
+    };
+}
+
+/// A broken variant `P` of the illumos backend.
+struct Broken<P>(IllumosBackend, std::marker::PhantomData<P>);
+
+fn broken<P>() -> Broken<P> {
+    Broken(IllumosBackend::new(), std::marker::PhantomData)
+}
+
+illumos_but!(
+    QuietRemove,
+    |s, spec, root| s.0.provision(spec, root),
+    |s, zone| {
+        match s.0.remove(zone) {
+            Err(ProvisionError::Command { .. }) => Ok(()),
+            r => r,
+        }
+    }
+);
+illumos_but!(
+    RemoveFirst,
+    |s, spec, root| {
+        s.0.remove(&spec.name)?;
+        s.0.provision(spec, root)
+    },
+    |s, zone| s.0.remove(zone)
+);
+
+#[test]
+fn the_suite_fails_a_backend_whose_remove_hides_failed_zone_tools() {
+    conformance::create_describe_list_remove(&broken::<QuietRemove>());
+    conformance::failed_zone_tools_fail_the_create(&broken::<QuietRemove>());
+    let msg = suite_fails("reports success when the zone tools failed", || {
+        conformance::failed_zone_tools_fail_the_remove(&broken::<QuietRemove>())
+    });
+    assert!(
+        msg.contains("zone tools failed at [\"shutdown\", \"halt\"] and the remove gave Ok"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn the_suite_fails_a_backend_that_removes_the_old_zone_before_placing_the_new_one() {
+    conformance::create_describe_list_remove(&broken::<RemoveFirst>());
+    conformance::replace_stops_with_signal_then_halts(&broken::<RemoveFirst>());
+    let msg = suite_fails("removes the old zone before placing the new one", || {
+        conformance::crash_during_replace_converges(&broken::<RemoveFirst>())
+    });
+    assert!(msg.contains("neither image's root"), "{msg}");
+}
+
 #[test]
 fn illumos_provisioner_runs_create_and_replace_in_order() {
     let b = IllumosBackend::new();
@@ -307,10 +474,11 @@ fn illumos_provisioner_runs_create_and_replace_in_order() {
         (format!("zonecfg -z web -f {zonecfg}"), None),
         ("zoneadm -z web install -d -".into(), None),
         ("zoneadm -z web boot".into(), None),
-        // Replace: graceful shutdown within the stop timeout, then halt, uninstall, delete.
+        // Replace: graceful shutdown within the stop timeout, then halt, detach (the old
+        // root stays until the new one is placed), delete.
         ("zoneadm -z web shutdown".into(), grace),
         ("zoneadm -z web halt".into(), None),
-        ("zoneadm -z web uninstall -F".into(), None),
+        ("zoneadm -z web detach".into(), None),
         ("zonecfg -z web delete -F".into(), None),
         (format!("zonecfg -z web -f {zonecfg}"), None),
         ("zoneadm -z web install -d -".into(), None),

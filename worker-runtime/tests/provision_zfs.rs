@@ -3,11 +3,13 @@
 //! over the fake zone tools (`fakezone/`), each with zonepaths, staging roots and the trash
 //! made of datasets (`ZoneDatasets`), a zone root being a clone of the image's top snapshot.
 //!
-//! Then four deliberately broken backends on the same store, each right in everything but one
+//! Then six deliberately broken backends on the same store, each right in everything but one
 //! thing, which the suite must fail: one that destroys a dataset it did not create, one that
 //! reports success when the zone tools failed, one that leaves its staging clone after a
-//! failed create, and one that deletes a zonepath in place instead of through its trash
-//! (caught by a crash injected inside the deletion).
+//! failed create, one that deletes a zonepath in place instead of through its trash
+//! (caught by a crash injected inside the deletion), and one that destroys the old zonepath
+//! before placing the new one (caught by a crash injected between the two), and one whose
+//! start destroys datasets it did not create in `.staging` and `.trash`.
 
 mod conformance;
 mod fakezone;
@@ -89,6 +91,18 @@ impl ZfsBackend {
             .unwrap()
     }
 
+    /// An unmarked dataset among worker `worker`'s zone datasets, mounted in its base's `sub`
+    /// (`.staging` or `.trash`), holding `data`.
+    fn plant_leftover_dataset(&self, worker: &str, sub: &str) -> PathBuf {
+        drop(self.open_dir(worker, None));
+        let at = self.base(worker).join(sub).join("not-rdctls");
+        let name = format!("{}/{worker}/roots/not-rdctls{sub}", self.top);
+        let mp = format!("mountpoint={}", at.display());
+        zfspool::run("zfs", &["create", "-o", &mp, &name]);
+        std::fs::write(at.join("data"), conformance::PLANTED).unwrap();
+        at
+    }
+
     /// An unmarked dataset where worker `worker`'s zone `zone` goes, holding `data`.
     fn plant_dataset(&self, worker: &str, zone: &str) -> PathBuf {
         drop(self.datasets(worker));
@@ -140,6 +154,9 @@ impl Backend for ZfsBackend {
     fn plant(&self, worker: &str, zone: &str) -> PathBuf {
         self.plant_dataset(worker, zone)
     }
+    fn plant_leftover(&self, worker: &str, sub: &str) -> PathBuf {
+        self.plant_leftover_dataset(worker, sub)
+    }
 }
 
 /// The `illumos` provisioner over the fake zone tools, its zonepaths on the ZFS store.
@@ -179,6 +196,9 @@ impl Backend for IllumosZfsBackend {
     }
     fn plant(&self, worker: &str, zone: &str) -> PathBuf {
         self.zfs.plant_dataset(worker, zone)
+    }
+    fn plant_leftover(&self, worker: &str, sub: &str) -> PathBuf {
+        self.zfs.plant_leftover_dataset(worker, sub)
     }
     fn fail_tools(&self, sub: &str) -> bool {
         self.fake.fail_on(sub);
@@ -385,6 +405,65 @@ impl Provisioner for InPlace {
 
 struct InPlaceBackend(ZfsBackend);
 
+/// Broken (e): replacing a zone destroys the old zonepath's dataset where it stands (asking
+/// the step hook first) before the new one is placed.
+struct DestroyFirst {
+    p: DirProvisioner,
+    hook: Option<StepHook>,
+}
+
+impl Provisioner for DestroyFirst {
+    delegate!(p);
+    fn provision(
+        &self,
+        spec: &ZoneSpec,
+        root: VerifiedRoot,
+    ) -> Result<ZoneDescription, ProvisionError> {
+        let zone = spec.name.as_str();
+        if self.p.current(zone)?.is_some() {
+            let step = "destroy the old zonepath".to_owned();
+            if self.hook.as_ref().is_some_and(|h| h(zone, &step)) {
+                return Err(ProvisionError::Interrupted {
+                    zone: zone.to_owned(),
+                    step,
+                });
+            }
+            let zp = conformance::zonepath(&self.p, zone);
+            assert!(self.p.datasets().unwrap().destroy(&zp).unwrap());
+        }
+        self.p.provision(spec, root)
+    }
+    fn remove(&self, zone: &str) -> Result<(), ProvisionError> {
+        self.p.remove(zone)
+    }
+}
+
+struct DestroyFirstBackend(ZfsBackend);
+
+/// Broken (f): its start destroys every dataset mounted in `.staging` or `.trash`, marks or
+/// not. Otherwise the `dir` provisioner on the ZFS store.
+struct SweeperBackend(ZfsBackend);
+
+impl SweeperBackend {
+    fn sweep(&self, worker: &str) {
+        let roots = format!("{}/{worker}/roots", self.0.top);
+        let base = self.0.base(worker);
+        let zfs = Zfs::default();
+        if !zfs.exists(&roots).unwrap() {
+            return;
+        }
+        for ds in zfspool::list(&roots).into_iter().skip(1) {
+            let at = zfspool::get("mountpoint", &ds);
+            if [".staging", ".trash"]
+                .iter()
+                .any(|sub| Path::new(&at).parent() == Some(&base.join(sub)))
+            {
+                zfs.destroy(&ds, true).unwrap();
+            }
+        }
+    }
+}
+
 /// The backend parts the broken ones share with [`ZfsBackend`].
 macro_rules! zfs_backend {
     ($b:ident, $p:ty, |$s:ident, $w:ident, $h:ident| $open:expr) => {
@@ -411,6 +490,9 @@ macro_rules! zfs_backend {
             }
             fn plant(&self, worker: &str, zone: &str) -> PathBuf {
                 self.0.plant(worker, zone)
+            }
+            fn plant_leftover(&self, worker: &str, sub: &str) -> PathBuf {
+                self.0.plant_leftover(worker, sub)
             }
             fn fail_tools(&self, sub: &str) -> bool {
                 self.0.fail_tools(sub)
@@ -449,6 +531,36 @@ zfs_backend!(InPlaceBackend, InPlace, |s, w, h| InPlace {
     p: s.0.open_dir(w, h.clone()),
     hook: h,
 });
+zfs_backend!(DestroyFirstBackend, DestroyFirst, |s, w, h| DestroyFirst {
+    p: s.0.open_dir(w, h.clone()),
+    hook: h,
+});
+
+zfs_backend!(SweeperBackend, DirProvisioner, |s, w, h| {
+    s.sweep(w);
+    s.0.open_dir(w, h)
+});
+
+#[test]
+fn the_suite_fails_a_backend_whose_start_destroys_datasets_it_did_not_create() {
+    conformance::create_describe_list_remove(&SweeperBackend(ZfsBackend::new()));
+    let msg = suite_fails("destroys unmarked datasets in .staging and .trash", || {
+        conformance::a_start_leaves_what_it_did_not_create_in_staging_and_trash(&SweeperBackend(
+            ZfsBackend::new(),
+        ))
+    });
+    assert!(msg.contains("was not the worker's and a start"), "{msg}");
+}
+
+#[test]
+fn the_suite_fails_a_backend_that_destroys_the_old_zonepath_before_placing_the_new_one() {
+    conformance::create_describe_list_remove(&DestroyFirstBackend(ZfsBackend::new()));
+    let msg = suite_fails(
+        "destroys the old zonepath before placing the new one",
+        || conformance::crash_during_replace_converges(&DestroyFirstBackend(ZfsBackend::new())),
+    );
+    assert!(msg.contains("neither image's root"), "{msg}");
+}
 
 #[test]
 fn the_suite_fails_a_backend_that_destroys_datasets_it_did_not_create() {

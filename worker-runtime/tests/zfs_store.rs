@@ -643,6 +643,171 @@ fn an_operators_snapshots_are_never_destroyed() {
     assert!(!list(&format!("{}/roots", s.parent)).contains(&api.to_string()));
 }
 
+/// Puts a hand-made dataset in `top`'s place: a clone of `below` with the store's marks
+/// copied onto it, its own `@layer`, and what the layer has but `opt/one` = `forged`.
+fn forge(top: &str, chain: &Digest, below: &str) {
+    Zfs::default().destroy(top, true).unwrap();
+    let chain = format!("{PROP_CHAIN_ID}={chain}");
+    let mut args = vec!["clone"];
+    for m in [
+        "org.reddwarf:owner=rdctl-worker",
+        "org.reddwarf:worker=node",
+        "org.reddwarf:kind=layer",
+        &chain,
+        "org.reddwarf:state=complete",
+    ] {
+        args.extend(["-o", m]);
+    }
+    args.extend([below, top]);
+    run("zfs", &args);
+    let root = std::path::PathBuf::from(get("mountpoint", top)).join("root");
+    std::fs::remove_file(root.join("etc/release")).unwrap();
+    std::fs::create_dir_all(root.join("opt")).unwrap();
+    std::fs::write(root.join("opt/one"), b"forged").unwrap();
+    run("zfs", &["snapshot", &format!("{top}@layer")]);
+}
+
+/// No scratch clone of an adoption is left under `layers`.
+fn assert_no_scratch(s: &Setup) {
+    let left: Vec<String> = layer_datasets(s)
+        .into_iter()
+        .filter(|d| d.ends_with("-check") || d.ends_with("-adopt"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// The marks are user properties anyone who may `zfs set` can copy. With records (what the
+/// worker keeps in its state), a layer is reused only when its `@layer` is the snapshot this
+/// worker verified (its `guid` and `createtxg` in the record): a hand-made dataset with copied
+/// marks in its place is refused naming its snapshot, and left as it is; with its record gone
+/// too (as if an older worker had made it) its content is compared with the layer applied
+/// again, differs, and it is refused all the same.
+#[test]
+fn a_hand_made_layer_with_copied_marks_is_refused() {
+    let s = setup("forged");
+    let records = s._t.path().join("records");
+    let zs = open(&s, "node").with_records(&records).unwrap();
+    let img = pulled(&s.store, vec![base(), app("one")], None);
+    let opts = UnpackOptions::default();
+    let chains = chain_ids(&[base().diff_id(), app("one").diff_id()]);
+    let p = zs.prepare(&s.store, &img, &opts).unwrap();
+    let top = p.top_dataset().to_string();
+    let record = records.join(format!("sha256-{}.json", chains[1].encoded()));
+    let text = std::fs::read_to_string(&record).unwrap();
+    assert!(
+        text.contains(&get("guid", &format!("{top}@layer")))
+            && text.contains(&get("createtxg", &format!("{top}@layer")))
+            && text.contains(&app("one").diff_id().to_string()),
+        "{text}"
+    );
+    let again = zs.prepare(&s.store, &img, &opts).unwrap();
+    assert_eq!(
+        again.layers(),
+        &[LayerOutcome::Reused, LayerOutcome::Reused]
+    );
+
+    let base_snap = format!("{}/layers/sha256-{}@layer", s.parent, chains[0].encoded());
+    forge(&top, &chains[1], &base_snap);
+    // The marks alone (a store without records, as before records were kept) take it.
+    let marks_only = open(&s, "node").prepare(&s.store, &img, &opts).unwrap();
+    assert_eq!(marks_only.layers()[1], LayerOutcome::Reused);
+    let e = zs.prepare(&s.store, &img, &opts).unwrap_err();
+    assert!(matches!(e, ZfsStoreError::Untrusted { .. }), "{e:?}");
+    assert!(e.to_string().contains(&format!("{top}@layer")), "{e}");
+    assert!(e.to_string().contains("recorded guid"), "{e}");
+    assert_eq!(list(&top), vec![top.clone(), format!("{top}@layer")]);
+
+    // Its record gone as well: compared with the layer applied again, and refused.
+    std::fs::remove_file(&record).unwrap();
+    let e = zs.prepare(&s.store, &img, &opts).unwrap_err();
+    assert!(matches!(e, ZfsStoreError::Untrusted { .. }), "{e:?}");
+    let m = e.to_string();
+    assert!(
+        m.contains("differs from the layer applied again: /opt"),
+        "{m}"
+    );
+    assert_eq!(list(&top), vec![top.clone(), format!("{top}@layer")]);
+    assert!(!record.exists(), "a refused layer got a record");
+    assert_no_scratch(&s);
+
+    // With the forgery gone, the layer is applied again and a zone has the verified content.
+    Zfs::default().destroy(&top, true).unwrap();
+    let p = zs.prepare(&s.store, &img, &opts).unwrap();
+    assert_eq!(p.layers()[0], LayerOutcome::Reused);
+    assert!(matches!(p.layers()[1], LayerOutcome::Applied { .. }));
+    let z = zs.clone_zone("api", &p, None).unwrap();
+    assert_eq!(std::fs::read(z.root().join("opt/one")).unwrap(), b"one");
+}
+
+/// A layer's `@layer` destroyed and taken again under the same name (same content, but a
+/// new `guid` and `createtxg`) is not the snapshot that was verified: refused.
+#[test]
+fn a_layer_snapshot_made_again_under_its_name_is_refused() {
+    let s = setup("resnap");
+    let records = s._t.path().join("records");
+    let zs = open(&s, "node").with_records(&records).unwrap();
+    let img = pulled(&s.store, vec![base(), app("one")], None);
+    let opts = UnpackOptions::default();
+    let p = zs.prepare(&s.store, &img, &opts).unwrap();
+    let snap = p.top_snapshot();
+    let guid = get("guid", &snap);
+    Zfs::default().destroy(&snap, false).unwrap();
+    run("zfs", &["snapshot", &snap]);
+    assert_ne!(get("guid", &snap), guid);
+    let e = zs.prepare(&s.store, &img, &opts).unwrap_err();
+    assert!(
+        matches!(&e, ZfsStoreError::Untrusted { snapshot, .. } if *snapshot == snap),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string().contains(&format!("recorded guid {guid}")),
+        "{e}"
+    );
+    let top = p.top_dataset().to_string();
+    assert_eq!(list(&top), vec![top.clone(), snap], "left for the operator");
+}
+
+/// Layers made by an older worker (marked, no record) are not destroyed (a zone and the layer
+/// above are clones of them) nor trusted on their marks: each is compared with the layer
+/// applied again, recorded and reused as it is; the zone keeps its root.
+#[test]
+fn an_older_workers_layers_are_compared_recorded_and_reused() {
+    let s = setup("adopt");
+    let img = pulled(&s.store, vec![base(), app("one")], None);
+    let opts = UnpackOptions::default();
+    let chains = chain_ids(&[base().diff_id(), app("one").diff_id()]);
+    // The older worker: marks only.
+    let old = open(&s, "node");
+    let p = old.prepare(&s.store, &img, &opts).unwrap();
+    let web = old.clone_zone("web", &p, None).unwrap();
+    let snaps: Vec<String> = chains
+        .iter()
+        .map(|c| format!("{}/layers/sha256-{}@layer", s.parent, c.encoded()))
+        .collect();
+    let guids: Vec<String> = snaps.iter().map(|s| get("guid", s)).collect();
+    drop(old);
+
+    // The upgraded worker keeps records.
+    let records = s._t.path().join("records");
+    let zs = open(&s, "node").with_records(&records).unwrap();
+    let p = zs.prepare(&s.store, &img, &opts).unwrap();
+    assert_eq!(p.layers(), &[LayerOutcome::Adopted, LayerOutcome::Adopted]);
+    for (c, (snap, guid)) in chains.iter().zip(snaps.iter().zip(&guids)) {
+        assert_eq!(&get("guid", snap), guid, "{snap} was made again");
+        let r =
+            std::fs::read_to_string(records.join(format!("sha256-{}.json", c.encoded()))).unwrap();
+        assert!(r.contains(guid.as_str()), "{r}");
+    }
+    assert_eq!(get("origin", web.dataset.as_str()), snaps[1]);
+    assert_eq!(std::fs::read(web.root().join("opt/one")).unwrap(), b"one");
+    assert_no_scratch(&s);
+    let again = zs.prepare(&s.store, &img, &opts).unwrap();
+    assert_eq!(
+        again.layers(),
+        &[LayerOutcome::Reused, LayerOutcome::Reused]
+    );
+}
+
 /// `e` refuses a dataset for want of the store's owner mark.
 fn assert_unmarked(e: &ZfsStoreError) {
     assert!(

@@ -264,6 +264,11 @@ pub fn service_state_command(zone: &str) -> Vec<String> {
     argv(&["svcs", "-z", zone, "-H", "-o", "state", ENTRYPOINT_FMRI])
 }
 
+/// Detach a zone being replaced: configured again, its zonepath left as it is.
+pub fn detach_command(zone: &str) -> Vec<String> {
+    argv(&["zoneadm", "-z", zone, "detach"])
+}
+
 /// Uninstall and forget the zone's configuration.
 pub fn remove_commands(zone: &str) -> Vec<Vec<String>> {
     vec![
@@ -434,8 +439,11 @@ pub fn parse_zone_list(text: &str) -> Vec<ZoneEntry> {
 /// `<base>/<zone>` (the base carries this worker's mark); any other zone of that name is
 /// refused. Every change starts from the state zoneadm reports, so a run cut short at any step
 /// is finished by the next: a running zone is shut down (halted after its stop timeout),
-/// a ready or half-stopped one halted, an installed or incomplete one uninstalled, a
-/// configured one deleted, then the new zone is placed, configured, installed and booted.
+/// a ready or half-stopped one halted, an installed one detached when it is being replaced
+/// (uninstalled when removed), an incomplete one uninstalled, a configured one deleted, then
+/// the new zone is placed, configured, installed and booted. Detaching keeps the old root in
+/// its zonepath until the new one is placed (`uninstall` deletes it in place), so a crash
+/// anywhere in a replacement leaves the old root or the new one, never neither.
 #[derive(Debug)]
 pub struct IllumosProvisioner<R> {
     dir: DirProvisioner,
@@ -527,8 +535,15 @@ impl<R: CommandRunner> IllumosProvisioner<R> {
     }
 
     /// Takes a zone of ours from whatever state it is in to gone, one zoneadm/zonecfg step at a
-    /// time, reading the state again after each.
-    fn bring_down(&self, zone: &str, grace: Duration) -> Result<(), ProvisionError> {
+    /// time, reading the state again after each. With `keep_root` (a replacement) an installed
+    /// zone is detached, not uninstalled: its root stays in the zonepath for the provisioner
+    /// to move aside only once the new one is in place.
+    fn bring_down(
+        &self,
+        zone: &str,
+        grace: Duration,
+        keep_root: bool,
+    ) -> Result<(), ProvisionError> {
         let (shutdown, halt) = stop_commands(zone);
         let mut shut_down = false;
         // Each state leads to a lower one; the bound only guards against a system that
@@ -552,6 +567,9 @@ impl<R: CommandRunner> IllumosProvisioner<R> {
                 }
                 "running" | "ready" | "shutting_down" | "down" => {
                     self.run_ok(zone, &halt)?;
+                }
+                "installed" if keep_root => {
+                    self.run_ok(zone, &detach_command(zone))?;
                 }
                 "installed" | "incomplete" => {
                     self.run_ok(zone, &remove_commands(zone)[0])?;
@@ -607,7 +625,7 @@ impl<R: CommandRunner> Provisioner for IllumosProvisioner<R> {
         super::describe(spec, root.image(), self.zonepath(zone))?;
         // Refused before anything changes when the name belongs to someone else.
         if self.entry(zone)?.is_some() {
-            self.bring_down(zone, self.grace(zone))?;
+            self.bring_down(zone, self.grace(zone), true)?;
         }
         let d = self.dir.provision(spec, root)?;
         for c in create_commands(&d.zone, &d.zonepath.join("zonecfg.txt")) {
@@ -618,7 +636,7 @@ impl<R: CommandRunner> Provisioner for IllumosProvisioner<R> {
 
     fn remove(&self, zone: &str) -> Result<(), ProvisionError> {
         if self.entry(zone)?.is_some() {
-            self.bring_down(zone, self.grace(zone))?;
+            self.bring_down(zone, self.grace(zone), false)?;
         }
         self.dir.remove(zone)
     }

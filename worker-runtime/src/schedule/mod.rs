@@ -292,11 +292,14 @@ impl Worker {
         let layer_store = match &config.layer_store {
             crate::config::LayerStoreConfig::Directory => None,
             crate::config::LayerStoreConfig::Zfs { dataset } => {
+                // Each layer's verified DiffID and snapshot identity live in the worker's own
+                // state: the marks on a dataset are user properties anyone may copy.
                 let layers = crate::zfs::ZfsLayerStore::open(
                     crate::zfs::Zfs::default(),
                     dataset,
                     &config.worker_id,
-                )?;
+                )?
+                .with_records(&config.state_dir.join("zfs-layers"))?;
                 Some(crate::zfs::ZoneDatasets::open(
                     layers,
                     config.provisioner.base(),

@@ -118,8 +118,13 @@ impl Worker {
                         .map_err(|e| ZoneError::Task(e.to_string()))?
                         .map_err(ZoneError::from);
                 }
-                Err(reason) if Instant::now() + period >= deadline => break reason,
-                Err(_) => tokio::time::sleep(period).await,
+                // Not ready by the deadline (a last probe runs at the deadline itself, so a
+                // zone gets all of `update_timeout`, as kubelet's progress deadline).
+                Err(reason) if Instant::now() >= deadline => break reason,
+                Err(_) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    tokio::time::sleep(period.min(left)).await;
+                }
             }
         };
         tracing::warn!(zone = %spec.name, %reason, "the new zone is not ready; rolling back");

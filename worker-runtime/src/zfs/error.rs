@@ -104,6 +104,35 @@ pub enum ZfsStoreError {
         /// The first snapshot not made by the store.
         snapshot: String,
     },
+    /// A layer carries the store's marks, but its `@layer` snapshot is not the one this
+    /// worker verified and recorded (another `guid` or `createtxg`, recorded for another
+    /// DiffID, or, without a record, content that differs from the layer applied again):
+    /// marks are user properties anyone with `zfs set` can copy, a snapshot's identity is not.
+    /// The dataset is left as it is for the operator to look at.
+    #[error(
+        "layer dataset {dataset}: {snapshot} is not the snapshot this worker verified ({reason}; record {record}); refusing to use it"
+    )]
+    Untrusted {
+        /// The layer's dataset.
+        dataset: DatasetName,
+        /// Its `@layer` snapshot.
+        snapshot: String,
+        /// What differs.
+        reason: String,
+        /// The record file.
+        record: PathBuf,
+    },
+    /// A layer's verification record could not be written or read.
+    #[error("layer record {path}: {op} failed")]
+    Record {
+        /// The record file.
+        path: PathBuf,
+        /// The operation.
+        op: &'static str,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// The zone's dataset already exists (remove the zone first).
     #[error("zone {zone}: dataset {dataset} already exists")]
     ZoneExists {

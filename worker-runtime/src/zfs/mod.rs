@@ -5,6 +5,7 @@
 
 mod command;
 mod error;
+mod records;
 mod store;
 mod volumes;
 mod zones;

@@ -25,6 +25,10 @@
 //! `org.reddwarf:worker = <worker_id>` and its `org.reddwarf:kind`, set on the dataset itself
 //! (ZFS user properties are inherited down the tree, so only a *local* value counts). A
 //! dataset without the marks, or with another worker's or kind, is never changed or destroyed.
+//! Marks say whose a dataset claims to be, not what was verified: with
+//! [`ZfsLayerStore::with_records`] (the worker's state) a layer is reused only when its
+//! `@layer` has the `guid` and `createtxg` recorded when its DiffID was checked, and one
+//! without a record is compared with the layer applied again first (`records.rs`).
 //!
 //! **Collecting.** [`ZfsLayerStore::collect`] destroys the marked layers not kept and not
 //! cloned, top layers first; a layer a zone or a kept layer still clones waits for a later call.
@@ -77,6 +81,9 @@ const COMPLETE: &str = "complete";
 pub enum LayerOutcome {
     /// Its verified snapshot was already there.
     Reused,
+    /// Its snapshot was there without a record (an older worker's): its content was
+    /// compared with the layer applied again, found the same, and recorded.
+    Adopted,
     /// It was applied and verified now (a half-made dataset, if any, was destroyed first).
     Applied {
         /// What applying it did.
@@ -148,6 +155,8 @@ pub struct ZfsLayerStore {
     pub(super) layers: DatasetName,
     pub(super) zones: DatasetName,
     worker_id: String,
+    /// Where each verified layer's record is kept (the worker's state), when set.
+    pub(super) records: Option<PathBuf>,
     /// One lock per ChainID being prepared.
     busy: Arc<Mutex<HashMap<Digest, Arc<Mutex<()>>>>>,
 }
@@ -174,6 +183,7 @@ impl ZfsLayerStore {
             parent,
             zfs,
             worker_id: worker_id.to_owned(),
+            records: None,
             busy: Arc::default(),
         };
         store.claim_parent()?;
@@ -499,11 +509,45 @@ impl ZfsLayerStore {
             let _one = lock.lock().unwrap_or_else(|e| e.into_inner());
             let extra = [(PROP_CHAIN_ID, chain.to_string())];
             let mut redone = false;
+            let blob = || {
+                let blob_err = || {
+                    root_err(RootError::Blob {
+                        index,
+                        digest: layer.digest.clone(),
+                        size: layer.size,
+                    })
+                };
+                if !store.contains(&layer.digest, layer.size) {
+                    return Err(blob_err());
+                }
+                std::fs::File::open(store.blob_path(&layer.digest))
+                    .map(|f| BufReader::with_capacity(256 * 1024, f))
+                    .map_err(|_| blob_err())
+            };
+            let applied_err = |e| match e {
+                Applied::Unpack(source) => root_err(RootError::Layer {
+                    index,
+                    digest: layer.digest.clone(),
+                    source,
+                }),
+                Applied::Store(e) => e,
+            };
             if let Found::Ours(props) = self.check(&ds, "layer", &extra)? {
                 let state = props.last().map(|p| p.value.as_str());
                 let snap = ds.snapshot(LAYER_SNAPSHOT);
-                if state == Some(COMPLETE) && self.zfs.exists(&snap)? {
-                    outcomes.push(LayerOutcome::Reused);
+                if state == Some(COMPLETE)
+                    && let Some(identity) = self.identity(&snap)?
+                {
+                    let outcome = if self.trusted(&ds, chain, diff_id, &snap, identity)? {
+                        LayerOutcome::Reused
+                    } else {
+                        tracing::info!(dataset = %ds, "a layer without a record of its verification is compared with the layer applied again");
+                        let blob = (blob()?, compression);
+                        self.adopt(&ds, below.as_ref(), (chain, diff_id), blob, opts)
+                            .map_err(applied_err)?;
+                        LayerOutcome::Adopted
+                    };
+                    outcomes.push(outcome);
                     below = Some(ds);
                     continue;
                 }
@@ -511,18 +555,7 @@ impl ZfsLayerStore {
                 self.destroy_ours(&ds, &[LAYER_SNAPSHOT])?;
                 redone = true;
             }
-            let blob_err = || {
-                root_err(RootError::Blob {
-                    index,
-                    digest: layer.digest.clone(),
-                    size: layer.size,
-                })
-            };
-            if !store.contains(&layer.digest, layer.size) {
-                return Err(blob_err());
-            }
-            let blob =
-                std::fs::File::open(store.blob_path(&layer.digest)).map_err(|_| blob_err())?;
+            let blob = blob()?;
             let mut args = self.mark_args("layer", &extra);
             args.extend(["-o".to_owned(), format!("{PROP_STATE}={UNPACKING}")]);
             match &below {
@@ -539,28 +572,14 @@ impl ZfsLayerStore {
                         .chain([b.snapshot(LAYER_SNAPSHOT), ds.to_string()]),
                 )?,
             };
-            let applied = self.apply(
-                &ds,
-                below.is_none(),
-                BufReader::with_capacity(256 * 1024, blob),
-                compression,
-                diff_id,
-                opts,
-            );
+            let applied = self.apply(&ds, below.is_none(), blob, compression, diff_id, opts);
             let stats = match applied {
                 Ok(s) => s,
                 Err(e) => {
                     if let Err(d) = self.destroy_ours(&ds, &[LAYER_SNAPSHOT]) {
                         tracing::warn!(dataset = %ds, error = %d, "destroying a failed layer failed; the next pass redoes it");
                     }
-                    return Err(match e {
-                        Applied::Unpack(source) => root_err(RootError::Layer {
-                            index,
-                            digest: layer.digest.clone(),
-                            source,
-                        }),
-                        Applied::Store(e) => e,
-                    });
+                    return Err(applied_err(e));
                 }
             };
             self.zfs.run([
@@ -569,6 +588,7 @@ impl ZfsLayerStore {
                 ds.to_string(),
             ])?;
             self.zfs.run(["snapshot", &ds.snapshot(LAYER_SNAPSHOT)])?;
+            self.record(chain, diff_id, &ds.snapshot(LAYER_SNAPSHOT))?;
             outcomes.push(LayerOutcome::Applied { stats, redone });
             below = Some(ds);
         }
@@ -586,7 +606,7 @@ impl ZfsLayerStore {
     }
 
     /// Applies one layer into `<ds mountpoint>/root` (made first for the bottom layer).
-    fn apply(
+    pub(super) fn apply(
         &self,
         ds: &DatasetName,
         bottom: bool,
@@ -738,7 +758,10 @@ impl ZfsLayerStore {
                 let lock = self.chain_lock(&chain);
                 let _one = lock.lock().unwrap_or_else(|e| e.into_inner());
                 match self.destroy_ours(&ds, &[LAYER_SNAPSHOT]) {
-                    Ok(()) => out.destroyed.push(chain),
+                    Ok(()) => {
+                        self.forget(&chain);
+                        out.destroyed.push(chain)
+                    }
                     Err(ZfsStoreError::Zfs(ZfsError::Failed { stderr, .. }))
                         if stderr.contains("dependent clones") =>
                     {
@@ -761,7 +784,7 @@ impl ZfsLayerStore {
 }
 
 /// Why applying a layer failed: in the unpacker (the layer is bad) or around it.
-enum Applied {
+pub(super) enum Applied {
     Unpack(crate::unpack::UnpackError),
     Store(ZfsStoreError),
 }

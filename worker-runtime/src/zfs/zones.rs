@@ -288,7 +288,9 @@ impl ZoneDatasets {
                 .iter()
                 .map(|l| match l {
                     super::LayerOutcome::Applied { stats, .. } => stats.clone(),
-                    super::LayerOutcome::Reused => Default::default(),
+                    super::LayerOutcome::Reused | super::LayerOutcome::Adopted => {
+                        Default::default()
+                    }
                 })
                 .collect(),
         };

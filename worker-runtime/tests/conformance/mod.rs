@@ -14,12 +14,18 @@
 //!   fresh provisioner, as after a restart) without touching another worker's zone; steps
 //!   include each entry of a removal, so crashes land inside it too, and right after every
 //!   crash the zone is whole (absent, or described with one of the images it had): a
-//!   zonepath deleted in place instead of through the trash fails here;
+//!   zonepath deleted in place instead of through the trash fails here; a crash inside a
+//!   replacement leaves the old root or the new one in the zonepath, never neither (absent
+//!   is no answer there): a backend that deletes the old zonepath, or its root, before the
+//!   new one is placed fails here;
 //! - two workers with different ids never touch each other's zones;
-//! - what the worker did not create (a directory or dataset where a zonepath goes) is never
-//!   claimed, changed or removed;
+//! - what the worker did not create (a directory or dataset where a zonepath goes, or in
+//!   `.staging` or `.trash`) is never claimed, changed or removed, by a start's clean-up
+//!   neither;
 //! - zone tools that fail fail the create (a backend reporting success fails the suite), and
-//!   a failed create leaves nothing half-made: no staging root, no zone described.
+//!   a failed create leaves nothing half-made: no staging root, no zone described;
+//! - zone tools that fail fail the remove: shutdown and halt, uninstall, or zonecfg delete
+//!   failing is an error, the zone stays listed, and the next pass removes it.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -75,8 +81,24 @@ pub trait Backend {
         std::fs::write(zp.join("data"), PLANTED).unwrap();
         zp
     }
-    /// Makes the zone tools fail at `zoneadm <sub>` until [`Backend::heal_tools`]; `false`
-    /// when the backend runs no zone tools.
+    /// Puts something worker `worker` did not create into its base's `sub` (`.staging` or
+    /// `.trash`), as an operator or another program might (default: a directory without a
+    /// mark, holding [`PLANTED`] in `data`), and returns its path. The base exists: the
+    /// worker was opened before.
+    fn plant_leftover(&self, worker: &str, sub: &str) -> PathBuf {
+        let p = self.open(worker, None);
+        let at = p
+            .staging_dir()
+            .parent()
+            .expect("the staging directory is inside the base")
+            .join(sub)
+            .join("not-rdctls");
+        std::fs::create_dir_all(&at).unwrap();
+        std::fs::write(at.join("data"), PLANTED).unwrap();
+        at
+    }
+    /// Makes the zone tools fail at `zoneadm <sub>` (`delete`: `zonecfg delete`) until
+    /// [`Backend::heal_tools`]; `false` when the backend runs no zone tools.
     fn fail_tools(&self, sub: &str) -> bool {
         let _ = sub;
         false
@@ -338,6 +360,7 @@ fn crash_everywhere<B: Backend>(
     b: &B,
     what: &str,
     whole: &[&str],
+    remains: bool,
     setup: impl Fn(&B::P),
     op: impl Fn(&B::P) -> Result<(), ProvisionError>,
     check: impl Fn(&B::P),
@@ -382,6 +405,13 @@ fn crash_everywhere<B: Backend>(
             ),
             Err(e) => panic!("{what}: after a crash before {step:?} the zone is half-made: {e:?}"),
         }
+        // A zone that had a root keeps one across the crash: the old or the new, placed
+        // where the zone stands (the zone may be down: the next pass boots it).
+        let on_disk = release(&zonepath(&b.open("node-a", None), "web"));
+        assert!(
+            !remains || whole.contains(&on_disk.as_str()),
+            "{what}: after a crash before {step:?} the zonepath has neither image's root (etc/release {on_disk:?})"
+        );
         // The next pass, after a restart.
         let p = b.open("node-a", None);
         op(&p).unwrap_or_else(|e| panic!("{what}: after a crash before {step:?}: {e:?}"));
@@ -397,6 +427,7 @@ pub fn crash_during_create_converges<B: Backend>(b: &B) {
         b,
         "create",
         &["v1"],
+        false,
         |_| {},
         |p| {
             p.provision(&spec("web"), root(b, p, "node-a", "v1"))
@@ -411,6 +442,7 @@ pub fn crash_during_replace_converges<B: Backend>(b: &B) {
         b,
         "replace",
         &["v1", "v2"],
+        true,
         |p| {
             p.provision(&spec("web"), root(b, p, "node-a", "v1"))
                 .unwrap();
@@ -428,6 +460,7 @@ pub fn crash_during_remove_converges<B: Backend>(b: &B) {
         b,
         "remove",
         &["v1"],
+        false,
         |p| {
             p.provision(&spec("web"), root(b, p, "node-a", "v1"))
                 .unwrap();
@@ -500,6 +533,79 @@ pub fn never_touches_what_it_did_not_create<B: Backend>(b: &B) {
         p.remove(&z).unwrap();
     }
     intact();
+    assert_no_staging_left(&p);
+}
+
+pub fn a_start_leaves_what_it_did_not_create_in_staging_and_trash<B: Backend>(b: &B) {
+    let planted: Vec<PathBuf> = [".staging", ".trash"]
+        .iter()
+        .map(|sub| b.plant_leftover("node-a", sub))
+        .collect();
+    let intact = |when: &str| {
+        for at in &planted {
+            assert_eq!(
+                std::fs::read(at.join("data")).ok().as_deref(),
+                Some(PLANTED),
+                "{} was not the worker's and {when} removed or changed it",
+                at.display()
+            );
+        }
+    };
+    // A start, a zone made, replaced and removed, and starts after each.
+    let p = b.open("node-a", None);
+    intact("a start");
+    p.provision(&spec("web"), root(b, &p, "node-a", "v1"))
+        .unwrap();
+    let p = b.open("node-a", None);
+    p.provision(&spec("web"), root(b, &p, "node-a", "v2"))
+        .unwrap();
+    assert_zone(b, &p, "web", "v2");
+    p.remove("web").unwrap();
+    intact("a replacement and a removal");
+    drop(p);
+    let p = b.open("node-a", None);
+    intact("a start's clean-up");
+    assert!(p.zones().unwrap().is_empty(), "{:?}", p.zones());
+}
+
+pub fn failed_zone_tools_fail_the_remove<B: Backend>(b: &B) {
+    if !b.fail_tools("uninstall") {
+        return; // no zone tools to fail: the file-level cases cover the backend
+    }
+    b.heal_tools();
+    let p = b.open("node-a", None);
+    let zp = zonepath(&p, "web");
+    for failing in [&["shutdown", "halt"][..], &["uninstall"], &["delete"]] {
+        p.provision(&spec("web"), root(b, &p, "node-a", "v1"))
+            .unwrap();
+        for sub in failing {
+            assert!(b.fail_tools(sub));
+        }
+        let r = p.remove("web");
+        b.heal_tools();
+        assert!(
+            matches!(r, Err(ProvisionError::Command { .. })),
+            "zone tools failed at {failing:?} and the remove gave {r:?}"
+        );
+        assert!(
+            p.zones().unwrap().contains(&"web".to_owned()),
+            "a zone whose removal failed at {failing:?} is no longer listed: the next pass would not finish it"
+        );
+        // The next pass finishes it.
+        p.remove("web").unwrap();
+        assert!(p.zones().unwrap().is_empty(), "{:?}", p.zones());
+        assert!(p.current("web").unwrap().is_none());
+        assert!(!b.running("web"));
+        assert!(!zp.exists(), "{} still there", zp.display());
+    }
+    // A shutdown that fails alone is not the end: the zone is halted and removed.
+    p.provision(&spec("web"), root(b, &p, "node-a", "v1"))
+        .unwrap();
+    assert!(b.fail_tools("shutdown"));
+    let r = p.remove("web");
+    b.heal_tools();
+    r.unwrap();
+    assert!(p.zones().unwrap().is_empty(), "{:?}", p.zones());
     assert_no_staging_left(&p);
 }
 
@@ -605,6 +711,14 @@ macro_rules! conformance_tests {
             #[test]
             fn failed_zone_tools_fail_the_create() {
                 conformance::failed_zone_tools_fail_the_create(&$make);
+            }
+            #[test]
+            fn a_start_leaves_what_it_did_not_create_in_staging_and_trash() {
+                conformance::a_start_leaves_what_it_did_not_create_in_staging_and_trash(&$make);
+            }
+            #[test]
+            fn failed_zone_tools_fail_the_remove() {
+                conformance::failed_zone_tools_fail_the_remove(&$make);
             }
             #[test]
             fn a_failed_create_leaves_nothing_half_made() {

@@ -4,12 +4,14 @@
 //! (illumos-gate `usr/src/cmd/zoneadm/zoneadm.c` `sanity_check`, `usr/src/cmd/zonecfg/zonecfg.c`).
 //!
 //! It acts on the file system as the brands do: `install` needs `<zonepath>/root`, `uninstall`
-//! removes it, and `boot` reads the entrypoint service's SMF manifest from the root (what
+//! removes it, `detach` leaves it (and writes `SUNWdetached.xml` beside it), and `boot` reads the entrypoint service's SMF manifest from the root (what
 //! manifest-import does), so `shutdown` delivers the image's stop signal through the stop
 //! method and honours its timeout. A zone's application can be told to ignore its stop
 //! signal: shutdown then needs the method's `timeout_seconds` (after which SMF kills the
 //! contract), so a caller with a shorter grace sees it time out and must halt. Time is
-//! virtual: nothing sleeps. The tools can be made to fail on demand (`fail_on`).
+//! virtual: nothing sleeps. The tools can be made to fail on demand (`fail_on`): any zoneadm
+//! subcommand (`install`, `boot`, `shutdown`, `halt`, `detach`, `uninstall`) and zonecfg's
+//! `delete`.
 
 // Each test binary that includes it uses a different part.
 #![allow(dead_code)]
@@ -89,7 +91,8 @@ struct Host {
     ignores_stop: BTreeSet<String>,
     calls: Vec<(String, Option<Duration>)>,
     stops: Vec<StopEvent>,
-    /// zoneadm subcommands made to fail (`install`, `boot`, ...), as a broken brand would.
+    /// zoneadm subcommands (`install`, `boot`, ...) and zonecfg `delete` made to fail, as a
+    /// broken brand or a busy system would.
     failing: BTreeSet<String>,
     /// Zones whose entrypoint service fails its start method (SMF: `maintenance`).
     broken_services: BTreeSet<String>,
@@ -151,8 +154,9 @@ impl FakeZones {
         self.host().calls.clone()
     }
 
-    /// Makes `zoneadm <zone> <sub>` fail (exit 1, the zone's state unchanged) until
-    /// [`FakeZones::heal`]: the zone tools failing on demand.
+    /// Makes `zoneadm -z <zone> <sub>` (or, for `delete`, `zonecfg -z <zone> delete`) fail
+    /// (exit 1, the zone's state and files unchanged) until [`FakeZones::heal`]: the zone
+    /// tools failing on demand.
     pub fn fail_on(&self, sub: &str) {
         self.host().failing.insert(sub.to_owned());
     }
@@ -280,6 +284,23 @@ impl FakeZones {
                 z.id = None;
                 ok(String::new())
             }
+            // The zone goes back to configured and its zonepath stays as it is, with the
+            // detach manifest beside the root (what `zoneadm attach` would read).
+            "detach" => match z.state {
+                State::Installed => {
+                    let manifest = Path::new(&z.zonepath).join("SUNWdetached.xml");
+                    if let Err(e) = std::fs::write(&manifest, b"<zone/>\n") {
+                        return err(format!("cannot write {}: {e}", manifest.display()));
+                    }
+                    z.state = State::Configured;
+                    ok(String::new())
+                }
+                s if s.active() => invalid(s),
+                s => err(format!(
+                    "{sub} operation is invalid for {} zones.",
+                    s.name()
+                )),
+            },
             "uninstall" => match z.state {
                 State::Configured => err("is already in state 'configured'.".into()),
                 s if s.active() => invalid(s),
@@ -350,6 +371,9 @@ impl FakeZones {
             }
             ["delete", "-F"] => match h.zones.get(zone).map(|z| z.state) {
                 None => fail(format!("{zone}: No such zone configured")),
+                Some(_) if h.failing.contains("delete") => fail(format!(
+                    "Could not delete zone {zone}: made to fail by the test"
+                )),
                 Some(s) if s >= State::Incomplete => fail(format!(
                     "Zone {zone} not in configured state; delete not allowed."
                 )),
