@@ -19,7 +19,7 @@ use crate::util::{ok, rdctl, root, s, tail, tempdir};
 
 /// The bin directory of the real pkg(5) tools, or `None` (said loudly) when this checkout has
 /// no `../shared/pkg5` to build them from.
-fn pkg5_bin() -> Option<PathBuf> {
+pub(crate) fn pkg5_bin() -> Option<PathBuf> {
     let bin = root().join(".tools/pkg5/bin");
     if bin.join("pkgrepo").is_file() {
         return Some(bin);
@@ -43,12 +43,12 @@ fn pkg5_bin() -> Option<PathBuf> {
 }
 
 /// One of the real tools (`pkgrepo`, `pkgsend`, `pkg.depotd`, ...).
-fn tool(bin: &Path, name: &str) -> Command {
+pub(crate) fn tool(bin: &Path, name: &str) -> Command {
     Command::new(bin.join(name))
 }
 
 /// Runs a command and returns (exit code, stdout, stderr).
-fn run(cmd: &mut Command) -> (i32, String, String) {
+pub(crate) fn run(cmd: &mut Command) -> (i32, String, String) {
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
@@ -59,7 +59,7 @@ fn run(cmd: &mut Command) -> (i32, String, String) {
     )
 }
 
-fn write(path: &Path, text: &str) {
+pub(crate) fn write(path: &Path, text: &str) {
     fs::create_dir_all(path.parent().unwrap()).unwrap();
     fs::write(path, text).unwrap();
 }
@@ -292,14 +292,14 @@ fn free_port() -> u16 {
 }
 
 /// The real `pkg.depotd` serving a repository on loopback; killed and reaped on drop.
-struct RealDepot {
+pub(crate) struct RealDepot {
     child: Child,
-    url: String,
+    pub(crate) url: String,
     log: PathBuf,
 }
 
 impl RealDepot {
-    fn start(bin: &Path, repo: &Path, dir: &Path) -> RealDepot {
+    pub(crate) fn start(bin: &Path, repo: &Path, dir: &Path) -> RealDepot {
         Self::start_on(bin, repo, dir, None)
     }
 
@@ -351,7 +351,7 @@ impl RealDepot {
         );
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         tail(&fs::read(&self.log).unwrap_or_default())
     }
 }
@@ -452,7 +452,7 @@ fn a_depot_answering_500_is_an_error_naming_the_url_not_an_empty_list() {
 
 /// A pkg(5) image at `root` (a user image: owners resolve through the host's accounts),
 /// driven by the real `pkg`.
-fn pkg(bin: &Path, image: &Path) -> Command {
+pub(crate) fn pkg(bin: &Path, image: &Path) -> Command {
     let mut cmd = tool(bin, "pkg");
     // pkg finds its trust anchors from the command's path inside the image.
     cmd.env("PKG_CMDPATH", image.join("usr/bin/pkg"))
