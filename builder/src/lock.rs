@@ -106,7 +106,7 @@ pub enum LockError {
     Signature(Box<SignatureRefused>),
     /// The image file's trust anchors could not be loaded.
     #[error(transparent)]
-    TrustAnchors(#[from] TrustAnchorsError),
+    TrustAnchors(Box<TrustAnchorsError>),
     /// The resolved set fails pkg's checks.
     #[error("{image}: the resolved set is not installable")]
     Checks {
@@ -170,6 +170,12 @@ pub enum LockError {
         /// What is wrong.
         message: String,
     },
+}
+
+impl From<TrustAnchorsError> for LockError {
+    fn from(e: TrustAnchorsError) -> Self {
+        LockError::TrustAnchors(Box::new(e))
+    }
 }
 
 /// `sha256:<hex>` over the image file's bytes and, for each manifest file it names, its name

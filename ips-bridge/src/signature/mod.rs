@@ -139,7 +139,7 @@ pub enum SignatureError {
     },
     /// No trust anchor or intermediate certificate signs a certificate of the chain.
     #[error(
-        "certificate {subject}: no trust anchor in {anchors} and no intermediate certificate in the signature's chain was issued as {issuer} and signs it{}",
+        "certificate {subject}: its issuer {issuer} is neither a trust anchor in {anchors} nor an intermediate certificate of the signature's chain that verifies it{}",
         if problems.is_empty() { String::new() } else { format!(" ({})", problems.join("; ")) }
     )]
     BrokenChain {
