@@ -24,8 +24,8 @@ fn openssl(dir: &Path, args: &[&str]) {
     ok(Command::new("openssl").current_dir(dir).args(args));
 }
 
-/// `name.key` and a certificate `name.pem` for `cn`, self-signed (`issuer` `None`, extensions
-/// `ca`) or issued by `issuer` with the extensions `section`.
+/// `name.key` and a certificate `name.pem` for `cn` with the extensions of `section`:
+/// self-signed when `issuer` is `None`, else issued by `issuer.pem`/`issuer.key`.
 fn certificate(dir: &Path, name: &str, cn: &str, issuer: Option<&str>, section: &str) {
     let (key, pem, csr) = (
         format!("{name}.key"),
