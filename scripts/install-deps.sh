@@ -31,7 +31,8 @@
 #                               only when its stamp differs from the pin or its binary is gone
 #   .cache/go, .cache/pip       Go module/build caches and pip cache, reused across runs
 # Debian packages (skopeo, umoci 0.4.7, zstd, pigz, docker-registry = CNCF distribution 2.8.2,
-# openssl: the client auth tests make their CA, certificates and token-signing certificate;
+# openssl: the client auth tests make their CA, certificates and token-signing certificate,
+# and tests/pkg5_signing.rs the CA and signing certificate pkgsign signs with;
 # chromium: tests/web_ui.rs loads the registry's web pages in headless Chromium;
 # zfs-fuse: worker-runtime/tests/zfs_store.rs runs the ZFS layer store on a real pool, its
 # fixture starts and stops the daemon itself, so nothing here starts it;

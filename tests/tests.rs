@@ -23,6 +23,7 @@ mod module_graph;
 mod package_search;
 mod pkg5_interop;
 mod pkg5_search;
+mod pkg5_signing;
 mod pkg_version_agreement;
 mod podman_compat;
 mod pull_through;

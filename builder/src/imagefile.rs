@@ -40,6 +40,10 @@
 //! [compression]
 //! algorithm = "gzip"           # or "zstd"
 //! level = 6
+//!
+//! [signatures]                 # pkg's signature-policy; "ignore" when absent
+//! policy = "require-signatures"  # or "verify", "ignore"
+//! trust_anchors = "trust"      # directory of PEM CA certificates (relative to this file)
 //! ```
 //!
 //! Every error names the file, and the line and field when there is one.
@@ -47,7 +51,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use ips_bridge::{Fmri, ImageFilter, Manifest};
+use ips_bridge::{Fmri, ImageFilter, Manifest, SignaturePolicy};
 use serde::Deserialize;
 use validator::Platform;
 
@@ -155,6 +159,15 @@ pub struct Compression {
     pub level: i32,
 }
 
+/// How package signatures are checked (`[signatures]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Signatures {
+    /// pkg's `signature-policy`.
+    pub policy: SignaturePolicy,
+    /// The trust anchor directory (absolute); required unless the policy is `ignore`.
+    pub trust_anchors: Option<PathBuf>,
+}
+
 /// The image config part of an image file (OCI `config` fields).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RuntimeConfig {
@@ -214,6 +227,8 @@ pub struct ImageFile {
     pub layering: Layering,
     /// Layer compression.
     pub compression: Compression,
+    /// Package signature checks.
+    pub signatures: Signatures,
 }
 
 #[derive(Debug, Deserialize)]
@@ -240,6 +255,8 @@ struct Raw {
     layering: RawLayering,
     #[serde(default)]
     compression: RawCompression,
+    #[serde(default)]
+    signatures: RawSignatures,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -284,6 +301,43 @@ struct RawLayering {
 struct RawCompression {
     algorithm: Option<String>,
     level: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSignatures {
+    policy: Option<String>,
+    trust_anchors: Option<String>,
+}
+
+/// `[signatures]`: the policy, and the trust anchor directory it needs (from the image file's
+/// directory).
+fn check_signatures(
+    raw: &RawSignatures,
+    base: &Path,
+    fe: &FieldErrors<'_>,
+) -> Result<Signatures, ImageFileError> {
+    let policy = match &raw.policy {
+        None => SignaturePolicy::Ignore,
+        Some(p) => p.parse().map_err(|m| fe.at(&["signatures", "policy"], m))?,
+    };
+    let trust_anchors = raw.trust_anchors.as_ref().map(|d| {
+        let p = base.join(d);
+        std::path::absolute(&p).unwrap_or(p)
+    });
+    if policy != SignaturePolicy::Ignore && trust_anchors.is_none() {
+        return Err(fe.at(
+            &["signatures", "policy"],
+            format!(
+                "{policy} needs trust_anchors = \"DIR\", a directory of the PEM CA certificates \
+                 signatures must lead to"
+            ),
+        ));
+    }
+    Ok(Signatures {
+        policy,
+        trust_anchors,
+    })
 }
 
 /// What keys of the image file mean, in the words its errors use.
@@ -664,6 +718,7 @@ impl ImageFile {
 
         let layering = check_layering(&raw.layering, &fe)?;
         let (algorithm, level) = check_compression(&raw.compression, &fe)?;
+        let signatures = check_signatures(&raw.signatures, base, &fe)?;
 
         Ok(ImageFile {
             path: path.to_owned(),
@@ -684,6 +739,7 @@ impl ImageFile {
                 algorithm,
                 level: level as i32,
             },
+            signatures,
         })
     }
 
@@ -760,6 +816,36 @@ mod tests {
             }
         );
         assert_eq!(f.lockfile_path(), PathBuf::from("/x/image.lock.json"));
+    }
+
+    #[test]
+    fn signatures_default_to_ignore_and_other_policies_need_trust_anchors() {
+        assert_eq!(parse(MIN).unwrap().signatures, Signatures::default());
+        let f = parse(&format!(
+            "{MIN}[signatures]\npolicy = \"require-signatures\"\ntrust_anchors = \"ca\"\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            f.signatures,
+            Signatures {
+                policy: SignaturePolicy::RequireSignatures,
+                trust_anchors: Some(PathBuf::from("/x/ca")),
+            }
+        );
+        let e = parse(&format!("{MIN}[signatures]\npolicy = \"verify\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("/x/image.toml:6: signatures.policy: verify needs trust_anchors"),
+            "{e}"
+        );
+        let e = parse(&format!("{MIN}[signatures]\npolicy = \"require-names\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("signatures.policy: \"require-names\" is not supported"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -32,6 +32,7 @@ mod pargz;
 mod pipeline;
 mod progress;
 mod sbom;
+mod signatures;
 mod source;
 mod tarball;
 
@@ -44,7 +45,7 @@ pub use build::{
 pub use checks::CheckError;
 pub use imagefile::{
     Compression, CompressionAlg, ImageFile, ImageFileError, Layering, Origin, RuntimeConfig,
-    lockfile_path,
+    Signatures, lockfile_path,
 };
 pub use lock::{
     LOCKFILE_VERSION, LockChanges, LockError, LockOptions, LockedPackage, Lockfile,
@@ -52,6 +53,7 @@ pub use lock::{
 };
 pub use progress::Progress;
 pub use sbom::SBOM_ARTIFACT_TYPE;
+pub use signatures::{SignatureRefused, TrustAnchorsError};
 pub use source::SourceError;
 
 /// Why a build failed. Every variant names the input: file, package, path or reference.

@@ -31,6 +31,7 @@ use sha2::Digest as _;
 
 use crate::checks::{CheckError, check_set, is_obsolete};
 use crate::imagefile::ImageFile;
+use crate::signatures::{SignatureCheck, SignatureRefused, TrustAnchorsError};
 use crate::source::{SourceError, Sources};
 
 /// The lockfile format version this builder writes and reads.
@@ -100,6 +101,12 @@ pub enum LockError {
         #[source]
         source: ips_bridge::ManifestError,
     },
+    /// A package fails the image file's signature policy.
+    #[error(transparent)]
+    Signature(Box<SignatureRefused>),
+    /// The image file's trust anchors could not be loaded.
+    #[error(transparent)]
+    TrustAnchors(Box<TrustAnchorsError>),
     /// The resolved set fails pkg's checks.
     #[error("{image}: the resolved set is not installable")]
     Checks {
@@ -163,6 +170,12 @@ pub enum LockError {
         /// What is wrong.
         message: String,
     },
+}
+
+impl From<TrustAnchorsError> for LockError {
+    fn from(e: TrustAnchorsError) -> Self {
+        LockError::TrustAnchors(Box::new(e))
+    }
 }
 
 /// `sha256:<hex>` over the image file's bytes and, for each manifest file it names, its name
@@ -459,7 +472,8 @@ fn resolve_pinned(
     sources: &Sources,
     pins: &BTreeMap<String, Fmri>,
 ) -> Result<Lockfile, LockError> {
-    let mut r = Resolver::new(image, sources, pins)?;
+    let signatures = SignatureCheck::for_image(image)?;
+    let mut r = Resolver::new(image, sources, pins, &signatures)?;
     r.seed_from_manifests()?;
     while let Some(w) = r.queue.pop_front() {
         if r.picked.contains_key(w.pattern.stem()) {
@@ -499,6 +513,7 @@ struct Resolver<'i> {
     image: &'i ImageFile,
     sources: &'i Sources,
     pins: &'i BTreeMap<String, Fmri>,
+    signatures: &'i SignatureCheck,
     catalogs: BTreeMap<String, Vec<PackageRef>>,
     queue: VecDeque<Wanted>,
     /// Incorporations in the set constrain the versions of later picks: stem -> versions.
@@ -512,6 +527,7 @@ impl<'i> Resolver<'i> {
         image: &'i ImageFile,
         sources: &'i Sources,
         pins: &'i BTreeMap<String, Fmri>,
+        signatures: &'i SignatureCheck,
     ) -> Result<Self, LockError> {
         let mut catalogs: BTreeMap<String, Vec<PackageRef>> = BTreeMap::new();
         for name in sources.names() {
@@ -532,6 +548,7 @@ impl<'i> Resolver<'i> {
             image,
             sources,
             pins,
+            signatures,
             catalogs,
             queue,
             incorporations: BTreeMap::new(),
@@ -667,6 +684,9 @@ impl<'i> Resolver<'i> {
                 fmri: best.fmri.to_string(),
                 source,
             })?;
+        self.signatures
+            .check(src, &best.fmri, &manifest)
+            .map_err(LockError::Signature)?;
         let by = best.fmri.to_string();
         // Obsolete packages deliver nothing and satisfy nothing; the checks report them.
         if !is_obsolete(&manifest) {

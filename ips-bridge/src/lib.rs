@@ -27,6 +27,9 @@
 //!   origins; read-only server, over HTTPS with a [`ServerTls`]).
 //! - [`check_pinned_set`] and [`check_conflicts`]: the dependency and conflicting-action
 //!   checks pkg would make on a pinned package set.
+//! - [`verify_manifest`] and [`TrustAnchors`]: `signature` actions as `pkgsign` writes them,
+//!   the exact text they sign ([`signed_message`]), RSA and certificate-chain checks as pkg
+//!   makes them, under pkg's [`SignaturePolicy`] (`ignore`, `verify`, `require-signatures`).
 //! - [`PackageRepository`]: what a build needs from either kind of repository (find a
 //!   package by partial FMRI, its manifest, its verified payloads).
 //! - [`ImageMetadata`]: the `var/pkg` tree of an installed image; [`UserDb`]: the image's
@@ -78,6 +81,7 @@ mod manifest;
 mod mediator;
 mod payload;
 mod repo;
+mod signature;
 mod splice;
 mod variant;
 mod version;
@@ -113,6 +117,10 @@ pub use payload::{
     VerifyingReader, compress, hash_hex,
 };
 pub use repo::{FileRepo, MAX_METADATA_BYTES, PackageRef, PackageRepository, RepoError};
+pub use signature::{
+    CertFetch, SignatureAction, SignatureError, SignaturePolicy, SignatureReport, TrustAnchors,
+    signed_message, verify_manifest,
+};
 pub use splice::GzipSink;
 pub use variant::ImageFilter;
 pub use version::{DEFAULT_BUILD, DotSequence, Timestamp, Version, VersionError};

@@ -23,6 +23,7 @@ use crate::lock::Lockfile;
 use crate::pipeline::{Payloads, Piece, Pool};
 use crate::progress::Progress;
 use crate::sbom::SBOM_ARTIFACT_TYPE;
+use crate::signatures::SignatureCheck;
 use crate::source::Sources;
 use crate::tarball::{Kind, LayerDigests, LayerStream, TarWriter};
 
@@ -114,8 +115,9 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
         &opts.depot_tls,
     )?;
     let filter = image.filter();
+    let signatures = SignatureCheck::for_image(&image).map_err(crate::lock::LockError::from)?;
 
-    let (packages, mut warnings) = load_packages(&image, &lock, &sources, &filter)?;
+    let (packages, mut warnings) = load_packages(&image, &lock, &sources, &filter, &signatures)?;
 
     let epoch = opts
         .source_date_epoch
@@ -223,13 +225,14 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildSummary, Bui
     })
 }
 
-/// Every manifest of the lockfile, checked against the lockfile's SHA-1, and the set checks
-/// again; the packages with what those checks warn about.
+/// Every manifest of the lockfile, checked against the lockfile's SHA-1 and the signature
+/// policy, and the set checks again; the packages with what those checks warn about.
 fn load_packages<'s>(
     image: &ImageFile,
     lock: &Lockfile,
     sources: &'s Sources,
     filter: &ImageFilter,
+    signatures: &SignatureCheck,
 ) -> Result<(Vec<Package<'s>>, Vec<String>), BuildError> {
     // Every manifest, checked against the lockfile's SHA-1. The parsed manifests are
     // collected apart from the rest first, so the set checks below can borrow them without
@@ -278,6 +281,10 @@ fn load_packages<'s>(
             lockfile: image.lockfile_path(),
             message: format!("{fmri}: manifest does not parse: {e}"),
         })?;
+        // Checked again, not trusted from the lock: the trust anchors may have changed.
+        signatures
+            .check(source, &fmri, &manifest)
+            .map_err(|e| BuildError::Lock(crate::lock::LockError::Signature(e)))?;
         set.push((fmri, manifest));
         loaded.push((bytes, source));
     }
