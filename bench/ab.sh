@@ -67,7 +67,7 @@ for run in $(seq "$RUNS"); do
 				seed=$((seed + 1))
 				c0=$(cpu_secs "$pid")
 				r=$("$BENCH" push --url "$url" --repo ab/blobs --size "$MiB" --total $((64 * MiB)) \
-					--conc "$conc" --mode "$mode" --seed "ab$seed" --digests "$WORK/digests-$side")
+					--conc "$conc" --mode "$mode" --seed "$seed" --digests "$WORK/digests-$side")
 				record "push ${mode} x$conc" "$side" "$run" "$r" "$(cpu_since "$pid" "$c0")"
 			done
 		done
