@@ -118,7 +118,7 @@ impl Repos {
                 .put(
                     &layout::blob_used_at(d, &epoch),
                     Bytes::from(stamp),
-                    PutMode::Overwrite,
+                    PutMode::Stamp,
                 )
                 .await?;
             // Released a collector's tombstone: hold again, so a collector that tombstones the

@@ -156,6 +156,12 @@ pub enum PutMode {
     Replace(Etag),
     /// Write unconditionally.
     Overwrite,
+    /// Write unconditionally a record that need not survive a crash of the machine: a store may
+    /// skip making it durable. For hold records (`crate::repo::Repos::hold`): they matter only
+    /// to a collector running at the same time as the request that wrote them, which sees the
+    /// store's current state whether or not it reached the disk, and a crash ends both; what a
+    /// push publishes is durable and carries its own age.
+    Stamp,
 }
 
 /// A small document read whole.

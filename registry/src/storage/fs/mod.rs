@@ -1,7 +1,7 @@
 //! The filesystem store: the embedded default.
 //!
 //! Every key is a relative path under the root. Documents are written to a temporary file under
-//! `<root>/.tmp`, fsynced and renamed into place, under one of 256 stripe locks in
+//! `<root>/.tmp`, fsynced (not a `PutMode::Stamp`) and renamed into place, under one of 256 stripe locks in
 //! `<root>/.stripes` (chosen by a hash of the key) so that conditional writes are atomic across
 //! threads and processes sharing the directory; a holder that keeps one too long (a stopped
 //! process) has it revoked (see `stripe.rs`). Staging areas are plain files at their key, held
@@ -342,10 +342,16 @@ impl Inner {
         // lock covers only the check and the rename, so a process stopped while it holds the
         // lock is rare, and every other request waits microseconds, not an fsync.
         let tmp = self.temp_path();
+        // A stamp need not be durable (see `PutMode::Stamp`): no `fsync` of it or its directory,
+        // two of the five an upload's commit made.
+        let durable = !matches!(mode, PutMode::Stamp);
         let written = (|| {
             let mut f = File::create_new(&tmp)?;
             f.write_all(bytes)?;
-            f.sync_all()
+            if durable {
+                f.sync_all()?;
+            }
+            Ok(())
         })();
         if let Err(e) = written {
             let _ = fs::remove_file(&tmp);
@@ -356,8 +362,10 @@ impl Inner {
             let _ = fs::remove_file(&tmp);
         }
         r?;
-        let path = self.path(key);
-        sync_dir(path.parent().expect("parent")).map_err(|e| backend(key, e))?;
+        if durable {
+            let path = self.path(key);
+            sync_dir(path.parent().expect("parent")).map_err(|e| backend(key, e))?;
+        }
         Ok(etag_of(bytes))
     }
 
@@ -395,7 +403,7 @@ impl Inner {
                     });
                 }
             }
-            PutMode::Overwrite => {}
+            PutMode::Overwrite | PutMode::Stamp => {}
         }
         // Through the lock, so that a holder stopped here and revoked changes nothing later.
         let staged = lock.stage(tmp).map_err(|e| backend(key, e))?;
@@ -746,6 +754,22 @@ mod tests {
     /// A stripe lock kept too long (its holder stopped or stalled) is revoked: the waiting write
     /// goes through, and the old holder's pending rename then fails with a retryable error and
     /// changes nothing (its new version's bytes are removed, not published).
+    /// A stamp replaces what is there like an overwrite (only its durability differs), and goes
+    /// through the stripe lock: no temporary file is left behind.
+    #[test]
+    fn a_stamp_is_an_overwrite_that_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FsStore::open(dir.path()).unwrap();
+        let key = Key::new("blobs/sha256/ab/abcd/used").unwrap();
+        for body in [&b"{\"at\":1}"[..], b"{\"at\":2}"] {
+            let etag = store.inner.put_doc(&key, body, &PutMode::Stamp).unwrap();
+            let doc = store.inner.read_doc(&key, 1 << 10).unwrap();
+            assert_eq!((doc.bytes.as_ref(), doc.etag), (body, etag));
+        }
+        let tmp = std::fs::read_dir(dir.path().join(".tmp")).unwrap().count();
+        assert_eq!(tmp, 0);
+    }
+
     #[test]
     fn a_stripe_lock_kept_too_long_is_revoked_and_its_holder_changes_nothing() {
         let dir = tempfile::tempdir().unwrap();

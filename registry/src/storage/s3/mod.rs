@@ -172,7 +172,7 @@ impl Store for S3Store {
                         .put_settled(key, &object, bytes, Some(e.0.as_str()), &[])
                         .await?
                 }
-                PutMode::Overwrite => {
+                PutMode::Overwrite | PutMode::Stamp => {
                     self.inner
                         .put_object(key, &object, bytes, false, None, &[])
                         .await?
