@@ -1344,6 +1344,26 @@ async fn s3_late_deletes_lose_nothing() {
 
 /// An untagged image whose every digest is garbage to a run with `--delete-untagged` and a zero
 /// grace window.
+/// A collection with zero grace and `--delete-untagged` through `gated`, on a task of its own;
+/// `lease_ttl` `None`: the default.
+fn spawn_untagged_gc(
+    gated: &Arc<Gated>,
+    lease_ttl: Option<Duration>,
+) -> tokio::task::JoinHandle<Result<GcReport, gc::GcError>> {
+    let store: Arc<dyn Store> = gated.clone();
+    tokio::spawn(async move {
+        let mut opts = GcOptions {
+            grace: Duration::ZERO,
+            delete_untagged: true,
+            ..GcOptions::default()
+        };
+        if let Some(ttl) = lease_ttl {
+            opts.lease_ttl = ttl;
+        }
+        gc::collect(store, &opts).await
+    })
+}
+
 async fn untagged_garbage(s: &Served, repo: &str, tag: &str) -> Image {
     let img = Image::new(
         bytes(&format!("{tag} config"), 30),
@@ -1368,19 +1388,8 @@ async fn forced_break_mid_sweep(store: (Arc<dyn Store>, Option<tempfile::TempDir
     let s = serve(store).await;
     let img = untagged_garbage(&s, "gc/broken", "broken").await;
     let gated = Gated::new(s.store.clone(), at);
-    let run = tokio::spawn({
-        let store: Arc<dyn Store> = gated.clone();
-        async move {
-            let opts = GcOptions {
-                grace: Duration::ZERO,
-                delete_untagged: true,
-                // Not renewed (so not noticed) before the collector goes on.
-                lease_ttl: Duration::from_secs(40),
-                ..GcOptions::default()
-            };
-            gc::collect(store, &opts).await
-        }
-    });
+    // Not renewed (so not noticed) before the collector goes on.
+    let run = spawn_untagged_gc(&gated, Some(Duration::from_secs(40)));
     gated.until_held().await;
     gc::break_lease(s.store.as_ref(), true)
         .await
@@ -1408,18 +1417,7 @@ async fn forced_break_after_commit(store: (Arc<dyn Store>, Option<tempfile::Temp
     let s = serve(store).await;
     let img = untagged_garbage(&s, "gc/committed", "committed").await;
     let gated = Gated::new(s.store.clone(), at);
-    let run = tokio::spawn({
-        let store: Arc<dyn Store> = gated.clone();
-        async move {
-            let opts = GcOptions {
-                grace: Duration::ZERO,
-                delete_untagged: true,
-                lease_ttl: Duration::from_secs(3),
-                ..GcOptions::default()
-            };
-            gc::collect(store, &opts).await
-        }
-    });
+    let run = spawn_untagged_gc(&gated, Some(Duration::from_secs(3)));
     gated.until_held().await;
     gc::break_lease(s.store.as_ref(), true)
         .await
@@ -1455,17 +1453,7 @@ async fn killed_collector_blocks_no_push(store: (Arc<dyn Store>, Option<tempfile
     let s = serve(store).await;
     let img = untagged_garbage(&s, "gc/killed", "killed").await;
     let gated = Gated::new(s.store.clone(), Gate::Tombstoned);
-    let run = tokio::spawn({
-        let store: Arc<dyn Store> = gated.clone();
-        async move {
-            let opts = GcOptions {
-                grace: Duration::ZERO,
-                delete_untagged: true,
-                ..GcOptions::default()
-            };
-            gc::collect(store, &opts).await
-        }
-    });
+    let run = spawn_untagged_gc(&gated, None);
     gated.until_held().await;
     run.abort();
     assert!(run.await.unwrap_err().is_cancelled());
@@ -1679,18 +1667,7 @@ async fn collector_after_commit_forgets_only_its_epoch(
     let s = serve(store).await;
     let (img, sig) = untagged_signed(&s, "gc/stamped").await;
     let gated = Gated::new(s.store.clone(), Gate::Committed);
-    let run = tokio::spawn({
-        let store: Arc<dyn Store> = gated.clone();
-        async move {
-            let opts = GcOptions {
-                grace: Duration::ZERO,
-                delete_untagged: true,
-                lease_ttl: Duration::from_secs(40),
-                ..GcOptions::default()
-            };
-            gc::collect(store, &opts).await
-        }
-    });
+    let run = spawn_untagged_gc(&gated, Some(Duration::from_secs(40)));
     gated.until_held().await;
     tokio::time::timeout(Duration::from_secs(5), async {
         s.push_image("gc/stamped", "v1", &img).await.unwrap();
