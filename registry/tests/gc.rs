@@ -1604,6 +1604,24 @@ async fn untagged_signed(s: &Served, repo: &str) -> (Image, Image) {
     (img, sig)
 }
 
+/// Pushes `img` again under the tag `v1` and its signature `sig` by digest.
+async fn push_signed(s: &Served, repo: &str, img: &Image, sig: &Image) {
+    s.push_image(repo, "v1", img).await.unwrap();
+    s.push_image(repo, &sig.digest().to_string(), sig)
+        .await
+        .unwrap();
+}
+
+/// `repo:v1` is `img`, `sig` is served by digest, and it is the one referrer of `img`.
+async fn assert_signed(s: &Served, repo: &str, img: &Image, sig: &Image) {
+    s.assert_image(repo, "v1", img).await;
+    s.assert_image(repo, &sig.digest().to_string(), sig).await;
+    assert_eq!(
+        referrer_digests(s, repo, &img.digest()).await,
+        [sig.digest().to_string()]
+    );
+}
+
 /// Issue 53, manifest links: with `--delete-untagged` every DELETE of the collector (manifest
 /// links included) reaches the store 3 s late, twice. Meanwhile the image is pushed again under
 /// a tag and its signature by digest. Once every DELETE arrived, both are still served and the
@@ -1622,18 +1640,9 @@ async fn late_manifest_deletes_lose_nothing(store: (Arc<dyn Store>, Option<tempf
     };
     let report = gc::collect(late.clone(), &opts).await.unwrap();
     assert_eq!(report.deleted_manifest_links, 2, "{report:?}");
-    s.push_image("gc/late-m", "v1", &img).await.unwrap();
-    s.push_image("gc/late-m", &sig.digest().to_string(), &sig)
-        .await
-        .unwrap();
+    push_signed(&s, "gc/late-m", &img, &sig).await;
     late.until_delivered().await;
-    s.assert_image("gc/late-m", "v1", &img).await;
-    s.assert_image("gc/late-m", &sig.digest().to_string(), &sig)
-        .await;
-    assert_eq!(
-        referrer_digests(&s, "gc/late-m", &img.digest()).await,
-        [sig.digest().to_string()]
-    );
+    assert_signed(&s, "gc/late-m", &img, &sig).await;
     // The next run keeps both (the image is tagged, the signature refers to it) and removes
     // only what the late DELETEs left at the old epochs.
     let next = s.gc(Duration::ZERO, true, false).await;
@@ -1670,23 +1679,14 @@ async fn collector_after_commit_forgets_only_its_epoch(
     let run = spawn_untagged_gc(&gated, Some(Duration::from_secs(40)));
     gated.until_held().await;
     tokio::time::timeout(Duration::from_secs(5), async {
-        s.push_image("gc/stamped", "v1", &img).await.unwrap();
-        s.push_image("gc/stamped", &sig.digest().to_string(), &sig)
-            .await
-            .unwrap();
+        push_signed(&s, "gc/stamped", &img, &sig).await;
     })
     .await
     .expect("a push waited for a collector that committed under epochs");
     gated.open();
     let report = run.await.unwrap().unwrap();
     assert!(report.deleted_manifest_links >= 1, "{report:?}");
-    s.assert_image("gc/stamped", "v1", &img).await;
-    s.assert_image("gc/stamped", &sig.digest().to_string(), &sig)
-        .await;
-    assert_eq!(
-        referrer_digests(&s, "gc/stamped", &img.digest()).await,
-        [sig.digest().to_string()]
-    );
+    assert_signed(&s, "gc/stamped", &img, &sig).await;
     let next = s.gc(Duration::ZERO, true, false).await;
     assert!(next.deleted.is_empty(), "{:?}", next.deleted);
 }

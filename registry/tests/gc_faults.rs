@@ -575,14 +575,19 @@ async fn run_cases(backend: Backend, cases: &[(LateDelete, bool, Aim)]) {
 /// client's attempt, so the SDK retries while the first DELETE is still on its way).
 const DELAYS: [u64; 4] = [1, 5, 20, 60];
 
+/// One case aimed at the layer and at the manifest link.
+fn both_aims(late: LateDelete, break_lease: bool) -> [(LateDelete, bool, Aim); 2] {
+    [
+        (late, break_lease, Aim::Layer),
+        (late, break_lease, Aim::ManifestLink),
+    ]
+}
+
 /// Every delay, aimed at the layer and at the manifest link.
 fn delays() -> Vec<(LateDelete, bool, Aim)> {
     DELAYS
         .iter()
-        .flat_map(|&s| {
-            let late = LateDelete::Delay(Duration::from_secs(s));
-            [(late, false, Aim::Layer), (late, false, Aim::ManifestLink)]
-        })
+        .flat_map(|&s| both_aims(LateDelete::Delay(Duration::from_secs(s)), false))
         .collect()
 }
 
@@ -600,18 +605,7 @@ async fn s3_delayed_delete_loses_no_acknowledged_push() {
 async fn fs_duplicated_delete_loses_no_acknowledged_push() {
     run_cases(
         Backend::Fs,
-        &[
-            (
-                LateDelete::Duplicate(Duration::from_secs(20)),
-                false,
-                Aim::Layer,
-            ),
-            (
-                LateDelete::Duplicate(Duration::from_secs(20)),
-                false,
-                Aim::ManifestLink,
-            ),
-        ],
+        &both_aims(LateDelete::Duplicate(Duration::from_secs(20)), false),
     )
     .await;
 }
@@ -620,18 +614,7 @@ async fn fs_duplicated_delete_loses_no_acknowledged_push() {
 async fn s3_duplicated_delete_loses_no_acknowledged_push() {
     run_cases(
         Backend::S3,
-        &[
-            (
-                LateDelete::Duplicate(Duration::from_secs(20)),
-                false,
-                Aim::Layer,
-            ),
-            (
-                LateDelete::Duplicate(Duration::from_secs(20)),
-                false,
-                Aim::ManifestLink,
-            ),
-        ],
+        &both_aims(LateDelete::Duplicate(Duration::from_secs(20)), false),
     )
     .await;
 }
@@ -640,18 +623,7 @@ async fn s3_duplicated_delete_loses_no_acknowledged_push() {
 async fn fs_failed_and_retried_delete_loses_no_acknowledged_push() {
     run_cases(
         Backend::Fs,
-        &[
-            (
-                LateDelete::FailAfter(Duration::from_secs(20)),
-                false,
-                Aim::Layer,
-            ),
-            (
-                LateDelete::FailAfter(Duration::from_secs(20)),
-                false,
-                Aim::ManifestLink,
-            ),
-        ],
+        &both_aims(LateDelete::FailAfter(Duration::from_secs(20)), false),
     )
     .await;
 }
@@ -660,18 +632,7 @@ async fn fs_failed_and_retried_delete_loses_no_acknowledged_push() {
 async fn s3_failed_and_retried_delete_loses_no_acknowledged_push() {
     run_cases(
         Backend::S3,
-        &[
-            (
-                LateDelete::FailAfter(Duration::from_secs(20)),
-                false,
-                Aim::Layer,
-            ),
-            (
-                LateDelete::FailAfter(Duration::from_secs(20)),
-                false,
-                Aim::ManifestLink,
-            ),
-        ],
+        &both_aims(LateDelete::FailAfter(Duration::from_secs(20)), false),
     )
     .await;
 }
@@ -680,26 +641,12 @@ async fn s3_failed_and_retried_delete_loses_no_acknowledged_push() {
 /// lease by force and the image is pushed again; it goes on afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fs_collector_paused_at_its_delete_across_a_forced_break() {
-    run_cases(
-        Backend::Fs,
-        &[
-            (LateDelete::Hold, true, Aim::Layer),
-            (LateDelete::Hold, true, Aim::ManifestLink),
-        ],
-    )
-    .await;
+    run_cases(Backend::Fs, &both_aims(LateDelete::Hold, true)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn s3_collector_paused_at_its_delete_across_a_forced_break() {
-    run_cases(
-        Backend::S3,
-        &[
-            (LateDelete::Hold, true, Aim::Layer),
-            (LateDelete::Hold, true, Aim::ManifestLink),
-        ],
-    )
-    .await;
+    run_cases(Backend::S3, &both_aims(LateDelete::Hold, true)).await;
 }
 
 impl Store for LateStore {
