@@ -165,7 +165,19 @@ impl Repos {
             Err(e) if e.is_not_found() => return Err(unknown()),
             Err(e) => return Err(e.into()),
         };
-        let state: UploadState = serde_json::from_slice(&doc.bytes).map_err(ApiError::internal)?;
+        // A state that does not parse is one a machine crash tore (the filesystem store does
+        // not make session state durable, see `storage::layout::is_upload`): the session is
+        // lost, so the client is told to start again rather than shown a server error.
+        let state: UploadState = match serde_json::from_slice(&doc.bytes) {
+            Ok(state) => state,
+            Err(e) => {
+                tracing::warn!(upload = %uuid, error = %e, "an upload's state does not parse; the upload is treated as unknown");
+                return Err(ApiError::new(
+                    Code::BlobUploadUnknown,
+                    format!("upload {id:?} is unknown (its state is unreadable: {e})"),
+                ));
+            }
+        };
         if state.repository != name.as_str() {
             return Err(unknown());
         }

@@ -603,6 +603,96 @@ async fn chunked_upload_survives_a_restart_and_moves_between_instances() {
     assert!(left.is_empty(), "upload areas left: {left:?}");
 }
 
+/// What a machine crash can leave of an upload session on the filesystem store, which does not
+/// make session state durable (only the staging bytes a state counts): a state older than the
+/// staging bytes (the last PATCH's state lost) resumes from the older offset with the bytes past
+/// it cut off, and the blob comes out right; a torn state answers `BLOB_UPLOAD_UNKNOWN`, not a
+/// server error, so the client starts again.
+#[tokio::test]
+async fn an_upload_a_crash_left_behind_resumes_or_is_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 253) as u8).collect();
+    let d = Digest::of(Algorithm::Sha256, &data);
+    let app = app_on(dir.path(), RegistryConfig::default());
+    let r = send(
+        &app,
+        Method::POST,
+        "/v2/crash/blobs/uploads/",
+        &[],
+        Body::empty(),
+    )
+    .await;
+    let loc = r.header("location").to_owned();
+    let id = loc.rsplit('/').next().unwrap().to_owned();
+    let state = dir.path().join("uploads").join(&id).join("state");
+    let r = send(&app, Method::PATCH, &loc, &[], data[..100_000].to_vec()).await;
+    assert_eq!(r.header("range"), "0-99999");
+    let older = std::fs::read(&state).unwrap();
+    let r = send(
+        &app,
+        Method::PATCH,
+        &loc,
+        &[],
+        data[100_000..200_000].to_vec(),
+    )
+    .await;
+    assert_eq!(r.header("range"), "0-199999");
+    drop(app);
+    // The crash: the second PATCH's bytes reached the disk, its state did not.
+    std::fs::write(&state, &older).unwrap();
+    let app = app_on(dir.path(), RegistryConfig::default());
+    let r = send(&app, Method::GET, &loc, &[], Body::empty()).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    assert_eq!(r.header("range"), "0-99999");
+    let r = send(
+        &app,
+        Method::PUT,
+        &format!("{loc}?digest={d}"),
+        &[("content-range", "100000-299999")],
+        data[100_000..].to_vec(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    let r = send(
+        &app,
+        Method::GET,
+        &format!("/v2/crash/blobs/{d}"),
+        &[],
+        Body::empty(),
+    )
+    .await;
+    assert!(r.body[..] == data[..]);
+
+    // A torn state (a new file whose bytes did not reach the disk).
+    for torn in [&b""[..], b"{\"repository\":\"cra"] {
+        let r = send(
+            &app,
+            Method::POST,
+            "/v2/crash/blobs/uploads/",
+            &[],
+            Body::empty(),
+        )
+        .await;
+        let loc = r.header("location").to_owned();
+        let id = loc.rsplit('/').next().unwrap().to_owned();
+        std::fs::write(dir.path().join("uploads").join(&id).join("state"), torn).unwrap();
+        for (method, body) in [(Method::GET, vec![]), (Method::PATCH, data[..10].to_vec())] {
+            let r = send(&app, method.clone(), &loc, &[], body).await;
+            assert_eq!(
+                r.status,
+                StatusCode::NOT_FOUND,
+                "{method} {torn:?}: {:?}",
+                r.body
+            );
+            assert!(
+                String::from_utf8_lossy(&r.body).contains("BLOB_UPLOAD_UNKNOWN"),
+                "{method}: {:?}",
+                r.body
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_wrong_digest_publishes_nothing() {
     let dir = tempfile::tempdir().unwrap();

@@ -353,6 +353,14 @@ pub fn upload_state(id: &Uuid) -> Key {
     key(format!("uploads/{}/state", id.as_hyphenated()))
 }
 
+/// Whether `key` belongs to an upload session (its staging data or state). A session is
+/// resumable state, not stored content: a store may skip making its documents durable (see
+/// `crate::storage::fs`), since a session a machine crash loses costs its client a restart
+/// (`BLOB_UPLOAD_UNKNOWN`), never a blob.
+pub fn is_upload(key: &Key) -> bool {
+    key.as_str().starts_with("uploads/")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,7 @@
 //! The filesystem store: the embedded default.
 //!
 //! Every key is a relative path under the root. Documents are written to a temporary file under
-//! `<root>/.tmp`, fsynced (not a `PutMode::Stamp`) and renamed into place, under one of 256 stripe locks in
+//! `<root>/.tmp`, fsynced (unless not durable: see [`durable`]) and renamed into place, under one of 256 stripe locks in
 //! `<root>/.stripes` (chosen by a hash of the key) so that conditional writes are atomic across
 //! threads and processes sharing the directory; a holder that keeps one too long (a stopped
 //! process) has it revoked (see `stripe.rs`). Staging areas are plain files at their key, held
@@ -21,7 +21,7 @@ use futures_util::{StreamExt, stream};
 
 use super::{
     BoxFuture, BoxReader, ByteStream, Document, Etag, Key, ObjectMeta, PutMode, Store, StoreError,
-    StoreResult, StoreWriter, past_end,
+    StoreResult, StoreWriter, layout, past_end,
 };
 
 mod stripe;
@@ -33,6 +33,20 @@ const NAME: &str = "fs";
 const LOCK_STRIPES: u32 = 256;
 /// How long opening a staging area waits for a just-dropped writer to let go of it.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether a document written with `mode` at `key` is made durable (its file and directory
+/// `fsync`ed) before the write returns. Two kinds are not, each saving the two `fsync`s that
+/// dominated a small push on this store:
+/// - a stamp (see `PutMode::Stamp`);
+/// - an upload session's state ([`layout::is_upload`]). After a machine crash it may be older
+///   than the last PATCH or gone: the staging bytes past its offset are cut off on the next
+///   resume, and a lost or torn state answers `BLOB_UPLOAD_UNKNOWN`, so the client starts the
+///   upload again. The staging bytes themselves are still synced before a state that counts
+///   them is written (`FsWriter::suspend`), so a state never claims bytes that are not on disk,
+///   which a digest check alone could not catch (the hash state covers them unread).
+fn durable(key: &Key, mode: &PutMode) -> bool {
+    !matches!(mode, PutMode::Stamp) && !layout::is_upload(key)
+}
 
 /// Bytes per mapped window of [`Store::read_chunks`]. Two are in flight per response (one
 /// being written to the socket, the next being faulted in), so memory per response stays flat
@@ -342,9 +356,7 @@ impl Inner {
         // lock covers only the check and the rename, so a process stopped while it holds the
         // lock is rare, and every other request waits microseconds, not an fsync.
         let tmp = self.temp_path();
-        // A stamp need not be durable (see `PutMode::Stamp`): no `fsync` of it or its directory,
-        // two of the five an upload's commit made.
-        let durable = !matches!(mode, PutMode::Stamp);
+        let durable = durable(key, mode);
         let written = (|| {
             let mut f = File::create_new(&tmp)?;
             f.write_all(bytes)?;

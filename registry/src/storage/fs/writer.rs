@@ -92,6 +92,10 @@ pub(super) struct FsWriter {
     file: Arc<File>,
     /// Bytes accepted so far, buffered ones included.
     size: u64,
+    /// The size the file was opened at: when nothing was written since, a suspend or a commit
+    /// has nothing to make durable (what lies below it was synced by the suspend that wrote
+    /// it), so the `fsync` is skipped: an upload's POST opens and suspends an empty file.
+    opened: u64,
     /// Offset in the file where `buf` goes.
     at: u64,
     /// Bytes gathered for the next write.
@@ -112,6 +116,7 @@ impl FsWriter {
             path,
             file: Arc::new(file),
             size: at,
+            opened: at,
             at,
             buf: Vec::new(),
             spare: None,
@@ -196,6 +201,9 @@ impl FsWriter {
 
     async fn sync(&mut self) -> StoreResult<()> {
         self.drain().await.map_err(|e| backend(&self.key, e))?;
+        if self.size == self.opened {
+            return Ok(());
+        }
         let file = self.file.clone();
         blocking(&self.key, {
             let key = self.key.clone();
