@@ -66,6 +66,20 @@ async fn send(
     }
 }
 
+/// Starts an upload session in `repo` with a POST; returns its location.
+async fn start_upload(app: &Router, repo: &str) -> String {
+    let r = send(
+        app,
+        Method::POST,
+        &format!("/v2/{repo}/blobs/uploads/"),
+        &[],
+        Body::empty(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    r.header("location").to_owned()
+}
+
 /// Pushes a blob with POST + PUT; returns its digest.
 async fn push_blob(app: &Router, repo: &str, data: &[u8]) -> Digest {
     let d = Digest::sha256(data);
@@ -515,15 +529,7 @@ async fn chunked_upload_survives_a_restart_and_moves_between_instances() {
     for alg in [Algorithm::Sha256, Algorithm::Sha512] {
         let d = Digest::of(alg, &data);
         let first = app_on(dir.path(), RegistryConfig::default());
-        let r = send(
-            &first,
-            Method::POST,
-            "/v2/resume/blobs/uploads/",
-            &[],
-            Body::empty(),
-        )
-        .await;
-        let loc = r.header("location").to_owned();
+        let loc = start_upload(&first, "resume").await;
         let r = send(
             &first,
             Method::PATCH,
@@ -614,15 +620,7 @@ async fn an_upload_a_crash_left_behind_resumes_or_is_unknown() {
     let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 253) as u8).collect();
     let d = Digest::of(Algorithm::Sha256, &data);
     let app = app_on(dir.path(), RegistryConfig::default());
-    let r = send(
-        &app,
-        Method::POST,
-        "/v2/crash/blobs/uploads/",
-        &[],
-        Body::empty(),
-    )
-    .await;
-    let loc = r.header("location").to_owned();
+    let loc = start_upload(&app, "crash").await;
     let id = loc.rsplit('/').next().unwrap().to_owned();
     let state = dir.path().join("uploads").join(&id).join("state");
     let r = send(&app, Method::PATCH, &loc, &[], data[..100_000].to_vec()).await;
@@ -665,15 +663,7 @@ async fn an_upload_a_crash_left_behind_resumes_or_is_unknown() {
 
     // A torn state (a new file whose bytes did not reach the disk).
     for torn in [&b""[..], b"{\"repository\":\"cra"] {
-        let r = send(
-            &app,
-            Method::POST,
-            "/v2/crash/blobs/uploads/",
-            &[],
-            Body::empty(),
-        )
-        .await;
-        let loc = r.header("location").to_owned();
+        let loc = start_upload(&app, "crash").await;
         let id = loc.rsplit('/').next().unwrap().to_owned();
         std::fs::write(dir.path().join("uploads").join(&id).join("state"), torn).unwrap();
         for (method, body) in [(Method::GET, vec![]), (Method::PATCH, data[..10].to_vec())] {
