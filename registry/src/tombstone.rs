@@ -316,24 +316,14 @@ pub(crate) async fn find_data(
     store: &dyn Store,
     d: &Digest,
 ) -> Result<Option<(Key, crate::storage::ObjectMeta)>, StoreError> {
-    let legacy = layout::blob_data(d);
-    match store.stat(&legacy).await {
-        Ok(m) => return Ok(Some((legacy, m))),
-        Err(e) if e.is_not_found() => {}
-        Err(e) => return Err(e),
-    }
-    let Some((record, _)) = read_record(store, d).await? else {
-        return Ok(None);
-    };
-    if record.epochs.data.is_empty() {
-        return Ok(None);
-    }
-    let key = record.epochs.data_key(d);
-    match store.stat(&key).await {
-        Ok(m) => Ok(Some((key, m))),
-        Err(e) if e.is_not_found() => Ok(None),
-        Err(e) => Err(e),
-    }
+    find_per_epoch(
+        store,
+        d,
+        layout::blob_data(d),
+        |e| (!e.data.is_empty()).then(|| e.data_key(d)),
+        |k| async move { absent_as_none(store.stat(&k).await) },
+    )
+    .await
 }
 
 /// Where `name`'s link to manifest `d` can be read: the legacy key, or else the one of the
@@ -345,21 +335,51 @@ pub(crate) async fn find_manifest_link(
     d: &Digest,
     limit: u64,
 ) -> Result<Option<(Key, crate::storage::Document)>, StoreError> {
-    let legacy = layout::manifest_link(name, d);
-    match store.get(&legacy, limit).await {
-        Ok(doc) => return Ok(Some((legacy, doc))),
-        Err(e) if e.is_not_found() => {}
-        Err(e) => return Err(e),
+    find_per_epoch(
+        store,
+        d,
+        layout::manifest_link(name, d),
+        |e| (!e.manifest_link(name).is_empty()).then(|| e.manifest_link_key(name, d)),
+        |k| async move { absent_as_none(store.get(&k, limit).await) },
+    )
+    .await
+}
+
+/// Finds something of `d` that is stored per epoch (its bytes, a repository's link to it):
+/// at `legacy`, or else at the key `at` gives for the epochs the digest's record names
+/// (`None` when they name none for it). `probe` looks at one key, `Ok(None)` when it is
+/// absent. The legacy key goes first: a digest no collector ever committed on has no record,
+/// and then this costs one request.
+/// (`probe` takes the key by value: a future borrowing its argument is not `Send` for every
+/// lifetime, which the router's handlers need.)
+pub(crate) async fn find_per_epoch<T, E, F, Fut>(
+    store: &dyn Store,
+    d: &Digest,
+    legacy: Key,
+    at: impl FnOnce(&Epochs) -> Option<Key>,
+    probe: F,
+) -> Result<Option<(Key, T)>, E>
+where
+    E: From<StoreError>,
+    F: Fn(Key) -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>, E>>,
+{
+    if let Some(found) = probe(legacy.clone()).await? {
+        return Ok(Some((legacy, found)));
     }
     let Some((record, _)) = read_record(store, d).await? else {
         return Ok(None);
     };
-    if record.epochs.manifest_link(name).is_empty() {
+    let Some(key) = at(&record.epochs) else {
         return Ok(None);
-    }
-    let key = record.epochs.manifest_link_key(name, d);
-    match store.get(&key, limit).await {
-        Ok(doc) => Ok(Some((key, doc))),
+    };
+    Ok(probe(key.clone()).await?.map(|found| (key, found)))
+}
+
+/// `r`, with a `NotFound` error as `None`.
+fn absent_as_none<T>(r: Result<T, StoreError>) -> Result<Option<T>, StoreError> {
+    match r {
+        Ok(found) => Ok(Some(found)),
         Err(e) if e.is_not_found() => Ok(None),
         Err(e) => Err(e),
     }

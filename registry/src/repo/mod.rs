@@ -289,21 +289,16 @@ impl Repos {
 
     /// The key and size of the repository's link to `d`, as [`Repos::blob_linked`] finds it.
     async fn blob_link_find(&self, name: &Name, d: &Digest) -> ApiResult<Option<(Key, u64)>> {
-        let legacy = layout::blob_link(name, d);
-        if let Some(link) = self.read::<BlobLink>(&legacy, LINK_LIMIT).await? {
-            return Ok(Some((legacy, link.size)));
-        }
-        let Some((record, _)) = crate::tombstone::read_record(self.store.as_ref(), d).await? else {
-            return Ok(None);
-        };
-        if record.epochs.blob_link(name).is_empty() {
-            return Ok(None);
-        }
-        let key = record.epochs.blob_link_key(name, d);
-        Ok(self
-            .read::<BlobLink>(&key, LINK_LIMIT)
-            .await?
-            .map(|l| (key, l.size)))
+        crate::tombstone::find_per_epoch(
+            self.store.as_ref(),
+            d,
+            layout::blob_link(name, d),
+            |e| (!e.blob_link(name).is_empty()).then(|| e.blob_link_key(name, d)),
+            async |k| {
+                Ok::<_, ApiError>(self.read::<BlobLink>(&k, LINK_LIMIT).await?.map(|l| l.size))
+            },
+        )
+        .await
     }
 
     /// Size of the repository's link to `d` at the epoch a hold gave (what a request that
