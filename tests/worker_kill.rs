@@ -191,12 +191,17 @@ fn kill_at_every_step(new_node: &dyn Fn(usize) -> Node) -> Vec<String> {
             }
         }
         let out = node.run_once();
-        assert!(out.status.success(), "killed at {at}: {}", tail(&out.stderr));
+        assert!(
+            out.status.success(),
+            "killed at {at}: {}",
+            tail(&out.stderr)
+        );
         assert_eq!(release(&node), "third release\n", "killed at {at}");
         assert_recovered(&node, &at, &source, &data);
         let st = node.status();
         assert_eq!(
-            st[ZONE]["current_digest"], node.description(ZONE)["manifest_digest"],
+            st[ZONE]["current_digest"],
+            node.description(ZONE)["manifest_digest"],
             "killed at {at}"
         );
         killed.push(at);
@@ -204,7 +209,9 @@ fn kill_at_every_step(new_node: &dyn Fn(usize) -> Node) -> Vec<String> {
     eprintln!("killed at {} steps: {killed:#?}", killed.len());
     for step in SWITCH_STEPS {
         assert!(
-            killed.iter().any(|k| k.ends_with(&format!("{ZONE}: {step}"))),
+            killed
+                .iter()
+                .any(|k| k.ends_with(&format!("{ZONE}: {step}"))),
             "never killed at {step:?}: {killed:#?}"
         );
     }
