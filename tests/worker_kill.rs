@@ -25,16 +25,23 @@ mod zfspool;
 
 const ZONE: &str = "app";
 
-/// The steps of an update that must each have been a kill point (the switch's own; the
-/// failpoint also stops at the others: filling the root, removing the discarded one's
-/// entries).
-const SWITCH_STEPS: &[&str] = &[
+/// The steps of an update that must each have been a kill point.
+const UPDATE_STEPS: &[&str] = &[
     "fill the staging zonepath",
     "open the switch",
     "discard the previous zonepath",
     "move the old zonepath aside",
     "place the new zonepath",
     "confirm the switch",
+];
+
+/// The steps of a rollback that must each have been a kill point.
+const ROLLBACK_STEPS: &[&str] = &[
+    "open the switch",
+    "set the current zonepath aside",
+    "put the previous zonepath back",
+    "keep the zonepath set aside as previous",
+    "close the switch",
 ];
 
 /// What a paused-or-finished worker did.
@@ -144,10 +151,67 @@ fn assert_recovered(node: &Node, at: &str, source: &Path, data: &str) {
     );
 }
 
-/// Kills the worker at each step of the update second → third on nodes made by `new_node`
-/// (one per kill point), checking recovery and convergence after each; returns the steps
-/// killed at.
-fn kill_at_every_step(new_node: &dyn Fn(usize) -> Node) -> Vec<String> {
+/// The switch killed at each of its steps.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Switch {
+    /// The update second → third.
+    Update,
+    /// `rdctl worker rollback` third → second.
+    Rollback,
+}
+
+impl Switch {
+    /// The steps that must each have been a kill point (the switch's own; the failpoint also
+    /// stops at the others: filling the root, removing the discarded one's entries).
+    fn steps(self) -> &'static [&'static str] {
+        match self {
+            Switch::Update => UPDATE_STEPS,
+            Switch::Rollback => ROLLBACK_STEPS,
+        }
+    }
+
+    /// What the zone runs once the switch is done.
+    fn end(self) -> &'static str {
+        match self {
+            Switch::Update => "third release\n",
+            Switch::Rollback => "second release\n",
+        }
+    }
+}
+
+/// A node running `third` with `second` kept, data written into its volume after `first`;
+/// for an update, still running `second` with `third` named by the manifest; for a rollback,
+/// the rollback asked for. Returns the volume's directory and the data.
+fn prepare(
+    node: &Node,
+    image: &dyn Fn(&str) -> String,
+    switch: Switch,
+    n: usize,
+) -> (PathBuf, String) {
+    zone(node, &image("1"));
+    let out = node.run_once();
+    assert!(out.status.success(), "{}", tail(&out.stderr));
+    let source = volume_source(node);
+    let data = format!("written before kill point {n}\n");
+    std::fs::write(source.join("kept"), &data).unwrap();
+    // second, so the update has a previous root to discard.
+    zone(node, &image("2"));
+    let out = node.run_once();
+    assert!(out.status.success(), "{}", tail(&out.stderr));
+    assert_eq!(release(node), "second release\n");
+    zone(node, &image("3"));
+    if switch == Switch::Rollback {
+        let out = node.run_once();
+        assert!(out.status.success(), "{}", tail(&out.stderr));
+        assert_eq!(release(node), "third release\n");
+        ok(rdctl().args(["worker", "rollback", ZONE, "--config", s(&node.config())]));
+    }
+    (source, data)
+}
+
+/// Kills the worker at each step of `switch` on nodes made by `new_node` (one per kill point),
+/// checking recovery and convergence after each; returns the steps killed at.
+fn kill_at_every_step(new_node: &dyn Fn(usize) -> Node, switch: Switch) -> Vec<String> {
     let t = tempdir();
     let server = Server::start(&t.path().join("registry"), &[]);
     for (tag, name) in [("1", "first"), ("2", "second"), ("3", "third")] {
@@ -156,27 +220,14 @@ fn kill_at_every_step(new_node: &dyn Fn(usize) -> Node) -> Vec<String> {
     let image = |tag: &str| format!("{}/kill/app:{tag}", server.host());
     let mut killed = Vec::new();
     for n in 1.. {
-        assert!(n < 60, "the update never ran to its end: {killed:?}");
+        assert!(n < 60, "the {switch:?} never ran to its end: {killed:?}");
         let node = new_node(n);
-        // first, then second (so a previous root is kept and discarded by the update), data
-        // written into the volume by the running zone's owner.
-        zone(&node, &image("1"));
-        let out = node.run_once();
-        assert!(out.status.success(), "{}", tail(&out.stderr));
-        let source = volume_source(&node);
-        let data = format!("written before kill point {n}\n");
-        std::fs::write(source.join("kept"), &data).unwrap();
-        zone(&node, &image("2"));
-        let out = node.run_once();
-        assert!(out.status.success(), "{}", tail(&out.stderr));
-        assert_eq!(release(&node), "second release\n");
-
-        zone(&node, &image("3"));
-        let at = match run_killed_at(&node, n, "update.log") {
+        let (source, data) = prepare(&node, &image, switch, n);
+        let at = match run_killed_at(&node, n, "switch.log") {
             Outcome::Killed(at) => at,
             Outcome::Finished(status, log) => {
                 assert!(status.success(), "{log}");
-                assert_eq!(release(&node), "third release\n");
+                assert_eq!(release(&node), switch.end());
                 assert_recovered(&node, "no step", &source, &data);
                 break;
             }
@@ -190,24 +241,34 @@ fn kill_at_every_step(new_node: &dyn Fn(usize) -> Node) -> Vec<String> {
                 assert_recovered(&node, &at, &source, &data);
             }
         }
+        // The next pass ends the switch once: the update placed, the rollback done (and held
+        // while the tag stays), whichever way the recovery went.
         let out = node.run_once();
         assert!(
             out.status.success(),
             "killed at {at}: {}",
             tail(&out.stderr)
         );
-        assert_eq!(release(&node), "third release\n", "killed at {at}");
+        assert_eq!(release(&node), switch.end(), "killed at {at}");
         assert_recovered(&node, &at, &source, &data);
         let st = node.status();
         assert_eq!(
             st[ZONE]["current_digest"],
             node.description(ZONE)["manifest_digest"],
-            "killed at {at}"
+            "killed at {at}: {}",
+            st[ZONE]
         );
+        if switch == Switch::Rollback {
+            assert_eq!(
+                st[ZONE]["rolled_back"]["manual"],
+                serde_json::json!(true),
+                "killed at {at}"
+            );
+        }
         killed.push(at);
     }
-    eprintln!("killed at {} steps: {killed:#?}", killed.len());
-    for step in SWITCH_STEPS {
+    eprintln!("{switch:?} killed at {} steps: {killed:#?}", killed.len());
+    for step in switch.steps() {
         assert!(
             killed
                 .iter()
@@ -221,7 +282,10 @@ fn kill_at_every_step(new_node: &dyn Fn(usize) -> Node) -> Vec<String> {
 #[test]
 fn a_worker_killed_at_every_step_of_an_update_keeps_a_zone_and_its_volume() {
     let t = tempdir();
-    let killed = kill_at_every_step(&|n| Node::new(&t.path().join(format!("node{n}"))));
+    let killed = kill_at_every_step(
+        &|n| Node::new(&t.path().join(format!("node{n}"))),
+        Switch::Update,
+    );
     // Each of the discarded root's entries was a kill point too.
     assert!(
         killed.iter().any(|k| k.ends_with(": remove root")),
@@ -230,14 +294,27 @@ fn a_worker_killed_at_every_step_of_an_update_keeps_a_zone_and_its_volume() {
 }
 
 #[test]
-fn zfs_a_worker_killed_at_every_step_of_an_update_keeps_a_zone_and_its_volume() {
+fn zfs_a_worker_killed_at_every_step_of_an_update_or_a_rollback_keeps_a_zone_and_its_volume() {
     let pool = zfspool::pool();
     let t = tempdir();
-    kill_at_every_step(&|n| {
+    let node = |n: usize| {
         let parent = pool.dataset(&format!("kill{n}"));
         Node::with_config(
             &t.path().join(format!("node{n}")),
             &format!("[layer_store]\nkind = \"zfs\"\ndataset = \"{parent}\"\n"),
         )
-    });
+    };
+    kill_at_every_step(&node, Switch::Update);
+    kill_at_every_step(&node, Switch::Rollback);
+}
+
+/// `rdctl worker rollback` killed at each of its steps: done exactly once (a recovery that
+/// finished it is not followed by a second rollback going forward again).
+#[test]
+fn a_worker_killed_at_every_step_of_a_rollback_keeps_a_zone_and_rolls_back_once() {
+    let t = tempdir();
+    kill_at_every_step(
+        &|n| Node::new(&t.path().join(format!("node{n}"))),
+        Switch::Rollback,
+    );
 }
