@@ -1,7 +1,8 @@
-//! kill -9 of the real `rdctl worker` at every step of a zone's switch to a new image (issue
-//! 49), on the directory store and on ZFS (zfs-fuse): the volume's data survives, the node has
-//! the old zone or the new one after recovery (never neither, never both), and the next pass
-//! converges on the new image.
+//! kill -9 of the real `rdctl worker` at every step of a zone's switch (issue 49): an update to
+//! a new image and an `rdctl worker rollback`, on the directory store and on ZFS (zfs-fuse).
+//! The volume's data survives, the node has the old zone or the new one after recovery (never
+//! neither, never both), and the next pass ends the switch once: the new image placed, or the
+//! rollback done (not done a second time).
 //!
 //! The worker is paused at its n-th provisioner step by the failpoint `RDCTL_FAILPOINT_PAUSE`
 //! (`worker_runtime::provision::failpoint`), which writes `state/failpoint.paused`; the test
@@ -19,7 +20,6 @@ use std::time::{Duration, Instant};
 use crate::util::{Server, ok, rdctl, s, tail, tempdir};
 use crate::worker_e2e::{Node, RawImage};
 
-#[allow(dead_code, unused_imports)]
 #[path = "../worker-runtime/tests/zfspool/mod.rs"]
 mod zfspool;
 
@@ -297,15 +297,16 @@ fn a_worker_killed_at_every_step_of_an_update_keeps_a_zone_and_its_volume() {
 fn zfs_a_worker_killed_at_every_step_of_an_update_or_a_rollback_keeps_a_zone_and_its_volume() {
     let pool = zfspool::pool();
     let t = tempdir();
-    let node = |n: usize| {
-        let parent = pool.dataset(&format!("kill{n}"));
-        Node::with_config(
-            &t.path().join(format!("node{n}")),
-            &format!("[layer_store]\nkind = \"zfs\"\ndataset = \"{parent}\"\n"),
-        )
-    };
-    kill_at_every_step(&node, Switch::Update);
-    kill_at_every_step(&node, Switch::Rollback);
+    for switch in [Switch::Update, Switch::Rollback] {
+        let node = |n: usize| {
+            let parent = pool.dataset(&format!("kill{n}"));
+            Node::with_config(
+                &t.path().join(format!("{switch:?}-node{n}")),
+                &format!("[layer_store]\nkind = \"zfs\"\ndataset = \"{parent}\"\n"),
+            )
+        };
+        kill_at_every_step(&node, switch);
+    }
 }
 
 /// `rdctl worker rollback` killed at each of its steps: done exactly once (a recovery that
