@@ -62,6 +62,7 @@ mod validate_cli;
 mod validate_tools;
 mod web_ui;
 mod worker_e2e;
+mod worker_kill;
 mod worker_layers;
 mod worker_mirrors;
 mod worker_policy;

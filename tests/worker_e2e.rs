@@ -24,17 +24,29 @@ pub struct Node {
 impl Node {
     /// A node in `dir` (created), `dir` provisioner, os_version fixed for the images here.
     pub fn new(dir: &Path) -> Node {
+        Self::with_config(dir, "")
+    }
+
+    /// As [`Node::new`], with `extra` (TOML tables, e.g. `[layer_store]`) ending worker.toml.
+    pub fn with_config(dir: &Path, extra: &str) -> Node {
         std::fs::create_dir_all(dir.join("zones")).unwrap();
         std::fs::write(
             dir.join("worker.toml"),
-            "zones_dir = \"zones\"\nstate_dir = \"state\"\nworker_id = \"e2e\"\n\
-             os_version = \"e2e-build\"\nbackoff_initial_secs = 60\n\
-             [provisioner]\nkind = \"dir\"\nbase = \"roots\"\n",
+            format!(
+                "zones_dir = \"zones\"\nstate_dir = \"state\"\nworker_id = \"e2e\"\n\
+                 os_version = \"e2e-build\"\nbackoff_initial_secs = 60\n\
+                 [provisioner]\nkind = \"dir\"\nbase = \"roots\"\n{extra}"
+            ),
         )
         .unwrap();
         Node {
             dir: dir.to_owned(),
         }
+    }
+
+    /// The node's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// The worker.toml path.

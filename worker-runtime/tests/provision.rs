@@ -645,3 +645,178 @@ fn a_staging_root_cut_short_before_its_mark_is_removed_at_start() {
     assert!(!empty.exists(), "an empty leftover is removed");
     assert!(foreign.join("data").exists(), "what is not ours stays");
 }
+
+/// The commands run since the `skip` first ones, without the `zoneadm list -cp` reads.
+fn commands_after(fake: &FakeZones, skip: usize) -> Vec<(String, Option<Duration>)> {
+    fake.calls()
+        .into_iter()
+        .skip(skip)
+        .filter(|(c, _)| c != "zoneadm list -cp")
+        .collect()
+}
+
+/// `rdctl worker rollback` on illumos: the running zone is shut down, detached (its root kept
+/// as the previous one, `SUNWdetached.xml` beside it) and its configuration deleted; the
+/// previous zonepath goes back to `<base>/<zone>` (the zonepath its zonecfg text names) and is
+/// configured, attached with `attach -F` and booted. A second rollback goes forward; a zone
+/// with nothing kept is refused before any command runs.
+#[test]
+fn illumos_rollback_detaches_the_current_zone_and_attaches_the_previous_one() {
+    let b = IllumosBackend::new();
+    let p = b.open("node", None);
+    let spec = conformance::spec("web");
+    p.provision(&spec, conformance::root(&b, &p, "node", "v1"))
+        .unwrap();
+    let before = b.fake.calls().len();
+    let e = p.rollback("web").unwrap_err();
+    assert!(matches!(e, ProvisionError::NoPrevious { .. }), "{e:?}");
+    assert_eq!(
+        commands_after(&b.fake, before),
+        [],
+        "refused before any command"
+    );
+    p.provision(&spec, conformance::root(&b, &p, "node", "v2"))
+        .unwrap();
+    let zp = base(&b.dir.t, "node").join("web");
+    let kept = base(&b.dir.t, "node").join(".previous/web");
+    assert_eq!(release(&kept), "v1");
+    assert_eq!(p.previous("web").unwrap().unwrap().zonepath, zp);
+
+    let before = b.fake.calls().len();
+    let d = p.rollback("web").unwrap();
+    assert_eq!(
+        (release(&d.zonepath), release(&kept)),
+        ("v1".into(), "v2".into())
+    );
+    assert_eq!(b.fake.state("web"), Some(State::Running));
+    assert!(kept.join("SUNWdetached.xml").is_file(), "v2 was detached");
+    assert!(!zp.join("SUNWdetached.xml").exists(), "attach took v1 back");
+    let grace = Some(Duration::from_secs(u64::from(conformance::STOP_TIMEOUT)));
+    let zonecfg = format!("{}", zp.join("zonecfg.txt").display());
+    let expected: Vec<(String, Option<Duration>)> = vec![
+        ("zoneadm -z web shutdown".into(), grace),
+        ("zoneadm -z web detach".into(), None),
+        ("zonecfg -z web delete -F".into(), None),
+        (format!("zonecfg -z web -f {zonecfg}"), None),
+        ("zoneadm -z web attach -F".into(), None),
+        ("zoneadm -z web boot".into(), None),
+    ];
+    assert_eq!(commands_after(&b.fake, before), expected);
+    assert!(p.ready("web").unwrap());
+    // Forward again; removing the zone takes the kept root too.
+    let d = p.rollback("web").unwrap();
+    assert_eq!(
+        (release(&d.zonepath), release(&kept)),
+        ("v2".into(), "v1".into())
+    );
+    assert_eq!(b.fake.state("web"), Some(State::Running));
+    p.remove("web").unwrap();
+    assert!(!zp.exists() && !kept.exists());
+    assert_eq!(b.fake.state("web"), None);
+}
+
+/// The worker's automatic rollback on illumos: an update whose zone is not ready is undone
+/// (the new zone detached and kept as the previous root, the replaced one attached and booted
+/// again); a confirmed one stays. An update whose install fails is undone at once; a kept
+/// zonepath without its root is never rolled back to.
+#[test]
+fn illumos_undo_attaches_the_replaced_zone_and_a_failed_install_is_undone_at_once() {
+    let b = IllumosBackend::new();
+    let p = b.open("node", None);
+    let spec = conformance::spec("web");
+    let kept = base(&b.dir.t, "node").join(".previous/web");
+    p.provision(&spec, conformance::root(&b, &p, "node", "v1"))
+        .unwrap();
+    assert_eq!(p.undo("web").unwrap(), None, "nothing open");
+    b.fake.break_service("web");
+    let d = p
+        .provision_unconfirmed(&spec, conformance::root(&b, &p, "node", "v2"))
+        .unwrap();
+    assert_eq!(release(&d.zonepath), "v2");
+    assert!(!p.ready("web").unwrap(), "entrypoint in maintenance");
+    b.fake.heal();
+    let back = p.undo("web").unwrap().unwrap();
+    assert_eq!(
+        (release(&back.zonepath), release(&kept)),
+        ("v1".into(), "v2".into())
+    );
+    assert_eq!(b.fake.state("web"), Some(State::Running));
+    assert!(p.ready("web").unwrap());
+    assert_eq!(p.undo("web").unwrap(), None, "closed");
+
+    let d = p
+        .provision_unconfirmed(&spec, conformance::root(&b, &p, "node", "v3"))
+        .unwrap();
+    p.confirm("web").unwrap();
+    assert_eq!(p.undo("web").unwrap(), None, "confirmed");
+    assert_eq!(
+        (release(&d.zonepath), release(&kept)),
+        ("v3".into(), "v1".into())
+    );
+
+    b.fake.fail_on("install");
+    let e = p
+        .provision_unconfirmed(&spec, conformance::root(&b, &p, "node", "v4"))
+        .unwrap_err();
+    assert!(format!("{e}").contains("install"), "{e}");
+    b.fake.heal();
+    assert_eq!(release(&d.zonepath), "v3", "the replaced zone runs again");
+    assert_eq!(b.fake.state("web"), Some(State::Running));
+    // The failed zone is kept as the previous root, as on the other stores; had its install
+    // left it incomplete, the uninstall would have deleted its root: no rollback to that.
+    assert_eq!(release(&kept), "v4");
+    std::fs::remove_dir_all(kept.join("root")).unwrap();
+    let e = p.rollback("web").unwrap_err();
+    assert!(matches!(e, ProvisionError::NoPrevious { .. }), "{e:?}");
+    assert_eq!(b.fake.state("web"), Some(State::Running));
+}
+
+/// A rollback cut short before any of its steps (a crash: the provisioner stops there) is
+/// finished by the next rollback of a fresh start, or, when the swap was already done, by the
+/// next bring-up: the zone ends running one of its two roots, the other kept.
+#[test]
+fn illumos_rollback_cut_at_any_step_ends_with_a_zone_running() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    for at in 1.. {
+        let b = IllumosBackend::new();
+        let p = b.open("node", None);
+        let spec = conformance::spec("web");
+        for tag in ["v1", "v2"] {
+            p.provision(&spec, conformance::root(&b, &p, "node", tag))
+                .unwrap();
+        }
+        let seen = Arc::new(AtomicUsize::new(0));
+        let s = seen.clone();
+        let hook: StepHook =
+            Arc::new(move |_: &str, _: &str| s.fetch_add(1, Ordering::SeqCst) + 1 == at);
+        let cut = b.open("node", Some(hook));
+        match cut.rollback("web") {
+            Ok(d) => {
+                assert_eq!(release(&d.zonepath), "v1");
+                assert!(at > 5, "every step was a cut point: {at}");
+                break;
+            }
+            Err(ProvisionError::Interrupted { .. }) => {}
+            Err(e) => panic!("cut at {at}: {e:?}"),
+        }
+        drop(cut);
+        // A fresh start settles the file moves; the rollback, asked again, ends on a root.
+        let p = b.open("node", None);
+        let zp = base(&b.dir.t, "node").join("web");
+        assert!(
+            zp.join("root").is_dir(),
+            "cut at {at}: no zonepath in place"
+        );
+        let d = p
+            .rollback("web")
+            .unwrap_or_else(|e| panic!("cut at {at}: {e:?}"));
+        assert!(
+            ["v1", "v2"].contains(&release(&d.zonepath).as_str()),
+            "cut at {at}"
+        );
+        assert_eq!(b.fake.state("web"), Some(State::Running), "cut at {at}");
+        assert!(p.ready("web").unwrap(), "cut at {at}");
+        assert!(p.previous("web").unwrap().is_some(), "cut at {at}");
+    }
+}

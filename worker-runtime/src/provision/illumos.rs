@@ -19,6 +19,8 @@ use super::{
 use crate::verify::VerifiedRoot;
 use crate::zone::ZoneSpec;
 
+mod rollback;
+
 /// The brands the illumos provisioner creates zones of: those whose install takes a root
 /// placed at `<zonepath>/root` (`create -b` plus the brand, no template).
 pub const ILLUMOS_BRANDS: &[&str] = &["nlipkg", "lipkg", "ipkg", "sparse", "pkgsrc"];
@@ -269,6 +271,13 @@ pub fn detach_command(zone: &str) -> Vec<String> {
     argv(&["zoneadm", "-z", zone, "detach"])
 }
 
+/// Attach a detached zonepath again (the previous root, after a rollback put it back in
+/// place): `-F`, because the brand's software compatibility check reads a package image and an
+/// OCI root is none; the root is one this worker verified, installed and detached itself.
+pub fn attach_command(zone: &str) -> Vec<String> {
+    argv(&["zoneadm", "-z", zone, "attach", "-F"])
+}
+
 /// Uninstall and forget the zone's configuration.
 pub fn remove_commands(zone: &str) -> Vec<Vec<String>> {
     vec![
@@ -443,7 +452,9 @@ pub fn parse_zone_list(text: &str) -> Vec<ZoneEntry> {
 /// (uninstalled when removed), an incomplete one uninstalled, a configured one deleted, then
 /// the new zone is placed, configured, installed and booted. Detaching keeps the old root in
 /// its zonepath until the new one is placed (`uninstall` deletes it in place), so a crash
-/// anywhere in a replacement leaves the old root or the new one, never neither.
+/// anywhere in a replacement leaves the old root or the new one, never neither. The replaced
+/// root is kept as the previous one, detached; going back to it is in `rollback` (`zoneadm
+/// attach -F`).
 #[derive(Debug)]
 pub struct IllumosProvisioner<R> {
     dir: DirProvisioner,
@@ -591,6 +602,14 @@ impl<R: CommandRunner> IllumosProvisioner<R> {
         })
     }
 
+    /// Runs the create commands for a zonepath just placed.
+    fn create(&self, d: &ZoneDescription) -> Result<(), ProvisionError> {
+        for c in create_commands(&d.zone, &d.zonepath.join("zonecfg.txt")) {
+            self.run_ok(&d.zone, &c)?;
+        }
+        Ok(())
+    }
+
     /// The grace period of the zone as provisioned (its description), else the default.
     fn grace(&self, zone: &str) -> Duration {
         let secs = match self.dir.current(zone) {
@@ -628,10 +647,32 @@ impl<R: CommandRunner> Provisioner for IllumosProvisioner<R> {
             self.bring_down(zone, self.grace(zone), true)?;
         }
         let d = self.dir.provision(spec, root)?;
-        for c in create_commands(&d.zone, &d.zonepath.join("zonecfg.txt")) {
-            self.run_ok(&d.zone, &c)?;
-        }
+        self.create(&d)?;
         Ok(d)
+    }
+
+    fn provision_unconfirmed(
+        &self,
+        spec: &ZoneSpec,
+        root: VerifiedRoot,
+    ) -> Result<ZoneDescription, ProvisionError> {
+        self.replace_unconfirmed(spec, root)
+    }
+
+    fn confirm(&self, zone: &str) -> Result<(), ProvisionError> {
+        self.dir.confirm(zone)
+    }
+
+    fn undo(&self, zone: &str) -> Result<Option<ZoneDescription>, ProvisionError> {
+        self.undo_switch(zone)
+    }
+
+    fn previous(&self, zone: &str) -> Result<Option<ZoneDescription>, ProvisionError> {
+        self.dir.previous(zone)
+    }
+
+    fn rollback(&self, zone: &str) -> Result<ZoneDescription, ProvisionError> {
+        self.roll_back(zone)
     }
 
     fn remove(&self, zone: &str) -> Result<(), ProvisionError> {

@@ -12,6 +12,7 @@
 //!   expected files.
 
 mod dir;
+pub mod failpoint;
 pub mod illumos;
 mod previous;
 pub mod switch;

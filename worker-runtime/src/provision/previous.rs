@@ -270,6 +270,22 @@ impl DirProvisioner {
             })
     }
 
+    /// Whether a switch of the zone is open (not yet confirmed or undone).
+    pub(super) fn switch_open(&self, zone: &str) -> Result<bool, ProvisionError> {
+        Ok(self.read_journal(zone)?.is_some())
+    }
+
+    /// Whether a previous root of ours is kept with its root file system (an illumos zone
+    /// whose install failed was uninstalled, which deletes the root, before it was kept).
+    pub(super) fn previous_root_kept(&self, zone: &str) -> Result<bool, ProvisionError> {
+        let p = self.kept_dir().join(zone);
+        if !exists(&p) {
+            return Ok(false);
+        }
+        self.own(zone, &p)?;
+        Ok(p.join("root").is_dir())
+    }
+
     /// The previous root's description, when one is kept and ours.
     pub(super) fn previous_description(
         &self,

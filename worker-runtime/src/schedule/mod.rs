@@ -72,6 +72,9 @@ pub enum WorkerError {
     /// The volumes' directory (or dataset) could not be opened.
     #[error("volumes")]
     Volume(#[source] Box<crate::volume::VolumeError>),
+    /// The failpoint variable (`RDCTL_FAILPOINT_PAUSE`, tests only) holds no step number.
+    #[error("failpoint")]
+    Failpoint(#[from] crate::provision::failpoint::FailpointError),
     /// The metrics address could not be bound.
     #[error("metrics_listen {addr}: cannot listen")]
     Metrics {
@@ -313,6 +316,12 @@ impl Worker {
         let volumes =
             crate::volume::Volumes::open(dir.base(), &config.worker_id, layer_store.clone())?;
         let dir = dir.with_volumes(volumes.clone());
+        // Off unless the environment asks (kill -9 tests of a switch); after the settling of
+        // interrupted switches, so the steps counted are this run's own.
+        let dir = match crate::provision::failpoint::pause_hook_from_env(&config.state_dir)? {
+            Some(hook) => dir.with_step_hook(hook),
+            None => dir,
+        };
         let provisioner: Box<dyn Provisioner> = match &config.provisioner {
             ProvisionerConfig::Dir { .. } => Box::new(dir),
             #[cfg(target_os = "illumos")]

@@ -145,14 +145,29 @@ impl Worker {
     /// resolves to another digest. A refusal (nothing kept) is the zone's last error.
     pub(super) async fn rollbacks(self: &Arc<Self>) -> Result<(), super::WorkerError> {
         for zone in self.state.rollback_requests() {
+            let mut st = self.state.load(&zone).unwrap_or_default();
             let me = Arc::clone(self);
             let z = zone.clone();
-            let done = tokio::task::spawn_blocking(move || me.provisioner.rollback(&z)).await;
-            let mut st = self.state.load(&zone).unwrap_or_default();
+            let from = st.current_digest.clone();
+            let done = tokio::task::spawn_blocking(move || {
+                // A worker killed after the roots swapped but before this record was saved
+                // left the request: its switch was settled at start, so the root kept is the
+                // one the rollback left, and it is not done a second time (forward again).
+                let kept = me.provisioner.previous(&z)?.map(|d| d.manifest_digest);
+                if from.is_some() && kept == from {
+                    tracing::info!(
+                        zone = z,
+                        "the rollback was done before a restart; recording it"
+                    );
+                    return Ok(());
+                }
+                me.provisioner.rollback(&z).map(drop)
+            })
+            .await;
             st.zone = zone.clone();
             st.updated_unix = now_unix();
             match done {
-                Ok(Ok(_)) => {
+                Ok(Ok(())) => {
                     let from = st.current_digest.take();
                     st.current_digest = st.previous_digest.take();
                     st.previous_digest = from.clone();

@@ -4,13 +4,14 @@
 //! (illumos-gate `usr/src/cmd/zoneadm/zoneadm.c` `sanity_check`, `usr/src/cmd/zonecfg/zonecfg.c`).
 //!
 //! It acts on the file system as the brands do: `install` needs `<zonepath>/root`, `uninstall`
-//! removes it, `detach` leaves it (and writes `SUNWdetached.xml` beside it), and `boot` reads the entrypoint service's SMF manifest from the root (what
+//! removes it, `detach` leaves it (and writes `SUNWdetached.xml` beside it), `attach -F` takes
+//! it back (and removes that file), and `boot` reads the entrypoint service's SMF manifest from the root (what
 //! manifest-import does), so `shutdown` delivers the image's stop signal through the stop
 //! method and honours its timeout. A zone's application can be told to ignore its stop
 //! signal: shutdown then needs the method's `timeout_seconds` (after which SMF kills the
 //! contract), so a caller with a shorter grace sees it time out and must halt. Time is
 //! virtual: nothing sleeps. The tools can be made to fail on demand (`fail_on`): any zoneadm
-//! subcommand (`install`, `boot`, `shutdown`, `halt`, `detach`, `uninstall`) and zonecfg's
+//! subcommand (`install`, `boot`, `shutdown`, `halt`, `detach`, `attach`, `uninstall`) and zonecfg's
 //! `delete`.
 
 // Each test binary that includes it uses a different part.
@@ -300,6 +301,27 @@ impl FakeZones {
                     "{sub} operation is invalid for {} zones.",
                     s.name()
                 )),
+            },
+            // Back to installed from configured (zoneadm's attach needs that state), the
+            // zonepath's root as it is; the detach manifest is removed once attached. Only the
+            // forced form is modelled: the brand's software check reads a package image.
+            "attach" => match (z.state, args.get(1).copied()) {
+                (State::Configured, Some("-F")) => {
+                    let zp = Path::new(&z.zonepath);
+                    if !zp.join("root").is_dir() {
+                        return err(format!(
+                            "attach failed: no root file system at {}/root",
+                            z.zonepath
+                        ));
+                    }
+                    let _ = std::fs::remove_file(zp.join("SUNWdetached.xml"));
+                    z.state = State::Installed;
+                    ok(String::new())
+                }
+                (State::Configured, _) => {
+                    err("attach without -F: the brand's software check is not modelled".into())
+                }
+                (s, _) => invalid(s),
             },
             "uninstall" => match z.state {
                 State::Configured => err("is already in state 'configured'.".into()),
