@@ -68,7 +68,7 @@ names = sorted({t["name"] for p in m["packages"] for t in p["targets"] if "test"
 print(" ".join("--test " + n for n in names))' $zfs)
 	a=$(mktemp "${TMPDIR:-/tmp}/test-root.XXXXXX")
 	b=$(mktemp "${TMPDIR:-/tmp}/test-others.XXXXXX")
-	echo "running the root tests binary and, beside it, the other targets: $others --lib --bins, then one test at a time: $zfs"
+	echo "running the root tests binary and, beside it, the other targets: $others --lib --bins, then one test at a time: $zfs and worker_kill::zfs"
 	cargo test --workspace --no-fail-fast --test tests >"$a" 2>&1 &
 	pid=$!
 	# shellcheck disable=SC2086 # one word per option
@@ -76,6 +76,8 @@ print(" ".join("--test " + n for n in names))' $zfs)
 		cargo test --workspace --no-fail-fast --lib --bins $others || rc_b=$?
 		# shellcheck disable=SC2046 # one word per option
 		cargo test --workspace --no-fail-fast $(printf -- '--test %s ' $zfs) -- --test-threads=1 || rc_b=$?
+		# The root binary's one zfs-fuse test, #[ignore]d in its parallel run above.
+		cargo test --no-fail-fast --test tests worker_kill::zfs -- --ignored --test-threads=1 || rc_b=$?
 	} >"$b" 2>&1
 	wait "$pid" || rc_a=$?
 	printf '\n---- the other test targets (exit %d) ----\n' "$rc_b"

@@ -10,8 +10,10 @@
 //! Recovery is looked at by a fresh worker paused at its own first step: by then it has opened,
 //! settled the switch the killed one left open, and changed nothing else.
 //!
-//! The ZFS case starts zfs-fuse: run it alone,
-//! `flock /tmp/zfs-fuse.lock cargo test --test tests worker_kill::zfs -- --test-threads=1`.
+//! The ZFS case starts zfs-fuse, which must not mount beside another test binary's pool (see
+//! scripts/test.sh), so it is `#[ignore]`d in the root binary's parallel run and run alone with
+//! the zfs-fuse group: `flock /tmp/zfs-fuse.lock cargo test --test tests worker_kill::zfs --
+//! --ignored --test-threads=1`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -294,6 +296,7 @@ fn a_worker_killed_at_every_step_of_an_update_keeps_a_zone_and_its_volume() {
 }
 
 #[test]
+#[ignore = "zfs-fuse: scripts/test.sh runs it alone with the zfs-fuse group (--ignored)"]
 fn zfs_a_worker_killed_at_every_step_of_an_update_or_a_rollback_keeps_a_zone_and_its_volume() {
     let pool = zfspool::pool();
     let t = tempdir();
