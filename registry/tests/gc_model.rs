@@ -137,9 +137,9 @@
 //!
 //! # Running it
 //!
-//! `cargo test -p registry --test gc_model -- --nocapture` (the default bounds: 15 s in a
-//! debug build on an idle core, 35 s on a loaded shared one); `-- --ignored --nocapture` for
-//! the two-run checks (about a minute of CPU each at most).
+//! `cargo test -p registry --test gc_model -- --nocapture` (the default bounds: about 45 s of
+//! CPU in a debug build, the checks in parallel); `-- --ignored --nocapture` for the larger
+//! checks (minutes each).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
