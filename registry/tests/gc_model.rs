@@ -45,7 +45,9 @@
 //! as blob links). Each repository has a referrers document of the subject; the model keeps
 //! only the digest's entry in it: absent document, not listed, or listed stamped with an
 //! epoch. Every edit of it is `Repos::update`: GET, then a create-only PUT (absent) or a
-//! replace-if-ETag (the document as read), read again on a conflict. An upload is a manifest
+//! replace-if-ETag (the document as read), read again on a conflict; such a PUT may be sent
+//! twice like a DELETE (the first attempt lands later, and writes only if the document is
+//! still as read, which is what a duplicate can do under ETags). An upload is a manifest
 //! PUT: after its link, `add_referrer` lists the digest stamped with the link's epoch (a
 //! no-op when listed with that stamp). A reference is an index naming the digest
 //! (`relink_manifest`): the bytes at the held epoch, the link at the held epoch; when that is
@@ -137,7 +139,7 @@
 //!
 //! # Running it
 //!
-//! `cargo test -p registry --test gc_model -- --nocapture` (the default bounds: about 45 s of
+//! `cargo test -p registry --test gc_model -- --nocapture` (the default bounds: about 40 s of
 //! CPU in a debug build, the checks in parallel); `-- --ignored --nocapture` for the larger
 //! checks (minutes each).
 
