@@ -50,6 +50,10 @@ pub struct ConnLimits {
     pub body_idle: Duration,
     /// Whether blob bytes go out with `sendfile(2)` on plain TCP (see `storage::file_region`).
     pub sendfile: bool,
+    /// Blob GETs shorter than this are written from a pre-faulted mapping even when
+    /// [`ConnLimits::sendfile`] is on: for small bodies the copy is cheaper than `sendfile`'s
+    /// per-call setup (measured in docs/benchmarks.md).
+    pub sendfile_min_size: u64,
 }
 
 impl Default for ConnLimits {
@@ -61,9 +65,13 @@ impl Default for ConnLimits {
             write_stall: Duration::from_secs(60),
             body_idle: Duration::from_secs(60),
             sendfile: true,
+            sendfile_min_size: DEFAULT_SENDFILE_MIN_SIZE,
         }
     }
 }
+
+/// The default [`ConnLimits::sendfile_min_size`].
+pub const DEFAULT_SENDFILE_MIN_SIZE: u64 = 4 << 20;
 
 /// Serves `app` on every connection `listener` accepts until `stop` resolves, then waits for
 /// the open connections to finish their requests.

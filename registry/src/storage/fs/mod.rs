@@ -43,6 +43,9 @@ const MAP_WINDOW: u64 = 2 << 20;
 #[derive(Debug, Clone)]
 pub struct FsStore {
     inner: Arc<Inner>,
+    /// Blob reads of at least this many bytes go out with `sendfile` (see [`Window`]); `None`
+    /// when the connections cannot send from files (TLS, `sendfile = false`).
+    send_from: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -123,7 +126,17 @@ impl FsStore {
                 slow_writes: Default::default(),
                 stripes,
             }),
+            send_from: None,
         })
+    }
+
+    /// Makes blob reads (`Store::read_chunks`) of at least `min` bytes windows that a plain
+    /// TCP connection sends with `sendfile`, and smaller ones pre-faulted mappings that it
+    /// copies from; `None` (the default) copies every read.
+    #[must_use]
+    pub fn send_from_file(mut self, min: Option<u64>) -> FsStore {
+        self.send_from = min;
+        self
     }
 
     /// The root directory.
@@ -173,33 +186,45 @@ fn open_object(inner: &Inner, k: &Key) -> StoreResult<(File, ObjectMeta)> {
     Ok((f, meta))
 }
 
-/// Maps `len` bytes of `file` from `offset` and faults them in now, on the blocking thread, so a
-/// page that is not in the page cache never stalls the async worker that writes it out.
-/// The window is registered (see `storage::file_region`) so that a plain TCP connection can send
-/// it with `sendfile` instead of writing it from the mapping.
-fn map_window(file: &Arc<File>, offset: u64, len: u64) -> io::Result<Bytes> {
+/// How a window of a blob read reaches the socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Window {
+    /// Copied from the mapping into the socket: faulted in when mapped, on the blocking
+    /// thread, so a page that is not in the page cache never stalls the async worker that
+    /// writes it out.
+    Copied,
+    /// Sent with `sendfile` from the file: registered (see `storage::file_region`) so the
+    /// connection finds the file and offset of each slice, and not faulted in, since the
+    /// mapping is never read (the kernel reads the page cache for the socket).
+    Sent,
+}
+
+/// Maps `len` bytes of `file` from `offset`, for `how`.
+fn map_window(file: &Arc<File>, offset: u64, len: u64, how: Window) -> io::Result<Bytes> {
     if len == 0 {
         return Ok(Bytes::new());
     }
     let len = usize::try_from(len).map_err(io::Error::other)?;
+    let mut opts = memmap2::MmapOptions::new();
+    opts.offset(offset).len(len);
+    if how == Window::Copied {
+        opts.populate();
+    }
     // SAFETY: a mapping is unsound only if the file shrinks underneath it (the access then
     // faults with SIGBUS). `read_chunks` serves committed objects, and those are never
     // truncated or rewritten in place: a document is written under `.tmp` and renamed, a blob is
     // a staging file hard-linked into place by the writer that holds its lock, and deleting
     // either only unlinks the name, which leaves an open mapping valid. The caller checked
     // that `offset + len` lies within the file.
-    let map = unsafe {
-        memmap2::MmapOptions::new()
-            .offset(offset)
-            .len(len)
-            .populate()
-            .map(&**file)?
-    };
-    Ok(Bytes::from_owner(super::file_region::MappedWindow::new(
-        map,
-        file.clone(),
-        offset,
-    )))
+    let map = unsafe { opts.map(&**file)? };
+    Ok(match how {
+        Window::Copied => Bytes::from_owner(map),
+        Window::Sent => Bytes::from_owner(super::file_region::MappedWindow::new(
+            map,
+            file.clone(),
+            offset,
+        )),
+    })
 }
 
 /// Runs blocking filesystem work off the async threads.
@@ -586,6 +611,10 @@ impl Store for FsStore {
     ) -> BoxFuture<'a, StoreResult<(ObjectMeta, ByteStream)>> {
         let inner = self.inner.clone();
         let k = key.clone();
+        let how = match self.send_from {
+            Some(min) if len >= min => Window::Sent,
+            _ => Window::Copied,
+        };
         Box::pin(async move {
             // Opening and the first window share one blocking call: a blob of up to
             // MAP_WINDOW bytes costs a single thread hop.
@@ -596,7 +625,7 @@ impl Store for FsStore {
                 }
                 let f = Arc::new(f);
                 let first =
-                    map_window(&f, offset, len.min(MAP_WINDOW)).map_err(|e| backend(&k, e))?;
+                    map_window(&f, offset, len.min(MAP_WINDOW), how).map_err(|e| backend(&k, e))?;
                 Ok((meta, f, first))
             })
             .await?;
@@ -607,7 +636,7 @@ impl Store for FsStore {
                     let f = file.clone();
                     let n = (end - start).min(MAP_WINDOW);
                     async move {
-                        tokio::task::spawn_blocking(move || map_window(&f, start, n))
+                        tokio::task::spawn_blocking(move || map_window(&f, start, n, how))
                             .await
                             .unwrap_or_else(|e| Err(io::Error::other(e)))
                     }
@@ -768,6 +797,35 @@ mod tests {
         }
         let tmp = std::fs::read_dir(dir.path().join(".tmp")).unwrap().count();
         assert_eq!(tmp, 0);
+    }
+
+    /// A read of at least `send_from_file`'s size hands out registered windows (the
+    /// connection finds their file and sends from it); a shorter one, or any read without the
+    /// setting, plain mappings that are copied.
+    #[tokio::test]
+    async fn reads_from_the_sendfile_size_on_are_registered_windows() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = Key::new("blobs/sha256/cd/cdef/data").unwrap();
+        let plain = FsStore::open(dir.path()).unwrap();
+        let path = plain.inner.path(&key);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(&path, vec![5u8; 8192]).unwrap();
+        let store = plain.clone().send_from_file(Some(4096));
+        let first = |store: FsStore, offset: u64, len: u64| {
+            let key = key.clone();
+            async move {
+                let (_, mut body) = store.read_chunks(&key, offset, len).await.unwrap();
+                body.next().await.unwrap().unwrap()
+            }
+        };
+        let sent = first(store.clone(), 100, 4096).await;
+        assert_eq!(sent.len(), 4096);
+        let (_, at) = super::super::file_region::lookup(&sent).expect("a registered window");
+        assert_eq!(at, 100);
+        for copied in [first(store, 100, 4095).await, first(plain, 0, 8192).await] {
+            assert!(copied.iter().all(|&b| b == 5));
+            assert!(super::super::file_region::lookup(&copied).is_none());
+        }
     }
 
     #[test]
