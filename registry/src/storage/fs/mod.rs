@@ -38,6 +38,10 @@ const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 /// being written to the socket, the next being faulted in), so memory per response stays flat
 /// whatever the blob size.
 const MAP_WINDOW: u64 = 2 << 20;
+/// Bytes per window sent with `sendfile` ([`Window::Sent`]): such a window is address space
+/// only (never faulted in), so it can be large; each window costs a `mmap`, a `munmap` and a
+/// blocking-thread hop, which at [`MAP_WINDOW`] were a few per cent of a large pull's CPU.
+const SEND_WINDOW: u64 = 32 << 20;
 
 /// A [`Store`] on a local directory.
 #[derive(Debug, Clone)]
@@ -197,6 +201,16 @@ enum Window {
     /// connection finds the file and offset of each slice, and not faulted in, since the
     /// mapping is never read (the kernel reads the page cache for the socket).
     Sent,
+}
+
+impl Window {
+    /// Bytes per window.
+    fn size(self) -> u64 {
+        match self {
+            Window::Copied => MAP_WINDOW,
+            Window::Sent => SEND_WINDOW,
+        }
+    }
 }
 
 /// Maps `len` bytes of `file` from `offset`, for `how`.
@@ -616,8 +630,8 @@ impl Store for FsStore {
             _ => Window::Copied,
         };
         Box::pin(async move {
-            // Opening and the first window share one blocking call: a blob of up to
-            // MAP_WINDOW bytes costs a single thread hop.
+            // Opening and the first window share one blocking call: a blob of up to one
+            // window costs a single thread hop.
             let (meta, file, first) = blocking(key, move || {
                 let (f, meta) = open_object(&inner, &k)?;
                 if offset.saturating_add(len) > meta.size {
@@ -625,16 +639,16 @@ impl Store for FsStore {
                 }
                 let f = Arc::new(f);
                 let first =
-                    map_window(&f, offset, len.min(MAP_WINDOW), how).map_err(|e| backend(&k, e))?;
+                    map_window(&f, offset, len.min(how.size()), how).map_err(|e| backend(&k, e))?;
                 Ok((meta, f, first))
             })
             .await?;
             let end = offset + len;
             let rest = (offset + first.len() as u64..end)
-                .step_by(MAP_WINDOW as usize)
+                .step_by(how.size() as usize)
                 .map(move |start| {
                     let f = file.clone();
-                    let n = (end - start).min(MAP_WINDOW);
+                    let n = (end - start).min(how.size());
                     async move {
                         tokio::task::spawn_blocking(move || map_window(&f, start, n, how))
                             .await
