@@ -91,7 +91,8 @@ fn start_get(server: &Server, path: &str) -> (TcpStream, Vec<u8>) {
 #[test]
 fn blob_gets_on_plain_http_are_sent_from_the_file_byte_for_byte() {
     let data = tempdir();
-    let server = Server::start(data.path(), &[]);
+    // Every read from the file, ranges of a few bytes too (see the threshold's test below).
+    let server = Server::start_with_env(data.path(), &[("RDCTL_REGISTRY_SENDFILE_MIN_SIZE", "0")]);
     // Over two mapped windows (2 MiB each) and not a multiple of a page.
     let bytes = blob(5 * 1024 * 1024 + 123, 1);
     let d = push(&server, "zc/one", &bytes);
@@ -155,6 +156,65 @@ fn with_sendfile_off_the_same_bytes_are_written_from_the_mapping() {
     assert_eq!(status, 200);
     assert!(body == bytes, "the body differs from the blob");
     assert_eq!(sent_from_file(&server), 0);
+}
+
+/// `sendfile_min_size`: a GET of fewer bytes is written from the mapping (nothing counted as
+/// sent from the file), one of exactly that many or more is sent from the file; the bytes are
+/// the blob's on both sides.
+#[test]
+fn gets_below_the_sendfile_threshold_are_copied_and_from_it_on_sent() {
+    let data = tempdir();
+    let server =
+        Server::start_with_env(data.path(), &[("RDCTL_REGISTRY_SENDFILE_MIN_SIZE", "1MiB")]);
+    let mib = 1024 * 1024;
+    let small = blob(mib - 1, 6);
+    let at = blob(mib, 7);
+    let big = blob(3 * mib + 5, 8);
+    let (ds, da, db) = (
+        push(&server, "zc/min", &small),
+        push(&server, "zc/min", &at),
+        push(&server, "zc/min", &big),
+    );
+    let get = |d: &str, range: Option<String>| {
+        let before = sent_from_file(&server);
+        let headers: Vec<(&str, &str)> = range.iter().map(|r| ("range", r.as_str())).collect();
+        let (status, _, body) = http(
+            server.addr,
+            "GET",
+            &format!("/v2/zc/min/blobs/{d}"),
+            &headers,
+            b"",
+        );
+        assert!(status == 200 || status == 206, "{d} {range:?}: {status}");
+        (body, sent_from_file(&server) - before)
+    };
+
+    let (body, sent) = get(&ds, None);
+    assert!(body == small, "one byte under the threshold: wrong bytes");
+    assert_eq!(sent, 0, "one byte under the threshold is copied");
+    let (body, sent) = get(&da, None);
+    assert!(body == at, "right on the threshold: wrong bytes");
+    assert!(
+        sent >= at.len() as u64,
+        "right on the threshold is sent ({sent} bytes)"
+    );
+    let (body, sent) = get(&db, None);
+    assert!(body == big, "over the threshold: wrong bytes");
+    assert!(
+        sent >= big.len() as u64,
+        "over the threshold is sent ({sent} bytes)"
+    );
+    // The threshold is on the bytes a GET sends, not on the blob: a short range of the big
+    // blob is copied, a range of exactly the threshold is sent.
+    let (body, sent) = get(&db, Some(format!("bytes=100-{}", 100 + mib - 2)));
+    assert!(body == big[100..100 + mib - 1], "short range: wrong bytes");
+    assert_eq!(sent, 0, "a range under the threshold is copied");
+    let (body, sent) = get(&db, Some(format!("bytes=7-{}", 7 + mib - 1)));
+    assert!(body == big[7..7 + mib], "threshold range: wrong bytes");
+    assert!(
+        sent >= mib as u64,
+        "a range of the threshold is sent ({sent} bytes)"
+    );
 }
 
 #[test]

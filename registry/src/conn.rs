@@ -50,6 +50,10 @@ pub struct ConnLimits {
     pub body_idle: Duration,
     /// Whether blob bytes go out with `sendfile(2)` on plain TCP (see `storage::file_region`).
     pub sendfile: bool,
+    /// Blob GETs shorter than this are written from a pre-faulted mapping even when
+    /// [`ConnLimits::sendfile`] is on: for small bodies the copy is cheaper than `sendfile`'s
+    /// per-call setup (measured in docs/benchmarks.md).
+    pub sendfile_min_size: u64,
 }
 
 impl Default for ConnLimits {
@@ -61,9 +65,13 @@ impl Default for ConnLimits {
             write_stall: Duration::from_secs(60),
             body_idle: Duration::from_secs(60),
             sendfile: true,
+            sendfile_min_size: DEFAULT_SENDFILE_MIN_SIZE,
         }
     }
 }
+
+/// The default [`ConnLimits::sendfile_min_size`].
+pub const DEFAULT_SENDFILE_MIN_SIZE: u64 = 4 << 20;
 
 /// Serves `app` on every connection `listener` accepts until `stop` resolves, then waits for
 /// the open connections to finish their requests.
@@ -255,6 +263,11 @@ impl SendFile for tokio::net::TcpStream {
 
 impl<T> SendFile for tokio_rustls::server::TlsStream<T> {}
 
+/// Bytes asked of one `sendfile` call at most. A call holds the socket's lock while it fills
+/// the send buffer, and the acknowledgements that would make room wait behind it: with a whole
+/// 32 MiB window per call a single pull ran at 1,260 MiB/s, with 2 MiB at 1,600–1,800.
+const SENDFILE_CALL: usize = 1 << 20;
+
 impl<T: AsyncWrite + Unpin + SendFile> StallGuard<T> {
     /// Writes `bufs` with `sendfile` when their first slice shows a blob file's bytes (the
     /// same bytes, taken from the page cache instead of copied from the mapping), or the
@@ -275,7 +288,8 @@ impl<T: AsyncWrite + Unpin + SendFile> StallGuard<T> {
         if at > first {
             return Some(Pin::new(&mut self.inner).poll_write_vectored(cx, &bufs[..at]));
         }
-        let r = self.inner.poll_send_file(cx, &file, offset, bufs[at].len());
+        let len = bufs[at].len().min(SENDFILE_CALL);
+        let r = self.inner.poll_send_file(cx, &file, offset, len);
         if let Poll::Ready(Ok(n)) = r {
             crate::storage::file_region::sent(n);
         }

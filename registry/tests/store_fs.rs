@@ -26,6 +26,18 @@ mod instrumented {
     crate::store_suite!(super::instrumented_fs_store);
 }
 
+/// The store as a plain-HTTP server opens it with `sendfile_min_size = 0`: every read is made
+/// of windows for `sendfile` (unfaulted, registered), which read back the same bytes.
+async fn sending_fs_store() -> (Arc<dyn Store>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open(dir.path()).unwrap().send_from_file(Some(0));
+    (Arc::new(store), dir)
+}
+
+mod sending {
+    crate::store_suite!(super::sending_fs_store);
+}
+
 #[tokio::test]
 async fn fs_store_leaves_no_temporary_files() {
     use bytes::Bytes;

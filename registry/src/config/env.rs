@@ -82,6 +82,9 @@ impl ServeConfig {
         if let Some(v) = parsed(env, "RDCTL_REGISTRY_SENDFILE", BOOL)? {
             self.conn_limits.sendfile = v;
         }
+        if let Some(v) = size(env, &["RDCTL_REGISTRY_SENDFILE_MIN_SIZE"])? {
+            self.conn_limits.sendfile_min_size = v;
+        }
         if let Some(v) = size(
             env,
             &[

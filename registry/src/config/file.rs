@@ -29,6 +29,7 @@ pub(super) struct FileConfig {
     data: Option<PathBuf>,
     delete_enabled: Option<bool>,
     sendfile: Option<bool>,
+    sendfile_min_size: Option<ByteSize>,
     #[serde(alias = "max_manifest_bytes")]
     max_manifest_size: Option<ByteSize>,
     #[serde(alias = "shutdown_timeout_secs")]
@@ -258,6 +259,9 @@ impl ServeConfig {
         }
         if let Some(v) = f.sendfile {
             self.conn_limits.sendfile = v;
+        }
+        if let Some(v) = f.sendfile_min_size {
+            self.conn_limits.sendfile_min_size = v.0;
         }
         if let Some(v) = f.max_manifest_size {
             self.max_manifest_bytes = v.0;

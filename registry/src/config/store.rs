@@ -121,7 +121,10 @@ impl ServeConfig {
             path: self.data.clone(),
             source,
         })?;
-        Ok(Arc::new(store))
+        // A TLS stream encrypts from the mapping, so it never sends from the file.
+        let l = &self.conn_limits;
+        let send_from = (l.sendfile && self.tls.is_none()).then_some(l.sendfile_min_size);
+        Ok(Arc::new(store.send_from_file(send_from)))
     }
 
     /// Without the `s3` cargo feature there is no S3 store: S3 settings are refused, naming

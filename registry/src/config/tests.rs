@@ -513,3 +513,32 @@ fn sendfile_is_on_by_default_and_can_be_turned_off() {
         .to_string();
     assert!(err.contains("RDCTL_REGISTRY_SENDFILE"), "{err}");
 }
+
+/// `sendfile_min_size` has its default, is read from the file as a size, and the environment
+/// wins over the file.
+#[test]
+fn sendfile_min_size_is_a_size_from_the_file_or_the_environment() {
+    let none = |_: &str| None;
+    let min = |c: ServeConfig| c.conn_limits.sendfile_min_size;
+    assert_eq!(
+        min(ServeConfig::load_with_env(None, &none).unwrap()),
+        crate::conn::DEFAULT_SENDFILE_MIN_SIZE
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("r.toml");
+    std::fs::write(&file, "sendfile_min_size = \"256KiB\"\n").unwrap();
+    assert_eq!(
+        min(ServeConfig::load_with_env(Some(&file), &none).unwrap()),
+        256 << 10
+    );
+    let env = |k: &str| (k == "RDCTL_REGISTRY_SENDFILE_MIN_SIZE").then(|| "0".to_owned());
+    assert_eq!(
+        min(ServeConfig::load_with_env(Some(&file), &env).unwrap()),
+        0
+    );
+    let bad = |k: &str| (k == "RDCTL_REGISTRY_SENDFILE_MIN_SIZE").then(|| "big".to_owned());
+    let err = ServeConfig::load_with_env(None, &bad)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("RDCTL_REGISTRY_SENDFILE_MIN_SIZE"), "{err}");
+}

@@ -52,11 +52,18 @@ fn durable(key: &Key, mode: &PutMode) -> bool {
 /// being written to the socket, the next being faulted in), so memory per response stays flat
 /// whatever the blob size.
 const MAP_WINDOW: u64 = 2 << 20;
+/// Bytes per window sent with `sendfile` ([`Window::Sent`]): such a window is address space
+/// only (never faulted in), so it can be large; each window costs a `mmap`, a `munmap` and a
+/// blocking-thread hop, which at [`MAP_WINDOW`] were a few per cent of a large pull's CPU.
+const SEND_WINDOW: u64 = 32 << 20;
 
 /// A [`Store`] on a local directory.
 #[derive(Debug, Clone)]
 pub struct FsStore {
     inner: Arc<Inner>,
+    /// Blob reads of at least this many bytes go out with `sendfile` (see [`Window`]); `None`
+    /// when the connections cannot send from files (TLS, `sendfile = false`).
+    send_from: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -137,7 +144,17 @@ impl FsStore {
                 slow_writes: Default::default(),
                 stripes,
             }),
+            send_from: None,
         })
+    }
+
+    /// Makes blob reads (`Store::read_chunks`) of at least `min` bytes windows that a plain
+    /// TCP connection sends with `sendfile`, and smaller ones pre-faulted mappings that it
+    /// copies from; `None` (the default) copies every read.
+    #[must_use]
+    pub fn send_from_file(mut self, min: Option<u64>) -> FsStore {
+        self.send_from = min;
+        self
     }
 
     /// The root directory.
@@ -187,33 +204,55 @@ fn open_object(inner: &Inner, k: &Key) -> StoreResult<(File, ObjectMeta)> {
     Ok((f, meta))
 }
 
-/// Maps `len` bytes of `file` from `offset` and faults them in now, on the blocking thread, so a
-/// page that is not in the page cache never stalls the async worker that writes it out.
-/// The window is registered (see `storage::file_region`) so that a plain TCP connection can send
-/// it with `sendfile` instead of writing it from the mapping.
-fn map_window(file: &Arc<File>, offset: u64, len: u64) -> io::Result<Bytes> {
+/// How a window of a blob read reaches the socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Window {
+    /// Copied from the mapping into the socket: faulted in when mapped, on the blocking
+    /// thread, so a page that is not in the page cache never stalls the async worker that
+    /// writes it out.
+    Copied,
+    /// Sent with `sendfile` from the file: registered (see `storage::file_region`) so the
+    /// connection finds the file and offset of each slice, and not faulted in, since the
+    /// mapping is never read (the kernel reads the page cache for the socket).
+    Sent,
+}
+
+impl Window {
+    /// Bytes per window.
+    fn size(self) -> u64 {
+        match self {
+            Window::Copied => MAP_WINDOW,
+            Window::Sent => SEND_WINDOW,
+        }
+    }
+}
+
+/// Maps `len` bytes of `file` from `offset`, for `how`.
+fn map_window(file: &Arc<File>, offset: u64, len: u64, how: Window) -> io::Result<Bytes> {
     if len == 0 {
         return Ok(Bytes::new());
     }
     let len = usize::try_from(len).map_err(io::Error::other)?;
+    let mut opts = memmap2::MmapOptions::new();
+    opts.offset(offset).len(len);
+    if how == Window::Copied {
+        opts.populate();
+    }
     // SAFETY: a mapping is unsound only if the file shrinks underneath it (the access then
     // faults with SIGBUS). `read_chunks` serves committed objects, and those are never
     // truncated or rewritten in place: a document is written under `.tmp` and renamed, a blob is
     // a staging file hard-linked into place by the writer that holds its lock, and deleting
     // either only unlinks the name, which leaves an open mapping valid. The caller checked
     // that `offset + len` lies within the file.
-    let map = unsafe {
-        memmap2::MmapOptions::new()
-            .offset(offset)
-            .len(len)
-            .populate()
-            .map(&**file)?
-    };
-    Ok(Bytes::from_owner(super::file_region::MappedWindow::new(
-        map,
-        file.clone(),
-        offset,
-    )))
+    let map = unsafe { opts.map(&**file)? };
+    Ok(match how {
+        Window::Copied => Bytes::from_owner(map),
+        Window::Sent => Bytes::from_owner(super::file_region::MappedWindow::new(
+            map,
+            file.clone(),
+            offset,
+        )),
+    })
 }
 
 /// Runs blocking filesystem work off the async threads.
@@ -598,9 +637,13 @@ impl Store for FsStore {
     ) -> BoxFuture<'a, StoreResult<(ObjectMeta, ByteStream)>> {
         let inner = self.inner.clone();
         let k = key.clone();
+        let how = match self.send_from {
+            Some(min) if len >= min => Window::Sent,
+            _ => Window::Copied,
+        };
         Box::pin(async move {
-            // Opening and the first window share one blocking call: a blob of up to
-            // MAP_WINDOW bytes costs a single thread hop.
+            // Opening and the first window share one blocking call: a blob of up to one
+            // window costs a single thread hop.
             let (meta, file, first) = blocking(key, move || {
                 let (f, meta) = open_object(&inner, &k)?;
                 if offset.saturating_add(len) > meta.size {
@@ -608,18 +651,18 @@ impl Store for FsStore {
                 }
                 let f = Arc::new(f);
                 let first =
-                    map_window(&f, offset, len.min(MAP_WINDOW)).map_err(|e| backend(&k, e))?;
+                    map_window(&f, offset, len.min(how.size()), how).map_err(|e| backend(&k, e))?;
                 Ok((meta, f, first))
             })
             .await?;
             let end = offset + len;
             let rest = (offset + first.len() as u64..end)
-                .step_by(MAP_WINDOW as usize)
+                .step_by(how.size() as usize)
                 .map(move |start| {
                     let f = file.clone();
-                    let n = (end - start).min(MAP_WINDOW);
+                    let n = (end - start).min(how.size());
                     async move {
-                        tokio::task::spawn_blocking(move || map_window(&f, start, n))
+                        tokio::task::spawn_blocking(move || map_window(&f, start, n, how))
                             .await
                             .unwrap_or_else(|e| Err(io::Error::other(e)))
                     }
@@ -780,6 +823,35 @@ mod tests {
         }
         let tmp = std::fs::read_dir(dir.path().join(".tmp")).unwrap().count();
         assert_eq!(tmp, 0);
+    }
+
+    /// A read of at least `send_from_file`'s size hands out registered windows (the
+    /// connection finds their file and sends from it); a shorter one, or any read without the
+    /// setting, plain mappings that are copied.
+    #[tokio::test]
+    async fn reads_from_the_sendfile_size_on_are_registered_windows() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = Key::new("blobs/sha256/cd/cdef/data").unwrap();
+        let plain = FsStore::open(dir.path()).unwrap();
+        let path = plain.inner.path(&key);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(&path, vec![5u8; 8192]).unwrap();
+        let store = plain.clone().send_from_file(Some(4096));
+        let first = |store: FsStore, offset: u64, len: u64| {
+            let key = key.clone();
+            async move {
+                let (_, mut body) = store.read_chunks(&key, offset, len).await.unwrap();
+                body.next().await.unwrap().unwrap()
+            }
+        };
+        let sent = first(store.clone(), 100, 4096).await;
+        assert_eq!(sent.len(), 4096);
+        let (_, at) = super::super::file_region::lookup(&sent).expect("a registered window");
+        assert_eq!(at, 100);
+        for copied in [first(store, 100, 4095).await, first(plain, 0, 8192).await] {
+            assert!(copied.iter().all(|&b| b == 5));
+            assert!(super::super::file_region::lookup(&copied).is_none());
+        }
     }
 
     #[test]
