@@ -825,10 +825,7 @@ fn illumos_rollback_cut_at_any_step_ends_with_a_zone_running() {
 /// The illumos provisioner as `rdctl worker` opens it: the dir store leaving a killed
 /// worker's switches open, the zone tools settling them at start, volumes attached, `hook`
 /// (the failpoint) added after the settling.
-fn illumos_start(
-    b: &IllumosBackend,
-    hook: Option<StepHook>,
-) -> IllumosProvisioner<FakeZones> {
+fn illumos_start(b: &IllumosBackend, hook: Option<StepHook>) -> IllumosProvisioner<FakeZones> {
     let base = base(&b.dir.t, "node");
     let dir = DirProvisioner::for_zone_tools(&base, "node", None).unwrap();
     let dir = dir.with_volumes(worker_runtime::volume::Volumes::open(&base, "node", None).unwrap());
@@ -937,7 +934,8 @@ fn illumos_a_worker_killed_at_every_step_of_an_update_or_a_rollback_runs_one_zon
                 r == old || r == new,
                 "{switch:?} cut at {at_step:?}: the zone runs {r:?}"
             );
-            if switch == IllumosSwitch::Rollback && steps.iter().any(|s| s == "open the switch")
+            if switch == IllumosSwitch::Rollback
+                && steps.iter().any(|s| s == "open the switch")
                 && at_step != "open the switch"
             {
                 assert_eq!(r, new, "cut at {at_step:?}: the rollback is undone");
@@ -1002,4 +1000,31 @@ fn illumos_a_worker_killed_at_every_step_of_an_update_or_a_rollback_runs_one_zon
             );
         }
     }
+}
+
+/// An update killed while `zoneadm install` of the new zone ran (the hook stops before the
+/// command; the zone is then forced `incomplete`, as an install cut in its middle leaves it):
+/// the start brings that zone down while its zonepath is still the new one, so the uninstall
+/// deletes the new root, not the old one the switch puts back; the old zone runs again.
+#[test]
+fn illumos_an_update_killed_during_install_runs_the_old_zone_again() {
+    use std::sync::Arc;
+    let b = IllumosBackend::new();
+    let spec = conformance::spec("web");
+    let p = illumos_start(&b, None);
+    p.provision(&spec, conformance::root(&b, &p, "node", "v1"))
+        .unwrap();
+    drop(p);
+    let hook: StepHook = Arc::new(|_: &str, step: &str| step.ends_with(" install -d -"));
+    let cut = illumos_start(&b, Some(hook));
+    let root = conformance::root(&b, &cut, "node", "v2");
+    let e = cut.provision_unconfirmed(&spec, root).unwrap_err();
+    assert!(matches!(e, ProvisionError::Interrupted { .. }), "{e:?}");
+    drop(cut);
+    b.fake.force_state("web", State::Incomplete);
+    let p = illumos_start(&b, None);
+    let zp = base(&b.dir.t, "node").join("web");
+    assert_eq!(release(&zp), "v1", "the old root survives the uninstall");
+    assert_eq!(b.fake.state("web"), Some(State::Running));
+    assert!(p.ready("web").unwrap());
 }

@@ -334,7 +334,8 @@ impl Worker {
             }),
             #[cfg(target_os = "illumos")]
             ProvisionerConfig::Illumos { .. } => {
-                let p = crate::provision::IllumosProvisioner::new(dir, crate::provision::SystemRunner);
+                let p =
+                    crate::provision::IllumosProvisioner::new(dir, crate::provision::SystemRunner);
                 p.settle_at_start();
                 Box::new(match hook {
                     Some(hook) => p.with_step_hook(hook),
