@@ -12,6 +12,7 @@
 
 mod conformance;
 mod fakezone;
+mod illumos_kill;
 mod image;
 mod tarbuild;
 
@@ -22,8 +23,7 @@ use conformance::Backend;
 use fakezone::{FakeZones, State, StopEvent};
 use validator::Digest;
 use worker_runtime::provision::illumos::{
-    command_plan, list_command, parse_zone_list, remove_commands, smf_manifest, smf_stop_exec,
-    stop_commands, zonecfg_script,
+    command_plan, remove_commands, smf_manifest, smf_stop_exec, stop_commands, zonecfg_script,
 };
 use worker_runtime::{
     Capabilities, CommandRunner, ContentStore, DirProvisioner, IllumosProvisioner, ProvisionError,
@@ -822,209 +822,30 @@ fn illumos_rollback_cut_at_any_step_ends_with_a_zone_running() {
     }
 }
 
-/// The illumos provisioner as `rdctl worker` opens it: the dir store leaving a killed
-/// worker's switches open, the zone tools settling them at start, volumes attached, `hook`
-/// (the failpoint) added after the settling.
-fn illumos_start(b: &IllumosBackend, hook: Option<StepHook>) -> IllumosProvisioner<FakeZones> {
-    let base = base(&b.dir.t, "node");
-    let dir = DirProvisioner::for_zone_tools(&base, "node", None).unwrap();
-    let dir = dir.with_volumes(worker_runtime::volume::Volumes::open(&base, "node", None).unwrap());
-    let p = IllumosProvisioner::new(dir, b.fake.clone());
-    p.settle_at_start();
-    match hook {
-        Some(h) => p.with_step_hook(h),
-        None => p,
+impl illumos_kill::Node for IllumosBackend {
+    fn fake(&self) -> &FakeZones {
+        &self.fake
+    }
+    fn base(&self) -> PathBuf {
+        base(&self.dir.t, "node")
+    }
+    fn start(&self, hook: Option<StepHook>) -> IllumosProvisioner<FakeZones> {
+        let base = base(&self.dir.t, "node");
+        let dir = DirProvisioner::for_zone_tools(&base, "node", None).unwrap();
+        let volumes = worker_runtime::volume::Volumes::open(&base, "node", None).unwrap();
+        illumos_kill::start(dir.with_volumes(volumes), &self.fake, hook)
+    }
+    fn root(&self, p: &IllumosProvisioner<FakeZones>, tag: &str) -> VerifiedRoot {
+        conformance::root(self, p, "node", tag)
     }
 }
 
-/// The switch cut at every step on illumos.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum IllumosSwitch {
-    /// v2 → v3, as the worker runs it: unconfirmed, then confirmed.
-    Update,
-    /// `rdctl worker rollback`: v2 → v1.
-    Rollback,
-}
-
-/// A worker killed at every step of an update and of a rollback on illumos (in process: the
-/// illumos provisioner is built only for illumos, so the real `rdctl worker` cannot run it
-/// over the fake tools, which answer through the `CommandRunner` seam, not from `PATH`). The
-/// step hook stops the provisioner before its n-th command or file move, as the failpoint
-/// does; the provisioner is dropped there and a fresh one started as the worker starts it.
-/// After that start exactly one zone is configured and running, on the zonepath
-/// `<base>/web` holding the old root or the new one, its volume's data intact; a rollback
-/// cut once its switch was opened ends rolled back (never forward to the image it left); and
-/// every command and move of the switch was a cut point.
 #[test]
 fn illumos_a_worker_killed_at_every_step_of_an_update_or_a_rollback_runs_one_zone() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::{Arc, Mutex};
-    for switch in [IllumosSwitch::Update, IllumosSwitch::Rollback] {
-        let (old, new) = match switch {
-            IllumosSwitch::Update => ("v2", "v3"),
-            IllumosSwitch::Rollback => ("v2", "v1"),
-        };
-        let mut cut_at: Vec<String> = Vec::new();
-        for at in 1.. {
-            assert!(at < 80, "{switch:?} never ran to its end");
-            let b = IllumosBackend::new();
-            let mut spec = conformance::spec("web");
-            spec.volumes = vec![worker_runtime::VolumeSpec {
-                path: "/var/data".into(),
-                size: None,
-                name: None,
-                reclaim: None,
-            }];
-            let p = illumos_start(&b, None);
-            let d = p
-                .provision(&spec, conformance::root(&b, &p, "node", "v1"))
-                .unwrap();
-            let source = d.volumes[0].source.clone();
-            let data = format!("written before cut {at}\n");
-            std::fs::write(source.join("kept"), &data).unwrap();
-            p.provision(&spec, conformance::root(&b, &p, "node", "v2"))
-                .unwrap();
-            drop(p);
-
-            let seen = Arc::new(AtomicUsize::new(0));
-            let steps = Arc::new(Mutex::new(Vec::<String>::new()));
-            let (s, st) = (seen.clone(), steps.clone());
-            let hook: StepHook = Arc::new(move |_: &str, step: &str| {
-                st.lock().unwrap().push(step.to_owned());
-                s.fetch_add(1, Ordering::SeqCst) + 1 == at
-            });
-            let cut = illumos_start(&b, Some(hook));
-            let result = match switch {
-                IllumosSwitch::Update => {
-                    let root = conformance::root(&b, &cut, "node", "v3");
-                    cut.provision_unconfirmed(&spec, root)
-                        .and_then(|_| cut.confirm("web"))
-                }
-                IllumosSwitch::Rollback => cut.rollback("web").map(drop),
-            };
-            let steps = steps.lock().unwrap().clone();
-            let zp = base(&b.dir.t, "node").join("web");
-            match result {
-                Ok(()) => {
-                    assert_eq!(release(&zp), new);
-                    assert_eq!(b.fake.state("web"), Some(State::Running));
-                    break;
-                }
-                Err(ProvisionError::Interrupted { .. }) => {}
-                Err(e) => panic!("{switch:?} cut at {at}: {e:?}"),
-            }
-            let at_step = steps.last().unwrap().clone();
-            drop(cut);
-
-            // A fresh start, nothing asked of it yet.
-            let p = illumos_start(&b, None);
-            let list = b.fake.run(&list_command(), None);
-            let zones: Vec<_> = parse_zone_list(&list.unwrap().stdout)
-                .into_iter()
-                .filter(|e| e.name != "global")
-                .map(|e| (e.name, e.state, e.zonepath))
-                .collect();
-            assert_eq!(
-                zones,
-                [("web".into(), "running".into(), zp.display().to_string())],
-                "{switch:?} cut at {at_step:?}: exactly one zone configured and running"
-            );
-            let r = release(&zp);
-            assert!(
-                r == old || r == new,
-                "{switch:?} cut at {at_step:?}: the zone runs {r:?}"
-            );
-            if switch == IllumosSwitch::Rollback
-                && steps.iter().any(|s| s == "open the switch")
-                && at_step != "open the switch"
-            {
-                assert_eq!(r, new, "cut at {at_step:?}: the rollback is undone");
-            }
-            assert!(p.ready("web").unwrap(), "{switch:?} cut at {at_step:?}");
-            assert!(
-                !base(&b.dir.t, "node")
-                    .join(".previous/.switch/web.json")
-                    .exists(),
-                "{switch:?} cut at {at_step:?}: the switch is still open"
-            );
-            let d = p.current("web").unwrap().unwrap();
-            assert_eq!(d.volumes[0].source, source, "{switch:?} cut at {at_step:?}");
-            assert_eq!(
-                std::fs::read_to_string(source.join("kept")).unwrap(),
-                data,
-                "{switch:?} cut at {at_step:?}: the volume's data"
-            );
-            // The next pass of an update ends it once; a rollback stays where it settled.
-            if switch == IllumosSwitch::Update {
-                p.provision_unconfirmed(&spec, conformance::root(&b, &p, "node", "v3"))
-                    .unwrap();
-                p.confirm("web").unwrap();
-                assert_eq!(release(&zp), "v3", "cut at {at_step:?}");
-                assert!(p.ready("web").unwrap(), "cut at {at_step:?}");
-            }
-            cut_at.push(at_step);
-        }
-        let wanted: &[&str] = match switch {
-            IllumosSwitch::Update => &[
-                "zoneadm -z web shutdown",
-                "zoneadm -z web detach",
-                "zonecfg -z web delete -F",
-                "open the switch",
-                "discard the previous zonepath",
-                "move the old zonepath aside",
-                "place the new zonepath",
-                "zonecfg -z web -f",
-                "zoneadm -z web install -d -",
-                "zoneadm -z web boot",
-                "confirm the switch",
-            ],
-            IllumosSwitch::Rollback => &[
-                "zoneadm -z web shutdown",
-                "zoneadm -z web detach",
-                "zonecfg -z web delete -F",
-                "open the switch",
-                "set the current zonepath aside",
-                "put the previous zonepath back",
-                "keep the zonepath set aside as previous",
-                "close the switch",
-                "zonecfg -z web -f",
-                "zoneadm -z web attach -F",
-                "zoneadm -z web boot",
-            ],
-        };
-        eprintln!("{switch:?} cut at {} steps: {cut_at:#?}", cut_at.len());
-        for w in wanted {
-            assert!(
-                cut_at.iter().any(|c| c.starts_with(w)),
-                "{switch:?}: never cut at {w:?}: {cut_at:#?}"
-            );
-        }
-    }
+    illumos_kill::killed_at_every_step(&IllumosBackend::new);
 }
 
-/// An update killed while `zoneadm install` of the new zone ran (the hook stops before the
-/// command; the zone is then forced `incomplete`, as an install cut in its middle leaves it):
-/// the start brings that zone down while its zonepath is still the new one, so the uninstall
-/// deletes the new root, not the old one the switch puts back; the old zone runs again.
 #[test]
 fn illumos_an_update_killed_during_install_runs_the_old_zone_again() {
-    use std::sync::Arc;
-    let b = IllumosBackend::new();
-    let spec = conformance::spec("web");
-    let p = illumos_start(&b, None);
-    p.provision(&spec, conformance::root(&b, &p, "node", "v1"))
-        .unwrap();
-    drop(p);
-    let hook: StepHook = Arc::new(|_: &str, step: &str| step.ends_with(" install -d -"));
-    let cut = illumos_start(&b, Some(hook));
-    let root = conformance::root(&b, &cut, "node", "v2");
-    let e = cut.provision_unconfirmed(&spec, root).unwrap_err();
-    assert!(matches!(e, ProvisionError::Interrupted { .. }), "{e:?}");
-    drop(cut);
-    b.fake.force_state("web", State::Incomplete);
-    let p = illumos_start(&b, None);
-    let zp = base(&b.dir.t, "node").join("web");
-    assert_eq!(release(&zp), "v1", "the old root survives the uninstall");
-    assert_eq!(b.fake.state("web"), Some(State::Running));
-    assert!(p.ready("web").unwrap());
+    illumos_kill::killed_during_install(&IllumosBackend::new());
 }
