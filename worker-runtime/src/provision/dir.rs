@@ -70,7 +70,8 @@ impl DirProvisioner {
         Self::open(base, worker_id, None, true)
     }
 
-    /// As [`DirProvisioner::new`] (or [`DirProvisioner::on_datasets`] with `datasets`), but a
+    /// As [`DirProvisioner::new`] (or [`DirProvisioner::on_datasets`] with `datasets`, whose
+    /// base is then the base), but a
     /// switch a killed worker left open stays open: for the illumos provisioner, which must
     /// bring the system zone down before its zonepath moves (an `uninstall` of a half-installed
     /// zone deletes whatever root is in the zonepath), then settles it
