@@ -71,10 +71,10 @@ impl DirProvisioner {
     }
 
     /// As [`DirProvisioner::new`] (or [`DirProvisioner::on_datasets`] with `datasets`, whose
-    /// base is then the base), but a
-    /// switch a killed worker left open stays open: for the illumos provisioner, which must
-    /// bring the system zone down before its zonepath moves (an `uninstall` of a half-installed
-    /// zone deletes whatever root is in the zonepath), then settles it
+    /// base is then the base), but a switch a killed worker left open stays open: for the
+    /// illumos provisioner, which must bring the system zone down before its zonepath moves
+    /// (an `uninstall` of a half-installed zone deletes whatever root is in the zonepath),
+    /// then settles it
     /// ([`super::IllumosProvisioner::settle_at_start`]).
     pub fn for_zone_tools(
         base: &Path,
