@@ -10,6 +10,9 @@
 //! Recovery is looked at by a fresh worker paused at its own first step: by then it has opened,
 //! settled the switch the killed one left open, and changed nothing else.
 //!
+//! The illumos provisioner is built only on illumos, so its kill at every step runs in process
+//! over the fake zone tools (`worker-runtime/tests/illumos_kill/`).
+//!
 //! The ZFS case starts zfs-fuse, which must not mount beside another test binary's pool (see
 //! scripts/test.sh), so it is `#[ignore]`d in the root binary's parallel run and run alone with
 //! the zfs-fuse group: `flock /tmp/zfs-fuse.lock cargo test --test tests worker_kill::zfs --

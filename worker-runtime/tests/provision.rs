@@ -12,6 +12,7 @@
 
 mod conformance;
 mod fakezone;
+mod illumos_kill;
 mod image;
 mod tarbuild;
 
@@ -819,4 +820,32 @@ fn illumos_rollback_cut_at_any_step_ends_with_a_zone_running() {
         assert!(p.ready("web").unwrap(), "cut at {at}");
         assert!(p.previous("web").unwrap().is_some(), "cut at {at}");
     }
+}
+
+impl illumos_kill::Node for IllumosBackend {
+    fn fake(&self) -> &FakeZones {
+        &self.fake
+    }
+    fn base(&self) -> PathBuf {
+        base(&self.dir.t, "node")
+    }
+    fn start(&self, hook: Option<StepHook>) -> IllumosProvisioner<FakeZones> {
+        let base = base(&self.dir.t, "node");
+        let dir = DirProvisioner::for_zone_tools(&base, "node", None).unwrap();
+        let volumes = worker_runtime::volume::Volumes::open(&base, "node", None).unwrap();
+        illumos_kill::start(dir.with_volumes(volumes), &self.fake, hook)
+    }
+    fn root(&self, p: &IllumosProvisioner<FakeZones>, tag: &str) -> VerifiedRoot {
+        conformance::root(self, p, "node", tag)
+    }
+}
+
+#[test]
+fn illumos_a_worker_killed_at_every_step_of_an_update_or_a_rollback_runs_one_zone() {
+    illumos_kill::killed_at_every_step(&IllumosBackend::new);
+}
+
+#[test]
+fn illumos_an_update_killed_during_install_runs_the_old_zone_again() {
+    illumos_kill::killed_during_install(&IllumosBackend::new());
 }

@@ -13,6 +13,7 @@
 
 mod conformance;
 mod fakezone;
+mod illumos_kill;
 mod image;
 mod tarbuild;
 mod zfspool;
@@ -211,6 +212,34 @@ impl Backend for IllumosZfsBackend {
 
 conformance_tests!(zfs, ZfsBackend::new());
 conformance_tests!(zfs_illumos, IllumosZfsBackend::new());
+
+impl illumos_kill::Node for IllumosZfsBackend {
+    fn fake(&self) -> &FakeZones {
+        &self.fake
+    }
+    fn base(&self) -> PathBuf {
+        self.zfs.base(WORKERS[0])
+    }
+    fn start(&self, hook: Option<StepHook>) -> IllumosProvisioner<FakeZones> {
+        let (w, d) = (WORKERS[0], self.zfs.datasets(WORKERS[0]));
+        let dir = DirProvisioner::for_zone_tools(&self.zfs.base(w), w, Some(d.clone())).unwrap();
+        let volumes = worker_runtime::volume::Volumes::open(&self.zfs.base(w), w, Some(d)).unwrap();
+        illumos_kill::start(dir.with_volumes(volumes), &self.fake, hook)
+    }
+    fn root(&self, p: &IllumosProvisioner<FakeZones>, tag: &str) -> VerifiedRoot {
+        conformance::root(self, p, WORKERS[0], tag)
+    }
+}
+
+/// An illumos update killed during install with every zonepath a dataset: the start's
+/// uninstall of the half-installed zone deletes the new root, not the old one the switch's
+/// mountpoint changes put back. (The kill at every step is `provision.rs`'s: the zone tools'
+/// steps do not depend on the store, and `tests/worker_kill.rs` kills the real worker at
+/// every move on ZFS; on zfs-fuse the whole sweep would add minutes to this binary.)
+#[test]
+fn zfs_illumos_an_update_killed_during_install_runs_the_old_zone_again() {
+    illumos_kill::killed_during_install(&IllumosZfsBackend::new());
+}
 
 #[test]
 fn a_zone_root_is_a_clone_of_the_top_snapshot_and_goes_with_the_zone() {

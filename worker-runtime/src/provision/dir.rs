@@ -67,7 +67,22 @@ impl DirProvisioner {
     /// Claims `base` (absolute, no quotes or control characters: it appears in zonecfg text)
     /// and removes leftovers of interrupted runs from `.staging` and `.trash`.
     pub fn new(base: &Path, worker_id: &str) -> Result<DirProvisioner, ProvisionError> {
-        Self::open(base, worker_id, None)
+        Self::open(base, worker_id, None, true)
+    }
+
+    /// As [`DirProvisioner::new`] (or [`DirProvisioner::on_datasets`] with `datasets`, whose
+    /// base is then the base), but a switch a killed worker left open stays open: for the
+    /// illumos provisioner, which must bring the system zone down before its zonepath moves
+    /// (an `uninstall` of a half-installed zone deletes whatever root is in the zonepath),
+    /// then settles it
+    /// ([`super::IllumosProvisioner::settle_at_start`]).
+    pub fn for_zone_tools(
+        base: &Path,
+        worker_id: &str,
+        datasets: Option<ZoneDatasets>,
+    ) -> Result<DirProvisioner, ProvisionError> {
+        let base = datasets.as_ref().map_or(base, |d| d.base()).to_owned();
+        Self::open(&base, worker_id, datasets, false)
     }
 
     /// The provisioner on the ZFS layer store: zonepaths, staging roots and the trash are
@@ -77,7 +92,7 @@ impl DirProvisioner {
         worker_id: &str,
     ) -> Result<DirProvisioner, ProvisionError> {
         let base = datasets.base().to_owned();
-        Self::open(&base, worker_id, Some(datasets))
+        Self::open(&base, worker_id, Some(datasets), true)
     }
 
     /// The ZFS zonepath datasets, when the provisioner is on the layer store.
@@ -89,6 +104,7 @@ impl DirProvisioner {
         base: &Path,
         worker_id: &str,
         datasets: Option<ZoneDatasets>,
+        settle: bool,
     ) -> Result<DirProvisioner, ProvisionError> {
         let err_zone = String::new();
         if !safe_base_path(base) {
@@ -150,7 +166,9 @@ impl DirProvisioner {
         }
         // A worker killed in the middle of switching a zone's root: the switch is finished
         // or undone before any zone is looked at.
-        p.settle_open_switches();
+        if settle {
+            p.settle_open_switches();
+        }
         Ok(p)
     }
 

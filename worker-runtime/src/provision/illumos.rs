@@ -467,6 +467,12 @@ impl<R: CommandRunner> IllumosProvisioner<R> {
         IllumosProvisioner { dir, runner }
     }
 
+    /// Calls `hook` before each command and each file-system step (see [`super::StepHook`]).
+    pub fn with_step_hook(mut self, hook: super::StepHook) -> Self {
+        self.dir = self.dir.with_step_hook(hook);
+        self
+    }
+
     /// The runner, giving up the provisioner.
     pub fn into_runner(self) -> R {
         self.runner

@@ -317,19 +317,28 @@ impl DirProvisioner {
         Ok(())
     }
 
+    /// The zones with a switch open (journal written, not yet confirmed or settled).
+    pub(super) fn open_switch_zones(&self) -> Vec<String> {
+        let dir = self.kept_dir().join(".switch");
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return Vec::new();
+        };
+        let mut zones: Vec<String> = entries
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.strip_suffix(".json").map(str::to_owned)
+            })
+            .collect();
+        zones.sort();
+        zones
+    }
+
     /// At start: every open switch (a worker killed in the middle of one) is settled on its
     /// target. One that cannot be is logged and left for the zone's next reconcile.
     pub(super) fn settle_open_switches(&self) {
-        let dir = self.kept_dir().join(".switch");
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let Some(zone) = name.strip_suffix(".json") else {
-                continue;
-            };
-            match self.settle(zone) {
+        for zone in self.open_switch_zones() {
+            match self.settle(&zone) {
                 Ok(_) => tracing::info!(zone, "an interrupted switch was settled"),
                 Err(err) => {
                     tracing::warn!(zone, error = %validator::error_chain(&err), "settling an interrupted switch failed")

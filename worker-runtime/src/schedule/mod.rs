@@ -309,7 +309,15 @@ impl Worker {
                 )?)
             }
         };
+        // The zone tools settle a killed worker's open switches themselves, the system zone
+        // brought down before its zonepath moves.
+        let zone_tools = matches!(config.provisioner, ProvisionerConfig::Illumos { .. });
         let dir = match &layer_store {
+            _ if zone_tools => DirProvisioner::for_zone_tools(
+                config.provisioner.base(),
+                &config.worker_id,
+                layer_store.clone(),
+            )?,
             None => DirProvisioner::new(config.provisioner.base(), &config.worker_id)?,
             Some(d) => DirProvisioner::on_datasets(d.clone(), &config.worker_id)?,
         };
@@ -318,16 +326,22 @@ impl Worker {
         let dir = dir.with_volumes(volumes.clone());
         // Off unless the environment asks (kill -9 tests of a switch); after the settling of
         // interrupted switches, so the steps counted are this run's own.
-        let dir = match crate::provision::failpoint::pause_hook_from_env(&config.state_dir)? {
-            Some(hook) => dir.with_step_hook(hook),
-            None => dir,
-        };
+        let hook = crate::provision::failpoint::pause_hook_from_env(&config.state_dir)?;
         let provisioner: Box<dyn Provisioner> = match &config.provisioner {
-            ProvisionerConfig::Dir { .. } => Box::new(dir),
+            ProvisionerConfig::Dir { .. } => Box::new(match hook {
+                Some(hook) => dir.with_step_hook(hook),
+                None => dir,
+            }),
             #[cfg(target_os = "illumos")]
-            ProvisionerConfig::Illumos { .. } => Box::new(
-                crate::provision::IllumosProvisioner::new(dir, crate::provision::SystemRunner),
-            ),
+            ProvisionerConfig::Illumos { .. } => {
+                let p =
+                    crate::provision::IllumosProvisioner::new(dir, crate::provision::SystemRunner);
+                p.settle_at_start();
+                Box::new(match hook {
+                    Some(hook) => p.with_step_hook(hook),
+                    None => p,
+                })
+            }
             #[cfg(not(target_os = "illumos"))]
             ProvisionerConfig::Illumos { .. } => {
                 return Err(ProvisionError::Unsupported("illumos").into());

@@ -1,9 +1,10 @@
 //! Going back to a zone's previous root on illumos: an update keeps the replaced zone detached
 //! (its root whole in the zonepath, which the `dir` switch keeps as the previous root), and
 //! undoing it or `rdctl worker rollback` detaches the running zone, swaps the zonepaths, and
-//! configures, attaches (`zoneadm attach -F`) and boots the one put back.
+//! configures, attaches (`zoneadm attach -F`) and boots the one put back. A start after a
+//! kill settles what was cut short ([`IllumosProvisioner::settle_at_start`]).
 
-use super::{CommandRunner, IllumosProvisioner, attach_command, create_commands};
+use super::{CommandRunner, IllumosProvisioner, attach_command, create_commands, stop_commands};
 use crate::provision::{ProvisionError, Provisioner, ZoneDescription};
 use crate::verify::VerifiedRoot;
 use crate::zone::ZoneSpec;
@@ -13,7 +14,7 @@ impl<R: CommandRunner> IllumosProvisioner<R> {
     /// detached when it was replaced) up from whatever state zoneadm reports: configured from
     /// the zonepath's own zonecfg text (every root of a zone has the zonepath `<base>/<zone>`,
     /// as zonecfg's must match), attached with `attach -F`, booted. A run cut short is finished
-    /// by the next.
+    /// by the next; a zone left ready or half stopped by a killed worker is halted first.
     fn bring_up_attached(&self, zone: &str) -> Result<ZoneDescription, ProvisionError> {
         let Some(d) = self.dir.current(zone)? else {
             return Err(ProvisionError::NoPrevious {
@@ -21,12 +22,15 @@ impl<R: CommandRunner> IllumosProvisioner<R> {
             });
         };
         let create = create_commands(zone, &d.zonepath.join("zonecfg.txt"));
-        for _ in 0..4 {
+        for _ in 0..5 {
             let next = match self.entry(zone)?.map(|e| e.state) {
                 None => create[0].clone(),
                 Some(s) if s == "configured" => attach_command(zone),
                 Some(s) if s == "installed" => create[2].clone(),
                 Some(s) if s == "running" => return Ok(d),
+                Some(s) if matches!(s.as_str(), "ready" | "shutting_down" | "down") => {
+                    stop_commands(zone).1
+                }
                 Some(state) => {
                     return Err(ProvisionError::State {
                         zone: zone.to_owned(),
@@ -107,5 +111,66 @@ impl<R: CommandRunner> IllumosProvisioner<R> {
         }
         self.dir.rollback(zone)?;
         self.bring_up_attached(zone)
+    }
+
+    /// At start, after a worker was killed: each open switch is settled with the system zone
+    /// brought down and detached first (it may be the new zone, configured or running on the
+    /// root about to move), then the zonepath the switch settles on is configured from its
+    /// own zonecfg text, attached and booted; and every other placed zone whose root is whole
+    /// but which does not run (a rollback cut between its swap and its boot, an update cut
+    /// while the old zone came down) is brought up as it is placed. So the node runs the old
+    /// root or the new one, and a rollback cut after its swap stays rolled back rather than
+    /// being provisioned forward again. What cannot be settled is logged and left for the
+    /// zone's next reconcile; the step hook is asked before every command, as in any run.
+    pub fn settle_at_start(&self) {
+        let open = self.dir.open_switch_zones();
+        for zone in &open {
+            match self.settle_switch(zone) {
+                Ok(()) => tracing::info!(zone, "an interrupted switch was settled"),
+                Err(e) => {
+                    tracing::warn!(zone, error = %validator::error_chain(&e), "settling an interrupted switch failed")
+                }
+            }
+        }
+        let placed = match self.dir.zones() {
+            Ok(z) => z,
+            Err(e) => {
+                tracing::warn!(error = %validator::error_chain(&e), "listing the placed zones at start");
+                return;
+            }
+        };
+        for zone in placed.iter().filter(|z| !open.contains(z)) {
+            if let Err(e) = self.bring_up_placed(zone) {
+                tracing::warn!(zone, error = %validator::error_chain(&e), "bringing up a placed zone at start failed");
+            }
+        }
+    }
+
+    /// One open switch: the system zone down (detached, its root kept), the zonepaths
+    /// settled on the switch's target, that zonepath brought up.
+    fn settle_switch(&self, zone: &str) -> Result<(), ProvisionError> {
+        if self.entry(zone)?.is_some() {
+            self.bring_down(zone, self.grace(zone), true)?;
+        }
+        self.dir.settle(zone)?;
+        self.bring_up_placed(zone)
+    }
+
+    /// Brings up the zonepath placed at `<base>/<zone>` when its root is whole and the system
+    /// zone is absent, configured, installed or half stopped; a running zone is left, and an
+    /// `incomplete` one (its root cannot be trusted) is left to the reconcile, which
+    /// provisions it again.
+    fn bring_up_placed(&self, zone: &str) -> Result<(), ProvisionError> {
+        let state = self.entry(zone)?.map(|e| e.state);
+        if matches!(state.as_deref(), Some("running" | "incomplete")) {
+            return Ok(());
+        }
+        match self.dir.current(zone)? {
+            Some(d) if d.zonepath.join("root").is_dir() => {}
+            _ => return Ok(()),
+        }
+        let d = self.bring_up_attached(zone)?;
+        tracing::info!(zone, zonepath = %d.zonepath.display(), "the placed zone runs again");
+        Ok(())
     }
 }
