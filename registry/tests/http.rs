@@ -80,19 +80,44 @@ async fn start_upload(app: &Router, repo: &str) -> String {
     r.header("location").to_owned()
 }
 
+/// A streamed PATCH of `body` to upload `loc` (no Content-Range); returns the Range answered.
+async fn patch(app: &Router, loc: &str, body: &[u8]) -> String {
+    let r = send(app, Method::PATCH, loc, &[], body.to_vec()).await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    r.header("range").to_owned()
+}
+
+/// Ends upload `loc` of `data` in `repo` with a PUT of `data[from..]` as the last chunk, and
+/// checks the blob is published as `d` and reads back whole.
+async fn finish_and_read(
+    app: &Router,
+    repo: &str,
+    loc: &str,
+    d: &Digest,
+    data: &[u8],
+    from: usize,
+) {
+    let range = format!("{from}-{}", data.len() - 1);
+    let r = send(
+        app,
+        Method::PUT,
+        &format!("{loc}?digest={d}"),
+        &[("content-range", range.as_str())],
+        data[from..].to_vec(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    assert_eq!(r.header("docker-content-digest"), d.as_str());
+    let path = format!("/v2/{repo}/blobs/{d}");
+    let r = send(app, Method::GET, &path, &[], Body::empty()).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(r.body[..] == data[..], "{path}: other bytes");
+}
+
 /// Pushes a blob with POST + PUT; returns its digest.
 async fn push_blob(app: &Router, repo: &str, data: &[u8]) -> Digest {
     let d = Digest::sha256(data);
-    let r = send(
-        app,
-        Method::POST,
-        &format!("/v2/{repo}/blobs/uploads/"),
-        &[],
-        Body::empty(),
-    )
-    .await;
-    assert_eq!(r.status, StatusCode::ACCEPTED);
-    let loc = r.header("location").to_owned();
+    let loc = start_upload(app, repo).await;
     let r = send(
         app,
         Method::PUT,
@@ -559,35 +584,11 @@ async fn chunked_upload_survives_a_restart_and_moves_between_instances() {
         assert_eq!(r.status, StatusCode::RANGE_NOT_SATISFIABLE);
         assert_eq!(r.header("range"), "0-99999");
         // Streamed PATCH without Content-Range, then the last chunk on the PUT.
-        let r = send(
-            &second,
-            Method::PATCH,
-            &loc,
-            &[],
-            data[100_000..250_000].to_vec(),
-        )
-        .await;
-        assert_eq!(r.header("range"), "0-249999");
-        let r = send(
-            &second,
-            Method::PUT,
-            &format!("{loc}?digest={d}"),
-            &[("content-range", "250000-299999")],
-            data[250_000..].to_vec(),
-        )
-        .await;
-        assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
-        assert_eq!(r.header("docker-content-digest"), d.as_str());
-        let r = send(
-            &second,
-            Method::GET,
-            &format!("/v2/resume/blobs/{d}"),
-            &[],
-            Body::empty(),
-        )
-        .await;
-        assert_eq!(r.status, StatusCode::OK);
-        assert!(r.body[..] == data[..]);
+        assert_eq!(
+            patch(&second, &loc, &data[100_000..250_000]).await,
+            "0-249999"
+        );
+        finish_and_read(&second, "resume", &loc, &d, &data, 250_000).await;
         let r = send(
             &second,
             Method::GET,
@@ -623,18 +624,9 @@ async fn an_upload_a_crash_left_behind_resumes_or_is_unknown() {
     let loc = start_upload(&app, "crash").await;
     let id = loc.rsplit('/').next().unwrap().to_owned();
     let state = dir.path().join("uploads").join(&id).join("state");
-    let r = send(&app, Method::PATCH, &loc, &[], data[..100_000].to_vec()).await;
-    assert_eq!(r.header("range"), "0-99999");
+    assert_eq!(patch(&app, &loc, &data[..100_000]).await, "0-99999");
     let older = std::fs::read(&state).unwrap();
-    let r = send(
-        &app,
-        Method::PATCH,
-        &loc,
-        &[],
-        data[100_000..200_000].to_vec(),
-    )
-    .await;
-    assert_eq!(r.header("range"), "0-199999");
+    assert_eq!(patch(&app, &loc, &data[100_000..200_000]).await, "0-199999");
     drop(app);
     // The crash: the second PATCH's bytes reached the disk, its state did not.
     std::fs::write(&state, &older).unwrap();
@@ -642,24 +634,7 @@ async fn an_upload_a_crash_left_behind_resumes_or_is_unknown() {
     let r = send(&app, Method::GET, &loc, &[], Body::empty()).await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
     assert_eq!(r.header("range"), "0-99999");
-    let r = send(
-        &app,
-        Method::PUT,
-        &format!("{loc}?digest={d}"),
-        &[("content-range", "100000-299999")],
-        data[100_000..].to_vec(),
-    )
-    .await;
-    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
-    let r = send(
-        &app,
-        Method::GET,
-        &format!("/v2/crash/blobs/{d}"),
-        &[],
-        Body::empty(),
-    )
-    .await;
-    assert!(r.body[..] == data[..]);
+    finish_and_read(&app, "crash", &loc, &d, &data, 100_000).await;
 
     // A torn state (a new file whose bytes did not reach the disk).
     for torn in [&b""[..], b"{\"repository\":\"cra"] {
