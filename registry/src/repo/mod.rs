@@ -294,7 +294,7 @@ impl Repos {
             d,
             layout::blob_link(name, d),
             |e| (!e.blob_link(name).is_empty()).then(|| e.blob_link_key(name, d)),
-            async |k| {
+            |k| async move {
                 Ok::<_, ApiError>(self.read::<BlobLink>(&k, LINK_LIMIT).await?.map(|l| l.size))
             },
         )

@@ -551,6 +551,15 @@ impl<R: CommandRunner> IllumosProvisioner<R> {
         Ok(Some(e))
     }
 
+    /// Brings the system's zone `zone`, if it has one, down and detached with its root kept in
+    /// the zonepath: what every switch does before the zonepath moves.
+    fn detach_if_present(&self, zone: &str) -> Result<(), ProvisionError> {
+        if self.entry(zone)?.is_some() {
+            self.bring_down(zone, self.grace(zone), true)?;
+        }
+        Ok(())
+    }
+
     /// Takes a zone of ours from whatever state it is in to gone, one zoneadm/zonecfg step at a
     /// time, reading the state again after each. With `keep_root` (a replacement) an installed
     /// zone is detached, not uninstalled: its root stays in the zonepath for the provisioner
@@ -649,9 +658,7 @@ impl<R: CommandRunner> Provisioner for IllumosProvisioner<R> {
         // this name is brought down (the conformance suite's failed-create case).
         super::describe(spec, root.image(), self.zonepath(zone))?;
         // Refused before anything changes when the name belongs to someone else.
-        if self.entry(zone)?.is_some() {
-            self.bring_down(zone, self.grace(zone), true)?;
-        }
+        self.detach_if_present(zone)?;
         let d = self.dir.provision(spec, root)?;
         self.create(&d)?;
         Ok(d)

@@ -56,9 +56,7 @@ impl<R: CommandRunner> IllumosProvisioner<R> {
     ) -> Result<ZoneDescription, ProvisionError> {
         let zone = spec.name.as_str();
         crate::provision::describe(spec, root.image(), self.zonepath(zone))?;
-        if self.entry(zone)?.is_some() {
-            self.bring_down(zone, self.grace(zone), true)?;
-        }
+        self.detach_if_present(zone)?;
         let d = self.dir.provision_unconfirmed(spec, root)?;
         if let Err(e) = self.create(&d) {
             if !matches!(e, ProvisionError::Interrupted { .. }) {
@@ -86,9 +84,7 @@ impl<R: CommandRunner> IllumosProvisioner<R> {
         if !self.dir.switch_open(zone)? {
             return Ok(None);
         }
-        if self.entry(zone)?.is_some() {
-            self.bring_down(zone, self.grace(zone), true)?;
-        }
+        self.detach_if_present(zone)?;
         match self.dir.undo(zone)? {
             Some(_) => self.bring_up_attached(zone).map(Some),
             None => Ok(None),
@@ -106,9 +102,7 @@ impl<R: CommandRunner> IllumosProvisioner<R> {
                 zone: zone.to_owned(),
             });
         }
-        if self.entry(zone)?.is_some() {
-            self.bring_down(zone, self.grace(zone), true)?;
-        }
+        self.detach_if_present(zone)?;
         self.dir.rollback(zone)?;
         self.bring_up_attached(zone)
     }
@@ -149,9 +143,7 @@ impl<R: CommandRunner> IllumosProvisioner<R> {
     /// One open switch: the system zone down (detached, its root kept), the zonepaths
     /// settled on the switch's target, that zonepath brought up.
     fn settle_switch(&self, zone: &str) -> Result<(), ProvisionError> {
-        if self.entry(zone)?.is_some() {
-            self.bring_down(zone, self.grace(zone), true)?;
-        }
+        self.detach_if_present(zone)?;
         self.dir.settle(zone)?;
         self.bring_up_placed(zone)
     }
