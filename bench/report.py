@@ -217,6 +217,33 @@ def plot_small(results, path, quick):
     plt.close(fig)
 
 
+FLEET_SIDES = (("ours", "ours (`sendfile`)"), ("ours-copy", "ours (mapped copy)"), ("dist", "distribution v3"))
+
+
+def fleet_table(fleet):
+    """The fleet cell (bench/fleet.sh): N clients pulling one blob or image at once."""
+    mib_each = fleet[0]["mib"]
+    L = [f"**Fleet: N clients pull one {mib_each} MiB blob at once (`curl`), or a one-layer image "
+         "(`crane pull`)** (goal ≥2× distribution v3 aggregate, server CPU ≤0.15 s/GiB; "
+         "`bench/fleet.sh`, page cache warm)", ""]
+    L.append("| clients | " + " | ".join(f"{n} MiB/s (min / median / max)" for _, n in FLEET_SIDES)
+             + " | ratio (ours / v3, median) | ratio (copy / v3) | server CPU s per GiB ("
+             + " / ".join(n for _, n in FLEET_SIDES) + ") |")
+    L.append("|" + "---|" * (1 + len(FLEET_SIDES) + 3))
+    cells = sorted({(r["kind"], r["clients"]) for r in fleet}, key=lambda c: (c[0] != "curl", c[1]))
+    for kind, n in cells:
+        by = {s: [r for r in fleet if r["side"] == s and r["kind"] == kind and r["clients"] == n]
+              for s, _ in FLEET_SIDES}
+        rate = {s: [n * r["mib"] / r["secs"] for r in rs] for s, rs in by.items()}
+        gib = n * mib_each / 1024
+        cpu = " / ".join(f"{med([r['cpu'] / gib for r in rs]):.3f}" if rs else "–" for rs in by.values())
+        L.append(f"| {n} × `{kind}` | " + " | ".join(mmm(rate[s]) for s, _ in FLEET_SIDES)
+                 + f" | {ratio_cell(rate['ours'], rate['dist'], 2.0)} | {ratio_cell(rate['ours-copy'], rate['dist'])}"
+                 + f" | {cpu} |")
+    L.append("")
+    return L
+
+
 def main():
     results_path, doc_path, plot_dir = sys.argv[1:4]
     results = load(results_path)
@@ -322,6 +349,10 @@ def main():
         plot_small(results, os.path.join(plot_dir, "registry-small.png"), quick)
         L += [f"![small requests]({rel}/registry-small.png)", "",
               f"Figure: requests/s at 64 connections. {REPRO.format(flag)}", ""]
+
+    fleet = rows(results, "fleet")
+    if fleet:
+        L += fleet_table(fleet)
 
     if rows(results, "s3"):
         L += ["### Registry on SeaweedFS vs distribution's s3 driver on the same SeaweedFS", ""]

@@ -18,6 +18,9 @@
 #           layout source) to both registries, timed.
 #   s3      both registries on the same SeaweedFS (distribution's s3 driver): push and pull
 #           throughput, and S3 requests per registry operation counted at a proxy.
+#   fleet   bench/fleet.sh: 8 and 32 `curl` clients pull one 256 MiB blob at once, and 8
+#           `crane pull` of a one-layer image, from our registry (with `sendfile` and with the
+#           mapped copy) and distribution v3, filesystem store: aggregate MiB/s, server CPU/GiB.
 #   hash    validator::Digester sha256 rate vs `openssl speed -evp sha256` (the CPU's limit),
 #           per CPU second (openssl's default divisor) and per wall-clock second (-elapsed).
 #   builder, worker: bench/builder.sh and bench/worker.sh, when present.
@@ -30,19 +33,19 @@ QUICK=0
 for a in "$@"; do
 	case "$a" in
 	--quick) QUICK=1 ;;
-	-h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,29p' "$0"; exit 0 ;;
 	*) echo "bench/run.sh: unknown argument $a (usage: bench/run.sh [--quick])" >&2; exit 2 ;;
 	esac
 done
 cd "$ROOT"
-# BENCH_RUNS, BENCH_ONLY (a subset of "fs push small s3 hash parts"; "pull" alone runs only the
+# BENCH_RUNS, BENCH_ONLY (a subset of "fs push small fleet s3 hash parts"; "pull" alone runs only the
 # monolithic pushes that seed the pulls and the pulls, on fs and SeaweedFS), BENCH_FS_SIZES and
 # BENCH_S3_SIZES (MiB, e.g. "32"; empty: none), BENCH_FS_TOTAL_MIB and BENCH_S3_COUNT=0 (no
 # request counting) narrow a run; docs/benchmarks.md says which were set. BENCH_DOC writes the
 # report into another file than docs/benchmarks.md, and its figures into a bench/ folder
 # beside it (a narrowed run's report has only its sections).
 RUNS="${BENCH_RUNS:-5}"
-ONLY=" ${BENCH_ONLY:-fs push small s3 hash parts} "
+ONLY=" ${BENCH_ONLY:-fs push small fleet s3 hash parts} "
 want() { [[ "$ONLY" == *" $1 "* ]]; }
 MiB=$((1 << 20))
 if [ "$QUICK" = 1 ]; then
@@ -335,6 +338,14 @@ for srv in $SERVERS; do stop_pid "${CPID[$srv]}"; done
 stop_pid "$PROXY_PID"
 fi
 stop_pid "$WEED_PID"
+fi
+
+# --- fleet (bench/fleet.sh, with this run's binary and runs) -----------------------------------
+if want fleet; then
+	log "fleet: bench/fleet.sh"
+	# Its peers are v3 only (2.8 is not a fleet peer); its rows join this run's results.
+	BENCH_NO_BUILD=1 RDCTL_BIN="$RDCTL" BENCH_RUNS="$RUNS" BENCH_PEERS=dist bench/fleet.sh >&2
+	jq -c '. + {section: "fleet"}' "$ROOT/bench/out/fleet/results.jsonl" >> "$RESULTS"
 fi
 
 # --- hashing -------------------------------------------------------------------------------
