@@ -107,7 +107,10 @@ impl Repos {
                 Err(e) if e.is_not_found() => {
                     let epochs = kind.moved(&Epochs::default(), name, &fresh);
                     let body = Tombstone::idle_body(&epochs);
-                    (self.store.put(&key, body, PutMode::Create).await, String::new())
+                    (
+                        self.store.put(&key, body, PutMode::Create).await,
+                        String::new(),
+                    )
                 }
                 Err(e) => return Err(e.into()),
                 Ok(doc) => {
@@ -206,7 +209,12 @@ mod tests {
         assert!(t.waits_for_collector() == Tombstone::parse(&bytes).waits_for_collector());
 
         // A blob link, in a record without epochs yet, and a damaged record.
-        let moved = record_moved(br#"{"released":"x"}"#, LinkKind::Blob, &name, "00000000000000dd");
+        let moved = record_moved(
+            br#"{"released":"x"}"#,
+            LinkKind::Blob,
+            &name,
+            "00000000000000dd",
+        );
         let t = Tombstone::parse(&moved);
         assert!(t.released());
         assert_eq!(t.epochs.blob_link(&name), "00000000000000dd");
