@@ -1767,10 +1767,7 @@ async fn orphan_of_a_put_racing_a_delete_is_collected(
         .await
         .unwrap();
     s.assert_manifest_gone(repo, &sig.digest()).await;
-    assert_eq!(
-        referrer_digests(&s, repo, &img.digest()).await,
-        [by_digest.clone()]
-    );
+    assert_eq!(referrer_digests(&s, repo, &img.digest()).await, [by_digest]);
 
     let report = s.gc(Duration::from_secs(3600), false, false).await;
     assert!(report.deleted.is_empty(), "{:?}", report.deleted);
