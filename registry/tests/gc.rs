@@ -1700,3 +1700,95 @@ async fn fs_collector_after_commit_forgets_only_its_epoch() {
 async fn s3_collector_after_commit_forgets_only_its_epoch() {
     collector_after_commit_forgets_only_its_epoch(s3_store().await).await;
 }
+
+/// The epoch the digest's record names for `repo`'s link to manifest `d` (`""`: none).
+async fn manifest_link_epoch(store: &dyn Store, repo: &str, d: &Digest) -> String {
+    let doc = store
+        .get(&layout::blob_tombstone(d), 1 << 16)
+        .await
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&doc.bytes).unwrap();
+    v["epochs"]["manifest_links"][repo]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A manifest PUT concurrent with an API DELETE of the same manifest: the PUT held the digest
+/// (at epoch E1) before the DELETE moved the repository's link to E2, and its link and referrer
+/// entry land after the DELETE deleted E1's key and forgot E1's entry. That pair may end
+/// either way; what it leaves is a link at a dead epoch (no read finds it) and a referrer entry
+/// stamped with it. The state is made here the way that race leaves it (the PUT's two writes
+/// put back after the DELETE), on a signature kept through its subject: the next collection
+/// (without `--delete-untagged`, so the digest is kept) removes the dead link with its entry,
+/// and keeps the image.
+async fn orphan_of_a_put_racing_a_delete_is_collected(
+    store: (Arc<dyn Store>, Option<tempfile::TempDir>),
+) {
+    let s = serve(store).await;
+    let repo = "gc/api-delete-race";
+    let name = Name::parse(repo).unwrap();
+    let img = Image::new(
+        bytes("race config", 30),
+        vec![bytes("race layer", 90)],
+        None,
+    );
+    let sig = Image::new(
+        bytes("race sig config", 20),
+        vec![bytes("race sig layer", 40)],
+        Some(&img.manifest),
+    );
+    let by_digest = sig.digest().to_string();
+    s.push_image(repo, "v1", &img).await.unwrap();
+    s.push_image(repo, &by_digest, &sig).await.unwrap();
+    let delete = format!("/v2/{repo}/manifests/{by_digest}");
+    // A DELETE, and a push again: the link is at the epoch the DELETE moved it to (E1).
+    assert_eq!(s.status(reqwest::Method::DELETE, &delete).await.0, 202);
+    s.push_image(repo, &by_digest, &sig).await.unwrap();
+    let e1 = manifest_link_epoch(s.store.as_ref(), repo, &sig.digest()).await;
+    assert!(!e1.is_empty());
+    let link_key = layout::manifest_link_at(&name, &sig.digest(), &e1);
+    let referrers_key = layout::referrers(&name, &img.digest());
+    let link = s.store.get(&link_key, 1 << 16).await.unwrap().bytes;
+    let referrers = s.store.get(&referrers_key, 1 << 20).await.unwrap().bytes;
+    // The racing pair: the DELETE moves the link to E2 and finishes, then the PUT that held at
+    // E1 writes its link and its referrer entry.
+    assert_eq!(s.status(reqwest::Method::DELETE, &delete).await.0, 202);
+    assert_ne!(
+        manifest_link_epoch(s.store.as_ref(), repo, &sig.digest()).await,
+        e1
+    );
+    s.store
+        .put(&link_key, link, PutMode::Overwrite)
+        .await
+        .unwrap();
+    s.store
+        .put(&referrers_key, referrers, PutMode::Overwrite)
+        .await
+        .unwrap();
+    s.assert_manifest_gone(repo, &sig.digest()).await;
+    assert_eq!(referrer_digests(&s, repo, &img.digest()).await, [by_digest]);
+
+    let report = s.gc(Duration::from_secs(3600), false, false).await;
+    assert!(report.deleted.is_empty(), "{:?}", report.deleted);
+    assert!(
+        s.store
+            .stat(&link_key)
+            .await
+            .is_err_and(|e| e.is_not_found()),
+        "the link at the dead epoch {e1} is still there"
+    );
+    assert!(referrer_digests(&s, repo, &img.digest()).await.is_empty());
+    s.assert_image(repo, "v1", &img).await;
+    s.assert_manifest_gone(repo, &sig.digest()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_orphan_of_a_put_racing_a_delete_is_collected() {
+    orphan_of_a_put_racing_a_delete_is_collected(fs_store().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3_orphan_of_a_put_racing_a_delete_is_collected() {
+    orphan_of_a_put_racing_a_delete_is_collected(s3_store().await).await;
+}

@@ -24,6 +24,10 @@
 //! untagged manifest's link in its repository (the collector runs with `--delete-untagged`),
 //! and the re-push must leave the manifest resolvable by tag and by digest.
 //!
+//! The API's own DELETEs (of a manifest, of a blob link) are aimed at the same way: sent
+//! through a second replica whose store is behind the tap, duplicated, the copy landing after
+//! the client pushed the same content again ([`api_delete_case`]).
+//!
 //! Each case measures how long the re-push took to be acknowledged (it must be within
 //! [`LEASE_TTL`]: requests must not wait for a committing collector) and whether the image
 //! reads back after the late DELETE landed; every failure of a case is reported together.
@@ -213,6 +217,14 @@ impl Tap {
         }
     }
 
+    /// Late DELETEs that reached the store so far.
+    fn delivered(&self) -> u64 {
+        match self {
+            Tap::S3(proxy) => proxy.delivered(),
+            Tap::Fs(store) => *store.state.delivered.borrow(),
+        }
+    }
+
     fn release(&self) {
         match self {
             Tap::S3(proxy) => proxy.release(),
@@ -239,13 +251,30 @@ struct Case {
     tap: Tap,
     client: Client,
     task: tokio::task::JoinHandle<()>,
+    /// Another replica of the registry, serving the same store behind the tap (a replica
+    /// whose store requests cross a slow gateway).
+    replica: SocketAddr,
+    replica_task: tokio::task::JoinHandle<()>,
     _dir: Option<tempfile::TempDir>,
 }
 
 impl Drop for Case {
     fn drop(&mut self) {
         self.task.abort();
+        self.replica_task.abort();
     }
+}
+
+/// Serves `store` over TCP on a loopback port.
+async fn serve(store: Arc<dyn Store>) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let state = AppState::new(store, RegistryConfig::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = router(state);
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    (addr, task)
 }
 
 impl Case {
@@ -278,13 +307,8 @@ impl Case {
                 )
             }
         };
-        let state = AppState::new(store.clone(), RegistryConfig::default());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let app = router(state);
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app).await.unwrap();
-        });
+        let (addr, task) = serve(store.clone()).await;
+        let (replica, replica_task) = serve(collector.clone()).await;
         let client = Client::builder()
             .timeout(Duration::from_secs(60))
             .build()
@@ -296,6 +320,8 @@ impl Case {
             tap,
             client,
             task,
+            replica,
+            replica_task,
             _dir: dir,
         }
     }
@@ -391,6 +417,16 @@ impl Case {
         lost
     }
 
+    /// The digests the referrers API lists for `subject` in `repo`.
+    async fn referrers(&self, repo: &str, subject: &Digest) -> Vec<String> {
+        let url = format!("http://{}/v2/{repo}/referrers/{subject}", self.addr);
+        let body = reqwest::get(url).await.unwrap().bytes().await.unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        (v["manifests"].as_array().into_iter().flatten())
+            .filter_map(|m| m["digest"].as_str().map(str::to_owned))
+            .collect()
+    }
+
     /// Starts a collection of everything untagged, with no grace window, through the tap.
     fn collect(&self) -> tokio::task::JoinHandle<Result<GcReport, gc::GcError>> {
         let store = self.collector.clone();
@@ -430,6 +466,21 @@ impl Image {
             config,
             layer,
         }
+    }
+
+    /// A signature of `subject` (a manifest with a subject: one of its referrers), with a
+    /// config and a layer of its own.
+    fn signature(seed: &str, subject: &Image) -> Image {
+        let mut sig = Image::new(&format!("signature of {seed}"));
+        let mut m: serde_json::Value = serde_json::from_slice(&sig.manifest).unwrap();
+        m["subject"] = serde_json::json!({
+            "mediaType": MANIFEST,
+            "digest": subject.manifest_digest(),
+            "size": subject.manifest.len(),
+        });
+        m["artifactType"] = "application/vnd.example.signature".into();
+        sig.manifest = Bytes::from(serde_json::to_vec(&m).unwrap());
+        sig
     }
 
     fn blobs(&self) -> [&Vec<u8>; 2] {
@@ -647,6 +698,110 @@ async fn fs_collector_paused_at_its_delete_across_a_forced_break() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn s3_collector_paused_at_its_delete_across_a_forced_break() {
     run_cases(Backend::S3, &both_aims(LateDelete::Hold, true)).await;
+}
+
+/// What an API DELETE case deletes.
+#[derive(Debug, Clone, Copy)]
+enum Deleted {
+    /// The signature's manifest (`DELETE /v2/<name>/manifests/<digest>`).
+    Manifest,
+    /// The repository's link to the signature's layer (`DELETE /v2/<name>/blobs/<digest>`).
+    BlobLink,
+}
+
+/// How late the duplicate of an API DELETE's store DELETE lands: long after the client pushed
+/// again (a push here takes well under a second).
+const API_DELETE_LATE: Duration = Duration::from_secs(6);
+
+/// An API DELETE whose store DELETE is duplicated, the copy landing late (a gateway's or the
+/// S3 SDK's retry while the first attempt is on its way, in either order): a signed image is
+/// pushed, the signature (or the repository's link to its layer) is deleted through the
+/// replica behind the tap (202), the signature is pushed again through the other replica
+/// (201), then the late copy lands. The re-pushed signature must still read back whole, by
+/// digest, and be listed among the image's referrers. Before the API's DELETEs moved the link
+/// to a new epoch, the re-push wrote the very key the late copy deleted. Returns what went
+/// wrong (empty: nothing).
+async fn api_delete_case(backend: Backend, what: Deleted) -> Vec<String> {
+    let case = Case::start(backend).await;
+    let name = format!("{backend:?} API DELETE of a {what:?}");
+    let repo = "faults/api-delete";
+    let img = Image::new(&name);
+    let sig = Image::signature(&name, &img);
+    let by_digest = sig.manifest_digest().to_string();
+    case.push(repo, "v1", &img).await.unwrap();
+    case.push(repo, &by_digest, &sig).await.unwrap();
+    let (path, hex) = match what {
+        Deleted::Manifest => (format!("manifests/{by_digest}"), sig.manifest_hex()),
+        Deleted::BlobLink => (
+            format!("blobs/{}", Digest::sha256(&sig.layer)),
+            sig.layer_hex(),
+        ),
+    };
+    case.tap.aim(&hex, LateDelete::Duplicate(API_DELETE_LATE));
+    let resp = reqwest::Client::new()
+        .delete(format!("http://{}/v2/{repo}/{path}", case.replica))
+        .send()
+        .await
+        .unwrap();
+    let mut failures = Vec::new();
+    if resp.status().as_u16() != 202 {
+        return vec![format!("{name}: the DELETE answered {}", resp.status())];
+    }
+    if tokio::time::timeout(Duration::from_secs(30), case.tap.until_taken())
+        .await
+        .is_err()
+    {
+        return vec![format!("{name}: the DELETE aimed at never reached the tap")];
+    }
+    if let Err(e) = case.push(repo, &by_digest, &sig).await {
+        failures.push(format!("{name}: the re-push: {e}"));
+    }
+    if case.tap.delivered() > 0 {
+        failures.push(format!(
+            "{name}: the late copy landed before the re-push was acknowledged: the case \
+             tested nothing"
+        ));
+    }
+    if tokio::time::timeout(Duration::from_secs(60), case.tap.until_delivered())
+        .await
+        .is_err()
+    {
+        failures.push(format!("{name}: the late copy never reached the store"));
+    }
+    let lost = case.unreadable(repo, &by_digest, &sig).await;
+    if !lost.is_empty() {
+        failures.push(format!(
+            "{name}: the re-push lost content after the late copy landed: {lost:?}"
+        ));
+    }
+    let referrers = case.referrers(repo, &img.manifest_digest()).await;
+    if referrers != [by_digest.clone()] {
+        failures.push(format!(
+            "{name}: the image's referrers are {referrers:?}, not the re-pushed signature"
+        ));
+    }
+    failures
+}
+
+/// Runs both API DELETE cases on `backend` concurrently and fails with their failures.
+async fn run_api_delete_cases(backend: Backend) {
+    let tasks = [Deleted::Manifest, Deleted::BlobLink]
+        .map(|what| tokio::spawn(api_delete_case(backend, what)));
+    let mut failures = Vec::new();
+    for t in tasks {
+        failures.extend(t.await.unwrap());
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_late_api_delete_loses_no_re_push() {
+    run_api_delete_cases(Backend::Fs).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3_late_api_delete_loses_no_re_push() {
+    run_api_delete_cases(Backend::S3).await;
 }
 
 impl Store for LateStore {

@@ -59,6 +59,16 @@
 //! that is not the record's: a run that stopped after its commit left it). A run that has
 //! nothing to decide removes the dead links only.
 //!
+//! An API DELETE of a repository's manifest link (`API_DELETE` bounds): the read path finds a
+//! link (none: nothing more), the record is read, the link moves to a fresh epoch with a
+//! conditional write (create-only when absent; a deciding record is released in the same
+//! write, a deleting one edited under its collector), the entry stamped with the epoch left is
+//! forgotten (`Repos::update`), then the DELETEs of that epoch's link and the legacy link go
+//! out like the collector's (late, duplicated) and the request waits for their
+//! acknowledgements. The client's reference is dropped when the DELETE begins, so a push the
+//! client makes afterwards must stay readable and listed. `ApiDelete::AtTheCurrentEpoch` is
+//! the DELETE as it was: no move, the current epoch's link deleted.
+//!
 //! Checked in addition: every acknowledged manifest a repository has not unreferenced is
 //! listed in its referrers document. Examples that must exist: a collector reads an entry a
 //! re-push restamped after the commit (so it leaves it); a collector forgets an entry; with
@@ -95,6 +105,10 @@
 //! - `manifest_referrers_forgotten_regardless_of_the_stamp_lose_a_push`: a collector that
 //!   forgets the entry whatever its stamp, or writes the document back without a condition,
 //!   unlists a manifest pushed again after the commit.
+//! - `api_delete_keeps_a_later_push`: with API DELETEs, both invariants hold (and a push after
+//!   an API DELETE is acknowledged while a copy of its DELETE is out);
+//!   `api_delete_at_the_current_epoch_loses_a_later_push`: the DELETE without the move loses
+//!   the re-push to its duplicated DELETE (17 steps, no collector needed).
 //! - `old_protocol_loses_a_push_to_a_duplicated_delete`,
 //!   `old_protocol_loses_a_push_to_a_dead_collectors_delete`: the bug the epochs fix, a
 //!   DELETE of a key the re-push wrote landing after the push was acknowledged.
@@ -280,7 +294,46 @@ enum ClientPc {
         view: View,
         step: Step,
     },
+    /// An API DELETE of the repository's link (`Repos::delete_manifest`): the read path finds
+    /// a link (none: 404, nothing more) and the record is read.
+    DelRead,
+    /// Moves the repository's link to a fresh epoch in the record, conditionally on it being
+    /// `seen` (create-only when absent); a deciding record is released in the same write, a
+    /// deleting one edited under its collector. On a conflict, read again.
+    DelMove {
+        seen: Option<Doc>,
+    },
+    /// GET the referrers document, to forget the entry stamped `old`, the epoch left.
+    DelReadDoc {
+        old: Epoch,
+    },
+    /// Drop the entry, conditionally on the document being `seen`; on a conflict, read again.
+    DelPutDoc {
+        old: Epoch,
+        seen: RefDoc,
+    },
+    /// Send the DELETEs of the link at `old` and of the legacy link.
+    DelSend {
+        old: Epoch,
+    },
+    /// Until the store acknowledged those DELETEs (a copy sent twice may still be out).
+    DelAwait {
+        keys: [Option<Key>; 2],
+    },
 }
+
+/// How an API DELETE of a repository's link goes about it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum ApiDelete {
+    /// Moves the link to a fresh epoch first, then deletes the epoch it left (this version).
+    MovesTheEpoch,
+    /// Deletes the link at its current epoch (the version before): a re-push writes the same
+    /// key again.
+    AtTheCurrentEpoch,
+}
+
+/// `Delete::run` of a DELETE client `i` sent is `CLIENT_SENDER + i`.
+const CLIENT_SENDER: u8 = 64;
 
 /// The epochs of a record as a request saw them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -454,8 +507,10 @@ struct State {
 enum Action {
     /// Client `i` starts an operation.
     Begin(usize, Op),
-    /// Client `i` drops its repository's reference (a manifest delete, an untag).
+    /// Client `i` drops its repository's reference (an untag: the link stays for a collector).
     Unreference(usize),
+    /// Client `i` sends an API DELETE of its repository's link: the reference is dropped now.
+    BeginDelete(usize),
     /// Client `i` does the next step of its request.
     Client(usize),
     StartRun,
@@ -491,6 +546,9 @@ struct Bounds {
     /// the old protocol, or a second run without a lease break. Otherwise a dead run is a run
     /// paused for ever, which the interleavings already include.
     deaths: bool,
+    /// Whether a client drops its reference by an API DELETE of its link
+    /// (`GcModel::api_delete`) rather than by an untag that leaves the link to a collector.
+    api_delete: bool,
 }
 
 /// How a GET finds the digest's link in a repository.
@@ -537,6 +595,8 @@ struct GcModel {
     /// stamped with a doomed link's epoch before deleting the link. No mounts (manifests are
     /// not mounted).
     referrers: bool,
+    /// How a client's API DELETE of its link works, when the bounds have them.
+    api_delete: ApiDelete,
 }
 
 impl GcModel {
@@ -597,6 +657,7 @@ impl GcModel {
                     state.record.map(|doc| doc.phase) == Some(Phase::Deleting { run });
                 !still_deleting || state.runs[usize::from(run)].is_over()
             }
+            ClientPc::DelAwait { keys } => keys == [None, None],
             _ => true,
         }
     }
@@ -652,8 +713,84 @@ impl GcModel {
             ClientPc::Work { op, view, step } => {
                 return self.work_step(state, i, op, view, step);
             }
+            ClientPc::DelRead
+            | ClientPc::DelMove { .. }
+            | ClientPc::DelReadDoc { .. }
+            | ClientPc::DelPutDoc { .. }
+            | ClientPc::DelSend { .. }
+            | ClientPc::DelAwait { .. } => self.delete_link_step(state, i),
         };
         state.clients[i].pc = next;
+    }
+
+    /// One step of client `i`'s API DELETE of its repository's link; its reference was
+    /// dropped when the DELETE began (the client does nothing else meanwhile).
+    fn delete_link_step(&self, state: &mut State, i: usize) -> ClientPc {
+        let repo = state.clients[i].repo;
+        let r = usize::from(repo);
+        let after_move = |old| {
+            if self.referrers {
+                ClientPc::DelReadDoc { old }
+            } else {
+                ClientPc::DelSend { old }
+            }
+        };
+        match state.clients[i].pc {
+            ClientPc::DelRead => {
+                let current = Self::record_doc(state).links[r];
+                let found = state.store.contains_key(&Key::Link(repo, LEGACY))
+                    || state.store.contains_key(&Key::Link(repo, current));
+                match (found, self.api_delete) {
+                    (false, _) => ClientPc::Idle,
+                    (true, ApiDelete::MovesTheEpoch) => ClientPc::DelMove { seen: state.record },
+                    (true, ApiDelete::AtTheCurrentEpoch) => after_move(current),
+                }
+            }
+            ClientPc::DelMove { seen } => {
+                if state.record != seen {
+                    return ClientPc::DelRead;
+                }
+                let mut doc = seen.unwrap_or(Doc::ABSENT);
+                let old = doc.links[r];
+                state.next_epoch += 1;
+                doc.links[r] = state.next_epoch;
+                if let Phase::Deciding { .. } = doc.phase {
+                    // Released: that run's commit fails and it deletes nothing.
+                    state.next_nonce += 1;
+                    doc.phase = Phase::Idle;
+                    doc.nonce = state.next_nonce;
+                }
+                state.record = Some(doc);
+                after_move(old)
+            }
+            ClientPc::DelReadDoc { old } => match state.referrers[r] {
+                seen @ RefDoc::Listed { stamp } if stamp == old => {
+                    ClientPc::DelPutDoc { old, seen }
+                }
+                _ => ClientPc::DelSend { old },
+            },
+            ClientPc::DelPutDoc { old, seen } => {
+                if state.referrers[r] != seen {
+                    return ClientPc::DelReadDoc { old };
+                }
+                state.referrers[r] = RefDoc::Unlisted;
+                ClientPc::DelSend { old }
+            }
+            ClientPc::DelSend { old } => {
+                let keys = [
+                    Some(Key::Link(repo, old)),
+                    (old != LEGACY).then_some(Key::Link(repo, LEGACY)),
+                ];
+                for key in keys.into_iter().flatten() {
+                    let run = CLIENT_SENDER + i as u8;
+                    state.in_flight.push(Delete { run, key });
+                }
+                state.in_flight.sort();
+                ClientPc::DelAwait { keys }
+            }
+            ClientPc::DelAwait { .. } => ClientPc::Idle,
+            _ => unreachable!("not a step of an API DELETE"),
+        }
     }
 
     fn first_work_step(&self, op: Op, repo: u8, view: View) -> ClientPc {
@@ -1023,11 +1160,32 @@ impl GcModel {
         let before = self.all_readable(&state.store, state);
         state.store.remove(&delete.key);
         state.deleted_relied_on |= before && !self.all_readable(&state.store, state);
-        if let RunPc::AwaitAcks { pending, .. } | RunPc::Delete { pending, .. } =
+        if delete.run >= CLIENT_SENDER {
+            if let ClientPc::DelAwait { keys } =
+                &mut state.clients[usize::from(delete.run - CLIENT_SENDER)].pc
+            {
+                for key in keys.iter_mut().filter(|k| **k == Some(delete.key)) {
+                    *key = None;
+                }
+            }
+        } else if let RunPc::AwaitAcks { pending, .. } | RunPc::Delete { pending, .. } =
             &mut state.runs[usize::from(delete.run)].pc
         {
             pending.retain(|key| *key != delete.key);
         }
+    }
+
+    /// Whether the sender of `delete` still waits for the store to acknowledge it.
+    fn awaited(state: &State, delete: &Delete) -> bool {
+        if delete.run >= CLIENT_SENDER {
+            let client = &state.clients[usize::from(delete.run - CLIENT_SENDER)];
+            return matches!(client.pc, ClientPc::DelAwait { keys } if keys.contains(&Some(delete.key)));
+        }
+        matches!(
+            &state.runs[usize::from(delete.run)].pc,
+            RunPc::AwaitAcks { pending, .. } | RunPc::Delete { pending, .. }
+                if pending.contains(&delete.key)
+        )
     }
 
     /// What an action does, in words, for printing a path.
@@ -1121,7 +1279,9 @@ impl Model for GcModel {
             if client.pc == ClientPc::Idle && client.ops_left > 0 {
                 // A repository pushes only what it does not reference, and drops only what
                 // it does: a push on top of its own reference is already kept by the mark.
-                if state.refs[usize::from(client.repo)] {
+                if state.refs[usize::from(client.repo)] && self.bounds.api_delete {
+                    actions.push(Action::BeginDelete(i));
+                } else if state.refs[usize::from(client.repo)] {
                     actions.push(Action::Unreference(i));
                 } else {
                     let ops: &[Op] = if self.referrers {
@@ -1160,12 +1320,7 @@ impl Model for GcModel {
                 continue;
             }
             actions.push(Action::Land(*delete));
-            let awaited = matches!(
-                &state.runs[usize::from(delete.run)].pc,
-                RunPc::AwaitAcks { pending, .. } | RunPc::Delete { pending, .. }
-                    if pending.contains(&delete.key)
-            );
-            if awaited && state.duplicates_left > 0 {
+            if Self::awaited(state, delete) && state.duplicates_left > 0 {
                 actions.push(Action::Resend(*delete));
             }
         }
@@ -1186,6 +1341,12 @@ impl Model for GcModel {
             Action::Unreference(i) => {
                 let client = &mut state.clients[i];
                 client.ops_left -= 1;
+                state.refs[usize::from(client.repo)] = false;
+            }
+            Action::BeginDelete(i) => {
+                let client = &mut state.clients[i];
+                client.ops_left -= 1;
+                client.pc = ClientPc::DelRead;
                 state.refs[usize::from(client.repo)] = false;
             }
             Action::Client(i) => self.client_step(&mut state, i),
@@ -1244,6 +1405,16 @@ impl Model for GcModel {
         ];
         if self.referrers {
             properties.extend(Self::referrer_properties(self.bounds.runs > 1));
+        }
+        if self.bounds.api_delete {
+            properties.push(Property::sometimes(
+                "a push after an API DELETE is acknowledged while a copy of its DELETE is out",
+                |_, state: &State| {
+                    state.in_flight.iter().any(|d| {
+                        d.run >= CLIENT_SENDER && state.refs[usize::from(d.run - CLIENT_SENDER)]
+                    })
+                },
+            ));
         }
         properties
     }
@@ -1408,6 +1579,7 @@ fn new_protocol(bounds: Bounds) -> GcModel {
         skip: None,
         bounds,
         referrers: false,
+        api_delete: ApiDelete::MovesTheEpoch,
     }
 }
 
@@ -1456,6 +1628,7 @@ const ONE_RUN: Bounds = Bounds {
     lease_break: false,
     duplicates: 1,
     deaths: false,
+    api_delete: false,
 };
 
 /// The larger bounds: a second run that may start at any point of the first one (a broken
@@ -1609,4 +1782,31 @@ fn manifest_referrers_survive_a_stopped_run_and_the_next_with_a_duplicate() {
 #[ignore]
 fn manifest_referrers_survive_a_broken_lease() {
     assert_safe(manifest_with_subject(TWO_RUNS));
+}
+
+/// A client in repository 0 that drops its reference by an API DELETE of the manifest's link
+/// and may push it again; one run, one duplicated request (a DELETE, the API's included, or a
+/// referrers PUT).
+const API_DELETE: Bounds = Bounds {
+    clients: 1,
+    ops_per_client: 3,
+    api_delete: true,
+    ..ONE_RUN
+};
+
+/// An API DELETE that moves the link to a fresh epoch first: a re-push after it was
+/// acknowledged stays readable and listed, whatever the DELETE's late copy and the collector do.
+#[test]
+fn api_delete_keeps_a_later_push() {
+    assert_safe(manifest_with_subject(API_DELETE));
+}
+
+/// The API DELETE as it was, at the link's current epoch: the re-push writes the same key, and
+/// the DELETE's duplicate lands after it was acknowledged.
+#[test]
+fn api_delete_at_the_current_epoch_loses_a_later_push() {
+    assert_loses_a_push(GcModel {
+        api_delete: ApiDelete::AtTheCurrentEpoch,
+        ..manifest_with_subject(API_DELETE)
+    });
 }

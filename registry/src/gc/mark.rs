@@ -44,21 +44,36 @@ impl Pass {
             let m = m?;
             report.marked_manifests += m.manifests.len();
             report.marked_blobs += m.blobs.len();
+            // A kept link with a key of an epoch (or more than one key) may have one at an
+            // epoch that is no longer current: the sweep removes those. A kept link with just
+            // the legacy key is not looked at (that would cost a record read per kept digest).
+            let epoched =
+                |epochs: &Vec<String>| epochs.len() > 1 || epochs.iter().any(|e| !e.is_empty());
             for (d, epochs) in &snap.blob_links {
-                if m.blobs.contains(d) {
+                let kept = m.blobs.contains(d);
+                if kept && !epoched(epochs) {
                     continue;
                 }
                 let plan = self.links.entry(d.clone()).or_default();
-                plan.blob_links
-                    .extend(epochs.iter().map(|e| (name.clone(), e.clone())));
+                let links = if kept {
+                    &mut plan.kept_blob_links
+                } else {
+                    &mut plan.blob_links
+                };
+                links.extend(epochs.iter().map(|e| (name.clone(), e.clone())));
             }
             for (d, epochs) in &snap.manifest_links {
-                if m.manifests.contains(d) {
+                let kept = m.manifests.contains(d);
+                if kept && !epoched(epochs) {
                     continue;
                 }
                 let plan = self.links.entry(d.clone()).or_default();
-                plan.manifest_links
-                    .extend(epochs.iter().map(|e| (name.clone(), e.clone())));
+                let links = if kept {
+                    &mut plan.kept_manifest_links
+                } else {
+                    &mut plan.manifest_links
+                };
+                links.extend(epochs.iter().map(|e| (name.clone(), e.clone())));
             }
             for d in m.manifests.iter().chain(m.blobs.iter()) {
                 self.kept.insert(d);

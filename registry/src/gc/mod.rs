@@ -274,6 +274,11 @@ struct Plan {
     /// Links their repository does not keep, with the epoch of each key.
     blob_links: Vec<(Name, String)>,
     manifest_links: Vec<(Name, String)>,
+    /// Links their repository keeps that have a key of an epoch: a key of an epoch that is no
+    /// longer current goes (a PUT that raced an API DELETE of the link wrote it at the epoch
+    /// the DELETE moved away from; `docs/gc.md`, "The API's DELETEs").
+    kept_blob_links: Vec<(Name, String)>,
+    kept_manifest_links: Vec<(Name, String)>,
     /// The epochs of the bytes and of the hold records listed.
     data: Vec<String>,
     used: Vec<String>,
@@ -485,7 +490,7 @@ async fn plan_batch(
         // whether or not the digest is kept.
         plan.kept = pass.kept.contains(&d);
         // Only legacy keys, one of each: nothing at a dead epoch (a record can name a newer
-        // epoch only after a commit, which needs an unkept digest).
+        // data epoch only after a commit, which needs an unkept digest).
         let dead_epochs = b.data.len() > 1
             || b.used.len() > 1
             || b.data.iter().chain(&b.used).any(|e| !e.is_empty());
@@ -496,6 +501,8 @@ async fn plan_batch(
             || (plan.kept && dead_epochs)
             || !plan.blob_links.is_empty()
             || !plan.manifest_links.is_empty()
+            || !plan.kept_blob_links.is_empty()
+            || !plan.kept_manifest_links.is_empty()
         {
             batch.push((d, plan));
         }

@@ -68,6 +68,17 @@ impl Sweep<'_> {
                 None => {}
             }
         }
+        // Kept links: only what is at a dead epoch goes.
+        for (name, epoch) in &plan.kept_blob_links {
+            if epoch != epochs0.blob_link(name) {
+                c.dead.push(layout::blob_link_at(name, d, epoch));
+            }
+        }
+        for (name, epoch) in &plan.kept_manifest_links {
+            if epoch != epochs0.manifest_link(name) {
+                c.dead_manifest_links.push((name.clone(), epoch.clone()));
+            }
+        }
         let current = c.current.clone();
         let dead_data = plan.data.iter().filter(|e| **e != current);
         c.dead.extend(dead_data.map(|e| layout::blob_data_at(d, e)));

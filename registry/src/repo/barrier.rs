@@ -10,7 +10,7 @@ use validator::Digest;
 
 use super::{LINK_LIMIT, Repos};
 use crate::errors::{ApiError, ApiResult, Code};
-use crate::storage::{PutMode, StoreError, layout};
+use crate::storage::{Key, PutMode, StoreError, layout};
 use crate::tombstone::{Epochs, Tombstone, Verdict};
 
 /// How long a request waits for a collector to finish with a digest it holds a tombstone on.
@@ -141,8 +141,7 @@ impl Repos {
     /// the rest stays.
     async fn wait_for_collector(&self, d: &Digest) -> ApiResult<Option<Epochs>> {
         let key = layout::blob_tombstone(d);
-        let started = Instant::now();
-        let mut pause = TOMBSTONE_POLL_MIN;
+        let mut patience = Patience::new();
         loop {
             let doc = match self.store.get(&key, LINK_LIMIT).await {
                 Err(e) if e.is_not_found() => return Ok(Some(Epochs::default())),
@@ -180,17 +179,40 @@ impl Repos {
                 }
                 Verdict::Wait => {}
             }
-            if started.elapsed() > TOMBSTONE_WAIT {
-                // A collector is still deleting manifest links (or, an older one, deciding);
-                // the client retries later.
-                return Err(ApiError::new(
-                    Code::TooManyRequests,
-                    format!("{d} is held by a garbage collection ({key}); retry later"),
-                ));
-            }
-            let left = TOMBSTONE_WAIT.saturating_sub(started.elapsed());
-            tokio::time::sleep(pause.min(left).max(TOMBSTONE_POLL_MIN)).await;
-            pause = (pause * 2).min(TOMBSTONE_POLL_MAX);
+            patience.wait(d, &key).await?;
         }
+    }
+}
+
+/// How long a request has waited for a collector deleting under a tombstone, and how long it
+/// pauses before its next look.
+pub(super) struct Patience {
+    started: Instant,
+    pause: Duration,
+}
+
+impl Patience {
+    pub(super) fn new() -> Patience {
+        Patience {
+            started: Instant::now(),
+            pause: TOMBSTONE_POLL_MIN,
+        }
+    }
+
+    /// Pauses before the next look at the tombstone `key` on `d`, doubling the pause each
+    /// time; `429 TOOMANYREQUESTS` once the request has waited [`TOMBSTONE_WAIT`].
+    pub(super) async fn wait(&mut self, d: &Digest, key: &Key) -> ApiResult<()> {
+        if self.started.elapsed() > TOMBSTONE_WAIT {
+            // A collector is still deleting manifest links (or, an older one, deciding);
+            // the client retries later.
+            return Err(ApiError::new(
+                Code::TooManyRequests,
+                format!("{d} is held by a garbage collection ({key}); retry later"),
+            ));
+        }
+        let left = TOMBSTONE_WAIT.saturating_sub(self.started.elapsed());
+        tokio::time::sleep(self.pause.min(left).max(TOMBSTONE_POLL_MIN)).await;
+        self.pause = (self.pause * 2).min(TOMBSTONE_POLL_MAX);
+        Ok(())
     }
 }

@@ -12,6 +12,7 @@
 use bytes::Bytes;
 use validator::{Digest, Name};
 
+use super::unlink::LinkKind;
 use super::{LINK_LIMIT, ManifestLink, ReferrersDoc, Repos, TagsDoc};
 use crate::errors::{ApiError, ApiResult};
 use crate::storage::{Key, PutMode, StoreError, layout};
@@ -140,9 +141,12 @@ impl Repos {
     }
 
     /// Removes a manifest from the repository, with every tag pointing at it and its entry in
-    /// its subject's referrers. False when the repository did not hold it.
+    /// its subject's referrers. False when the repository did not hold it. The link moves to
+    /// a fresh epoch first (`unlink`), then what the repository's documents recorded with the
+    /// link of the epoch it left is forgotten (a re-push meanwhile wrote at the new epoch and
+    /// stamped its entries with it: they stay), then that epoch's key and the legacy key go.
     pub async fn delete_manifest(&self, name: &Name, d: &Digest) -> ApiResult<bool> {
-        let Some((key, link)) = self.manifest_link_find(name, d).await? else {
+        let Some((found, link)) = self.manifest_link_find(name, d).await? else {
             return Ok(false);
         };
         self.update::<TagsDoc, _>(&layout::tags(name), |t| {
@@ -157,23 +161,17 @@ impl Repos {
             !gone.is_empty()
         })
         .await?;
-        self.forget_manifest(name, d, &link, None).await?;
-        // Every key a read finds: the legacy link and the current epoch's.
-        let mut keys = vec![key];
-        if let Some((record, _)) = crate::tombstone::read_record(self.store.as_ref(), d).await?
-            && !record.epochs.manifest_link(name).is_empty()
-        {
-            keys.push(record.epochs.manifest_link_key(name, d));
+        let old = self.retire_link_epoch(name, d, LinkKind::Manifest).await?;
+        self.forget_manifest(name, d, &link, Some(&old)).await?;
+        // A legacy link beside an epoch's (a collector's DELETE of it still to come, or an
+        // older replica's write): its entries are stamped with the legacy epoch, which nothing
+        // of this version writes once the record names another.
+        if !old.is_empty() && found == layout::manifest_link(name, d) {
+            self.forget_manifest(name, d, &link, Some("")).await?;
         }
-        let mut deleted = false;
-        for key in keys {
-            match self.store.delete(&key).await {
-                Ok(()) => deleted = true,
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(deleted)
+        self.delete_retired(LinkKind::Manifest, name, d, &old, found)
+            .await?;
+        Ok(true)
     }
 
     /// Garbage collection of `name`'s link to manifest `d` at `epoch`, which a collector

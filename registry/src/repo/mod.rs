@@ -23,6 +23,7 @@ pub use barrier::Held;
 mod doc_cache;
 pub(crate) mod hooks;
 mod tags;
+mod unlink;
 
 use doc_cache::DocCache;
 use hooks::{Hooks, TagVeto};
@@ -355,16 +356,19 @@ impl Repos {
         Ok(())
     }
 
-    /// Removes a blob link (wherever a read finds it); false when there was none.
+    /// Removes a blob link (wherever a read finds it); false when there was none. The link
+    /// moves to a fresh epoch first, so a re-upload or mount after this answered writes a key
+    /// no store DELETE of this request can reach, however late it lands (`unlink`).
     pub async fn unlink_blob(&self, name: &Name, d: &Digest) -> ApiResult<bool> {
-        let Some((key, _)) = self.blob_link_find(name, d).await? else {
+        let Some((found, _)) = self.blob_link_find(name, d).await? else {
             return Ok(false);
         };
-        match self.store.delete(&key).await {
-            Ok(()) => Ok(true),
-            Err(e) if e.is_not_found() => Ok(false),
-            Err(e) => Err(e.into()),
-        }
+        let old = self
+            .retire_link_epoch(name, d, unlink::LinkKind::Blob)
+            .await?;
+        self.delete_retired(unlink::LinkKind::Blob, name, d, &old, found)
+            .await?;
+        Ok(true)
     }
 
     /// The indexes in the repository that list `child` among their `manifests`, at most
