@@ -49,17 +49,18 @@ step "cargo clippy" cargo clippy --workspace --all-targets -- -D warnings
 step "cargo clippy, rdctl without s3" cargo clippy -p rdctl --no-default-features -- -D warnings
 step "README main command" "$ROOT/scripts/check-readme.sh"
 step "install deps (started first, in the background)" deps_installed
-# The test binaries run in two groups at the same time, since much of their time is waiting on
-# servers and child processes rather than CPU: the root `tests` binary (cross-crate flows,
-# about 40% of the time) beside every other test target and the unit tests, then the
-# doc-tests. One build makes every binary first (same features as a plain
-# `cargo test --workspace`). Each group's output is printed whole when both have ended.
+# The test binaries run in three groups at the same time, since much of their time is waiting
+# on servers, child processes and FUSE rather than CPU: the root `tests` binary (cross-crate
+# flows), every other test target with the unit tests, and the binaries on the zfs-fuse pool;
+# then the doc-tests. One build makes every binary first (same features as a plain
+# `cargo test --workspace`). Each group's output is printed whole when all three have ended.
 run_tests() {
 	cargo test --workspace --no-fail-fast --no-run
-	local others a b rc_a=0 rc_b=0 rc_doc=0 pid
-	# The test binaries on the zfs-fuse pool run their tests one at a time: zfs-fuse 0.7 can
-	# deadlock when several mounts are made at once (a new clone's FUSE connection never
-	# answers, and the test thread opening a file in it waits forever), which once hung CI.
+	local others a b z rc_a=0 rc_b=0 rc_z=0 rc_doc=0 pid_a pid_z
+	# The test binaries on the zfs-fuse pool run one at a time, each one test at a time, in
+	# their own group: zfs-fuse 0.7 can deadlock when several mounts are made at once (a new
+	# clone's FUSE connection never answers, and the test thread opening a file in it waits
+	# forever), which once hung CI. No other group mounts anything on it.
 	local zfs="provision_zfs worker_zfs zfs_store"
 	others=$(cargo metadata --no-deps --format-version 1 | python3 -c '
 import json, sys
@@ -68,25 +69,31 @@ names = sorted({t["name"] for p in m["packages"] for t in p["targets"] if "test"
 print(" ".join("--test " + n for n in names))' $zfs)
 	a=$(mktemp "${TMPDIR:-/tmp}/test-root.XXXXXX")
 	b=$(mktemp "${TMPDIR:-/tmp}/test-others.XXXXXX")
-	echo "running the root tests binary and, beside it, the other targets: $others --lib --bins, then one test at a time: $zfs and worker_kill::zfs"
+	z=$(mktemp "${TMPDIR:-/tmp}/test-zfs.XXXXXX")
+	echo "running at once: the root tests binary; $others --lib --bins; and one test at a time: $zfs, then worker_kill::zfs"
 	cargo test --workspace --no-fail-fast --test tests >"$a" 2>&1 &
-	pid=$!
-	# shellcheck disable=SC2086 # one word per option
+	pid_a=$!
 	{
-		cargo test --workspace --no-fail-fast --lib --bins $others || rc_b=$?
 		# shellcheck disable=SC2046 # one word per option
-		cargo test --workspace --no-fail-fast $(printf -- '--test %s ' $zfs) -- --test-threads=1 || rc_b=$?
-		# The root binary's one zfs-fuse test, #[ignore]d in its parallel run above.
-		cargo test --no-fail-fast --test tests worker_kill::zfs -- --ignored --test-threads=1 || rc_b=$?
-	} >"$b" 2>&1
-	wait "$pid" || rc_a=$?
+		cargo test --workspace --no-fail-fast $(printf -- '--test %s ' $zfs) -- --test-threads=1 || rc_z=$?
+		# The root binary's one zfs-fuse test, #[ignore]d in its parallel run.
+		cargo test --no-fail-fast --test tests worker_kill::zfs -- --ignored --test-threads=1 || rc_z=$?
+		exit "$rc_z"
+	} >"$z" 2>&1 &
+	pid_z=$!
+	# shellcheck disable=SC2086 # one word per option
+	cargo test --workspace --no-fail-fast --lib --bins $others >"$b" 2>&1 || rc_b=$?
+	wait "$pid_a" || rc_a=$?
+	wait "$pid_z" || rc_z=$?
 	printf '\n---- the other test targets (exit %d) ----\n' "$rc_b"
 	cat "$b"
+	printf '\n---- the zfs-fuse test targets (exit %d) ----\n' "$rc_z"
+	cat "$z"
 	printf '\n---- the root tests binary (exit %d) ----\n' "$rc_a"
 	cat "$a"
-	rm -f "$a" "$b"
+	rm -f "$a" "$b" "$z"
 	cargo test --workspace --no-fail-fast --doc || rc_doc=$?
-	((rc_a == 0 && rc_b == 0 && rc_doc == 0))
+	((rc_a == 0 && rc_b == 0 && rc_z == 0 && rc_doc == 0))
 }
 step "cargo test" run_tests
 
