@@ -29,7 +29,9 @@
 #                               ../shared/pkg5 is absent (the tests then say so and check nothing)
 #   .tools/stamps/<tool>        the pinned version each tool was built from; a tool is rebuilt
 #                               only when its stamp differs from the pin or its binary is gone
-#   .cache/go, .cache/pip       Go module/build caches and pip cache, reused across runs
+#   ~/.cache/rdctl-tools/{go,pip}  Go module/build caches and pip cache, reused across runs
+#                               and across clones (RDCTL_TOOL_CACHE moves them; .cache/ in the
+#                               checkout when that folder cannot be written)
 # Debian packages (skopeo, umoci 0.4.7, zstd, pigz, docker-registry = CNCF distribution 2.8.2,
 # openssl: the client auth tests make their CA, certificates and token-signing certificate,
 # and tests/pkg5_signing.rs the CA and signing certificate pkgsign signs with;
@@ -46,7 +48,15 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TOOLS="$ROOT/.tools"
 BIN="$TOOLS/bin"
 STAMPS="$TOOLS/stamps"
-CACHE="$ROOT/.cache"
+# The download and compile caches live outside the checkout, where Go and pip keep theirs by
+# default: CI runs every change from a fresh clone, and with the caches inside it each run
+# compiled every Go tool again (cosign alone is minutes of both cores, all of it beside clippy
+# and the demo). With them here a fresh clone links the tools from cached packages. The tools
+# themselves still go into .tools/ of the checkout.
+CACHE="${RDCTL_TOOL_CACHE:-${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}/rdctl-tools}"
+if ! mkdir -p "$CACHE" 2>/dev/null || [[ ! -w $CACHE ]]; then
+	CACHE="$ROOT/.cache"
+fi
 
 # ---- pins (keep in sync with the design's "Real peers used in tests") --------------------
 APT_PKGS=(skopeo umoci zstd pigz docker-registry openssl chromium zfs-fuse curl jq docker.io podman)
