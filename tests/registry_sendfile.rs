@@ -1,8 +1,9 @@
 //! Blob GETs on plain HTTP sent with `sendfile(2)` from the filesystem store (issue 52): the
 //! bytes are the blob's, whole and in ranges, the path is taken (its metric counts them), a
 //! client that leaves mid-blob does not disturb the server, and a blob whose file is removed
-//! while it is being sent (garbage collection; quarantine removes the key the same way) is sent
-//! whole from the open file or cut, never with wrong bytes.
+//! while it is being sent (by hand, by a real `rdctl registry gc` and by a real
+//! `rdctl registry scrub` quarantine) is sent whole from the open file or cut, never with wrong
+//! bytes.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use crate::registry_e2e::{header, http};
 use crate::registry_gc::push_blob as push;
-use crate::util::{Server, tempdir};
+use crate::util::{Server, ok, rdctl, s, tempdir};
 
 /// A blob of `len` bytes that no shift of itself repeats (so a byte from a wrong offset shows).
 fn blob(len: usize, seed: u64) -> Vec<u8> {
@@ -274,4 +275,118 @@ fn a_blob_removed_while_it_is_sent_is_sent_whole_or_cut_never_wrong() {
         bytes.len()
     );
     assert_eq!(body.len(), bytes.len(), "the open file is sent whole");
+}
+
+/// Reads the rest of a response body; what a cut connection delivered is what it delivered.
+fn read_rest(c: &mut TcpStream, body: &mut Vec<u8>) {
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        match c.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => body.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// Starts a GET of blob `d` in `repo` and reads at least `first` bytes of its body.
+fn get_some(server: &Server, repo: &str, d: &str, first: usize) -> (TcpStream, Vec<u8>) {
+    let (mut c, mut body) = start_get(server, &format!("/v2/{repo}/blobs/{d}"));
+    let mut buf = vec![0u8; 256 * 1024];
+    while body.len() < first {
+        let n = c.read(&mut buf).unwrap();
+        assert!(n > 0, "the body ended after {} bytes", body.len());
+        body.extend_from_slice(&buf[..n]);
+    }
+    (c, body)
+}
+
+#[test]
+fn a_blob_garbage_collected_while_it_is_sent_is_sent_whole() {
+    let data = tempdir();
+    let server = Server::start(data.path(), &[]);
+    let bytes = blob(64 * 1024 * 1024, 5);
+    let d = push(&server, "zc/collected", &bytes);
+    let file = blob_file(data.path(), &d);
+    let (mut c, mut body) = get_some(&server, "zc/collected", &d, 1024 * 1024);
+    // Unreferenced (its only link deleted), then a real collection with no grace window, online
+    // beside the serving registry.
+    let (status, _, _) = http(
+        server.addr,
+        "DELETE",
+        &format!("/v2/zc/collected/blobs/{d}"),
+        &[],
+        b"",
+    );
+    assert_eq!(status, 202);
+    let out = ok(rdctl().args([
+        "registry",
+        "gc",
+        "--data",
+        s(data.path()),
+        "--grace",
+        "0",
+        "--json",
+    ]));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["deleted_blobs"], 1, "{report:#}");
+    assert!(!file.exists(), "the collection left {}", file.display());
+    read_rest(&mut c, &mut body);
+    assert!(
+        body == bytes,
+        "{} of {} bytes, or wrong ones, after the blob was collected",
+        body.len(),
+        bytes.len()
+    );
+    let (status, _, _) = http(
+        server.addr,
+        "GET",
+        &format!("/v2/zc/collected/blobs/{d}"),
+        &[],
+        b"",
+    );
+    assert_eq!(status, 404, "the collected blob still answers");
+}
+
+#[test]
+fn a_blob_quarantined_while_it_is_sent_is_sent_whole_or_cut_never_wrong() {
+    use std::os::unix::fs::{FileExt as _, PermissionsExt as _};
+    let data = tempdir();
+    let server = Server::start(data.path(), &[]);
+    let bytes = blob(64 * 1024 * 1024, 6);
+    let d = push(&server, "zc/rot", &bytes);
+    let file = blob_file(data.path(), &d);
+    let (mut c, mut body) = get_some(&server, "zc/rot", &d, 48 * 1024 * 1024);
+    // A bit rots in place, in bytes the client has already read (a byte it has not read yet
+    // would reach it rotten from any server: the page cache is the disk's), and a real scrub
+    // finds it and quarantines the blob while the rest is sent.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+    f.write_all_at(&[bytes[3] ^ 0x20], 3).unwrap();
+    drop(f);
+    let out = rdctl()
+        .args(["registry", "scrub", "--json", "--data", s(data.path())])
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        report.to_string().contains(d.trim_start_matches("sha256:")),
+        "the scrub did not name {d}: {report:#}"
+    );
+    assert!(!file.exists(), "the scrub left {}", file.display());
+    read_rest(&mut c, &mut body);
+    assert!(body.len() <= bytes.len());
+    assert!(
+        bytes.starts_with(&body),
+        "wrong bytes after the blob was quarantined ({} of {} sent)",
+        body.len(),
+        bytes.len()
+    );
+    let (status, _, _) = http(
+        server.addr,
+        "GET",
+        &format!("/v2/zc/rot/blobs/{d}"),
+        &[],
+        b"",
+    );
+    assert_eq!(status, 404, "the quarantined blob still answers");
 }
