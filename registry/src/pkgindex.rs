@@ -79,9 +79,14 @@ impl crate::repo::hooks::RepoHook for PackageIndexHook {
         repos: &'a Repos,
         name: &'a Name,
         d: &'a Digest,
-        epoch: Option<&'a str>,
+        leaving: crate::repo::hooks::Leaving<'a>,
     ) -> crate::storage::BoxFuture<'a, ApiResult<()>> {
-        Box::pin(forget(repos, name, d, epoch))
+        use crate::repo::hooks::Leaving;
+        let (epoch, as_subject) = match leaving {
+            Leaving::Deleted(e) => (e, true),
+            Leaving::Collected(e) => (e, false),
+        };
+        Box::pin(forget(repos, name, d, epoch, as_subject))
     }
 }
 
@@ -153,15 +158,17 @@ pub(crate) async fn record(
     Ok(())
 }
 
-/// Removes manifest `d` of `name` from the index, as a subject and as an SBOM. With `epoch`
-/// (garbage collection of `d`'s link of that epoch) only its entries as an SBOM recorded with
-/// that link: entries under `d` as a subject go with their SBOMs (a subject's SBOMs are
-/// collected with it unless tagged, and queries skip a subject that is not linked).
+/// Removes manifest `d` of `name` from the index: as an SBOM, its entries recorded with the
+/// link of `epoch` (a re-push at a newer epoch restamped its own); with `as_subject` (an API
+/// DELETE) also the entries under `d` as a subject. Garbage collection leaves those to go with
+/// their SBOMs (a subject's SBOMs are collected with it unless tagged, and queries skip a
+/// subject that is not linked).
 pub(crate) async fn forget(
     repos: &Repos,
     name: &Name,
     d: &Digest,
-    epoch: Option<&str>,
+    epoch: &str,
+    as_subject: bool,
 ) -> ApiResult<()> {
     let key = layout::package_index(name);
     // Most repositories that delete have no index; skip the conditional write then.
@@ -170,14 +177,14 @@ pub(crate) async fn forget(
     }
     repos
         .update::<IndexDoc, _>(&key, |doc| {
+            // As a subject: its SBOMs' entries (not stamped with its own link's epoch).
+            let mut changed = as_subject && doc.images.remove(d).is_some();
+            // As an SBOM: only the entries recorded with the link that goes.
             let stamp = doc.epochs.get(d).map_or("", String::as_str);
-            if epoch.is_some_and(|e| e != stamp) {
-                return false;
+            if epoch != stamp {
+                return changed;
             }
-            let mut changed = doc.epochs.remove(d).is_some();
-            if epoch.is_none() {
-                changed |= doc.images.remove(d).is_some();
-            }
+            changed |= doc.epochs.remove(d).is_some();
             doc.images.retain(|_, sboms| {
                 changed |= sboms.remove(d).is_some();
                 !sboms.is_empty()

@@ -256,9 +256,9 @@ impl crate::repo::hooks::RepoHook for QuotaHook {
         repos: &'a Repos,
         name: &'a Name,
         d: &'a Digest,
-        epoch: Option<&'a str>,
+        leaving: crate::repo::hooks::Leaving<'a>,
     ) -> crate::storage::BoxFuture<'a, ApiResult<()>> {
-        Box::pin(forget(repos, name, d, epoch))
+        Box::pin(forget(repos, name, d, Some(leaving.epoch())))
     }
 }
 

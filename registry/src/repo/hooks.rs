@@ -21,17 +21,38 @@ pub(crate) trait RepoHook: Send + Sync {
     fn name(&self) -> &'static str;
 
     /// Manifest `d` is leaving repository `name`: its referrer entry is gone, its link goes
-    /// right after every hook returned. A hook forgets what it recorded about the manifest;
-    /// with `epoch` (garbage collection of the link of that epoch), only what it recorded with
-    /// that link (`docs/gc.md`, "Epochs"). An error stops the delete before the link goes (it
-    /// is retried as a whole).
+    /// right after every hook returned. A hook forgets what it recorded with the link of the
+    /// epoch `leaving` names, and nothing a re-push at a newer epoch restamped (`docs/gc.md`,
+    /// "Epochs"). An error stops the delete before the link goes (it is retried as a whole).
     fn on_delete<'a>(
         &'a self,
         repos: &'a Repos,
         name: &'a Name,
         d: &'a Digest,
-        epoch: Option<&'a str>,
+        leaving: Leaving<'a>,
     ) -> BoxFuture<'a, ApiResult<()>>;
+}
+
+/// How a manifest leaves a repository, which says what its hooks forget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Leaving<'a> {
+    /// A DELETE through the API, which moved the link away from this epoch first: what was
+    /// recorded with that link goes, and what was recorded about the manifest as a subject
+    /// (its SBOMs' packages in the package index), as the client asked.
+    Deleted(&'a str),
+    /// Garbage collection of the link of this epoch: only what was recorded with that link. A
+    /// subject's entries go with its SBOMs (queries skip a subject that is not linked), since
+    /// a collector can race a re-push of the subject.
+    Collected(&'a str),
+}
+
+impl<'a> Leaving<'a> {
+    /// The epoch of the link that goes.
+    pub(crate) fn epoch(self) -> &'a str {
+        match self {
+            Leaving::Deleted(e) | Leaving::Collected(e) => e,
+        }
+    }
 }
 
 /// A rule under which a tag that points at one manifest may not move to another.
@@ -88,7 +109,7 @@ mod tests {
             repos: &'a Repos,
             name: &'a Name,
             d: &'a Digest,
-            _epoch: Option<&'a str>,
+            _leaving: Leaving<'a>,
         ) -> BoxFuture<'a, ApiResult<()>> {
             Box::pin(async move {
                 // The link is still there while the hooks run.

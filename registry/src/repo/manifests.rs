@@ -12,6 +12,7 @@
 use bytes::Bytes;
 use validator::{Digest, Name};
 
+use super::hooks::Leaving;
 use super::unlink::LinkKind;
 use super::{LINK_LIMIT, ManifestLink, ReferrersDoc, Repos, TagsDoc};
 use crate::errors::{ApiError, ApiResult};
@@ -162,12 +163,14 @@ impl Repos {
         })
         .await?;
         let old = self.retire_link_epoch(name, d, LinkKind::Manifest).await?;
-        self.forget_manifest(name, d, &link, Some(&old)).await?;
+        self.forget_manifest(name, d, &link, Leaving::Deleted(&old))
+            .await?;
         // A legacy link beside an epoch's (a collector's DELETE of it still to come, or an
         // older replica's write): its entries are stamped with the legacy epoch, which nothing
         // of this version writes once the record names another.
         if !old.is_empty() && found == layout::manifest_link(name, d) {
-            self.forget_manifest(name, d, &link, Some("")).await?;
+            self.forget_manifest(name, d, &link, Leaving::Deleted(""))
+                .await?;
         }
         self.delete_retired(LinkKind::Manifest, name, d, &old, found)
             .await?;
@@ -191,7 +194,8 @@ impl Repos {
         };
         // Each record forgets before the unlink: a crash in between leaves the link, and the
         // next run forgets again.
-        self.forget_manifest(name, d, &link, Some(epoch)).await?;
+        self.forget_manifest(name, d, &link, Leaving::Collected(epoch))
+            .await?;
         match self.store.delete(&key).await {
             Ok(()) => Ok(true),
             Err(e) if e.is_not_found() => Ok(false),
@@ -207,13 +211,14 @@ impl Repos {
         name: &Name,
         d: &Digest,
         link: &ManifestLink,
-        epoch: Option<&str>,
+        leaving: Leaving<'_>,
     ) -> ApiResult<()> {
         if let Some(subject) = &link.subject {
-            self.remove_referrer(name, subject, d, epoch).await?;
+            self.remove_referrer(name, subject, d, Some(leaving.epoch()))
+                .await?;
         }
         for hook in self.hooks.iter() {
-            hook.on_delete(self, name, d, epoch).await?;
+            hook.on_delete(self, name, d, leaving).await?;
         }
         Ok(())
     }
