@@ -493,8 +493,9 @@ fn stopped_collector_process(break_lease: bool) {
     /// blocked behind a stopped collector waits without limit, far past this.
     const SLACK: Duration = Duration::from_secs(10);
     /// Unreferenced blobs: enough store writes that the collector is still sweeping when it is
-    /// stopped.
-    const GARBAGE: usize = 400;
+    /// stopped, after at least one renewal (400 once let a collector finish inside its first
+    /// half second on a CI run).
+    const GARBAGE: usize = 1000;
     /// New images pushed after the stop (and the break), each to its own repository, so that their writes
     /// spread over the store's lock stripes (about 10 locked writes each, 256 stripes).
     const PUSHES: usize = 64;
