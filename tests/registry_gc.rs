@@ -106,7 +106,7 @@ fn files(dir: &Path) -> Vec<String> {
     out
 }
 
-fn gc_json(data: &Path, args: &[&str]) -> serde_json::Value {
+pub(crate) fn gc_json(data: &Path, args: &[&str]) -> serde_json::Value {
     let out = ok(rdctl()
         .args(["registry", "gc", "--data", s(data), "--json"])
         .args(args));

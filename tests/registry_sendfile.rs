@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::registry_e2e::{header, http};
-use crate::registry_gc::push_blob as push;
-use crate::util::{Server, ok, rdctl, s, tempdir};
+use crate::registry_gc::{gc_json, push_blob as push};
+use crate::util::{Server, rdctl, s, tempdir};
 
 /// A blob of `len` bytes that no shift of itself repeats (so a byte from a wrong offset shows).
 fn blob(len: usize, seed: u64) -> Vec<u8> {
@@ -250,23 +250,12 @@ fn a_blob_removed_while_it_is_sent_is_sent_whole_or_cut_never_wrong() {
     let bytes = blob(64 * 1024 * 1024, 3);
     let d = push(&server, "zc/gone", &bytes);
     let file = blob_file(data.path(), &d);
-    let (mut c, mut body) = start_get(&server, &format!("/v2/zc/gone/blobs/{d}"));
-    let mut buf = vec![0u8; 256 * 1024];
-    while body.len() < 1024 * 1024 {
-        let n = c.read(&mut buf).unwrap();
-        assert!(n > 0);
-        body.extend_from_slice(&buf[..n]);
-    }
+    let (mut c, mut body) = get_some(&server, "zc/gone", &d, 1024 * 1024);
     // What garbage collection (or a quarantine) does to the key: the file is unlinked; a new
     // file with other bytes may take its name.
     std::fs::remove_file(&file).unwrap();
     std::fs::write(&file, blob(bytes.len(), 4)).unwrap();
-    loop {
-        match c.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => body.extend_from_slice(&buf[..n]),
-        }
-    }
+    read_rest(&mut c, &mut body);
     assert!(body.len() <= bytes.len());
     assert!(
         bytes.starts_with(&body),
@@ -318,16 +307,7 @@ fn a_blob_garbage_collected_while_it_is_sent_is_sent_whole() {
         b"",
     );
     assert_eq!(status, 202);
-    let out = ok(rdctl().args([
-        "registry",
-        "gc",
-        "--data",
-        s(data.path()),
-        "--grace",
-        "0",
-        "--json",
-    ]));
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = gc_json(data.path(), &["--grace", "0"]);
     assert_eq!(report["deleted_blobs"], 1, "{report:#}");
     assert!(!file.exists(), "the collection left {}", file.display());
     read_rest(&mut c, &mut body);
