@@ -104,6 +104,10 @@ struct LateState {
     /// Late deletes done on the store.
     delivered: watch::Sender<u64>,
     released: watch::Sender<bool>,
+    /// The key part the first held `put` names, if one is aimed at.
+    put_aim: Mutex<Option<String>>,
+    /// Puts held so far (until `released`).
+    put_taken: watch::Sender<u64>,
 }
 
 impl LateStore {
@@ -115,6 +119,8 @@ impl LateStore {
                 taken: watch::Sender::new(0),
                 delivered: watch::Sender::new(0),
                 released: watch::Sender::new(false),
+                put_aim: Mutex::new(None),
+                put_taken: watch::Sender::new(0),
             }),
         })
     }
@@ -189,6 +195,34 @@ impl Tap {
                     .times(1),
             ),
             Tap::Fs(store) => *store.state.aim.lock().unwrap() = Some((hex.to_owned(), late)),
+        }
+    }
+
+    /// Holds the first write of a key naming `part` until [`Tap::release`].
+    fn hold_put(&self, part: &str) {
+        match self {
+            Tap::S3(proxy) => proxy.inject(
+                Rule::new(Fault::Hold)
+                    .on(S3Op::PutObject)
+                    .path_contains(part)
+                    .times(1),
+            ),
+            Tap::Fs(store) => *store.state.put_aim.lock().unwrap() = Some(part.to_owned()),
+        }
+    }
+
+    /// Waits until the write [`Tap::hold_put`] aims at is held.
+    async fn until_put_held(&self) {
+        match self {
+            Tap::S3(proxy) => proxy.until_scheduled(1).await,
+            Tap::Fs(store) => {
+                let _ = store
+                    .state
+                    .put_taken
+                    .subscribe()
+                    .wait_for(|n| *n >= 1)
+                    .await;
+            }
         }
     }
 
@@ -327,16 +361,27 @@ impl Case {
     }
 
     fn reference(&self, repo: &str, reference: &str) -> Reference {
-        let sep = if reference.contains(':') { "@" } else { ":" };
-        Reference::parse(&format!("{}/{repo}{sep}{reference}", self.addr)).unwrap()
+        reference_at(self.addr, repo, reference)
     }
 
     async fn push(&self, repo: &str, tag: &str, img: &Image) -> Result<(), String> {
+        self.push_to(self.addr, repo, tag, img).await
+    }
+
+    /// [`Case::push`] through the registry at `addr`.
+    async fn push_to(
+        &self,
+        addr: SocketAddr,
+        repo: &str,
+        tag: &str,
+        img: &Image,
+    ) -> Result<(), String> {
         let name = Name::parse(repo).unwrap();
+        let reference = reference_at(addr, repo, tag);
         for b in img.blobs() {
             self.client
                 .push_blob(
-                    &self.addr.to_string(),
+                    &addr.to_string(),
                     &name,
                     &Digest::sha256(b),
                     b.len() as u64,
@@ -346,7 +391,7 @@ impl Case {
                 .map_err(|e| e.to_string())?;
         }
         self.client
-            .push_manifest(&self.reference(repo, tag), MANIFEST, img.manifest.clone())
+            .push_manifest(&reference, MANIFEST, img.manifest.clone())
             .await
             .map(|_| ())
             .map_err(|e| e.to_string())
@@ -440,6 +485,12 @@ impl Case {
             gc::collect(store, &opts).await
         })
     }
+}
+
+/// `repo:reference` (or `repo@digest`) on the registry at `addr`.
+fn reference_at(addr: SocketAddr, repo: &str, reference: &str) -> Reference {
+    let sep = if reference.contains(':') { "@" } else { ":" };
+    Reference::parse(&format!("{addr}/{repo}{sep}{reference}")).unwrap()
 }
 
 /// An image of a config and one layer, unique to `seed`.
@@ -804,6 +855,114 @@ async fn s3_late_api_delete_loses_no_re_push() {
     run_api_delete_cases(Backend::S3).await;
 }
 
+/// A write and a DELETE of the same link racing: the manifest PUT (or the blob upload)
+/// through the replica behind the tap holds the digest, its link write is held at the tap, the
+/// DELETE (through the other replica) runs whole and answers 202, then the link write goes on
+/// and the PUT answers 201. The PUT came last, so the content must read back; and since it was
+/// pushed a moment ago, a collection of untagged manifests with a grace window of an hour must
+/// leave it. Before the writer checked its link's epoch after writing it, the link landed at
+/// the epoch the DELETE had left: a dead key, which that collection removed at once. Returns
+/// what went wrong.
+async fn delete_during_push_case(backend: Backend, what: Deleted) -> Vec<String> {
+    let case = Case::start(backend).await;
+    let name = format!("{backend:?} DELETE of a {what:?} during its push");
+    let repo = "faults/delete-during-push";
+    let img = Image::new(&name);
+    let by_digest = img.manifest_digest().to_string();
+    let layer = Digest::sha256(&img.layer);
+    case.push(repo, &by_digest, &img).await.unwrap();
+    let http = reqwest::Client::new();
+    // The tap holds the link write before the push starts.
+    let (held, path) = match what {
+        Deleted::Manifest => (img.manifest_hex(), format!("manifests/{by_digest}")),
+        Deleted::BlobLink => (img.layer_hex(), format!("blobs/{layer}")),
+    };
+    let kind = path.split('/').next().unwrap_or_default();
+    case.tap.hold_put(&format!("_{kind}/sha256/{held}"));
+    let push = match what {
+        Deleted::Manifest => {
+            let (client, manifest) = (case.client.clone(), img.manifest.clone());
+            let reference = reference_at(case.replica, repo, &by_digest);
+            tokio::spawn(async move {
+                (client.push_manifest(&reference, MANIFEST, manifest).await)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })
+        }
+        Deleted::BlobLink => {
+            // A monolithic upload: a client's HEAD would find the blob and skip it.
+            let post = http
+                .post(format!(
+                    "http://{}/v2/{repo}/blobs/uploads/?digest={layer}",
+                    case.replica
+                ))
+                .body(img.layer.clone());
+            tokio::spawn(async move {
+                match post.send().await {
+                    Ok(r) if r.status().as_u16() == 201 => Ok(()),
+                    Ok(r) => Err(format!("the upload answered {}", r.status())),
+                    Err(e) => Err(e.to_string()),
+                }
+            })
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(30), case.tap.until_put_held())
+        .await
+        .is_err()
+    {
+        return vec![format!("{name}: the link write never reached the tap")];
+    }
+    let resp = http
+        .delete(format!("http://{}/v2/{repo}/{path}", case.addr))
+        .send()
+        .await
+        .unwrap();
+    if resp.status().as_u16() != 202 {
+        return vec![format!("{name}: the DELETE answered {}", resp.status())];
+    }
+    case.tap.release();
+    if let Err(e) = push.await.unwrap() {
+        return vec![format!("{name}: the push: {e}")];
+    }
+    let mut failures = Vec::new();
+    let lost = case.unreadable(repo, &by_digest, &img).await;
+    if !lost.is_empty() {
+        failures.push(format!("{name}: after the push's 201: {lost:?}"));
+    }
+    let opts = GcOptions {
+        grace: Duration::from_secs(3600),
+        delete_untagged: true,
+        lease_ttl: LEASE_TTL,
+        ..GcOptions::default()
+    };
+    if let Err(e) = gc::collect(case.store.clone(), &opts).await {
+        failures.push(format!("{name}: the collection: {e}"));
+    }
+    let lost = case.unreadable(repo, &by_digest, &img).await;
+    if !lost.is_empty() {
+        failures.push(format!(
+            "{name}: a collection with an hour's grace removed what was pushed a moment ago: \
+             {lost:?}"
+        ));
+    }
+    failures
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_push_racing_a_delete_of_its_link_links_at_the_current_epoch() {
+    let cases = [Backend::Fs, Backend::S3]
+        .into_iter()
+        .flat_map(|b| [(b, Deleted::Manifest), (b, Deleted::BlobLink)]);
+    let tasks: Vec<_> = cases
+        .map(|(b, what)| tokio::spawn(delete_during_push_case(b, what)))
+        .collect();
+    let mut failures = Vec::new();
+    for t in tasks {
+        failures.extend(t.await.unwrap());
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
 impl Store for LateStore {
     fn name(&self) -> &'static str {
         self.inner.name()
@@ -831,7 +990,23 @@ impl Store for LateStore {
         bytes: Bytes,
         mode: PutMode,
     ) -> BoxFuture<'a, StoreResult<Etag>> {
-        self.inner.put(key, bytes, mode)
+        Box::pin(async move {
+            let aimed = {
+                let mut aim = self.state.put_aim.lock().unwrap();
+                let hit = aim
+                    .as_ref()
+                    .is_some_and(|p| key.as_str().contains(p.as_str()));
+                if hit {
+                    *aim = None;
+                }
+                hit
+            };
+            if aimed {
+                self.state.put_taken.send_modify(|n| *n += 1);
+                let _ = self.state.released.subscribe().wait_for(|r| *r).await;
+            }
+            self.inner.put(key, bytes, mode).await
+        })
     }
     fn read<'a>(
         &'a self,

@@ -653,6 +653,79 @@ async fn quotas(stores: (StoreFactory, Option<tempfile::TempDir>)) {
     assert_eq!(c.resolve(&c.a, "small/x", "b").await, Err("404".into()));
 }
 
+/// A manifest PUT that failed after reserving its quota (a store error writing its link, a
+/// replica stopped) leaves an entry without a link in the usage document. A push refused for
+/// the limit drops such entries that are older than `quota::PENDING_GRACE` (one listing of the
+/// repository's links) and tries again, so failed pushes cannot keep a repository at its limit
+/// until someone runs `rdctl registry usage --recount`; a younger one (a PUT still running)
+/// stays counted.
+async fn failed_reservations(stores: (StoreFactory, Option<tempfile::TempDir>)) {
+    let c = cluster(
+        stores,
+        "[[quota]]\nrepositories = [\"team/*\"]\nmax_manifests = 3\n",
+    )
+    .await;
+    let img = |i: usize| {
+        Image::new(
+            bytes(&format!("config {i}"), 60),
+            vec![bytes(&format!("layer {i}"), 100)],
+            None,
+        )
+    };
+    assert_eq!(c.push(&c.a, "team/app", "one", &img(1)).await.status, 201);
+    // The state two failed PUTs leave: one 11 minutes ago, one just now.
+    let key = registry::storage::layout::repository_usage(&Name::parse("team/app").unwrap());
+    let mut doc: serde_json::Value =
+        serde_json::from_slice(&c.store.get(&key, 1 << 20).await.unwrap().bytes).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let (failed, running) = (
+        Digest::sha256(b"failed long ago"),
+        Digest::sha256(b"running"),
+    );
+    let since = now - quota::PENDING_GRACE.as_secs() - 60;
+    doc["entries"][failed.as_str()] = serde_json::json!({"size": 500, "blobs": {}, "at": since});
+    doc["entries"][running.as_str()] = serde_json::json!({"size": 500, "blobs": {}, "at": now});
+    doc["manifests"] = 3.into();
+    doc["bytes"] = (doc["bytes"].as_u64().unwrap() + 1000).into();
+    let put = c
+        .store
+        .put(
+            &key,
+            Bytes::from(serde_json::to_vec(&doc).unwrap()),
+            registry::storage::PutMode::Overwrite,
+        )
+        .await;
+    put.unwrap();
+    assert_eq!(c.usage("team/app", false).await.manifests, 3);
+    let r = c.push(&c.b, "team/app", "two", &img(2)).await;
+    assert_eq!(
+        r.status, 201,
+        "the failed PUT's reservation held the quota: {r:?}"
+    );
+    let after = c.usage("team/app", false).await;
+    assert_eq!(after.manifests, 3, "one, two and the PUT still running");
+    let r = c.push(&c.a, "team/app", "three", &img(3)).await;
+    assert_eq!(
+        (r.status, r.code.as_deref()),
+        (403, Some("DENIED")),
+        "{r:?}"
+    );
+    assert_eq!(c.usage("team/app", false).await, after);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_failed_reservations() {
+    failed_reservations(fs_stores()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3_failed_reservations() {
+    failed_reservations(s3_stores()).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fs_quotas() {
     quotas(fs_stores()).await;

@@ -21,10 +21,12 @@
 //!   it unlinks it, so a crash in between can over-count, never under-count.
 //! - Garbage collection deletes untagged manifests through the same call; blobs it reclaims
 //!   were no longer referenced by any counted manifest, so they were not counted.
-//! - A reservation whose PUT failed later leaves an entry without a link (over-counting).
-//!   [`recount`] (`rdctl registry usage --recount`) rebuilds the document from the manifest
-//!   links in the store, keeping unlinked entries younger than [`PENDING_GRACE`] (PUTs still
-//!   running) and dropping older ones.
+//! - A reservation whose PUT failed later leaves an entry without a link (over-counting). A
+//!   reservation about to be refused drops such entries older than [`PENDING_GRACE`] first
+//!   ([`prune_failed`], at most once a minute per repository), so failed PUTs cannot hold a
+//!   repository at its limit. [`recount`] (`rdctl registry usage --recount`) rebuilds the
+//!   whole document from the manifest links in the store, keeping unlinked entries younger
+//!   than [`PENDING_GRACE`] (PUTs still running) and dropping older ones.
 //! - A repository that gains a quota rule has no document yet: its first reservation counts
 //!   what the store holds first (one listing of the repository, once).
 
@@ -46,6 +48,8 @@ use crate::storage::layout::{self, RepoPart};
 /// Unlinked entries younger than this are reservations of PUTs still running; a recount keeps
 /// them.
 pub const PENDING_GRACE: Duration = Duration::from_secs(600);
+/// Least time between two [`prune_failed`] runs of one repository.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
 /// Largest usage document read.
 const USAGE_LIMIT: u64 = 64 << 20;
 
@@ -135,6 +139,10 @@ struct UsageDoc {
     bytes: u64,
     manifests: u64,
     entries: BTreeMap<String, Entry>,
+    /// When a refused reservation last dropped the reservations of failed PUTs (Unix seconds;
+    /// see [`prune_failed`]).
+    #[serde(default)]
+    pruned: u64,
 }
 
 impl UsageDoc {
@@ -199,16 +207,48 @@ pub(crate) async fn reserve(
         })?;
         entry.blobs.insert(b.to_string(), s);
     }
+    let mut pruned_now = false;
+    loop {
+        let (doc, refused) = reserve_entry(repos, (name, rule, &key), d, &entry).await?;
+        let Some(msg) = refused else {
+            metrics.observe(name.as_str(), rule, doc.bytes, doc.manifests);
+            return Ok(());
+        };
+        // At the limit: reservations of PUTs that failed after reserving may be what fills it.
+        if !pruned_now
+            && now_secs().saturating_sub(doc.pruned) >= PRUNE_EVERY.as_secs()
+            && prune_failed(repos, name, &key).await? > 0
+        {
+            pruned_now = true;
+            continue;
+        }
+        metrics.denied.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(repository = %name, digest = %d, "{msg}");
+        return Err(ApiError::new(Code::Denied, msg).with_reason());
+    }
+}
+
+/// One try at [`reserve`]'s conditional write: the document as written (or as read, when
+/// nothing changed) and the refusal, if the entry would pass a limit.
+async fn reserve_entry(
+    repos: &Repos,
+    (name, rule, key): (&Name, &QuotaRule, &crate::storage::Key),
+    d: &Digest,
+    entry: &Entry,
+) -> ApiResult<(UsageDoc, Option<String>)> {
     let mut refused = None;
     let doc = repos
-        .update::<UsageDoc, _>(&key, |u| {
+        .update::<UsageDoc, _>(key, |u| {
             refused = None;
-            // Pushed again: the entry stays, recorded with the link just written.
+            // Pushed again: the entry stays, recorded with the link just written, and marked
+            // as reserved now when it was not for a while (so [`prune_failed`] leaves it).
             if let Some(e) = u.entries.get_mut(d.as_str()) {
-                if e.epoch == epoch {
+                let stale = entry.at.saturating_sub(e.at) >= PENDING_GRACE.as_secs() / 2;
+                if e.epoch == entry.epoch && !stale {
                     return false;
                 }
-                e.epoch = epoch.to_owned();
+                e.epoch.clone_from(&entry.epoch);
+                e.at = e.at.max(entry.at);
                 return true;
             }
             u.entries.insert(d.to_string(), entry.clone());
@@ -233,13 +273,45 @@ pub(crate) async fn reserve(
             true
         })
         .await?;
-    if let Some(msg) = refused {
-        metrics.denied.fetch_add(1, Ordering::Relaxed);
-        tracing::info!(repository = %name, digest = %d, "{msg}");
-        return Err(ApiError::new(Code::Denied, msg).with_reason());
+    Ok((doc, refused))
+}
+
+/// Drops from the usage of `name` the entries of manifests the repository does not link at
+/// any epoch and that nobody reserved for [`PENDING_GRACE`]: reservations of PUTs that failed
+/// after reserving (a store error writing the link, a replica stopped). Run by a reservation
+/// about to be refused, at most once per [`PRUNE_EVERY`] per repository, so a failed PUT
+/// cannot keep a repository at its limit; one listing of the repository's manifest links. A
+/// PUT of a manifest whose entry is older than half the grace marks it again before linking,
+/// so an entry that is old here has no PUT still on its way. Returns how many went.
+async fn prune_failed(repos: &Repos, name: &Name, key: &crate::storage::Key) -> ApiResult<usize> {
+    let linked: std::collections::BTreeSet<String> = repos
+        .store()
+        .list(&layout::manifest_links(name))
+        .await?
+        .iter()
+        .filter_map(|k| match layout::parse_repo_key(k) {
+            Some((n, RepoPart::ManifestLink(d, _))) if &n == name => Some(d.to_string()),
+            _ => None,
+        })
+        .collect();
+    let now = now_secs();
+    let mut dropped = 0;
+    repos
+        .update::<UsageDoc, _>(key, |u| {
+            let before = u.entries.len();
+            u.entries.retain(|d, e| {
+                linked.contains(d) || now.saturating_sub(e.at) < PENDING_GRACE.as_secs()
+            });
+            dropped = before - u.entries.len();
+            u.pruned = now;
+            u.refresh();
+            true
+        })
+        .await?;
+    if dropped > 0 {
+        tracing::info!(repository = %name, dropped, "dropped the quota reservations of failed manifest PUTs");
     }
-    metrics.observe(name.as_str(), rule, doc.bytes, doc.manifests);
-    Ok(())
+    Ok(dropped)
 }
 
 /// Quota usage's part in manifest deletes: the manifest's entry leaves the usage document

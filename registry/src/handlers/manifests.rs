@@ -14,7 +14,7 @@ use super::{Req, hv};
 use crate::errors::{ApiError, ApiResult, Code};
 use crate::events::{Action, Target};
 use crate::manifest_rules::{CheckedManifest, check_document, invalid};
-use crate::repo::{ManifestLink, REFERENCE_WINDOW, Repos, TagTarget};
+use crate::repo::{LINK_ATTEMPTS, ManifestLink, REFERENCE_WINDOW, Repos, TagTarget};
 use validator::{Name, Tag};
 
 /// A manifest reference: a digest or a tag.
@@ -327,52 +327,79 @@ impl ManifestPut {
     /// The store writes, in the order that keeps every state a reader can see consistent: the
     /// bytes, holds on what they reference, the quota, the link, the referrer, the tags.
     async fn publish(&self) -> ApiResult<()> {
-        let (repos, name, digest, checked) = (&self.repos, &self.name, &self.digest, &self.checked);
-        // The bytes first, at the epoch a hold gives (a collector may be deleting an older
-        // copy: this one is out of its reach).
-        let own = repos.hold(digest).await?;
-        if !own.data {
-            repos
-                .put_manifest_bytes(digest, &own.epochs, self.bytes.clone())
-                .await?;
-        }
-        // Hold everything the manifest relies on before publishing it, and again after
-        // publishing when that took longer than the collector's grace window is sure to cover.
+        let (repos, name, digest) = (&self.repos, &self.name, &self.digest);
         let started = Instant::now();
-        hold_references(repos, name, checked, digest, &self.bytes, Some(&own)).await?;
         let link = ManifestLink {
-            media_type: checked.media_type.clone(),
+            media_type: self.checked.media_type.clone(),
             size: self.size,
-            subject: checked.subject.clone(),
+            subject: self.checked.subject.clone(),
         };
-        // Quota: reserved before the link, so a refused PUT is never acknowledged.
-        if let Some(rule) = self.governance.quota_rule(name.as_str()) {
-            crate::governance::quota::reserve(
-                repos,
-                &self
-                    .metrics
-                    .source::<crate::governance::quota::QuotaMetrics>(),
-                name,
-                rule,
-                digest,
-                (self.size, own.epochs.manifest_link(name)),
-                &checked.blobs,
-            )
-            .await?;
-        }
-        repos
-            .link_manifest(name, digest, &own.epochs, &link)
-            .await?;
-        self.add_referrer(own.epochs.manifest_link(name)).await?;
+        self.link_current(&link).await?;
         for t in &self.tags {
             let rule = self.governance.immutable_rule(name.as_str(), t.as_str());
             let veto = rule.map(|r| r as &dyn crate::repo::hooks::TagVeto);
             repos.set_tag(name, t, digest, &link, veto).await?;
         }
+        // Hold everything the manifest relies on again when publishing took longer than the
+        // collector's grace window is sure to cover.
         if started.elapsed() > REFERENCE_WINDOW {
-            hold_references(repos, name, checked, digest, &self.bytes, None).await?;
+            hold_references(repos, name, &self.checked, digest, &self.bytes, None).await?;
         }
         Ok(())
+    }
+
+    /// Writes the manifest's bytes, holds what it references, reserves its quota, links it and
+    /// lists it among its subject's referrers, all at the epochs a hold gave; then checks that
+    /// the link's epoch is still the record's. A DELETE of the same manifest that moved the
+    /// link to a fresh epoch after the hold (`repo::unlink`) has already deleted the keys of
+    /// the epoch it left, so the link just written there is dead: no read finds it (or, the
+    /// legacy key, reads find it but a collector removes it without a grace window) and its
+    /// entries were forgotten or will be. The PUT then comes after the DELETE and writes
+    /// everything again at the new epoch. A move after the check is a DELETE after the PUT.
+    async fn link_current(&self, link: &ManifestLink) -> ApiResult<()> {
+        let (repos, name, digest, checked) = (&self.repos, &self.name, &self.digest, &self.checked);
+        for _ in 0..LINK_ATTEMPTS {
+            // The bytes first, at the epoch a hold gives (a collector may be deleting an older
+            // copy: this one is out of its reach).
+            let own = repos.hold(digest).await?;
+            if !own.data {
+                repos
+                    .put_manifest_bytes(digest, &own.epochs, self.bytes.clone())
+                    .await?;
+            }
+            // Hold everything the manifest relies on before publishing it.
+            hold_references(repos, name, checked, digest, &self.bytes, Some(&own)).await?;
+            let epoch = own.epochs.manifest_link(name);
+            // Quota: reserved before the link, so a refused PUT is never acknowledged.
+            if let Some(rule) = self.governance.quota_rule(name.as_str()) {
+                crate::governance::quota::reserve(
+                    repos,
+                    &self
+                        .metrics
+                        .source::<crate::governance::quota::QuotaMetrics>(),
+                    name,
+                    rule,
+                    digest,
+                    (self.size, epoch),
+                    &checked.blobs,
+                )
+                .await?;
+            }
+            repos.link_manifest(name, digest, &own.epochs, link).await?;
+            self.add_referrer(epoch).await?;
+            let now = repos.manifest_link_epoch(name, digest).await?;
+            if now == epoch {
+                return Ok(());
+            }
+            tracing::info!(
+                repository = %name, digest = %digest, written = epoch, current = %now,
+                "a DELETE moved the manifest's link while it was being pushed: linking it again"
+            );
+        }
+        Err(ApiError::internal(format!(
+            "gave up linking {digest} into {name}: its link moved to another epoch during each \
+             of {LINK_ATTEMPTS} attempts"
+        )))
     }
 
     /// A manifest with a `subject` is listed among its subject's referrers (with the

@@ -82,10 +82,7 @@ impl Repos {
     /// The current epoch of `name`'s link to manifest `d` (what a document that records
     /// something about the manifest stamps its entry with when no hold gave it).
     pub(crate) async fn manifest_link_epoch(&self, name: &Name, d: &Digest) -> ApiResult<String> {
-        let record = crate::tombstone::read_record(self.store.as_ref(), d).await?;
-        Ok(record.map_or_else(String::new, |(r, _)| {
-            r.epochs.manifest_link(name).to_owned()
-        }))
+        self.link_epoch(name, d, LinkKind::Manifest).await
     }
 
     /// When `name`'s link to manifest `d` was last written (the newer of the legacy key and

@@ -36,6 +36,10 @@ pub(crate) const INDEX_LIMIT: u64 = 64 << 20;
 const LINK_LIMIT: u64 = 64 << 10;
 /// Conditional-write attempts before giving up.
 const MAX_ATTEMPTS: usize = 1000;
+
+/// How often a request links again when the link's epoch moved while it wrote it (each move
+/// is a DELETE of the same link racing it).
+pub(crate) const LINK_ATTEMPTS: usize = 8;
 /// Longest time between a manifest PUT's holds and the end of its publication that garbage
 /// collection's grace window covers; a PUT that took longer holds its references again before
 /// it answers. See `docs/gc.md`, "Why an acknowledged push loses nothing".
@@ -336,7 +340,12 @@ impl Repos {
         Ok(true)
     }
 
-    /// Links blob `d` into the repository at the epoch a hold of `d` gave.
+    /// Links blob `d` into the repository at the epoch a hold of `d` gave, then checks that
+    /// the record still names that epoch for the link. A DELETE of the link that moved it to a
+    /// fresh epoch after the hold (`unlink`) has deleted the keys of the epoch it left, so a
+    /// link written there is dead (the legacy key: visible, but a collector removes it without
+    /// a grace window); the upload or mount then comes after the DELETE and links again at the
+    /// new epoch, held again (and the bytes copied there if a collector's commit moved them).
     pub async fn link_blob(
         &self,
         name: &Name,
@@ -345,15 +354,35 @@ impl Repos {
         size: u64,
     ) -> ApiResult<()> {
         self.ensure(name).await?;
-        let bytes = serde_json::to_vec(&BlobLink { size }).map_err(ApiError::internal)?;
-        self.store
-            .put(
-                &epochs.blob_link_key(name, d),
-                Bytes::from(bytes),
-                PutMode::Overwrite,
-            )
-            .await?;
-        Ok(())
+        let bytes =
+            Bytes::from(serde_json::to_vec(&BlobLink { size }).map_err(ApiError::internal)?);
+        let mut epochs = std::borrow::Cow::Borrowed(epochs);
+        for _ in 0..LINK_ATTEMPTS {
+            self.store
+                .put(
+                    &epochs.blob_link_key(name, d),
+                    bytes.clone(),
+                    PutMode::Overwrite,
+                )
+                .await?;
+            let now = self.link_epoch(name, d, unlink::LinkKind::Blob).await?;
+            if now == epochs.blob_link(name) {
+                return Ok(());
+            }
+            tracing::info!(repository = %name, digest = %d, written = epochs.blob_link(name), current = %now, "a DELETE moved the blob's link while it was being linked: linking it again");
+            let held = self.hold_epochs(d).await?;
+            if !self.revive(d, &held).await? {
+                return Err(ApiError::new(
+                    Code::BlobUnknown,
+                    format!("blob {d} was deleted while it was linked into {name}"),
+                ));
+            }
+            epochs = std::borrow::Cow::Owned(held);
+        }
+        Err(ApiError::internal(format!(
+            "gave up linking {d} into {name}: its link moved to another epoch during each of \
+             {LINK_ATTEMPTS} attempts"
+        )))
     }
 
     /// Removes a blob link (wherever a read finds it); false when there was none. The link

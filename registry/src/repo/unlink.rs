@@ -22,7 +22,7 @@ use crate::tombstone::{Epochs, TOMBSTONE_LIMIT, Tombstone, Verdict};
 
 /// Which of a repository's links to a digest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum LinkKind {
+pub(crate) enum LinkKind {
     Blob,
     Manifest,
 }
@@ -86,6 +86,18 @@ fn record_moved(bytes: &[u8], kind: LinkKind, name: &Name, epoch: &str) -> Bytes
 }
 
 impl Repos {
+    /// The current epoch of `name`'s link of `kind` to `d`, as the digest's record names it
+    /// (`""`: the legacy key, also when there is no record).
+    pub(crate) async fn link_epoch(
+        &self,
+        name: &Name,
+        d: &Digest,
+        kind: LinkKind,
+    ) -> ApiResult<String> {
+        let record = crate::tombstone::read_record(self.store.as_ref(), d).await?;
+        Ok(record.map_or_else(String::new, |(r, _)| kind.epoch(&r.epochs, name)))
+    }
+
     /// Moves `name`'s link of `kind` to `d` to a fresh epoch in the digest's record and
     /// returns the epoch it had: a create-only put when there is no record, a conditional
     /// replace of the version read otherwise, read again and retried when another write came
