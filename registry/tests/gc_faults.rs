@@ -948,6 +948,132 @@ async fn delete_during_push_case(backend: Backend, what: Deleted) -> Vec<String>
     failures
 }
 
+/// Whether `repo:tag` and `repo@digest` of `img` read back: (by tag, by digest).
+async fn tag_and_digest(case: &Case, repo: &str, tag: &str, img: &Image) -> (bool, bool) {
+    let by_digest = img.manifest_digest().to_string();
+    let mut out = [false; 2];
+    for (i, r) in [tag, by_digest.as_str()].into_iter().enumerate() {
+        out[i] = matches!(
+            case.client.get_manifest(&case.reference(repo, r)).await,
+            Ok((_, b)) if b == img.manifest
+        );
+    }
+    (out[0], out[1])
+}
+
+/// A manifest PUT with a tag racing a DELETE of the manifest, one of them held at its write of
+/// the tag index while the other runs whole: with `delete_held`, the DELETE (through the
+/// replica behind the tap) after it moved the link; otherwise the PUT, after it linked. Either
+/// may come last, but the result must be one of them whole: the tag and the manifest both
+/// there, or both gone; never a tag without its manifest or a manifest that lost the tag the
+/// PUT acknowledged. A collection with an hour's grace changes nothing of that. Before tags
+/// carried the epoch of the link they were set with and the PUT checked the epoch after
+/// setting them, a PUT held at its tag write left a tag whose manifest the DELETE had removed.
+async fn tag_race_case(backend: Backend, delete_held: bool) -> Vec<String> {
+    let case = Case::start(backend).await;
+    let name = format!(
+        "{backend:?} tag race, the {} held",
+        if delete_held { "DELETE" } else { "PUT" }
+    );
+    let repo = "faults/tag-race";
+    let img = Image::new(&name);
+    let by_digest = img.manifest_digest().to_string();
+    // Tagged, so that the DELETE writes the tag index (removing `old`).
+    case.push(repo, "old", &img).await.unwrap();
+    case.tap.hold_put(&format!("{repo}/_tags"));
+    let (put_at, delete_at) = if delete_held {
+        (case.addr, case.replica)
+    } else {
+        (case.replica, case.addr)
+    };
+    let delete = reqwest::Client::new()
+        .delete(format!(
+            "http://{delete_at}/v2/{repo}/manifests/{by_digest}"
+        ))
+        .send();
+    let put_ref = reference_at(put_at, repo, "v1");
+    let held = case.tap.until_put_held();
+    let outcome = if delete_held {
+        let delete = tokio::spawn(delete);
+        if tokio::time::timeout(Duration::from_secs(30), held)
+            .await
+            .is_err()
+        {
+            return vec![format!("{name}: the DELETE never wrote the tag index")];
+        }
+        let put = (case.client)
+            .push_manifest(&put_ref, MANIFEST, img.manifest.clone())
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        case.tap.release();
+        (put, delete.await.unwrap().map(|r| r.status().as_u16()))
+    } else {
+        let (client, manifest) = (case.client.clone(), img.manifest.clone());
+        let put = tokio::spawn(async move {
+            (client.push_manifest(&put_ref, MANIFEST, manifest).await)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        });
+        if tokio::time::timeout(Duration::from_secs(30), held)
+            .await
+            .is_err()
+        {
+            return vec![format!("{name}: the PUT never wrote the tag index")];
+        }
+        let status = delete.await.map(|r| r.status().as_u16());
+        case.tap.release();
+        (put.await.unwrap(), status)
+    };
+    match outcome {
+        (Ok(()), Ok(202)) => {}
+        other => return vec![format!("{name}: the PUT and the DELETE answered {other:?}")],
+    }
+    let mut failures = Vec::new();
+    if tag_and_digest(&case, repo, "old", &img).await.0 {
+        failures.push(format!("{name}: the tag the DELETE removed is back"));
+    }
+    let state = tag_and_digest(&case, repo, "v1", &img).await;
+    if state.0 != state.1 {
+        failures.push(format!(
+            "{name}: by tag {}, by digest {}: one of the two requests applied in part",
+            state.0, state.1
+        ));
+    }
+    let opts = GcOptions {
+        grace: Duration::from_secs(3600),
+        delete_untagged: true,
+        lease_ttl: LEASE_TTL,
+        ..GcOptions::default()
+    };
+    if let Err(e) = gc::collect(case.store.clone(), &opts).await {
+        failures.push(format!("{name}: the collection: {e}"));
+    }
+    let after = tag_and_digest(&case, repo, "v1", &img).await;
+    if after != state {
+        failures.push(format!(
+            "{name}: (by tag, by digest) {state:?} before a collection with an hour's grace, \
+             {after:?} after"
+        ));
+    }
+    failures
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tagged_push_racing_a_delete_ends_as_one_of_them() {
+    let cases = [Backend::Fs, Backend::S3]
+        .into_iter()
+        .flat_map(|b| [(b, false), (b, true)]);
+    let tasks: Vec<_> = cases
+        .map(|(b, held)| tokio::spawn(tag_race_case(b, held)))
+        .collect();
+    let mut failures = Vec::new();
+    for t in tasks {
+        failures.extend(t.await.unwrap());
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_push_racing_a_delete_of_its_link_links_at_the_current_epoch() {
     let cases = [Backend::Fs, Backend::S3]

@@ -65,12 +65,14 @@ pub(crate) async fn get(req: Req, reference: &str) -> ApiResult<Response> {
             digest: d.clone(),
             media_type: l.media_type,
             size: l.size,
+            epoch: String::new(),
         }),
     };
     let Some(TagTarget {
         digest: d,
         media_type,
         size,
+        ..
     }) = target
     else {
         return Err(unknown());
@@ -335,11 +337,6 @@ impl ManifestPut {
             subject: self.checked.subject.clone(),
         };
         self.link_current(&link).await?;
-        for t in &self.tags {
-            let rule = self.governance.immutable_rule(name.as_str(), t.as_str());
-            let veto = rule.map(|r| r as &dyn crate::repo::hooks::TagVeto);
-            repos.set_tag(name, t, digest, &link, veto).await?;
-        }
         // Hold everything the manifest relies on again when publishing took longer than the
         // collector's grace window is sure to cover.
         if started.elapsed() > REFERENCE_WINDOW {
@@ -348,14 +345,15 @@ impl ManifestPut {
         Ok(())
     }
 
-    /// Writes the manifest's bytes, holds what it references, reserves its quota, links it and
-    /// lists it among its subject's referrers, all at the epochs a hold gave; then checks that
-    /// the link's epoch is still the record's. A DELETE of the same manifest that moved the
-    /// link to a fresh epoch after the hold (`repo::unlink`) has already deleted the keys of
-    /// the epoch it left, so the link just written there is dead: no read finds it (or, the
-    /// legacy key, reads find it but a collector removes it without a grace window) and its
-    /// entries were forgotten or will be. The PUT then comes after the DELETE and writes
-    /// everything again at the new epoch. A move after the check is a DELETE after the PUT.
+    /// Writes the manifest's bytes, holds what it references, reserves its quota, links it,
+    /// lists it among its subject's referrers and sets its tags, all at the epochs a hold
+    /// gave; then checks that the link's epoch is still the record's. A DELETE of the same
+    /// manifest that moved the link to a fresh epoch after the hold (`repo::unlink`) deletes
+    /// the keys of the epoch it left and the tags set with it, so what was just written there
+    /// is dead: no read finds the link (or, the legacy key, reads find it but a collector
+    /// removes it without a grace window), its entries and tags are forgotten or will be. The
+    /// PUT then comes after the DELETE and writes everything again at the new epoch. A move
+    /// after the check is a DELETE after the PUT, which removes the tags set here.
     async fn link_current(&self, link: &ManifestLink) -> ApiResult<()> {
         let (repos, name, digest, checked) = (&self.repos, &self.name, &self.digest, &self.checked);
         for _ in 0..LINK_ATTEMPTS {
@@ -387,6 +385,11 @@ impl ManifestPut {
             }
             repos.link_manifest(name, digest, &own.epochs, link).await?;
             self.add_referrer(epoch).await?;
+            for t in &self.tags {
+                let rule = self.governance.immutable_rule(name.as_str(), t.as_str());
+                let veto = rule.map(|r| r as &dyn crate::repo::hooks::TagVeto);
+                repos.set_tag(name, t, digest, (link, epoch), veto).await?;
+            }
             let now = repos.manifest_link_epoch(name, digest).await?;
             if now == epoch {
                 return Ok(());

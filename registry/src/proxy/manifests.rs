@@ -217,7 +217,15 @@ impl Proxy {
         }
         if let Some(t) = &tag {
             // The cache follows its upstream: `[[immutable]]` rules govern pushes, not this.
-            repos.set_tag(name, t, &digest, &link, None).await?;
+            repos
+                .set_tag(
+                    name,
+                    t,
+                    &digest,
+                    (&link, own.epochs.manifest_link(name)),
+                    None,
+                )
+                .await?;
             self.checked.lock().expect("proxy tag checks").insert(
                 (name.as_str().to_owned(), t.as_str().to_owned()),
                 Instant::now(),

@@ -140,16 +140,18 @@ impl Repos {
 
     /// Removes a manifest from the repository, with every tag pointing at it and its entry in
     /// its subject's referrers. False when the repository did not hold it. The link moves to
-    /// a fresh epoch first (`unlink`), then what the repository's documents recorded with the
-    /// link of the epoch it left is forgotten (a re-push meanwhile wrote at the new epoch and
-    /// stamped its entries with it: they stay), then that epoch's key and the legacy key go.
+    /// a fresh epoch first (`unlink`), then the tags set with an earlier link go and what the
+    /// repository's documents recorded with the link of the epoch it left is forgotten (a
+    /// re-push meanwhile wrote at the new epoch and stamped its tags and entries with it: they
+    /// stay), then that epoch's key and the legacy key go.
     pub async fn delete_manifest(&self, name: &Name, d: &Digest) -> ApiResult<bool> {
         let Some((found, link)) = self.manifest_link_find(name, d).await? else {
             return Ok(false);
         };
+        let (old, fresh) = self.retire_link_epoch(name, d, LinkKind::Manifest).await?;
         self.update::<TagsDoc, _>(&layout::tags(name), |t| {
             let gone: Vec<String> = (t.tags.iter())
-                .filter(|(_, v)| v.digest() == d)
+                .filter(|(_, v)| v.digest() == d && v.epoch() != fresh)
                 .map(|(k, _)| k.clone())
                 .collect();
             for tag in &gone {
@@ -159,7 +161,6 @@ impl Repos {
             !gone.is_empty()
         })
         .await?;
-        let old = self.retire_link_epoch(name, d, LinkKind::Manifest).await?;
         self.forget_manifest(name, d, &link, Leaving::Deleted(&old))
             .await?;
         // A legacy link beside an epoch's (a collector's DELETE of it still to come, or an

@@ -392,7 +392,7 @@ impl Repos {
         let Some((found, _)) = self.blob_link_find(name, d).await? else {
             return Ok(false);
         };
-        let old = self
+        let (old, _) = self
             .retire_link_epoch(name, d, unlink::LinkKind::Blob)
             .await?;
         self.delete_retired(unlink::LinkKind::Blob, name, d, &old, found)
@@ -515,12 +515,14 @@ impl Repos {
                     digest,
                     media_type: l.media_type,
                     size: l.size,
+                    epoch: String::new(),
                 }))
             }
         }
     }
 
-    /// Points a tag at the manifest `link` describes (linked into the repository first).
+    /// Points a tag at the manifest `link` describes (linked into the repository first, at
+    /// `epoch`: see [`TagTarget::epoch`]).
     /// With a `veto` (an immutable-tag rule), a tag that already points at another digest is
     /// left alone and the call answers the veto's refusal; the check runs inside the
     /// conditional write, so a racing writer on another replica cannot slip in between.
@@ -529,13 +531,14 @@ impl Repos {
         name: &Name,
         tag: &Tag,
         d: &Digest,
-        link: &ManifestLink,
+        (link, epoch): (&ManifestLink, &str),
         veto: Option<&dyn TagVeto>,
     ) -> ApiResult<()> {
         let entry = TagEntry::Target(TagTarget {
             digest: d.clone(),
             media_type: link.media_type.clone(),
             size: link.size,
+            epoch: epoch.to_owned(),
         });
         let mut taken_by = None;
         self.update::<TagsDoc, _>(&layout::tags(name), |t| {
@@ -625,6 +628,7 @@ mod tests {
             digest: d.clone(),
             media_type: "application/vnd.oci.image.manifest.v1+json".to_owned(),
             size: 7,
+            epoch: "0a1b".to_owned(),
         });
         let doc = TagsDoc {
             tags: [("new".to_owned(), target.clone())].into(),
@@ -642,6 +646,7 @@ mod tests {
             digest: d.clone(),
             media_type: "application/vnd.oci.image.manifest.v1+json".to_owned(),
             size: 7,
+            epoch: String::new(),
         })
     }
 
@@ -663,7 +668,7 @@ mod tests {
         assert_eq!(repos.last_tag_change(&name).await.unwrap(), None);
         let v1 = Tag::parse("v1").unwrap();
         repos
-            .set_tag(&name, &v1, &image, &link, None)
+            .set_tag(&name, &v1, &image, (&link, ""), None)
             .await
             .unwrap();
         assert!(repos.last_tag_change(&name).await.unwrap().is_some());
@@ -678,23 +683,26 @@ mod tests {
             .unwrap();
         let cosign = Tag::parse(&format!("sha256-{}.sig", image.encoded())).unwrap();
         repos
-            .set_tag(&name, &cosign, &sig, &link, None)
+            .set_tag(&name, &cosign, &sig, (&link, ""), None)
             .await
             .unwrap();
         repos.delete_tag(&name, &cosign).await.unwrap();
         repos
-            .set_tag(&name, &cosign, &sig, &link, None)
+            .set_tag(&name, &cosign, &sig, (&link, ""), None)
             .await
             .unwrap();
         assert_eq!(repos.last_tag_change(&name).await.unwrap(), Some(1));
         // Setting an image tag to what it already is changes nothing either.
         repos
-            .set_tag(&name, &v1, &image, &link, None)
+            .set_tag(&name, &v1, &image, (&link, ""), None)
             .await
             .unwrap();
         assert_eq!(repos.last_tag_change(&name).await.unwrap(), Some(1));
         let v2 = Tag::parse("v2").unwrap();
-        repos.set_tag(&name, &v2, &sig, &link, None).await.unwrap();
+        repos
+            .set_tag(&name, &v2, &sig, (&link, ""), None)
+            .await
+            .unwrap();
         let pushed = repos.last_tag_change(&name).await.unwrap().unwrap();
         assert!(pushed > 1_700_000_000, "{pushed}");
         repos
@@ -758,7 +766,9 @@ mod tests {
             subject: None,
         };
         let added = Tag::parse("t0500x").unwrap();
-        b.set_tag(&name, &added, &d, &link, None).await.unwrap();
+        b.set_tag(&name, &added, &d, (&link, ""), None)
+            .await
+            .unwrap();
         let (page, more) = a
             .tags_page(&name, Some(2), Some("t0500"))
             .await

@@ -17,6 +17,11 @@ pub(crate) struct TagTarget {
     pub digest: Digest,
     pub media_type: String,
     pub size: u64,
+    /// The epoch of the manifest link the tag was set with (`docs/gc.md`, "The API's
+    /// DELETEs"): a DELETE of the manifest removes the tags set before it moved the link, and
+    /// leaves a tag a push set after (at the new epoch). Absent: the legacy epoch.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub epoch: String,
 }
 
 /// A tag index entry: a [`TagTarget`], or a bare digest as written before tags carried the
@@ -33,6 +38,14 @@ impl TagEntry {
         match self {
             TagEntry::Target(t) => &t.digest,
             TagEntry::Digest(d) => d,
+        }
+    }
+
+    /// The epoch of the link the tag was set with (`""`: the legacy one, or not recorded).
+    pub(super) fn epoch(&self) -> &str {
+        match self {
+            TagEntry::Target(t) => &t.epoch,
+            TagEntry::Digest(_) => "",
         }
     }
 }

@@ -448,7 +448,7 @@ mod tests {
             .unwrap();
         let tag = |t: &str| Tag::parse(t).unwrap();
         repos
-            .set_tag(&name, &tag("v1"), &d, &link, None)
+            .set_tag(&name, &tag("v1"), &d, (&link, ""), None)
             .await
             .unwrap();
         let cache = RowCache::default();
@@ -474,7 +474,7 @@ mod tests {
         assert_eq!(again, first);
         // A tag change sums it up afresh.
         repos
-            .set_tag(&name, &tag("v2"), &d, &link, None)
+            .set_tag(&name, &tag("v2"), &d, (&link, ""), None)
             .await
             .unwrap();
         let after = repo_row(&repos, &cache, name.to_string()).await.unwrap();
