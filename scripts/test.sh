@@ -47,6 +47,8 @@ step "cargo fmt" cargo fmt --all -- --check
 step "cargo clippy" cargo clippy --workspace --all-targets -- -D warnings
 # The demo's rdctl (README "Try it"): no s3 feature, a different feature set of the registry.
 step "cargo clippy, rdctl without s3" cargo clippy -p rdctl --no-default-features -- -D warnings
+# What ships to illumos, compiled for it (the code behind cfg(target_os = "illumos")).
+step "cargo clippy, rdctl for illumos" "$ROOT/scripts/check-illumos.sh"
 step "README main command" "$ROOT/scripts/check-readme.sh"
 step "install deps (started first, in the background)" deps_installed
 # The test binaries run in three groups at the same time, since much of their time is waiting

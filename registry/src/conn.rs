@@ -232,6 +232,12 @@ pub trait SendFile {
     }
 }
 
+/// `sendfile(2)` as Linux has it (rustix offers it on Linux only). Elsewhere, illumos among
+/// them, a plain TCP socket is written from the mapping like a TLS stream.
+#[cfg(not(target_os = "linux"))]
+impl SendFile for tokio::net::TcpStream {}
+
+#[cfg(target_os = "linux")]
 impl SendFile for tokio::net::TcpStream {
     const SENDS_FILES: bool = true;
 
