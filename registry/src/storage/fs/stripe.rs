@@ -109,15 +109,23 @@ fn has_ops(fd: &OwnedFd) -> io::Result<bool> {
     }
 }
 
-/// Who holds a lock, from its `holder` file, and that process's state on Linux.
+/// Who holds a lock, from its `holder` file: that process, whether it still runs (a signal 0
+/// to it), and on Linux whether it is stopped (its `/proc/<pid>/stat`; illumos's `/proc`
+/// holds binary `psinfo` instead, and says nothing here).
 pub(super) fn describe_holder(record: &str) -> String {
     let Some(pid) = record
         .split_whitespace()
         .next()
-        .filter(|p| p.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|p| p.parse::<i32>().ok())
     else {
         return "another process".to_owned();
     };
+    let alive = rustix::process::Pid::from_raw(pid).is_some_and(|p| {
+        !matches!(
+            rustix::process::test_kill_process(p),
+            Err(rustix::io::Errno::SRCH)
+        )
+    });
     let state = fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|st| {
@@ -125,10 +133,12 @@ pub(super) fn describe_holder(record: &str) -> String {
             let rest = &st[st.rfind(')')? + 1..];
             rest.split_whitespace().next().map(str::to_owned)
         });
-    match state.as_deref() {
-        Some("T") | Some("t") => format!("process {pid}, which is stopped (SIGSTOP or a debugger)"),
-        Some(_) => format!("process {pid}"),
-        None => format!("process {pid} (no longer running)"),
+    match (alive, state.as_deref()) {
+        (false, _) => format!("process {pid} (no longer running)"),
+        (true, Some("T") | Some("t")) => {
+            format!("process {pid}, which is stopped (SIGSTOP or a debugger)")
+        }
+        (true, _) => format!("process {pid}"),
     }
 }
 
@@ -374,5 +384,50 @@ impl Held {
         // rename leaves it for the revoker's clean-up.
         let _ = rustix::fs::unlinkat(&self.fd, &staged, AtFlags::empty());
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::describe_holder;
+
+    /// The holder named by its `holder` record: running, stopped, gone, or not a pid at all.
+    #[test]
+    fn a_holder_is_described_by_its_process_state() {
+        let me = std::process::id();
+        assert_eq!(
+            describe_holder(&format!("{me} 0123")),
+            format!("process {me}")
+        );
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let stop = std::process::Command::new("kill")
+            .args(["-STOP", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(stop.success());
+        // The stop is asynchronous: wait until /proc says so.
+        let mut said = String::new();
+        for _ in 0..100 {
+            said = describe_holder(&pid.to_string());
+            if said.contains("stopped") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(
+            said,
+            format!("process {pid}, which is stopped (SIGSTOP or a debugger)")
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(
+            describe_holder(&pid.to_string()),
+            format!("process {pid} (no longer running)")
+        );
+        assert_eq!(describe_holder("garbage"), "another process");
     }
 }
