@@ -189,43 +189,50 @@ impl Proxy {
             )
             .await?;
         }
-        let own = repos.hold(&digest).await?;
-        if !own.data {
-            repos
-                .put_manifest_bytes(&digest, &own.epochs, bytes.clone())
-                .await?;
-        }
         let link = ManifestLink {
             media_type: checked.media_type.clone(),
             size: bytes.len() as u64,
             subject: checked.subject.clone(),
         };
-        repos
-            .link_manifest(name, &digest, &own.epochs, &link)
-            .await?;
-        if let Some(subject) = &checked.subject {
-            // Listed under its subject as a pushed referrer is.
+        // Linked, listed and tagged at the epochs a hold gave, again when a DELETE moved the
+        // link meanwhile (as a manifest PUT does: docs/gc.md, "The API's DELETEs").
+        let mut attempts = 0;
+        loop {
+            let own = repos.hold(&digest).await?;
+            if !own.data {
+                repos
+                    .put_manifest_bytes(&digest, &own.epochs, bytes.clone())
+                    .await?;
+            }
+            let epoch = own.epochs.manifest_link(name);
             repos
-                .add_referrer(
-                    name,
-                    subject,
-                    &digest,
-                    descriptor(&checked, &digest, bytes.len()),
-                    own.epochs.manifest_link(name),
-                )
+                .link_manifest(name, &digest, &own.epochs, &link)
                 .await?;
+            if let Some(subject) = &checked.subject {
+                // Listed under its subject as a pushed referrer is.
+                let desc = descriptor(&checked, &digest, bytes.len());
+                repos
+                    .add_referrer(name, subject, &digest, desc, epoch)
+                    .await?;
+            }
+            if let Some(t) = &tag {
+                // The cache follows its upstream: `[[immutable]]` rules govern pushes, not this.
+                repos
+                    .set_tag(name, t, &digest, (&link, epoch), None)
+                    .await?;
+            }
+            if repos.manifest_link_epoch(name, &digest).await? == epoch {
+                break;
+            }
+            attempts += 1;
+            if attempts == crate::repo::LINK_ATTEMPTS {
+                return Err(ApiError::internal(format!(
+                    "gave up caching {digest} in {name}: its link moved to another epoch during \
+                     each of {attempts} attempts"
+                )));
+            }
         }
         if let Some(t) = &tag {
-            // The cache follows its upstream: `[[immutable]]` rules govern pushes, not this.
-            repos
-                .set_tag(
-                    name,
-                    t,
-                    &digest,
-                    (&link, own.epochs.manifest_link(name)),
-                    None,
-                )
-                .await?;
             self.checked.lock().expect("proxy tag checks").insert(
                 (name.as_str().to_owned(), t.as_str().to_owned()),
                 Instant::now(),
