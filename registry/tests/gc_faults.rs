@@ -108,6 +108,8 @@ struct LateState {
     put_aim: Mutex<Option<String>>,
     /// Puts held so far (until `released`).
     put_taken: watch::Sender<u64>,
+    /// The key part the first failed `put` names, if one is aimed at.
+    put_fail: Mutex<Option<String>>,
 }
 
 impl LateStore {
@@ -121,6 +123,7 @@ impl LateStore {
                 released: watch::Sender::new(false),
                 put_aim: Mutex::new(None),
                 put_taken: watch::Sender::new(0),
+                put_fail: Mutex::new(None),
             }),
         })
     }
@@ -208,6 +211,19 @@ impl Tap {
                     .times(1),
             ),
             Tap::Fs(store) => *store.state.put_aim.lock().unwrap() = Some(part.to_owned()),
+        }
+    }
+
+    /// Fails the first write of a key naming `part` (S3: 403, which the SDK does not retry).
+    fn fail_put(&self, part: &str) {
+        match self {
+            Tap::S3(proxy) => proxy.inject(
+                Rule::new(Fault::Status(403))
+                    .on(S3Op::PutObject)
+                    .path_contains(part)
+                    .times(1),
+            ),
+            Tap::Fs(store) => *store.state.put_fail.lock().unwrap() = Some(part.to_owned()),
         }
     }
 
@@ -1074,6 +1090,151 @@ async fn a_tagged_push_racing_a_delete_ends_as_one_of_them() {
     assert!(failures.is_empty(), "\n{}", failures.join("\n"));
 }
 
+/// `DELETE /v2/<repo>/<what>/<reference>` through the registry at `addr`: its status.
+async fn http_delete(addr: SocketAddr, repo: &str, what: &str, reference: &str) -> u16 {
+    let url = format!("http://{addr}/v2/{repo}/{what}/{reference}");
+    let resp = reqwest::Client::new().delete(url).send().await.unwrap();
+    resp.status().as_u16()
+}
+
+/// Tags and DELETEs that fail or run late, each ending in a state where the tag and the
+/// manifest are both there or both gone (found by review):
+/// - a DELETE (through the replica behind the tap) held at its tag write after moving the link;
+///   meanwhile its retry runs whole and the manifest is pushed again with a tag: the first
+///   DELETE's tag pass must leave the later push's tag (it removed every tag not at its own
+///   new epoch);
+/// - a tagged PUT held at its tag write while the manifest and its layer's link are deleted:
+///   its next attempt fails (the layer is gone), and it must not leave its tag behind;
+/// - a DELETE whose tag write fails after it moved the link (500): a retry finds no link, and
+///   must still remove the tags (it answered 404 and left them).
+async fn failing_tag_cases(backend: Backend) -> Vec<String> {
+    let mut failures = Vec::new();
+    let img_of = |what: &str| Image::new(&format!("{backend:?} {what}"));
+    let both = |name: &str, state: (bool, bool), failures: &mut Vec<String>| {
+        if state.0 != state.1 {
+            failures.push(format!(
+                "{backend:?} {name}: by tag {}, by digest {}: applied in part",
+                state.0, state.1
+            ));
+        }
+    };
+    // A late DELETE and a later push.
+    let (case, repo, img) = (
+        Case::start(backend).await,
+        "faults/late-delete",
+        img_of("late"),
+    );
+    let by_digest = img.manifest_digest().to_string();
+    case.push(repo, "old", &img).await.unwrap();
+    case.tap.hold_put(&format!("{repo}/_tags"));
+    let (replica, d) = (case.replica, by_digest.clone());
+    let first = tokio::spawn(async move { http_delete(replica, repo, "manifests", &d).await });
+    if tokio::time::timeout(Duration::from_secs(30), case.tap.until_put_held())
+        .await
+        .is_ok()
+    {
+        let retry = http_delete(case.addr, repo, "manifests", &by_digest).await;
+        let push = case.push(repo, "v1", &img).await;
+        case.tap.release();
+        let first = first.await.unwrap();
+        if (retry, first, push.is_ok()) != (202, 202, true) {
+            failures.push(format!(
+                "{backend:?} late DELETE: retry {retry}, push {push:?}, first {first}"
+            ));
+        }
+        both(
+            "late DELETE",
+            tag_and_digest(&case, repo, "v1", &img).await,
+            &mut failures,
+        );
+    } else {
+        failures.push(format!(
+            "{backend:?} late DELETE: it never wrote the tag index"
+        ));
+    }
+    drop(case);
+    // A PUT whose next attempt fails.
+    let (case, repo, img) = (
+        Case::start(backend).await,
+        "faults/failed-put",
+        img_of("failed"),
+    );
+    let by_digest = img.manifest_digest().to_string();
+    case.push(repo, "old", &img).await.unwrap();
+    case.tap.hold_put(&format!("{repo}/_tags"));
+    let (client, manifest) = (case.client.clone(), img.manifest.clone());
+    let reference = reference_at(case.replica, repo, "v1");
+    let put =
+        tokio::spawn(async move { client.push_manifest(&reference, MANIFEST, manifest).await });
+    if tokio::time::timeout(Duration::from_secs(30), case.tap.until_put_held())
+        .await
+        .is_ok()
+    {
+        let layer = Digest::sha256(&img.layer).to_string();
+        let deletes = (
+            http_delete(case.addr, repo, "manifests", &by_digest).await,
+            http_delete(case.addr, repo, "blobs", &layer).await,
+        );
+        case.tap.release();
+        let put = put.await.unwrap();
+        if deletes != (202, 202) || put.is_ok() {
+            failures.push(format!(
+                "{backend:?} failed PUT: DELETEs {deletes:?}, the PUT {:?} (it should fail: its layer is gone)",
+                put.map(|_| ())
+            ));
+        }
+        both(
+            "failed PUT",
+            tag_and_digest(&case, repo, "v1", &img).await,
+            &mut failures,
+        );
+    } else {
+        failures.push(format!(
+            "{backend:?} failed PUT: it never wrote the tag index"
+        ));
+    }
+    drop(case);
+    // A DELETE that fails after its move, then its retry.
+    let (case, repo, img) = (
+        Case::start(backend).await,
+        "faults/failed-delete",
+        img_of("fails"),
+    );
+    let by_digest = img.manifest_digest().to_string();
+    case.push(repo, "v1", &img).await.unwrap();
+    // Pushed again after a DELETE: the link is at an epoch, not the legacy key.
+    assert_eq!(
+        http_delete(case.addr, repo, "manifests", &by_digest).await,
+        202
+    );
+    case.push(repo, "v1", &img).await.unwrap();
+    case.tap.fail_put(&format!("{repo}/_tags"));
+    let first = http_delete(case.replica, repo, "manifests", &by_digest).await;
+    let retry = http_delete(case.addr, repo, "manifests", &by_digest).await;
+    if (first, retry) != (500, 202) {
+        failures.push(format!(
+            "{backend:?} failed DELETE: answered {first}, its retry {retry} (500 and 202 expected)"
+        ));
+    }
+    let state = tag_and_digest(&case, repo, "v1", &img).await;
+    if state != (false, false) {
+        failures.push(format!(
+            "{backend:?} failed DELETE: (by tag, by digest) {state:?} after the retry's 202"
+        ));
+    }
+    failures
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failing_and_late_tag_writes_leave_no_tag_without_its_manifest() {
+    let tasks = [Backend::Fs, Backend::S3].map(|b| tokio::spawn(failing_tag_cases(b)));
+    let mut failures = Vec::new();
+    for t in tasks {
+        failures.extend(t.await.unwrap());
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_push_racing_a_delete_of_its_link_links_at_the_current_epoch() {
     let cases = [Backend::Fs, Backend::S3]
@@ -1130,6 +1291,23 @@ impl Store for LateStore {
             if aimed {
                 self.state.put_taken.send_modify(|n| *n += 1);
                 let _ = self.state.released.subscribe().wait_for(|r| *r).await;
+            }
+            let fail = {
+                let mut aim = self.state.put_fail.lock().unwrap();
+                let hit = aim
+                    .as_ref()
+                    .is_some_and(|p| key.as_str().contains(p.as_str()));
+                if hit {
+                    *aim = None;
+                }
+                hit
+            };
+            if fail {
+                return Err(registry::storage::StoreError::Backend {
+                    store: "late",
+                    key: key.as_str().to_owned(),
+                    source: std::io::Error::other("the test failed this write"),
+                });
             }
             self.inner.put(key, bytes, mode).await
         })

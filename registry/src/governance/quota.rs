@@ -215,12 +215,16 @@ pub(crate) async fn reserve(
             return Ok(());
         };
         // At the limit: reservations of PUTs that failed after reserving may be what fills it.
-        if !pruned_now
-            && now_secs().saturating_sub(doc.pruned) >= PRUNE_EVERY.as_secs()
-            && prune_failed(repos, name, &key).await? > 0
-        {
+        // A prune that fails leaves the refusal as it was.
+        if !pruned_now && now_secs().saturating_sub(doc.pruned) >= PRUNE_EVERY.as_secs() {
             pruned_now = true;
-            continue;
+            match prune_failed(repos, name, &key).await {
+                Ok(0) => {}
+                Ok(_) => continue,
+                Err(e) => {
+                    tracing::warn!(repository = %name, error = %e, "could not drop the quota reservations of failed PUTs");
+                }
+            }
         }
         metrics.denied.fetch_add(1, Ordering::Relaxed);
         tracing::info!(repository = %name, digest = %d, "{msg}");

@@ -355,42 +355,18 @@ impl ManifestPut {
     /// PUT then comes after the DELETE and writes everything again at the new epoch. A move
     /// after the check is a DELETE after the PUT, which removes the tags set here.
     async fn link_current(&self, link: &ManifestLink) -> ApiResult<()> {
-        let (repos, name, digest, checked) = (&self.repos, &self.name, &self.digest, &self.checked);
+        let (repos, name, digest) = (&self.repos, &self.name, &self.digest);
+        // The epoch of the last attempt a move made dead, whose writes a failure undoes.
+        let mut dead: Option<String> = None;
         for _ in 0..LINK_ATTEMPTS {
-            // The bytes first, at the epoch a hold gives (a collector may be deleting an older
-            // copy: this one is out of its reach).
-            let own = repos.hold(digest).await?;
-            if !own.data {
-                repos
-                    .put_manifest_bytes(digest, &own.epochs, self.bytes.clone())
-                    .await?;
-            }
-            // Hold everything the manifest relies on before publishing it.
-            hold_references(repos, name, checked, digest, &self.bytes, Some(&own)).await?;
-            let epoch = own.epochs.manifest_link(name);
-            // Quota: reserved before the link, so a refused PUT is never acknowledged.
-            if let Some(rule) = self.governance.quota_rule(name.as_str()) {
-                crate::governance::quota::reserve(
-                    repos,
-                    &self
-                        .metrics
-                        .source::<crate::governance::quota::QuotaMetrics>(),
-                    name,
-                    rule,
-                    digest,
-                    (self.size, epoch),
-                    &checked.blobs,
-                )
-                .await?;
-            }
-            repos.link_manifest(name, digest, &own.epochs, link).await?;
-            self.add_referrer(epoch).await?;
-            for t in &self.tags {
-                let rule = self.governance.immutable_rule(name.as_str(), t.as_str());
-                let veto = rule.map(|r| r as &dyn crate::repo::hooks::TagVeto);
-                repos.set_tag(name, t, digest, (link, epoch), veto).await?;
-            }
-            let now = repos.manifest_link_epoch(name, digest).await?;
+            let epoch = match self.link_at_held(link).await {
+                Ok(epoch) => epoch,
+                Err(e) => return Err(self.undo_dead(dead, e).await),
+            };
+            let now = match repos.manifest_link_epoch(name, digest).await {
+                Ok(now) => now,
+                Err(e) => return Err(self.undo_dead(dead, e).await),
+            };
             if now == epoch {
                 return Ok(());
             }
@@ -398,11 +374,72 @@ impl ManifestPut {
                 repository = %name, digest = %digest, written = epoch, current = %now,
                 "a DELETE moved the manifest's link while it was being pushed: linking it again"
             );
+            dead = Some(epoch);
         }
-        Err(ApiError::internal(format!(
+        let e = ApiError::internal(format!(
             "gave up linking {digest} into {name}: its link moved to another epoch during each \
              of {LINK_ATTEMPTS} attempts"
-        )))
+        ));
+        Err(self.undo_dead(dead, e).await)
+    }
+
+    /// One attempt of [`ManifestPut::link_current`]: everything at the epochs one hold gives;
+    /// the epoch of the link written.
+    async fn link_at_held(&self, link: &ManifestLink) -> ApiResult<String> {
+        let (repos, name, digest, checked) = (&self.repos, &self.name, &self.digest, &self.checked);
+        // The bytes first, at the epoch a hold gives (a collector may be deleting an older
+        // copy: this one is out of its reach).
+        let own = repos.hold(digest).await?;
+        if !own.data {
+            repos
+                .put_manifest_bytes(digest, &own.epochs, self.bytes.clone())
+                .await?;
+        }
+        // Hold everything the manifest relies on before publishing it.
+        hold_references(repos, name, checked, digest, &self.bytes, Some(&own)).await?;
+        let epoch = own.epochs.manifest_link(name);
+        // Quota: reserved before the link, so a refused PUT is never acknowledged.
+        if let Some(rule) = self.governance.quota_rule(name.as_str()) {
+            crate::governance::quota::reserve(
+                repos,
+                &self
+                    .metrics
+                    .source::<crate::governance::quota::QuotaMetrics>(),
+                name,
+                rule,
+                digest,
+                (self.size, epoch),
+                &checked.blobs,
+            )
+            .await?;
+        }
+        repos.link_manifest(name, digest, &own.epochs, link).await?;
+        self.add_referrer(epoch).await?;
+        for t in &self.tags {
+            let rule = self.governance.immutable_rule(name.as_str(), t.as_str());
+            let veto = rule.map(|r| r as &dyn crate::repo::hooks::TagVeto);
+            repos.set_tag(name, t, digest, (link, epoch), veto).await?;
+        }
+        Ok(epoch.to_owned())
+    }
+
+    /// A PUT that fails after a DELETE moved its link (its next attempt found a blob deleted,
+    /// a quota refusal, a store error) undoes what it wrote at the dead epoch: its tags, which
+    /// would name a manifest no link holds, and the link with its entries, as a collection of
+    /// a dead-epoch link does. Returns `e`, the failure the client gets.
+    async fn undo_dead(&self, dead: Option<String>, e: ApiError) -> ApiError {
+        let Some(epoch) = dead else {
+            return e;
+        };
+        let (repos, name, digest) = (&self.repos, &self.name, &self.digest);
+        let undone = async {
+            repos.unset_tags(name, &self.tags, digest, &epoch).await?;
+            repos.collect_manifest_link(name, digest, &epoch).await
+        };
+        if let Err(undo) = undone.await {
+            tracing::warn!(repository = %name, digest = %digest, epoch, error = %undo, "a failed manifest PUT could not undo its writes at the epoch a DELETE left: a DELETE by digest removes its tags");
+        }
+        e
     }
 
     /// A manifest with a `subject` is listed among its subject's referrers (with the
@@ -537,7 +574,11 @@ async fn hold_references(
                 && if manifest {
                     repos.relink_manifest(name, r, &held.epochs).await?
                 } else {
-                    repos.relink_blob(name, r, &held.epochs).await?
+                    // Deleted while it was linked again: the manifest's reference is unknown.
+                    match repos.relink_blob(name, r, &held.epochs).await {
+                        Err(e) if e.code == Code::BlobUnknown => false,
+                        r => r?,
+                    }
                 };
             if linked {
                 return Ok(());

@@ -140,27 +140,18 @@ impl Repos {
 
     /// Removes a manifest from the repository, with every tag pointing at it and its entry in
     /// its subject's referrers. False when the repository did not hold it. The link moves to
-    /// a fresh epoch first (`unlink`), then the tags set with an earlier link go and what the
-    /// repository's documents recorded with the link of the epoch it left is forgotten (a
-    /// re-push meanwhile wrote at the new epoch and stamped its tags and entries with it: they
-    /// stay), then that epoch's key and the legacy key go.
+    /// a fresh epoch first (`unlink`), then the tags set with an earlier link go
+    /// ([`Repos::remove_stale_tags`]) and what the repository's documents recorded with the
+    /// link of the epoch it left is forgotten (a re-push meanwhile wrote at the new epoch and
+    /// stamped its tags and entries with it: they stay), then that epoch's key and the legacy
+    /// key go. With no link to find, tags of an earlier link still go (a DELETE that failed
+    /// after its move, or a PUT that failed after a move, left them): true when any did.
     pub async fn delete_manifest(&self, name: &Name, d: &Digest) -> ApiResult<bool> {
         let Some((found, link)) = self.manifest_link_find(name, d).await? else {
-            return Ok(false);
+            return Ok(self.remove_stale_tags(name, d).await? > 0);
         };
-        let (old, fresh) = self.retire_link_epoch(name, d, LinkKind::Manifest).await?;
-        self.update::<TagsDoc, _>(&layout::tags(name), |t| {
-            let gone: Vec<String> = (t.tags.iter())
-                .filter(|(_, v)| v.digest() == d && v.epoch() != fresh)
-                .map(|(k, _)| k.clone())
-                .collect();
-            for tag in &gone {
-                t.tags.remove(tag);
-                t.changed(tag);
-            }
-            !gone.is_empty()
-        })
-        .await?;
+        let (old, _) = self.retire_link_epoch(name, d, LinkKind::Manifest).await?;
+        self.remove_stale_tags(name, d).await?;
         self.forget_manifest(name, d, &link, Leaving::Deleted(&old))
             .await?;
         // A legacy link beside an epoch's (a collector's DELETE of it still to come, or an
@@ -173,6 +164,62 @@ impl Repos {
         self.delete_retired(LinkKind::Manifest, name, d, &old, found)
             .await?;
         Ok(true)
+    }
+
+    /// Removes the tags of `name` pointing at manifest `d` that were set with a link of an
+    /// epoch other than the one the digest's record names now, and returns how many. The tag
+    /// index is read before the record, so a tag at the epoch read was set by a push after
+    /// every move so far and stays (a later move's own DELETE decides about it); a tag at
+    /// another epoch was set by a push the move came after, or one that will set it again at
+    /// the new epoch when it reads the epoch after its tags (the conditional write then fails
+    /// and this reads again).
+    pub(crate) async fn remove_stale_tags(&self, name: &Name, d: &Digest) -> ApiResult<usize> {
+        let mut removed = 0;
+        self.update_reading::<TagsDoc, _, _, _, _>(
+            &layout::tags(name),
+            super::INDEX_LIMIT,
+            || self.link_epoch(name, d, LinkKind::Manifest),
+            |t, current| {
+                let gone: Vec<String> = (t.tags.iter())
+                    .filter(|(_, v)| v.digest() == d && v.epoch() != current)
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for tag in &gone {
+                    t.tags.remove(tag);
+                    t.changed(tag);
+                }
+                removed = gone.len();
+                removed > 0
+            },
+        )
+        .await?;
+        Ok(removed)
+    }
+
+    /// Removes the tags among `tags` that still point at manifest `d` as set with a link of
+    /// `epoch`: a PUT's own tags, set at an epoch a DELETE then moved the link from, when the
+    /// PUT fails before setting them again at the new one.
+    pub(crate) async fn unset_tags(
+        &self,
+        name: &Name,
+        tags: &[validator::Tag],
+        d: &Digest,
+        epoch: &str,
+    ) -> ApiResult<()> {
+        self.update::<TagsDoc, _>(&layout::tags(name), |t| {
+            let mut changed = false;
+            for tag in tags {
+                if (t.tags.get(tag.as_str())).is_some_and(|v| v.digest() == d && v.epoch() == epoch)
+                {
+                    t.tags.remove(tag.as_str());
+                    t.changed(tag.as_str());
+                    changed = true;
+                }
+            }
+            changed
+        })
+        .await?;
+        Ok(())
     }
 
     /// Garbage collection of `name`'s link to manifest `d` at `epoch`, which a collector

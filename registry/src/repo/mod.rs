@@ -178,6 +178,26 @@ impl Repos {
         T: Default + Serialize + DeserializeOwned,
         F: FnMut(&mut T) -> bool,
     {
+        self.update_reading(key, limit, || async { Ok(()) }, |doc, ()| f(doc))
+            .await
+    }
+
+    /// [`Repos::update`] with `read` awaited between each read of the document and its
+    /// conditional write, and `f` deciding with both: what `read` sees is at least as new as
+    /// the document (a DELETE's tag pass reads the tag index, then the digest's record).
+    pub(crate) async fn update_reading<T, X, R, Fut, F>(
+        &self,
+        key: &Key,
+        limit: u64,
+        mut read: R,
+        mut f: F,
+    ) -> ApiResult<T>
+    where
+        T: Default + Serialize + DeserializeOwned,
+        R: FnMut() -> Fut,
+        Fut: std::future::Future<Output = ApiResult<X>>,
+        F: FnMut(&mut T, X) -> bool,
+    {
         for _ in 0..MAX_ATTEMPTS {
             let (mut doc, mode) = match self.store.get(key, limit).await {
                 Ok(d) => (
@@ -187,7 +207,8 @@ impl Repos {
                 Err(e) if e.is_not_found() => (T::default(), PutMode::Create),
                 Err(e) => return Err(e.into()),
             };
-            if !f(&mut doc) {
+            let seen = read().await?;
+            if !f(&mut doc, seen) {
                 return Ok(doc);
             }
             let bytes = serde_json::to_vec(&doc).map_err(ApiError::internal)?;
