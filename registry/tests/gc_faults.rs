@@ -1097,132 +1097,121 @@ async fn http_delete(addr: SocketAddr, repo: &str, what: &str, reference: &str) 
     resp.status().as_u16()
 }
 
-/// Tags and DELETEs that fail or run late, each ending in a state where the tag and the
-/// manifest are both there or both gone (found by review):
-/// - a DELETE (through the replica behind the tap) held at its tag write after moving the link;
-///   meanwhile its retry runs whole and the manifest is pushed again with a tag: the first
-///   DELETE's tag pass must leave the later push's tag (it removed every tag not at its own
-///   new epoch);
-/// - a tagged PUT held at its tag write while the manifest and its layer's link are deleted:
-///   its next attempt fails (the layer is gone), and it must not leave its tag behind;
-/// - a DELETE whose tag write fails after it moved the link (500): a retry finds no link, and
-///   must still remove the tags (it answered 404 and left them).
-async fn failing_tag_cases(backend: Backend) -> Vec<String> {
-    let mut failures = Vec::new();
-    let img_of = |what: &str| Image::new(&format!("{backend:?} {what}"));
-    let both = |name: &str, state: (bool, bool), failures: &mut Vec<String>| {
-        if state.0 != state.1 {
-            failures.push(format!(
-                "{backend:?} {name}: by tag {}, by digest {}: applied in part",
-                state.0, state.1
-            ));
-        }
-    };
-    // A late DELETE and a later push.
-    let (case, repo, img) = (
-        Case::start(backend).await,
-        "faults/late-delete",
-        img_of("late"),
-    );
+/// A case of [`failing_tag_cases`]: a registry pair on `backend`, an image unique to `what`
+/// pushed to `repo` with tag `old`, and the tap holding the next write of `repo`'s tag index.
+async fn tagged_case(backend: Backend, repo: &str, what: &str) -> (Case, Image, String) {
+    let case = Case::start(backend).await;
+    let img = Image::new(&format!("{backend:?} {what}"));
     let by_digest = img.manifest_digest().to_string();
     case.push(repo, "old", &img).await.unwrap();
     case.tap.hold_put(&format!("{repo}/_tags"));
+    (case, img, by_digest)
+}
+
+/// Waits until the tap holds the tag index write; an error naming `name` if it never comes.
+async fn until_tags_held(case: &Case, name: &str) -> Result<(), String> {
+    tokio::time::timeout(Duration::from_secs(30), case.tap.until_put_held())
+        .await
+        .map_err(|_| format!("{name}: the tag index write never reached the tap"))
+}
+
+/// A failure unless the tag and the manifest are both there or both gone.
+fn whole(name: &str, (by_tag, by_digest): (bool, bool)) -> Result<(), String> {
+    if by_tag == by_digest {
+        return Ok(());
+    }
+    Err(format!(
+        "{name}: by tag {by_tag}, by digest {by_digest}: applied in part"
+    ))
+}
+
+/// A DELETE (through the replica behind the tap) held at its tag write after moving the link;
+/// meanwhile its retry runs whole and the manifest is pushed again with a tag. The first
+/// DELETE's tag pass must leave the later push's tag (it removed every tag not at its own new
+/// epoch).
+async fn late_delete_tag_case(backend: Backend) -> Result<(), String> {
+    let name = format!("{backend:?} late DELETE");
+    let repo = "faults/late-delete";
+    let (case, img, by_digest) = tagged_case(backend, repo, "late").await;
     let (replica, d) = (case.replica, by_digest.clone());
     let first = tokio::spawn(async move { http_delete(replica, repo, "manifests", &d).await });
-    if tokio::time::timeout(Duration::from_secs(30), case.tap.until_put_held())
-        .await
-        .is_ok()
-    {
-        let retry = http_delete(case.addr, repo, "manifests", &by_digest).await;
-        let push = case.push(repo, "v1", &img).await;
-        case.tap.release();
-        let first = first.await.unwrap();
-        if (retry, first, push.is_ok()) != (202, 202, true) {
-            failures.push(format!(
-                "{backend:?} late DELETE: retry {retry}, push {push:?}, first {first}"
-            ));
-        }
-        both(
-            "late DELETE",
-            tag_and_digest(&case, repo, "v1", &img).await,
-            &mut failures,
-        );
-    } else {
-        failures.push(format!(
-            "{backend:?} late DELETE: it never wrote the tag index"
+    until_tags_held(&case, &name).await?;
+    let retry = http_delete(case.addr, repo, "manifests", &by_digest).await;
+    let push = case.push(repo, "v1", &img).await;
+    case.tap.release();
+    let first = first.await.unwrap();
+    if (retry, first, push.is_ok()) != (202, 202, true) {
+        return Err(format!(
+            "{name}: retry {retry}, push {push:?}, first {first}"
         ));
     }
-    drop(case);
-    // A PUT whose next attempt fails.
-    let (case, repo, img) = (
-        Case::start(backend).await,
-        "faults/failed-put",
-        img_of("failed"),
-    );
-    let by_digest = img.manifest_digest().to_string();
-    case.push(repo, "old", &img).await.unwrap();
-    case.tap.hold_put(&format!("{repo}/_tags"));
+    whole(&name, tag_and_digest(&case, repo, "v1", &img).await)
+}
+
+/// A tagged PUT held at its tag write while the manifest and its layer's link are deleted: its
+/// next attempt fails (the layer is gone), and it must not leave its tag behind.
+async fn failed_put_tag_case(backend: Backend) -> Result<(), String> {
+    let name = format!("{backend:?} failed PUT");
+    let repo = "faults/failed-put";
+    let (case, img, by_digest) = tagged_case(backend, repo, "failed").await;
     let (client, manifest) = (case.client.clone(), img.manifest.clone());
     let reference = reference_at(case.replica, repo, "v1");
     let put =
         tokio::spawn(async move { client.push_manifest(&reference, MANIFEST, manifest).await });
-    if tokio::time::timeout(Duration::from_secs(30), case.tap.until_put_held())
-        .await
-        .is_ok()
-    {
-        let layer = Digest::sha256(&img.layer).to_string();
-        let deletes = (
-            http_delete(case.addr, repo, "manifests", &by_digest).await,
-            http_delete(case.addr, repo, "blobs", &layer).await,
-        );
-        case.tap.release();
-        let put = put.await.unwrap();
-        if deletes != (202, 202) || put.is_ok() {
-            failures.push(format!(
-                "{backend:?} failed PUT: DELETEs {deletes:?}, the PUT {:?} (it should fail: its layer is gone)",
-                put.map(|_| ())
-            ));
-        }
-        both(
-            "failed PUT",
-            tag_and_digest(&case, repo, "v1", &img).await,
-            &mut failures,
-        );
-    } else {
-        failures.push(format!(
-            "{backend:?} failed PUT: it never wrote the tag index"
+    until_tags_held(&case, &name).await?;
+    let layer = Digest::sha256(&img.layer).to_string();
+    let deletes = (
+        http_delete(case.addr, repo, "manifests", &by_digest).await,
+        http_delete(case.addr, repo, "blobs", &layer).await,
+    );
+    case.tap.release();
+    let put = put.await.unwrap().map(|_| ());
+    if deletes != (202, 202) || put.is_ok() {
+        return Err(format!(
+            "{name}: DELETEs {deletes:?}, the PUT {put:?} (it should fail: its layer is gone)"
         ));
     }
-    drop(case);
-    // A DELETE that fails after its move, then its retry.
-    let (case, repo, img) = (
-        Case::start(backend).await,
-        "faults/failed-delete",
-        img_of("fails"),
-    );
+    whole(&name, tag_and_digest(&case, repo, "v1", &img).await)
+}
+
+/// A DELETE whose tag write fails after it moved the link (500): a retry finds no link, and
+/// must still remove the tags (it answered 404 and left them).
+async fn failed_delete_tag_case(backend: Backend) -> Result<(), String> {
+    let name = format!("{backend:?} failed DELETE");
+    let repo = "faults/failed-delete";
+    let case = Case::start(backend).await;
+    let img = Image::new(&name);
     let by_digest = img.manifest_digest().to_string();
     case.push(repo, "v1", &img).await.unwrap();
     // Pushed again after a DELETE: the link is at an epoch, not the legacy key.
-    assert_eq!(
-        http_delete(case.addr, repo, "manifests", &by_digest).await,
-        202
-    );
+    let deleted = http_delete(case.addr, repo, "manifests", &by_digest).await;
+    assert_eq!(deleted, 202);
     case.push(repo, "v1", &img).await.unwrap();
     case.tap.fail_put(&format!("{repo}/_tags"));
     let first = http_delete(case.replica, repo, "manifests", &by_digest).await;
     let retry = http_delete(case.addr, repo, "manifests", &by_digest).await;
     if (first, retry) != (500, 202) {
-        failures.push(format!(
-            "{backend:?} failed DELETE: answered {first}, its retry {retry} (500 and 202 expected)"
+        return Err(format!(
+            "{name}: answered {first}, its retry {retry} (500 and 202 expected)"
         ));
     }
-    let state = tag_and_digest(&case, repo, "v1", &img).await;
-    if state != (false, false) {
-        failures.push(format!(
-            "{backend:?} failed DELETE: (by tag, by digest) {state:?} after the retry's 202"
-        ));
+    match tag_and_digest(&case, repo, "v1", &img).await {
+        (false, false) => Ok(()),
+        state => Err(format!(
+            "{name}: (by tag, by digest) {state:?} after the retry's 202"
+        )),
     }
-    failures
+}
+
+/// Tags and DELETEs that fail or land late, each ending with the tag and the manifest both
+/// there or both gone (holes a review found): the three cases above on `backend`.
+async fn failing_tag_cases(backend: Backend) -> Vec<String> {
+    let results = [
+        late_delete_tag_case(backend).await,
+        failed_put_tag_case(backend).await,
+        failed_delete_tag_case(backend).await,
+    ];
+    results.into_iter().filter_map(Result::err).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
