@@ -14,7 +14,7 @@ use super::{Req, hv};
 use crate::errors::{ApiError, ApiResult, Code};
 use crate::events::{Action, Target};
 use crate::manifest_rules::{CheckedManifest, check_document, invalid};
-use crate::repo::{LINK_ATTEMPTS, ManifestLink, REFERENCE_WINDOW, Repos, TagTarget};
+use crate::repo::{ManifestLink, REFERENCE_WINDOW, Repos, TagTarget};
 use validator::{Name, Tag};
 
 /// A manifest reference: a digest or a tag.
@@ -336,7 +336,10 @@ impl ManifestPut {
             size: self.size,
             subject: self.checked.subject.clone(),
         };
-        self.link_current(&link).await?;
+        let attempt = || self.link_at_held(&link);
+        repos
+            .link_manifest_current(name, digest, &self.tags, attempt)
+            .await?;
         // Hold everything the manifest relies on again when publishing took longer than the
         // collector's grace window is sure to cover.
         if started.elapsed() > REFERENCE_WINDOW {
@@ -345,46 +348,9 @@ impl ManifestPut {
         Ok(())
     }
 
-    /// Writes the manifest's bytes, holds what it references, reserves its quota, links it,
-    /// lists it among its subject's referrers and sets its tags, all at the epochs a hold
-    /// gave; then checks that the link's epoch is still the record's. A DELETE of the same
-    /// manifest that moved the link to a fresh epoch after the hold (`repo::unlink`) deletes
-    /// the keys of the epoch it left and the tags set with it, so what was just written there
-    /// is dead: no read finds the link (or, the legacy key, reads find it but a collector
-    /// removes it without a grace window), its entries and tags are forgotten or will be. The
-    /// PUT then comes after the DELETE and writes everything again at the new epoch. A move
-    /// after the check is a DELETE after the PUT, which removes the tags set here.
-    async fn link_current(&self, link: &ManifestLink) -> ApiResult<()> {
-        let (repos, name, digest) = (&self.repos, &self.name, &self.digest);
-        // The epoch of the last attempt a move made dead, whose writes a failure undoes.
-        let mut dead: Option<String> = None;
-        for _ in 0..LINK_ATTEMPTS {
-            let epoch = match self.link_at_held(link).await {
-                Ok(epoch) => epoch,
-                Err(e) => return Err(self.undo_dead(dead, e).await),
-            };
-            let now = match repos.manifest_link_epoch(name, digest).await {
-                Ok(now) => now,
-                Err(e) => return Err(self.undo_dead(dead, e).await),
-            };
-            if now == epoch {
-                return Ok(());
-            }
-            tracing::info!(
-                repository = %name, digest = %digest, written = epoch, current = %now,
-                "a DELETE moved the manifest's link while it was being pushed: linking it again"
-            );
-            dead = Some(epoch);
-        }
-        let e = ApiError::internal(format!(
-            "gave up linking {digest} into {name}: its link moved to another epoch during each \
-             of {LINK_ATTEMPTS} attempts"
-        ));
-        Err(self.undo_dead(dead, e).await)
-    }
-
-    /// One attempt of [`ManifestPut::link_current`]: everything at the epochs one hold gives;
-    /// the epoch of the link written.
+    /// One attempt of [`Repos::link_manifest_current`]: the bytes, the holds of what the
+    /// manifest references, its quota, its link, its referrer entry and its tags, all at the
+    /// epochs one hold gives; the epoch of the link written.
     async fn link_at_held(&self, link: &ManifestLink) -> ApiResult<String> {
         let (repos, name, digest, checked) = (&self.repos, &self.name, &self.digest, &self.checked);
         // The bytes first, at the epoch a hold gives (a collector may be deleting an older
@@ -421,25 +387,6 @@ impl ManifestPut {
             repos.set_tag(name, t, digest, (link, epoch), veto).await?;
         }
         Ok(epoch.to_owned())
-    }
-
-    /// A PUT that fails after a DELETE moved its link (its next attempt found a blob deleted,
-    /// a quota refusal, a store error) undoes what it wrote at the dead epoch: its tags, which
-    /// would name a manifest no link holds, and the link with its entries, as a collection of
-    /// a dead-epoch link does. Returns `e`, the failure the client gets.
-    async fn undo_dead(&self, dead: Option<String>, e: ApiError) -> ApiError {
-        let Some(epoch) = dead else {
-            return e;
-        };
-        let (repos, name, digest) = (&self.repos, &self.name, &self.digest);
-        let undone = async {
-            repos.unset_tags(name, &self.tags, digest, &epoch).await?;
-            repos.collect_manifest_link(name, digest, &epoch).await
-        };
-        if let Err(undo) = undone.await {
-            tracing::warn!(repository = %name, digest = %digest, epoch, error = %undo, "a failed manifest PUT could not undo its writes at the epoch a DELETE left: a DELETE by digest removes its tags");
-        }
-        e
     }
 
     /// A manifest with a `subject` is listed among its subject's referrers (with the

@@ -195,43 +195,34 @@ impl Proxy {
             subject: checked.subject.clone(),
         };
         // Linked, listed and tagged at the epochs a hold gave, again when a DELETE moved the
-        // link meanwhile (as a manifest PUT does: docs/gc.md, "The API's DELETEs").
-        let mut attempts = 0;
-        loop {
-            let own = repos.hold(&digest).await?;
+        // link meanwhile (as a manifest PUT does).
+        let (link, bytes, checked, tag) = (&link, &bytes, &checked, &tag);
+        let digest = &digest;
+        let attempt = move || async move {
+            let own = repos.hold(digest).await?;
             if !own.data {
                 repos
-                    .put_manifest_bytes(&digest, &own.epochs, bytes.clone())
+                    .put_manifest_bytes(digest, &own.epochs, bytes.clone())
                     .await?;
             }
             let epoch = own.epochs.manifest_link(name);
-            repos
-                .link_manifest(name, &digest, &own.epochs, &link)
-                .await?;
+            repos.link_manifest(name, digest, &own.epochs, link).await?;
             if let Some(subject) = &checked.subject {
                 // Listed under its subject as a pushed referrer is.
-                let desc = descriptor(&checked, &digest, bytes.len());
+                let desc = descriptor(checked, digest, bytes.len());
                 repos
-                    .add_referrer(name, subject, &digest, desc, epoch)
+                    .add_referrer(name, subject, digest, desc, epoch)
                     .await?;
             }
-            if let Some(t) = &tag {
+            if let Some(t) = tag {
                 // The cache follows its upstream: `[[immutable]]` rules govern pushes, not this.
-                repos
-                    .set_tag(name, t, &digest, (&link, epoch), None)
-                    .await?;
+                repos.set_tag(name, t, digest, (link, epoch), None).await?;
             }
-            if repos.manifest_link_epoch(name, &digest).await? == epoch {
-                break;
-            }
-            attempts += 1;
-            if attempts == crate::repo::LINK_ATTEMPTS {
-                return Err(ApiError::internal(format!(
-                    "gave up caching {digest} in {name}: its link moved to another epoch during \
-                     each of {attempts} attempts"
-                )));
-            }
-        }
+            Ok(epoch.to_owned())
+        };
+        repos
+            .link_manifest_current(name, digest, tag.as_slice(), attempt)
+            .await?;
         if let Some(t) = &tag {
             self.checked.lock().expect("proxy tag checks").insert(
                 (name.as_str().to_owned(), t.as_str().to_owned()),

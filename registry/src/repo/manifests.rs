@@ -10,11 +10,11 @@
 //! the commit writes at the new epoch and restamps the entries.
 
 use bytes::Bytes;
-use validator::{Digest, Name};
+use validator::{Digest, Name, Tag};
 
 use super::hooks::Leaving;
 use super::unlink::LinkKind;
-use super::{LINK_LIMIT, ManifestLink, ReferrersDoc, Repos, TagsDoc};
+use super::{LINK_ATTEMPTS, LINK_LIMIT, ManifestLink, ReferrersDoc, Repos, TagsDoc};
 use crate::errors::{ApiError, ApiResult};
 use crate::storage::{Key, PutMode, StoreError, layout};
 use crate::tombstone::Epochs;
@@ -150,7 +150,7 @@ impl Repos {
         let Some((found, link)) = self.manifest_link_find(name, d).await? else {
             return Ok(self.remove_stale_tags(name, d).await? > 0);
         };
-        let (old, _) = self.retire_link_epoch(name, d, LinkKind::Manifest).await?;
+        let old = self.retire_link_epoch(name, d, LinkKind::Manifest).await?;
         self.remove_stale_tags(name, d).await?;
         self.forget_manifest(name, d, &link, Leaving::Deleted(&old))
             .await?;
@@ -196,13 +196,86 @@ impl Repos {
         Ok(removed)
     }
 
-    /// Removes the tags among `tags` that still point at manifest `d` as set with a link of
-    /// `epoch`: a PUT's own tags, set at an epoch a DELETE then moved the link from, when the
-    /// PUT fails before setting them again at the new one.
-    pub(crate) async fn unset_tags(
+    /// Publishes manifest `d` in `name` with `attempt`, which writes its link, its referrer
+    /// entry and its tags `tags` (and whatever else the caller records) at the epochs one hold
+    /// gives and returns the link's epoch; then checks that the digest's record still names
+    /// that epoch. A DELETE of the manifest that moved the link to a fresh epoch after the hold
+    /// (`unlink`) deletes the keys of the epoch it left and the tags set with it, so what was
+    /// just written there is dead: no read finds the link (or, the legacy key, reads find it
+    /// but a collector removes it without a grace window), its entries and tags are forgotten
+    /// or will be. The writer then comes after the DELETE and makes another attempt, at the
+    /// new epoch (up to [`LINK_ATTEMPTS`]). A move after the check is a DELETE after the
+    /// write, which removes the tags set here. A writer that fails after a move (its next
+    /// attempt found a blob deleted, a quota refusal, a store error) first undoes what it wrote
+    /// at the dead epoch: its tags, which would name a manifest no link holds, and the link
+    /// with its entries, as a collection of a dead-epoch link does.
+    pub(crate) async fn link_manifest_current<F, Fut>(
         &self,
         name: &Name,
-        tags: &[validator::Tag],
+        d: &Digest,
+        tags: &[Tag],
+        mut attempt: F,
+    ) -> ApiResult<()>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = ApiResult<String>>,
+    {
+        // The epoch of the last attempt a move made dead.
+        let mut dead: Option<String> = None;
+        for _ in 0..LINK_ATTEMPTS {
+            let checked = async {
+                let epoch = attempt().await?;
+                Ok::<_, ApiError>((self.manifest_link_epoch(name, d).await?, epoch))
+            };
+            match checked.await {
+                Ok((now, epoch)) if now == epoch => return Ok(()),
+                Ok((now, epoch)) => {
+                    tracing::info!(
+                        repository = %name, digest = %d, written = epoch, current = %now,
+                        "a DELETE moved the manifest's link while it was being written: linking it again"
+                    );
+                    dead = Some(epoch);
+                }
+                Err(e) => return Err(self.undo_dead(name, d, tags, dead, e).await),
+            }
+        }
+        let e = ApiError::internal(format!(
+            "gave up linking {d} into {name}: its link moved to another epoch during each of \
+             {LINK_ATTEMPTS} attempts"
+        ));
+        Err(self.undo_dead(name, d, tags, dead, e).await)
+    }
+
+    /// What [`Repos::link_manifest_current`] does when it fails after a move: undoes the tags
+    /// and the link its attempt wrote at the `dead` epoch. Returns `e`, the failure to answer.
+    async fn undo_dead(
+        &self,
+        name: &Name,
+        d: &Digest,
+        tags: &[Tag],
+        dead: Option<String>,
+        e: ApiError,
+    ) -> ApiError {
+        let Some(epoch) = dead else {
+            return e;
+        };
+        let undone = async {
+            self.unset_tags(name, tags, d, &epoch).await?;
+            self.collect_manifest_link(name, d, &epoch).await
+        };
+        if let Err(undo) = undone.await {
+            tracing::warn!(repository = %name, digest = %d, epoch, error = %undo, "a failed manifest write could not undo its writes at the epoch a DELETE left: a DELETE by digest removes its tags");
+        }
+        e
+    }
+
+    /// Removes the tags among `tags` that still point at manifest `d` as set with a link of
+    /// `epoch`: a writer's own tags, set at an epoch a DELETE then moved the link from, when it
+    /// fails before setting them again at the new one.
+    async fn unset_tags(
+        &self,
+        name: &Name,
+        tags: &[Tag],
         d: &Digest,
         epoch: &str,
     ) -> ApiResult<()> {

@@ -413,7 +413,7 @@ impl Repos {
         let Some((found, _)) = self.blob_link_find(name, d).await? else {
             return Ok(false);
         };
-        let (old, _) = self
+        let old = self
             .retire_link_epoch(name, d, unlink::LinkKind::Blob)
             .await?;
         self.delete_retired(unlink::LinkKind::Blob, name, d, &old, found)

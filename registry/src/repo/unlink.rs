@@ -22,7 +22,7 @@ use crate::tombstone::{Epochs, TOMBSTONE_LIMIT, Tombstone, Verdict};
 
 /// Which of a repository's links to a digest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LinkKind {
+pub(super) enum LinkKind {
     Blob,
     Manifest,
 }
@@ -88,7 +88,7 @@ fn record_moved(bytes: &[u8], kind: LinkKind, name: &Name, epoch: &str) -> Bytes
 impl Repos {
     /// The current epoch of `name`'s link of `kind` to `d`, as the digest's record names it
     /// (`""`: the legacy key, also when there is no record).
-    pub(crate) async fn link_epoch(
+    pub(super) async fn link_epoch(
         &self,
         name: &Name,
         d: &Digest,
@@ -99,7 +99,7 @@ impl Repos {
     }
 
     /// Moves `name`'s link of `kind` to `d` to a fresh epoch in the digest's record and
-    /// returns the epoch it had and the one it has now: a create-only put when there is no record, a conditional
+    /// returns the epoch it had: a create-only put when there is no record, a conditional
     /// replace of the version read otherwise, read again and retried when another write came
     /// first. A collector is met as a request meets it ([`Repos::hold`]): a tombstone still
     /// deciding is released (the marker names the moved epoch), so that collector deletes
@@ -110,7 +110,7 @@ impl Repos {
         name: &Name,
         d: &Digest,
         kind: LinkKind,
-    ) -> ApiResult<(String, String)> {
+    ) -> ApiResult<String> {
         let key = layout::blob_tombstone(d);
         let fresh = Epochs::fresh();
         let mut patience = Patience::new();
@@ -153,7 +153,7 @@ impl Repos {
                 }
             };
             match written {
-                Ok(_) => return Ok((old, fresh)),
+                Ok(_) => return Ok(old),
                 // Written (or, by an older version, removed) since it was read: read again.
                 Err(StoreError::PreconditionFailed { .. } | StoreError::AlreadyExists { .. }) => {
                     tokio::task::yield_now().await;
